@@ -1,0 +1,95 @@
+/* zbctl.c — main and the one table of subcommands. A row names a noun and
+ * an optional verb; `zbctl NOUN [VERB] ARGS...` runs the row's handler
+ * with ARGS. New nouns (the service client: submit, list, get, watch,
+ * cancel, workers, update-schedule) are new rows and new files.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "zbctl.h"
+
+#ifndef ZB_VERSION
+#define ZB_VERSION "unknown"
+#endif
+
+static const zbctl_command zbctl_commands[] = {
+    {"plan", NULL, zbctl_plan_run, "generate, validate and simulate one schedule (offline)", zbctl_plan_help},
+    {"plan", "compare", zbctl_plan_compare, "every schedule family side by side on one shape (offline)",
+     zbctl_plan_compare_help},
+};
+
+enum { ZBCTL_N_COMMANDS = sizeof zbctl_commands / sizeof zbctl_commands[0] };
+
+static void zbctl_usage(FILE *f) {
+  fputs("usage: zbctl [--help | --version] COMMAND [ARGS...]\n"
+        "\n"
+        "zbctl plans, checks and simulates pipeline-parallel schedules (zero-bubble\n"
+        "and the classic families) with libzb.\n"
+        "\n"
+        "Commands:\n",
+        f);
+  for (int k = 0; k < ZBCTL_N_COMMANDS; k++) {
+    const zbctl_command *c = &zbctl_commands[k];
+    char name[48];
+    snprintf(name, sizeof name, "%s%s%s", c->noun, c->verb ? " " : "", c->verb ? c->verb : "");
+    fprintf(f, "  %-16s %s\n", name, c->summary);
+  }
+  fputs("\n"
+        "Run 'zbctl COMMAND --help' for a command's options.\n"
+        "Exit status: 0 success, 1 failure, 2 usage error.\n",
+        f);
+}
+
+/* The row for `noun` whose verb is `verb` (NULL: the noun's default row). */
+static const zbctl_command *zbctl_find(const char *noun, const char *verb) {
+  for (int k = 0; k < ZBCTL_N_COMMANDS; k++) {
+    const zbctl_command *c = &zbctl_commands[k];
+    if (strcmp(c->noun, noun) != 0)
+      continue;
+    if (verb ? (c->verb && strcmp(c->verb, verb) == 0) : c->verb == NULL)
+      return c;
+  }
+  return NULL;
+}
+
+static bool zbctl_has_noun(const char *noun) {
+  for (int k = 0; k < ZBCTL_N_COMMANDS; k++)
+    if (strcmp(zbctl_commands[k].noun, noun) == 0)
+      return true;
+  return false;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    zbctl_usage(stderr);
+    return ZBCTL_EXIT_USAGE;
+  }
+  const char *first = argv[1];
+  if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0 || strcmp(first, "help") == 0) {
+    zbctl_usage(stdout);
+    return ZBCTL_EXIT_OK;
+  }
+  if (strcmp(first, "--version") == 0) {
+    printf("zbctl %s\n", ZB_VERSION);
+    return ZBCTL_EXIT_OK;
+  }
+  if (first[0] == '-') {
+    fprintf(stderr, "zbctl: unknown option '%s' (see 'zbctl --help')\n", first);
+    return ZBCTL_EXIT_USAGE;
+  }
+  if (!zbctl_has_noun(first)) {
+    fprintf(stderr, "zbctl: unknown command '%s' (see 'zbctl --help')\n", first);
+    return ZBCTL_EXIT_USAGE;
+  }
+  const zbctl_command *cmd = argc > 2 ? zbctl_find(first, argv[2]) : NULL;
+  int skip = 2;
+  if (!cmd) {
+    cmd = zbctl_find(first, NULL);
+    skip = 1;
+  }
+  if (!cmd) {
+    fprintf(stderr, "zbctl: '%s' needs a subcommand (see 'zbctl --help')\n", first);
+    return ZBCTL_EXIT_USAGE;
+  }
+  return cmd->run(cmd, argc - 1 - skip, argv + 1 + skip);
+}

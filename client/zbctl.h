@@ -1,0 +1,94 @@
+/* zbctl.h — what zbctl's nouns share: the subcommand table's entry type,
+ * the exit codes, and small helpers for arguments, files and output
+ * (cli.c). Every helper that can fail prints one line to stderr itself
+ * ("zbctl CMD: ...") and returns false, so handlers only map to an exit
+ * code. Nothing here keeps state between calls.
+ */
+#ifndef ZBCTL_H
+#define ZBCTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "zb_buf.h"
+
+/* Exit codes of every subcommand. */
+enum { ZBCTL_EXIT_OK = 0, ZBCTL_EXIT_FAIL = 1, ZBCTL_EXIT_USAGE = 2 };
+
+typedef struct zbctl_command zbctl_command;
+
+/* A subcommand: gets its own table entry (for its name and help) and the
+ * arguments after the noun and verb; returns an exit code. */
+typedef int (*zbctl_handler)(const zbctl_command *cmd, int argc, char **argv);
+
+/* One row of the subcommand table (zbctl.c). verb NULL: what `zbctl NOUN
+ * ARGS` runs when ARGS does not start with one of the noun's verbs. */
+struct zbctl_command {
+  const char *noun;
+  const char *verb;
+  zbctl_handler run;
+  const char *summary; /* one line for `zbctl --help` */
+  const char *help;    /* the full text of `zbctl NOUN [VERB] --help` */
+};
+
+/* Handlers of the `plan` noun and their help texts (plan.c). */
+int zbctl_plan_run(const zbctl_command *cmd, int argc, char **argv);
+int zbctl_plan_compare(const zbctl_command *cmd, int argc, char **argv);
+extern const char zbctl_plan_help[];
+extern const char zbctl_plan_compare_help[];
+
+/* ---- argument parsing (cli.c) ---- */
+
+/* An option a subcommand accepts: "--name" (and "-c" when short_name is
+ * not 0); has_arg options take the next argument or "--name=VALUE". id is
+ * what cli_next() returns for it and must be > 0. */
+typedef struct cli_opt {
+  const char *name;
+  char short_name;
+  bool has_arg;
+  int id;
+} cli_opt;
+
+/* Walks argv of one subcommand. cmd names it in messages ("plan"). */
+typedef struct cli_parser {
+  const char *cmd;
+  int argc;
+  char **argv;
+  int i;
+} cli_parser;
+
+enum { CLI_END = 0, CLI_ERROR = -1 };
+
+/* Next option of ps; stores its value (or NULL) in *arg. Returns the
+ * option's id, CLI_END after the last argument, or CLI_ERROR after
+ * printing a usage message (unknown option, missing value, value given to
+ * a flag, stray positional argument). */
+int cli_next(cli_parser *ps, const cli_opt *opts, size_t n_opts, const char **arg);
+
+/* Prints "zbctl CMD: MESSAGE" to stderr. */
+void cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Like cli_error, then a pointer to CMD's help; returns ZBCTL_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Whole-string number parsing of the value of option `flag`; print the
+ * problem and return false when s is not a number in [lo, hi]. */
+bool cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out);
+bool cli_parse_double(const char *cmd, const char *flag, const char *s, double *out);
+/* A comma-separated list of between min_n and max_n finite numbers; the
+ * count read goes to *n. */
+bool cli_parse_doubles(const char *cmd, const char *flag, const char *s, int min_n, int max_n, double *out,
+                       int *n);
+
+/* ---- files and output (cli.c) ---- */
+
+/* Reads the whole of path ("-": stdin) into a new NUL-terminated buffer
+ * that the caller frees. */
+bool cli_read_file(const char *cmd, const char *path, char **data, size_t *len);
+/* Writes b to stdout (path NULL or "-"), or to path atomically: it writes
+ * path.tmp, then renames it over path, so readers never see a part. */
+bool cli_write_output(const char *cmd, const char *path, const zb_buf *b);
+
+/* Monotonic clock in seconds (for timing generation). */
+double cli_now(void);
+
+#endif

@@ -1,0 +1,67 @@
+/* zb_format.h — schedules in and out of text.
+ *
+ * Action strings follow PyTorch's pipelining notation: "<stage><kind><mb>",
+ * kind one of F, I (zb's B), W, B (zb's BW), SEND_F, RECV_F, SEND_B,
+ * RECV_B; FSDP kinds UNSHARD, RESHARD (no microbatch) and REDUCE_GRAD are
+ * carried. CSV holds one row per rank, one action string per cell (empty
+ * cells allowed). Every writer appends to a zb_buf; every reader leaves
+ * its outputs untouched on failure and explains in diag (with row and
+ * column for CSV).
+ */
+#ifndef ZB_FORMAT_H
+#define ZB_FORMAT_H
+
+#include "zb_buf.h"
+#include "zb_schedule.h"
+#include "zb_sim.h"
+
+/* Parses one action string (the whole of s, no surrounding space).
+ * Comm actions get peer -1; zb_format_fill_peers() derives it. The empty
+ * string is ZB_ERR_PARSE here (only a CSV cell may be empty: ZB_OP_NONE). */
+zb_err zb_action_parse(const char *s, zb_action *out, zb_diag *diag);
+/* Writes a's action string into buf (NUL-terminated); returns its length. */
+int zb_action_format(const zb_action *a, char *buf, int len);
+
+/* Reads a CSV schedule. p is the number of rows; the stage count comes
+ * from the largest stage seen, v = stages / p (must divide), m from the
+ * largest microbatch + 1. placement is given by the caller (PyTorch CSVs
+ * do not say; loop for torchtitan files). Sets comm peers from placement.
+ * Caller owns *out. */
+zb_err zb_csv_parse(const char *text, size_t len, zb_placement placement, zb_schedule **out, zb_diag *diag);
+/* Writes s as CSV: one row per rank, cells joined by ',', rows ended by
+ * '\n'. Parsing the output gives back s, and the bytes of a parsed file
+ * are reproduced when it used this layout. */
+void zb_csv_write(const zb_schedule *s, zb_buf *out);
+/* Sets the peer of every comm action from the schedule's placement. */
+void zb_format_fill_peers(zb_schedule *s);
+
+/* Everything a report about one plan carries (the JSON fields of
+ * `zbctl plan --format json`). sim and costs may be NULL. */
+typedef struct zb_plan_report {
+  const char *schedule;       /* family or source name */
+  const zb_schedule *sched;   /* lowered or compute-only */
+  const zb_costs *costs;
+  const zb_rank_costs *rank_costs; /* what the user gave, may be NULL */
+  double mem_limit_units;     /* in rank M_F units, <= 0: none */
+  const zb_sim_result *sim;
+  double generation_seconds;
+} zb_plan_report;
+
+/* JSON object with: schedule, ranks, chunks, microbatches, placement,
+ * costs, mem_limit, makespan, bubble_ratio, bubble_ratio_paper,
+ * peak_memory (per rank, M_F units), generation_seconds, actions (per rank
+ * arrays of action strings). */
+void zb_json_write(const zb_plan_report *r, zb_buf *out);
+/* Chrome trace event JSON (chrome://tracing, Perfetto): one thread per
+ * rank, one complete event per compute op; times in microseconds of the
+ * simulation's time unit scaled by 1000. Needs sim. */
+void zb_trace_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out);
+/* Standalone SVG timeline: one lane per rank, a box per compute op
+ * coloured by kind and labelled with its microbatch. Needs sim. */
+void zb_svg_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out);
+/* ASCII timeline for terminals, `width` columns for the time axis (<= 0:
+ * 100): one line per rank, F/B/W/X(BW) letters per slot, '.' for idle,
+ * then a legend and the headline figures. */
+void zb_ascii_write(const zb_schedule *s, const zb_sim_result *sim, int width, zb_buf *out);
+
+#endif

@@ -1,0 +1,21 @@
+/* zb_lower.h — the lowering pass: inserts SEND/RECV actions into a
+ * compute-only schedule so that every rank's list runs with blocking
+ * point-to-point semantics (a send completes only when the peer's receive
+ * is posted) and batched groups, without deadlock.
+ */
+#ifndef ZB_LOWER_H
+#define ZB_LOWER_H
+
+#include "zb_schedule.h"
+
+/* Returns in *out a new schedule (caller owns) holding s's compute actions
+ * in the same per-rank order with comm actions inserted. Comm between two
+ * stages on one rank is local and gets no action. Comm actions that follow
+ * each other on a rank form one batch. The order is derived from the
+ * simulated timeline under c (NULL: unit costs), which makes the result
+ * deadlock-free by construction: every send/recv pair is placed at one
+ * global step on both ranks. Fails when s already has comm actions
+ * (ZB_ERR_INVALID_ARG) or cannot be simulated (ZB_ERR_DEADLOCK). */
+zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag);
+
+#endif

@@ -1,0 +1,211 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+#include "zb_plan_internal.h"
+
+static const struct {
+  const char *name;
+  zb_placement placement;
+  int default_v;
+  bool splits_w;
+} zb_plan_families[ZB_FAMILY_COUNT_] = {
+    [ZB_FAMILY_GPIPE] = {"gpipe", ZB_PLACE_LOOP, 1, false},
+    [ZB_FAMILY_1F1B] = {"1f1b", ZB_PLACE_LOOP, 1, false},
+    [ZB_FAMILY_INTERLEAVED_1F1B] = {"interleaved-1f1b", ZB_PLACE_LOOP, 2, false},
+    [ZB_FAMILY_ZB_H1] = {"zb-h1", ZB_PLACE_LOOP, 1, true},
+    [ZB_FAMILY_ZB_H2] = {"zb-h2", ZB_PLACE_LOOP, 1, true},
+    [ZB_FAMILY_ZB_AUTO] = {"zb-auto", ZB_PLACE_LOOP, 1, true},
+    [ZB_FAMILY_ZB_V] = {"zb-v", ZB_PLACE_V, 2, true},
+    [ZB_FAMILY_V_HALF] = {"v-half", ZB_PLACE_V, 2, true},
+    [ZB_FAMILY_V_MIN] = {"v-min", ZB_PLACE_V, 2, true},
+};
+
+const char *zb_family_name(zb_family f) {
+  return (f >= 0 && f < ZB_FAMILY_COUNT_) ? zb_plan_families[f].name : "?";
+}
+
+zb_err zb_family_parse(const char *name, zb_family *out, zb_diag *diag) {
+  for (int f = 0; f < ZB_FAMILY_COUNT_; f++)
+    if (strcmp(name, zb_plan_families[f].name) == 0) {
+      *out = (zb_family)f;
+      return ZB_OK;
+    }
+  return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                     "unknown schedule '%s' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-auto, zb-v, "
+                     "v-half, v-min)",
+                     name);
+}
+
+zb_placement zb_family_placement(zb_family f) { return zb_plan_families[f].placement; }
+int zb_family_default_chunks(zb_family f) { return zb_plan_families[f].default_v; }
+bool zb_family_splits_w(zb_family f) { return zb_plan_families[f].splits_w; }
+
+zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag) {
+  if (f < 0 || f >= ZB_FAMILY_COUNT_)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "unknown schedule family %d", (int)f);
+  const char *name = zb_plan_families[f].name;
+  if (p < 1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s needs at least 1 rank (got %d)", name, p);
+  if (m < 1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s needs at least 1 microbatch (got %d)", name, m);
+  switch (f) {
+  case ZB_FAMILY_INTERLEAVED_1F1B:
+    if (v < 2)
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "interleaved-1f1b needs at least 2 chunks per rank (got %d)", v);
+    if (m % p != 0)
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                         "interleaved-1f1b needs the microbatches to be a multiple of the ranks (m=%d, p=%d: try "
+                         "m=%d)",
+                         m, p, (m / p + 1) * p);
+    return ZB_OK;
+  case ZB_FAMILY_ZB_V:
+  case ZB_FAMILY_V_HALF:
+  case ZB_FAMILY_V_MIN:
+    if (v != 2)
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "%s places exactly 2 chunks per rank in a V (got %d)", name, v);
+    return ZB_OK;
+  default:
+    if (v != 1)
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "%s runs one chunk per rank (got %d); use interleaved-1f1b or "
+                         "zb-v for more", name, v);
+    return ZB_OK;
+  }
+}
+
+static zb_schedule *zb_plan_gpipe(int p, int m) {
+  zb_schedule *s = zb_schedule_new(p, 1, m, ZB_PLACE_LOOP);
+  for (int r = 0; r < p; r++) {
+    for (int i = 0; i < m; i++)
+      zb_schedule_push_op(s, r, ZB_OP_F, r, i);
+    for (int i = 0; i < m; i++)
+      zb_schedule_push_op(s, r, ZB_OP_BW, r, i);
+  }
+  return s;
+}
+
+zb_schedule *zb_plan_1f1b(int p, int m) {
+  zb_schedule *s = zb_schedule_new(p, 1, m, ZB_PLACE_LOOP);
+  for (int r = 0; r < p; r++) {
+    int warm = p - 1 - r < m ? p - 1 - r : m;
+    for (int i = 0; i < warm; i++)
+      zb_schedule_push_op(s, r, ZB_OP_F, r, i);
+    for (int i = 0; i < m - warm; i++) {
+      zb_schedule_push_op(s, r, ZB_OP_F, r, warm + i);
+      zb_schedule_push_op(s, r, ZB_OP_BW, r, i);
+    }
+    for (int i = m - warm; i < m; i++)
+      zb_schedule_push_op(s, r, ZB_OP_BW, r, i);
+  }
+  return s;
+}
+
+/* The ZB-H family on loop placement: rank r warms up with `warm(r)` F,
+ * then alternates F and B; each W trails its B by `lag(r)` microbatches
+ * (filling the cool-down where 1F1B idles), then the rest drain. H1 keeps
+ * 1F1B's warm-up (p-1-r) with lag r; H2 doubles both (2(p-1-r), 2r), so
+ * that rank 0 holds 2p-1 microbatches and the warm-up bubble is filled. */
+static zb_schedule *zb_plan_zb_h(int p, int m, int warm_mul) {
+  zb_schedule *s = zb_schedule_new(p, 1, m, ZB_PLACE_LOOP);
+  for (int r = 0; r < p; r++) {
+    int warm = warm_mul * (p - 1 - r);
+    if (warm > m)
+      warm = m;
+    int lag = warm_mul * r, w = 0;
+    for (int i = 0; i < warm; i++)
+      zb_schedule_push_op(s, r, ZB_OP_F, r, i);
+    for (int i = 0; i < m - warm; i++) {
+      zb_schedule_push_op(s, r, ZB_OP_F, r, warm + i);
+      zb_schedule_push_op(s, r, ZB_OP_B, r, i);
+      if (i >= lag)
+        zb_schedule_push_op(s, r, ZB_OP_W, r, w++);
+    }
+    for (int i = m - warm; i < m; i++) {
+      zb_schedule_push_op(s, r, ZB_OP_B, r, i);
+      zb_schedule_push_op(s, r, ZB_OP_W, r, w++);
+    }
+    while (w < m)
+      zb_schedule_push_op(s, r, ZB_OP_W, r, w++);
+  }
+  return s;
+}
+
+zb_schedule *zb_plan_zb_h1(int p, int m) { return zb_plan_zb_h(p, m, 1); }
+zb_schedule *zb_plan_zb_h2(int p, int m) { return zb_plan_zb_h(p, m, 2); }
+
+/* Megatron's interleaved 1F1B: microbatches go through the chunks in
+ * groups of p; rank r warms up with (v-1)p + 2(p-1-r) chunk-forwards, then
+ * alternates one forward and one backward. Needs m % p == 0. */
+static void zb_plan_interleaved_unit(int p, int v, int k, bool backward, int rank, int *stage, int *mb) {
+  int group = k / (p * v), j = k % (p * v);
+  int chunk = j / p;
+  if (backward)
+    chunk = v - 1 - chunk;
+  *mb = group * p + j % p;
+  *stage = chunk * p + rank;
+}
+
+static zb_schedule *zb_plan_interleaved(int p, int v, int m) {
+  zb_schedule *s = zb_schedule_new(p, v, m, ZB_PLACE_LOOP);
+  int total = m * v;
+  for (int r = 0; r < p; r++) {
+    int warm = m == p ? total : (v - 1) * p + 2 * (p - 1 - r);
+    if (warm > total)
+      warm = total;
+    int stage, mb;
+    for (int k = 0; k < warm; k++) {
+      zb_plan_interleaved_unit(p, v, k, false, r, &stage, &mb);
+      zb_schedule_push_op(s, r, ZB_OP_F, stage, mb);
+    }
+    for (int k = 0; k < total - warm; k++) {
+      zb_plan_interleaved_unit(p, v, warm + k, false, r, &stage, &mb);
+      zb_schedule_push_op(s, r, ZB_OP_F, stage, mb);
+      zb_plan_interleaved_unit(p, v, k, true, r, &stage, &mb);
+      zb_schedule_push_op(s, r, ZB_OP_BW, stage, mb);
+    }
+    for (int k = total - warm; k < total; k++) {
+      zb_plan_interleaved_unit(p, v, k, true, r, &stage, &mb);
+      zb_schedule_push_op(s, r, ZB_OP_BW, stage, mb);
+    }
+  }
+  return s;
+}
+
+zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *diag) {
+  int v = req->v > 0 ? req->v : zb_family_default_chunks(req->family);
+  zb_err err = zb_plan_check_shape(req->family, req->p, v, req->m, diag);
+  if (err)
+    return err;
+  zb_placement pl = zb_family_placement(req->family);
+  zb_costs *own = NULL;
+  const zb_costs *c = req->costs;
+  if (!c) {
+    zb_rank_costs rc = zb_rank_costs_default();
+    c = own = zb_costs_from_rank_share(req->p, v, &rc, 0);
+  }
+  if (c->n_stages != req->p * v) {
+    err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "costs describe %d stages but %s with p=%d, v=%d has %d",
+                      c->n_stages, zb_family_name(req->family), req->p, v, req->p * v);
+    goto cleanup;
+  }
+  if ((err = zb_costs_check(c, diag)))
+    goto cleanup;
+  zb_plan_request r = *req;
+  r.v = v;
+  switch (req->family) {
+  case ZB_FAMILY_GPIPE: *out = zb_plan_gpipe(r.p, r.m); break;
+  case ZB_FAMILY_1F1B: *out = zb_plan_1f1b(r.p, r.m); break;
+  case ZB_FAMILY_INTERLEAVED_1F1B: *out = zb_plan_interleaved(r.p, v, r.m); break;
+  case ZB_FAMILY_ZB_H1: *out = zb_plan_zb_h1(r.p, r.m); break;
+  case ZB_FAMILY_ZB_H2: *out = zb_plan_zb_h2(r.p, r.m); break;
+  case ZB_FAMILY_ZB_AUTO: err = zb_plan_auto(&r, c, out, diag); break;
+  case ZB_FAMILY_ZB_V:
+  case ZB_FAMILY_V_HALF:
+  case ZB_FAMILY_V_MIN: err = zb_plan_v_family(&r, c, out, diag); break;
+  default: err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "unknown schedule family"); break;
+  }
+  (void)pl;
+cleanup:
+  zb_costs_free(own);
+  return err;
+}

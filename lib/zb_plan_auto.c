@@ -1,0 +1,535 @@
+/* zb-auto and the greedy list scheduler it shares with the V family.
+ *
+ * The greedy follows the paper's heuristic (section 3): ranks decide in
+ * global time order; a rank runs a ready B first (critical path), else a
+ * ready F while its stage's warm-up cap and the memory limit allow, else a
+ * pending W when the gap until its next input is at least T_W (or, with
+ * fill_small_gaps, any gap), else it idles until that input arrives. zb-auto
+ * runs it for several warm-up caps, adds the handcrafted ZB-H1/H2 lists when
+ * they fit the limit, keeps the best simulated makespan and refines it with
+ * a local search that moves W ops out of the way of the F/B they delay.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+#include "zb_plan_internal.h"
+#include "zb_sim.h"
+
+#define ZB_EPS 1e-9
+
+/* ---- a min-heap of ranks keyed by their next decision time ---- */
+typedef struct rank_heap {
+  int n;
+  int *heap; /* rank ids */
+  int *pos;  /* rank -> heap index, -1 when absent */
+  const double *key;
+} rank_heap;
+
+static bool heap_less(const rank_heap *h, int a, int b) {
+  double ka = h->key[a], kb = h->key[b];
+  return ka < kb || (ka == kb && a < b);
+}
+
+static void heap_swap(rank_heap *h, int i, int j) {
+  int t = h->heap[i];
+  h->heap[i] = h->heap[j];
+  h->heap[j] = t;
+  h->pos[h->heap[i]] = i;
+  h->pos[h->heap[j]] = j;
+}
+
+static void heap_up(rank_heap *h, int i) {
+  while (i > 0 && heap_less(h, h->heap[i], h->heap[(i - 1) / 2])) {
+    heap_swap(h, i, (i - 1) / 2);
+    i = (i - 1) / 2;
+  }
+}
+
+static void heap_down(rank_heap *h, int i) {
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && heap_less(h, h->heap[l], h->heap[m]))
+      m = l;
+    if (r < h->n && heap_less(h, h->heap[r], h->heap[m]))
+      m = r;
+    if (m == i)
+      return;
+    heap_swap(h, i, m);
+    i = m;
+  }
+}
+
+static void heap_push(rank_heap *h, int rank) {
+  h->heap[h->n] = rank;
+  h->pos[rank] = h->n;
+  heap_up(h, h->n++);
+}
+
+static void heap_remove(rank_heap *h, int rank) {
+  int i = h->pos[rank];
+  if (i < 0)
+    return;
+  h->pos[rank] = -1;
+  h->n--;
+  if (i == h->n)
+    return;
+  int moved = h->heap[h->n];
+  h->heap[i] = moved;
+  h->pos[moved] = i;
+  heap_up(h, i);
+  heap_down(h, h->pos[moved]);
+}
+
+/* Re-sorts after rank's key changed (in either direction). */
+static void heap_update(rank_heap *h, int rank) {
+  int i = h->pos[rank];
+  if (i < 0) {
+    heap_push(h, rank);
+    return;
+  }
+  heap_up(h, i);
+  heap_down(h, h->pos[rank]);
+}
+
+/* ---- the greedy ---- */
+typedef struct greedy {
+  int p, v, m, S;
+  zb_placement pl;
+  const zb_costs *c;
+  const int *cap;
+  bool fill_small_gaps;
+  bool cautious; /* estimate unknown inputs instead of assuming they are far */
+  int *stage_rank;    /* S */
+  int **rank_stages;  /* p x v, deepest stage first */
+  int *nf, *nb, *nw;  /* per stage: ops done (in microbatch order) */
+  double *f_end, *b_end; /* S x m */
+  double *e;          /* per rank: free time */
+  double *d;          /* per rank: next decision time (INFINITY: blocked) */
+  double *mem;
+  int *left;          /* per rank: ops left */
+  bool *waited_guess; /* per rank: idled once on a cautious estimate since its last op */
+} greedy;
+
+static double greedy_arrival(const greedy *g, double produced, int from_stage, int to_rank) {
+  return g->stage_rank[from_stage] == to_rank ? produced : produced + g->c->t_comm;
+}
+
+/* Ready time of the next F of stage s on its rank; NAN if not produced. */
+static double greedy_f_ready(const greedy *g, int s) {
+  int i = g->nf[s];
+  if (i >= g->m)
+    return NAN;
+  if (s == 0)
+    return 0;
+  double t = g->f_end[(size_t)(s - 1) * g->m + i];
+  return isnan(t) ? t : greedy_arrival(g, t, s - 1, g->stage_rank[s]);
+}
+
+static double greedy_b_ready(const greedy *g, int s) {
+  int i = g->nb[s];
+  if (i >= g->nf[s])
+    return NAN;
+  double own = g->f_end[(size_t)s * g->m + i];
+  if (s == g->S - 1)
+    return own;
+  double t = g->b_end[(size_t)(s + 1) * g->m + i];
+  if (isnan(t))
+    return t;
+  t = greedy_arrival(g, t, s + 1, g->stage_rank[s]);
+  return t > own ? t : own;
+}
+
+static bool greedy_f_allowed(const greedy *g, int s) {
+  int r = g->stage_rank[s];
+  if (g->nf[s] >= g->m)
+    return false;
+  if (g->cap[s] > 0 && g->nf[s] - g->nb[s] >= g->cap[s])
+    return false;
+  double lim = g->c->mem_limit;
+  return lim <= 0 || g->mem[r] + g->c->m_f[s] <= lim + ZB_EPS * (1 + fabs(lim));
+}
+
+static void greedy_wake(greedy *g, rank_heap *h, int rank, double arrival) {
+  if (g->left[rank] == 0)
+    return;
+  double t = arrival > g->e[rank] ? arrival : g->e[rank];
+  if (t < g->d[rank]) {
+    g->d[rank] = t;
+    heap_update(h, rank);
+  }
+}
+
+/* Runs op on rank r at time `at` and records it in the schedule. */
+static void greedy_run(greedy *g, rank_heap *h, zb_schedule *out, int r, zb_op op, int s, double at) {
+  int mb = op == ZB_OP_F ? g->nf[s]++ : op == ZB_OP_B ? g->nb[s]++ : g->nw[s]++;
+  double end = at + zb_costs_time(g->c, op, s);
+  g->mem[r] += zb_costs_mem(g->c, op, s);
+  g->e[r] = end;
+  g->d[r] = end;
+  g->left[r]--;
+  g->waited_guess[r] = false;
+  zb_schedule_push_op(out, r, op, s, mb);
+  if (op == ZB_OP_F) {
+    g->f_end[(size_t)s * g->m + mb] = end;
+    if (s + 1 < g->S)
+      greedy_wake(g, h, g->stage_rank[s + 1], greedy_arrival(g, end, s, g->stage_rank[s + 1]));
+    else
+      greedy_wake(g, h, r, end);
+  } else if (op == ZB_OP_B) {
+    g->b_end[(size_t)s * g->m + mb] = end;
+    if (s > 0)
+      greedy_wake(g, h, g->stage_rank[s - 1], greedy_arrival(g, end, s, g->stage_rank[s - 1]));
+  }
+  if (g->left[r] == 0)
+    heap_remove(h, r);
+  else
+    heap_update(h, r);
+}
+
+/* One decision of rank r at time t = d[r]. Returns false on no progress
+ * possible without new input (the rank is then blocked). */
+static void greedy_step(greedy *g, rank_heap *h, zb_schedule *out, int r) {
+  double t = g->d[r];
+  const int *stages = g->rank_stages[r];
+  /* 1. the ready B with the earliest input (critical path first) */
+  int best_b = -1;
+  double best_b_ready = INFINITY, next = INFINITY, guess = INFINITY;
+  int want_f = -1;
+  for (int k = 0; k < g->v; k++) {
+    int s = stages[k];
+    double rb = greedy_b_ready(g, s);
+    if (isnan(rb) && g->cautious && g->nb[s] < g->nf[s] && s + 1 < g->S) {
+      /* input not produced yet: its producer cannot finish before it is
+       * next free plus the op itself; a W longer than that would delay it */
+      int q = g->stage_rank[s + 1];
+      double est = (g->d[q] > g->e[q] ? g->d[q] : g->e[q]);
+      if (isinf(est))
+        est = g->e[q];
+      est += g->c->t_b[s + 1] + (q != r ? g->c->t_comm : 0);
+      if (est > t && est < guess)
+        guess = est;
+    }
+    if (!isnan(rb)) {
+      if (rb <= t + ZB_EPS && rb < best_b_ready) {
+        best_b = s;
+        best_b_ready = rb;
+      } else if (rb > t && rb < next) {
+        next = rb;
+      }
+    }
+  }
+  if (best_b >= 0) {
+    greedy_run(g, h, out, r, ZB_OP_B, best_b, t);
+    return;
+  }
+  /* 2. a ready F, deepest stage first */
+  for (int k = 0; k < g->v; k++) {
+    int s = stages[k];
+    double rf = greedy_f_ready(g, s);
+    if (isnan(rf) || g->nf[s] >= g->m)
+      continue;
+    if (g->cap[s] > 0 && g->nf[s] - g->nb[s] >= g->cap[s])
+      continue;
+    if (!greedy_f_allowed(g, s)) {
+      if (rf <= t + ZB_EPS && want_f < 0)
+        want_f = s; /* blocked by memory only: a W would help */
+      continue;
+    }
+    if (rf <= t + ZB_EPS) {
+      greedy_run(g, h, out, r, ZB_OP_F, s, t);
+      return;
+    }
+    if (rf < next)
+      next = rf;
+  }
+  /* 3. a pending W: the oldest one of the stage with the most pending */
+  int w_stage = -1, w_pending = 0;
+  for (int k = 0; k < g->v; k++) {
+    int s = stages[k];
+    int pend = g->nb[s] - g->nw[s];
+    if (pend > w_pending) {
+      w_pending = pend;
+      w_stage = s;
+    }
+  }
+  /* An estimate is only a guess: a rank waits on one at most once between
+   * two of its ops, so two ranks guessing at each other cannot spin. */
+  bool use_guess = guess < next && !g->waited_guess[r];
+  double gap_end = use_guess ? guess : next;
+  if (w_stage >= 0) {
+    double tw = g->c->t_w[w_stage];
+    if (want_f >= 0 || isinf(gap_end) || gap_end - t >= tw - ZB_EPS || g->fill_small_gaps) {
+      greedy_run(g, h, out, r, ZB_OP_W, w_stage, t);
+      return;
+    }
+    if (use_guess) {
+      g->waited_guess[r] = true;
+      next = guess;
+    }
+  }
+  /* 4. idle until the next known input, or block until a neighbour wakes us */
+  g->d[r] = next;
+  heap_update(h, r);
+}
+
+zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap, int w_policy) {
+  greedy g = {.p = p, .v = v, .m = m, .S = p * v, .pl = pl, .c = c, .cap = cap};
+  g.fill_small_gaps = w_policy == ZB_W_FILL_ALL;
+  g.cautious = w_policy == ZB_W_CAUTIOUS;
+  size_t S = (size_t)g.S, cells = S * (size_t)m;
+  g.stage_rank = zb_malloc(sizeof(int) * S);
+  g.rank_stages = zb_malloc(sizeof(int *) * (size_t)p);
+  int *fill = zb_calloc((size_t)p, sizeof(int));
+  for (int r = 0; r < p; r++)
+    g.rank_stages[r] = zb_malloc(sizeof(int) * (size_t)v);
+  for (int s = g.S - 1; s >= 0; s--) {
+    int r = zb_placement_rank(pl, p, v, s);
+    g.stage_rank[s] = r;
+    g.rank_stages[r][fill[r]++] = s;
+  }
+  g.nf = zb_calloc(S, sizeof(int));
+  g.nb = zb_calloc(S, sizeof(int));
+  g.nw = zb_calloc(S, sizeof(int));
+  g.f_end = zb_malloc(sizeof(double) * cells);
+  g.b_end = zb_malloc(sizeof(double) * cells);
+  for (size_t k = 0; k < cells; k++)
+    g.f_end[k] = g.b_end[k] = NAN;
+  g.e = zb_calloc((size_t)p, sizeof(double));
+  g.d = zb_calloc((size_t)p, sizeof(double));
+  g.mem = zb_calloc((size_t)p, sizeof(double));
+  g.left = zb_calloc((size_t)p, sizeof(int));
+  g.waited_guess = zb_calloc((size_t)p, sizeof(bool));
+  for (int r = 0; r < p; r++)
+    g.left[r] = 3 * v * m;
+
+  rank_heap h = {.heap = zb_malloc(sizeof(int) * (size_t)p), .pos = zb_malloc(sizeof(int) * (size_t)p), .key = g.d};
+  for (int r = 0; r < p; r++) {
+    h.pos[r] = -1;
+    g.d[r] = r == g.stage_rank[0] ? 0 : INFINITY;
+    heap_push(&h, r);
+  }
+  zb_schedule *out = zb_schedule_new(p, v, m, pl);
+  while (h.n > 0) {
+    int r = h.heap[0];
+    if (isinf(g.d[r])) { /* every remaining rank waits on another: stuck */
+      zb_schedule_free(out);
+      out = NULL;
+      break;
+    }
+    greedy_step(&g, &h, out, r);
+  }
+
+  for (int r = 0; r < p; r++)
+    free(g.rank_stages[r]);
+  free(g.rank_stages);
+  free(fill);
+  free(g.stage_rank);
+  free(g.nf);
+  free(g.nb);
+  free(g.nw);
+  free(g.f_end);
+  free(g.b_end);
+  free(g.e);
+  free(g.d);
+  free(g.mem);
+  free(g.left);
+  free(g.waited_guess);
+  free(h.heap);
+  free(h.pos);
+  return out;
+}
+
+bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c) {
+  double lim = c->mem_limit;
+  if (lim <= 0)
+    return true;
+  for (int r = 0; r < s->p; r++) {
+    double mem = 0;
+    for (int i = 0; i < s->ranks[r].n; i++) {
+      const zb_action *a = &s->ranks[r].actions[i];
+      mem += zb_costs_mem(c, a->op, a->stage);
+      if (mem > lim + ZB_EPS * (1 + fabs(lim)))
+        return false;
+    }
+  }
+  return true;
+}
+
+bool zb_plan_score_of(const zb_schedule *s, const zb_costs *c, zb_objective obj, zb_plan_score *out) {
+  out->objective = obj;
+  return zb_simulate_makespan(s, c, &out->makespan, &out->span) == ZB_OK;
+}
+
+bool zb_plan_score_better(zb_plan_score a, zb_plan_score b) {
+  double a1 = a.makespan, a2 = a.span, b1 = b.makespan, b2 = b.span;
+  if (a.objective == ZB_OBJ_SPAN) {
+    a1 = a.span, a2 = a.makespan, b1 = b.span, b2 = b.makespan;
+  }
+  double tol = 1e-9 * (1 + fabs(b1));
+  if (a1 < b1 - tol)
+    return true;
+  if (a1 > b1 + tol)
+    return false;
+  return a2 < b2 - tol;
+}
+
+/* Walks the critical path back from the op that decides the objective
+ * (last op of the latest rank, or of the longest span) and collects the
+ * places where a W ran right before an F/B whose input was already there:
+ * that W delayed the path. Writes up to max (rank, index-of-W) pairs. */
+static int refine_candidates(const zb_schedule *s, const zb_costs *c, const zb_sim_result *sim, zb_objective obj,
+                             int *cand_rank, int *cand_idx, int max) {
+  int p = s->p, S = zb_schedule_stages(s), m = s->m;
+  int r = 0;
+  double best = -1;
+  for (int k = 0; k < p; k++) {
+    double key = obj == ZB_OBJ_SPAN ? sim->span_end[k] - sim->span_start[k] : sim->span_end[k];
+    if (key > best) {
+      best = key;
+      r = k;
+    }
+  }
+  /* where each F and B/BW of (stage, mb) sits */
+  size_t cells = (size_t)S * m;
+  int *f_at = zb_malloc(sizeof(int) * cells * 2), *b_at = f_at + cells;
+  for (size_t k = 0; k < 2 * cells; k++)
+    f_at[k] = -1;
+  for (int k = 0; k < p; k++)
+    for (int i = 0; i < s->ranks[k].n; i++) {
+      const zb_action *a = &s->ranks[k].actions[i];
+      if (a->op == ZB_OP_F)
+        f_at[(size_t)a->stage * m + a->mb] = k * 0x100000 + i;
+      else if (a->op == ZB_OP_B || a->op == ZB_OP_BW)
+        b_at[(size_t)a->stage * m + a->mb] = k * 0x100000 + i;
+    }
+  int n = 0, i = s->ranks[r].n - 1;
+  while (i >= 0 && n < max) {
+    const zb_action *a = &s->ranks[r].actions[i];
+    double st = sim->start[r][i];
+    /* the producer that feeds a and when its output arrived */
+    int prod = -1;
+    double ready = 0;
+    if (a->op == ZB_OP_F && a->stage > 0)
+      prod = f_at[(size_t)(a->stage - 1) * m + a->mb];
+    else if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage < S - 1)
+      prod = b_at[(size_t)(a->stage + 1) * m + a->mb];
+    else if (a->op == ZB_OP_W || a->op == ZB_OP_B || a->op == ZB_OP_BW)
+      prod = a->op == ZB_OP_W ? b_at[(size_t)a->stage * m + a->mb] : f_at[(size_t)a->stage * m + a->mb];
+    if (prod >= 0) {
+      int pr = prod / 0x100000, pi = prod % 0x100000;
+      ready = sim->end[pr][pi] + (pr != r ? c->t_comm : 0);
+    }
+    bool resource_bound = i > 0 && st <= sim->end[r][i - 1] + 1e-9 && ready < st - 1e-9;
+    if (resource_bound || prod < 0) {
+      if (i > 0 && s->ranks[r].actions[i - 1].op == ZB_OP_W && a->op != ZB_OP_W && resource_bound) {
+        cand_rank[n] = r;
+        cand_idx[n++] = i - 1;
+      }
+      i--;
+    } else {
+      r = prod / 0x100000;
+      i = prod % 0x100000;
+    }
+  }
+  free(f_at);
+  return n;
+}
+
+/* Local search over the greedy's W placement: moves a W that delays the
+ * critical path one step later, keeps strict improvements that respect the
+ * memory limit, and stops after max_evals simulations. */
+void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max_evals) {
+  zb_plan_score best;
+  if (!zb_plan_score_of(s, c, obj, &best))
+    return;
+  enum { MAX_CAND = 64 };
+  int cr[MAX_CAND], ci[MAX_CAND];
+  int evals = 0;
+  bool improved = true;
+  while (improved && evals < max_evals) {
+    improved = false;
+    zb_sim_result *sim = NULL;
+    if (zb_simulate(s, c, &sim, NULL) != ZB_OK)
+      return;
+    int n = refine_candidates(s, c, sim, obj, cr, ci, MAX_CAND);
+    zb_sim_result_free(sim);
+    for (int k = 0; k < n && evals < max_evals && !improved; k++) {
+      zb_action *w = &s->ranks[cr[k]].actions[ci[k]], *next = w + 1;
+      zb_action tmp = *w;
+      *w = *next;
+      *next = tmp;
+      zb_plan_score sc;
+      evals++;
+      if (zb_plan_fits_memory(s, c) && zb_plan_score_of(s, c, obj, &sc) && zb_plan_score_better(sc, best)) {
+        best = sc;
+        improved = true;
+      } else {
+        *next = *w;
+        *w = tmp;
+      }
+    }
+  }
+}
+
+/* Keeps cand in *best when it scores better; frees the loser. */
+static void auto_consider(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand, const zb_costs *c,
+                          zb_objective obj) {
+  zb_plan_score sc;
+  if (!cand)
+    return;
+  if (!zb_plan_fits_memory(cand, c) || !zb_plan_score_of(cand, c, obj, &sc)) {
+    zb_schedule_free(cand);
+    return;
+  }
+  if (!*best || zb_plan_score_better(sc, *best_score)) {
+    zb_schedule_free(*best);
+    *best = cand;
+    *best_score = sc;
+  } else {
+    zb_schedule_free(cand);
+  }
+}
+
+zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *cin, zb_schedule **out, zb_diag *diag) {
+  int p = req->p, m = req->m;
+  zb_costs *c = zb_costs_clone(cin);
+  if (c->mem_limit <= 0) /* default: 1F1B's peak, p microbatches of rank 0 */
+    c->mem_limit = p * zb_costs_rank_mf(c, ZB_PLACE_LOOP, p, 1, 0);
+  zb_schedule *best = NULL;
+  zb_plan_score best_score = {INFINITY, INFINITY, req->objective};
+  auto_consider(&best, &best_score, zb_plan_zb_h1(p, m), c, req->objective);
+  auto_consider(&best, &best_score, zb_plan_zb_h2(p, m), c, req->objective);
+  auto_consider(&best, &best_score, zb_plan_1f1b(p, m), c, req->objective);
+
+  /* Warm-up caps: stage s may run cap[s] = ceil(k (p - s)) microbatches
+   * ahead of its B; k = 0 leaves only the memory limit. */
+  static const double ks[] = {1, 1.5, 2, 2.5, 3, 0};
+  int *cap = zb_malloc(sizeof(int) * (size_t)p);
+  for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+    for (int s = 0; s < p; s++)
+      cap[s] = ks[ki] > 0 ? (int)ceil(ks[ki] * (p - s)) : 0;
+    for (int policy = 0; policy < ZB_W_POLICIES; policy++)
+      auto_consider(&best, &best_score, zb_plan_greedy(p, 1, m, ZB_PLACE_LOOP, c, cap, policy), c, req->objective);
+  }
+  free(cap);
+  if (!best) {
+    zb_costs_free(c);
+    return zb_diag_set(diag, ZB_ERR_INFEASIBLE,
+                       "zb-auto found no schedule within the memory limit %g (each rank needs at least one "
+                       "microbatch's M_F, %g)",
+                       cin->mem_limit, zb_costs_rank_mf(c, ZB_PLACE_LOOP, p, 1, 0));
+  }
+  /* Refinement budget: about 4e7 simulated ops in all. */
+  long ops = 3L * p * m;
+  int evals = (int)(40000000L / (ops > 0 ? ops : 1));
+  if (evals > 400)
+    evals = 400;
+  if (evals < 4)
+    evals = 4;
+  zb_plan_refine(best, c, req->objective, evals);
+  zb_costs_free(c);
+  *out = best;
+  return ZB_OK;
+}

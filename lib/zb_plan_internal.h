@@ -1,0 +1,43 @@
+/* zb_plan_internal.h — what the generator files share inside libzb. */
+#ifndef ZB_PLAN_INTERNAL_H
+#define ZB_PLAN_INTERNAL_H
+
+#include "zb_plan.h"
+
+/* Handcrafted loop-placement families (zb_plan.c). */
+zb_schedule *zb_plan_zb_h1(int p, int m);
+zb_schedule *zb_plan_zb_h2(int p, int m);
+zb_schedule *zb_plan_1f1b(int p, int m);
+
+/* When the greedy runs a pending W: GAP only into an idle gap at least
+ * T_W long (an input not yet produced counts as far away); FILL_ALL into
+ * any gap; CAUTIOUS like GAP but estimating when an unproduced input can
+ * arrive at the earliest. */
+enum { ZB_W_GAP = 0, ZB_W_FILL_ALL = 1, ZB_W_CAUTIOUS = 2, ZB_W_POLICIES = 3 };
+
+/* Greedy list scheduler over any placement (zb_plan_auto.c). For every
+ * stage s, cap[s] bounds the microbatches between its F and its B (<= 0:
+ * unbounded); mem_limit (<= 0: none) bounds each rank's memory; w_policy
+ * is one of ZB_W_*. Returns NULL when the greedy gets stuck (memory too
+ * tight). Caller owns the result. */
+zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap, int w_policy);
+
+/* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
+bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
+
+/* Improves s in place by moving W ops past the F/B ops they delay, keeping
+ * memory within the limit; at most max_evals simulations. */
+void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max_evals);
+
+/* Objective used to compare candidates: makespan, then longest span. */
+typedef struct zb_plan_score {
+  double makespan, span;
+  zb_objective objective;
+} zb_plan_score;
+bool zb_plan_score_of(const zb_schedule *s, const zb_costs *c, zb_objective obj, zb_plan_score *out);
+bool zb_plan_score_better(zb_plan_score a, zb_plan_score b);
+
+zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);
+zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);
+
+#endif

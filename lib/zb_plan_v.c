@@ -1,0 +1,119 @@
+/* The V-shaped families (v = 2, stage s on rank s for s < p, else
+ * 2p-1-s): ZB-V, V-Half and V-Min.
+ *
+ * ZB-V is handcrafted: rank r warms up with 2(p-r)-1 forwards of its first
+ * chunk, interleaves the two chunks' forwards, then repeats F0 B0 W0 F1 B1
+ * W1 with a cool-down that drains the W ops last. It holds 1F1B's peak and
+ * has no bubble inside a rank's span once m >= 2p-1 at even costs. Shorter
+ * runs, and V-Half / V-Min (activation memory about 1/2 and 1/3 of 1F1B's),
+ * come from the greedy list scheduler under the matching memory limit.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "zb_alloc.h"
+#include "zb_plan_internal.h"
+
+typedef struct vrank {
+  zb_schedule *s;
+  int r, s0, s1; /* rank, its chunk-0 and chunk-1 stages */
+  int f0, f1, b0, b1, w0, w1;
+} vrank;
+
+static void v_op(vrank *x, zb_op op, int chunk) {
+  int stage = chunk ? x->s1 : x->s0;
+  int *n = op == ZB_OP_F ? (chunk ? &x->f1 : &x->f0) : op == ZB_OP_B ? (chunk ? &x->b1 : &x->b0) : (chunk ? &x->w1 : &x->w0);
+  zb_schedule_push_op(x->s, x->r, op, stage, (*n)++);
+}
+
+static zb_schedule *zb_plan_zb_v_handcrafted(int p, int m) {
+  zb_schedule *s = zb_schedule_new(p, 2, m, ZB_PLACE_V);
+  for (int r = 0; r < p; r++) {
+    vrank x = {.s = s, .r = r, .s0 = r, .s1 = 2 * p - 1 - r};
+    for (int k = 0; k < 2 * (p - r) - 1; k++)
+      v_op(&x, ZB_OP_F, 0);
+    for (int k = 0; k < r; k++) {
+      v_op(&x, ZB_OP_F, 1);
+      v_op(&x, ZB_OP_F, 0);
+    }
+    for (int k = 0; k < p - r; k++) {
+      v_op(&x, ZB_OP_F, 1);
+      v_op(&x, ZB_OP_B, 1);
+      v_op(&x, ZB_OP_W, 1);
+    }
+    while (x.f1 < x.f0 || x.f0 < m) {
+      if (x.f0 < m)
+        v_op(&x, ZB_OP_F, 0);
+      v_op(&x, ZB_OP_B, 0);
+      v_op(&x, ZB_OP_W, 0);
+      v_op(&x, ZB_OP_F, 1);
+      v_op(&x, ZB_OP_B, 1);
+      v_op(&x, ZB_OP_W, 1);
+    }
+    for (int k = 0; k < r; k++) {
+      v_op(&x, ZB_OP_B, 0);
+      v_op(&x, ZB_OP_B, 1);
+    }
+    for (int k = 0; k < p - r; k++) {
+      v_op(&x, ZB_OP_B, 0);
+      v_op(&x, ZB_OP_W, 0);
+    }
+    while (x.w1 < m)
+      v_op(&x, ZB_OP_W, 1);
+    while (x.w0 < m)
+      v_op(&x, ZB_OP_W, 0);
+  }
+  return s;
+}
+
+/* Best greedy V schedule under c->mem_limit over a few admission caps:
+ * stage 0 (where microbatches enter) holds at most `k` in flight. */
+static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
+  int S = 2 * p;
+  int *cap = zb_calloc((size_t)S, sizeof(int));
+  zb_schedule *best = NULL;
+  zb_plan_score best_score = {INFINITY, INFINITY, ZB_OBJ_MAKESPAN};
+  int kmax = 2 * p;
+  for (int k = 1; k <= kmax; k = k < 4 ? k + 1 : k + (k + 3) / 4) {
+    cap[0] = k;
+    for (int policy = 0; policy < ZB_W_POLICIES; policy++) {
+      zb_schedule *cand = zb_plan_greedy(p, 2, m, ZB_PLACE_V, c, cap, policy);
+      zb_plan_score sc;
+      if (cand && zb_plan_fits_memory(cand, c) && zb_plan_score_of(cand, c, ZB_OBJ_MAKESPAN, &sc) &&
+          (!best || zb_plan_score_better(sc, best_score))) {
+        zb_schedule_free(best);
+        best = cand;
+        best_score = sc;
+      } else {
+        zb_schedule_free(cand);
+      }
+    }
+  }
+  free(cap);
+  return best;
+}
+
+zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_schedule **out, zb_diag *diag) {
+  int p = req->p, m = req->m;
+  /* Limits in units of one rank's M_F: ZB-V 1F1B's p; V-Half p/2 and V-Min
+   * p/3, each plus one microbatch of slack for the V's turn. */
+  double unit = zb_costs_rank_mf(cin, ZB_PLACE_V, p, 2, 0);
+  double units = req->family == ZB_FAMILY_ZB_V ? p : req->family == ZB_FAMILY_V_HALF ? p / 2.0 + 1 : p / 3.0 + 1;
+  if (units > p)
+    units = p;
+  if (req->family == ZB_FAMILY_ZB_V && m >= 2 * p - 1) {
+    *out = zb_plan_zb_v_handcrafted(p, m);
+    return ZB_OK;
+  }
+  zb_costs *c = zb_costs_clone(cin);
+  c->mem_limit = units * unit;
+  if (cin->mem_limit > 0 && cin->mem_limit < c->mem_limit)
+    c->mem_limit = cin->mem_limit;
+  zb_schedule *s = zb_plan_v_greedy(p, m, c);
+  zb_costs_free(c);
+  if (!s)
+    return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "%s found no V schedule within %g x M_F per rank",
+                       zb_family_name(req->family), units);
+  *out = s;
+  return ZB_OK;
+}

@@ -1,0 +1,232 @@
+#include "zb_schedule.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+
+zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement) {
+  if (p <= 0 || v <= 0 || m <= 0)
+    return NULL;
+  zb_schedule *s = zb_calloc(1, sizeof *s);
+  s->p = p;
+  s->v = v;
+  s->m = m;
+  s->placement = placement;
+  s->ranks = zb_calloc((size_t)p, sizeof *s->ranks);
+  return s;
+}
+
+void zb_schedule_free(zb_schedule *s) {
+  if (!s)
+    return;
+  for (int r = 0; r < s->p; r++)
+    free(s->ranks[r].actions);
+  free(s->ranks);
+  free(s);
+}
+
+zb_schedule *zb_schedule_clone(const zb_schedule *s) {
+  zb_schedule *c = zb_schedule_new(s->p, s->v, s->m, s->placement);
+  for (int r = 0; r < s->p; r++) {
+    const zb_rank_list *src = &s->ranks[r];
+    zb_rank_list *dst = &c->ranks[r];
+    dst->cap = dst->n = src->n;
+    dst->actions = zb_malloc(sizeof *dst->actions * (size_t)(src->n ? src->n : 1));
+    if (src->n)
+      memcpy(dst->actions, src->actions, sizeof *dst->actions * (size_t)src->n);
+  }
+  return c;
+}
+
+void zb_schedule_push(zb_schedule *s, int rank, zb_action a) {
+  zb_rank_list *l = &s->ranks[rank];
+  if (l->n == l->cap) {
+    l->cap = l->cap ? l->cap * 2 : 16;
+    l->actions = zb_realloc(l->actions, sizeof *l->actions * (size_t)l->cap);
+  }
+  l->actions[l->n++] = a;
+}
+
+void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int stage, int mb) {
+  zb_action a = {.op = op, .stage = stage, .mb = mb, .peer = -1, .batch = false};
+  zb_schedule_push(s, rank, a);
+}
+
+int zb_placement_rank(zb_placement pl, int p, int v, int stage) {
+  (void)v;
+  if (pl == ZB_PLACE_V)
+    return stage < p ? stage : 2 * p - 1 - stage;
+  return stage % p;
+}
+
+int zb_stage_rank(const zb_schedule *s, int stage) {
+  return zb_placement_rank(s->placement, s->p, s->v, stage);
+}
+
+bool zb_op_is_compute(zb_op op) {
+  return op == ZB_OP_F || op == ZB_OP_B || op == ZB_OP_W || op == ZB_OP_BW;
+}
+
+bool zb_op_is_comm(zb_op op) {
+  return op == ZB_OP_SEND_F || op == ZB_OP_RECV_F || op == ZB_OP_SEND_B || op == ZB_OP_RECV_B;
+}
+
+const char *zb_op_name(zb_op op) {
+  static const char *const names[ZB_OP_COUNT_] = {
+      [ZB_OP_NONE] = "NONE",         [ZB_OP_F] = "F",           [ZB_OP_B] = "B",
+      [ZB_OP_W] = "W",               [ZB_OP_BW] = "BW",         [ZB_OP_SEND_F] = "SEND_F",
+      [ZB_OP_RECV_F] = "RECV_F",     [ZB_OP_SEND_B] = "SEND_B", [ZB_OP_RECV_B] = "RECV_B",
+      [ZB_OP_UNSHARD] = "UNSHARD",   [ZB_OP_RESHARD] = "RESHARD",
+      [ZB_OP_REDUCE_GRAD] = "REDUCE_GRAD",
+  };
+  return (op >= 0 && op < ZB_OP_COUNT_) ? names[op] : "?";
+}
+
+int zb_schedule_compute_count(const zb_schedule *s, int rank) {
+  int n = 0;
+  for (int i = 0; i < s->ranks[rank].n; i++)
+    n += zb_op_is_compute(s->ranks[rank].actions[i].op);
+  return n;
+}
+
+void zb_schedule_strip_comm(zb_schedule *s) {
+  for (int r = 0; r < s->p; r++) {
+    zb_rank_list *l = &s->ranks[r];
+    int k = 0;
+    for (int i = 0; i < l->n; i++)
+      if (!zb_op_is_comm(l->actions[i].op))
+        l->actions[k++] = l->actions[i];
+    l->n = k;
+  }
+}
+
+bool zb_schedule_has_comm(const zb_schedule *s) {
+  for (int r = 0; r < s->p; r++)
+    for (int i = 0; i < s->ranks[r].n; i++)
+      if (zb_op_is_comm(s->ranks[r].actions[i].op))
+        return true;
+  return false;
+}
+
+bool zb_schedule_splits_w(const zb_schedule *s) {
+  for (int r = 0; r < s->p; r++)
+    for (int i = 0; i < s->ranks[r].n; i++)
+      if (s->ranks[r].actions[i].op == ZB_OP_BW)
+        return false;
+  return true;
+}
+
+zb_rank_costs zb_rank_costs_default(void) {
+  return (zb_rank_costs){.t_f = 1, .t_b = 1, .t_w = 1, .t_comm = 0, .m_f = 1, .m_b = -0.5, .m_w = -0.5};
+}
+
+zb_costs *zb_costs_new(int n_stages) {
+  zb_costs *c = zb_calloc(1, sizeof *c);
+  size_t n = (size_t)(n_stages > 0 ? n_stages : 1);
+  c->n_stages = n_stages;
+  c->t_f = zb_calloc(n, sizeof(double));
+  c->t_b = zb_calloc(n, sizeof(double));
+  c->t_w = zb_calloc(n, sizeof(double));
+  c->m_f = zb_calloc(n, sizeof(double));
+  c->m_b = zb_calloc(n, sizeof(double));
+  c->m_w = zb_calloc(n, sizeof(double));
+  return c;
+}
+
+void zb_costs_free(zb_costs *c) {
+  if (!c)
+    return;
+  free(c->t_f);
+  free(c->t_b);
+  free(c->t_w);
+  free(c->m_f);
+  free(c->m_b);
+  free(c->m_w);
+  free(c);
+}
+
+zb_costs *zb_costs_clone(const zb_costs *c) {
+  zb_costs *d = zb_costs_new(c->n_stages);
+  size_t sz = sizeof(double) * (size_t)c->n_stages;
+  memcpy(d->t_f, c->t_f, sz);
+  memcpy(d->t_b, c->t_b, sz);
+  memcpy(d->t_w, c->t_w, sz);
+  memcpy(d->m_f, c->m_f, sz);
+  memcpy(d->m_b, c->m_b, sz);
+  memcpy(d->m_w, c->m_w, sz);
+  d->t_comm = c->t_comm;
+  d->mem_limit = c->mem_limit;
+  return d;
+}
+
+zb_costs *zb_costs_from_rank_share(int p, int v, const zb_rank_costs *rc, double mem_limit) {
+  int S = p * v;
+  zb_costs *c = zb_costs_new(S);
+  for (int s = 0; s < S; s++) {
+    c->t_f[s] = rc->t_f / v;
+    c->t_b[s] = rc->t_b / v;
+    c->t_w[s] = rc->t_w / v;
+    c->m_f[s] = rc->m_f / v;
+    c->m_b[s] = rc->m_b / v;
+    c->m_w[s] = rc->m_w / v;
+  }
+  c->t_comm = rc->t_comm;
+  c->mem_limit = mem_limit;
+  return c;
+}
+
+zb_err zb_costs_check(const zb_costs *c, zb_diag *diag) {
+  if (!isfinite(c->t_comm) || c->t_comm < 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "T_comm must be a finite number >= 0 (got %g)", c->t_comm);
+  for (int s = 0; s < c->n_stages; s++) {
+    const double t[3] = {c->t_f[s], c->t_b[s], c->t_w[s]};
+    const char *tn[3] = {"T_F", "T_B", "T_W"};
+    for (int k = 0; k < 3; k++)
+      if (!isfinite(t[k]) || t[k] < 0)
+        return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s of stage %d must be a finite number >= 0 (got %g)",
+                           tn[k], s, t[k]);
+    if (!isfinite(c->m_f[s]) || !isfinite(c->m_b[s]) || !isfinite(c->m_w[s]))
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "memory deltas of stage %d must be finite", s);
+    if (c->m_f[s] < 0 || c->m_b[s] > 0 || c->m_w[s] > 0)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "memory deltas of stage %d need M_F >= 0, M_B <= 0, M_W <= 0 (got %g, %g, %g)", s,
+                         c->m_f[s], c->m_b[s], c->m_w[s]);
+    double sum = c->m_f[s] + c->m_b[s] + c->m_w[s];
+    if (fabs(sum) > 1e-9 * (1 + fabs(c->m_f[s])))
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "memory deltas of stage %d must sum to zero: M_F + M_B + M_W = %g", s, sum);
+  }
+  if (!isfinite(c->mem_limit))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "memory limit must be finite");
+  return ZB_OK;
+}
+
+double zb_costs_rank_mf(const zb_costs *c, zb_placement pl, int p, int v, int rank) {
+  double sum = 0;
+  for (int s = 0; s < p * v && s < c->n_stages; s++)
+    if (zb_placement_rank(pl, p, v, s) == rank)
+      sum += c->m_f[s];
+  return sum;
+}
+
+double zb_costs_time(const zb_costs *c, zb_op op, int stage) {
+  switch (op) {
+  case ZB_OP_F: return c->t_f[stage];
+  case ZB_OP_B: return c->t_b[stage];
+  case ZB_OP_W: return c->t_w[stage];
+  case ZB_OP_BW: return c->t_b[stage] + c->t_w[stage];
+  default: return 0;
+  }
+}
+
+double zb_costs_mem(const zb_costs *c, zb_op op, int stage) {
+  switch (op) {
+  case ZB_OP_F: return c->m_f[stage];
+  case ZB_OP_B: return c->m_b[stage];
+  case ZB_OP_W: return c->m_w[stage];
+  case ZB_OP_BW: return c->m_b[stage] + c->m_w[stage];
+  default: return 0;
+  }
+}

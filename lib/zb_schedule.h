@@ -1,0 +1,137 @@
+/* zb_schedule.h — the vocabulary of libzb (DESIGN §3): actions, per-rank
+ * action lists, placement and the cost model.
+ *
+ * Ownership: a zb_schedule owns its per-rank arrays; zb_schedule_free()
+ * releases them and accepts NULL. A zb_costs owns its per-stage arrays;
+ * zb_costs_free() likewise. Nothing here performs I/O or keeps globals.
+ */
+#ifndef ZB_SCHEDULE_H
+#define ZB_SCHEDULE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zb_err.h"
+
+/* Kinds of action. B is the input gradient (PyTorch's "I"); BW is B and W
+ * fused (PyTorch's "B"). The FSDP kinds are carried through import and
+ * export but take no time and have no dependencies. */
+typedef enum zb_op {
+  ZB_OP_NONE = 0, /* an empty CSV cell */
+  ZB_OP_F,
+  ZB_OP_B,
+  ZB_OP_W,
+  ZB_OP_BW,
+  ZB_OP_SEND_F,
+  ZB_OP_RECV_F,
+  ZB_OP_SEND_B,
+  ZB_OP_RECV_B,
+  ZB_OP_UNSHARD,
+  ZB_OP_RESHARD,
+  ZB_OP_REDUCE_GRAD,
+  ZB_OP_COUNT_
+} zb_op;
+
+/* One entry of a rank's list. For SEND_F/SEND_B `stage` is the sending
+ * stage, for RECV_F/RECV_B the receiving stage (PyTorch's convention); peer
+ * is the other rank. mb is -1 for actions without a microbatch. batch is
+ * true when this comm action is posted in one group with the next one. */
+typedef struct zb_action {
+  zb_op op;
+  int32_t stage;
+  int32_t mb;
+  int32_t peer;
+  bool batch;
+} zb_action;
+
+typedef enum zb_placement {
+  ZB_PLACE_LOOP = 0, /* stage s on rank s mod p */
+  ZB_PLACE_V = 1,    /* v = 2: stage s on rank s for s < p, else 2p-1-s */
+} zb_placement;
+
+typedef struct zb_rank_list {
+  zb_action *actions;
+  int n;
+  int cap;
+} zb_rank_list;
+
+typedef struct zb_schedule {
+  int p;          /* ranks */
+  int v;          /* chunks (stages) per rank */
+  int m;          /* microbatches */
+  zb_placement placement;
+  zb_rank_list *ranks; /* p lists */
+} zb_schedule;
+
+/* Allocates an empty schedule of p ranks (all lists empty). Caller owns the
+ * result and frees it with zb_schedule_free(). Returns NULL only when the
+ * shape is not positive. */
+zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement);
+void zb_schedule_free(zb_schedule *s);
+/* Deep copy; caller owns the result. */
+zb_schedule *zb_schedule_clone(const zb_schedule *s);
+/* Appends one action to rank r's list. */
+void zb_schedule_push(zb_schedule *s, int rank, zb_action a);
+/* Shorthand for a compute action (peer -1, batch false). */
+void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int stage, int mb);
+/* Total number of stages, p*v. */
+static inline int zb_schedule_stages(const zb_schedule *s) { return s->p * s->v; }
+/* Rank that hosts stage `stage` under the schedule's placement. */
+int zb_stage_rank(const zb_schedule *s, int stage);
+/* Rank of a stage for an explicit shape (same rule as zb_stage_rank). */
+int zb_placement_rank(zb_placement pl, int p, int v, int stage);
+/* true for F, B, W, BW. */
+bool zb_op_is_compute(zb_op op);
+/* true for the four SEND/RECV kinds. */
+bool zb_op_is_comm(zb_op op);
+/* Name used in output: "F", "B", "W", "BW", "SEND_F", ... */
+const char *zb_op_name(zb_op op);
+/* Number of compute actions of rank r. */
+int zb_schedule_compute_count(const zb_schedule *s, int rank);
+/* Removes every comm action, leaving compute and FSDP actions in order
+ * (the inverse of lowering). */
+void zb_schedule_strip_comm(zb_schedule *s);
+/* true when any rank's list holds a comm action. */
+bool zb_schedule_has_comm(const zb_schedule *s);
+/* true when the schedule splits backward into B and W (no BW anywhere). */
+bool zb_schedule_splits_w(const zb_schedule *s);
+
+/* Cost model (DESIGN §3), per stage: times of F, B, W on that stage,
+ * memory deltas (F > 0, B and W <= 0, summing to zero), one hop's
+ * communication time, and a per-rank memory limit (<= 0: none). All
+ * arrays have n_stages entries. */
+typedef struct zb_costs {
+  int n_stages;
+  double *t_f, *t_b, *t_w;
+  double *m_f, *m_b, *m_w;
+  double t_comm;
+  double mem_limit;
+} zb_costs;
+
+/* Per-rank whole-share figures, as a user gives them (DESIGN §3). */
+typedef struct zb_rank_costs {
+  double t_f, t_b, t_w, t_comm;
+  double m_f, m_b, m_w;
+} zb_rank_costs;
+
+/* Default figures: T_F = T_B = T_W = 1, T_comm = 0, M_F = 1, M_B = -0.5,
+ * M_W = -0.5. */
+zb_rank_costs zb_rank_costs_default(void);
+/* Allocates costs for n_stages stages (zeroed, no limit). */
+zb_costs *zb_costs_new(int n_stages);
+void zb_costs_free(zb_costs *c);
+zb_costs *zb_costs_clone(const zb_costs *c);
+/* Costs for p ranks with v chunks each from one rank's whole share: each
+ * chunk op gets 1/v of the times and memory deltas; t_comm is per hop.
+ * mem_limit is copied unchanged. Caller owns the result. */
+zb_costs *zb_costs_from_rank_share(int p, int v, const zb_rank_costs *rc, double mem_limit);
+/* Checks signs and the zero-sum of memory deltas; explains in diag. */
+zb_err zb_costs_check(const zb_costs *c, zb_diag *diag);
+/* One rank's whole-share M_F for a schedule of that shape (the unit in
+ * which peaks and limits are reported): sum of m_f over the rank's stages. */
+double zb_costs_rank_mf(const zb_costs *c, zb_placement pl, int p, int v, int rank);
+/* Time and memory delta of one compute op under c (BW = B + W). */
+double zb_costs_time(const zb_costs *c, zb_op op, int stage);
+double zb_costs_mem(const zb_costs *c, zb_op op, int stage);
+
+#endif

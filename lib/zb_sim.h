@@ -1,0 +1,43 @@
+/* zb_sim.h — event-driven simulation of a schedule under a cost model.
+ *
+ * Every rank runs its list in order. A compute op starts when the rank is
+ * free and its inputs have arrived: an input produced on another rank
+ * arrives t_comm after its producer ends; one produced on the same rank is
+ * there when the producer ends. Comm actions in the list take no time of
+ * their own (their cost is the t_comm latency above); FSDP actions take
+ * none. Ownership: zb_sim_result owns its arrays; zb_sim_result_free()
+ * accepts NULL.
+ */
+#ifndef ZB_SIM_H
+#define ZB_SIM_H
+
+#include "zb_schedule.h"
+
+typedef struct zb_sim_result {
+  int p;
+  double makespan;           /* last op end over all ranks (first start is 0) */
+  double bubble_ratio;       /* 1 - busy / (p * makespan) */
+  double bubble_ratio_paper; /* (S_max - m(T_F+T_B+T_W)) / S_max, DESIGN §3 */
+  double max_span;           /* S_max: longest first-start..last-end span */
+  double *busy;              /* per rank: sum of compute op times */
+  double *span_start, *span_end; /* per rank */
+  double *peak_memory;       /* per rank, in the units of the cost model */
+  double *peak_memory_units; /* per rank, in units of the rank's M_F */
+  /* per action (indexed like the schedule's lists): start/end times;
+   * comm and FSDP actions get the time the rank reached them. */
+  double **start, **end;
+} zb_sim_result;
+
+/* Simulates s under c. On success *out is a new result the caller frees.
+ * Fails with ZB_ERR_DEADLOCK (and names the stuck ranks in diag) when the
+ * lists cannot complete under infinite buffering, ZB_ERR_INVALID_ARG when
+ * c does not describe s's stages. Does not check the memory limit (the
+ * validator does). */
+zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
+void zb_sim_result_free(zb_sim_result *r);
+
+/* Fast path for generators: makespan and max span only, no allocation of
+ * per-action times. Returns ZB_ERR_DEADLOCK when stuck. */
+zb_err zb_simulate_makespan(const zb_schedule *s, const zb_costs *c, double *makespan, double *max_span);
+
+#endif

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The test command: installs missing packages, then builds and tests zb twice,
+# a dev build (build/dev) and an ASan+UBSan build (build/asan), with ctest.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+usage() {
+  cat <<'USAGE'
+usage: scripts/test.sh [--no-deps] [--only dev|asan] [-j N] [-- CTEST_ARGS...]
+
+Runs the tests the way CI does:
+  1. scripts/install-deps.sh (installs missing Debian 12 packages; as a user
+     that is not root it prints the apt-get command to run instead, and stops)
+  2. for each of the CMake presets dev (RelWithDebInfo, build/dev) and asan
+     (Debug + ZB_SANITIZE=ON, build/asan):
+       cmake --preset P; cmake --build --preset P -j N;
+       ctest --preset P -j N --output-on-failure [CTEST_ARGS]
+Both builds run even when the first fails. Prints a summary with the test
+counts of both and exits non-zero if any configure, build or test failed.
+
+  --no-deps        skip step 1
+  --only dev|asan  build and test one preset only
+  -j N             parallel jobs for make and ctest (default: nproc, or $JOBS)
+  -- CTEST_ARGS    passed to ctest, e.g. -- -R test_sim  or  -- -L unit
+  --help           show this text
+USAGE
+}
+
+deps=1
+presets=(dev asan)
+jobs=${JOBS:-$(nproc)}
+ctest_args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --no-deps) deps=0 ;;
+    --only)
+      [[ $# -ge 2 && ($2 == dev || $2 == asan) ]] || { echo "test.sh: --only takes dev or asan" >&2; exit 2; }
+      presets=("$2")
+      shift
+      ;;
+    -j)
+      [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: -j takes a positive number" >&2; exit 2; }
+      jobs=$2
+      shift
+      ;;
+    -j[1-9]*) jobs=${1#-j} ;;
+    --) shift; ctest_args=("$@"); break ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "test.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [[ $deps -eq 1 ]]; then
+  scripts/install-deps.sh
+fi
+echo "test.sh: $(cc --version | head -n1); $(cmake --version | head -n1); $jobs jobs"
+
+summary=()
+total_pass=0
+total_fail=0
+failed=0
+
+for p in "${presets[@]}"; do
+  echo
+  echo "=== [$p] configure"
+  if ! cmake --preset "$p"; then
+    summary+=("$p: configure FAILED")
+    failed=1
+    continue
+  fi
+  echo "=== [$p] build"
+  if ! cmake --build --preset "$p" -j "$jobs"; then
+    summary+=("$p: build FAILED")
+    failed=1
+    continue
+  fi
+  echo "=== [$p] ctest"
+  log="build/$p/test.sh-ctest.log"
+  rc=0
+  ctest --preset "$p" -j "$jobs" --output-on-failure "${ctest_args[@]}" 2>&1 | tee "$log" || rc=$?
+  # ctest closes with "N% tests passed, F tests failed out of T".
+  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n1 || true)
+  if [[ -n $line ]]; then
+    read -r nfail ntotal < <(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1 \2/' <<<"$line")
+    total_pass=$((total_pass + ntotal - nfail))
+    total_fail=$((total_fail + nfail))
+    counts="$((ntotal - nfail)) passed, $nfail failed"
+  else
+    counts="no test summary from ctest"
+  fi
+  if [[ $rc -ne 0 ]]; then
+    summary+=("$p: ctest FAILED (exit $rc; $counts)")
+    failed=1
+  else
+    summary+=("$p: ctest ok ($counts)")
+  fi
+done
+
+echo
+echo "=== test.sh summary"
+printf '  %s\n' "${summary[@]}"
+echo "total: $total_pass passed, $total_fail failed"
+if [[ $failed -ne 0 ]]; then
+  echo "test.sh: FAILED"
+  exit 1
+fi
+echo "test.sh: all passed"

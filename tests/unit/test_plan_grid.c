@@ -1,0 +1,119 @@
+/* Every family over a grid of shapes: each accepted shape generates a
+ * schedule that validates, lowers, validates again (deadlock-free under
+ * blocking point-to-point) and simulates; each refused shape says why. */
+#include "zb_lower.h"
+#include "zb_plan.h"
+#include "zb_sim.h"
+#include "zb_validate.h"
+#include "zbtest.h"
+
+static int grid_checked, grid_refused;
+
+/* Generates, validates, lowers and simulates one shape; returns false (and
+ * reports) on any failure. Refusals must carry a message. */
+static bool grid_one(zb_family f, int p, int v, int m) {
+  zb_rank_costs rc = zb_rank_costs_default();
+  zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
+  zb_plan_request req = {.family = f, .p = p, .v = v, .m = m, .costs = c};
+  zb_schedule *s = NULL, *low = NULL;
+  zb_sim_result *sim = NULL;
+  zb_diag d = {{0}};
+  bool ok = false;
+  zb_err err = zb_plan_generate(&req, &s, &d);
+  if (err) {
+    ok = (err == ZB_ERR_UNSUPPORTED || err == ZB_ERR_INFEASIBLE) && d.msg[0];
+    if (!ok)
+      fprintf(stderr, "  %s p=%d v=%d m=%d: error %d without a reason: %s\n", zb_family_name(f), p, v, m, err, d.msg);
+    grid_refused++;
+    goto done;
+  }
+  zb_violation viol;
+  char buf[256];
+  if (zb_validate(s, c, &viol) != ZB_OK) {
+    zb_violation_format(&viol, buf, sizeof buf);
+    fprintf(stderr, "  %s p=%d v=%d m=%d: %s\n", zb_family_name(f), p, v, m, buf);
+    goto done;
+  }
+  if (zb_lower(s, c, &low, &d) != ZB_OK) {
+    fprintf(stderr, "  %s p=%d v=%d m=%d: lowering: %s\n", zb_family_name(f), p, v, m, d.msg);
+    goto done;
+  }
+  if (zb_validate(low, c, &viol) != ZB_OK) {
+    zb_violation_format(&viol, buf, sizeof buf);
+    fprintf(stderr, "  %s p=%d v=%d m=%d lowered: %s\n", zb_family_name(f), p, v, m, buf);
+    goto done;
+  }
+  if (zb_simulate(low, c, &sim, &d) != ZB_OK) {
+    fprintf(stderr, "  %s p=%d v=%d m=%d: simulate: %s\n", zb_family_name(f), p, v, m, d.msg);
+    goto done;
+  }
+  /* the simulated work is exactly m*(T_F+T_B+T_W) per rank share */
+  double busy = 0;
+  for (int r = 0; r < p; r++)
+    busy += sim->busy[r];
+  ok = fabs(busy - p * m * 3.0) < 1e-6 && sim->makespan >= m * 3.0 - 1e-9;
+  if (!ok)
+    fprintf(stderr, "  %s p=%d v=%d m=%d: busy %g makespan %g\n", zb_family_name(f), p, v, m, busy, sim->makespan);
+  grid_checked++;
+done:
+  zb_sim_result_free(sim);
+  zb_schedule_free(low);
+  zb_schedule_free(s);
+  zb_costs_free(c);
+  return ok;
+}
+
+static void test_grid_all_families(void) {
+  int failures = 0;
+  for (int f = 0; f < ZB_FAMILY_COUNT_; f++)
+    for (int p = 1; p <= 16; p++)
+      for (int m = 1; m <= 64; m++) {
+        if (f == ZB_FAMILY_INTERLEAVED_1F1B) {
+          for (int v = 2; v <= 4; v++)
+            failures += !grid_one((zb_family)f, p, v, m);
+        } else {
+          failures += !grid_one((zb_family)f, p, zb_family_default_chunks((zb_family)f), m);
+        }
+        if (failures > 10)
+          ZBT_FAIL("too many failures");
+      }
+  printf("  grid: %d schedules checked, %d shapes refused\n", grid_checked, grid_refused);
+  CHECK_EQ(failures, 0);
+  CHECK(grid_checked > 9 * 16 * 32);
+}
+
+static void test_refusals_say_why(void) {
+  zb_schedule *s = NULL;
+  zb_diag d = {{0}};
+  zb_plan_request r1 = {.family = ZB_FAMILY_INTERLEAVED_1F1B, .p = 4, .v = 2, .m = 6};
+  CHECK_EQ(zb_plan_generate(&r1, &s, &d), ZB_ERR_UNSUPPORTED);
+  CHECK(strstr(d.msg, "multiple") != NULL);
+  CHECK(strstr(d.msg, "m=8") != NULL);
+  zb_plan_request r2 = {.family = ZB_FAMILY_ZB_V, .p = 4, .v = 3, .m = 8};
+  CHECK_EQ(zb_plan_generate(&r2, &s, &d), ZB_ERR_UNSUPPORTED);
+  CHECK(strstr(d.msg, "2 chunks") != NULL);
+  zb_plan_request r3 = {.family = ZB_FAMILY_1F1B, .p = 4, .v = 2, .m = 8};
+  CHECK_EQ(zb_plan_generate(&r3, &s, &d), ZB_ERR_UNSUPPORTED);
+  CHECK(strstr(d.msg, "one chunk") != NULL);
+  zb_plan_request r4 = {.family = ZB_FAMILY_ZB_H1, .p = 0, .v = 1, .m = 8};
+  CHECK_EQ(zb_plan_generate(&r4, &s, &d), ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "rank") != NULL);
+  zb_family fam;
+  CHECK_EQ(zb_family_parse("zb-h3", &fam, &d), ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "zb-h3") && strstr(d.msg, "zb-auto"));
+  CHECK(s == NULL);
+}
+
+static void test_zb_auto_respects_tight_limit(void) {
+  /* a limit below one microbatch's activations cannot be met */
+  zb_rank_costs rc = zb_rank_costs_default();
+  zb_costs *c = zb_costs_from_rank_share(4, 1, &rc, 0.5);
+  zb_plan_request r = {.family = ZB_FAMILY_ZB_AUTO, .p = 4, .v = 1, .m = 8, .costs = c};
+  zb_schedule *s = NULL;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_plan_generate(&r, &s, &d), ZB_ERR_INFEASIBLE);
+  CHECK(strstr(d.msg, "memory limit") != NULL);
+  zb_costs_free(c);
+}
+
+ZBT_MAIN(ZBT(test_grid_all_families), ZBT(test_refusals_say_why), ZBT(test_zb_auto_respects_tight_limit))
