@@ -15,27 +15,33 @@ zb_schedule *zb_plan_1f1b(int p, int m);
  * arrive at the earliest. */
 enum { ZB_W_GAP = 0, ZB_W_FILL_ALL = 1, ZB_W_CAUTIOUS = 2, ZB_W_POLICIES = 3 };
 
-/* Greedy list scheduler over any placement (zb_plan_auto.c). For every
- * stage s, cap[s] bounds the microbatches between its F and its B (<= 0:
- * unbounded); mem_limit (<= 0: none) bounds each rank's memory; w_policy
- * is one of ZB_W_*. Returns NULL when the greedy gets stuck (memory too
- * tight). Caller owns the result. */
-zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap, int w_policy);
-
-/* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
-bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
-
-/* Improves s in place by moving W ops past the F/B ops they delay, keeping
- * memory within the limit; at most max_evals simulations. */
-void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max_evals);
-
-/* Objective used to compare candidates: makespan, then longest span. */
+/* Objective used to compare candidates: the request's objective first,
+ * the other one on ties. */
 typedef struct zb_plan_score {
   double makespan, span;
   zb_objective objective;
 } zb_plan_score;
 bool zb_plan_score_of(const zb_schedule *s, const zb_costs *c, zb_objective obj, zb_plan_score *out);
 bool zb_plan_score_better(zb_plan_score a, zb_plan_score b);
+
+/* Greedy list scheduler over any placement (zb_plan_auto.c). For every
+ * stage s, cap[s] bounds the microbatches between its F and its B (<= 0:
+ * unbounded); c->mem_limit (<= 0: none) bounds each rank's memory, so the
+ * result always fits it; w_policy is one of ZB_W_*. Returns NULL when the
+ * greedy gets stuck (memory too tight). When score is not NULL and a
+ * schedule comes back, *score holds its makespan and longest span under c
+ * (the figures zb_simulate gives for it). Caller owns the result. */
+zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap, int w_policy,
+                            zb_objective obj, zb_plan_score *score);
+
+/* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
+bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
+
+/* Local search on s in place: swaps two neighbouring ops of a rank where
+ * the first delays the second on the critical path and the second does
+ * not need the first; keeps strict improvements that fit the memory limit;
+ * at most max_evals simulations. */
+void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max_evals);
 
 zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);

@@ -66,28 +66,58 @@ static zb_schedule *zb_plan_zb_v_handcrafted(int p, int m) {
   return s;
 }
 
-/* Best greedy V schedule under c->mem_limit over a few admission caps:
- * stage 0 (where microbatches enter) holds at most `k` in flight. */
+/* Whether the greedy V schedule admitting k microbatches at stage 0 gets
+ * through (it sticks when the memory limit blocks the F that would feed a
+ * B). Probed on at most 3p microbatches: getting stuck happens during the
+ * warm-up, which that covers, and the probe costs a fraction of a run. */
+static bool zb_plan_v_admits(int p, int m, const zb_costs *c, int *cap, int k) {
+  int mp = m < 3 * p ? m : 3 * p;
+  cap[0] = k;
+  zb_schedule *s = zb_plan_greedy(p, 2, mp, ZB_PLACE_V, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
+  zb_schedule_free(s);
+  return s != NULL;
+}
+
+/* Best greedy V schedule under c->mem_limit. Stage 0 (where microbatches
+ * enter) may hold k in flight: more fills the pipe sooner but leaves less
+ * memory for the steady state. The largest k that does not stick is found
+ * by bisection; it and a few smaller k are run with two W policies. */
 static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
   int S = 2 * p;
   int *cap = zb_calloc((size_t)S, sizeof(int));
+  int lo = 1, hi = 2 * p; /* lo admits (k = 1 does whenever anything fits) */
+  if (!zb_plan_v_admits(p, m, c, cap, lo))
+    hi = lo = 0;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (zb_plan_v_admits(p, m, c, cap, mid))
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
   zb_schedule *best = NULL;
   zb_plan_score best_score = {INFINITY, INFINITY, ZB_OBJ_MAKESPAN};
-  int kmax = 2 * p;
-  for (int k = 1; k <= kmax; k = k < 4 ? k + 1 : k + (k + 3) / 4) {
-    cap[0] = k;
-    for (int policy = 0; policy < ZB_W_POLICIES; policy++) {
-      zb_schedule *cand = zb_plan_greedy(p, 2, m, ZB_PLACE_V, c, cap, policy);
-      zb_plan_score sc;
-      if (cand && zb_plan_fits_memory(cand, c) && zb_plan_score_of(cand, c, ZB_OBJ_MAKESPAN, &sc) &&
-          (!best || zb_plan_score_better(sc, best_score))) {
-        zb_schedule_free(best);
-        best = cand;
-        best_score = sc;
-      } else {
-        zb_schedule_free(cand);
-      }
+  const struct {
+    int k, w_policy;
+  } runs[] = {{lo, ZB_W_GAP}, {lo, ZB_W_FILL_ALL}, {lo * 9 / 10, ZB_W_GAP}, {lo * 3 / 5, ZB_W_GAP}};
+  for (size_t i = 0; lo > 0 && i < sizeof runs / sizeof runs[0]; i++) {
+    if (runs[i].k < 1 || (i > 0 && runs[i].k == runs[i - 1].k && runs[i].w_policy == runs[i - 1].w_policy))
+      continue;
+    cap[0] = runs[i].k;
+    zb_plan_score sc;
+    zb_schedule *cand = zb_plan_greedy(p, 2, m, ZB_PLACE_V, c, cap, runs[i].w_policy, ZB_OBJ_MAKESPAN, &sc);
+    if (cand && (!best || zb_plan_score_better(sc, best_score))) {
+      zb_schedule_free(best);
+      best = cand;
+      best_score = sc;
+    } else {
+      zb_schedule_free(cand);
     }
+  }
+  /* the probe saw only the first 3p microbatches: walk down if it erred */
+  for (int k = lo - 1; !best && k >= 1; k--) {
+    cap[0] = k;
+    best = zb_plan_greedy(p, 2, m, ZB_PLACE_V, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
   }
   free(cap);
   return best;
