@@ -89,8 +89,10 @@ static void heap_update(rank_heap *h, int rank) {
     heap_push(h, rank);
     return;
   }
-  heap_up(h, i);
-  heap_down(h, h->pos[rank]);
+  if (i > 0 && heap_less(h, rank, h->heap[(i - 1) / 2]))
+    heap_up(h, i);
+  else
+    heap_down(h, i);
 }
 
 /* ---- the greedy ---- */
@@ -544,6 +546,14 @@ static void auto_consider(zb_schedule **best, zb_plan_score *best_score, zb_sche
   }
 }
 
+/* k limited to what can be in flight at stage s: m, and the M_F that fit
+ * in the memory limit (the greedy could not use more); at least 1. */
+static int auto_clamp_cap(const zb_costs *c, int s, int k) {
+  if (c->mem_limit > 0 && c->m_f[s] > 0 && k > (int)(c->mem_limit / c->m_f[s] + 1e-9))
+    k = (int)(c->mem_limit / c->m_f[s] + 1e-9);
+  return k > 1 ? k : 1;
+}
+
 /* Cost-aware warm-up for loop placement (v = 1): the number of forwards
  * stage s can finish before the first backward reaches it, were every stage
  * to run only forwards until then and pass that backward on at once. Stops
@@ -563,9 +573,7 @@ static void auto_timed_caps(int p, int m, const zb_costs *c, int *cap) {
     if (s < p - 1)
       while (k < m && f_end[(size_t)s * m + k] <= b_arrive + 1e-9)
         k++;
-    if (c->mem_limit > 0 && c->m_f[s] > 0 && k > (int)(c->mem_limit / c->m_f[s] + 1e-9))
-      k = (int)(c->mem_limit / c->m_f[s] + 1e-9);
-    cap[s] = k > 1 ? k : 1;
+    cap[s] = auto_clamp_cap(c, s, k);
     double start = f_end[(size_t)s * m + cap[s] - 1];
     if (s < p - 1 && b_arrive > start)
       start = b_arrive;
@@ -594,21 +602,25 @@ zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *cin, zb_schedule
     int timed_extra; /* cost-aware caps plus this; -1: caps 2(p - s) */
     int w_policy;
   } runs[] = {{0, ZB_W_GAP}, {0, ZB_W_FILL_ALL}, {1, ZB_W_FILL_ALL}, {-1, ZB_W_FILL_ALL}};
-  int *cap = zb_malloc(sizeof(int) * (size_t)p);
-  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
-    if (runs[k].timed_extra >= 0) {
+  enum { N_RUNS = sizeof runs / sizeof runs[0] };
+  int *caps = zb_malloc(sizeof(int) * (size_t)p * N_RUNS);
+  for (int k = 0; k < N_RUNS; k++) {
+    int *cap = caps + (size_t)k * p;
+    if (runs[k].timed_extra >= 0)
       auto_timed_caps(p, m, c, cap);
-      for (int s = 0; s < p; s++)
-        cap[s] += runs[k].timed_extra;
-    } else {
-      for (int s = 0; s < p; s++)
-        cap[s] = 2 * (p - s);
-    }
-    zb_plan_score sc;
+    for (int s = 0; s < p; s++)
+      cap[s] = auto_clamp_cap(c, s, runs[k].timed_extra >= 0 ? cap[s] + runs[k].timed_extra : 2 * (p - s));
+    /* under a tight limit several runs clamp to the same caps: run once */
+    bool seen = false;
+    for (int j = 0; j < k && !seen; j++)
+      seen = runs[j].w_policy == runs[k].w_policy && memcmp(caps + (size_t)j * p, cap, sizeof(int) * p) == 0;
+    if (seen)
+      continue;
+    zb_plan_score sc = {INFINITY, INFINITY, obj};
     zb_schedule *cand = zb_plan_greedy(p, 1, m, ZB_PLACE_LOOP, c, cap, runs[k].w_policy, obj, &sc);
     auto_consider(&best, &best_score, cand, &sc, c, obj);
   }
-  free(cap);
+  free(caps);
   if (!best) {
     zb_costs_free(c);
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE,
@@ -616,9 +628,10 @@ zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *cin, zb_schedule
                        "microbatch's M_F, %g)",
                        cin->mem_limit, zb_costs_rank_mf(c, ZB_PLACE_LOOP, p, 1, 0));
   }
-  /* Refinement budget: about 4e7 simulated ops in all. */
+  /* Refinement budget: about 5e5 simulated ops in all (a few ms), enough
+   * for every row of the paper's Table 5; at least a few passes. */
   long ops = 3L * p * m;
-  int evals = (int)(40000000L / (ops > 0 ? ops : 1));
+  int evals = (int)(500000L / (ops > 0 ? ops : 1));
   if (evals > 400)
     evals = 400;
   if (evals < 4)

@@ -68,10 +68,10 @@ static zb_schedule *zb_plan_zb_v_handcrafted(int p, int m) {
 
 /* Whether the greedy V schedule admitting k microbatches at stage 0 gets
  * through (it sticks when the memory limit blocks the F that would feed a
- * B). Probed on at most 3p microbatches: getting stuck happens during the
- * warm-up, which that covers, and the probe costs a fraction of a run. */
+ * B). Probed on at most 2p + 2 microbatches: getting stuck happens during
+ * the warm-up, which that covers, and the probe costs a fraction of a run. */
 static bool zb_plan_v_admits(int p, int m, const zb_costs *c, int *cap, int k) {
-  int mp = m < 3 * p ? m : 3 * p;
+  int mp = m < 2 * p + 2 ? m : 2 * p + 2;
   cap[0] = k;
   zb_schedule *s = zb_plan_greedy(p, 2, mp, ZB_PLACE_V, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
   zb_schedule_free(s);
@@ -81,27 +81,35 @@ static bool zb_plan_v_admits(int p, int m, const zb_costs *c, int *cap, int k) {
 /* Best greedy V schedule under c->mem_limit. Stage 0 (where microbatches
  * enter) may hold k in flight: more fills the pipe sooner but leaves less
  * memory for the steady state. The largest k that does not stick is found
- * by bisection; it and a few smaller k are run with two W policies. */
+ * by a galloping search; the best makespans came from it and from 0.9 of
+ * it (a little memory left for the steady state), so both run. */
 static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
   int S = 2 * p;
   int *cap = zb_calloc((size_t)S, sizeof(int));
-  int lo = 1, hi = 2 * p; /* lo admits (k = 1 does whenever anything fits) */
-  if (!zb_plan_v_admits(p, m, c, cap, lo))
-    hi = lo = 0;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (zb_plan_v_admits(p, m, c, cap, mid))
-      lo = mid;
-    else
-      hi = mid - 1;
+  /* lo admits, hi + 1 does not. Start at what the limit holds of stage 0's
+   * M_F, where the answer usually lies, and step out from there. */
+  int lo = 0, hi = 2 * p, k = 2 * p;
+  if (c->mem_limit > 0 && c->m_f[0] > 0 && c->mem_limit / c->m_f[0] < k)
+    k = (int)(c->mem_limit / c->m_f[0] + 1e-9);
+  k = k > 1 ? k : 1;
+  for (int step = 1; lo < hi; step *= 2) {
+    if (zb_plan_v_admits(p, m, c, cap, k)) {
+      lo = k;
+      k = k + step < hi ? k + step : hi;
+    } else {
+      hi = k - 1;
+      k = k - step > lo ? k - step : lo + 1;
+    }
+    if (k <= lo || k > hi) /* bracketed: bisect */
+      k = (lo + hi + 1) / 2;
   }
   zb_schedule *best = NULL;
   zb_plan_score best_score = {INFINITY, INFINITY, ZB_OBJ_MAKESPAN};
   const struct {
     int k, w_policy;
-  } runs[] = {{lo, ZB_W_GAP}, {lo, ZB_W_FILL_ALL}, {lo * 9 / 10, ZB_W_GAP}, {lo * 3 / 5, ZB_W_GAP}};
+  } runs[] = {{lo * 9 / 10, ZB_W_GAP}, {lo, ZB_W_GAP}};
   for (size_t i = 0; lo > 0 && i < sizeof runs / sizeof runs[0]; i++) {
-    if (runs[i].k < 1 || (i > 0 && runs[i].k == runs[i - 1].k && runs[i].w_policy == runs[i - 1].w_policy))
+    if (runs[i].k < 1 || (i > 0 && runs[i].k == runs[i - 1].k))
       continue;
     cap[0] = runs[i].k;
     zb_plan_score sc;
@@ -114,9 +122,9 @@ static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
       zb_schedule_free(cand);
     }
   }
-  /* the probe saw only the first 3p microbatches: walk down if it erred */
-  for (int k = lo - 1; !best && k >= 1; k--) {
-    cap[0] = k;
+  /* the probe saw only the first 2p + 2 microbatches: walk down if it erred */
+  for (int j = lo - 1; !best && j >= 1; j--) {
+    cap[0] = j;
     best = zb_plan_greedy(p, 2, m, ZB_PLACE_V, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
   }
   free(cap);
