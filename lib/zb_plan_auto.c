@@ -622,11 +622,12 @@ zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *cin, zb_schedule
   }
   free(caps);
   if (!best) {
+    zb_err err = zb_diag_set(diag, ZB_ERR_INFEASIBLE,
+                             "zb-auto found no schedule within the memory limit %g (each rank needs at least one "
+                             "microbatch's M_F, %g)",
+                             cin->mem_limit, zb_costs_rank_mf(c, ZB_PLACE_LOOP, p, 1, 0));
     zb_costs_free(c);
-    return zb_diag_set(diag, ZB_ERR_INFEASIBLE,
-                       "zb-auto found no schedule within the memory limit %g (each rank needs at least one "
-                       "microbatch's M_F, %g)",
-                       cin->mem_limit, zb_costs_rank_mf(c, ZB_PLACE_LOOP, p, 1, 0));
+    return err;
   }
   /* Refinement budget: about 5e5 simulated ops in all (a few ms), enough
    * for every row of the paper's Table 5; at least a few passes. */

@@ -23,8 +23,8 @@ const char *zb_violation_kind_name(zb_violation_kind k) {
 }
 
 void zb_violation_format(const zb_violation *v, char *buf, int len) {
-  if (v->kind == ZB_VIOL_NONE) {
-    snprintf(buf, (size_t)len, "valid");
+  if (v->kind == ZB_VIOL_NONE) { /* valid, or not checked (the reason in detail) */
+    snprintf(buf, (size_t)len, "%s", v->detail[0] ? v->detail : "valid");
     return;
   }
   const zb_action *a = &v->action;
@@ -341,6 +341,11 @@ static zb_err check_memory(const vctx *x, const zb_costs *c, zb_violation *out) 
 zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
   memset(out, 0, sizeof *out);
   out->rank = out->index = -1;
+  if (c && c->n_stages != zb_schedule_stages(s)) {
+    snprintf(out->detail, sizeof out->detail, "the costs describe %d stages but the schedule has %d (p=%d, v=%d)",
+             c->n_stages, zb_schedule_stages(s), s->p, s->v);
+    return ZB_ERR_INVALID_ARG;
+  }
   vctx x = {.s = s, .S = zb_schedule_stages(s), .m = s->m};
   size_t cells = (size_t)x.S * x.m;
   for (int k = 0; k < 4; k++)
@@ -359,7 +364,7 @@ zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
     err = check_comm_pairs(&x, out);
   if (!err)
     err = check_deadlock(&x, lowered, out);
-  if (!err && c && c->mem_limit > 0 && c->n_stages == x.S)
+  if (!err && c && c->mem_limit > 0)
     err = check_memory(&x, c, out);
   for (int k = 0; k < 4; k++)
     free(x.cnt[k]);

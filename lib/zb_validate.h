@@ -38,7 +38,9 @@ const char *zb_violation_kind_name(zb_violation_kind k);
  * with batched groups; without comm actions, free of deadlock under
  * infinite buffering; and, when c is given with a positive mem_limit, no
  * rank above it. Returns ZB_OK with out->kind == ZB_VIOL_NONE, or
- * ZB_ERR_INVALID_SCHEDULE with the first violation in *out. */
+ * ZB_ERR_INVALID_SCHEDULE with the first violation in *out, or
+ * ZB_ERR_INVALID_ARG (kind NONE, reason in out->detail) when c does not
+ * describe s's p*v stages. */
 zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out);
 
 /* One line describing v: "deadlock at rank 1 index 4 (1F3): ..." into buf. */

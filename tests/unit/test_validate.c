@@ -557,6 +557,26 @@ static void test_memory_limit_lowered(void) {
 
 /* ---- formatting ------------------------------------------------------- */
 
+/* Costs for another shape are refused, not silently half-checked. */
+static void test_costs_for_other_shape_refused(void) {
+  zb_rank_costs rc = zb_rank_costs_default();
+  zb_costs *c3 = zb_costs_from_rank_share(3, 1, &rc, 2); /* 3 stages, tight limit */
+  zb_costs *c4 = zb_costs_from_rank_share(4, 1, &rc, 0);
+  zb_plan_request req = {.family = ZB_FAMILY_1F1B, .p = 4, .v = 1, .m = 8, .costs = c4};
+  zb_schedule *s = NULL;
+  CHECK_EQ(zb_plan_generate(&req, &s, NULL), ZB_OK);
+  zb_violation viol;
+  zb_err err = zb_validate(s, c3, &viol);
+  char line[256];
+  zb_violation_format(&viol, line, sizeof line);
+  zb_schedule_free(s);
+  zb_costs_free(c3);
+  zb_costs_free(c4);
+  CHECK_EQ(err, ZB_ERR_INVALID_ARG);
+  CHECK_EQ(viol.kind, ZB_VIOL_NONE);
+  CHECK_MSG(strstr(line, "3 stages") && strstr(line, "has 4"), "line: %s", line);
+}
+
 static void test_violation_format(void) {
   zb_schedule *s = valid_schedule(ZB_FAMILY_1F1B, 4, 1, 8, false);
   CHECK(s != NULL);
@@ -604,15 +624,16 @@ static void test_violation_kind_names(void) {
   CHECK_STREQ(zb_violation_kind_name(ZB_VIOL_COMM_MISMATCH), "comm-mismatch");
 }
 
-ZBT_MAIN(ZBT(test_generated_schedules_are_valid), ZBT(test_bad_action_stage_out_of_range),
-         ZBT(test_bad_action_microbatch_out_of_range), ZBT(test_bad_action_peer_out_of_range),
-         ZBT(test_bad_action_kind_and_missing_neighbour), ZBT(test_placement_loop), ZBT(test_placement_v),
-         ZBT(test_duplicate_split), ZBT(test_duplicate_b_next_to_bw), ZBT(test_missing),
-         ZBT(test_dependency_b_before_f), ZBT(test_dependency_w_before_b),
-         ZBT(test_dependency_local_stage_in_v), ZBT(test_dependency_lowered_recv_after_use),
-         ZBT(test_dependency_lowered_send_before_produce), ZBT(test_comm_mismatch_wrong_peer),
-         ZBT(test_comm_mismatch_sent_twice), ZBT(test_comm_mismatch_never_sent),
-         ZBT(test_comm_mismatch_local_transfer_in_v), ZBT(test_deadlock_compute_cycle_generated),
-         ZBT(test_deadlock_compute_cycle_by_hand), ZBT(test_deadlock_blocking_sends_head_to_head),
-         ZBT(test_deadlock_blocking_recv_first), ZBT(test_memory_limit), ZBT(test_memory_limit_lowered),
-         ZBT(test_violation_format), ZBT(test_violation_kind_names))
+ZBT_MAIN(ZBT(test_generated_schedules_are_valid), ZBT(test_costs_for_other_shape_refused),
+         ZBT(test_bad_action_stage_out_of_range), ZBT(test_bad_action_microbatch_out_of_range),
+         ZBT(test_bad_action_peer_out_of_range), ZBT(test_bad_action_kind_and_missing_neighbour),
+         ZBT(test_placement_loop), ZBT(test_placement_v), ZBT(test_duplicate_split),
+         ZBT(test_duplicate_b_next_to_bw), ZBT(test_missing), ZBT(test_dependency_b_before_f),
+         ZBT(test_dependency_w_before_b), ZBT(test_dependency_local_stage_in_v),
+         ZBT(test_dependency_lowered_recv_after_use), ZBT(test_dependency_lowered_send_before_produce),
+         ZBT(test_comm_mismatch_wrong_peer), ZBT(test_comm_mismatch_sent_twice),
+         ZBT(test_comm_mismatch_never_sent), ZBT(test_comm_mismatch_local_transfer_in_v),
+         ZBT(test_deadlock_compute_cycle_generated), ZBT(test_deadlock_compute_cycle_by_hand),
+         ZBT(test_deadlock_blocking_sends_head_to_head), ZBT(test_deadlock_blocking_recv_first),
+         ZBT(test_memory_limit), ZBT(test_memory_limit_lowered), ZBT(test_violation_format),
+         ZBT(test_violation_kind_names))
