@@ -71,6 +71,11 @@ const char zbctl_plan_help[] =
     "  --width N             columns of the ascii timeline (default 100)\n"
     "  -o, --output FILE     write to FILE (atomically: FILE.tmp, then renamed)\n"
     "                        instead of stdout\n"
+    "  --remote              plan through zb-coordinator's Plan RPC instead of\n"
+    "                        locally (ascii summary or json; --costs, not\n"
+    "                        --stage-costs)\n"
+    "  --coordinator ADDR    its address (default $ZB_COORDINATOR, else\n"
+    "                        127.0.0.1:7070)\n"
     "  -h, --help            show this text\n"
     "\n"
     "Figures: makespan (one iteration); bubble_ratio, global: 1 - busy/(p*makespan);\n"
@@ -144,6 +149,8 @@ enum plan_opt_id {
   OPT_FROM_CSV,
   OPT_PLACEMENT,
   OPT_WIDTH,
+  OPT_REMOTE,
+  OPT_COORDINATOR,
   OPT_HELP,
 };
 
@@ -162,6 +169,8 @@ static const cli_opt plan_options[] = {
     {"from-csv", 0, true, OPT_FROM_CSV},
     {"placement", 0, true, OPT_PLACEMENT},
     {"width", 0, true, OPT_WIDTH},
+    {"remote", 0, false, OPT_REMOTE},
+    {"coordinator", 0, true, OPT_COORDINATOR},
     {"help", 'h', false, OPT_HELP},
 };
 
@@ -191,7 +200,9 @@ typedef struct plan_args {
   bool have_objective, have_placement;
   zb_objective objective;
   zb_placement placement;
-  int format; /* plan_format or compare_format */
+  int format;              /* plan_format or compare_format */
+  bool remote;             /* plan through zb-coordinator's Plan RPC */
+  const char *coordinator; /* its address; NULL: $ZB_COORDINATOR or the default */
 } plan_args;
 
 static void plan_args_init(plan_args *a, const char *cmd) {
@@ -310,6 +321,8 @@ static int plan_parse(const cli_opt *opts, size_t n_opts, const char *const *for
       break;
     }
     case OPT_WIDTH: ok = cli_parse_int(a->cmd, "--width", val, 10, 10000, &a->width); break;
+    case OPT_REMOTE: a->remote = true; break;
+    case OPT_COORDINATOR: a->coordinator = val; break;
     default: break; /* OPT_HELP: handled before parsing */
     }
     if (!ok)
@@ -658,6 +671,38 @@ cleanup:
   return code;
 }
 
+/* zbctl plan --remote: the same request, planned by zb-coordinator. */
+static int plan_remote(const plan_args *a, const char *stage_text) {
+#ifdef ZB_WITH_SERVICE
+  if (a->from_csv)
+    return cli_usage_error(a->cmd, "--remote plans a --schedule; --from-csv is offline only");
+  if (stage_text)
+    return cli_usage_error(a->cmd, "--remote takes --costs; --stage-costs is offline only");
+  if (a->format != 0 && a->format != 1)
+    return cli_usage_error(a->cmd, "--remote prints ascii (a summary) or json");
+  if (a->output)
+    return cli_usage_error(a->cmd, "--remote prints to stdout; -o is offline only");
+  if (!a->p || !a->m)
+    return cli_usage_error(a->cmd, "missing --ranks P or --microbatches M");
+  zb_job_spec spec;
+  zb_job_spec_default(&spec);
+  snprintf(spec.name, sizeof spec.name, "plan");
+  spec.ranks = a->p;
+  spec.microbatches = a->m;
+  snprintf(spec.schedule, sizeof spec.schedule, "%s", a->schedule);
+  spec.chunks = a->v;
+  spec.mem_limit = plan_limit_units(a, a->p);
+  spec.costs = a->rc;
+  return zbctl_plan_remote(a->coordinator, 60000, &spec,
+                           a->have_objective ? (a->objective == ZB_OBJ_SPAN ? "span" : "makespan") : NULL,
+                           a->format == 1);
+#else
+  (void)stage_text;
+  return cli_usage_error(a->cmd,
+                         "--remote needs zbctl built with the service (gRPC); this build is offline only");
+#endif
+}
+
 int zbctl_plan_run(const zbctl_command *cmd, int argc, char **argv) {
   if (plan_has_help(argc, argv)) {
     fputs(cmd->help, stdout);
@@ -675,7 +720,10 @@ int zbctl_plan_run(const zbctl_command *cmd, int argc, char **argv) {
   size_t stage_len;
   if (a.stage_costs && !cli_read_file(a.cmd, a.stage_costs, &stage_text, &stage_len))
     return ZBCTL_EXIT_FAIL;
-  code = a.from_csv ? plan_from_csv(&a, stage_text) : plan_generated(&a, stage_text);
+  if (a.remote)
+    code = plan_remote(&a, stage_text);
+  else
+    code = a.from_csv ? plan_from_csv(&a, stage_text) : plan_generated(&a, stage_text);
   free(stage_text);
   return code;
 }

@@ -16,6 +16,17 @@ static const zbctl_command zbctl_commands[] = {
     {"plan", NULL, zbctl_plan_run, "generate, validate and simulate one schedule (offline)", zbctl_plan_help},
     {"plan", "compare", zbctl_plan_compare, "every schedule family side by side on one shape (offline)",
      zbctl_plan_compare_help},
+#ifdef ZB_WITH_SERVICE
+    {"submit", NULL, zbctl_submit, "submit a job spec (YAML) to zb-coordinator; prints the job id",
+     zbctl_submit_help},
+    {"list", NULL, zbctl_list, "list jobs", zbctl_list_help},
+    {"get", NULL, zbctl_get, "show one job", zbctl_get_help},
+    {"watch", NULL, zbctl_watch, "stream a job's progress until it ends", zbctl_watch_help},
+    {"cancel", NULL, zbctl_cancel, "cancel a pending or running job", zbctl_cancel_help},
+    {"update-schedule", NULL, zbctl_update_schedule, "switch a running job to another schedule",
+     zbctl_update_help},
+    {"workers", NULL, zbctl_workers, "list attached workers", zbctl_workers_help},
+#endif
 };
 
 enum { ZBCTL_N_COMMANDS = sizeof zbctl_commands / sizeof zbctl_commands[0] };
@@ -24,7 +35,8 @@ static void zbctl_usage(FILE *f) {
   fputs("usage: zbctl [--help | --version] COMMAND [ARGS...]\n"
         "\n"
         "zbctl plans, checks and simulates pipeline-parallel schedules (zero-bubble\n"
-        "and the classic families) with libzb.\n"
+        "and the classic families) with libzb, and drives zb-coordinator: submits\n"
+        "jobs and streams their throughput, bubble and memory figures.\n"
         "\n"
         "Commands:\n",
         f);

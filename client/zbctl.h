@@ -37,6 +37,24 @@ int zbctl_plan_compare(const zbctl_command *cmd, int argc, char **argv);
 extern const char zbctl_plan_help[];
 extern const char zbctl_plan_compare_help[];
 
+#ifdef ZB_WITH_SERVICE
+/* The service commands (job.c): they talk to zb-coordinator. */
+#include "zb_config.h"
+int zbctl_submit(const zbctl_command *cmd, int argc, char **argv);
+int zbctl_list(const zbctl_command *cmd, int argc, char **argv);
+int zbctl_get(const zbctl_command *cmd, int argc, char **argv);
+int zbctl_watch(const zbctl_command *cmd, int argc, char **argv);
+int zbctl_cancel(const zbctl_command *cmd, int argc, char **argv);
+int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv);
+int zbctl_workers(const zbctl_command *cmd, int argc, char **argv);
+extern const char zbctl_submit_help[], zbctl_list_help[], zbctl_get_help[], zbctl_watch_help[],
+    zbctl_cancel_help[], zbctl_update_help[], zbctl_workers_help[];
+/* `zbctl plan --remote`: spec's shape, schedule and costs through the Plan
+ * RPC; prints an ascii summary or JSON. Returns an exit code. */
+int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec *spec, const char *objective,
+                      bool json);
+#endif
+
 /* ---- argument parsing (cli.c) ---- */
 
 /* An option a subcommand accepts: "--name" (and "-c" when short_name is

@@ -12,6 +12,7 @@ const char *zb_strerror(zb_err err) {
   case ZB_ERR_INVALID_SCHEDULE: return "invalid schedule";
   case ZB_ERR_INFEASIBLE: return "infeasible";
   case ZB_ERR_DEADLOCK: return "deadlock";
+  case ZB_ERR_IO: return "I/O error";
   }
   return "unknown error";
 }

@@ -1,0 +1,553 @@
+/* zbctl's service commands: jobs (submit, list, get, watch, cancel,
+ * update-schedule), workers, and plan --remote. Each talks to
+ * zb-coordinator over gRPC (--coordinator ADDR, default $ZB_COORDINATOR
+ * or 127.0.0.1:7070); every read command takes --output json. Server
+ * errors are printed with their status and the field they name; the exit
+ * code is 1. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zb_config.h"
+#include "zb_pbjson.h"
+#include "zb_rpc.h"
+#include "zb_wire.h"
+#include "zbctl.h"
+
+enum {
+  OPT_COORD = 1,
+  OPT_OUTPUT,
+  OPT_TIMEOUT,
+  OPT_SCHEDULE,
+  OPT_CHUNKS,
+  OPT_MEM_LIMIT,
+  OPT_REASON,
+  OPT_HELP
+};
+
+#define COMMON_OPTS                                                                                          \
+  {"coordinator", 0, true, OPT_COORD}, {"output", 0, true, OPT_OUTPUT},                                      \
+      {"timeout-ms", 0, true, OPT_TIMEOUT}, {                                                                \
+    "help", 'h', false, OPT_HELP                                                                             \
+  }
+
+typedef struct remote_args {
+  const char *coordinator;
+  bool json;
+  int timeout_ms;
+  const char *positional;
+} remote_args;
+
+static const char common_help[] =
+    "\n"
+    "  --coordinator ADDR    zb-coordinator's gRPC address (default $ZB_COORDINATOR,\n"
+    "                        else 127.0.0.1:7070)\n"
+    "  --output text|json    output format (default text)\n"
+    "  --timeout-ms N        deadline of each call (default 10000)\n"
+    "  -h, --help            show this text\n";
+
+const char zbctl_submit_help[] =
+    "usage: zbctl submit JOB.yaml [--coordinator ADDR] [--output text|json]\n"
+    "\nSubmits the job spec in JOB.yaml ('-': stdin) and prints its id. The spec is\n"
+    "checked here first (unknown keys, wrong types and bad values name the key and\n"
+    "line), then by the coordinator.\n";
+const char zbctl_list_help[] = "usage: zbctl list [--coordinator ADDR] [--output text|json]\n"
+                               "\nLists every job the coordinator knows, oldest first.\n";
+const char zbctl_get_help[] = "usage: zbctl get JOB_ID [--coordinator ADDR] [--output text|json]\n"
+                              "\nShows one job: its spec, state, reason and last iteration.\n";
+const char zbctl_watch_help[] =
+    "usage: zbctl watch JOB_ID [--coordinator ADDR] [--output text|json]\n"
+    "\nStreams a job's events from its start: state changes and, per iteration,\n"
+    "samples/s, the measured and predicted bubble ratio (global) and peak memory\n"
+    "per rank, with a progress bar. Exits when the job ends: 0 if it SUCCEEDED,\n"
+    "1 otherwise. --output json prints one JSON event per line.\n";
+const char zbctl_cancel_help[] =
+    "usage: zbctl cancel JOB_ID [--reason TEXT] [--coordinator ADDR] [--output text|json]\n"
+    "\nCancels a pending or running job; its workers are released.\n";
+const char zbctl_update_help[] =
+    "usage: zbctl update-schedule JOB_ID --schedule NAME [--chunks V] [--mem-limit X]\n"
+    "                             [--coordinator ADDR] [--output text|json]\n"
+    "\nReplaces a running job's schedule. The new plan applies from an iteration\n"
+    "boundary that no rank has reached yet (printed); no iteration is lost.\n"
+    "--mem-limit takes 'Np' or a number of M_F units, as in the job spec.\n";
+const char zbctl_workers_help[] = "usage: zbctl workers [--coordinator ADDR] [--output text|json]\n"
+                                  "\nLists the attached workers: id, data address, state, job and rank.\n";
+
+/* Parses the common options plus `extra`; at most one positional. */
+static int remote_parse(const zbctl_command *cmd, int argc, char **argv, const cli_opt *extra, size_t n_extra,
+                        remote_args *a, bool want_positional,
+                        bool (*on_extra)(const char *cmd, int id, const char *val, void *ctx), void *ctx) {
+  cli_opt opts[16] = {COMMON_OPTS};
+  size_t n = 4;
+  for (size_t k = 0; k < n_extra && n < 16; k++)
+    opts[n++] = extra[k];
+  const char *env = getenv("ZB_COORDINATOR");
+  a->coordinator = env && env[0] ? env : "127.0.0.1:7070";
+  a->json = false;
+  a->timeout_ms = 10000;
+  a->positional = NULL;
+  const char *name = cmd->verb ? cmd->verb : cmd->noun;
+  /* the positional argument may come anywhere: take it out first */
+  char **rest = calloc((size_t)argc + 1, sizeof *rest);
+  int nrest = 0;
+  for (int k = 0; k < argc; k++) {
+    bool takes_value = false;
+    if (argv[k][0] == '-' && argv[k][1] && !strchr(argv[k], '='))
+      for (size_t o = 0; o < n; o++)
+        if (opts[o].has_arg && argv[k][1] == '-' && strcmp(argv[k] + 2, opts[o].name) == 0)
+          takes_value = true;
+    if (argv[k][0] != '-' || strcmp(argv[k], "-") == 0) {
+      if (!want_positional || a->positional) {
+        free(rest);
+        return cli_usage_error(name, "unexpected argument '%s'", argv[k]);
+      }
+      a->positional = argv[k];
+      continue;
+    }
+    rest[nrest++] = argv[k];
+    if (takes_value && k + 1 < argc)
+      rest[nrest++] = argv[++k];
+  }
+  cli_parser ps = {.cmd = name, .argc = nrest, .argv = rest, .i = 0};
+  const char *val;
+  int id, rc = -1;
+  while ((id = cli_next(&ps, opts, n, &val)) != CLI_END) {
+    if (id == CLI_ERROR) {
+      rc = ZBCTL_EXIT_USAGE;
+      break;
+    }
+    if (id == OPT_HELP) {
+      fputs(cmd->help, stdout);
+      fputs(common_help, stdout);
+      rc = ZBCTL_EXIT_OK;
+      break;
+    }
+    if (id == OPT_COORD)
+      a->coordinator = val;
+    else if (id == OPT_OUTPUT) {
+      if (strcmp(val, "json") != 0 && strcmp(val, "text") != 0) {
+        rc = cli_usage_error(name, "--output takes text or json, not '%s'", val);
+        break;
+      }
+      a->json = strcmp(val, "json") == 0;
+    } else if (id == OPT_TIMEOUT) {
+      if (!cli_parse_int(name, "--timeout-ms", val, 1, 3600000, &a->timeout_ms)) {
+        rc = ZBCTL_EXIT_USAGE;
+        break;
+      }
+    } else if (!on_extra || !on_extra(name, id, val, ctx)) {
+      rc = ZBCTL_EXIT_USAGE;
+      break;
+    }
+  }
+  free(rest);
+  if (rc >= 0)
+    return rc;
+  if (want_positional && !a->positional)
+    return cli_usage_error(name, "missing argument (see --help)");
+  return -1;
+}
+
+/* Prints a failed call: "zbctl CMD: NOT_FOUND: job_id: no job 'j-9'". */
+static int remote_error(const char *cmd, grpc_status_code st, const char *details, const char *coordinator) {
+  if (st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED)
+    cli_error(cmd, "%s: %s (is zb-coordinator running at %s?)", zb_rpc_status_name(st), details, coordinator);
+  else
+    cli_error(cmd, "%s: %s", zb_rpc_status_name(st), details);
+  return ZBCTL_EXIT_FAIL;
+}
+
+static void print_json(const ProtobufCMessage *m) {
+  zb_buf b = ZB_BUF_INIT;
+  zb_pbjson_write(m, 0, &b);
+  zb_buf_puts(&b, "\n");
+  fwrite(b.data, 1, b.len, stdout);
+  zb_buf_free(&b);
+}
+
+/* One call: returns the exit code; on success *resp is the caller's. */
+static int remote_call(const char *cmd, const remote_args *a, const char *method, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp) {
+  zb_rpc_client *c = zb_rpc_client_new(a->coordinator, 64 << 20);
+  char details[512];
+  grpc_status_code st =
+      zb_rpc_unary(c, method, req, desc, resp, a->timeout_ms, false, details, sizeof details);
+  zb_rpc_client_free(c);
+  if (st != GRPC_STATUS_OK)
+    return remote_error(cmd, st, details, a->coordinator);
+  return ZBCTL_EXIT_OK;
+}
+
+static const char *state_short(Zb__V1__JobState s) {
+  return zb_wire_state_name((int)s);
+}
+
+static void fmt_time(int64_t ms, char *buf, size_t len) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  localtime_r(&t, &tm);
+  strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+/* ---- submit ---- */
+
+int zbctl_submit(const zbctl_command *cmd, int argc, char **argv) {
+  remote_args a;
+  int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, true, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  char *text;
+  size_t len;
+  if (!cli_read_file("submit", a.positional, &text, &len))
+    return ZBCTL_EXIT_FAIL;
+  zb_job_spec spec;
+  zb_diag d;
+  zb_err err = zb_job_spec_parse(text, len, &spec, &d);
+  free(text);
+  if (err) {
+    cli_error("submit", "%s: %s", a.positional, d.msg);
+    return ZBCTL_EXIT_FAIL;
+  }
+  Zb__V1__SubmitJobRequest req = ZB__V1__SUBMIT_JOB_REQUEST__INIT;
+  Zb__V1__JobSpec pb;
+  zb_wire_spec_to_pb(&spec, &pb);
+  req.spec = &pb;
+  ProtobufCMessage *resp = NULL;
+  rc = remote_call("submit", &a, "/zb.v1.Zb/SubmitJob", &req.base, &zb__v1__submit_job_response__descriptor,
+                   &resp);
+  zb_wire_spec_pb_clear(&pb);
+  zb_job_spec_free(&spec);
+  if (rc)
+    return rc;
+  if (a.json)
+    print_json(resp);
+  else
+    printf("%s\n", ((Zb__V1__SubmitJobResponse *)resp)->job_id);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}
+
+/* ---- list / get ---- */
+
+static void print_job_line(const Zb__V1__Job *j) {
+  const Zb__V1__JobSpec *s = j->spec;
+  printf("%-8s %-16s %-10s %-16s %5d %5d %5d/%-5d %s\n", j->id, s ? s->name : "?", state_short(j->state),
+         j->schedule, s ? s->ranks : 0, s ? s->microbatches : 0, j->iterations_done, s ? s->iterations : 0,
+         j->reason);
+}
+
+int zbctl_list(const zbctl_command *cmd, int argc, char **argv) {
+  remote_args a;
+  int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, false, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  Zb__V1__ListJobsRequest req = ZB__V1__LIST_JOBS_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  if ((rc = remote_call("list", &a, "/zb.v1.Zb/ListJobs", &req.base, &zb__v1__list_jobs_response__descriptor,
+                        &resp)))
+    return rc;
+  Zb__V1__ListJobsResponse *r = (void *)resp;
+  if (a.json) {
+    print_json(resp);
+  } else {
+    printf("%-8s %-16s %-10s %-16s %5s %5s %11s %s\n", "ID", "NAME", "STATE", "SCHEDULE", "RANKS", "MB",
+           "ITERATIONS", "REASON");
+    for (size_t k = 0; k < r->n_jobs; k++)
+      print_job_line(r->jobs[k]);
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}
+
+static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, bool bar);
+
+int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
+  remote_args a;
+  int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, true, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  Zb__V1__GetJobRequest req = ZB__V1__GET_JOB_REQUEST__INIT;
+  req.job_id = (char *)a.positional;
+  ProtobufCMessage *resp = NULL;
+  if ((rc = remote_call("get", &a, "/zb.v1.Zb/GetJob", &req.base, &zb__v1__job__descriptor, &resp)))
+    return rc;
+  Zb__V1__Job *j = (void *)resp;
+  if (a.json) {
+    print_json(resp);
+  } else {
+    char created[32], updated[32];
+    fmt_time(j->created_unix_ms, created, sizeof created);
+    fmt_time(j->updated_unix_ms, updated, sizeof updated);
+    const Zb__V1__JobSpec *s = j->spec;
+    printf("job        %s (%s)\nstate      %s: %s\nschedule   %s (submitted as %s)\n", j->id,
+           s ? s->name : "?", state_short(j->state), j->reason, j->schedule, s ? s->schedule : "?");
+    if (s)
+      printf(
+          "shape      p=%d m=%d chunks=%d; %d iterations; backend %s, transport %s, %lld bytes/activation\n",
+          s->ranks, s->microbatches, s->chunks, s->iterations, s->backend, s->transport,
+          (long long)s->bytes_per_activation);
+    printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
+           s ? s->iterations : 0, created, updated);
+    if (j->last)
+      print_iteration(j->last, s ? s->iterations : 0, false);
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}
+
+/* ---- watch ---- */
+
+static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, bool bar) {
+  char progress[48] = "";
+  if (bar && iterations > 0) {
+    int width = 20, done = (it->iteration + 1) * width / iterations;
+    progress[0] = '[';
+    for (int k = 0; k < width; k++)
+      progress[1 + k] = k < done ? '#' : '.';
+    progress[1 + width] = ']';
+    progress[2 + width] = 0;
+  }
+  printf("%s iter %d/%d  %-8s %9.1f samples/s  bubble %.4f (predicted %.4f)  peak mem", progress,
+         it->iteration + 1, iterations, it->schedule, it->samples_per_second, it->bubble_ratio,
+         it->predicted_bubble_ratio);
+  for (size_t r = 0; r < it->n_ranks; r++)
+    printf(" r%d:%.3g", it->ranks[r]->rank, it->ranks[r]->peak_memory);
+  printf("\n  rank bubble:");
+  for (size_t r = 0; r < it->n_ranks; r++)
+    printf(" r%d:%.3f", it->ranks[r]->rank, it->ranks[r]->bubble_ratio);
+  printf("\n");
+}
+
+int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
+  remote_args a;
+  int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, true, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  zb_rpc_client *c = zb_rpc_client_new(a.coordinator, 64 << 20);
+  /* the job's spec, for the iteration count of the progress bar */
+  Zb__V1__GetJobRequest greq = ZB__V1__GET_JOB_REQUEST__INIT;
+  greq.job_id = (char *)a.positional;
+  ProtobufCMessage *gresp = NULL;
+  char details[512];
+  grpc_status_code st = zb_rpc_unary(c, "/zb.v1.Zb/GetJob", &greq.base, &zb__v1__job__descriptor, &gresp,
+                                     a.timeout_ms, false, details, sizeof details);
+  if (st != GRPC_STATUS_OK) {
+    zb_rpc_client_free(c);
+    return remote_error("watch", st, details, a.coordinator);
+  }
+  int iterations = ((Zb__V1__Job *)gresp)->spec ? ((Zb__V1__Job *)gresp)->spec->iterations : 0;
+  protobuf_c_message_free_unpacked(gresp, NULL);
+  Zb__V1__WatchJobRequest req = ZB__V1__WATCH_JOB_REQUEST__INIT;
+  req.job_id = (char *)a.positional;
+  zb_rpc_stream *s = zb_rpc_stream_open(c, "/zb.v1.Zb/WatchJob", &req.base, 0, false);
+  int final_state = 0;
+  ProtobufCMessage *msg;
+  int got;
+  while ((got = zb_rpc_stream_read(s, &zb__v1__job_event__descriptor, &msg, -1)) != 0) {
+    if (got < 0)
+      continue;
+    Zb__V1__JobEvent *ev = (void *)msg;
+    final_state = ev->state;
+    if (a.json) {
+      zb_buf b = ZB_BUF_INIT;
+      zb_pbjson_write(msg, -1, &b);
+      zb_buf_puts(&b, "\n");
+      fwrite(b.data, 1, b.len, stdout);
+      zb_buf_free(&b);
+    } else if (ev->iteration) {
+      print_iteration(ev->iteration, iterations, true);
+    } else {
+      char when[32];
+      fmt_time(ev->unix_ms, when, sizeof when);
+      printf("%s  %-10s %s\n", when, state_short(ev->state), ev->reason);
+    }
+    fflush(stdout);
+    protobuf_c_message_free_unpacked(msg, NULL);
+  }
+  st = zb_rpc_stream_status(s, details, sizeof details);
+  zb_rpc_stream_free(s);
+  zb_rpc_client_free(c);
+  if (st != GRPC_STATUS_OK)
+    return remote_error("watch", st, details, a.coordinator);
+  return final_state == ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? ZBCTL_EXIT_OK : ZBCTL_EXIT_FAIL;
+}
+
+/* ---- cancel ---- */
+
+static bool cancel_opt(const char *cmd, int id, const char *val, void *ctx) {
+  (void)cmd;
+  if (id != OPT_REASON)
+    return false;
+  *(const char **)ctx = val;
+  return true;
+}
+
+int zbctl_cancel(const zbctl_command *cmd, int argc, char **argv) {
+  remote_args a;
+  const char *reason = NULL;
+  static const cli_opt extra[] = {{"reason", 0, true, OPT_REASON}};
+  int rc = remote_parse(cmd, argc, argv, extra, 1, &a, true, cancel_opt, &reason);
+  if (rc >= 0)
+    return rc;
+  Zb__V1__CancelJobRequest req = ZB__V1__CANCEL_JOB_REQUEST__INIT;
+  req.job_id = (char *)a.positional;
+  req.reason = (char *)(reason ? reason : "");
+  ProtobufCMessage *resp = NULL;
+  if ((rc = remote_call("cancel", &a, "/zb.v1.Zb/CancelJob", &req.base, &zb__v1__job__descriptor, &resp)))
+    return rc;
+  Zb__V1__Job *j = (void *)resp;
+  if (a.json)
+    print_json(resp);
+  else
+    printf("%s %s: %s\n", j->id, state_short(j->state), j->reason);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}
+
+/* ---- update-schedule ---- */
+
+typedef struct update_opts {
+  const char *schedule, *mem_limit;
+  int chunks;
+} update_opts;
+
+static bool update_opt(const char *cmd, int id, const char *val, void *ctx) {
+  update_opts *u = ctx;
+  if (id == OPT_SCHEDULE)
+    u->schedule = val;
+  else if (id == OPT_CHUNKS)
+    return cli_parse_int(cmd, "--chunks", val, 1, 64, &u->chunks);
+  else if (id == OPT_MEM_LIMIT)
+    u->mem_limit = val;
+  else
+    return false;
+  return true;
+}
+
+int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv) {
+  remote_args a;
+  update_opts u = {0};
+  static const cli_opt extra[] = {{"schedule", 0, true, OPT_SCHEDULE},
+                                  {"chunks", 0, true, OPT_CHUNKS},
+                                  {"mem-limit", 0, true, OPT_MEM_LIMIT}};
+  int rc = remote_parse(cmd, argc, argv, extra, 3, &a, true, update_opt, &u);
+  if (rc >= 0)
+    return rc;
+  if (!u.schedule)
+    return cli_usage_error("update-schedule", "--schedule NAME is required");
+  Zb__V1__UpdateScheduleRequest req = ZB__V1__UPDATE_SCHEDULE_REQUEST__INIT;
+  req.job_id = (char *)a.positional;
+  req.schedule = (char *)u.schedule;
+  req.chunks = u.chunks;
+  if (u.mem_limit) {
+    /* 'Np' needs the job's ranks: ask for the job first */
+    size_t n = strlen(u.mem_limit);
+    char *end;
+    double x = strtod(u.mem_limit, &end);
+    bool per_p = n > 1 && u.mem_limit[n - 1] == 'p' && end == u.mem_limit + n - 1;
+    if (!(per_p || *end == 0) || !(x > 0) || !isfinite(x))
+      return cli_usage_error("update-schedule", "--mem-limit takes 'Np' or a positive number, not '%s'",
+                             u.mem_limit);
+    if (per_p) {
+      Zb__V1__GetJobRequest greq = ZB__V1__GET_JOB_REQUEST__INIT;
+      greq.job_id = (char *)a.positional;
+      ProtobufCMessage *g = NULL;
+      if ((rc = remote_call("update-schedule", &a, "/zb.v1.Zb/GetJob", &greq.base, &zb__v1__job__descriptor,
+                            &g)))
+        return rc;
+      Zb__V1__Job *j = (void *)g;
+      x *= j->spec ? j->spec->ranks : 1;
+      protobuf_c_message_free_unpacked(g, NULL);
+    }
+    req.mem_limit = x;
+  }
+  ProtobufCMessage *resp = NULL;
+  if ((rc = remote_call("update-schedule", &a, "/zb.v1.Zb/UpdateSchedule", &req.base,
+                        &zb__v1__update_schedule_response__descriptor, &resp)))
+    return rc;
+  Zb__V1__UpdateScheduleResponse *r = (void *)resp;
+  if (a.json)
+    print_json(resp);
+  else
+    printf("%s: %s from iteration %d\n", r->job ? r->job->id : a.positional, u.schedule,
+           r->from_iteration + 1);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}
+
+/* ---- workers ---- */
+
+int zbctl_workers(const zbctl_command *cmd, int argc, char **argv) {
+  remote_args a;
+  int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, false, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  if ((rc = remote_call("workers", &a, "/zb.v1.Zb/ListWorkers", &req.base,
+                        &zb__v1__list_workers_response__descriptor, &resp)))
+    return rc;
+  Zb__V1__ListWorkersResponse *r = (void *)resp;
+  if (a.json) {
+    print_json(resp);
+  } else {
+    printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", "ID", "DATA ADDRESS", "STATE", "JOB", "RANK", "BACKENDS",
+           "TRANSPORTS");
+    for (size_t k = 0; k < r->n_workers; k++) {
+      Zb__V1__Worker *w = r->workers[k];
+      char rank[16];
+      snprintf(rank, sizeof rank, "%d", w->rank);
+      printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", w->id, w->data_address, w->state,
+             w->job_id[0] ? w->job_id : "-", w->rank >= 0 ? rank : "-", w->n_backends ? w->backends[0] : "",
+             w->n_transports ? w->transports[0] : "");
+    }
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}
+
+/* ---- plan --remote ---- */
+
+int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec *spec, const char *objective,
+                      bool json) {
+  remote_args a = {.coordinator = coordinator, .json = json, .timeout_ms = timeout_ms};
+  if (!a.coordinator) {
+    const char *env = getenv("ZB_COORDINATOR");
+    a.coordinator = env && env[0] ? env : "127.0.0.1:7070";
+  }
+  Zb__V1__PlanRequest req = ZB__V1__PLAN_REQUEST__INIT;
+  Zb__V1__JobSpec pb;
+  zb_wire_spec_to_pb(spec, &pb);
+  req.spec = &pb;
+  req.objective = (char *)(objective ? objective : "");
+  ProtobufCMessage *resp = NULL;
+  int rc = remote_call("plan", &a, "/zb.v1.Zb/Plan", &req.base, &zb__v1__plan_response__descriptor, &resp);
+  zb_wire_spec_pb_clear(&pb);
+  if (rc)
+    return rc;
+  Zb__V1__PlanResponse *r = (void *)resp;
+  if (json) {
+    print_json(resp);
+  } else {
+    printf("%s (planned by zb-coordinator at %s): p=%d v=%d m=%d\n", r->schedule, a.coordinator, r->ranks,
+           r->chunks, r->microbatches);
+    printf("makespan %g  bubble_ratio %.4f (global)  bubble_ratio_paper %.4f  generated in %.3f ms\n",
+           r->makespan, r->bubble_ratio, r->bubble_ratio_paper, r->generation_seconds * 1e3);
+    printf("peak memory (M_F units):");
+    for (size_t k = 0; k < r->n_peak_memory; k++)
+      printf(" %g", r->peak_memory[k]);
+    printf("\n");
+    for (size_t k = 0; k < r->n_actions; k++) {
+      printf("rank %d:", r->actions[k]->rank);
+      for (size_t i = 0; i < r->actions[k]->n_actions; i++)
+        printf(" %s", r->actions[k]->actions[i]);
+      printf("\n");
+    }
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}

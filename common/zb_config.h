@@ -1,0 +1,89 @@
+/* zb_config.h — YAML documents the service reads: the coordinator's
+ * config file and job specs (libyaml). Parsing is strict: an unknown key,
+ * a wrong type, a missing required key or a value out of range is an
+ * error whose message names the key and its line ("line 4: key
+ * 'ranks': expected an integer >= 1, got 'four'"). Nothing here does I/O
+ * beyond what the caller hands in as text.
+ *
+ * Ownership: zb_job_spec owns stage_costs; zb_job_spec_free() releases it
+ * (and accepts a zeroed spec). zb_coord_config owns nothing.
+ */
+#ifndef ZB_CONFIG_H
+#define ZB_CONFIG_H
+
+#include <stddef.h>
+
+#include "zb_err.h"
+#include "zb_schedule.h"
+
+/* A job as a user writes it (README "Job spec"):
+ *   name: demo                  # required, 1..63 chars [A-Za-z0-9._-]
+ *   ranks: 4                    # required, >= 1
+ *   microbatches: 16            # required, >= 1
+ *   schedule: zb-v              # required, a family name (zb_family_parse)
+ *   chunks: 2                   # optional, 0 = the family's default
+ *   mem_limit: 2p               # optional: 'Np' (N*ranks M_F units) or a number of M_F units
+ *   costs:                      # optional, one rank's whole share, seconds
+ *     f: 0.01                   #   T_F (default 0.01)
+ *     b: 0.01                   #   T_B (default 0.01)
+ *     w: 0.01                   #   T_W (default 0.01)
+ *     comm: 0                   #   T_comm per hop (default 0)
+ *     mem: [1, -0.5, -0.5]      #   M_F, M_B, M_W (default 1, -0.5, -0.5)
+ *   stage_costs:                # optional, per stage [T_F, T_B, T_W] seconds (already per chunk)
+ *     - [0.01, 0.012, 0.008]
+ *   iterations: 10              # optional, default 10
+ *   backend: sim                # optional: sim (default), cpu, cuda
+ *   transport: tcp              # optional: tcp (default), nccl
+ *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB
+ */
+typedef struct zb_job_spec {
+  char name[64];
+  int ranks, microbatches;
+  char schedule[32];
+  int chunks;
+  double mem_limit;      /* M_F units, already multiplied out for 'Np'; 0: default */
+  zb_rank_costs costs;   /* times in seconds; memory deltas in M_F units */
+  int n_stage_costs;     /* 0, or the number of [f, b, w] rows given */
+  double (*stage_costs)[3];
+  int iterations;
+  char backend[16], transport[16];
+  long long bytes_per_activation;
+} zb_job_spec;
+
+/* Fills the defaults (name empty; ranks, microbatches 0). */
+void zb_job_spec_default(zb_job_spec *s);
+/* Parses one YAML document into *out (defaults first, then the keys
+ * given). On failure *out is left freed/defaulted and diag names the key
+ * and line. Also runs zb_job_spec_check(). */
+zb_err zb_job_spec_parse(const char *yaml, size_t len, zb_job_spec *out, zb_diag *diag);
+/* Checks a spec however it was filled (YAML or the wire): required fields,
+ * ranges, a known schedule that accepts the shape (zb_plan_check_shape),
+ * costs that zb_costs_check accepts, stage_costs count = ranks * chunks.
+ * The message names the field as the YAML and proto do ("ranks", "costs.f"). */
+zb_err zb_job_spec_check(const zb_job_spec *s, zb_diag *diag);
+void zb_job_spec_free(zb_job_spec *s);
+
+/* The coordinator's config file (deploy/zb-coordinator.yaml):
+ *   listen: 127.0.0.1:7070            # gRPC address (port 0: any free port)
+ *   metrics_listen: 127.0.0.1:9464    # Prometheus /metrics HTTP address (port 0: any)
+ *   data_dir: /var/lib/zb             # SQLite database and state
+ *   heartbeat_timeout_ms: 5000        # a worker silent this long is dead (100..600000)
+ *   log_level: info                   # debug, info, warn, error
+ *   max_message_bytes: 16777216       # gRPC receive limit (4096..1 GiB)
+ * Every key is optional; unknown keys are errors. */
+typedef struct zb_coord_config {
+  char listen[128];
+  char metrics_listen[128];
+  char data_dir[512];
+  int heartbeat_timeout_ms;
+  char log_level[8];
+  long long max_message_bytes;
+} zb_coord_config;
+
+void zb_coord_config_default(zb_coord_config *c);
+/* Parses YAML over the values already in *out (so defaults, then file,
+ * then command line can be layered by the caller). On failure *out is
+ * unchanged. */
+zb_err zb_coord_config_parse(const char *yaml, size_t len, zb_coord_config *out, zb_diag *diag);
+
+#endif

@@ -1,0 +1,111 @@
+/* zb_rpc.h — gRPC C core with protobuf-c messages, for zb's daemons and
+ * zbctl (see ../shared/notes/grpc-c-core.md).
+ *
+ * Server: one completion-queue thread hands every event to the owner's
+ * libuv loop with uv_async_send; all gRPC calls and every handler run on
+ * that loop thread, so handlers touch daemon state without locks. Methods
+ * are a table (path, request type, handler); requests arrive unpacked; a
+ * request that does not parse is answered INVALID_ARGUMENT before any
+ * handler sees it; unknown methods get UNIMPLEMENTED.
+ *
+ * Client: blocking calls, each on its own completion queue, so several
+ * threads can call at once (a worker's control thread and its executor).
+ *
+ * Ownership: a zb_rpc_call belongs to the server; a handler may keep the
+ * pointer until it ends the call (reply, fail, stream_finish) or its
+ * on_close callback ran. Messages handed to reply/write are packed at once
+ * and stay the caller's. Messages returned by client calls are the
+ * caller's (free with protobuf_c_message_free_unpacked(msg, NULL)).
+ */
+#ifndef ZB_RPC_H
+#define ZB_RPC_H
+
+#include <grpc/grpc.h>
+#include <grpc/status.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <uv.h>
+
+#include "zb_err.h"
+
+typedef struct zb_rpc_server zb_rpc_server;
+typedef struct zb_rpc_call zb_rpc_call;
+
+/* A handler gets the unpacked request (freed by the server after the
+ * handler returns: copy what you keep) and the server's user pointer. */
+typedef void (*zb_rpc_handler)(zb_rpc_call *call, const ProtobufCMessage *request, void *user);
+
+typedef struct zb_rpc_method {
+  const char *path; /* "/zb.v1.Zb/SubmitJob" */
+  const ProtobufCMessageDescriptor *request;
+  zb_rpc_handler handler;
+} zb_rpc_method;
+
+/* Binds addr ("host:port"; port 0: any free port, written to *bound_port),
+ * registers the methods (the table must outlive the server), starts the
+ * completion-queue thread and attaches to loop. max_message_bytes bounds
+ * requests. Does not block. */
+zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_message_bytes,
+                           const zb_rpc_method *methods, int n_methods, void *user, zb_rpc_server **out,
+                           int *bound_port, zb_diag *diag);
+/* Stops accepting calls, cancels the live ones (their on_close callbacks
+ * run), joins the thread and frees everything; `done` runs on the loop
+ * when all is gone (the loop must keep running until then). */
+void zb_rpc_server_shutdown(zb_rpc_server *srv, void (*done)(void *arg), void *arg);
+
+/* Unary: answers msg with status OK and ends the call. */
+void zb_rpc_reply(zb_rpc_call *call, const ProtobufCMessage *msg);
+/* Ends the call with a non-OK status and a message (printf-style). */
+void zb_rpc_fail(zb_rpc_call *call, grpc_status_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Server streaming: queues one message (sent in order, one in flight). */
+void zb_rpc_stream_write(zb_rpc_call *call, const ProtobufCMessage *msg);
+/* Ends a stream once the queued messages are sent. */
+void zb_rpc_stream_finish(zb_rpc_call *call, grpc_status_code code, const char *details);
+/* Runs cb on the loop when the peer goes away (cancel, deadline, broken
+ * connection, server shutdown) before the call was ended by us. After cb
+ * the call pointer must not be used. */
+void zb_rpc_call_on_close(zb_rpc_call *call, void (*cb)(zb_rpc_call *call, void *arg), void *arg);
+/* The peer's address ("ipv4:127.0.0.1:5555"); valid while the call is. */
+const char *zb_rpc_call_peer(const zb_rpc_call *call);
+/* Messages queued but not yet sent on a stream (back-pressure check). */
+int zb_rpc_call_queued(const zb_rpc_call *call);
+
+/* ---- client ---- */
+
+typedef struct zb_rpc_client zb_rpc_client;
+
+/* Creates an insecure channel to target ("host:port"); never blocks (the
+ * connection is made on first use). */
+zb_rpc_client *zb_rpc_client_new(const char *target, long long max_message_bytes);
+void zb_rpc_client_free(zb_rpc_client *c);
+
+/* Blocking unary call with a deadline (timeout_ms > 0). wait_for_ready:
+ * wait for the server to come up instead of failing with UNAVAILABLE.
+ * Returns the gRPC status; on OK *resp is set, otherwise details holds the
+ * server's message (or the transport's). */
+grpc_status_code zb_rpc_unary(zb_rpc_client *c, const char *method, const ProtobufCMessage *req,
+                              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                              int timeout_ms, bool wait_for_ready, char *details, size_t details_len);
+
+/* A server-streaming call being read. */
+typedef struct zb_rpc_stream zb_rpc_stream;
+/* Starts the call (timeout_ms <= 0: no deadline). Does not wait for the
+ * server; errors show up on the first read. */
+zb_rpc_stream *zb_rpc_stream_open(zb_rpc_client *c, const char *method, const ProtobufCMessage *req,
+                                  int timeout_ms, bool wait_for_ready);
+/* Waits up to wait_ms (< 0: forever) for the next message. Returns 1 with
+ * *msg set, 0 at the end of the stream (then zb_rpc_stream_status tells
+ * how it ended), -1 when wait_ms passed with nothing (call again), -2 when
+ * the message did not parse as resp_desc. */
+int zb_rpc_stream_read(zb_rpc_stream *st, const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **msg,
+                       int wait_ms);
+/* Final status once read returned 0 (waits for it); details as above. */
+grpc_status_code zb_rpc_stream_status(zb_rpc_stream *st, char *details, size_t details_len);
+/* Cancels (if still running) and frees the stream. */
+void zb_rpc_stream_free(zb_rpc_stream *st);
+
+/* Name of a status code ("INVALID_ARGUMENT"). */
+const char *zb_rpc_status_name(grpc_status_code code);
+
+#endif

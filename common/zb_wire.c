@@ -1,0 +1,263 @@
+#include "zb_wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "zb_alloc.h"
+#include "zb_format.h"
+#include "zb_lower.h"
+#include "zb_validate.h"
+
+/* Copies a proto string into a fixed field, refusing what does not fit. */
+static zb_err wire_copy(char *dst, size_t cap, const char *src, const char *field, zb_diag *diag) {
+  if (!src)
+    src = "";
+  if (strlen(src) >= cap)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s: longer than %zu characters", field, cap - 1);
+  snprintf(dst, cap, "%s", src);
+  return ZB_OK;
+}
+
+zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {
+  zb_job_spec_default(out);
+  zb_err err;
+  if ((err = wire_copy(out->name, sizeof out->name, pb->name, "name", diag)) ||
+      (err = wire_copy(out->schedule, sizeof out->schedule, pb->schedule, "schedule", diag)))
+    return err;
+  out->ranks = pb->ranks;
+  out->microbatches = pb->microbatches;
+  out->chunks = pb->chunks;
+  out->mem_limit = pb->mem_limit;
+  if (pb->costs) {
+    const Zb__V1__RankCosts *c = pb->costs;
+    /* a message given with all-zero memory deltas means "default memory" */
+    bool mem_given = c->m_f != 0 || c->m_b != 0 || c->m_w != 0;
+    out->costs.t_f = c->t_f;
+    out->costs.t_b = c->t_b;
+    out->costs.t_w = c->t_w;
+    out->costs.t_comm = c->t_comm;
+    if (mem_given) {
+      out->costs.m_f = c->m_f;
+      out->costs.m_b = c->m_b;
+      out->costs.m_w = c->m_w;
+    }
+  }
+  if (pb->n_stage_costs > 0) {
+    out->n_stage_costs = (int)pb->n_stage_costs;
+    out->stage_costs = zb_malloc(sizeof *out->stage_costs * pb->n_stage_costs);
+    for (size_t k = 0; k < pb->n_stage_costs; k++) {
+      out->stage_costs[k][0] = pb->stage_costs[k]->t_f;
+      out->stage_costs[k][1] = pb->stage_costs[k]->t_b;
+      out->stage_costs[k][2] = pb->stage_costs[k]->t_w;
+    }
+  }
+  if (pb->iterations != 0)
+    out->iterations = pb->iterations;
+  if (pb->backend && pb->backend[0] &&
+      (err = wire_copy(out->backend, sizeof out->backend, pb->backend, "backend", diag)))
+    goto fail;
+  if (pb->transport && pb->transport[0] &&
+      (err = wire_copy(out->transport, sizeof out->transport, pb->transport, "transport", diag)))
+    goto fail;
+  if (pb->bytes_per_activation != 0)
+    out->bytes_per_activation = pb->bytes_per_activation;
+  if ((err = zb_job_spec_check(out, diag)))
+    goto fail;
+  return ZB_OK;
+fail:
+  zb_job_spec_free(out);
+  return err;
+}
+
+void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
+  zb__v1__job_spec__init(pb);
+  pb->name = (char *)spec->name;
+  pb->ranks = spec->ranks;
+  pb->microbatches = spec->microbatches;
+  pb->schedule = (char *)spec->schedule;
+  pb->chunks = spec->chunks;
+  pb->mem_limit = spec->mem_limit;
+  Zb__V1__RankCosts *rc = zb_malloc(sizeof *rc);
+  zb__v1__rank_costs__init(rc);
+  rc->t_f = spec->costs.t_f;
+  rc->t_b = spec->costs.t_b;
+  rc->t_w = spec->costs.t_w;
+  rc->t_comm = spec->costs.t_comm;
+  rc->m_f = spec->costs.m_f;
+  rc->m_b = spec->costs.m_b;
+  rc->m_w = spec->costs.m_w;
+  pb->costs = rc;
+  if (spec->n_stage_costs > 0) {
+    pb->n_stage_costs = (size_t)spec->n_stage_costs;
+    pb->stage_costs = zb_malloc(sizeof *pb->stage_costs * pb->n_stage_costs);
+    Zb__V1__StageCosts *arr = zb_malloc(sizeof *arr * pb->n_stage_costs);
+    for (int k = 0; k < spec->n_stage_costs; k++) {
+      zb__v1__stage_costs__init(&arr[k]);
+      arr[k].t_f = spec->stage_costs[k][0];
+      arr[k].t_b = spec->stage_costs[k][1];
+      arr[k].t_w = spec->stage_costs[k][2];
+      pb->stage_costs[k] = &arr[k];
+    }
+  }
+  pb->iterations = spec->iterations;
+  pb->backend = (char *)spec->backend;
+  pb->transport = (char *)spec->transport;
+  pb->bytes_per_activation = spec->bytes_per_activation;
+}
+
+void zb_wire_spec_pb_clear(Zb__V1__JobSpec *pb) {
+  free(pb->costs);
+  if (pb->n_stage_costs > 0)
+    free(pb->stage_costs[0]);
+  free(pb->stage_costs);
+  pb->costs = NULL;
+  pb->stage_costs = NULL;
+  pb->n_stage_costs = 0;
+}
+
+static double wire_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+zb_err zb_wire_plan_make(const zb_job_spec *spec, zb_objective objective, zb_wire_plan *out, zb_diag *diag) {
+  memset(out, 0, sizeof *out);
+  zb_err err = zb_family_parse(spec->schedule, &out->family, diag);
+  if (err)
+    return err;
+  out->p = spec->ranks;
+  out->m = spec->microbatches;
+  out->v = spec->chunks > 0 ? spec->chunks : zb_family_default_chunks(out->family);
+  double limit = spec->mem_limit > 0 ? spec->mem_limit * spec->costs.m_f : 0;
+  out->costs = zb_costs_from_rank_share(out->p, out->v, &spec->costs, limit);
+  if (spec->n_stage_costs > 0) {
+    if (spec->n_stage_costs != out->p * out->v) {
+      err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stage_costs: %d rows for %d stages (ranks x chunks)",
+                        spec->n_stage_costs, out->p * out->v);
+      goto fail;
+    }
+    for (int s = 0; s < spec->n_stage_costs; s++) {
+      out->costs->t_f[s] = spec->stage_costs[s][0];
+      out->costs->t_b[s] = spec->stage_costs[s][1];
+      out->costs->t_w[s] = spec->stage_costs[s][2];
+    }
+  }
+  zb_plan_request req = {.family = out->family,
+                         .p = out->p,
+                         .v = out->v,
+                         .m = out->m,
+                         .costs = out->costs,
+                         .objective = objective};
+  zb_schedule *compute = NULL;
+  double t0 = wire_now();
+  err = zb_plan_generate(&req, &compute, diag);
+  out->generation_seconds = wire_now() - t0;
+  if (err)
+    goto fail;
+  zb_diag d;
+  err = zb_lower(compute, out->costs, &out->lowered, &d);
+  zb_schedule_free(compute);
+  if (err) {
+    err = zb_diag_set(diag, err, "%s: lowering failed: %s", spec->schedule, d.msg);
+    goto fail;
+  }
+  zb_violation viol;
+  if ((err = zb_validate(out->lowered, out->costs, &viol))) {
+    char line[200];
+    zb_violation_format(&viol, line, (int)sizeof line);
+    err = zb_diag_set(diag, err, "%s: invalid schedule: %s", spec->schedule, line);
+    goto fail;
+  }
+  if ((err = zb_simulate(out->lowered, out->costs, &out->sim, &d))) {
+    err = zb_diag_set(diag, err, "%s: simulation failed: %s", spec->schedule, d.msg);
+    goto fail;
+  }
+  return ZB_OK;
+fail:
+  zb_wire_plan_free(out);
+  return err;
+}
+
+void zb_wire_plan_free(zb_wire_plan *plan) {
+  zb_schedule_free(plan->lowered);
+  zb_costs_free(plan->costs);
+  zb_sim_result_free(plan->sim);
+  memset(plan, 0, sizeof *plan);
+}
+
+void zb_wire_rank_actions(const zb_schedule *s, int r, Zb__V1__RankActions *out) {
+  zb__v1__rank_actions__init(out);
+  out->rank = r;
+  const zb_rank_list *l = &s->ranks[r];
+  out->n_actions = (size_t)l->n;
+  out->actions = zb_malloc(sizeof(char *) * (size_t)(l->n > 0 ? l->n : 1));
+  for (int i = 0; i < l->n; i++) {
+    char buf[64];
+    zb_action_format(&l->actions[i], buf, (int)sizeof buf);
+    out->actions[i] = zb_strdup(buf);
+  }
+}
+
+void zb_wire_rank_actions_clear(Zb__V1__RankActions *ra) {
+  for (size_t i = 0; i < ra->n_actions; i++)
+    free(ra->actions[i]);
+  free(ra->actions);
+  ra->actions = NULL;
+  ra->n_actions = 0;
+}
+
+zb_err zb_wire_rank_actions_parse(const Zb__V1__RankActions *ra, zb_schedule *s, zb_diag *diag) {
+  if (ra->rank < 0 || ra->rank >= s->p)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "actions.rank: %d is not a rank of %d", ra->rank, s->p);
+  for (size_t i = 0; i < ra->n_actions; i++) {
+    zb_action a;
+    zb_diag d;
+    if (zb_action_parse(ra->actions[i], &a, &d) != ZB_OK)
+      return zb_diag_set(diag, ZB_ERR_PARSE, "actions[%zu]: %s", i, d.msg);
+    zb_schedule_push(s, ra->rank, a);
+  }
+  return ZB_OK;
+}
+
+void zb_wire_plan_response(const zb_wire_plan *plan, Zb__V1__PlanResponse *resp) {
+  zb__v1__plan_response__init(resp);
+  resp->schedule = (char *)zb_family_name(plan->family);
+  resp->ranks = plan->p;
+  resp->chunks = plan->v;
+  resp->microbatches = plan->m;
+  resp->makespan = plan->sim->makespan;
+  resp->bubble_ratio = plan->sim->bubble_ratio;
+  resp->bubble_ratio_paper = plan->sim->bubble_ratio_paper;
+  resp->n_peak_memory = (size_t)plan->p;
+  resp->peak_memory = zb_malloc(sizeof(double) * (size_t)plan->p);
+  for (int r = 0; r < plan->p; r++)
+    resp->peak_memory[r] = plan->sim->peak_memory_units[r];
+  resp->generation_seconds = plan->generation_seconds;
+  resp->n_actions = (size_t)plan->p;
+  resp->actions = zb_malloc(sizeof *resp->actions * (size_t)plan->p);
+  for (int r = 0; r < plan->p; r++) {
+    resp->actions[r] = zb_malloc(sizeof **resp->actions);
+    zb_wire_rank_actions(plan->lowered, r, resp->actions[r]);
+  }
+}
+
+void zb_wire_plan_response_clear(Zb__V1__PlanResponse *resp) {
+  for (size_t r = 0; r < resp->n_actions; r++) {
+    zb_wire_rank_actions_clear(resp->actions[r]);
+    free(resp->actions[r]);
+  }
+  free(resp->actions);
+  free(resp->peak_memory);
+  resp->actions = NULL;
+  resp->peak_memory = NULL;
+  resp->n_actions = resp->n_peak_memory = 0;
+}
+
+const char *zb_wire_state_name(int state) {
+  static const char *const names[] = {"UNSPECIFIED", "PENDING", "RUNNING",
+                                      "SUCCEEDED",   "FAILED",  "CANCELLED"};
+  return state >= 0 && state <= 5 ? names[state] : "?";
+}

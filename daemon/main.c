@@ -1,0 +1,251 @@
+/* zb-coordinator: config (defaults, then the YAML file, then flags), the
+ * store, the gRPC server and the metrics endpoint on one libuv loop.
+ * SIGTERM/SIGINT drain and exit 0; SIGHUP re-reads the config file and
+ * applies what can change while running (log level, heartbeat timeout). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "coordinator.h"
+#include "zb_alloc.h"
+#include "zb_log.h"
+
+#ifndef ZB_VERSION
+#define ZB_VERSION "unknown"
+#endif
+
+static const char usage_text[] =
+    "usage: zb-coordinator [--config FILE] [--listen ADDR] [--metrics-listen ADDR]\n"
+    "                      [--data-dir DIR] [--heartbeat-timeout-ms N] [--log-level L]\n"
+    "                      [--max-message-bytes N] [--port-file FILE] [--version] [--help]\n"
+    "\n"
+    "Plans pipeline schedules, assigns ranks to attached zb-workers, dispatches\n"
+    "their action lists, gathers their reports and keeps jobs in SQLite.\n"
+    "\n"
+    "  --config FILE            YAML config (keys: listen, metrics_listen, data_dir,\n"
+    "                           heartbeat_timeout_ms, log_level, max_message_bytes)\n"
+    "  --listen ADDR            gRPC address (default 127.0.0.1:7070; port 0: any)\n"
+    "  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9464)\n"
+    "  --data-dir DIR           where zb.db lives (default ./zb-data; created)\n"
+    "  --heartbeat-timeout-ms N a worker silent this long is dead (default 5000)\n"
+    "  --log-level L            debug, info, warn, error (default info)\n"
+    "  --max-message-bytes N    gRPC message limit (default 16777216)\n"
+    "  --port-file FILE         write 'GRPC_PORT METRICS_PORT' there once listening\n"
+    "\n"
+    "Flags override the config file. Logs go to stderr. SIGTERM drains and\n"
+    "exits 0; SIGHUP reloads log_level and heartbeat_timeout_ms from --config.\n";
+
+static bool read_text(const char *path, char **out, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return false;
+  size_t cap = 4096, n = 0;
+  char *buf = zb_malloc(cap);
+  size_t got;
+  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (cap - n - 1 == 0) {
+      cap *= 2;
+      buf = zb_realloc(buf, cap);
+    }
+  }
+  fclose(f);
+  buf[n] = 0;
+  *out = buf;
+  *len = n;
+  return true;
+}
+
+static bool load_config_file(const char *path, zb_coord_config *cfg) {
+  char *text;
+  size_t len;
+  if (!read_text(path, &text, &len)) {
+    fprintf(stderr, "zb-coordinator: cannot read config %s: %s\n", path, strerror(errno));
+    return false;
+  }
+  zb_diag d;
+  zb_err err = zb_coord_config_parse(text, len, cfg, &d);
+  free(text);
+  if (err) {
+    fprintf(stderr, "zb-coordinator: %s: %s\n", path, d.msg);
+    return false;
+  }
+  return true;
+}
+
+static int mkdir_p(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return -1;
+      *p = '/';
+    }
+  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void on_tick(uv_timer_t *t) {
+  coord_tick(t->data);
+}
+
+static void on_rpc_down(void *arg) {
+  coord *co = arg;
+  uv_close((uv_handle_t *)&co->tick, NULL);
+  uv_close((uv_handle_t *)&co->sigterm, NULL);
+  uv_close((uv_handle_t *)&co->sigint, NULL);
+  uv_close((uv_handle_t *)&co->sighup, NULL);
+}
+
+static void on_stop_signal(uv_signal_t *h, int signum) {
+  coord *co = h->data;
+  if (co->stopping)
+    return;
+  co->stopping = true;
+  ZB_INFO(
+      "signal %d: draining (workers re-attach to the next coordinator; active jobs are marked on restart)",
+      signum);
+  zb_rpc_server_shutdown(co->rpc, on_rpc_down, co);
+}
+
+static void on_hup(uv_signal_t *h, int signum) {
+  (void)signum;
+  coord *co = h->data;
+  if (!co->config_path) {
+    ZB_INFO("SIGHUP: no --config file to reload");
+    return;
+  }
+  zb_coord_config fresh = co->cfg;
+  if (!load_config_file(co->config_path, &fresh)) {
+    ZB_WARN("SIGHUP: keeping the running config");
+    return;
+  }
+  co->cfg.heartbeat_timeout_ms = fresh.heartbeat_timeout_ms;
+  snprintf(co->cfg.log_level, sizeof co->cfg.log_level, "%s", fresh.log_level);
+  zb_log_set_level((zb_log_level)zb_log_level_parse(fresh.log_level));
+  ZB_INFO("SIGHUP: reloaded log_level=%s heartbeat_timeout_ms=%d (addresses and data_dir need a restart)",
+          fresh.log_level, fresh.heartbeat_timeout_ms);
+}
+
+int main(int argc, char **argv) {
+  zb_coord_config cfg;
+  zb_coord_config_default(&cfg);
+  const char *config_path = NULL, *port_file = NULL;
+  /* first pass: the config file, so flags can override it */
+  for (int k = 1; k < argc; k++)
+    if (strcmp(argv[k], "--config") == 0 && k + 1 < argc)
+      config_path = argv[k + 1];
+    else if (strncmp(argv[k], "--config=", 9) == 0)
+      config_path = argv[k] + 9;
+  if (config_path && !load_config_file(config_path, &cfg))
+    return 2;
+  static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                       {"listen", required_argument, NULL, 'l'},
+                                       {"metrics-listen", required_argument, NULL, 'm'},
+                                       {"data-dir", required_argument, NULL, 'd'},
+                                       {"heartbeat-timeout-ms", required_argument, NULL, 't'},
+                                       {"log-level", required_argument, NULL, 'L'},
+                                       {"max-message-bytes", required_argument, NULL, 'M'},
+                                       {"port-file", required_argument, NULL, 'p'},
+                                       {"version", no_argument, NULL, 'V'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  /* flags go through the same checks as the file, as a YAML line each */
+  char yaml[1024];
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    const char *key = NULL;
+    switch (c) {
+    case 'c': continue;
+    case 'l': key = "listen"; break;
+    case 'm': key = "metrics_listen"; break;
+    case 'd': key = "data_dir"; break;
+    case 't': key = "heartbeat_timeout_ms"; break;
+    case 'L': key = "log_level"; break;
+    case 'M': key = "max_message_bytes"; break;
+    case 'p': port_file = optarg; continue;
+    case 'V': printf("zb-coordinator %s\n", ZB_VERSION); return 0;
+    case 'h': fputs(usage_text, stdout); return 0;
+    default: fputs(usage_text, stderr); return 2;
+    }
+    snprintf(yaml, sizeof yaml, "%s: \"%s\"\n", key, optarg);
+    if (c == 't' || c == 'M')
+      snprintf(yaml, sizeof yaml, "%s: %s\n", key, optarg);
+    zb_diag d;
+    if (zb_coord_config_parse(yaml, strlen(yaml), &cfg, &d) != ZB_OK) {
+      fprintf(stderr, "zb-coordinator: --%s: %s\n", key, d.msg);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "zb-coordinator: unexpected argument '%s'\n%s", argv[optind], usage_text);
+    return 2;
+  }
+  zb_log_init("coordinator", (zb_log_level)zb_log_level_parse(cfg.log_level));
+
+  if (mkdir_p(cfg.data_dir) != 0) {
+    ZB_ERROR("cannot create data_dir %s: %s", cfg.data_dir, strerror(errno));
+    return 1;
+  }
+  coord co = {.cfg = cfg, .config_path = config_path};
+  co.loop = uv_default_loop();
+  char db[600];
+  snprintf(db, sizeof db, "%s/zb.db", cfg.data_dir);
+  zb_diag d;
+  int rc = 1;
+  if (zb_store_open(db, &co.store, &d) != ZB_OK) {
+    ZB_ERROR("%s", d.msg);
+    return 1;
+  }
+  if (coord_load(&co, &d) != ZB_OK) {
+    ZB_ERROR("%s", d.msg);
+    goto out;
+  }
+  if (coord_metrics_start(&co, &d) != ZB_OK) {
+    ZB_ERROR("%s", d.msg);
+    goto out;
+  }
+  if (zb_rpc_server_start(co.loop, cfg.listen, cfg.max_message_bytes, coord_methods, coord_n_methods, &co,
+                          &co.rpc, &co.grpc_port, &d) != ZB_OK) {
+    ZB_ERROR("listen: %s", d.msg);
+    goto out;
+  }
+  ZB_INFO("zb-coordinator %s: gRPC on port %d, metrics on port %d, data in %s", ZB_VERSION, co.grpc_port,
+          co.metrics_port, cfg.data_dir);
+  if (port_file) {
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%d %d\n", co.grpc_port, co.metrics_port) < 0 || fclose(f) != 0 ||
+        rename(tmp, port_file)) {
+      ZB_ERROR("cannot write --port-file %s: %s", port_file, strerror(errno));
+      co.stopping = true;
+      zb_rpc_server_shutdown(co.rpc, NULL, NULL);
+      uv_run(co.loop, UV_RUN_DEFAULT);
+      goto out;
+    }
+  }
+  uv_timer_init(co.loop, &co.tick);
+  co.tick.data = &co;
+  uv_timer_start(&co.tick, on_tick, 250, 250);
+  uv_signal_init(co.loop, &co.sigterm);
+  uv_signal_init(co.loop, &co.sigint);
+  uv_signal_init(co.loop, &co.sighup);
+  co.sigterm.data = co.sigint.data = co.sighup.data = &co;
+  uv_signal_start(&co.sigterm, on_stop_signal, SIGTERM);
+  uv_signal_start(&co.sigint, on_stop_signal, SIGINT);
+  uv_signal_start(&co.sighup, on_hup, SIGHUP);
+  uv_run(co.loop, UV_RUN_DEFAULT);
+  ZB_INFO("stopped");
+  rc = 0;
+out:
+  coord_metrics_stop(&co);
+  coord_free_state(&co);
+  zb_store_close(co.store);
+  uv_loop_close(co.loop);
+  return rc;
+}

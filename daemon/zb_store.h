@@ -1,0 +1,76 @@
+/* zb_store.h — the coordinator's job store: jobs and their event history
+ * in one SQLite database file, so a restart loses nothing.
+ *
+ * The store knows rows, not protobuf: job specs and iteration metrics are
+ * opaque blobs (packed protobuf) it keeps byte for byte. Calls block on
+ * SQLite (WAL journal, synchronous=NORMAL) and are made from the
+ * coordinator's loop thread only. zb_store_begin()/zb_store_commit()
+ * group many writes in one transaction (the coordinator flushes a batch
+ * every few hundred ms); writes outside a group commit on their own.
+ *
+ * Ownership: a zb_store is freed by zb_store_close() (NULL: no-op). Row
+ * arrays returned by the list functions are owned by the caller and freed
+ * with zb_store_jobs_free() / zb_store_events_free().
+ */
+#ifndef ZB_STORE_H
+#define ZB_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zb_err.h"
+
+typedef struct zb_store zb_store;
+
+/* Job states as stored; same numbers as zb.v1.JobState. */
+enum { ZB_JOB_PENDING = 1, ZB_JOB_RUNNING = 2, ZB_JOB_SUCCEEDED = 3, ZB_JOB_FAILED = 4, ZB_JOB_CANCELLED = 5 };
+
+typedef struct zb_store_job {
+  char id[64];
+  char name[64];
+  int state;
+  char reason[256];
+  char schedule[32];     /* current family */
+  int64_t created_ms, updated_ms;
+  int iterations_done;
+  int64_t next_seq;      /* seq the next event of this job gets */
+  uint8_t *spec;         /* packed zb.v1.JobSpec */
+  size_t spec_len;
+  uint8_t *last;         /* packed zb.v1.IterationMetrics of the last iteration, may be NULL */
+  size_t last_len;
+} zb_store_job;
+
+typedef struct zb_store_event {
+  char job_id[64];
+  int64_t seq, unix_ms;
+  int state;
+  char reason[256];
+  uint8_t *iteration;    /* packed zb.v1.IterationMetrics, may be NULL */
+  size_t iteration_len;
+} zb_store_event;
+
+/* Opens (creating if needed) the database at path and its schema; diag
+ * says why it failed (path, SQLite's message). */
+zb_err zb_store_open(const char *path, zb_store **out, zb_diag *diag);
+void zb_store_close(zb_store *st);
+
+zb_err zb_store_begin(zb_store *st, zb_diag *diag);
+zb_err zb_store_commit(zb_store *st, zb_diag *diag);
+
+/* Inserts the job or replaces the row with the same id (blobs copied). */
+zb_err zb_store_put_job(zb_store *st, const zb_store_job *job, zb_diag *diag);
+/* Every job, oldest first. */
+zb_err zb_store_list_jobs(zb_store *st, zb_store_job **rows, int *n, zb_diag *diag);
+void zb_store_jobs_free(zb_store_job *rows, int n);
+
+zb_err zb_store_append_event(zb_store *st, const zb_store_event *ev, zb_diag *diag);
+/* Events of one job with seq > after_seq, in seq order. */
+zb_err zb_store_list_events(zb_store *st, const char *job_id, int64_t after_seq, zb_store_event **rows, int *n,
+                            zb_diag *diag);
+void zb_store_events_free(zb_store_event *rows, int n);
+
+/* Start-up after a crash: every job still PENDING or RUNNING becomes
+ * FAILED with `reason`, and gets an event saying so. *n_marked counts them. */
+zb_err zb_store_mark_interrupted(zb_store *st, const char *reason, int64_t now_ms, int *n_marked, zb_diag *diag);
+
+#endif

@@ -1,0 +1,541 @@
+/* test_config.c — job specs and the coordinator's config from real YAML
+ * text: every key parsed, defaults, 'Np' memory limits, and each class of
+ * error with its zb_err, the key it names and the line it points at. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "zb_config.h"
+#include "zbtest.h"
+
+/* A minimal valid spec on lines 1..4; tests append from line 5. */
+#define BASE "name: demo\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n"
+
+/* true when msg holds every substring of the NULL-terminated list ap;
+ * otherwise prints the first one missing. */
+static bool has_all(const char *msg, va_list ap) {
+  for (const char *want = va_arg(ap, const char *); want; want = va_arg(ap, const char *))
+    if (!strstr(msg, want)) {
+      fprintf(stderr, "    message lacks \"%s\": %s\n", want, msg);
+      return false;
+    }
+  return true;
+}
+
+/* Parses yaml as a job spec expecting error `want` with every substring
+ * that follows (NULL-terminated) in the message, and *out left defaulted
+ * although it was filled before. */
+static bool job_fails(const char *yaml, zb_err want, ...) {
+  zb_job_spec s;
+  zb_job_spec_default(&s);
+  s.ranks = 99; /* must be reset by the failed parse */
+  zb_diag d = {{0}};
+  zb_err got = zb_job_spec_parse(yaml, strlen(yaml), &s, &d);
+  bool ok = got == want;
+  if (!ok)
+    fprintf(stderr, "    got %s (%d), want %s; message: %s\n", zb_strerror(got), got, zb_strerror(want),
+            d.msg);
+  va_list ap;
+  va_start(ap, want);
+  ok = has_all(d.msg, ap) && ok;
+  va_end(ap);
+  if (s.ranks != 0 || s.stage_costs || s.iterations != 10) {
+    fprintf(stderr, "    spec not left defaulted after the failure\n");
+    ok = false;
+  }
+  if (!ok)
+    fprintf(stderr, "    input:\n%s\n", yaml);
+  zb_job_spec_free(&s);
+  return ok;
+}
+
+/* Parses yaml over a default coordinator config expecting `want` and the
+ * substrings; the config must come back byte for byte unchanged. */
+static bool coord_fails(const char *yaml, zb_err want, ...) {
+  zb_coord_config c, before;
+  zb_coord_config_default(&c);
+  before = c;
+  zb_diag d = {{0}};
+  zb_err got = zb_coord_config_parse(yaml, strlen(yaml), &c, &d);
+  bool ok = got == want;
+  if (!ok)
+    fprintf(stderr, "    got %s (%d), want %s; message: %s\n", zb_strerror(got), got, zb_strerror(want),
+            d.msg);
+  va_list ap;
+  va_start(ap, want);
+  ok = has_all(d.msg, ap) && ok;
+  va_end(ap);
+  if (memcmp(&c, &before, sizeof c) != 0) {
+    fprintf(stderr, "    config changed by a failed parse\n");
+    ok = false;
+  }
+  if (!ok)
+    fprintf(stderr, "    input:\n%s\n", yaml);
+  return ok;
+}
+
+/* Parses a spec that must be valid; on failure prints why. */
+static bool job_ok(const char *yaml, zb_job_spec *s) {
+  zb_diag d = {{0}};
+  zb_err err = zb_job_spec_parse(yaml, strlen(yaml), s, &d);
+  if (err)
+    fprintf(stderr, "    unexpected %s: %s\n    input:\n%s\n", zb_strerror(err), d.msg, yaml);
+  return err == ZB_OK;
+}
+
+/* ---- job spec: valid input ---------------------------------------------- */
+
+static void test_job_full_spec(void) {
+  const char *yaml = "# a job with every key\n"
+                     "name: demo-1.run_x\n"
+                     "ranks: 4\n"
+                     "microbatches: 16\n"
+                     "schedule: zb-v\n"
+                     "chunks: 2\n"
+                     "mem_limit: 2p\n"
+                     "costs:\n"
+                     "  f: 0.02\n"
+                     "  b: 0.03\n"
+                     "  w: 1.5e-2\n"
+                     "  comm: 0.001\n"
+                     "  mem: [2, -1.5, -0.5]\n"
+                     "stage_costs:\n"
+                     "  - [0.01, 0.012, 0.008]\n"
+                     "  - [0.02, 0.022, 0.018]\n"
+                     "  - [0.03, 0.032, 0.028]\n"
+                     "  - [0.04, 0.042, 0.038]\n"
+                     "  - [0.05, 0.052, 0.048]\n"
+                     "  - [0.06, 0.062, 0.058]\n"
+                     "  - [0.07, 0.072, 0.068]\n"
+                     "  - [0.08, 0.082, 0.078]\n"
+                     "iterations: 25\n"
+                     "backend: cpu\n"
+                     "transport: nccl\n"
+                     "bytes_per_activation: 1048576\n";
+  zb_job_spec s;
+  zb_job_spec_default(&s);
+  CHECK(job_ok(yaml, &s));
+  CHECK_STREQ(s.name, "demo-1.run_x");
+  CHECK_EQ(s.ranks, 4);
+  CHECK_EQ(s.microbatches, 16);
+  CHECK_STREQ(s.schedule, "zb-v");
+  CHECK_EQ(s.chunks, 2);
+  CHECK_NEAR(s.mem_limit, 8, 1e-12);
+  CHECK_NEAR(s.costs.t_f, 0.02, 1e-15);
+  CHECK_NEAR(s.costs.t_b, 0.03, 1e-15);
+  CHECK_NEAR(s.costs.t_w, 0.015, 1e-15);
+  CHECK_NEAR(s.costs.t_comm, 0.001, 1e-15);
+  CHECK_NEAR(s.costs.m_f, 2, 1e-15);
+  CHECK_NEAR(s.costs.m_b, -1.5, 1e-15);
+  CHECK_NEAR(s.costs.m_w, -0.5, 1e-15);
+  CHECK_EQ(s.n_stage_costs, 8);
+  CHECK(s.stage_costs != NULL);
+  CHECK_NEAR(s.stage_costs[0][0], 0.01, 1e-15);
+  CHECK_NEAR(s.stage_costs[3][1], 0.042, 1e-15);
+  CHECK_NEAR(s.stage_costs[7][2], 0.078, 1e-15);
+  CHECK_EQ(s.iterations, 25);
+  CHECK_STREQ(s.backend, "cpu");
+  CHECK_STREQ(s.transport, "nccl");
+  CHECK_EQ(s.bytes_per_activation, 1048576);
+  CHECK_EQ(zb_job_spec_check(&s, NULL), ZB_OK);
+  zb_job_spec_free(&s);
+  CHECK(s.stage_costs == NULL);
+  CHECK_EQ(s.n_stage_costs, 0);
+}
+
+static void test_job_defaults(void) {
+  zb_job_spec s;
+  zb_job_spec_default(&s);
+  CHECK_STREQ(s.name, "");
+  CHECK_EQ(s.ranks, 0);
+  CHECK_EQ(s.microbatches, 0);
+  /* A defaulted spec lacks the required fields, so the checker refuses it. */
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_job_spec_check(&s, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'name'"), "message: %s", d.msg);
+
+  /* Quoted strings and flow style are YAML too. */
+  CHECK(job_ok("{name: \"demo\", ranks: 2, microbatches: 4, schedule: '1f1b'}", &s));
+  CHECK_STREQ(s.name, "demo");
+  CHECK_STREQ(s.schedule, "1f1b");
+  CHECK_EQ(s.chunks, 0);
+  CHECK_NEAR(s.mem_limit, 0, 0);
+  CHECK_NEAR(s.costs.t_f, 0.01, 1e-15);
+  CHECK_NEAR(s.costs.t_b, 0.01, 1e-15);
+  CHECK_NEAR(s.costs.t_w, 0.01, 1e-15);
+  CHECK_NEAR(s.costs.t_comm, 0, 0);
+  CHECK_NEAR(s.costs.m_f, 1, 0);
+  CHECK_NEAR(s.costs.m_b, -0.5, 0);
+  CHECK_NEAR(s.costs.m_w, -0.5, 0);
+  CHECK_EQ(s.n_stage_costs, 0);
+  CHECK(s.stage_costs == NULL);
+  CHECK_EQ(s.iterations, 10);
+  CHECK_STREQ(s.backend, "sim");
+  CHECK_STREQ(s.transport, "tcp");
+  CHECK_EQ(s.bytes_per_activation, 65536);
+
+  /* A partial costs map keeps the defaults of the keys it leaves out. */
+  CHECK(job_ok(BASE "costs:\n  b: 0.5\n", &s));
+  CHECK_NEAR(s.costs.t_b, 0.5, 1e-15);
+  CHECK_NEAR(s.costs.t_f, 0.01, 1e-15);
+  CHECK_NEAR(s.costs.m_f, 1, 0);
+  zb_job_spec_free(&s);
+}
+
+/* 'Np' is N times ranks wherever ranks appears in the file. */
+static void test_job_mem_limit_np(void) {
+  zb_job_spec s;
+  CHECK(job_ok("mem_limit: 1.5p\nname: a\nranks: 6\nmicrobatches: 6\nschedule: zb-auto\n", &s));
+  CHECK_NEAR(s.mem_limit, 9, 1e-12);
+  CHECK(job_ok("name: a\nranks: 6\nmicrobatches: 6\nschedule: zb-auto\nmem_limit: 2p\n", &s));
+  CHECK_NEAR(s.mem_limit, 12, 1e-12);
+  CHECK(job_ok(BASE "mem_limit: 3.25\n", &s));
+  CHECK_NEAR(s.mem_limit, 3.25, 1e-12);
+  CHECK(job_fails(BASE "mem_limit: 0\n", ZB_ERR_PARSE, "line 5", "'mem_limit'", "'Np'", NULL));
+  CHECK(job_fails(BASE "mem_limit: -1p\n", ZB_ERR_PARSE, "line 5", "'mem_limit'", "'-1p'", NULL));
+  CHECK(job_fails(BASE "mem_limit: 2q\n", ZB_ERR_PARSE, "line 5", "'mem_limit'", NULL));
+  CHECK(job_fails(BASE "mem_limit: p\n", ZB_ERR_PARSE, "line 5", "'mem_limit'", NULL));
+  CHECK(job_fails(BASE "mem_limit: infp\n", ZB_ERR_PARSE, "line 5", "'mem_limit'", NULL));
+  CHECK(job_fails(BASE "mem_limit: '2p'\n", ZB_ERR_PARSE, "line 5", "'mem_limit'", "quoted", NULL));
+}
+
+/* ---- job spec: errors of type, key and document shape -------------------- */
+
+static void test_job_wrong_types(void) {
+  CHECK(job_fails("name: demo\nranks: four\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE,
+                  "line 2: key 'ranks': expected an integer >= 1, got 'four'", NULL));
+  CHECK(job_fails("name: demo\nranks:\n  a: 1\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 3",
+                  "'ranks'", "got a mapping", NULL));
+  CHECK(job_fails("name: demo\nranks: [4]\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 2",
+                  "'ranks'", "got a list", NULL));
+  CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 16.0\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 3",
+                  "'microbatches'", "'16.0'", NULL));
+  CHECK(job_fails("name: demo\nranks: -2\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 2",
+                  "'ranks'", ">= 1", NULL));
+  CHECK(job_fails("name: demo\nranks: \"4\"\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 2",
+                  "'ranks'", "quoted", NULL));
+  CHECK(job_fails("name: demo\nranks: 0x10\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 2",
+                  NULL));
+  CHECK(job_fails("name: demo\nranks: 4 # fine\nmicrobatches: 16 x\nschedule: zb-h1\n", ZB_ERR_PARSE,
+                  "line 3", "'microbatches'", "'16 x'", NULL));
+  CHECK(job_fails("name: demo\nranks:\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 2",
+                  "'ranks'", "empty value", NULL));
+  CHECK(job_fails(BASE "bytes_per_activation: -1\n", ZB_ERR_PARSE, "line 5", "'bytes_per_activation'", ">= 0",
+                  NULL));
+  CHECK(job_fails(BASE "chunks: -1\n", ZB_ERR_PARSE, "line 5", "'chunks'", NULL));
+  CHECK(job_fails(BASE "iterations: 0\n", ZB_ERR_PARSE, "line 5", "'iterations'", NULL));
+  CHECK(
+      job_fails(BASE "costs:\n  f: .inf\n", ZB_ERR_PARSE, "line 6", "'costs.f'", "expected a number", NULL));
+  CHECK(job_fails(BASE "costs:\n  b: nan\n", ZB_ERR_PARSE, "line 6", "'costs.b'", NULL));
+  CHECK(job_fails(BASE "costs:\n  w: inf\n", ZB_ERR_PARSE, "line 6", "'costs.w'", NULL));
+  CHECK(job_fails(BASE "costs:\n  f: 1e999\n", ZB_ERR_PARSE, "line 6", "'costs.f'", NULL));
+  /* strtod reads hex floats; YAML does not mean them as numbers. */
+  CHECK(job_fails(BASE "costs:\n  f: 0x1p-3\n", ZB_ERR_PARSE, "line 6", "'costs.f'", "'0x1p-3'", NULL));
+  CHECK(job_fails(BASE "costs:\n  f: 0.01\n  comm: 1.5ms\n", ZB_ERR_PARSE, "line 7", "'costs.comm'",
+                  "'1.5ms'", NULL));
+  CHECK(job_fails(BASE "costs: 5\n", ZB_ERR_PARSE, "line 5", "'costs'", "expected a mapping", NULL));
+  CHECK(job_fails(BASE "costs:\n  mem: [1, -1]\n", ZB_ERR_PARSE, "line 6", "'costs.mem'", "3 numbers",
+                  "2 items", NULL));
+  CHECK(job_fails(BASE "costs:\n  mem: [1,\n    x, 0]\n", ZB_ERR_PARSE, "line 7", "'costs.mem[1]'", "'x'",
+                  NULL));
+  CHECK(job_fails("name: [a, b]\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 1",
+                  "'name'", "expected a string", NULL));
+  CHECK(job_fails("name: ~\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 1", "'name'",
+                  "empty value", NULL));
+  CHECK(job_fails("name: \"a\\0b\"\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 1",
+                  "'name'", "NUL", NULL));
+  CHECK(job_fails(BASE "backend: {x: 1}\n", ZB_ERR_PARSE, "line 5", "'backend'", "expected a string", NULL));
+}
+
+static void test_job_unknown_keys(void) {
+  CHECK(job_fails(
+      BASE "iterations: 3\nbackend: sim\nrnaks: 4\n", ZB_ERR_PARSE, "line 7", "unknown key 'rnaks'",
+      "known: name, ranks, microbatches, schedule, chunks, mem_limit, costs, stage_costs, iterations, "
+      "backend, transport, bytes_per_activation",
+      NULL));
+  CHECK(job_fails(BASE "costs:\n  f: 1\n  x: 2\n", ZB_ERR_PARSE, "line 7", "unknown key 'costs.x'",
+                  "known: f, b, w, comm, mem", NULL));
+  CHECK(job_fails(BASE "? [a, b]\n: 1\n", ZB_ERR_PARSE, "line 5", "expected a key name", NULL));
+}
+
+static void test_job_duplicate_keys(void) {
+  CHECK(job_fails(BASE "ranks: 8\n", ZB_ERR_PARSE, "line 5", "'ranks' given twice", "first on line 2", NULL));
+  CHECK(job_fails(BASE "costs:\n  f: 1\n  b: 1\n  f: 2\n", ZB_ERR_PARSE, "line 8", "'costs.f' given twice",
+                  "first on line 6", NULL));
+  /* A repeated stage_costs must not leak the first list (ASan checks). */
+  CHECK(job_fails(BASE "stage_costs: [[1, 1, 1]]\nstage_costs: [[1, 1, 1]]\n", ZB_ERR_PARSE, "line 6",
+                  "'stage_costs' given twice", NULL));
+}
+
+static void test_job_missing_required(void) {
+  CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 16\n", ZB_ERR_PARSE, "line 1",
+                  "missing required key 'schedule'", NULL));
+  /* The line is where the mapping starts, after leading comments. */
+  CHECK(job_fails("# spec\n\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_PARSE, "line 3",
+                  "missing required key 'name'", NULL));
+  CHECK(job_fails("{}", ZB_ERR_PARSE, "missing required key 'name'", NULL));
+}
+
+static void test_job_not_a_mapping_or_empty(void) {
+  CHECK(job_fails("- name: demo\n- ranks: 4\n", ZB_ERR_PARSE, "line 1", "expected a mapping", "got a list",
+                  NULL));
+  CHECK(job_fails("# comment\nhello\n", ZB_ERR_PARSE, "line 2", "expected a mapping", "got 'hello'", NULL));
+  CHECK(job_fails("", ZB_ERR_PARSE, "line 1", "empty document", NULL));
+  CHECK(job_fails("# nothing but comments\n\n", ZB_ERR_PARSE, "empty document", NULL));
+  CHECK(job_fails(BASE "---\nname: other\n", ZB_ERR_PARSE, "line 6", "second", NULL));
+  zb_job_spec s;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_job_spec_parse(NULL, 0, &s, &d), ZB_ERR_PARSE);
+  CHECK_MSG(strstr(d.msg, "empty document"), "message: %s", d.msg);
+}
+
+static void test_job_malformed_yaml(void) {
+  CHECK(job_fails("name: demo\nranks: [1, 2\n", ZB_ERR_PARSE, "line 3", "YAML syntax error",
+                  "while parsing a flow sequence on line 2", NULL));
+  CHECK(job_fails("name: demo\n\tranks: 4\n", ZB_ERR_PARSE, "line 2", "YAML syntax error", NULL));
+  CHECK(job_fails("name: demo\nranks: 4\n  microbatches: 16\n", ZB_ERR_PARSE, "line 3", "YAML syntax error",
+                  NULL));
+  CHECK(job_fails("name: \"demo\nranks: 4\n", ZB_ERR_PARSE, "line 3", "YAML syntax error", NULL));
+  CHECK(
+      job_fails("name: demo\nranks: 4\nschedule: \xff\xfe\n", ZB_ERR_PARSE, "line 3", "invalid input", NULL));
+  CHECK(job_fails("name: *nowhere\n", ZB_ERR_PARSE, "line 1", "undefined alias", NULL));
+}
+
+/* ---- job spec: semantic checks ------------------------------------------- */
+
+static void test_job_stage_costs(void) {
+  zb_job_spec s;
+  /* zb-v has 2 chunks per rank by default: 2 ranks need 4 rows. */
+  CHECK(job_ok("name: v\nranks: 2\nmicrobatches: 8\nschedule: zb-v\n"
+               "stage_costs: [[1, 2, 3], [1, 2, 3], [1, 2, 3], [0, 0, 0]]\n",
+               &s));
+  CHECK_EQ(s.n_stage_costs, 4);
+  CHECK_NEAR(s.stage_costs[2][2], 3, 0);
+  zb_job_spec_free(&s);
+  CHECK(job_fails("name: v\nranks: 2\nmicrobatches: 8\nschedule: zb-v\n"
+                  "stage_costs: [[1, 2, 3], [1, 2, 3], [1, 2, 3]]\n",
+                  ZB_ERR_INVALID_ARG, "line 5", "'stage_costs'", "expected 4 rows", "2 x 2", "got 3", NULL));
+  CHECK(job_fails(BASE "stage_costs:\n  - [1, 2, 3]\n  - [1, 2]\n", ZB_ERR_PARSE, "line 7",
+                  "'stage_costs[1]'", "3 numbers", NULL));
+  CHECK(job_fails(BASE "stage_costs:\n  - [1, 2, 3]\n  - [1, 2, 3]\n  - [1, -2, 3]\n  - [1, 2, 3]\n",
+                  ZB_ERR_INVALID_ARG, "line 8", "'stage_costs[2]'", "T_B", NULL));
+  CHECK(job_fails(BASE "stage_costs: []\n", ZB_ERR_PARSE, "line 5", "'stage_costs'", "non-empty", NULL));
+  CHECK(job_fails(BASE "stage_costs: [1, 2, 3]\n", ZB_ERR_PARSE, "line 5", "'stage_costs[0]'", NULL));
+}
+
+static void test_job_unknown_schedule(void) {
+  CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 16\nschedule: zb-x\n", ZB_ERR_INVALID_ARG, "line 4",
+                  "'schedule'", "unknown schedule 'zb-x'", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1",
+                  "zb-h2", "zb-auto", "zb-v", "v-half", "v-min", NULL));
+}
+
+static void test_job_shape_refused(void) {
+  CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 6\nschedule: interleaved-1f1b\n", ZB_ERR_INVALID_ARG,
+                  "line 4", "'schedule'", "multiple of the ranks", "m=6, p=4", NULL));
+  zb_job_spec s;
+  CHECK(job_ok("name: demo\nranks: 4\nmicrobatches: 8\nschedule: interleaved-1f1b\n", &s));
+  /* Chunks the family cannot use are blamed on 'chunks', not the schedule. */
+  CHECK(job_fails(BASE "chunks: 2\n", ZB_ERR_INVALID_ARG, "line 5", "'chunks'", "one chunk per rank", NULL));
+  CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 16\nschedule: v-half\nchunks: 3\n", ZB_ERR_INVALID_ARG,
+                  "line 5", "'chunks'", "exactly 2 chunks", NULL));
+}
+
+static void test_job_range_errors(void) {
+  CHECK(job_fails("name: demo\nranks: 2000\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_INVALID_ARG,
+                  "line 2", "'ranks'", "between 1 and 1024", NULL));
+  CHECK(job_fails("name: demo\nranks: 99999999999999999999\nmicrobatches: 16\nschedule: zb-h1\n",
+                  ZB_ERR_INVALID_ARG, "line 2", "'ranks'", "between 1 and 1024", NULL));
+  CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 1000001\nschedule: zb-h1\n", ZB_ERR_INVALID_ARG,
+                  "line 3", "'microbatches'", NULL));
+  CHECK(job_fails(BASE "chunks: 5000\n", ZB_ERR_INVALID_ARG, "line 5", "'chunks'", NULL));
+  CHECK(job_fails(BASE "iterations: 1000001\n", ZB_ERR_INVALID_ARG, "line 5", "'iterations'", NULL));
+  CHECK(job_fails(BASE "bytes_per_activation: 1073741825\n", ZB_ERR_INVALID_ARG, "line 5",
+                  "'bytes_per_activation'", NULL));
+  CHECK(job_fails(BASE "iterations: 2\nbackend: tpu\n", ZB_ERR_INVALID_ARG, "line 6", "'backend'",
+                  "sim, cpu, cuda", NULL));
+  CHECK(job_fails(BASE "transport: udp\n", ZB_ERR_INVALID_ARG, "line 5", "'transport'", "tcp, nccl", NULL));
+  CHECK(job_fails("name: bad name!\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_INVALID_ARG,
+                  "line 1", "'name'", "[A-Za-z0-9._-]", NULL));
+  CHECK(job_fails("name: ''\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_INVALID_ARG, "line 1",
+                  "'name'", NULL));
+  CHECK(job_fails("name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"
+                  "ranks: 4\nmicrobatches: 16\nschedule: zb-h1\n",
+                  ZB_ERR_INVALID_ARG, "line 1", "'name'", "at most 63", NULL));
+  CHECK(
+      job_fails(BASE "costs:\n  f: 1\n  w: -0.5\n", ZB_ERR_INVALID_ARG, "line 7", "'costs.w'", ">= 0", NULL));
+  CHECK(job_fails(BASE "costs:\n  mem: [1, -0.2, -0.2]\n", ZB_ERR_INVALID_ARG, "line 6", "'costs.mem'",
+                  "sum to zero", NULL));
+  CHECK(job_fails(BASE "costs:\n  mem: [-1, 0.5, 0.5]\n", ZB_ERR_INVALID_ARG, "line 6", "'costs.mem'", NULL));
+}
+
+/* The checker alone, on specs filled the way the wire fills them. */
+static void test_job_check_direct(void) {
+  zb_job_spec s;
+  zb_job_spec_default(&s);
+  snprintf(s.name, sizeof s.name, "wire");
+  s.ranks = 2;
+  s.microbatches = 4;
+  snprintf(s.schedule, sizeof s.schedule, "zb-v");
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_job_spec_check(&s, &d), ZB_OK);
+
+  zb_job_spec bad = s;
+  bad.ranks = 0;
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "field 'ranks'") && strstr(d.msg, "got 0"), "message: %s", d.msg);
+  bad = s;
+  bad.costs.t_w = NAN;
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'costs.w'"), "message: %s", d.msg);
+  bad = s;
+  bad.costs.t_comm = -1;
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'costs.comm'"), "message: %s", d.msg);
+  bad = s;
+  bad.mem_limit = INFINITY;
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'mem_limit'"), "message: %s", d.msg);
+  bad = s;
+  memset(bad.name, 'a', sizeof bad.name); /* not terminated: must not be read past */
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'name'"), "message: %s", d.msg);
+  bad = s;
+  snprintf(bad.backend, sizeof bad.backend, "gpu");
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'backend'"), "message: %s", d.msg);
+
+  double rows[4][3] = {{1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}};
+  bad = s;
+  bad.stage_costs = rows;
+  bad.n_stage_costs = 4;
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_OK);
+  bad.n_stage_costs = 3;
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'stage_costs'") && strstr(d.msg, "expected 4 rows"), "message: %s", d.msg);
+  bad.n_stage_costs = 4;
+  rows[2][0] = -1;
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'stage_costs[2]'") && strstr(d.msg, "T_F"), "message: %s", d.msg);
+  bad.stage_costs = NULL;
+  CHECK_EQ(zb_job_spec_check(&bad, &d), ZB_ERR_INVALID_ARG);
+
+  /* free accepts a zeroed spec, and twice. */
+  zb_job_spec zero;
+  memset(&zero, 0, sizeof zero);
+  zb_job_spec_free(&zero);
+  zb_job_spec_free(&zero);
+  zb_job_spec_free(NULL);
+}
+
+/* A failure after stage_costs was allocated frees it and defaults *out. */
+static void test_job_failure_resets_out(void) {
+  zb_job_spec s;
+  CHECK(job_ok(BASE "iterations: 7\n", &s));
+  CHECK_EQ(s.iterations, 7);
+  zb_diag d = {{0}};
+  const char *yaml = BASE "stage_costs: [[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1]]\nbogus: 1\n";
+  CHECK_EQ(zb_job_spec_parse(yaml, strlen(yaml), &s, &d), ZB_ERR_PARSE);
+  CHECK(s.stage_costs == NULL);
+  CHECK_EQ(s.n_stage_costs, 0);
+  CHECK_EQ(s.ranks, 0);
+  CHECK_EQ(s.iterations, 10);
+  CHECK_STREQ(s.name, "");
+  /* A check failure after a clean walk also frees the rows. */
+  yaml = BASE "stage_costs: [[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1]]\ntransport: pigeon\n";
+  CHECK_EQ(zb_job_spec_parse(yaml, strlen(yaml), &s, &d), ZB_ERR_INVALID_ARG);
+  CHECK(s.stage_costs == NULL);
+  /* Only len bytes are read: the rest of the buffer is not the document. */
+  const char *longer = BASE "ranks: 8\n";
+  CHECK_EQ(zb_job_spec_parse(longer, strlen(BASE), &s, &d), ZB_OK);
+  CHECK_EQ(s.ranks, 4);
+}
+
+/* ---- coordinator config -------------------------------------------------- */
+
+static void test_coord_defaults_and_full(void) {
+  zb_coord_config c;
+  zb_coord_config_default(&c);
+  CHECK_STREQ(c.listen, "127.0.0.1:7070");
+  CHECK_STREQ(c.metrics_listen, "127.0.0.1:9464");
+  CHECK_STREQ(c.data_dir, "/var/lib/zb");
+  CHECK_EQ(c.heartbeat_timeout_ms, 5000);
+  CHECK_STREQ(c.log_level, "info");
+  CHECK_EQ(c.max_message_bytes, 16777216);
+
+  const char *yaml = "listen: 0.0.0.0:0\n"
+                     "metrics_listen: '[::1]:9100'\n"
+                     "data_dir: /tmp/zb state\n"
+                     "heartbeat_timeout_ms: 100\n"
+                     "log_level: debug\n"
+                     "max_message_bytes: 1073741824\n";
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
+  CHECK_STREQ(c.listen, "0.0.0.0:0");
+  CHECK_STREQ(c.metrics_listen, "[::1]:9100");
+  CHECK_STREQ(c.data_dir, "/tmp/zb state");
+  CHECK_EQ(c.heartbeat_timeout_ms, 100);
+  CHECK_STREQ(c.log_level, "debug");
+  CHECK_EQ(c.max_message_bytes, 1073741824);
+}
+
+/* Layering: a file sets only what it names; an empty one sets nothing. */
+static void test_coord_layering(void) {
+  zb_coord_config c;
+  zb_coord_config_default(&c);
+  zb_diag d = {{0}};
+  const char *yaml = "# overrides\nlog_level: warn\nheartbeat_timeout_ms: 600000\n";
+  CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
+  CHECK_STREQ(c.log_level, "warn");
+  CHECK_EQ(c.heartbeat_timeout_ms, 600000);
+  CHECK_STREQ(c.listen, "127.0.0.1:7070");
+  CHECK_STREQ(c.data_dir, "/var/lib/zb");
+  yaml = "listen: example.org:8080\n";
+  CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
+  CHECK_STREQ(c.listen, "example.org:8080");
+  CHECK_STREQ(c.log_level, "warn");
+  zb_coord_config before = c;
+  yaml = "# listen: 1.2.3.4:1\n";
+  CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
+  CHECK_EQ(zb_coord_config_parse("", 0, &c, &d), ZB_OK);
+  CHECK(memcmp(&c, &before, sizeof c) == 0);
+}
+
+static void test_coord_invalid_leaves_unchanged(void) {
+  /* Valid keys before the bad one: nothing of them may stick. */
+  CHECK(coord_fails("log_level: debug\nlisten: 10.0.0.1:1\nheartbeat_timeout_ms: 50\n", ZB_ERR_INVALID_ARG,
+                    "line 3", "'heartbeat_timeout_ms'", "between 100 and 600000", NULL));
+  CHECK(coord_fails("heartbeat_timeout_ms: 600001\n", ZB_ERR_INVALID_ARG, "line 1", NULL));
+  CHECK(coord_fails("log_level: debug\nheartbeat_timeout_ms: fast\n", ZB_ERR_PARSE, "line 2",
+                    "'heartbeat_timeout_ms'", "'fast'", NULL));
+  CHECK(coord_fails("heartbeat_timeout_ms: -5\n", ZB_ERR_PARSE, "line 1", NULL));
+  CHECK(coord_fails("listen: localhost\n", ZB_ERR_INVALID_ARG, "line 1", "'listen'", "host:port", NULL));
+  CHECK(coord_fails("listen: localhost:70000\n", ZB_ERR_INVALID_ARG, "line 1", "'listen'", NULL));
+  CHECK(coord_fails("listen: ':7070'\n", ZB_ERR_INVALID_ARG, "'listen'", NULL));
+  CHECK(coord_fails("listen: \"\"\n", ZB_ERR_INVALID_ARG, "'listen'", NULL));
+  CHECK(coord_fails("listen: localhost:80x\n", ZB_ERR_INVALID_ARG, "'listen'", NULL));
+  CHECK(coord_fails("data_dir: /x\nmetrics_listen: ::1:9100\n", ZB_ERR_INVALID_ARG, "line 2",
+                    "'metrics_listen'", NULL));
+  CHECK(coord_fails("listen: 1.2.3.4:5\nlog_level: verbose\n", ZB_ERR_INVALID_ARG, "line 2", "'log_level'",
+                    "debug, info, warn, error", NULL));
+  CHECK(coord_fails("log_level: [info]\n", ZB_ERR_PARSE, "line 1", "'log_level'", NULL));
+  CHECK(coord_fails("max_message_bytes: 1024\n", ZB_ERR_INVALID_ARG, "line 1", "'max_message_bytes'", "4096",
+                    NULL));
+  CHECK(coord_fails("max_message_bytes: 4k\n", ZB_ERR_PARSE, "line 1", "'max_message_bytes'", NULL));
+  CHECK(coord_fails("data_dir: ''\n", ZB_ERR_INVALID_ARG, "line 1", "'data_dir'", "empty", NULL));
+  CHECK(coord_fails("data_dir:\n", ZB_ERR_PARSE, "line 1", "'data_dir'", NULL));
+  CHECK(coord_fails(
+      "listen: 1.2.3.4:5\nlistn: 1.2.3.4:6\n", ZB_ERR_PARSE, "line 2", "unknown key 'listn'",
+      "known: listen, metrics_listen, data_dir, heartbeat_timeout_ms, log_level, max_message_bytes", NULL));
+  CHECK(coord_fails("log_level: warn\nlog_level: error\n", ZB_ERR_PARSE, "line 2", "given twice", NULL));
+  CHECK(coord_fails("- listen\n", ZB_ERR_PARSE, "line 1", "expected a mapping", NULL));
+  CHECK(coord_fails("log_level: warn\nlisten: [1.2.3.4:5\n", ZB_ERR_PARSE, "line 3", "YAML syntax error",
+                    NULL));
+}
+
+ZBT_MAIN(ZBT(test_job_full_spec), ZBT(test_job_defaults), ZBT(test_job_mem_limit_np),
+         ZBT(test_job_wrong_types), ZBT(test_job_unknown_keys), ZBT(test_job_duplicate_keys),
+         ZBT(test_job_missing_required), ZBT(test_job_not_a_mapping_or_empty), ZBT(test_job_malformed_yaml),
+         ZBT(test_job_stage_costs), ZBT(test_job_unknown_schedule), ZBT(test_job_shape_refused),
+         ZBT(test_job_range_errors), ZBT(test_job_check_direct), ZBT(test_job_failure_resets_out),
+         ZBT(test_coord_defaults_and_full), ZBT(test_coord_layering),
+         ZBT(test_coord_invalid_leaves_unchanged))

@@ -1,0 +1,258 @@
+/* executor.c — one rank's action list over a backend and a transport
+ * (zb_executor.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+#include "zb_clock.h"
+#include "zb_executor.h"
+#include "zb_format.h"
+
+struct zb_executor {
+  int rank, nranks;
+  zb_action *actions;
+  int n;
+  zb_costs *costs;
+  double rank_mf;
+  size_t bpa;
+  const atomic_bool *stop;
+  zb_backend *backend;
+  zb_transport *transport;
+  void **bufs; /* scratch: the buffers of one group */
+};
+
+/* Prefixes diag's message with where it happened; returns err. */
+static zb_err exec_wrap(const zb_executor *e, int iteration, int i, zb_err err, zb_diag *diag) {
+  if (!diag)
+    return err;
+  char act[48] = "";
+  if (i >= 0 && i < e->n)
+    zb_action_format(&e->actions[i], act, sizeof act);
+  char inner[sizeof diag->msg];
+  memcpy(inner, diag->msg, sizeof inner);
+  if (i >= 0)
+    return zb_diag_set(diag, err, "rank %d, iteration %d, action %d (%s): %s", e->rank, iteration, i, act,
+                       inner);
+  return zb_diag_set(diag, err, "rank %d, iteration %d: %s", e->rank, iteration, inner);
+}
+
+static bool exec_stopped(const zb_executor *e) {
+  return e->stop && atomic_load(e->stop);
+}
+
+void zb_executor_peers(const zb_action *actions, int n_actions, int nranks, bool *peers) {
+  memset(peers, 0, sizeof(bool) * (size_t)nranks);
+  for (int i = 0; i < n_actions; i++)
+    if (zb_op_is_comm(actions[i].op) && actions[i].peer >= 0 && actions[i].peer < nranks)
+      peers[actions[i].peer] = true;
+}
+
+/* The tag a comm action sends or expects (zb_transport.h). */
+static zb_tag exec_tag(const zb_action *a) {
+  switch (a->op) {
+  case ZB_OP_SEND_F: return (zb_tag){.kind = ZB_OP_F, .stage = a->stage, .mb = a->mb};
+  case ZB_OP_RECV_F: return (zb_tag){.kind = ZB_OP_F, .stage = a->stage - 1, .mb = a->mb};
+  case ZB_OP_SEND_B: return (zb_tag){.kind = ZB_OP_B, .stage = a->stage, .mb = a->mb};
+  default: return (zb_tag){.kind = ZB_OP_B, .stage = a->stage + 1, .mb = a->mb};
+  }
+}
+
+static zb_err exec_check(const zb_executor_config *cfg, zb_diag *diag) {
+  if (cfg->nranks < 1 || cfg->rank < 0 || cfg->rank >= cfg->nranks)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "executor: rank %d is not in 0..%d", cfg->rank,
+                       cfg->nranks - 1);
+  if (!cfg->costs || cfg->n_actions < 0 || (cfg->n_actions > 0 && !cfg->actions))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "executor: rank %d has no costs or no action list",
+                       cfg->rank);
+  int S = cfg->costs->n_stages;
+  for (int i = 0; i < cfg->n_actions; i++) {
+    const zb_action *a = &cfg->actions[i];
+    char act[48];
+    zb_action_format(a, act, sizeof act);
+    if (!zb_op_is_compute(a->op) && !zb_op_is_comm(a->op))
+      continue;
+    if (a->stage < 0 || a->stage >= S || a->mb < 0)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "executor: rank %d action %d (%s): stage or microbatch out of range (%d stages)",
+                         cfg->rank, i, act, S);
+    if (!zb_op_is_comm(a->op))
+      continue;
+    zb_tag tag = exec_tag(a);
+    if (a->peer < 0 || a->peer >= cfg->nranks || a->peer == cfg->rank || tag.stage < 0 || tag.stage >= S)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "executor: rank %d action %d (%s): peer rank %d or the sending stage is invalid",
+                         cfg->rank, i, act, a->peer);
+  }
+  return ZB_OK;
+}
+
+zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_transport *transport,
+                       zb_executor **out, zb_diag *diag) {
+  zb_err err = exec_check(cfg, diag);
+  if (err)
+    return err;
+  if (!backend || !transport)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "executor: rank %d needs a backend and a transport",
+                       cfg->rank);
+  zb_executor *e = zb_calloc(1, sizeof *e);
+  e->rank = cfg->rank;
+  e->nranks = cfg->nranks;
+  e->n = cfg->n_actions;
+  e->actions = zb_malloc(sizeof *e->actions * (size_t)(e->n ? e->n : 1));
+  if (e->n)
+    memcpy(e->actions, cfg->actions, sizeof *e->actions * (size_t)e->n);
+  e->costs = zb_costs_clone(cfg->costs);
+  e->bpa = cfg->bytes_per_activation;
+  e->stop = cfg->stop;
+  e->backend = backend;
+  e->transport = transport;
+  e->bufs = zb_calloc((size_t)e->n + 1, sizeof(void *));
+  /* the rank's M_F: m_f summed over the distinct stages it computes */
+  bool *seen = zb_calloc((size_t)e->costs->n_stages, sizeof(bool));
+  for (int i = 0; i < e->n; i++)
+    if (zb_op_is_compute(e->actions[i].op) && !seen[e->actions[i].stage]) {
+      seen[e->actions[i].stage] = true;
+      e->rank_mf += e->costs->m_f[e->actions[i].stage];
+    }
+  free(seen);
+  *out = e;
+  return ZB_OK;
+}
+
+void zb_executor_free(zb_executor *e) {
+  if (!e)
+    return;
+  free(e->actions);
+  free(e->bufs);
+  zb_costs_free(e->costs);
+  free(e);
+}
+
+/* Posts actions [i, j] as one transport group and waits for it; *at is
+ * the action to blame on failure. */
+static zb_err exec_group(zb_executor *e, int i, int j, int *at, zb_diag *diag) {
+  zb_err err = ZB_OK;
+  *at = i;
+  for (int k = i; k <= j; k++)
+    if (e->actions[k].op == ZB_OP_SEND_F || e->actions[k].op == ZB_OP_SEND_B) {
+      err = zb_backend_sync(e->backend, diag); /* what we send must be computed */
+      if (err)
+        return err;
+      break;
+    }
+  for (int k = i; k <= j; k++) { /* all buffers first: a group is never left half-posted by us */
+    const zb_action *a = &e->actions[k];
+    *at = k;
+    err = zb_backend_buffer(e->backend, a->op, a->stage, a->mb, e->bpa, &e->bufs[k - i], diag);
+    if (err)
+      return err;
+  }
+  zb_transport_group_start(e->transport);
+  for (int k = i; k <= j && !err; k++) {
+    const zb_action *a = &e->actions[k];
+    *at = k;
+    if (a->op == ZB_OP_SEND_F || a->op == ZB_OP_SEND_B)
+      err = zb_transport_send(e->transport, a->peer, exec_tag(a), e->bufs[k - i], e->bpa, diag);
+    else
+      err = zb_transport_recv(e->transport, a->peer, exec_tag(a), e->bufs[k - i], e->bpa, diag);
+  }
+  if (err) { /* close the group; the transport reports the first failure again */
+    zb_transport_group_end(e->transport, NULL);
+    return err;
+  }
+  *at = i;
+  return zb_transport_group_end(e->transport, diag);
+}
+
+zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteration *out, zb_diag *diag) {
+  zb_backend_stats bs;
+  zb_transport_stats ts0, ts1;
+  zb_backend_take_stats(e->backend, &bs); /* start a fresh interval */
+  zb_transport_stats_get(e->transport, &ts0);
+  double mem = 0, peak = 0, comm = 0;
+  int64_t start = zb_clock_ns();
+  zb_err err = ZB_OK;
+  int i = 0;
+  while (i < e->n) {
+    const zb_action *a = &e->actions[i];
+    if (exec_stopped(e)) {
+      err = zb_diag_set(diag, ZB_ERR_IO, "stopped (stop flag raised)");
+      break;
+    }
+    if (zb_op_is_compute(a->op)) {
+      err = zb_backend_submit(e->backend, a->op, a->stage, a->mb, diag);
+      if (err)
+        break;
+      mem += zb_costs_mem(e->costs, a->op, a->stage);
+      if (mem > peak)
+        peak = mem;
+      i++;
+    } else if (zb_op_is_comm(a->op)) {
+      int j = i;
+      while (j + 1 < e->n && e->actions[j].batch && zb_op_is_comm(e->actions[j + 1].op))
+        j++;
+      int64_t c0 = zb_clock_ns();
+      int at;
+      err = exec_group(e, i, j, &at, diag);
+      comm += (double)(zb_clock_ns() - c0) * 1e-9;
+      if (err) {
+        i = at;
+        break;
+      }
+      i = j + 1;
+    } else {
+      i++; /* FSDP and empty actions take no time here */
+    }
+  }
+  if (!err) {
+    i = -1;
+    err = zb_backend_sync(e->backend, diag);
+  }
+  if (err) {
+    err = exec_wrap(e, iteration, i, err, diag);
+    /* peers blocked on this rank must not wait for a stop of their own */
+    zb_transport_abort(e->transport, diag ? diag->msg : "iteration failed");
+    return err;
+  }
+  int64_t end = zb_clock_ns();
+  zb_backend_take_stats(e->backend, &bs);
+  zb_transport_stats_get(e->transport, &ts1);
+
+  zb_rank_iteration r = {.rank = e->rank, .iteration = iteration};
+  r.start_seconds = (double)start * 1e-9;
+  r.end_seconds = (double)end * 1e-9;
+  r.wall_seconds = (double)(end - start) * 1e-9;
+  r.busy_f_seconds = bs.busy_f;
+  r.busy_b_seconds = bs.busy_b;
+  r.busy_w_seconds = bs.busy_w;
+  double idle = r.wall_seconds - (bs.busy_f + bs.busy_b + bs.busy_w);
+  r.idle_seconds = idle > 0 ? idle : 0;
+  r.bubble_ratio = r.wall_seconds > 0 ? r.idle_seconds / r.wall_seconds : 0;
+  r.bytes_sent = ts1.bytes_sent - ts0.bytes_sent;
+  r.peak_memory = e->rank_mf > 0 ? peak / e->rank_mf : peak;
+  r.peak_memory_bytes = bs.peak_bytes >= 0 ? bs.peak_bytes : (int64_t)llround(r.peak_memory * (double)e->bpa);
+  r.comm_seconds = comm;
+  *out = r;
+  return ZB_OK;
+}
+
+zb_err zb_executor_run(zb_executor *e, int first, int count, zb_iteration_cb cb, void *ud, int *done,
+                       zb_diag *diag) {
+  int k = 0;
+  zb_err err = ZB_OK;
+  for (; k < count && !exec_stopped(e); k++) {
+    zb_rank_iteration it;
+    err = zb_executor_run_iteration(e, first + k, &it, diag);
+    if (err)
+      break;
+    if (cb && !cb(ud, &it)) {
+      k++;
+      break;
+    }
+  }
+  if (done)
+    *done = k;
+  return err;
+}

@@ -1,0 +1,115 @@
+/* zb_executor.h — runs one rank's lowered action list (DESIGN §1): compute
+ * actions go to a zb_backend, SEND/RECV actions to a zb_transport, and each
+ * iteration is measured into a zb_rank_iteration (zb.v1.RankIteration's
+ * fields). The executor knows only the two vtables, not which backend or
+ * transport it drives.
+ *
+ * Walking the list: actions run in list order. A maximal run of comm
+ * actions chained by the `batch` flag (zb_schedule.h) is posted as one
+ * transport group and completes as a whole; a comm action without the flag
+ * is a group of one. Before a group that holds a send the backend is synced
+ * (the bytes must be complete); at the end of an iteration it is synced
+ * again and its stats taken. FSDP and empty actions take no time.
+ *
+ * Measurements per iteration:
+ *   wall        first action start to last action end (CLOCK_MONOTONIC);
+ *   busy F/B/W  what the backend measured; a fused BW counts as B and W in
+ *               the ratio of its stage's T_B : T_W (zb_backend.h);
+ *   idle        wall - (busy F + B + W), never below 0;
+ *   bytes_sent  payload bytes the transport wrote in the iteration;
+ *   peak_memory the plan's accounting: the running sum of the per-stage
+ *               M_F/M_B/M_W deltas of the compute actions in order, its
+ *               maximum divided by the rank's M_F (the sum of m_f over the
+ *               stages in the list), so 1F1B's rank 0 peaks at p;
+ *   peak_memory_bytes  the backend's peak when it tracks memory, else
+ *               peak_memory x bytes_per_activation.
+ *
+ * Ownership: the caller owns the zb_executor (zb_executor_free, NULL is a
+ * no-op). The action list and costs are copied; the backend, transport and
+ * stop flag are borrowed and must outlive the executor. An executor is used
+ * by one thread; the stop flag may be raised from any.
+ *
+ * Results: zb_err from lib/zb_err.h; errors come from the backend or the
+ * transport (see their headers) with a prefix naming the rank, iteration
+ * and action ("rank 2, iteration 0, action 17 (2RECV_F3): ..."). A raised
+ * stop flag ends a running iteration with ZB_ERR_IO ("stopped ...").
+ */
+#ifndef ZB_EXECUTOR_H
+#define ZB_EXECUTOR_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zb_backend.h"
+#include "zb_schedule.h"
+#include "zb_transport.h"
+
+/* One rank's measurements of one iteration; the first fields mirror
+ * zb.v1.RankIteration. */
+typedef struct zb_rank_iteration {
+  int32_t rank;
+  double wall_seconds;
+  double busy_f_seconds, busy_b_seconds, busy_w_seconds;
+  double idle_seconds;
+  int64_t bytes_sent;
+  double peak_memory; /* M_F units, as the plan accounts it */
+  int64_t peak_memory_bytes;
+  double bubble_ratio; /* idle / wall of this rank */
+  /* Beyond RankIteration: */
+  int32_t iteration;
+  double start_seconds, end_seconds; /* CLOCK_MONOTONIC, comparable across ranks of a host */
+  double comm_seconds;               /* time spent waiting in transport groups */
+} zb_rank_iteration;
+
+typedef struct zb_executor_config {
+  int rank, nranks;
+  const zb_action *actions; /* the rank's lowered list; copied */
+  int n_actions;
+  /* Memory deltas by stage (m_f, m_b, m_w) for the plan's accounting; op
+   * times are the backend's business. Copied. Must cover every stage of
+   * the list. */
+  const zb_costs *costs;
+  size_t bytes_per_activation; /* payload of every SEND/RECV */
+  const atomic_bool *stop;     /* may be NULL; borrowed */
+} zb_executor_config;
+
+typedef struct zb_executor zb_executor;
+
+/* Checks cfg's list (stages and microbatches in range, comm peers other
+ * ranks, a RECV's sending stage exists) and creates an executor over
+ * backend and transport (borrowed; the transport must already be connected
+ * to the peers zb_executor_peers names). Caller owns *out. Does not block.
+ * ZB_ERR_INVALID_ARG names the first bad action. */
+zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_transport *transport,
+                       zb_executor **out, zb_diag *diag);
+
+/* Frees e (not the backend or transport it borrows); NULL is a no-op. */
+void zb_executor_free(zb_executor *e);
+
+/* Sets peers[q] (nranks entries) to whether the list exchanges messages
+ * with rank q: what to pass to zb_transport_connect. Both ends of a pair
+ * agree, since every send has its receive. Does not block. */
+void zb_executor_peers(const zb_action *actions, int n_actions, int nranks, bool *peers);
+
+/* Runs the list once and fills *out (iteration is copied into it). Blocks
+ * for the iteration: on compute, on peers, until a failure or the stop
+ * flag. On any failure it aborts the transport (zb_transport_abort), so
+ * peers waiting on this rank fail promptly instead of hanging; the job
+ * cannot continue on that transport. */
+zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteration *out, zb_diag *diag);
+
+/* Called after each iteration of zb_executor_run with its measurements;
+ * returns false to stop after it (e.g. to switch to an updated plan). */
+typedef bool (*zb_iteration_cb)(void *ud, const zb_rank_iteration *it);
+
+/* Runs iterations first, first+1, ... up to count of them, calling cb (may
+ * be NULL) after each. Stops early without error when cb returns false or
+ * the stop flag is seen between iterations; *done (may be NULL) tells how
+ * many completed. A stop flag raised during an iteration fails it (ZB_ERR_IO).
+ * Blocks for the whole run. */
+zb_err zb_executor_run(zb_executor *e, int first, int count, zb_iteration_cb cb, void *ud, int *done,
+                       zb_diag *diag);
+
+#endif

@@ -1,0 +1,184 @@
+/* zb_transport.h — point-to-point transports behind one vtable (DESIGN §1):
+ * tcp now, nccl later. The semantics follow NCCL's so the executor does not
+ * care which one it has:
+ *   - connect() once per job (ncclCommInitRank for nccl); it is additive, so
+ *     a plan update that adds peers calls it again with the new set.
+ *   - send()/recv() of one tagged message of len bytes to/from a peer rank.
+ *     Outside a group each call blocks until its message is through.
+ *   - group_start() ... group_end() (ncclGroupStart/End): sends and receives
+ *     posted in between are only recorded; group_end() progresses all of
+ *     them together and returns when every one has completed. Posting a
+ *     step's sends and receives in one group is what makes the lowered
+ *     schedules deadlock-free under blocking semantics (zb_lower.h). Calls
+ *     to one peer in one direction complete in the order they were posted
+ *     (NCCL: "executed in order"). Groups nest; the outermost end runs them.
+ *     Buffers must stay valid until group_end() returns.
+ *   - Tags: every message carries (kind F or B, sending stage, microbatch)
+ *     and its length; the receiver states what it expects and a mismatch is
+ *     an error naming both, never a silent corruption.
+ *
+ * Failure and cancellation: a failed or cancelled call poisons the
+ * transport, like ncclCommAbort: it shuts down every connection at once, so
+ * peers blocked on this rank fail promptly too (naming this rank) instead of
+ * hanging, and every later call returns the first failure again. Every wait
+ * checks the stop flag at least every 100 ms. Errors name the peer rank.
+ *
+ * Results: zb_err from lib/zb_err.h. ZB_ERR_INVALID_ARG: bad rank, address
+ * or size, peer not connected; ZB_ERR_INVALID_SCHEDULE: a message's tag or
+ * length differs from what the receiver expected (the two ranks' lists
+ * disagree); ZB_ERR_PARSE: a peer spoke something other than this protocol;
+ * ZB_ERR_IO: the network failed: a peer closed or reset, a connect deadline
+ * passed, no progress within the idle timeout, or "stopped" (the stop flag
+ * was raised; the caller that raised it knows it cancelled).
+ *
+ * Ownership: a zb_transport is created by a constructor (zb_transport_tcp_new)
+ * and owned by the caller, who frees it with zb_transport_free() (NULL is a
+ * no-op), which closes every socket. Strings and arrays passed in are
+ * copied; the stop flag is borrowed and must outlive the transport. One
+ * thread uses a transport at a time; the stop flag may be raised from any.
+ */
+#ifndef ZB_TRANSPORT_H
+#define ZB_TRANSPORT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "zb_schedule.h"
+
+/* What a message carries: kind ZB_OP_F (an activation, SEND_F/RECV_F) or
+ * ZB_OP_B (a gradient, SEND_B/RECV_B), the stage that sent it and the
+ * microbatch. A RECV_F of stage s expects (F, s-1, mb); a RECV_B of stage s
+ * expects (B, s+1, mb). */
+typedef struct zb_tag {
+  zb_op kind;
+  int32_t stage;
+  int32_t mb;
+} zb_tag;
+
+/* Counters since creation; payload bytes only (no headers). */
+typedef struct zb_transport_stats {
+  int64_t bytes_sent, bytes_received;
+  int64_t messages_sent, messages_received;
+} zb_transport_stats;
+
+typedef struct zb_transport_ops {
+  const char *name; /* "tcp", "nccl" */
+  const char *(*address)(void *self);
+  zb_err (*connect)(void *self, const char *const *addresses, const bool *peers, double timeout_s,
+                    zb_diag *diag);
+  void (*group_start)(void *self);
+  zb_err (*send)(void *self, int peer, zb_tag tag, const void *buf, size_t len, zb_diag *diag);
+  zb_err (*recv)(void *self, int peer, zb_tag tag, void *buf, size_t len, zb_diag *diag);
+  zb_err (*group_end)(void *self, zb_diag *diag);
+  void (*stats)(void *self, zb_transport_stats *out);
+  void (*abort)(void *self, const char *why);
+  void (*free)(void *self);
+} zb_transport_ops;
+
+typedef struct zb_transport {
+  const zb_transport_ops *ops;
+  void *self;
+} zb_transport;
+
+/* The address peers reach this rank at ("127.0.0.1:40123"; a wildcard bind
+ * reports the wildcard, which the daemon replaces with its host name), or
+ * "" when the transport has none (nccl). Owned by t. Does not block. */
+static inline const char *zb_transport_address(zb_transport *t) {
+  return t->ops->address(t->self);
+}
+
+/* Connects to every rank q with peers[q] true (peers NULL: all other ranks);
+ * addresses[q] is q's address (entries of other ranks may be NULL). Of two
+ * ranks the lower dials and the higher accepts, so each pair gets one
+ * connection; a handshake carries rank, rank count and session. Dials are
+ * retried with backoff until the deadline for peers not yet listening.
+ * Blocks until every peer is connected, timeout_s passes (<= 0: no deadline)
+ * or the stop flag is raised. Peers already connected are skipped. */
+static inline zb_err zb_transport_connect(zb_transport *t, const char *const *addresses, const bool *peers,
+                                          double timeout_s, zb_diag *diag) {
+  return t->ops->connect(t->self, addresses, peers, timeout_s, diag);
+}
+
+/* Opens a group: later send/recv calls are recorded until the matching
+ * zb_transport_group_end(). Does not block. */
+static inline void zb_transport_group_start(zb_transport *t) {
+  t->ops->group_start(t->self);
+}
+
+/* Sends len bytes of buf to rank peer tagged tag. Blocks until written
+ * outside a group; inside one it only records (buf must stay valid until
+ * group_end returns). */
+static inline zb_err zb_transport_send(zb_transport *t, int peer, zb_tag tag, const void *buf, size_t len,
+                                       zb_diag *diag) {
+  return t->ops->send(t->self, peer, tag, buf, len, diag);
+}
+
+/* Receives the next message from rank peer into buf, which must carry tag
+ * and be len bytes long. Blocking and grouping as for send. */
+static inline zb_err zb_transport_recv(zb_transport *t, int peer, zb_tag tag, void *buf, size_t len,
+                                       zb_diag *diag) {
+  return t->ops->recv(t->self, peer, tag, buf, len, diag);
+}
+
+/* Closes a group; the outermost close blocks until every recorded send and
+ * receive has completed, one fails, or the stop flag is raised. */
+static inline zb_err zb_transport_group_end(zb_transport *t, zb_diag *diag) {
+  return t->ops->group_end(t->self, diag);
+}
+
+/* Fills *out with the counters. Does not block. */
+static inline void zb_transport_stats_get(zb_transport *t, zb_transport_stats *out) {
+  t->ops->stats(t->self, out);
+}
+
+/* Poisons t on purpose (ncclCommAbort): shuts every connection down so
+ * peers waiting on this rank fail promptly, and makes every later call fail
+ * with why. A no-op when t failed already. The executor calls it when an
+ * iteration fails for any reason (a backend error, the stop flag). Does not
+ * block. */
+static inline void zb_transport_abort(zb_transport *t, const char *why) {
+  t->ops->abort(t->self, why);
+}
+
+/* Transport name ("tcp", ...). */
+static inline const char *zb_transport_name(const zb_transport *t) {
+  return t->ops->name;
+}
+
+/* Closes every connection and frees t; NULL is a no-op. Does not block. */
+static inline void zb_transport_free(zb_transport *t) {
+  if (t) {
+    t->ops->free(t->self);
+    free(t);
+  }
+}
+
+/* Formats a tag as "F s2 mb5" into buf (NUL-terminated); returns buf. */
+const char *zb_tag_format(zb_tag tag, char *buf, size_t len);
+
+/* ---- tcp: non-blocking sockets progressed by poll() ---- */
+
+typedef struct zb_tcp_config {
+  int rank, nranks;
+  /* "host:port" to listen on; port 0 picks a free one; host empty, "*" or
+   * "0.0.0.0" for every interface; "[::1]:0" for IPv6. */
+  const char *listen;
+  /* Both ends of a connection must agree (a job/plan id), so a connection
+   * left over from another job is refused in the handshake. */
+  uint64_t session;
+  const atomic_bool *stop; /* may be NULL; borrowed */
+  /* A group or a handshake that moves no byte for this long fails with
+   * ZB_ERR_IO (<= 0: wait as long as it takes; the stop flag still works). */
+  double idle_timeout_s;
+} zb_tcp_config;
+
+/* Creates a tcp transport listening on cfg->listen (bound before it
+ * returns; zb_transport_address() tells where). Caller owns *out. Does not
+ * block (name resolution of a host name aside). ZB_ERR_INVALID_ARG for a
+ * bad rank or address, ZB_ERR_IO when the address cannot be bound. */
+zb_err zb_transport_tcp_new(const zb_tcp_config *cfg, zb_transport **out, zb_diag *diag);
+
+#endif
