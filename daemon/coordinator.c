@@ -879,6 +879,7 @@ static void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
     ri->peak_memory = req->metrics->peak_memory;
     ri->peak_memory_bytes = req->metrics->peak_memory_bytes;
     ri->bubble_ratio = req->metrics->bubble_ratio;
+    ri->start_monotonic_seconds = req->metrics->start_monotonic_seconds;
     slot->have[w->rank] = true;
     slot->n++;
     if (req->iteration > j->max_reported)

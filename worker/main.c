@@ -170,6 +170,7 @@ static bool on_iteration(void *ud, const zb_rank_iteration *it) {
   ri.peak_memory = it->peak_memory;
   ri.peak_memory_bytes = it->peak_memory_bytes;
   ri.bubble_ratio = it->bubble_ratio;
+  ri.start_monotonic_seconds = it->start_seconds;
   Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
   req.worker_id = w->id;
   req.job_id = jr->a->job_id;

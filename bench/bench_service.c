@@ -1,0 +1,403 @@
+/* bench_service.c — zb_bench_service: what the service costs, on real
+ * processes over loopback (a zb-coordinator and sim-backend zb-workers
+ * started here, logs in a temp directory). Three figures:
+ *   (a) runtime overhead: measured iteration time over the simulated
+ *       makespan of the same plan, for 1f1b, zb-h1 and zb-v at p=4, m=16
+ *       and p=16, m=64 with 10 ms ops (one rank's share);
+ *   (b) the coordinator's ingest rate of Report calls from 64 concurrent
+ *       reporters (attached workers sending heartbeat Reports);
+ *   (c) SubmitJob to the first op executed, p50/p99 over many small jobs.
+ * It prints; it never fails on a slow figure (targets are printed beside).
+ * Usage: zb_bench_service [--quick]   (--quick: fewer iterations and jobs)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zb/v1/zb.pb-c.h"
+#include "zb_alloc.h"
+#include "zb_rpc.h"
+#include "zb_wire.h"
+
+extern char **environ;
+
+#ifndef ZB_COORDINATOR_BIN
+#error "ZB_COORDINATOR_BIN must name the zb-coordinator binary"
+#endif
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- processes ---- */
+
+static char bench_dir[256];
+
+static pid_t spawn(const char *log_name, char *const argv[]) {
+  char log[512];
+  snprintf(log, sizeof log, "%s/%s.log", bench_dir, log_name);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    fprintf(stderr, "zb_bench_service: cannot start %s: %s\n", argv[0], strerror(rc));
+    exit(1);
+  }
+  return pid;
+}
+
+static void stop(pid_t pid) {
+  if (pid <= 0)
+    return;
+  kill(pid, SIGTERM);
+  for (int k = 0; k < 100; k++) {
+    if (waitpid(pid, NULL, WNOHANG) == pid)
+      return;
+    sleep_s(0.02);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+typedef struct cluster {
+  pid_t coord;
+  pid_t workers[64];
+  int n_workers;
+  char addr[64];
+  zb_rpc_client *rpc;
+} cluster;
+
+static void cluster_start(cluster *c, int n_workers, const char *tag) {
+  memset(c, 0, sizeof *c);
+  char data[300], ports[300];
+  snprintf(data, sizeof data, "%s/data-%s", bench_dir, tag);
+  snprintf(ports, sizeof ports, "%s/ports-%s", bench_dir, tag);
+  unlink(ports);
+  char *cargv[] = {ZB_COORDINATOR_BIN,
+                   "--listen",
+                   "127.0.0.1:0",
+                   "--metrics-listen",
+                   "127.0.0.1:0",
+                   "--data-dir",
+                   data,
+                   "--port-file",
+                   ports,
+                   "--log-level",
+                   "warn",
+                   "--heartbeat-timeout-ms",
+                   "10000",
+                   NULL};
+  c->coord = spawn("coordinator", cargv);
+  int port = 0;
+  for (int k = 0; k < 500 && !port; k++) {
+    FILE *f = fopen(ports, "r");
+    if (f) {
+      if (fscanf(f, "%d", &port) != 1)
+        port = 0;
+      fclose(f);
+    }
+    if (!port)
+      sleep_s(0.01);
+  }
+  if (!port) {
+    fprintf(stderr, "zb_bench_service: the coordinator did not start (see %s/coordinator.log)\n", bench_dir);
+    exit(1);
+  }
+  snprintf(c->addr, sizeof c->addr, "127.0.0.1:%d", port);
+  c->rpc = zb_rpc_client_new(c->addr, 64 << 20);
+  for (int k = 0; k < n_workers; k++) {
+    char id[32];
+    snprintf(id, sizeof id, "%s-w%d", tag, k);
+    char *wargv[] = {ZB_WORKER_BIN, "--coordinator", c->addr, "--id", id, "--log-level", "warn", NULL};
+    c->workers[c->n_workers++] = spawn("workers", wargv);
+  }
+  /* wait until all are attached */
+  for (int k = 0; k < 1000; k++) {
+    Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    char det[256];
+    if (zb_rpc_unary(c->rpc, "/zb.v1.Zb/ListWorkers", &req.base, &zb__v1__list_workers_response__descriptor,
+                     &resp, 2000, true, det, sizeof det) == GRPC_STATUS_OK) {
+      size_t n = ((Zb__V1__ListWorkersResponse *)resp)->n_workers;
+      protobuf_c_message_free_unpacked(resp, NULL);
+      if ((int)n >= n_workers)
+        return;
+    }
+    sleep_s(0.02);
+  }
+  fprintf(stderr, "zb_bench_service: workers did not attach (see %s/workers.log)\n", bench_dir);
+  exit(1);
+}
+
+static void cluster_stop(cluster *c) {
+  for (int k = 0; k < c->n_workers; k++)
+    stop(c->workers[k]);
+  zb_rpc_client_free(c->rpc);
+  stop(c->coord);
+}
+
+/* ---- jobs ---- */
+
+static zb_job_spec bench_spec(const char *schedule, int p, int m, double op_s, int iterations) {
+  zb_job_spec s;
+  zb_job_spec_default(&s);
+  snprintf(s.name, sizeof s.name, "bench");
+  s.ranks = p;
+  s.microbatches = m;
+  snprintf(s.schedule, sizeof s.schedule, "%s", schedule);
+  s.costs.t_f = s.costs.t_b = s.costs.t_w = op_s;
+  s.costs.t_comm = 0;
+  s.iterations = iterations;
+  s.bytes_per_activation = 65536;
+  return s;
+}
+
+/* Submits spec; returns the job id (static buffer) or NULL. */
+static const char *submit(cluster *c, const zb_job_spec *spec) {
+  static char id[64];
+  Zb__V1__SubmitJobRequest req = ZB__V1__SUBMIT_JOB_REQUEST__INIT;
+  Zb__V1__JobSpec pb;
+  zb_wire_spec_to_pb(spec, &pb);
+  req.spec = &pb;
+  ProtobufCMessage *resp = NULL;
+  char det[512];
+  grpc_status_code st =
+      zb_rpc_unary(c->rpc, "/zb.v1.Zb/SubmitJob", &req.base, &zb__v1__submit_job_response__descriptor, &resp,
+                   10000, false, det, sizeof det);
+  zb_wire_spec_pb_clear(&pb);
+  if (st != GRPC_STATUS_OK) {
+    fprintf(stderr, "zb_bench_service: submit: %s: %s\n", zb_rpc_status_name(st), det);
+    return NULL;
+  }
+  snprintf(id, sizeof id, "%s", ((Zb__V1__SubmitJobResponse *)resp)->job_id);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return id;
+}
+
+/* Streams the job's events to its end; fills walls[i] with iteration i's
+ * wall time and *first_op with rank 0's first iteration start. Returns
+ * the final state. */
+static int watch(cluster *c, const char *job_id, double *walls, int max_walls, double *first_op) {
+  Zb__V1__WatchJobRequest req = ZB__V1__WATCH_JOB_REQUEST__INIT;
+  req.job_id = (char *)job_id;
+  zb_rpc_stream *st = zb_rpc_stream_open(c->rpc, "/zb.v1.Zb/WatchJob", &req.base, 600000, false);
+  int state = 0, got;
+  ProtobufCMessage *msg;
+  while ((got = zb_rpc_stream_read(st, &zb__v1__job_event__descriptor, &msg, -1)) != 0) {
+    if (got < 0)
+      continue;
+    Zb__V1__JobEvent *ev = (void *)msg;
+    state = ev->state;
+    const Zb__V1__IterationMetrics *it = ev->iteration;
+    if (it && it->iteration < max_walls)
+      walls[it->iteration] = it->wall_seconds;
+    if (it && it->iteration == 0 && first_op) {
+      double first = INFINITY;
+      for (size_t r = 0; r < it->n_ranks; r++)
+        if (it->ranks[r]->start_monotonic_seconds < first)
+          first = it->ranks[r]->start_monotonic_seconds;
+      *first_op = first;
+    }
+    protobuf_c_message_free_unpacked(msg, NULL);
+  }
+  char det[256];
+  zb_rpc_stream_status(st, det, sizeof det);
+  zb_rpc_stream_free(st);
+  return state;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- (a) overhead ---- */
+
+static void bench_overhead(bool quick) {
+  printf("== (a) runtime overhead: measured iteration time / simulated makespan ==\n");
+  printf(
+      "sim backend, 10 ms ops (one rank's share: T_F=T_B=T_W=10 ms, T_comm=0), 64 KiB per activation over\n"
+      "TCP on loopback; median of the iterations after the first (which includes connecting).\n\n");
+  printf("%-8s %4s %4s %12s %12s %8s %8s\n", "schedule", "p", "m", "sim (s)", "measured (s)", "ratio",
+         "target");
+  static const char *const schedules[] = {"1f1b", "zb-h1", "zb-v"};
+  static const int shapes[][2] = {{4, 16}, {16, 64}};
+  for (size_t si = 0; si < 2; si++) {
+    int p = shapes[si][0], m = shapes[si][1];
+    int iterations = quick ? 3 : 5;
+    cluster c;
+    char tag[16];
+    snprintf(tag, sizeof tag, "a%d", p);
+    cluster_start(&c, p, tag);
+    for (size_t k = 0; k < 3; k++) {
+      zb_job_spec spec = bench_spec(schedules[k], p, m, 0.010, iterations);
+      zb_wire_plan plan;
+      zb_diag d;
+      if (zb_wire_plan_make(&spec, ZB_OBJ_MAKESPAN, &plan, &d) != ZB_OK) {
+        printf("%-8s %4d %4d  plan failed: %s\n", schedules[k], p, m, d.msg);
+        continue;
+      }
+      double sim = plan.sim->makespan;
+      zb_wire_plan_free(&plan);
+      const char *id = submit(&c, &spec);
+      double walls[16] = {0};
+      int state = id ? watch(&c, id, walls, 16, NULL) : 0;
+      if (state != ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED) {
+        printf("%-8s %4d %4d  job did not succeed (state %d)\n", schedules[k], p, m, state);
+        continue;
+      }
+      double med = median(walls + 1, iterations - 1);
+      printf("%-8s %4d %4d %12.4f %12.4f %8.4f %8s\n", schedules[k], p, m, sim, med, med / sim,
+             p == 4 ? "<= 1.05" : "<= 1.10");
+      fflush(stdout);
+    }
+    cluster_stop(&c);
+  }
+  printf("\n");
+}
+
+/* ---- (b) Report ingest ---- */
+
+typedef struct reporter {
+  const char *addr;
+  int index;
+  double seconds;
+  long done, failed;
+  atomic_int *ready;
+} reporter;
+
+static void *reporter_main(void *arg) {
+  reporter *r = arg;
+  zb_rpc_client *c = zb_rpc_client_new(r->addr, 1 << 20);
+  char id[32];
+  snprintf(id, sizeof id, "bench-r%d", r->index);
+  Zb__V1__AttachRequest att = ZB__V1__ATTACH_REQUEST__INIT;
+  att.worker_id = id;
+  att.data_address = "127.0.0.1:9";
+  zb_rpc_stream *st = zb_rpc_stream_open(c, "/zb.v1.Zb/Attach", &att.base, 0, true);
+  ProtobufCMessage *msg;
+  if (zb_rpc_stream_read(st, &zb__v1__command__descriptor, &msg, 10000) == 1) /* the first ping: attached */
+    protobuf_c_message_free_unpacked(msg, NULL);
+  atomic_fetch_add(r->ready, 1);
+  Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
+  req.worker_id = id;
+  double end = now_s() + r->seconds;
+  char det[128];
+  while (now_s() < end) {
+    ProtobufCMessage *resp = NULL;
+    if (zb_rpc_unary(c, "/zb.v1.Zb/Report", &req.base, &zb__v1__report_response__descriptor, &resp, 5000,
+                     false, det, sizeof det) == GRPC_STATUS_OK) {
+      r->done++;
+      protobuf_c_message_free_unpacked(resp, NULL);
+    } else {
+      r->failed++;
+    }
+  }
+  zb_rpc_stream_free(st);
+  zb_rpc_client_free(c);
+  return NULL;
+}
+
+static void bench_ingest(bool quick) {
+  enum { N = 64 };
+  printf("== (b) Report ingest: 64 concurrent reporters (attached, heartbeat Reports), unary calls ==\n");
+  cluster c;
+  cluster_start(&c, 0, "b");
+  reporter rs[N];
+  pthread_t th[N];
+  atomic_int ready = 0;
+  double seconds = quick ? 2 : 5;
+  for (int k = 0; k < N; k++) {
+    rs[k] = (reporter){.addr = c.addr, .index = k, .seconds = seconds, .ready = &ready};
+    pthread_create(&th[k], NULL, reporter_main, &rs[k]);
+  }
+  double t0 = now_s();
+  for (int k = 0; k < N; k++)
+    pthread_join(th[k], NULL);
+  double elapsed = now_s() - t0;
+  long done = 0, failed = 0;
+  for (int k = 0; k < N; k++) {
+    done += rs[k].done;
+    failed += rs[k].failed;
+  }
+  printf("%ld Reports in %.2f s (%ld failed): %.0f Reports/s  (target >= 10000)\n\n", done, elapsed, failed,
+         (double)done / elapsed);
+  cluster_stop(&c);
+}
+
+/* ---- (c) submit to first op ---- */
+
+static void bench_latency(bool quick) {
+  int jobs = quick ? 30 : 100;
+  printf("== (c) SubmitJob to the first op executed: %d jobs, p=4, m=4, 1 ms ops, 1 iteration ==\n", jobs);
+  printf("from just before SubmitJob to the earliest rank's first-iteration start (CLOCK_MONOTONIC; one "
+         "host)\n");
+  cluster c;
+  cluster_start(&c, 4, "c");
+  double *lat = zb_malloc(sizeof(double) * (size_t)jobs);
+  int n = 0;
+  for (int k = 0; k < jobs; k++) {
+    zb_job_spec spec = bench_spec("1f1b", 4, 4, 0.001, 1);
+    double t0 = now_s();
+    const char *id = submit(&c, &spec);
+    double first = NAN, walls[1];
+    if (id && watch(&c, id, walls, 1, &first) == ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED && isfinite(first))
+      lat[n++] = first - t0;
+  }
+  qsort(lat, (size_t)n, sizeof *lat, cmp_double);
+  if (n > 0) {
+    int i99 = (int)ceil(0.99 * n) - 1;
+    printf("%d jobs: p50 %.2f ms, p99 %.2f ms, max %.2f ms  (target p99 < 50 ms)\n\n", n, 1e3 * lat[n / 2],
+           1e3 * lat[i99 < 0 ? 0 : i99], 1e3 * lat[n - 1]);
+  } else {
+    printf("no job succeeded\n\n");
+  }
+  free(lat);
+  cluster_stop(&c);
+}
+
+int main(int argc, char **argv) {
+  bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+  if (argc > 1 && !quick) {
+    fprintf(stderr, "usage: zb_bench_service [--quick]\n");
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  snprintf(bench_dir, sizeof bench_dir, "/tmp/zb-bench-XXXXXX");
+  if (!mkdtemp(bench_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  printf("zb_bench_service: zb-coordinator and zb-workers on loopback; logs in %s\n\n", bench_dir);
+  bench_overhead(quick);
+  bench_ingest(quick);
+  bench_latency(quick);
+  return 0;
+}
