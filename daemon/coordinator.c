@@ -94,6 +94,7 @@ static void job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *i
   job_persist(co, j);
   for (coord_watcher *w = j->watchers; w; w = w->next)
     zb_rpc_stream_write(w->call, &ev.base);
+  coord_metrics_render(co); /* a scrape right after an event sees it */
 }
 
 static void worker_send(coord_worker *w, const Zb__V1__Command *cmd) {

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The main job (for now): build zbctl in build/dev, then plan, compare and
-# draw zero-bubble schedules offline with `zbctl plan`.
+# The main job: a local zb cluster on this machine. Builds the daemons and
+# zbctl (build/dev), starts a zb-coordinator and N zb-workers (sim backend,
+# TCP transport) in a temporary data directory, submits the default job
+# (zb-v on 4 ranks), streams its progress with `zbctl watch`, and shuts
+# everything down cleanly, also on Ctrl-C.
 set -euo pipefail
 
 CALLER_DIR=$PWD
@@ -8,34 +11,41 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 PRESET=dev
-ZBCTL=build/$PRESET/client/zbctl
-OUT=build/out
+BIN=build/$PRESET
 
 usage() {
   cat <<'USAGE'
-usage: scripts/run.sh [--no-deps] [-j N] [ZBCTL_ARGS...]
+usage: scripts/run.sh [--no-deps] [-j N] [--workers N] [--job FILE] [--keep]
+       scripts/run.sh [--no-deps] [-j N] ZBCTL_ARGS...     (e.g. plan compare --ranks 4 --microbatches 16)
 
+With no ZBCTL_ARGS, runs a local cluster:
   1. scripts/install-deps.sh (installs missing Debian 12 packages; as a user
      that is not root it prints the apt-get command to run instead, and stops)
-  2. cmake --preset dev; cmake --build --preset dev --target zbctl
-     (the binary is build/dev/client/zbctl)
-  3. with no ZBCTL_ARGS, the demo:
-       zbctl plan compare --ranks 4 --microbatches 16
-       zbctl plan --schedule zb-v --ranks 4 --microbatches 8 --format ascii
-       zbctl plan --schedule zb-h1|zb-v --ranks 4 --microbatches 8 --format svg
-         -o build/out/<schedule>-p4-m8.svg   (and prints where they are)
-     with ZBCTL_ARGS, runs `zbctl ZBCTL_ARGS` instead, in the directory
-     run.sh was started from, e.g.
-       scripts/run.sh plan --schedule 1f1b --ranks 8 --microbatches 32 --format ascii
+  2. cmake --preset dev; builds zb-coordinator, zb-worker and zbctl
+  3. starts zb-coordinator (gRPC and /metrics on free loopback ports) and the
+     workers, in a temporary directory (data, logs)
+  4. submits the job (default deploy/jobs/local-demo.yaml: zb-v, 4 ranks,
+     16 microbatches, 10 ms ops, 20 iterations) and runs `zbctl watch` on it
+  5. prints a summary, then stops the workers and the coordinator (SIGTERM)
+     and removes the temporary directory (kept with --keep, or on failure)
 
-  --no-deps   skip step 1
-  -j N        parallel build jobs (default: nproc, or $JOBS)
-  --help      show this text
+  --workers N   workers to start (default: the job's ranks, at least 4)
+  --job FILE    job spec to submit instead of the default
+  --keep        keep the temporary directory (data, logs) at the end
+  --no-deps     skip step 1
+  -j N          parallel build jobs (default: nproc, or $JOBS)
+  --help        show this text
+
+With ZBCTL_ARGS, builds zbctl and runs `zbctl ZBCTL_ARGS` in the directory
+run.sh was started from (offline planning needs no cluster).
 USAGE
 }
 
 deps=1
 jobs=${JOBS:-$(nproc)}
+workers=
+job=deploy/jobs/local-demo.yaml
+keep=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --no-deps) deps=0 ;;
@@ -45,9 +55,20 @@ while [[ $# -gt 0 ]]; do
       shift
       ;;
     -j[1-9]*) jobs=${1#-j} ;;
+    --workers)
+      [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --workers takes a positive number" >&2; exit 2; }
+      workers=$2
+      shift
+      ;;
+    --job)
+      [[ $# -ge 2 ]] || { echo "run.sh: --job takes a file" >&2; exit 2; }
+      job=$(cd "$CALLER_DIR" && realpath "$2")
+      shift
+      ;;
+    --keep) keep=1 ;;
     -h | --help) usage; exit 0 ;;
     --) shift; break ;;
-    -*) echo "run.sh: unknown option '$1' (see --help; zbctl arguments start with a subcommand)" >&2; exit 2 ;;
+    -*) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
   shift
@@ -57,39 +78,83 @@ if [[ $deps -eq 1 ]]; then
   scripts/install-deps.sh
 fi
 
-echo "run.sh: building zbctl (preset $PRESET, $jobs jobs)" >&2
+echo "run.sh: building (preset $PRESET, $jobs jobs)" >&2
 cmake --preset "$PRESET" >/dev/null
-cmake --build --preset "$PRESET" --target zbctl -j "$jobs"
-if [[ ! -x $ZBCTL ]]; then
-  echo "run.sh: built target zbctl but found no $ZBCTL" >&2
-  exit 1
-fi
-
 if [[ $# -gt 0 ]]; then
-  # Relative paths in the user's arguments (-o, --from-csv) mean what they
-  # mean where run.sh was started.
+  cmake --build --preset "$PRESET" --target zbctl -j "$jobs" >/dev/null
   cd "$CALLER_DIR"
-  exec "$ROOT/$ZBCTL" "$@"
+  exec "$ROOT/$BIN/client/zbctl" "$@"
 fi
+cmake --build --preset "$PRESET" --target zb-coordinator zb-worker zbctl -j "$jobs" >/dev/null
+for b in daemon/zb-coordinator worker/zb-worker client/zbctl; do
+  [[ -x $BIN/$b ]] || { echo "run.sh: $BIN/$b was not built (are the service packages installed?)" >&2; exit 1; }
+done
+[[ -r $job ]] || { echo "run.sh: cannot read job spec $job" >&2; exit 1; }
 
-# run CMD...: shows the command as typed, then runs it.
-run() {
+ranks=$(sed -n 's/^ranks:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$job" | head -n1)
+[[ -n $workers ]] || workers=$(( ${ranks:-4} > 4 ? ${ranks:-4} : 4 ))
+
+tmp=$(mktemp -d /tmp/zb-local.XXXXXX)
+pids=()
+coord_pid=
+status=1
+
+cleanup() {
+  trap - EXIT INT TERM
   echo
-  echo "\$ zbctl ${*:2}"
-  "$@"
+  echo "run.sh: stopping ${#pids[@]} workers and the coordinator"
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [[ -n $coord_pid ]]; then
+    kill -TERM "$coord_pid" 2>/dev/null || true
+    wait "$coord_pid" 2>/dev/null || true
+  fi
+  if [[ $keep -eq 1 || $status -ne 0 ]]; then
+    echo "run.sh: data and logs kept in $tmp"
+  else
+    rm -rf "$tmp"
+  fi
+  exit "$status"
 }
+trap cleanup EXIT
+trap 'status=130; cleanup' INT TERM
 
-run "$ZBCTL" plan compare --ranks 4 --microbatches 16
-run "$ZBCTL" plan --schedule zb-v --ranks 4 --microbatches 8 --format ascii
+"$BIN/daemon/zb-coordinator" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --data-dir "$tmp/data" \
+  --port-file "$tmp/ports" 2>"$tmp/coordinator.log" &
+coord_pid=$!
+for _ in $(seq 200); do [[ -s $tmp/ports ]] && break; sleep 0.05; done
+[[ -s $tmp/ports ]] || { echo "run.sh: the coordinator did not start:" >&2; tail "$tmp/coordinator.log" >&2; exit 1; }
+read -r grpc_port metrics_port <"$tmp/ports"
+export ZB_COORDINATOR=127.0.0.1:$grpc_port
+ZBCTL=$BIN/client/zbctl
 
-mkdir -p "$OUT"
-svgs=()
-for s in zb-h1 zb-v; do
-  f="$OUT/$s-p4-m8.svg"
-  run "$ZBCTL" plan --schedule "$s" --ranks 4 --microbatches 8 --format svg -o "$f"
-  svgs+=("$ROOT/$f")
+for i in $(seq 0 $((workers - 1))); do
+  "$BIN/worker/zb-worker" --coordinator "$ZB_COORDINATOR" --id "local-w$i" 2>"$tmp/worker-$i.log" &
+  pids+=($!)
+done
+for _ in $(seq 200); do
+  n=$("$ZBCTL" workers --output json 2>/dev/null | grep -c '"id"' || true)
+  [[ $n -ge $workers ]] && break
+  sleep 0.05
 done
 
+echo "zb local cluster: coordinator $ZB_COORDINATOR, metrics http://127.0.0.1:$metrics_port/metrics, $workers workers"
+echo "logs and data: $tmp"
 echo
-echo "SVG timelines (open in a browser):"
-printf '  %s\n' "${svgs[@]}"
+echo "\$ zbctl workers"
+"$ZBCTL" workers
+echo
+echo "\$ zbctl submit ${job#"$ROOT"/}"
+job_id=$("$ZBCTL" submit "$job")
+echo "$job_id"
+echo
+echo "\$ zbctl watch $job_id"
+if "$ZBCTL" watch "$job_id"; then status=0; else status=1; fi
+echo
+echo "\$ zbctl get $job_id"
+"$ZBCTL" get "$job_id" || status=1
+echo
+echo "metrics (excerpt):"
+if command -v curl >/dev/null 2>&1; then
+  curl -s "http://127.0.0.1:$metrics_port/metrics" | grep -E '^zb_(jobs\{|workers_attached |job_iterations_total\{|reports_total )' || true
+fi
