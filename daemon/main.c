@@ -29,7 +29,7 @@ static const char usage_text[] =
     "                           heartbeat_timeout_ms, log_level, max_message_bytes)\n"
     "  --listen ADDR            gRPC address (default 127.0.0.1:7070; port 0: any)\n"
     "  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9464)\n"
-    "  --data-dir DIR           where zb.db lives (default ./zb-data; created)\n"
+    "  --data-dir DIR           where zb.db lives (default /var/lib/zb; created)\n"
     "  --heartbeat-timeout-ms N a worker silent this long is dead (default 5000)\n"
     "  --log-level L            debug, info, warn, error (default info)\n"
     "  --max-message-bytes N    gRPC message limit (default 16777216)\n"
