@@ -17,7 +17,7 @@ typedef enum zb_err {
   ZB_ERR_INVALID_SCHEDULE = -4, /* the validator found a violation */
   ZB_ERR_INFEASIBLE = -5,    /* no schedule fits the memory limit */
   ZB_ERR_DEADLOCK = -6,      /* simulation could not make progress */
-  ZB_ERR_IO = -7,            /* a file or database operation failed (service code) */
+  ZB_ERR_IO = -7,            /* I/O failed: a file, the database, or a network peer (service code) */
 } zb_err;
 
 /* A short human explanation of the last failure; filled by functions that

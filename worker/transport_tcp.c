@@ -333,11 +333,26 @@ static int tcp_next_op(const tcp_transport *t, int q, bool is_send, int from) {
   return -1;
 }
 
+/* Fails a group because the stop flag is up, naming what it waited for. */
+static zb_err tcp_fail_stopped(tcp_transport *t, zb_diag *diag) {
+  char tb[48];
+  const tcp_op *op = &t->ops[0];
+  for (int i = 0; i < t->n_ops; i++)
+    if (t->ops[i].done < TCP_FRAME + t->ops[i].len) {
+      op = &t->ops[i];
+      break;
+    }
+  return tcp_fail(t, ZB_ERR_IO, diag,
+                  "stopped (stop flag raised) while rank %d waited to %s %s %s peer rank %d", t->rank,
+                  op->is_send ? "send" : "receive", zb_tag_format(op->tag, tb, sizeof tb),
+                  op->is_send ? "to" : "from", op->peer);
+}
+
 /* Runs every posted op to completion. Per peer and direction only the
  * oldest unfinished op moves, which keeps each stream in posting order. */
 static zb_err tcp_progress(tcp_transport *t, zb_diag *diag) {
   int64_t last_move = zb_clock_ns();
-  char tb[48], eb[96];
+  char eb[96];
   for (;;) {
     int n = 0;
     for (int q = 0; q < t->nranks; q++) {
@@ -354,14 +369,11 @@ static zb_err tcp_progress(tcp_transport *t, zb_diag *diag) {
       t->n_ops = 0;
       return ZB_OK;
     }
-    if (stopped(t)) {
-      int i = t->recv_head[t->pfd_peer[0]] >= 0 ? t->recv_head[t->pfd_peer[0]] : t->send_head[t->pfd_peer[0]];
-      return tcp_fail(t, ZB_ERR_IO, diag,
-                      "stopped (stop flag raised) while rank %d waited to %s %s %s peer rank %d", t->rank,
-                      t->ops[i].is_send ? "send" : "receive", zb_tag_format(t->ops[i].tag, tb, sizeof tb),
-                      t->ops[i].is_send ? "to" : "from", t->ops[i].peer);
-    }
+    if (stopped(t))
+      return tcp_fail_stopped(t, diag);
     int rc = poll(t->pfds, (nfds_t)n, TCP_POLL_MS);
+    if (stopped(t)) /* before the events: a peer that stopped too may have closed already */
+      return tcp_fail_stopped(t, diag);
     if (rc < 0 && errno != EINTR)
       return tcp_fail(t, ZB_ERR_IO, diag, "poll: %s", errstr(errno, eb, sizeof eb));
     bool moved = false;

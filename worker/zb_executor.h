@@ -12,7 +12,8 @@
  * again and its stats taken. FSDP and empty actions take no time.
  *
  * Measurements per iteration:
- *   wall        first action start to last action end (CLOCK_MONOTONIC);
+ *   wall        from just before the first action to just after the last one
+ *               and the final backend sync (CLOCK_MONOTONIC);
  *   busy F/B/W  what the backend measured; a fused BW counts as B and W in
  *               the ratio of its stage's T_B : T_W (zb_backend.h);
  *   idle        wall - (busy F + B + W), never below 0;

@@ -455,7 +455,25 @@ typedef struct pair {
   atomic_bool stop;
   char addr[2][96];
   const char *addrs[2];
+  pthread_t watchdog;
+  atomic_bool over;
+  bool watchdog_fired;
 } pair;
+
+/* Raises the pair's stop flag after WATCHDOG_S unless the test is over. */
+static void *pair_watchdog(void *arg) {
+  pair *pr = arg;
+  double t0 = now_s();
+  while (!atomic_load(&pr->over)) {
+    if (now_s() - t0 >= WATCHDOG_S) {
+      pr->watchdog_fired = true;
+      atomic_store(&pr->stop, true);
+      break;
+    }
+    sleep_s(0.005);
+  }
+  return NULL;
+}
 
 typedef struct connect_arg {
   pair *pr;
@@ -471,9 +489,13 @@ static void *connect_main(void *arg) {
   return NULL;
 }
 
+/* Two tcp transports (ranks 0 and 1 of 2) on 127.0.0.1:0, not connected,
+ * and a watchdog; pair_free() ends both. */
 static bool pair_new(pair *pr, const char *listen1) {
   memset(pr, 0, sizeof *pr);
   atomic_init(&pr->stop, false);
+  atomic_init(&pr->over, false);
+  pthread_create(&pr->watchdog, NULL, pair_watchdog, pr);
   for (int r = 0; r < 2; r++) {
     zb_diag d = {{0}};
     zb_tcp_config tc = {.rank = r,
@@ -504,6 +526,8 @@ static bool pair_connect(pair *pr) {
 }
 
 static void pair_free(pair *pr) {
+  atomic_store(&pr->over, true);
+  pthread_join(pr->watchdog, NULL);
   zb_transport_free(pr->t[0]);
   zb_transport_free(pr->t[1]);
 }
@@ -571,7 +595,9 @@ static void test_large_batched_exchange(void) {
     free(a[r].out);
     free(a[r].in);
   }
+  bool fired = pr.watchdog_fired;
   pair_free(&pr);
+  CHECK(!fired);
   CHECK_MSG(a[0].err == ZB_OK && a[1].err == ZB_OK, "%s / %s", a[0].diag.msg, a[1].diag.msg);
   CHECK(a[0].content_ok && a[1].content_ok);
   CHECK_EQ(s0.bytes_sent, 3 * (int64_t)len);
@@ -579,6 +605,46 @@ static void test_large_batched_exchange(void) {
   CHECK_EQ(s1.bytes_sent, 3 * (int64_t)len);
   CHECK_EQ(s0.messages_sent, 3);
   CHECK_EQ(s1.messages_received, 3);
+}
+
+typedef struct send_arg {
+  zb_transport *t;
+  int rank;
+  size_t len;
+  zb_err err;
+  zb_diag diag;
+} send_arg;
+
+static void *send_main(void *arg) {
+  send_arg *a = arg;
+  unsigned char *buf = zb_calloc(a->len, 1);
+  a->err = zb_transport_send(a->t, 1 - a->rank, (zb_tag){.kind = ZB_OP_F, .stage = a->rank}, buf, a->len,
+                             &a->diag);
+  free(buf);
+  return NULL;
+}
+
+/* The case groups exist for, done wrong: both ranks send 64 MiB outside a
+ * group (blocking), more than the socket buffers hold, so neither send can
+ * finish; the stop flag ends both. */
+static void test_stop_cancels_blocked_sends(void) {
+  pair pr;
+  CHECK(pair_new(&pr, NULL));
+  CHECK(pair_connect(&pr));
+  send_arg a[2] = {{.t = pr.t[0], .rank = 0, .len = 64u << 20}, {.t = pr.t[1], .rank = 1, .len = 64u << 20}};
+  pthread_t th[2];
+  for (int r = 0; r < 2; r++)
+    pthread_create(&th[r], NULL, send_main, &a[r]);
+  sleep_s(0.3);
+  atomic_store(&pr.stop, true);
+  for (int r = 0; r < 2; r++)
+    pthread_join(th[r], NULL);
+  pair_free(&pr);
+  printf("  %s\n", a[0].diag.msg);
+  for (int r = 0; r < 2; r++) {
+    CHECK_EQ(a[r].err, ZB_ERR_IO);
+    CHECK_MSG(strstr(a[r].diag.msg, "stopped") && strstr(a[r].diag.msg, "send"), "%s", a[r].diag.msg);
+  }
 }
 
 typedef struct recv_arg {
@@ -698,7 +764,7 @@ static void test_peer_close_during_recv(void) {
   zb_transport_free(pr.t[0]);
   pr.t[0] = NULL;
   pthread_join(th, NULL);
-  bool stop_raised = atomic_load(&pr.stop);
+  bool stop_raised = pr.watchdog_fired;
   pair_free(&pr);
   printf("  %s\n", a.diag.msg);
   CHECK(!stop_raised);
@@ -771,6 +837,7 @@ static void test_sim_backend_times_and_memory(void) {
 ZBT_MAIN(ZBT(test_1f1b_p4_m8), ZBT(test_zb_h1_p4_m8), ZBT(test_zb_v_p4_m8),
          ZBT(test_callback_stops_between_iterations), ZBT(test_wrong_tag_named),
          ZBT(test_peer_death_reported), ZBT(test_stop_mid_iteration), ZBT(test_one_rank_stopped_others_fail),
-         ZBT(test_large_batched_exchange), ZBT(test_stop_cancels_blocked_recv), ZBT(test_length_mismatch),
+         ZBT(test_large_batched_exchange), ZBT(test_stop_cancels_blocked_recv),
+         ZBT(test_stop_cancels_blocked_sends), ZBT(test_length_mismatch),
          ZBT(test_connect_retries_until_peer_listens), ZBT(test_connect_deadline_names_peer),
          ZBT(test_peer_close_during_recv), ZBT(test_bad_arguments), ZBT(test_sim_backend_times_and_memory))
