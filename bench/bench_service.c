@@ -8,7 +8,8 @@
  *       reporters (attached workers sending heartbeat Reports);
  *   (c) SubmitJob to the first op executed, p50/p99 over many small jobs.
  * It prints; it never fails on a slow figure (targets are printed beside).
- * Usage: zb_bench_service [--quick]   (--quick: fewer iterations and jobs)
+ * Usage: zb_bench_service [--quick] [a] [b] [c]   (--quick: fewer iterations and
+ * jobs; letters pick sections, default all)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -384,11 +385,19 @@ static void bench_latency(bool quick) {
 }
 
 int main(int argc, char **argv) {
-  bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-  if (argc > 1 && !quick) {
-    fprintf(stderr, "usage: zb_bench_service [--quick]\n");
-    return 2;
+  bool quick = false, want[3] = {false, false, false}, any = false;
+  for (int k = 1; k < argc; k++) {
+    if (strcmp(argv[k], "--quick") == 0)
+      quick = true;
+    else if (strlen(argv[k]) == 1 && argv[k][0] >= 'a' && argv[k][0] <= 'c')
+      want[argv[k][0] - 'a'] = any = true;
+    else {
+      fprintf(stderr, "usage: zb_bench_service [--quick] [a] [b] [c]   (sections; default all)\n");
+      return 2;
+    }
   }
+  if (!any)
+    want[0] = want[1] = want[2] = true;
   signal(SIGPIPE, SIG_IGN);
   snprintf(bench_dir, sizeof bench_dir, "/tmp/zb-bench-XXXXXX");
   if (!mkdtemp(bench_dir)) {
@@ -396,8 +405,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("zb_bench_service: zb-coordinator and zb-workers on loopback; logs in %s\n\n", bench_dir);
-  bench_overhead(quick);
-  bench_ingest(quick);
-  bench_latency(quick);
+  if (want[0])
+    bench_overhead(quick);
+  if (want[1])
+    bench_ingest(quick);
+  if (want[2])
+    bench_latency(quick);
   return 0;
 }

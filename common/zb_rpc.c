@@ -101,6 +101,7 @@ struct zb_rpc_call {
   bool closed;   /* RECV_CLOSE completed */
   bool ended;    /* we ended it, or the peer went away and on_close ran */
   bool md_sent, send_busy, finishing;
+  bool close_posted; /* RECV_CLOSE_ON_SERVER is in flight or done */
   grpc_status_code fin_code;
   char *fin_details;
   grpc_byte_buffer **queue;
@@ -206,11 +207,23 @@ static void rpc_start(zb_rpc_call *c, const grpc_op *ops, size_t n, rpc_tag *tag
   }
 }
 
+/* A unary call's RECV_CLOSE_ON_SERVER rides in its final batch (one
+ * completion instead of two); a streaming call posted its own at start. */
+static void rpc_add_close(zb_rpc_call *c, grpc_op *ops, size_t *n) {
+  if (c->close_posted)
+    return;
+  c->close_posted = true;
+  c->closed = true; /* nothing waits on it: the call ends with this batch */
+  ops[*n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[*n].data.recv_close_on_server.cancelled = &c->cancelled;
+  (*n)++;
+}
+
 /* Sends the final status (after the queue drained) and gives up the
  * handler's reference. */
 static void rpc_send_status(zb_rpc_call *c, grpc_status_code code, const char *details) {
   grpc_slice det = grpc_slice_from_copied_string(details ? details : "");
-  grpc_op ops[2];
+  grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
   if (!c->md_sent) {
@@ -221,6 +234,7 @@ static void rpc_send_status(zb_rpc_call *c, grpc_status_code code, const char *d
   ops[n].data.send_status_from_server.status = code;
   ops[n].data.send_status_from_server.status_details = &det;
   n++;
+  rpc_add_close(c, ops, &n);
   rpc_start(c, ops, n, &c->status_tag);
   grpc_slice_unref(det);
   c->ended = true;
@@ -253,7 +267,7 @@ void zb_rpc_reply(zb_rpc_call *c, const ProtobufCMessage *msg) {
     return;
   grpc_byte_buffer *bb = rpc_pack(msg);
   grpc_slice det = grpc_slice_from_static_string("");
-  grpc_op ops[3];
+  grpc_op ops[4];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
   if (!c->md_sent) {
@@ -265,6 +279,7 @@ void zb_rpc_reply(zb_rpc_call *c, const ProtobufCMessage *msg) {
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
   ops[n++].data.send_status_from_server.status_details = &det;
+  rpc_add_close(c, ops, &n);
   rpc_start(c, ops, n, &c->status_tag);
   grpc_byte_buffer_destroy(bb);
   c->ended = true;
@@ -353,11 +368,14 @@ static void rpc_on_new_call(method_slot *sl) {
   if (srv->live)
     srv->live->prev = c;
   srv->live = c;
-  grpc_op close_op;
-  memset(&close_op, 0, sizeof close_op);
-  close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  close_op.data.recv_close_on_server.cancelled = &c->cancelled;
-  rpc_start(c, &close_op, 1, &c->close_tag);
+  if (sl->m->streaming) {
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    c->close_posted = true;
+    rpc_start(c, &close_op, 1, &c->close_tag);
+  }
 
   ProtobufCMessage *req = rpc_unpack(payload, sl->m->request);
   if (payload)
@@ -370,6 +388,8 @@ static void rpc_on_new_call(method_slot *sl) {
   }
   sl->m->handler(c, req, srv->user);
   protobuf_c_message_free_unpacked(req, NULL);
+  if (!sl->m->streaming && !c->ended && !c->finishing) /* a unary handler that forgot to answer */
+    zb_rpc_fail(c, GRPC_STATUS_INTERNAL, "%s: no answer", sl->m->path);
 }
 
 static void rpc_on_unknown_call(zb_rpc_server *srv) {

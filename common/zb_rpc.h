@@ -39,6 +39,10 @@ typedef struct zb_rpc_method {
   const char *path; /* "/zb.v1.Zb/SubmitJob" */
   const ProtobufCMessageDescriptor *request;
   zb_rpc_handler handler;
+  /* Server streaming: the server watches for the peer leaving from the
+   * start (zb_rpc_call_on_close). A unary handler must end its call before
+   * it returns; that saves a completion event per call. */
+  bool streaming;
 } zb_rpc_method;
 
 /* Binds addr ("host:port"; port 0: any free port, written to *bound_port),

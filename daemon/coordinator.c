@@ -678,6 +678,16 @@ static void worker_remove(coord *co, coord_worker *w) {
 
 /* A worker is gone (stream closed, heartbeats missed): its job fails. */
 static void worker_lost(coord *co, coord_worker *w, const char *why) {
+  if (co->stopping) {
+    /* Draining cancels every Attach stream: the job is interrupted, not
+     * failed by this rank. It stays RUNNING in the store, and the next
+     * coordinator marks it as stopped with the coordinator. */
+    ZB_INFO("worker %s detached: the coordinator is stopping", w->id);
+    if (w->job)
+      w->job->ranks[w->rank] = NULL;
+    worker_remove(co, w);
+    return;
+  }
   ZB_WARN("worker %s lost: %s", w->id, why);
   if (w->job) {
     char reason[256];
@@ -904,17 +914,17 @@ static void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
 }
 
 const zb_rpc_method coord_methods[] = {
-    {"/zb.v1.Zb/SubmitJob", &zb__v1__submit_job_request__descriptor, on_submit},
-    {"/zb.v1.Zb/GetJob", &zb__v1__get_job_request__descriptor, on_get_job},
-    {"/zb.v1.Zb/ListJobs", &zb__v1__list_jobs_request__descriptor, on_list_jobs},
-    {"/zb.v1.Zb/CancelJob", &zb__v1__cancel_job_request__descriptor, on_cancel},
-    {"/zb.v1.Zb/WatchJob", &zb__v1__watch_job_request__descriptor, on_watch},
-    {"/zb.v1.Zb/UpdateSchedule", &zb__v1__update_schedule_request__descriptor, on_update_schedule},
-    {"/zb.v1.Zb/ListWorkers", &zb__v1__list_workers_request__descriptor, on_list_workers},
-    {"/zb.v1.Zb/Plan", &zb__v1__plan_request__descriptor, on_plan},
-    {"/zb.v1.Zb/Attach", &zb__v1__attach_request__descriptor, on_attach},
-    {"/zb.v1.Zb/Report", &zb__v1__report_request__descriptor, on_report},
-    {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, on_health},
+    {"/zb.v1.Zb/SubmitJob", &zb__v1__submit_job_request__descriptor, on_submit, false},
+    {"/zb.v1.Zb/GetJob", &zb__v1__get_job_request__descriptor, on_get_job, false},
+    {"/zb.v1.Zb/ListJobs", &zb__v1__list_jobs_request__descriptor, on_list_jobs, false},
+    {"/zb.v1.Zb/CancelJob", &zb__v1__cancel_job_request__descriptor, on_cancel, false},
+    {"/zb.v1.Zb/WatchJob", &zb__v1__watch_job_request__descriptor, on_watch, true},
+    {"/zb.v1.Zb/UpdateSchedule", &zb__v1__update_schedule_request__descriptor, on_update_schedule, false},
+    {"/zb.v1.Zb/ListWorkers", &zb__v1__list_workers_request__descriptor, on_list_workers, false},
+    {"/zb.v1.Zb/Plan", &zb__v1__plan_request__descriptor, on_plan, false},
+    {"/zb.v1.Zb/Attach", &zb__v1__attach_request__descriptor, on_attach, true},
+    {"/zb.v1.Zb/Report", &zb__v1__report_request__descriptor, on_report, false},
+    {"/grpc.health.v1.Health/Check", &grpc__health__v1__health_check_request__descriptor, on_health, false},
 };
 const int coord_n_methods = sizeof coord_methods / sizeof coord_methods[0];
 
