@@ -878,8 +878,7 @@ static void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
       return;
     }
     Zb__V1__RankIteration *ri = &slot->ranks[w->rank];
-    *ri = *req->metrics;
-    zb__v1__rank_iteration__init(ri); /* keep only the scalars */
+    zb__v1__rank_iteration__init(ri); /* the scalars are copied one by one below */
     ri->rank = w->rank;
     ri->wall_seconds = req->metrics->wall_seconds;
     ri->busy_f_seconds = req->metrics->busy_f_seconds;
