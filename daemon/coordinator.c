@@ -35,6 +35,45 @@ static coord_worker *worker_find(coord *co, const char *id) {
   return NULL;
 }
 
+/* Length of the longest valid UTF-8 prefix of str. proto3 strings must be
+ * UTF-8: clients that check (Python's, Go's) refuse a whole message that
+ * carries one invalid string, so nothing we keep and send back may hold
+ * one, neither as received nor cut short by a fixed-size copy. */
+static size_t utf8_prefix(const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t k = 0;
+  while (s[k]) {
+    unsigned c = s[k];
+    int n = c < 0x80                 ? 0
+            : c >= 0xc2 && c <= 0xdf ? 1
+            : (c & 0xf0) == 0xe0     ? 2
+            : c >= 0xf0 && c <= 0xf4 ? 3
+                                     : -1;
+    if (n < 0)
+      break;
+    /* the second byte's range excludes overlong forms, surrogates and
+     * code points past U+10FFFF */
+    unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    int i = 1;
+    for (; i <= n; i++, lo = 0x80, hi = 0xbf)
+      if (s[k + (size_t)i] < lo || s[k + (size_t)i] > hi)
+        break;
+    if (i <= n)
+      break;
+    k += (size_t)n + 1;
+  }
+  return k;
+}
+
+static bool utf8_valid(const char *s) {
+  return !s || s[utf8_prefix(s)] == 0;
+}
+
+/* Drops what a truncating snprintf left of a multi-byte character. */
+static void utf8_trim(char *s) {
+  s[utf8_prefix(s)] = 0;
+}
+
 static bool job_terminal(const coord_job *j) {
   return j->row.state >= ZB_JOB_SUCCEEDED;
 }
@@ -141,6 +180,7 @@ static void job_finish(coord *co, coord_job *j, int state, const char *reason) {
     return;
   j->row.state = state;
   snprintf(j->row.reason, sizeof j->row.reason, "%s", reason);
+  utf8_trim(j->row.reason);
   ZB_INFO("job %s %s: %s", j->row.id, zb_wire_state_name(state), reason);
   job_release_workers(j);
   job_event(co, j, NULL);
@@ -226,6 +266,43 @@ static size_t plan_max_assignment_bytes(coord_job *j, const zb_wire_plan *plan, 
     }
   }
   return worst;
+}
+
+/* Sum of the decimal lengths of 0..n-1. */
+static double digits_total(double n) {
+  double t = 0;
+  for (double lo = 0, hi = 10, len = 1; lo < n; lo = hi, hi *= 10, len++)
+    t += ((n < hi ? n : hi) - lo) * len;
+  return t;
+}
+
+/* A lower bound on the packed size of the action lists of a shape: every
+ * (stage, microbatch) has at least an F and a B ("<stage>F<mb>", framed by
+ * a tag and a length byte). whole: all ranks (a PlanResponse); else the
+ * busiest rank's v stages (an Assignment). */
+static double plan_min_bytes(const zb_job_spec *spec, bool whole) {
+  zb_family f;
+  if (zb_family_parse(spec->schedule, &f, NULL) != ZB_OK)
+    return 0;
+  double v = spec->chunks > 0 ? spec->chunks : zb_family_default_chunks(f);
+  double m = spec->microbatches, stages = whole ? spec->ranks * v : v;
+  double stage_digits = whole ? digits_total(stages) : stages;
+  return 2 * (3 * stages * m + stage_digits * m + stages * digits_total(m));
+}
+
+/* Refuses a shape whose plan cannot fit the message limit before planning
+ * it: generating a plan of millions of actions holds the loop (and so every
+ * heartbeat and report) for seconds, only to refuse it afterwards. */
+static bool plan_fits(coord *co, zb_rpc_call *call, const zb_job_spec *spec, bool whole) {
+  double need = plan_min_bytes(spec, whole);
+  if (need <= (double)co->cfg.max_message_bytes)
+    return true;
+  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "spec: %s of p=%d m=%d needs at least %.0f bytes, over the %lld-byte message limit "
+              "(max_message_bytes); use fewer microbatches or ranks",
+              whole ? "the plan" : "one rank's plan", spec->ranks, spec->microbatches, need,
+              co->cfg.max_message_bytes);
+  return false;
 }
 
 static void job_send_plan(coord_job *j, const zb_wire_plan *plan, int version, int first) {
@@ -344,6 +421,8 @@ static void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
     free(j);
     return;
   }
+  if (!plan_fits(co, call, &j->spec, false))
+    goto fail;
   /* plan now, so a bad or oversized plan is refused before it is queued */
   zb_wire_plan plan;
   if (zb_wire_plan_make(&j->spec, ZB_OBJ_MAKESPAN, &plan, &d) != ZB_OK) {
@@ -442,6 +521,10 @@ static void on_cancel(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
                 zb_wire_state_name(j->row.state));
     return;
   }
+  if (!utf8_valid(req->reason)) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason: not valid UTF-8");
+    return;
+  }
   char reason[256];
   snprintf(reason, sizeof reason, "cancelled: %s",
            req->reason && req->reason[0] ? req->reason : "by request");
@@ -532,12 +615,25 @@ static void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, voi
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", d.msg);
     return;
   }
+  if (!plan_fits(co, call, &spec, false))
+    return;
   zb_wire_plan plan;
   if (zb_wire_plan_make(&spec, ZB_OBJ_MAKESPAN, &plan, &d) != ZB_OK) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "schedule: %s", d.msg);
     return;
   }
   coord_metrics_observe_plan(co, plan.generation_seconds);
+  /* the same limit as at submission: more chunks make longer action lists */
+  int worst_rank = 0;
+  size_t worst = plan_max_assignment_bytes(j, &plan, &worst_rank);
+  if ((long long)worst > co->cfg.max_message_bytes) {
+    zb_wire_plan_free(&plan);
+    zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                "schedule: the %s plan for rank %d is %zu bytes, over the %lld-byte message limit "
+                "(max_message_bytes)",
+                spec.schedule, worst_rank, worst, co->cfg.max_message_bytes);
+    return;
+  }
   /* Ranks run at most about one iteration apart (each needs its
    * neighbours' tensors), so three past the latest report is an iteration
    * no rank has started yet. */
@@ -629,6 +725,10 @@ static void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   zb_diag d;
   if (zb_wire_spec_from_pb(&spec_pb, &spec, &d) != ZB_OK) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: %s", d.msg);
+    return;
+  }
+  if (!plan_fits(co, call, &spec, true)) {
+    zb_job_spec_free(&spec);
     return;
   }
   zb_wire_plan plan;
@@ -726,6 +826,19 @@ static void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "data_address: required, host:port");
     return;
   }
+  const char *texts[] = {req->worker_id, req->data_address, req->hostname, req->gpu};
+  const char *names[] = {"worker_id", "data_address", "hostname", "gpu"};
+  for (int k = 0; k < 4; k++)
+    if (!utf8_valid(texts[k])) {
+      zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: not valid UTF-8", names[k]);
+      return;
+    }
+  for (size_t k = 0; k < req->n_backends + req->n_transports; k++)
+    if (!utf8_valid(k < req->n_backends ? req->backends[k] : req->transports[k - req->n_backends])) {
+      zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: not valid UTF-8",
+                  k < req->n_backends ? "backends" : "transports");
+      return;
+    }
   if (co->stopping) {
     zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
     return;
@@ -758,6 +871,10 @@ static void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
   snprintf(w->gpu, sizeof w->gpu, "%s", req->gpu ? req->gpu : "");
   join_list(w->backends, sizeof w->backends, req->backends, req->n_backends);
   join_list(w->transports, sizeof w->transports, req->transports, req->n_transports);
+  utf8_trim(w->hostname);
+  utf8_trim(w->gpu);
+  utf8_trim(w->backends);
+  utf8_trim(w->transports);
   w->attach = call;
   w->last_seen_ms = coord_now_ms();
   zb_rpc_call_on_close(call, attach_closed, w);
@@ -854,13 +971,21 @@ static void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
                 w->rank, j->row.id, req->rank);
     return;
   }
+  if (!utf8_valid(req->error)) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "error: not valid UTF-8");
+    return;
+  }
   if (req->error && req->error[0]) {
-    char reason[256];
-    snprintf(reason, sizeof reason, "rank %d (worker %s) failed: %s", w->rank, w->id, req->error);
-    job_finish(co, j, ZB_JOB_FAILED, reason);
+    /* The first failure is kept, and the job fails with it after
+     * COORD_FAIL_GRACE_MS unless a worker of the job is lost first: "peer
+     * rank 2 closed the connection" from rank 1 is a symptom of rank 2. */
+    if (!j->fail_at_ms) {
+      snprintf(j->fail_reason, sizeof j->fail_reason, "rank %d (worker %s) failed: %s", w->rank, w->id,
+               req->error);
+      j->fail_at_ms = coord_now_ms() + COORD_FAIL_GRACE_MS;
+    }
     resp.stop = true;
     zb_rpc_reply(call, &resp.base);
-    coord_start_pending(co);
     return;
   }
   if (req->metrics) {
@@ -967,6 +1092,14 @@ zb_err coord_load(coord *co, zb_diag *diag) {
 
 void coord_tick(coord *co) {
   int64_t now = coord_now_ms();
+  /* A tick far behind its period means the loop itself was held (a long
+   * plan, a slow disk, a stopped process): the reports that came meanwhile
+   * are not read yet, so the stall is not the workers' silence. */
+  int64_t stall = co->last_tick_ms ? now - co->last_tick_ms - COORD_TICK_MS : 0;
+  co->last_tick_ms = now;
+  if (stall > COORD_TICK_MS)
+    for (coord_worker *x = co->workers; x; x = x->next)
+      x->last_seen_ms = x->last_seen_ms + stall < now ? x->last_seen_ms + stall : now;
   coord_worker *w = co->workers;
   while (w) {
     coord_worker *next = w->next;
@@ -989,6 +1122,9 @@ void coord_tick(coord *co) {
     }
     w = next;
   }
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (j->row.state == ZB_JOB_RUNNING && j->fail_at_ms && now >= j->fail_at_ms)
+      job_finish(co, j, ZB_JOB_FAILED, j->fail_reason);
   coord_start_pending(co);
   coord_metrics_render(co);
 }

@@ -65,6 +65,10 @@ struct coord_job {
   int max_reported; /* highest iteration any rank reported */
   double samples_per_second;
   coord_watcher *watchers;
+  /* a rank's reported failure, held until fail_at_ms (0: none) in case a
+   * lost worker of the job caused it */
+  int64_t fail_at_ms;
+  char fail_reason[256];
   struct coord_job *next;
 };
 
@@ -72,6 +76,8 @@ struct coord {
   uv_loop_t *loop;
   zb_coord_config cfg;
   const char *config_path; /* for SIGHUP */
+  /* given as flags, which win over the file at every reload too */
+  bool heartbeat_flag, log_level_flag;
   zb_store *store;
   zb_rpc_server *rpc;
   int grpc_port, metrics_port;
@@ -79,11 +85,19 @@ struct coord {
   coord_worker *workers;
   int next_job_number;
   uv_timer_t tick;
+  int64_t last_tick_ms; /* when coord_tick last ran; 0 before the first */
   uv_signal_t sigterm, sigint, sighup;
   bool stopping;
   /* metrics: counters the loop keeps, the text libmicrohttpd serves */
   struct coord_metrics *metrics;
 };
+
+/* The period of coord_tick. */
+enum { COORD_TICK_MS = 250 };
+/* How long a rank's reported failure waits for the loss of a worker of the
+ * same job, which is the better reason: a killed worker's neighbours see
+ * its connections close about when the coordinator sees its stream close. */
+enum { COORD_FAIL_GRACE_MS = 500 };
 
 /* coordinator.c */
 extern const zb_rpc_method coord_methods[];

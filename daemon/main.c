@@ -36,7 +36,8 @@ static const char usage_text[] =
     "  --port-file FILE         write 'GRPC_PORT METRICS_PORT' there once listening\n"
     "\n"
     "Flags override the config file. Logs go to stderr. SIGTERM drains and\n"
-    "exits 0; SIGHUP reloads log_level and heartbeat_timeout_ms from --config.\n";
+    "exits 0; SIGHUP reloads log_level and heartbeat_timeout_ms from --config\n"
+    "(those given as flags keep the flags' values).\n";
 
 static bool read_text(const char *path, char **out, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -124,11 +125,14 @@ static void on_hup(uv_signal_t *h, int signum) {
     ZB_WARN("SIGHUP: keeping the running config");
     return;
   }
-  co->cfg.heartbeat_timeout_ms = fresh.heartbeat_timeout_ms;
-  snprintf(co->cfg.log_level, sizeof co->cfg.log_level, "%s", fresh.log_level);
-  zb_log_set_level((zb_log_level)zb_log_level_parse(fresh.log_level));
-  ZB_INFO("SIGHUP: reloaded log_level=%s heartbeat_timeout_ms=%d (addresses and data_dir need a restart)",
-          fresh.log_level, fresh.heartbeat_timeout_ms);
+  if (!co->heartbeat_flag)
+    co->cfg.heartbeat_timeout_ms = fresh.heartbeat_timeout_ms;
+  if (!co->log_level_flag)
+    snprintf(co->cfg.log_level, sizeof co->cfg.log_level, "%s", fresh.log_level);
+  zb_log_set_level((zb_log_level)zb_log_level_parse(co->cfg.log_level));
+  ZB_INFO("SIGHUP: reloaded log_level=%s%s heartbeat_timeout_ms=%d%s (addresses and data_dir need a restart)",
+          co->cfg.log_level, co->log_level_flag ? " (flag)" : "", co->cfg.heartbeat_timeout_ms,
+          co->heartbeat_flag ? " (flag)" : "");
 }
 
 int main(int argc, char **argv) {
@@ -156,6 +160,7 @@ int main(int argc, char **argv) {
                                        {NULL, 0, NULL, 0}};
   /* flags go through the same checks as the file, as a YAML line each */
   char yaml[1024];
+  bool heartbeat_flag = false, log_level_flag = false;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     const char *key = NULL;
@@ -164,8 +169,14 @@ int main(int argc, char **argv) {
     case 'l': key = "listen"; break;
     case 'm': key = "metrics_listen"; break;
     case 'd': key = "data_dir"; break;
-    case 't': key = "heartbeat_timeout_ms"; break;
-    case 'L': key = "log_level"; break;
+    case 't':
+      key = "heartbeat_timeout_ms";
+      heartbeat_flag = true;
+      break;
+    case 'L':
+      key = "log_level";
+      log_level_flag = true;
+      break;
     case 'M': key = "max_message_bytes"; break;
     case 'p': port_file = optarg; continue;
     case 'V': printf("zb-coordinator %s\n", ZB_VERSION); return 0;
@@ -191,7 +202,10 @@ int main(int argc, char **argv) {
     ZB_ERROR("cannot create data_dir %s: %s", cfg.data_dir, strerror(errno));
     return 1;
   }
-  coord co = {.cfg = cfg, .config_path = config_path};
+  coord co = {.cfg = cfg,
+              .config_path = config_path,
+              .heartbeat_flag = heartbeat_flag,
+              .log_level_flag = log_level_flag};
   co.loop = uv_default_loop();
   char db[600];
   snprintf(db, sizeof db, "%s/zb.db", cfg.data_dir);
@@ -231,7 +245,7 @@ int main(int argc, char **argv) {
   }
   uv_timer_init(co.loop, &co.tick);
   co.tick.data = &co;
-  uv_timer_start(&co.tick, on_tick, 250, 250);
+  uv_timer_start(&co.tick, on_tick, COORD_TICK_MS, COORD_TICK_MS);
   uv_signal_init(co.loop, &co.sigterm);
   uv_signal_init(co.loop, &co.sigint);
   uv_signal_init(co.loop, &co.sighup);

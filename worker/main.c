@@ -99,9 +99,12 @@ static bool pick_data_address(const char *listen, char *out, size_t len) {
 
 /* ---- reports ---- */
 
-/* Sends one Report; false when the coordinator refused it or is gone (the
- * job cannot go on without it) or asked the rank to stop. */
-static bool report(worker *w, const Zb__V1__ReportRequest *req) {
+typedef enum report_result { REPORT_OK, REPORT_STOP, REPORT_FAILED } report_result;
+
+/* Sends one Report. REPORT_STOP: the coordinator asked the rank to stop;
+ * REPORT_FAILED: the call failed (the coordinator refused it, or did not
+ * answer in time), with the status in why when given. */
+static report_result report(worker *w, const Zb__V1__ReportRequest *req, char *why, size_t why_len) {
   ProtobufCMessage *resp = NULL;
   char details[256];
   grpc_status_code st =
@@ -110,11 +113,13 @@ static bool report(worker *w, const Zb__V1__ReportRequest *req) {
   if (st != GRPC_STATUS_OK) {
     if (req->job_id && req->job_id[0])
       ZB_WARN("report for job %s rank %d: %s: %s", req->job_id, req->rank, zb_rpc_status_name(st), details);
-    return false;
+    if (why)
+      snprintf(why, why_len, "%s: %s", zb_rpc_status_name(st), details);
+    return REPORT_FAILED;
   }
   bool stop = ((Zb__V1__ReportResponse *)resp)->stop;
   protobuf_c_message_free_unpacked(resp, NULL);
-  return !stop;
+  return stop ? REPORT_STOP : REPORT_OK;
 }
 
 /* ---- the job thread ---- */
@@ -123,7 +128,8 @@ typedef struct job_run {
   worker *w;
   const Zb__V1__Assignment *a;
   int plan_version;
-  int switch_at; /* iteration a pending update starts at; -1: none */
+  int switch_at;  /* iteration a pending update starts at; -1: none */
+  char lost[300]; /* why an iteration's report failed; "" if none did */
 } job_run;
 
 /* Builds what the executor needs from an assignment. */
@@ -178,8 +184,17 @@ static bool on_iteration(void *ud, const zb_rank_iteration *it) {
   req.iteration = it->iteration;
   req.plan_version = jr->plan_version;
   req.metrics = &ri;
-  if (!report(w, &req)) {
+  char why[300];
+  report_result rr = report(w, &req, why, sizeof why);
+  if (rr == REPORT_STOP) {
     atomic_store(w->job_stop, true);
+    return false;
+  }
+  if (rr == REPORT_FAILED) {
+    /* The coordinator may never have counted this iteration: going on, or
+     * stopping quietly, would leave the job waiting for it. The rank fails
+     * and says why, so the job ends with a reason. */
+    snprintf(jr->lost, sizeof jr->lost, "cannot report iteration %d: %.250s", it->iteration, why);
     return false;
   }
   /* a plan update starting at the next iteration: stop here and switch */
@@ -255,6 +270,8 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
       int done = 0;
       err = zb_executor_run(ex, next, a->iterations - next, on_iteration, &jr, &done, diag);
       next += done;
+      if (!err && jr.lost[0])
+        err = zb_diag_set(diag, ZB_ERR_IO, "%s", jr.lost);
     }
     zb_executor_free(ex);
     zb_backend_free(be);
@@ -312,10 +329,10 @@ static void *job_thread(void *arg) {
     if (err && !stopped) {
       ZB_ERROR("job %s rank %d failed: %s", a->job_id, a->rank, d.msg);
       req.error = d.msg;
-      report(w, &req);
+      report(w, &req, NULL, 0);
     } else if (!err && !stopped) {
       req.done = true;
-      report(w, &req);
+      report(w, &req, NULL, 0);
       ZB_INFO("job %s rank %d: done", a->job_id, a->rank);
     } else {
       ZB_INFO("job %s rank %d: stopped", a->job_id, a->rank);
@@ -412,7 +429,7 @@ static void control_loop(worker *w, int heartbeat_ms) {
         last_beat = now_s();
         Zb__V1__ReportRequest beat = ZB__V1__REPORT_REQUEST__INIT;
         beat.worker_id = w->id;
-        report(w, &beat);
+        report(w, &beat, NULL, 0);
       }
     }
     char details[256] = "";

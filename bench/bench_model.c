@@ -1,0 +1,186 @@
+/* bench_model.c — zb_bench_model: throughput of the model's F, B and W on
+ * one stage (worker/zb_model.h), each next to cblas_sgemm replaying exactly
+ * the matrix products that op issued (same shapes, transposes, leading
+ * dimensions and counts), in the same run. The issue's target: each op at
+ * least 70% of its sgemm replay.
+ *
+ * FLOPs count the matrix products only, 2*m*n*k each (the attention score
+ * products are counted in full, masked half included, as they are
+ * computed); element-wise work (LayerNorm, GeLU, softmax, copies) counts
+ * nothing but takes time, which is what the ratio shows. Times are the best
+ * of --reps runs. The replay reuses one set of buffers, so its small
+ * per-head products run from warm caches: a slightly flattering baseline.
+ *
+ *   zb_bench_model [--hidden 512] [--heads 8] [--seq 256] [--batch 4]
+ *                  [--layers 2] [--reps 5] [--threads 1]
+ *
+ * It prints; it never fails on a slow result.
+ */
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "zb_alloc.h"
+#include "zb_model.h"
+
+#define TRACE_CAP 4096
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double trace_flops(const zb_model_gemm *g, int n) {
+  double f = 0;
+  for (int i = 0; i < n; i++)
+    f += 2.0 * g[i].m * g[i].n * g[i].k * g[i].count;
+  return f;
+}
+
+/* Times one replay of the traced products with cblas_sgemm. */
+static double replay(const zb_model_gemm *g, int n, float *a, float *b, float *c) {
+  double t0 = now_s();
+  for (int i = 0; i < n; i++)
+    for (int r = 0; r < g[i].count; r++)
+      cblas_sgemm(CblasRowMajor, g[i].trans_a ? CblasTrans : CblasNoTrans,
+                  g[i].trans_b ? CblasTrans : CblasNoTrans, g[i].m, g[i].n, g[i].k, g[i].alpha, a, g[i].lda,
+                  b, g[i].ldb, g[i].beta, c, g[i].ldc);
+  return now_s() - t0;
+}
+
+/* Largest buffer sizes (floats) any traced product reads or writes. */
+static void replay_sizes(const zb_model_gemm *g, int n, size_t *na, size_t *nb, size_t *nc) {
+  for (int i = 0; i < n; i++) {
+    size_t ra = (size_t)(g[i].trans_a ? g[i].k : g[i].m), rb = (size_t)(g[i].trans_b ? g[i].n : g[i].k);
+    size_t sa = ra * (size_t)g[i].lda, sb = rb * (size_t)g[i].ldb, sc = (size_t)g[i].m * (size_t)g[i].ldc;
+    *na = sa > *na ? sa : *na;
+    *nb = sb > *nb ? sb : *nb;
+    *nc = sc > *nc ? sc : *nc;
+  }
+}
+
+static int arg_int(int argc, char **argv, const char *name, int def) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (strcmp(argv[i], name) == 0)
+      return atoi(argv[i + 1]);
+  return def;
+}
+
+int main(int argc, char **argv) {
+  int reps = arg_int(argc, argv, "--reps", 5), threads = arg_int(argc, argv, "--threads", 1);
+  int layers = arg_int(argc, argv, "--layers", 2);
+  zb_model_config cfg = {.vocab = 256,
+                         .hidden = arg_int(argc, argv, "--hidden", 512),
+                         .heads = arg_int(argc, argv, "--heads", 8),
+                         .layers = 3 * layers, /* the middle one of three stages holds `layers` blocks */
+                         .seq_len = arg_int(argc, argv, "--seq", 256),
+                         .batch = arg_int(argc, argv, "--batch", 4),
+                         .seed = 1};
+  if (reps < 1)
+    reps = 1;
+  zb_model_set_threads(threads);
+  printf("zb_bench_model: one stage of %d blocks, h=%d, %d heads, T=%d, batch %d (%d tokens), fp32, "
+         "%d CBLAS thread(s), best of %d\n",
+         layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.batch, cfg.batch * cfg.seq_len, threads, reps);
+
+  static const char *const kinds[2] = {"middle", "last"};
+  printf("\n%-7s %-3s %10s %10s %9s %12s %9s %7s\n", "stage", "op", "GFLOP", "op ms", "GFLOP/s", "sgemm ms",
+         "GFLOP/s", "op/sgemm");
+  for (int kind = 0; kind < 2; kind++) {
+    zb_model_stage *st = NULL;
+    zb_diag d = {{0}};
+    if (zb_model_stage_new(&cfg, kind == 0 ? 1 : 2, 3, &st, &d) != ZB_OK) {
+      printf("cannot create the stage: %s\n", d.msg);
+      return 0;
+    }
+    size_t na = zb_model_act_numel(st), nt = (size_t)cfg.batch * cfg.seq_len;
+    int last = zb_model_stage_is_last(st);
+    float *x = zb_malloc(na * sizeof(float)), *y = zb_malloc(na * sizeof(float));
+    float *dy = zb_malloc(na * sizeof(float)), *dx = zb_malloc(na * sizeof(float));
+    uint8_t *tgt = zb_malloc(nt);
+    for (size_t i = 0; i < na; i++) {
+      x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+      dy[i] = (float)((i * 40503u) % 1000) / 1000.0f - 0.5f;
+    }
+    for (size_t i = 0; i < nt; i++)
+      tgt[i] = (uint8_t)((i * 7) % 256);
+
+    /* One traced round gives each op's products; it also warms up. */
+    zb_model_gemm *trace[3];
+    int ntrace[3];
+    double best[3] = {1e30, 1e30, 1e30}, best_replay[3] = {1e30, 1e30, 1e30};
+    for (int op = 0; op < 3; op++)
+      trace[op] = zb_malloc(TRACE_CAP * sizeof(zb_model_gemm));
+    float loss;
+    zb_model_trace_gemms(st, trace[0], TRACE_CAP);
+    zb_model_forward(st, 0, NULL, x, last ? tgt : NULL, last ? NULL : y, last ? &loss : NULL, NULL);
+    ntrace[0] = zb_model_trace_gemms(st, trace[1], TRACE_CAP);
+    zb_model_backward_b(st, 0, last ? NULL : dy, dx, NULL);
+    ntrace[1] = zb_model_trace_gemms(st, trace[2], TRACE_CAP);
+    zb_model_backward_w(st, 0, NULL);
+    ntrace[2] = zb_model_trace_gemms(st, NULL, 0);
+
+    int64_t mb_after_f = 0, mb_after_b = 0;
+    for (int r = 0; r < reps; r++) {
+      double t0 = now_s();
+      zb_model_forward(st, 0, NULL, x, last ? tgt : NULL, last ? NULL : y, last ? &loss : NULL, NULL);
+      double t1 = now_s();
+      mb_after_f = zb_model_mb_bytes(st, 0);
+      zb_model_backward_b(st, 0, last ? NULL : dy, dx, NULL);
+      double t2 = now_s();
+      mb_after_b = zb_model_mb_bytes(st, 0);
+      zb_model_backward_w(st, 0, NULL);
+      double t3 = now_s(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
+      for (int op = 0; op < 3; op++)
+        best[op] = t[op] < best[op] ? t[op] : best[op];
+    }
+    zb_model_mem mem;
+    zb_model_mem_stats(st, &mem);
+
+    size_t sa = 0, sb = 0, sc = 0;
+    for (int op = 0; op < 3; op++)
+      replay_sizes(trace[op], ntrace[op], &sa, &sb, &sc);
+    float *a = zb_calloc(sa, sizeof(float)), *b = zb_calloc(sb, sizeof(float)),
+          *c = zb_calloc(sc, sizeof(float));
+    for (size_t i = 0; i < sa; i++)
+      a[i] = (float)(i % 17) * 0.01f;
+    for (size_t i = 0; i < sb; i++)
+      b[i] = (float)(i % 13) * 0.01f;
+    for (int op = 0; op < 3; op++) {
+      replay(trace[op], ntrace[op], a, b, c); /* warm-up */
+      for (int r = 0; r < reps; r++) {
+        double t = replay(trace[op], ntrace[op], a, b, c);
+        best_replay[op] = t < best_replay[op] ? t : best_replay[op];
+      }
+    }
+
+    static const char *const ops[3] = {"F", "B", "W"};
+    for (int op = 0; op < 3; op++) {
+      double fl = trace_flops(trace[op], ntrace[op]);
+      printf("%-7s %-3s %10.3f %10.2f %9.1f %12.2f %9.1f %7.0f%%\n", kinds[kind], ops[op], fl * 1e-9,
+             best[op] * 1e3, fl / best[op] * 1e-9, best_replay[op] * 1e3, fl / best_replay[op] * 1e-9,
+             100.0 * best_replay[op] / best[op]);
+    }
+    printf("%-7s state of one microbatch: %.1f MiB after F, %.1f MiB after B (peak %.1f MiB); workspace %.1f "
+           "MiB\n",
+           kinds[kind], (double)mb_after_f / 1048576.0, (double)mb_after_b / 1048576.0,
+           (double)mem.peak_state_bytes / 1048576.0, (double)mem.workspace_bytes / 1048576.0);
+
+    for (int op = 0; op < 3; op++)
+      free(trace[op]);
+    free(a);
+    free(b);
+    free(c);
+    free(x);
+    free(y);
+    free(dy);
+    free(dx);
+    free(tgt);
+    zb_model_stage_free(st);
+  }
+  return 0;
+}

@@ -1,0 +1,117 @@
+"""zb-coordinator killed (SIGKILL) and started again on the same data dir
+and port: every job and its event history survive, the job that was
+RUNNING is FAILED with a reason saying the coordinator stopped, workers
+attach again by themselves and run the next job."""
+
+import signal
+import subprocess
+import time
+
+import zbsvc
+from zbsvc import STATE, Cluster, iteration_events, job_spec
+
+
+def event_tuples(events):
+    return [(e.seq, e.unix_ms, e.state, e.reason, e.iteration.SerializeToString() if e.HasField("iteration") else b"")
+            for e in events]
+
+
+def test_coordinator_crash_and_restart():
+    with Cluster(workers=4, name="restart") as c:
+        done = c.submit(job_spec(name="done-before", schedule="zb-v", iterations=3))
+        c.wait_state(done, STATE.JOB_STATE_SUCCEEDED)
+        done_events = c.events(done)
+        cancelled = c.submit(job_spec(name="cancelled-before", schedule="1f1b", iterations=300))
+        c.wait_state(cancelled, STATE.JOB_STATE_RUNNING)
+        c.stub.CancelJob(zbsvc.zb_pb2.CancelJobRequest(job_id=cancelled, reason="make room"), timeout=10)
+        c.wait_workers(4, idle=True)
+        cancelled_events = c.events(cancelled)
+
+        running = c.submit(job_spec(name="interrupted", schedule="zb-h1", iterations=500))
+        c.wait_iterations(running, 2)
+        before = {j.id: j for j in c.list_jobs()}
+        port = c.port
+        watch = subprocess.Popen(zbsvc._WRAP + [zbsvc.ZBCTL, "watch", running, "--coordinator", c.address],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        zbsvc.wait_until("zbctl watch to print", lambda: watch.stdout.readline(), 10)
+
+        c.coordinator.kill()
+        _, err = watch.communicate(timeout=30 * zbsvc.SLOW)  # a watcher of a dead coordinator ends
+        assert watch.returncode == 1 and "UNAVAILABLE" in err, (watch.returncode, err)
+        c.start_coordinator(port=port)
+        assert c.port == port
+
+        jobs = {j.id: j for j in c.list_jobs()}
+        assert list(jobs) == [done, cancelled, running], list(jobs)
+        for jid in (done, cancelled):
+            a, b = before[jid], jobs[jid]
+            assert (a.state, a.reason, a.iterations_done, a.schedule, a.spec, a.last) == \
+                   (b.state, b.reason, b.iterations_done, b.schedule, b.spec, b.last), (a, b)
+        lost = jobs[running]
+        assert lost.state == STATE.JOB_STATE_FAILED, lost
+        assert "coordinator stopped" in lost.reason, lost.reason
+        assert lost.iterations_done >= 2
+
+        # histories replay as they were; the interrupted job's ends FAILED
+        assert event_tuples(c.events(done)) == event_tuples(done_events)
+        assert event_tuples(c.events(cancelled)) == event_tuples(cancelled_events)
+        ev = c.events(running)
+        assert [e.seq for e in ev] == list(range(1, len(ev) + 1)), [e.seq for e in ev]
+        assert ev[-1].state == STATE.JOB_STATE_FAILED and "coordinator stopped" in ev[-1].reason, ev[-1]
+        its = [it.iteration for it in iteration_events(ev)]
+        assert its == list(range(len(its))) and len(its) >= 2, its
+        cp = c.zbctl("watch", done)
+        assert cp.returncode == 0 and "SUCCEEDED" in cp.stdout, (cp.returncode, cp.stdout, cp.stderr)
+        cp = c.zbctl("watch", running)
+        assert cp.returncode == 1 and "coordinator stopped" in cp.stdout, (cp.returncode, cp.stdout, cp.stderr)
+
+        # the workers come back on their own, and new ids do not collide
+        c.wait_workers(4, idle=True, timeout=20)
+        nxt = c.submit(job_spec(name="after-restart", schedule="zb-v", iterations=3))
+        assert nxt not in (done, cancelled, running), nxt
+        c.wait_state(nxt, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+        for w in c.workers.values():
+            assert w.alive(), w.name
+
+
+def test_coordinator_graceful_restart():
+    with Cluster(workers=2, name="graceful") as c:
+        jid = c.submit(job_spec(name="drained", ranks=2, microbatches=4, iterations=500))
+        c.wait_iterations(jid, 1)
+        port = c.port
+        rc, clean = c.coordinator.stop()
+        assert clean and rc == 0, rc
+        c.start_coordinator(port=port)
+        job = c.get(jid)
+        assert job.state == STATE.JOB_STATE_FAILED and "coordinator stopped" in job.reason, job
+        c.wait_workers(2, idle=True, timeout=20)
+        nxt = c.submit(job_spec(name="next", ranks=2, microbatches=4, iterations=2))
+        c.wait_state(nxt, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+
+
+def test_paused_coordinator_does_not_leave_a_job_hanging():
+    # SIGSTOP holds the coordinator past the workers' report deadline: the
+    # job must end with a reason (not wait forever for reports the ranks
+    # gave up on), and the coordinator must not blame its own pause on the
+    # workers' heartbeats.
+    with Cluster(workers=2, name="pause") as c:
+        jid = c.submit(job_spec(name="paused", ranks=2, microbatches=4, iterations=100000))
+        c.wait_iterations(jid, 1)
+        c.coordinator.signal(signal.SIGSTOP)
+        try:
+            time.sleep(7)
+        finally:
+            c.coordinator.signal(signal.SIGCONT)
+        job = c.wait_state(jid, (STATE.JOB_STATE_FAILED, STATE.JOB_STATE_SUCCEEDED), timeout=30)
+        print("after the pause: %s: %s" % (zbsvc.state_name(job.state), job.reason))
+        assert job.state == STATE.JOB_STATE_FAILED and " failed: " in job.reason, job.reason
+        assert "heartbeat" not in job.reason, job.reason
+        # the rank that gave up says so (its neighbour may fail first, on the broken link)
+        assert any("cannot report iteration" in w.log_text() for w in c.workers.values())
+        c.wait_workers(2, idle=True, timeout=20)
+        nxt = c.submit(job_spec(name="after-pause", ranks=2, microbatches=4, iterations=2))
+        c.wait_state(nxt, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+
+
+if __name__ == "__main__":
+    zbsvc.run_tests(globals())

@@ -1,0 +1,144 @@
+"""Process lifecycle: --help and --version exit 0, bad flags exit 2 with
+a message, SIGTERM stops zb-coordinator (exit 0, also with workers, a
+running job and a live watcher) and zb-worker (exit 0), a second
+coordinator on a taken port fails to start."""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+import zbsvc
+from zbsvc import SLOW, STATE, Cluster, job_spec
+
+
+def run(argv, timeout=30):
+    cp = subprocess.run(argv, capture_output=True, text=True, timeout=timeout * SLOW)
+    assert not zbsvc.sanitizer_report(cp.stderr), cp.stderr
+    return cp
+
+
+def test_help_and_version():
+    for binary, name in ((zbsvc.COORDINATOR, "zb-coordinator"), (zbsvc.WORKER, "zb-worker")):
+        cp = run([binary, "--help"])
+        assert cp.returncode == 0, (binary, cp.returncode, cp.stderr)
+        assert cp.stdout.startswith("usage: " + name), cp.stdout
+        cp = run([binary, "--version"])
+        assert cp.returncode == 0 and cp.stdout.startswith(name + " "), (cp.returncode, cp.stdout)
+    for sub in (["submit"], ["watch"], ["cancel"], ["update-schedule"], ["workers"], ["list"], ["get"]):
+        cp = run([zbsvc.ZBCTL] + sub + ["--help"])
+        assert cp.returncode == 0 and "usage: zbctl " + sub[0] in cp.stdout, (sub, cp.returncode, cp.stdout)
+
+
+def test_bad_flags():
+    with tempfile.TemporaryDirectory(prefix="zbsvc-flags-") as d:
+        data = ["--data-dir", os.path.join(d, "data")]
+        cases = [
+            ([zbsvc.COORDINATOR, "--heartbeat-timeout-ms", "soon"] + data, "heartbeat_timeout_ms"),
+            ([zbsvc.COORDINATOR, "--max-message-bytes", "12"] + data, "max_message_bytes"),
+            ([zbsvc.COORDINATOR, "--log-level", "loud"] + data, "log_level"),
+            ([zbsvc.COORDINATOR, "--bogus"] + data, "usage"),
+            ([zbsvc.COORDINATOR, "extra"] + data, "extra"),
+            ([zbsvc.WORKER, "--heartbeat-ms", "0"], "heartbeat-ms"),
+            ([zbsvc.WORKER, "--log-level", "loud"], "log-level"),
+            ([zbsvc.WORKER, "--bogus"], "usage"),
+        ]
+        for argv, needle in cases:
+            cp = run(argv)
+            assert cp.returncode == 2, (argv, cp.returncode, cp.stderr)
+            assert needle in cp.stderr, (argv, cp.stderr)
+        assert not os.path.exists(os.path.join(d, "data", "zb.db"))
+
+
+def test_unusable_data_dir():
+    with tempfile.TemporaryDirectory(prefix="zbsvc-data-") as d:
+        blocker = os.path.join(d, "file")
+        with open(blocker, "w") as f:
+            f.write("not a directory\n")
+        cp = run([zbsvc.COORDINATOR, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir",
+                  os.path.join(blocker, "data")])
+        assert cp.returncode == 1 and "data_dir" in cp.stderr, (cp.returncode, cp.stderr)
+        bad = os.path.join(d, "bad")
+        os.mkdir(bad)
+        with open(os.path.join(bad, "zb.db"), "wb") as f:
+            f.write(b"this is not an SQLite database" * 100)
+        cp = run([zbsvc.COORDINATOR, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--data-dir",
+                  bad])
+        assert cp.returncode == 1 and "zb.db" in cp.stderr, (cp.returncode, cp.stderr)
+
+
+def test_sigterm_stops_the_coordinator_cleanly():
+    with Cluster(workers=2, name="sigterm") as c:
+        jid = c.submit(job_spec(ranks=2, microbatches=4, iterations=500))
+        c.wait_iterations(jid, 1)
+        watch = subprocess.Popen(zbsvc._WRAP + [zbsvc.ZBCTL, "watch", jid, "--coordinator", c.address],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        zbsvc.wait_until("zbctl watch to print", lambda: watch.stdout.readline(), 10)
+        rc, clean = c.coordinator.stop()
+        assert clean and rc == 0, "zb-coordinator exited %s on SIGTERM (clean %s)" % (rc, clean)
+        _, err = watch.communicate(timeout=30 * SLOW)
+        assert watch.returncode == 1, (watch.returncode, err)
+        assert not zbsvc.sanitizer_report(err), err
+        # workers outlive it, retrying, and stop on SIGTERM themselves
+        for w in c.workers.values():
+            assert w.alive(), w.name
+            rc, clean = w.stop()
+            assert clean and rc == 0, "%s exited %s on SIGTERM" % (w.name, rc)
+
+
+def test_sigint_and_idle_sigterm():
+    with Cluster(workers=0, name="sigint") as c:
+        c.coordinator.signal(signal.SIGINT)
+        assert c.coordinator.wait(15 * SLOW) == 0
+        c.start_coordinator()
+        c.assert_serving()
+        rc, clean = c.coordinator.stop()
+        assert clean and rc == 0, rc
+
+
+def test_sighup_reloads_the_config_but_flags_still_win():
+    cfg_dir = tempfile.mkdtemp(prefix="zbsvc-config-")
+    cfg = os.path.join(cfg_dir, "zb.yaml")
+    with open(cfg, "w") as f:
+        f.write("heartbeat_timeout_ms: 60000\nlog_level: info\n")
+    try:
+        # the Cluster gives --heartbeat-timeout-ms 1500 as a flag, over the file's 60000
+        with Cluster(workers=2, name="sighup", coordinator_args=["--config", cfg]) as c:
+            with open(cfg, "w") as f:
+                f.write("heartbeat_timeout_ms: 50000\nlog_level: debug\n")
+            c.coordinator.signal(signal.SIGHUP)
+            zbsvc.wait_until("the reload", lambda: "SIGHUP: reloaded" in c.coordinator.log_text(), 10)
+            with open(cfg, "w") as f:
+                f.write("heartbeat_timeout_ms: [not, a, number]\n")
+            c.coordinator.signal(signal.SIGHUP)
+            zbsvc.wait_until("the refusal", lambda: "keeping the running config" in c.coordinator.log_text(), 10)
+            c.assert_serving()
+            # the flag's timeout still holds: a frozen worker is found out in seconds, not in 50
+            jid = c.submit(job_spec(ranks=2, microbatches=4, iterations=100000))
+            c.wait_iterations(jid, 1)
+            frozen = c.workers[c.worker_of_rank(jid, 0)]
+            frozen.signal(signal.SIGSTOP)
+            try:
+                job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=10)
+            finally:
+                frozen.signal(signal.SIGCONT)
+            assert "timeout 1500 ms" in job.reason, job.reason
+    finally:
+        shutil.rmtree(cfg_dir, ignore_errors=True)
+
+
+def test_second_coordinator_on_a_taken_port_fails():
+    with Cluster(workers=0, name="taken") as c:
+        with tempfile.TemporaryDirectory(prefix="zbsvc-second-") as d:
+            cp = run([zbsvc.COORDINATOR, "--listen", c.address, "--metrics-listen", "127.0.0.1:0", "--data-dir",
+                      os.path.join(d, "data")])
+            assert cp.returncode == 1 and "listen" in cp.stderr, (cp.returncode, cp.stderr)
+            cp = run([zbsvc.COORDINATOR, "--listen", "127.0.0.1:0", "--metrics-listen",
+                      "127.0.0.1:%d" % c.metrics_port, "--data-dir", os.path.join(d, "data2")])
+            assert cp.returncode == 1 and "metrics_listen" in cp.stderr, (cp.returncode, cp.stderr)
+        c.assert_serving()
+
+
+if __name__ == "__main__":
+    zbsvc.run_tests(globals())

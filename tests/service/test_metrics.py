@@ -1,0 +1,89 @@
+"""/metrics passes `promtool check metrics`, and moves while a job runs:
+zb_reports_total and zb_job_iterations_total{job} grow between scrapes,
+zb_workers_attached counts the workers, zb_rank_bubble_ratio has one
+series per rank of the running job."""
+
+import subprocess
+
+import zbsvc
+from zbsvc import Cluster, job_spec, parse_metrics, series
+
+
+def promtool_check(body):
+    cp = subprocess.run([zbsvc.PROMTOOL, "check", "metrics"], input=body, capture_output=True, text=True,
+                        timeout=60)
+    assert cp.returncode == 0, "promtool check metrics: exit %d\n%s%s\n--- body:\n%s" % (
+        cp.returncode, cp.stdout, cp.stderr, body)
+
+
+def scrape(c):
+    status, ctype, body = c.metrics()
+    assert status == 200, status
+    assert ctype.startswith("text/plain") and "version=0.0.4" in ctype, ctype
+    assert body.endswith("\n")
+    promtool_check(body)
+    return parse_metrics(body)
+
+
+def one(samples, name, **labels):
+    s = series(samples, name, **labels)
+    assert len(s) == 1, "%s%s: %s" % (name, labels, s)
+    return next(iter(s.values()))
+
+
+def test_metrics_move_while_a_job_runs():
+    with Cluster(workers=4, name="metrics") as c:
+        # the text is rendered on the coordinator's tick, so it may lag a little
+        m0 = zbsvc.wait_until("zb_workers_attached 4",
+                              lambda: (lambda m: m if one(m, "zb_workers_attached") == 4 else None)(scrape(c)), 5)
+        assert one(m0, "zb_build_info") == 1
+        assert all(v == 0 for v in series(m0, "zb_jobs").values()), series(m0, "zb_jobs")
+
+        jid = c.submit(job_spec(name="scraped", schedule="zb-h1", iterations=400))
+        c.wait_iterations(jid, 2)
+        zbsvc.wait_until("the metrics text to show the job", lambda: series(scrape(c), "zb_rank_bubble_ratio"), 5)
+        m1 = scrape(c)
+        it1 = c.get(jid).iterations_done
+        c.wait_iterations(jid, it1 + 2)
+        m2 = zbsvc.wait_until("a newer metrics text",
+                              lambda: (lambda m: m if one(m, "zb_job_iterations_total", job=jid) >
+                                       one(m1, "zb_job_iterations_total", job=jid) else None)(scrape(c)), 5)
+        assert one(m2, "zb_reports_total") > one(m1, "zb_reports_total")
+        assert one(m2, "zb_job_iterations_total", job=jid) > one(m1, "zb_job_iterations_total", job=jid)
+        assert one(m2, "zb_workers_attached") == 4
+        assert one(m2, "zb_jobs", state="running") == 1
+        for m in (m1, m2):
+            bub = series(m, "zb_rank_bubble_ratio", job=jid)
+            assert sorted(dict(lab)["rank"] for lab in bub) == ["0", "1", "2", "3"], bub
+            assert all(0 <= v < 1 for v in bub.values()), bub
+            mem = series(m, "zb_rank_peak_memory_bytes", job=jid)
+            assert len(mem) == 4 and all(v > 0 for v in mem.values()), mem
+            assert one(m, "zb_job_samples_per_second", job=jid) > 0
+        ops = series(m2, "zb_op_duration_seconds_count", job=jid)
+        assert sorted(set((dict(lab)["rank"], dict(lab)["op"]) for lab in ops)) == \
+            [(str(r), op) for r in range(4) for op in "BFW"], ops
+        assert one(m2, "zb_plan_seconds_count") >= 1
+
+        c.stub.CancelJob(zbsvc.zb_pb2.CancelJobRequest(job_id=jid), timeout=10)
+        c.wait_workers(4)
+        m3 = zbsvc.wait_until("the metrics text to drop the job's ranks",
+                              lambda: (lambda m: m if not series(m, "zb_rank_bubble_ratio") else None)(scrape(c)),
+                              5)
+        assert one(m3, "zb_jobs", state="cancelled") == 1 and one(m3, "zb_jobs", state="running") == 0
+        assert one(m3, "zb_job_iterations_total", job=jid) >= one(m2, "zb_job_iterations_total", job=jid)
+
+        # killing a worker shows at the next render
+        c.workers["w3"].kill()
+        zbsvc.wait_until("zb_workers_attached to drop to 3",
+                         lambda: one(scrape(c), "zb_workers_attached") == 3, 10)
+
+
+def test_metrics_http_errors():
+    with Cluster(workers=0, name="metrics-http") as c:
+        status, _, body = c.metrics("/nope")
+        assert status == 404 and "/metrics" in body, (status, body)
+        scrape(c)
+
+
+if __name__ == "__main__":
+    zbsvc.run_tests(globals())

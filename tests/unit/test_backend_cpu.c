@@ -1,0 +1,825 @@
+/* The cpu compute backend (worker/zb_backend.h, "cpu"): real math on the
+ * worker's data path.
+ *   - Pipelined against unpipelined: for libzb's schedule families (gpipe,
+ *     1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-auto, zb-v, v-half, v-min)
+ *     at p = 2 and 4 ranks, p threads of this process each run their
+ *     lowered list through the executor, with a tcp transport on 127.0.0.1
+ *     (real sockets) and a cpu backend; the loss and every parameter
+ *     gradient of every stage must equal those of the same model and
+ *     microbatches computed in one process on one stage (F, B, W per
+ *     microbatch): per tensor ||g - g_ref|| / ||g_ref|| <= PIPE_TOL = 1e-5,
+ *     and |loss - loss_ref| <= 1e-5 |loss_ref| (fp32).
+ *   - A second iteration over the same tokens gives the same loss and
+ *     gradients bit for bit (begin_iteration zeroes them), and one over the
+ *     next iteration's tokens those of the reference for that data.
+ *   - A wrong bytes_per_activation is refused, naming both sizes.
+ *   - Peak state bytes per rank follow the simulator's peak memory ratio
+ *     between ranks within MEM_TOL = 10% for 1f1b and zb-v, and zb-v's
+ *     highest rank is within 10% of 1f1b's (on a shape where the model's B
+ *     frees more than it keeps, see memory_model).
+ * A watchdog raises the stop flag, so a hang fails naming "stopped". */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "zb_alloc.h"
+#include "zb_executor.h"
+#include "zb_lower.h"
+#include "zb_plan.h"
+#include "zb_sim.h"
+#include "zbtest.h"
+
+#define PIPE_TOL 1e-5
+#define MEM_TOL 0.10
+#define MAXP 4
+#define MAXV 2
+#define ITERS 2
+#define WATCHDOG_S 60.0
+
+/* The text the default data source samples windows from. */
+static const char corpus[] =
+    "A pipeline scheduler is only trustworthy if the pipelined run computes exactly what the unpipelined "
+    "one would. Zero-bubble schedules split the backward pass into the gradient with respect to the input "
+    "and the gradient with respect to the weights, and fill the bubbles of one-forward-one-backward with "
+    "the latter. Every stage keeps what its backward needs from the forward until its weight gradient ran; "
+    "the memory a rank holds follows from the order of its operations.";
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- data and parameters -------------------------------------------- */
+
+static zb_cpu_text text_source(void) {
+  return (zb_cpu_text){.text = (const uint8_t *)corpus, .len = sizeof corpus - 1, .seed = 17};
+}
+
+/* A data source that reads the text at iteration 0 whatever the iteration:
+ * every iteration sees the same tokens. */
+static zb_err same_tokens_fill(void *ud, int64_t iteration, int mb, int batch, int seq_len, uint8_t *tokens,
+                               uint8_t *targets, zb_diag *diag) {
+  (void)iteration;
+  return zb_backend_cpu_text_fill(ud, 0, mb, batch, seq_len, tokens, targets, diag);
+}
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/* Sets every parameter of st from (tensor name, index) alone, so each
+ * partition holds the same model: weights ~ U(-0.2, 0.2), biases ~
+ * U(-0.05, 0.05), LayerNorm gains ~ 1 + U(-0.2, 0.2). Non-zero biases and
+ * non-unit gains leave no gradient term hidden behind a 0 or a 1. */
+static void randomize(zb_model_stage *st) {
+  for (int i = 0; i < zb_model_n_tensors(st); i++) {
+    const zb_model_tensor *t = zb_model_tensor_at(st, i);
+    uint64_t key = 0xcbf29ce484222325ULL;
+    for (const char *c = t->name; *c; c++)
+      key = (key ^ (uint8_t)*c) * 0x100000001b3ULL;
+    int is_ln = strstr(t->name, "ln") != NULL, is_bias = strstr(t->name, ".bias") != NULL;
+    for (size_t k = 0; k < t->numel; k++) {
+      float r = (float)((double)(mix64(key ^ mix64(k)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+      t->param[k] = is_bias ? 0.05f * r : is_ln ? 1.0f + 0.2f * r : 0.2f * r;
+    }
+  }
+}
+
+static zb_model_config tiny_model(int layers, int m) {
+  return (zb_model_config){.hidden = 16,
+                           .heads = 2,
+                           .layers = layers,
+                           .seq_len = 8,
+                           .batch = 2,
+                           .seed = 5,
+                           .loss_scale = 1.0f / (float)m};
+}
+
+static double norm2(const float *a, const float *b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - (b ? (double)b[i] : 0.0);
+    s += d * d;
+  }
+  return sqrt(s);
+}
+
+/* ---- the unpipelined reference --------------------------------------- */
+
+typedef struct reference {
+  zb_model_stage *st; /* one stage: the whole model */
+  double loss;        /* mean over the microbatches */
+} reference;
+
+/* The same model (randomize) and microbatches (data at `iteration`) on one
+ * stage: F, B, W of each microbatch in turn, the gradients accumulating in
+ * the stage. Returns false (after printing why) when an op fails. */
+static bool reference_make(reference *r, const zb_model_config *cfg, const zb_cpu_data *data,
+                           int64_t iteration, int m) {
+  zb_diag d = {{0}};
+  memset(r, 0, sizeof *r);
+  if (zb_model_stage_new(cfg, 0, 1, &r->st, &d) != ZB_OK) {
+    fprintf(stderr, "  reference: %s\n", d.msg);
+    return false;
+  }
+  randomize(r->st);
+  size_t nt = (size_t)cfg->batch * (size_t)cfg->seq_len;
+  uint8_t *tok = zb_malloc(nt), *tgt = zb_malloc(nt);
+  bool ok = true;
+  for (int i = 0; i < m && ok; i++) {
+    float loss = 0;
+    ok = data->fill(data->ud, iteration, i, cfg->batch, cfg->seq_len, tok, tgt, &d) == ZB_OK &&
+         zb_model_forward(r->st, i, tok, NULL, tgt, NULL, &loss, &d) == ZB_OK &&
+         zb_model_backward_b(r->st, i, NULL, NULL, &d) == ZB_OK && zb_model_backward_w(r->st, i, &d) == ZB_OK;
+    r->loss += (double)loss;
+  }
+  r->loss /= m;
+  if (!ok)
+    fprintf(stderr, "  reference: %s\n", d.msg);
+  free(tok);
+  free(tgt);
+  return ok;
+}
+
+static void reference_free(reference *r) {
+  zb_model_stage_free(r->st);
+  r->st = NULL;
+}
+
+static double max_rel_seen; /* over every comparison, for the summary line */
+
+/* Compares every tensor of b's stages with the reference; returns the
+ * number of mismatches (printed) and adds the tensors seen to *n_tensors. */
+static int compare_grads(zb_backend *b, const reference *r, const char *label, int *n_tensors) {
+  int bad = 0;
+  for (int i = 0; i < zb_backend_cpu_n_stages(b); i++) {
+    int s;
+    zb_model_stage *st = zb_backend_cpu_stage(b, i, &s);
+    for (int k = 0; k < zb_model_n_tensors(st); k++) {
+      const zb_model_tensor *t = zb_model_tensor_at(st, k), *rt = zb_model_find_tensor(r->st, t->name);
+      double rel = rt && rt->numel == t->numel
+                       ? norm2(t->grad, rt->grad, t->numel) / norm2(rt->grad, NULL, t->numel)
+                       : INFINITY;
+      max_rel_seen = rel > max_rel_seen ? rel : max_rel_seen;
+      if (!(rel <= PIPE_TOL)) {
+        fprintf(stderr, "  %s: %s on stage %d: |g - g_ref| / |g_ref| = %.3e\n", label, t->name, s, rel);
+        bad++;
+      }
+      (*n_tensors)++;
+    }
+  }
+  return bad;
+}
+
+/* ---- a job: plan, lowered lists, simulation ----------------------------- */
+
+typedef struct job {
+  zb_family f;
+  int p, v, m, S;
+  zb_placement placement;
+  zb_costs *costs;
+  zb_schedule *lowered;
+  zb_sim_result *sim;
+} job;
+
+static void job_free(job *j) {
+  zb_costs_free(j->costs);
+  zb_schedule_free(j->lowered);
+  zb_sim_result_free(j->sim);
+  memset(j, 0, sizeof *j);
+}
+
+/* Plans family f at (p, m) with unit costs (M_F = 1, M_B = M_W = -0.5),
+ * lowers and simulates it. Returns false when the family cannot serve the
+ * shape (quietly) or planning fails (printed). */
+static bool job_make(zb_family f, int p, int m, job *j) {
+  memset(j, 0, sizeof *j);
+  j->f = f;
+  j->p = p;
+  j->m = m;
+  j->v = zb_family_default_chunks(f);
+  j->S = p * j->v;
+  j->placement = zb_family_placement(f);
+  if (zb_plan_check_shape(f, p, j->v, m, NULL) != ZB_OK)
+    return false;
+  zb_rank_costs rc = zb_rank_costs_default();
+  j->costs = zb_costs_from_rank_share(p, j->v, &rc, 0);
+  zb_plan_request req = {.family = f, .p = p, .v = j->v, .m = m, .costs = j->costs};
+  zb_schedule *s = NULL;
+  zb_diag d = {{0}};
+  bool ok = zb_plan_generate(&req, &s, &d) == ZB_OK && zb_lower(s, j->costs, &j->lowered, &d) == ZB_OK &&
+            zb_simulate(j->lowered, j->costs, &j->sim, &d) == ZB_OK;
+  if (!ok)
+    fprintf(stderr, "  %s p=%d m=%d: %s\n", zb_family_name(f), p, m, d.msg);
+  zb_schedule_free(s);
+  return ok;
+}
+
+/* The stages rank r hosts under j's placement, ascending; returns how many. */
+static int job_stages(const job *j, int r, int *stages) {
+  int n = 0;
+  for (int s = 0; s < j->S; s++)
+    if (zb_placement_rank(j->placement, j->p, j->v, s) == r)
+      stages[n++] = s;
+  return n;
+}
+
+/* ---- ranks as threads --------------------------------------------------- */
+
+typedef struct rank_ctx {
+  int rank, p;
+  const job *j;
+  zb_transport *t;
+  zb_backend *b;
+  const char *const *addrs;
+  size_t bpa;
+  int iterations;
+  atomic_bool *stop;
+  atomic_int *finished;
+  zb_err err;
+  zb_diag diag;
+  int done;
+  zb_rank_iteration it[ITERS];
+  float *grads[ITERS]; /* every hosted stage's gradients after each iteration, in stage order */
+  size_t n_grads;
+  double loss[ITERS];
+  int loss_count[ITERS];
+} rank_ctx;
+
+/* Copies every hosted stage's gradients into one array; caller frees. */
+static float *snapshot_grads(zb_backend *b, size_t *n) {
+  size_t total = 0;
+  for (int i = 0; i < zb_backend_cpu_n_stages(b); i++)
+    total += zb_model_n_params(zb_backend_cpu_stage(b, i, NULL));
+  float *g = zb_malloc(sizeof(float) * (total ? total : 1)), *at = g;
+  for (int i = 0; i < zb_backend_cpu_n_stages(b); i++) {
+    zb_model_stage *st = zb_backend_cpu_stage(b, i, NULL);
+    memcpy(at, zb_model_grads(st), sizeof(float) * zb_model_n_params(st));
+    at += zb_model_n_params(st);
+  }
+  *n = total;
+  return g;
+}
+
+/* One rank: connect, then one iteration at a time (begin_iteration first,
+ * as the worker will), keeping what each iteration left. */
+static void *rank_main(void *arg) {
+  rank_ctx *c = arg;
+  const zb_rank_list *l = &c->j->lowered->ranks[c->rank];
+  bool peers[MAXP];
+  zb_executor_peers(l->actions, l->n, c->p, peers);
+  zb_executor *e = NULL;
+  c->err = zb_transport_connect(c->t, (const char *const *)c->addrs, peers, 10.0, &c->diag);
+  if (!c->err) {
+    zb_executor_config cfg = {.rank = c->rank,
+                              .nranks = c->p,
+                              .actions = l->actions,
+                              .n_actions = l->n,
+                              .costs = c->j->costs,
+                              .bytes_per_activation = c->bpa,
+                              .stop = c->stop};
+    c->err = zb_executor_new(&cfg, c->b, c->t, &e, &c->diag);
+  }
+  for (int k = 0; !c->err && k < c->iterations; k++) {
+    c->err = zb_backend_cpu_begin_iteration(c->b, k, &c->diag);
+    if (!c->err)
+      c->err = zb_executor_run_iteration(e, k, &c->it[k], &c->diag);
+    if (c->err)
+      break;
+    c->grads[k] = snapshot_grads(c->b, &c->n_grads);
+    c->loss_count[k] = -1;
+    if (zb_backend_cpu_find_stage(c->b, c->j->S - 1))
+      zb_backend_cpu_loss(c->b, &c->loss[k], &c->loss_count[k], NULL);
+    c->done++;
+  }
+  zb_executor_free(e);
+  atomic_fetch_add(c->finished, 1);
+  return NULL;
+}
+
+typedef struct ranks {
+  int p;
+  rank_ctx c[MAXP];
+  char addr[MAXP][96];
+  const char *addrs[MAXP];
+  atomic_bool stop;
+  atomic_int finished;
+  bool watchdog_fired;
+} ranks;
+
+/* Creates p tcp transports on 127.0.0.1:0 and cpu backends for j's
+ * placement over model `cfg` with data `data`, each stage's parameters set
+ * by randomize. The executors get bytes_per_activation bpa. */
+static bool ranks_init(ranks *rs, const job *j, const zb_model_config *cfg, zb_cpu_data data, size_t bpa,
+                       int iterations) {
+  memset(rs, 0, sizeof *rs);
+  rs->p = j->p;
+  atomic_init(&rs->stop, false);
+  atomic_init(&rs->finished, 0);
+  for (int r = 0; r < j->p; r++) {
+    rank_ctx *c = &rs->c[r];
+    zb_diag d = {{0}};
+    int stages[MAXP * MAXV];
+    zb_tcp_config tc = {.rank = r, .nranks = j->p, .listen = "127.0.0.1:0", .session = 7, .stop = &rs->stop};
+    zb_cpu_backend_config bc = {.rank = r,
+                                .stages = stages,
+                                .n_stages = job_stages(j, r, stages),
+                                .total_stages = j->S,
+                                .model = *cfg,
+                                .data = data,
+                                .stop = &rs->stop};
+    if (zb_transport_tcp_new(&tc, &c->t, &d) != ZB_OK || zb_backend_cpu_new(&bc, &c->b, &d) != ZB_OK) {
+      fprintf(stderr, "  rank %d: %s\n", r, d.msg);
+      return false;
+    }
+    for (int i = 0; i < zb_backend_cpu_n_stages(c->b); i++)
+      randomize(zb_backend_cpu_stage(c->b, i, NULL));
+    snprintf(rs->addr[r], sizeof rs->addr[r], "%s", zb_transport_address(c->t));
+    rs->addrs[r] = rs->addr[r];
+    c->rank = r;
+    c->p = j->p;
+    c->j = j;
+    c->addrs = rs->addrs;
+    c->bpa = bpa;
+    c->iterations = iterations;
+    c->stop = &rs->stop;
+    c->finished = &rs->finished;
+  }
+  return true;
+}
+
+/* Runs every rank to its end; the watchdog raises the stop flag after
+ * WATCHDOG_S. */
+static void ranks_run(ranks *rs) {
+  pthread_t th[MAXP];
+  for (int r = 0; r < rs->p; r++)
+    pthread_create(&th[r], NULL, rank_main, &rs->c[r]);
+  double t0 = now_s();
+  while (atomic_load(&rs->finished) < rs->p) {
+    if (now_s() - t0 >= WATCHDOG_S && !rs->watchdog_fired) {
+      rs->watchdog_fired = true;
+      atomic_store(&rs->stop, true);
+    }
+    sleep_s(0.002);
+  }
+  for (int r = 0; r < rs->p; r++)
+    pthread_join(th[r], NULL);
+}
+
+static void ranks_free(ranks *rs) {
+  for (int r = 0; r < rs->p; r++) {
+    zb_transport_free(rs->c[r].t);
+    zb_backend_free(rs->c[r].b);
+    for (int k = 0; k < ITERS; k++)
+      free(rs->c[r].grads[k]);
+  }
+  memset(rs, 0, sizeof *rs); /* a later ranks_free (after a failed setup) finds nothing to free */
+}
+
+/* Whether every rank completed its iterations (prints the first failure). */
+static bool ranks_ok(const ranks *rs) {
+  bool ok = !rs->watchdog_fired;
+  for (int r = 0; r < rs->p; r++)
+    if (rs->c[r].err != ZB_OK || rs->c[r].done != rs->c[r].iterations) {
+      fprintf(stderr, "  rank %d: %s (%d iterations done)\n", r, rs->c[r].diag.msg, rs->c[r].done);
+      ok = false;
+    }
+  return ok;
+}
+
+/* The rank that hosts the last stage. */
+static int last_rank(const job *j) {
+  return zb_placement_rank(j->placement, j->p, j->v, j->S - 1);
+}
+
+/* ---- the data source ----------------------------------------------------- */
+
+static void test_text_source(void) {
+  zb_cpu_text t = text_source();
+  uint8_t tok[2][4 * 8], tgt[2][4 * 8];
+  zb_diag d = {{0}};
+  CHECK(zb_backend_cpu_text_fill(&t, 3, 1, 4, 8, tok[0], tgt[0], NULL) == ZB_OK);
+  CHECK(zb_backend_cpu_text_fill(&t, 3, 1, 4, 8, tok[1], tgt[1], NULL) == ZB_OK);
+  CHECK(memcmp(tok[0], tok[1], sizeof tok[0]) == 0 && memcmp(tgt[0], tgt[1], sizeof tgt[0]) == 0);
+  for (int j = 0; j < 4; j++) { /* a window of the text; targets: the next byte of each */
+    const uint8_t *w = tok[0] + 8 * j;
+    const char *at = NULL;
+    for (size_t off = 0; off + 9 <= t.len && !at; off++)
+      if (memcmp(corpus + off, w, 8) == 0 && memcmp(corpus + off + 1, tgt[0] + 8 * j, 8) == 0)
+        at = corpus + off;
+    CHECK_MSG(at, "sequence %d is not a window of the text with its next bytes as targets", j);
+  }
+  /* another iteration, microbatch or seed samples elsewhere */
+  int differ = 0;
+  CHECK(zb_backend_cpu_text_fill(&t, 4, 1, 4, 8, tok[1], tgt[1], NULL) == ZB_OK);
+  differ += memcmp(tok[0], tok[1], sizeof tok[0]) != 0;
+  CHECK(zb_backend_cpu_text_fill(&t, 3, 2, 4, 8, tok[1], tgt[1], NULL) == ZB_OK);
+  differ += memcmp(tok[0], tok[1], sizeof tok[0]) != 0;
+  t.seed++;
+  CHECK(zb_backend_cpu_text_fill(&t, 3, 1, 4, 8, tok[1], tgt[1], NULL) == ZB_OK);
+  differ += memcmp(tok[0], tok[1], sizeof tok[0]) != 0;
+  CHECK_EQ(differ, 3);
+  t.len = 8; /* a window of 8 needs 9 bytes */
+  CHECK(zb_backend_cpu_text_fill(&t, 0, 0, 1, 8, tok[0], tgt[0], &d) == ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "8 bytes") != NULL);
+  t.len = 9;
+  CHECK(zb_backend_cpu_text_fill(&t, 0, 0, 1, 8, tok[0], tgt[0], NULL) == ZB_OK);
+  CHECK(memcmp(tok[0], corpus, 8) == 0 && memcmp(tgt[0], corpus + 1, 8) == 0);
+}
+
+/* ---- one rank, every stage local: the hand-offs without a transport ----- */
+
+/* S = 3 stages on one backend, driven by submit directly in a GPipe-like
+ * order with BW on the middle stage: F of stage s reads s-1's output and B
+ * of s reads s+1's dx in place. Against the reference, then again after
+ * begin_iteration. */
+static void test_local_handoff(void) {
+  const int m = 3, S = 3;
+  zb_model_config cfg = tiny_model(4, m);
+  zb_cpu_text t = text_source();
+  zb_cpu_data data = {zb_backend_cpu_text_fill, &t};
+  int stages[3] = {2, 0, 1}; /* any order */
+  zb_cpu_backend_config bc = {.stages = stages, .n_stages = S, .total_stages = S, .model = cfg, .data = data};
+  zb_backend *b = NULL;
+  zb_diag d = {{0}};
+  CHECK_MSG(zb_backend_cpu_new(&bc, &b, &d) == ZB_OK, "%s", d.msg);
+  CHECK_EQ(zb_backend_cpu_n_stages(b), 3);
+  CHECK_STREQ(zb_backend_name(b), "cpu");
+  for (int i = 0; i < S; i++) {
+    int s = -1;
+    zb_model_stage *st = zb_backend_cpu_stage(b, i, &s);
+    CHECK_EQ(s, i); /* ascending */
+    CHECK(st == zb_backend_cpu_find_stage(b, i));
+    randomize(st);
+  }
+  CHECK(zb_backend_cpu_find_stage(b, 3) == NULL);
+  for (int iteration = 0; iteration < 2; iteration++) {
+    reference ref;
+    CHECK(reference_make(&ref, &cfg, &data, iteration, m));
+    CHECK(zb_backend_cpu_begin_iteration(b, iteration, &d) == ZB_OK);
+    for (int i = 0; i < m; i++)
+      for (int s = 0; s < S; s++)
+        CHECK_MSG(zb_backend_submit(b, ZB_OP_F, s, i, &d) == ZB_OK, "%s", d.msg);
+    for (int i = m - 1; i >= 0; i--) {
+      CHECK_MSG(zb_backend_submit(b, ZB_OP_B, 2, i, &d) == ZB_OK, "%s", d.msg);
+      CHECK_MSG(zb_backend_submit(b, ZB_OP_BW, 1, i, &d) == ZB_OK, "%s", d.msg);
+      CHECK_MSG(zb_backend_submit(b, ZB_OP_B, 0, i, &d) == ZB_OK, "%s", d.msg);
+    }
+    for (int i = 0; i < m; i++) {
+      CHECK(zb_backend_submit(b, ZB_OP_W, 0, i, &d) == ZB_OK);
+      CHECK(zb_backend_submit(b, ZB_OP_W, 2, i, &d) == ZB_OK);
+    }
+    CHECK(zb_backend_sync(b, &d) == ZB_OK);
+    double loss;
+    int count, n_tensors = 0;
+    CHECK(zb_backend_cpu_loss(b, &loss, &count, &d) == ZB_OK);
+    CHECK_EQ(count, m);
+    CHECK_MSG(fabs(loss - ref.loss) <= PIPE_TOL * fabs(ref.loss), "loss %.9g, reference %.9g", loss,
+              ref.loss);
+    CHECK_EQ(compare_grads(b, &ref, "local hand-off", &n_tensors), 0);
+    CHECK_EQ(n_tensors, zb_model_n_tensors(ref.st));
+    zb_backend_stats bs;
+    zb_backend_take_stats(b, &bs);
+    CHECK(bs.busy_f > 0 && bs.busy_b > 0 && bs.busy_w > 0);
+    CHECK_EQ(bs.mem_bytes, 0);
+    CHECK(bs.peak_bytes > 0);
+    zb_cpu_backend_mem mem;
+    CHECK(zb_backend_cpu_mem(b, &mem, &d) == ZB_OK);
+    CHECK_EQ(mem.state_bytes, 0);
+    CHECK(mem.peak_state_bytes >= bs.peak_bytes);
+    /* the hand-offs read the producer's SEND slots (stages 0-1 for F, 1-2
+     * for B): no RECV slot was needed */
+    CHECK_EQ(mem.slot_bytes, 4 * m * (int64_t)zb_backend_cpu_bytes_per_activation(&cfg));
+    CHECK(mem.param_bytes > 0 && mem.workspace_bytes > 0);
+    reference_free(&ref);
+  }
+  zb_backend_free(b);
+}
+
+/* ---- errors ---------------------------------------------------------- */
+
+static void test_errors(void) {
+  const int m = 2;
+  zb_model_config cfg = tiny_model(2, m);
+  size_t bpa = zb_backend_cpu_bytes_per_activation(&cfg);
+  CHECK_EQ(bpa, 2 * 8 * 16 * 4);
+  zb_diag d = {{0}};
+  zb_backend *b = NULL;
+  int two[2] = {1, 1}, bad[1] = {4}, mid[1] = {1}, last[1] = {3};
+  zb_cpu_backend_config bc = {.rank = 1, .stages = two, .n_stages = 2, .total_stages = 4, .model = cfg};
+  CHECK(zb_backend_cpu_new(&bc, &b, &d) == ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "twice") != NULL);
+  bc.stages = bad;
+  bc.n_stages = 1;
+  CHECK(zb_backend_cpu_new(&bc, &b, &d) == ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "stage 4") != NULL);
+  bc.stages = last;
+  CHECK(zb_backend_cpu_new(&bc, &b, &d) == ZB_ERR_INVALID_ARG); /* the last stage needs targets */
+  CHECK(strstr(d.msg, "data source") != NULL);
+  bc.model.hidden = 15; /* not a multiple of heads */
+  bc.stages = mid;
+  CHECK(zb_backend_cpu_new(&bc, &b, &d) == ZB_ERR_INVALID_ARG);
+  bc.model = cfg;
+
+  /* a middle stage (no data needed) */
+  atomic_bool stop;
+  atomic_init(&stop, false);
+  bc.stop = &stop;
+  CHECK_MSG(zb_backend_cpu_new(&bc, &b, &d) == ZB_OK, "%s", d.msg);
+  void *buf = NULL;
+  CHECK(zb_backend_buffer(b, ZB_OP_RECV_F, 1, 0, bpa + 4, &buf, &d) == ZB_ERR_INVALID_ARG);
+  char want[64], got[64];
+  snprintf(want, sizeof want, "%zu", bpa);
+  snprintf(got, sizeof got, "%zu", bpa + 4);
+  CHECK_MSG(strstr(d.msg, want) && strstr(d.msg, got) && strstr(d.msg, "bytes_per_activation"),
+            "message names neither size: %s", d.msg);
+  CHECK(zb_backend_buffer(b, ZB_OP_RECV_F, 0, 0, bpa, &buf, &d) == ZB_ERR_INVALID_ARG); /* not hosted */
+  CHECK(zb_backend_buffer(b, ZB_OP_F, 1, 0, bpa, &buf, &d) == ZB_ERR_INVALID_ARG);
+  CHECK(zb_backend_submit(b, ZB_OP_F, 2, 0, &d) == ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "does not host") != NULL);
+  CHECK(zb_backend_submit(b, ZB_OP_SEND_F, 1, 0, &d) == ZB_ERR_INVALID_ARG);
+  /* ops before their inputs: F before RECV_F, a send before its op */
+  CHECK(zb_backend_submit(b, ZB_OP_F, 1, 0, &d) == ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "RECV_F from stage 0") != NULL, "%s", d.msg);
+  CHECK(zb_backend_buffer(b, ZB_OP_SEND_F, 1, 0, bpa, &buf, &d) == ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "before its F") != NULL, "%s", d.msg);
+  CHECK(zb_backend_buffer(b, ZB_OP_RECV_F, 1, 0, bpa, &buf, &d) == ZB_OK);
+  memset(buf, 0, bpa);
+  CHECK_MSG(zb_backend_submit(b, ZB_OP_F, 1, 0, &d) == ZB_OK, "%s", d.msg);
+  CHECK(zb_backend_buffer(b, ZB_OP_SEND_F, 1, 0, bpa, &buf, &d) == ZB_OK);
+  CHECK(zb_backend_submit(b, ZB_OP_B, 1, 0, &d) == ZB_ERR_INVALID_ARG); /* no RECV_B yet */
+  CHECK(zb_backend_submit(b, ZB_OP_W, 1, 0, &d) == ZB_ERR_INVALID_ARG); /* the model: W before B */
+  CHECK_MSG(strstr(d.msg, "cpu backend") != NULL, "%s", d.msg);
+  /* a new iteration drops the state left in flight; the old RECV_F is stale */
+  CHECK(zb_backend_cpu_begin_iteration(b, 1, &d) == ZB_OK);
+  zb_cpu_backend_mem mem;
+  CHECK(zb_backend_cpu_mem(b, &mem, &d) == ZB_OK);
+  CHECK_EQ(mem.state_bytes, 0);
+  CHECK_EQ(mem.slot_bytes, 3 * (int64_t)bpa); /* RECV_F, SEND_F, RECV_B of mb 0 */
+  CHECK(zb_backend_submit(b, ZB_OP_F, 1, 0, &d) == ZB_ERR_INVALID_ARG);
+  double loss;
+  CHECK(zb_backend_cpu_loss(b, &loss, NULL, &d) == ZB_ERR_INVALID_ARG); /* not the last stage */
+  atomic_store(&stop, true);
+  CHECK(zb_backend_buffer(b, ZB_OP_RECV_F, 1, 0, bpa, &buf, &d) == ZB_OK);
+  CHECK(zb_backend_submit(b, ZB_OP_F, 1, 0, &d) == ZB_ERR_IO);
+  CHECK(strstr(d.msg, "stopped") != NULL);
+  zb_backend_free(b);
+
+  /* the getters refuse another backend */
+  zb_costs *costs = zb_costs_new(1);
+  zb_sim_backend_config sc = {.costs = costs, .bytes_per_activation = 16};
+  CHECK(zb_backend_sim_new(&sc, &b, &d) == ZB_OK);
+  CHECK(zb_backend_cpu_begin_iteration(b, 0, &d) == ZB_ERR_INVALID_ARG);
+  CHECK(zb_backend_cpu_loss(b, &loss, NULL, &d) == ZB_ERR_INVALID_ARG);
+  CHECK(zb_backend_cpu_mem(b, &mem, &d) == ZB_ERR_INVALID_ARG);
+  CHECK_EQ(zb_backend_cpu_n_stages(b), 0);
+  CHECK(zb_backend_cpu_stage(b, 0, NULL) == NULL && zb_backend_cpu_find_stage(b, 0) == NULL);
+  zb_backend_free(b);
+  zb_costs_free(costs);
+  zb_backend_free(NULL);
+}
+
+/* The executor with a bytes_per_activation other than the model's: every
+ * rank fails at its first exchange, the message names both sizes. */
+static void test_wrong_bpa_executor(void) {
+  job j;
+  CHECK(job_make(ZB_FAMILY_1F1B, 2, 2, &j));
+  zb_model_config cfg = tiny_model(2, 2);
+  zb_cpu_text t = text_source();
+  size_t bpa = zb_backend_cpu_bytes_per_activation(&cfg), wrong = bpa / 2;
+  static ranks rs;
+  CHECK(ranks_init(&rs, &j, &cfg, (zb_cpu_data){zb_backend_cpu_text_fill, &t}, wrong, 1));
+  ranks_run(&rs);
+  CHECK(!rs.watchdog_fired);
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%zu", bpa);
+  snprintf(b, sizeof b, "%zu", wrong);
+  int named = 0;
+  for (int r = 0; r < 2; r++) {
+    CHECK(rs.c[r].err != ZB_OK);
+    named += rs.c[r].err == ZB_ERR_INVALID_ARG && strstr(rs.c[r].diag.msg, a) && strstr(rs.c[r].diag.msg, b);
+  }
+  CHECK_MSG(named >= 1, "rank 0: %s / rank 1: %s", rs.c[0].diag.msg, rs.c[1].diag.msg);
+  ranks_free(&rs);
+  job_free(&j);
+}
+
+/* ---- pipelined against unpipelined ------------------------------------- */
+
+/* Runs family f at p ranks, m = 2p microbatches, ITERS iterations over the
+ * same tokens; checks iteration 0 against the reference and iteration 1
+ * against iteration 0. Returns -1 when the family cannot serve the shape,
+ * 0 when everything matched, 1 on a failure (printed). */
+static int run_family(zb_family f, int p) {
+  int m = 2 * p;
+  job j;
+  if (!job_make(f, p, m, &j)) {
+    job_free(&j);
+    return -1;
+  }
+  zb_model_config cfg = tiny_model(p == 2 ? 2 * j.S : j.S, m);
+  zb_cpu_text t = text_source();
+  zb_cpu_data data = {same_tokens_fill, &t};
+  static ranks rs;
+  reference ref;
+  char label[64];
+  snprintf(label, sizeof label, "%s p=%d v=%d m=%d", zb_family_name(f), p, j.v, m);
+  bool ok = reference_make(&ref, &cfg, &data, 0, m) &&
+            ranks_init(&rs, &j, &cfg, data, zb_backend_cpu_bytes_per_activation(&cfg), ITERS);
+  if (ok) {
+    ranks_run(&rs);
+    ok = ranks_ok(&rs);
+  }
+  int bad = 0, n_tensors = 0;
+  double loss = NAN;
+  if (ok) {
+    const rank_ctx *lc = &rs.c[last_rank(&j)];
+    loss = lc->loss[0];
+    if (lc->loss_count[0] != m || !(fabs(loss - ref.loss) <= PIPE_TOL * fabs(ref.loss))) {
+      fprintf(stderr, "  %s: loss %.9g over %d microbatches, reference %.9g\n", label, loss,
+              lc->loss_count[0], ref.loss);
+      bad++;
+    }
+    for (int r = 0; r < p; r++) {
+      const rank_ctx *c = &rs.c[r];
+      bad += compare_grads(c->b, &ref, label, &n_tensors);
+      /* iteration 1 (the live gradients) equals iteration 0, bit for bit */
+      if (memcmp(c->grads[0], c->grads[1], sizeof(float) * c->n_grads) != 0 || c->loss[0] != c->loss[1]) {
+        fprintf(stderr, "  %s: rank %d: iteration 1 differs from iteration 0 on the same tokens\n", label, r);
+        bad++;
+      }
+      for (int k = 0; k < ITERS; k++) {
+        zb_cpu_backend_mem mem;
+        zb_backend_cpu_mem(c->b, &mem, NULL);
+        if (c->it[k].peak_memory_bytes <= 0 || c->it[k].busy_f_seconds <= 0 || c->it[k].busy_b_seconds <= 0 ||
+            c->it[k].busy_w_seconds <= 0 || mem.state_bytes != 0 ||
+            c->it[k].peak_memory_bytes > mem.peak_state_bytes) {
+          fprintf(stderr, "  %s: rank %d iteration %d: busy %.6f/%.6f/%.6f s, peak %lld bytes, %lld held\n",
+                  label, r, k, c->it[k].busy_f_seconds, c->it[k].busy_b_seconds, c->it[k].busy_w_seconds,
+                  (long long)c->it[k].peak_memory_bytes, (long long)mem.state_bytes);
+          bad++;
+        }
+      }
+    }
+    if (n_tensors != zb_model_n_tensors(ref.st)) {
+      fprintf(stderr, "  %s: %d tensors over the ranks, the model has %d\n", label, n_tensors,
+              zb_model_n_tensors(ref.st));
+      bad++;
+    }
+  }
+  if (getenv("ZB_TEST_VERBOSE") || !ok || bad)
+    printf("    %-22s layers %2d: loss %.6f (ref %.6f) %s\n", label, cfg.layers, loss, ref.loss,
+           ok && !bad ? "equal" : "MISMATCH");
+  if (ref.st)
+    reference_free(&ref);
+  ranks_free(&rs);
+  job_free(&j);
+  return ok && bad == 0 ? 0 : 1;
+}
+
+static void test_families(void) {
+  static const zb_family required[] = {ZB_FAMILY_GPIPE, ZB_FAMILY_1F1B,  ZB_FAMILY_INTERLEAVED_1F1B,
+                                       ZB_FAMILY_ZB_H1, ZB_FAMILY_ZB_H2, ZB_FAMILY_ZB_V};
+  bool ran[ZB_FAMILY_COUNT_][MAXP + 1] = {{false}};
+  int failures = 0;
+  for (int f = 0; f < ZB_FAMILY_COUNT_; f++)
+    for (int p = 2; p <= MAXP; p += 2) {
+      int rc = run_family((zb_family)f, p);
+      ran[f][p] = rc >= 0;
+      failures += rc > 0;
+    }
+  CHECK_EQ(failures, 0);
+  for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+    for (int p = 2; p <= MAXP; p += 2)
+      CHECK_MSG(ran[required[i]][p], "%s p=%d did not run", zb_family_name(required[i]), p);
+  printf("    largest per-tensor |g - g_ref| / |g_ref|: %.3e (bound %.0e)\n", max_rel_seen, PIPE_TOL);
+}
+
+/* Iteration 1 with the plain text source samples new tokens: its loss and
+ * gradients are the reference's for iteration 1's data (so begin_iteration
+ * zeroed the gradients and passed the iteration to the data source). */
+static void test_next_iteration_data(void) {
+  job j;
+  CHECK(job_make(ZB_FAMILY_ZB_H1, 2, 4, &j));
+  zb_model_config cfg = tiny_model(4, 4);
+  zb_cpu_text t = text_source();
+  zb_cpu_data data = {zb_backend_cpu_text_fill, &t};
+  reference ref0, ref1;
+  CHECK(reference_make(&ref0, &cfg, &data, 0, 4) && reference_make(&ref1, &cfg, &data, 1, 4));
+  static ranks rs;
+  CHECK(ranks_init(&rs, &j, &cfg, data, zb_backend_cpu_bytes_per_activation(&cfg), 2));
+  ranks_run(&rs);
+  CHECK(ranks_ok(&rs));
+  const rank_ctx *lc = &rs.c[last_rank(&j)];
+  CHECK_MSG(fabs(lc->loss[0] - ref0.loss) <= PIPE_TOL * ref0.loss, "%.9g vs %.9g", lc->loss[0], ref0.loss);
+  CHECK_MSG(fabs(lc->loss[1] - ref1.loss) <= PIPE_TOL * ref1.loss, "%.9g vs %.9g", lc->loss[1], ref1.loss);
+  CHECK(fabs(ref0.loss - ref1.loss) > 1e-3); /* the data did change */
+  int n_tensors = 0;
+  for (int r = 0; r < 2; r++)
+    CHECK_EQ(compare_grads(rs.c[r].b, &ref1, "zb-h1 iteration 1", &n_tensors), 0);
+  CHECK_EQ(n_tensors, zb_model_n_tensors(ref1.st));
+  ranks_free(&rs);
+  reference_free(&ref0);
+  reference_free(&ref1);
+  job_free(&j);
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+/* The shape of the memory test. The plan's memory model has B free part of
+ * what F kept (M_B < 0), and the ratios between ranks count F states only.
+ * The model's B frees the attention probabilities and LayerNorm statistics
+ * (2N + B*H*T^2 floats per block) but keeps the output gradient of every
+ * linear and LayerNorm for W (4*N*h): it frees more than it keeps only when
+ * H*T > 4h, here 4*128 > 128. With T = 16, h = 32, H = 2 instead, B grows
+ * the state by ~28% until W frees it, and 1f1b's last rank peaks at 0.32 of
+ * rank 0 where the plan says 0.25. 8 layers per stage keep the last stage's
+ * head (its probabilities, N*vocab floats) near 5% of a stage's F state. */
+static zb_model_config memory_model(int m) {
+  return (zb_model_config){.hidden = 32,
+                           .heads = 4,
+                           .layers = 32,
+                           .seq_len = 128,
+                           .batch = 1,
+                           .seed = 3,
+                           .loss_scale = 1.0f / (float)m};
+}
+
+/* Runs f at p = 4, m = 8 on memory_model and writes each rank's measured
+ * peak state bytes (iteration 0, the executor's peak_memory_bytes) and the
+ * simulator's peak (in units of the rank's M_F). */
+static bool run_memory(zb_family f, int64_t *peak, double *sim_units) {
+  const int p = 4, m = 8;
+  job j;
+  if (!job_make(f, p, m, &j)) {
+    job_free(&j);
+    return false;
+  }
+  zb_model_config cfg = memory_model(m);
+  zb_cpu_text t = text_source();
+  static ranks rs;
+  bool ok = ranks_init(&rs, &j, &cfg, (zb_cpu_data){zb_backend_cpu_text_fill, &t},
+                       zb_backend_cpu_bytes_per_activation(&cfg), 1);
+  if (ok) {
+    ranks_run(&rs);
+    ok = ranks_ok(&rs);
+  }
+  for (int r = 0; ok && r < p; r++) {
+    peak[r] = rs.c[r].it[0].peak_memory_bytes;
+    sim_units[r] = j.sim->peak_memory_units[r];
+  }
+  ranks_free(&rs);
+  job_free(&j);
+  return ok;
+}
+
+/* Measured peaks between ranks follow the simulator's within MEM_TOL: for
+ * 1f1b (rank r holds p - r microbatches) and zb-v (every rank the same);
+ * and zb-v's highest rank is within MEM_TOL of 1f1b's, as the plan says
+ * (both p units of a rank's M_F). */
+static void test_memory_follows_plan(void) {
+  int64_t peak_1f1b[4], peak_zbv[4];
+  double sim_1f1b[4], sim_zbv[4];
+  CHECK(run_memory(ZB_FAMILY_1F1B, peak_1f1b, sim_1f1b));
+  CHECK(run_memory(ZB_FAMILY_ZB_V, peak_zbv, sim_zbv));
+  zb_model_config cfg = memory_model(8);
+  printf("    peak state bytes per rank (h %d, %d heads, %d layers, T %d, batch %d; p 4, m 8): measured, "
+         "simulated (rank M_F units)\n",
+         cfg.hidden, cfg.heads, cfg.layers, cfg.seq_len, cfg.batch);
+  int64_t max_1f1b = 0, max_zbv = 0;
+  for (int r = 0; r < 4; r++) {
+    printf("      rank %d: 1f1b %9lld B %.2f (%.3f of rank 0, plan %.3f)   zb-v %9lld B %.2f (%.3f, plan "
+           "%.3f)\n",
+           r, (long long)peak_1f1b[r], sim_1f1b[r], (double)peak_1f1b[r] / (double)peak_1f1b[0],
+           sim_1f1b[r] / sim_1f1b[0], (long long)peak_zbv[r], sim_zbv[r],
+           (double)peak_zbv[r] / (double)peak_zbv[0], sim_zbv[r] / sim_zbv[0]);
+    max_1f1b = peak_1f1b[r] > max_1f1b ? peak_1f1b[r] : max_1f1b;
+    max_zbv = peak_zbv[r] > max_zbv ? peak_zbv[r] : max_zbv;
+  }
+  printf("      highest rank: zb-v / 1f1b = %.3f (plan %.3f)\n", (double)max_zbv / (double)max_1f1b,
+         sim_zbv[0] / sim_1f1b[0]);
+  for (int r = 1; r < 4; r++) {
+    double measured = (double)peak_1f1b[r] / (double)peak_1f1b[0], planned = sim_1f1b[r] / sim_1f1b[0];
+    CHECK_MSG(fabs(measured / planned - 1.0) <= MEM_TOL, "1f1b rank %d / rank 0: measured %.3f, plan %.3f", r,
+              measured, planned);
+    measured = (double)peak_zbv[r] / (double)peak_zbv[0];
+    planned = sim_zbv[r] / sim_zbv[0];
+    CHECK_MSG(fabs(measured / planned - 1.0) <= MEM_TOL, "zb-v rank %d / rank 0: measured %.3f, plan %.3f", r,
+              measured, planned);
+  }
+  CHECK_MSG(fabs((double)max_zbv / (double)max_1f1b - 1.0) <= MEM_TOL, "zb-v's peak %lld, 1f1b's %lld",
+            (long long)max_zbv, (long long)max_1f1b);
+}
+
+ZBT_MAIN(ZBT(test_text_source), ZBT(test_local_handoff), ZBT(test_errors), ZBT(test_wrong_bpa_executor),
+         ZBT(test_families), ZBT(test_next_iteration_data), ZBT(test_memory_follows_plan))

@@ -1,0 +1,530 @@
+/* backend_cpu.c — the cpu compute backend: the built-in model's F, B and W
+ * on the stages a rank hosts, with the activations and gradients the
+ * transport carries kept in per-(kind, stage, microbatch) slots
+ * (zb_backend.h, "cpu"). Synchronous: submit runs the op's math and
+ * returns; sync has nothing to wait for. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+#include "zb_backend.h"
+#include "zb_clock.h"
+
+/* Slot kinds, one per comm action. */
+enum { SLOT_SEND_F, SLOT_RECV_F, SLOT_SEND_B, SLOT_RECV_B, SLOT_KINDS };
+
+/* One activation or gradient buffer. epoch: the backend's iteration serial
+ * when it was last written (by F or B) or handed to the transport for a
+ * receive; 0 means never, so a slot from an earlier iteration is never
+ * mistaken for this one's. */
+typedef struct cpu_slot {
+  float *buf;
+  uint64_t epoch;
+} cpu_slot;
+
+typedef struct cpu_stage {
+  int index; /* global stage index */
+  zb_model_stage *st;
+  cpu_slot *slots[SLOT_KINDS]; /* indexed by mb, cap entries each */
+  int cap;
+} cpu_stage;
+
+typedef struct cpu_backend {
+  int rank, total;
+  cpu_stage *stages; /* ascending by index */
+  int n;
+  int *local; /* [total]: position in stages, or -1 when another rank hosts it */
+  zb_model_config model;
+  size_t act_numel, act_bytes;
+  zb_cpu_data data;
+  const atomic_bool *stop;
+
+  int64_t iteration; /* what the data source samples */
+  uint64_t epoch;    /* bumped by every begin_iteration; slots compare against it */
+  uint8_t *tokens, *targets;
+  float *losses; /* per mb: the last stage's loss, valid where loss_epoch == epoch */
+  uint64_t *loss_epoch;
+  int loss_cap;
+
+  zb_backend_stats acc; /* busy of the current interval */
+  int64_t mem, peak;    /* state bytes of the whole rank; peak of the interval */
+  int64_t peak_ever;
+  int64_t slot_bytes;
+} cpu_backend;
+
+static const zb_backend_ops cpu_ops;
+
+/* ---- the data ----------------------------------------------------------- */
+
+static uint64_t cpu_mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+zb_err zb_backend_cpu_text_fill(void *ud, int64_t iteration, int mb, int batch, int seq_len, uint8_t *tokens,
+                                uint8_t *targets, zb_diag *diag) {
+  const zb_cpu_text *t = ud;
+  if (!t || !t->text || seq_len < 1 || batch < 1 || t->len < (size_t)seq_len + 1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "text data: %zu bytes of text cannot give windows of %d+1 bytes",
+                       t && t->text ? t->len : 0, seq_len);
+  /* Offsets 0 .. len-seq_len-1 leave room for the target of the window's
+   * last byte. */
+  uint64_t windows = (uint64_t)(t->len - (size_t)seq_len);
+  for (int j = 0; j < batch; j++) {
+    uint64_t key = cpu_mix(cpu_mix(cpu_mix(t->seed) ^ (uint64_t)iteration) ^ (uint64_t)(uint32_t)mb);
+    size_t off = (size_t)(cpu_mix(key ^ (uint64_t)j) % windows);
+    memcpy(tokens + (size_t)j * (size_t)seq_len, t->text + off, (size_t)seq_len);
+    memcpy(targets + (size_t)j * (size_t)seq_len, t->text + off + 1, (size_t)seq_len);
+  }
+  return ZB_OK;
+}
+
+/* Fills b->tokens and b->targets for mb of the current iteration. */
+static zb_err cpu_fill(cpu_backend *b, int stage, int mb, zb_diag *diag) {
+  zb_err err = b->data.fill(b->data.ud, b->iteration, mb, b->model.batch, b->model.seq_len, b->tokens,
+                            b->targets, diag);
+  if (err && diag) {
+    char inner[sizeof diag->msg];
+    memcpy(inner, diag->msg, sizeof inner);
+    zb_diag_set(diag, err, "cpu backend: data for stage %d mb %d of iteration %lld: %s", stage, mb,
+                (long long)b->iteration, inner);
+  }
+  return err;
+}
+
+/* ---- slots -------------------------------------------------------------- */
+
+/* Grows every slot array of cs (and the loss arrays) to hold mb. */
+static void cpu_grow(cpu_backend *b, cpu_stage *cs, int mb) {
+  if (mb >= cs->cap) {
+    int cap = cs->cap ? cs->cap : 8;
+    while (cap <= mb)
+      cap *= 2;
+    for (int k = 0; k < SLOT_KINDS; k++) {
+      cs->slots[k] = zb_realloc(cs->slots[k], sizeof(cpu_slot) * (size_t)cap);
+      memset(cs->slots[k] + cs->cap, 0, sizeof(cpu_slot) * (size_t)(cap - cs->cap));
+    }
+    cs->cap = cap;
+  }
+  if (mb >= b->loss_cap) {
+    int cap = b->loss_cap ? b->loss_cap : 8;
+    while (cap <= mb)
+      cap *= 2;
+    b->losses = zb_realloc(b->losses, sizeof(float) * (size_t)cap);
+    b->loss_epoch = zb_realloc(b->loss_epoch, sizeof(uint64_t) * (size_t)cap);
+    memset(b->loss_epoch + b->loss_cap, 0, sizeof(uint64_t) * (size_t)(cap - b->loss_cap));
+    b->loss_cap = cap;
+  }
+}
+
+/* The slot of (kind, cs, mb), its buffer allocated. */
+static cpu_slot *cpu_slot_get(cpu_backend *b, cpu_stage *cs, int kind, int mb) {
+  cpu_grow(b, cs, mb);
+  cpu_slot *s = &cs->slots[kind][mb];
+  if (!s->buf) {
+    s->buf = zb_calloc(b->act_numel, sizeof(float));
+    b->slot_bytes += (int64_t)b->act_bytes;
+  }
+  return s;
+}
+
+/* An input slot that must have been written (or received into) in the
+ * current iteration; what: the missing producer, for the message. */
+static zb_err cpu_input(cpu_backend *b, cpu_stage *cs, int kind, int mb, const char *op, int stage,
+                        const char *what, const float **out, zb_diag *diag) {
+  cpu_slot *s = cpu_slot_get(b, cs, kind, mb);
+  if (s->epoch != b->epoch)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "cpu backend: %s of stage %d mb %d before its input: %s has not happened in this "
+                       "iteration",
+                       op, stage, mb, what);
+  *out = s->buf;
+  return ZB_OK;
+}
+
+/* ---- ops ---------------------------------------------------------------- */
+
+static cpu_stage *cpu_hosted(const cpu_backend *b, int stage) {
+  if (stage < 0 || stage >= b->total || b->local[stage] < 0)
+    return NULL;
+  return &b->stages[b->local[stage]];
+}
+
+/* Prefixes a model error with the backend's name. */
+static zb_err cpu_model_err(zb_err err, zb_diag *diag) {
+  if (err && diag) {
+    char inner[sizeof diag->msg];
+    memcpy(inner, diag->msg, sizeof inner);
+    zb_diag_set(diag, err, "cpu backend: %s", inner);
+  }
+  return err;
+}
+
+/* Sum of the state bytes of every hosted stage but `except`. */
+static int64_t cpu_state_others(const cpu_backend *b, const cpu_stage *except) {
+  int64_t sum = 0;
+  for (int i = 0; i < b->n; i++)
+    if (&b->stages[i] != except) {
+      zb_model_mem m;
+      zb_model_mem_stats(b->stages[i].st, &m);
+      sum += m.state_bytes;
+    }
+  return sum;
+}
+
+/* After an op on cs: the rank's bytes now and the highest they reached
+ * during the op (only cs changed, so others + cs's own peak is exact). */
+static void cpu_account(cpu_backend *b, const cpu_stage *cs) {
+  zb_model_mem m;
+  zb_model_mem_stats(cs->st, &m);
+  int64_t others = cpu_state_others(b, cs);
+  b->mem = others + m.state_bytes;
+  if (others + m.peak_state_bytes > b->peak)
+    b->peak = others + m.peak_state_bytes;
+  if (b->peak > b->peak_ever)
+    b->peak_ever = b->peak;
+}
+
+static zb_err cpu_forward(cpu_backend *b, cpu_stage *cs, int mb, zb_diag *diag) {
+  int first = zb_model_stage_is_first(cs->st), last = zb_model_stage_is_last(cs->st), s = cs->index;
+  const float *x = NULL;
+  float *y = NULL, loss = 0;
+  zb_err err = ZB_OK;
+  cpu_grow(b, cs, mb);
+  if (first || last)
+    err = cpu_fill(b, s, mb, diag);
+  if (!err && !first) {
+    cpu_stage *prev = cpu_hosted(b, s - 1);
+    char what[48];
+    snprintf(what, sizeof what, prev ? "F of stage %d" : "RECV_F from stage %d", s - 1);
+    err = prev ? cpu_input(b, prev, SLOT_SEND_F, mb, "F", s, what, &x, diag)
+               : cpu_input(b, cs, SLOT_RECV_F, mb, "F", s, what, &x, diag);
+  }
+  if (err)
+    return err;
+  cpu_slot *out = last ? NULL : cpu_slot_get(b, cs, SLOT_SEND_F, mb);
+  y = out ? out->buf : NULL;
+  int64_t t0 = zb_clock_ns();
+  err = zb_model_forward(cs->st, mb, first ? b->tokens : NULL, x, last ? b->targets : NULL, y,
+                         last ? &loss : NULL, diag);
+  b->acc.busy_f += (double)(zb_clock_ns() - t0) * 1e-9;
+  if (err)
+    return cpu_model_err(err, diag);
+  if (out)
+    out->epoch = b->epoch;
+  if (last) {
+    b->losses[mb] = loss;
+    b->loss_epoch[mb] = b->epoch;
+  }
+  return ZB_OK;
+}
+
+/* B of (cs, mb): reads the output gradient, writes dx to the SEND_B slot. */
+static zb_err cpu_backward_b(cpu_backend *b, cpu_stage *cs, int mb, const char *op, zb_diag *diag) {
+  int first = zb_model_stage_is_first(cs->st), last = zb_model_stage_is_last(cs->st), s = cs->index;
+  const float *dy = NULL;
+  zb_err err = ZB_OK;
+  if (!last) {
+    cpu_stage *next = cpu_hosted(b, s + 1);
+    char what[48];
+    snprintf(what, sizeof what, next ? "B of stage %d" : "RECV_B from stage %d", s + 1);
+    err = next ? cpu_input(b, next, SLOT_SEND_B, mb, op, s, what, &dy, diag)
+               : cpu_input(b, cs, SLOT_RECV_B, mb, op, s, what, &dy, diag);
+    if (err)
+      return err;
+  }
+  cpu_slot *out = first ? NULL : cpu_slot_get(b, cs, SLOT_SEND_B, mb);
+  int64_t t0 = zb_clock_ns();
+  err = zb_model_backward_b(cs->st, mb, dy, out ? out->buf : NULL, diag);
+  b->acc.busy_b += (double)(zb_clock_ns() - t0) * 1e-9;
+  if (err)
+    return cpu_model_err(err, diag);
+  if (out)
+    out->epoch = b->epoch;
+  return ZB_OK;
+}
+
+static zb_err cpu_backward_w(cpu_backend *b, cpu_stage *cs, int mb, zb_diag *diag) {
+  int64_t t0 = zb_clock_ns();
+  zb_err err = zb_model_backward_w(cs->st, mb, diag);
+  b->acc.busy_w += (double)(zb_clock_ns() - t0) * 1e-9;
+  return cpu_model_err(err, diag);
+}
+
+static zb_err cpu_submit(void *self, zb_op op, int stage, int mb, zb_diag *diag) {
+  cpu_backend *b = self;
+  if (!zb_op_is_compute(op))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu backend: %s is not a compute op", zb_op_name(op));
+  cpu_stage *cs = cpu_hosted(b, stage);
+  if (!cs || mb < 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "cpu backend: %s of stage %d mb %d: rank %d does not host it", zb_op_name(op), stage,
+                       mb, b->rank);
+  if (b->stop && atomic_load(b->stop))
+    return zb_diag_set(diag, ZB_ERR_IO, "stopped (stop flag raised) before a compute op");
+  zb_model_reset_peak(cs->st); /* so cpu_account sees this op's own high-water mark */
+  zb_err err;
+  switch (op) {
+  case ZB_OP_F: err = cpu_forward(b, cs, mb, diag); break;
+  case ZB_OP_B: err = cpu_backward_b(b, cs, mb, "B", diag); break;
+  case ZB_OP_W: err = cpu_backward_w(b, cs, mb, diag); break;
+  default: /* BW: the model's fused op is B then W; calling them apart times each */
+    err = cpu_backward_b(b, cs, mb, "BW", diag);
+    if (!err)
+      err = cpu_backward_w(b, cs, mb, diag);
+  }
+  cpu_account(b, cs);
+  return err;
+}
+
+static zb_err cpu_sync(void *self, zb_diag *diag) {
+  (void)self;
+  (void)diag;
+  return ZB_OK;
+}
+
+static zb_err cpu_buffer(void *self, zb_op comm, int stage, int mb, size_t len, void **out, zb_diag *diag) {
+  cpu_backend *b = self;
+  if (len != b->act_bytes)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "cpu backend: bytes_per_activation is %zu but one activation of this model is %zu "
+                       "bytes (batch %d x seq_len %d x hidden %d x 4); set the job's bytes_per_activation "
+                       "to %zu",
+                       len, b->act_bytes, b->model.batch, b->model.seq_len, b->model.hidden, b->act_bytes);
+  cpu_stage *cs = cpu_hosted(b, stage);
+  if (!cs || mb < 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "cpu backend: %s of stage %d mb %d: rank %d does not host it", zb_op_name(comm), stage,
+                       mb, b->rank);
+  int first = zb_model_stage_is_first(cs->st), last = zb_model_stage_is_last(cs->st), kind;
+  switch (comm) {
+  case ZB_OP_SEND_F: kind = last ? -1 : SLOT_SEND_F; break;
+  case ZB_OP_RECV_F: kind = first ? -1 : SLOT_RECV_F; break;
+  case ZB_OP_SEND_B: kind = first ? -1 : SLOT_SEND_B; break;
+  case ZB_OP_RECV_B: kind = last ? -1 : SLOT_RECV_B; break;
+  default: return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu backend: %s has no buffer", zb_op_name(comm));
+  }
+  if (kind < 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "cpu backend: %s of stage %d: the %s stage has no such message", zb_op_name(comm),
+                       stage, first ? "first" : "last");
+  cpu_slot *s = cpu_slot_get(b, cs, kind, mb);
+  if (kind == SLOT_SEND_F || kind == SLOT_SEND_B) {
+    if (s->epoch != b->epoch) /* sending what this iteration has not computed */
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "cpu backend: %s of stage %d mb %d before its %s has run in this iteration",
+                         zb_op_name(comm), stage, mb, kind == SLOT_SEND_F ? "F" : "B");
+  } else {
+    s->epoch = b->epoch; /* the transport fills it before the group ends */
+  }
+  *out = s->buf;
+  return ZB_OK;
+}
+
+static void cpu_take_stats(void *self, zb_backend_stats *out) {
+  cpu_backend *b = self;
+  *out = b->acc;
+  out->mem_bytes = b->mem;
+  out->peak_bytes = b->peak;
+  memset(&b->acc, 0, sizeof b->acc);
+  b->peak = b->mem;
+}
+
+static void cpu_free(void *self) {
+  cpu_backend *b = self;
+  for (int i = 0; i < b->n; i++) {
+    cpu_stage *cs = &b->stages[i];
+    zb_model_stage_free(cs->st);
+    for (int k = 0; k < SLOT_KINDS; k++) {
+      for (int mb = 0; mb < cs->cap; mb++)
+        free(cs->slots[k][mb].buf);
+      free(cs->slots[k]);
+    }
+  }
+  free(b->stages);
+  free(b->local);
+  free(b->tokens);
+  free(b->targets);
+  free(b->losses);
+  free(b->loss_epoch);
+  free(b);
+}
+
+static const zb_backend_ops cpu_ops = {
+    .name = "cpu",
+    .submit = cpu_submit,
+    .sync = cpu_sync,
+    .buffer = cpu_buffer,
+    .take_stats = cpu_take_stats,
+    .free = cpu_free,
+};
+
+/* ---- construction and getters ------------------------------------------- */
+
+size_t zb_backend_cpu_bytes_per_activation(const zb_model_config *model) {
+  if (model->batch <= 0 || model->seq_len <= 0 || model->hidden <= 0)
+    return 0;
+  return (size_t)model->batch * (size_t)model->seq_len * (size_t)model->hidden * sizeof(float);
+}
+
+static zb_err cpu_check(const zb_cpu_backend_config *cfg, zb_diag *diag) {
+  if (cfg->total_stages < 1 || cfg->n_stages < 1 || !cfg->stages)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "cpu backend: rank %d: %d of %d stages; it needs at least one", cfg->rank,
+                       cfg->n_stages, cfg->total_stages);
+  bool ends = false;
+  for (int i = 0; i < cfg->n_stages; i++) {
+    int s = cfg->stages[i];
+    if (s < 0 || s >= cfg->total_stages)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu backend: rank %d: stage %d is not in 0..%d",
+                         cfg->rank, s, cfg->total_stages - 1);
+    for (int j = 0; j < i; j++)
+      if (cfg->stages[j] == s)
+        return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu backend: rank %d: stage %d is listed twice",
+                           cfg->rank, s);
+    ends |= s == 0 || s == cfg->total_stages - 1;
+  }
+  if (ends && !cfg->data.fill)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "cpu backend: rank %d hosts the first or the last stage but has no data source",
+                       cfg->rank);
+  if (zb_backend_cpu_bytes_per_activation(&cfg->model) == 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu backend: model batch %d, seq_len %d, hidden %d",
+                       cfg->model.batch, cfg->model.seq_len, cfg->model.hidden);
+  return ZB_OK;
+}
+
+static int cpu_cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+zb_err zb_backend_cpu_new(const zb_cpu_backend_config *cfg, zb_backend **out, zb_diag *diag) {
+  zb_err err = cpu_check(cfg, diag);
+  if (err)
+    return err;
+  if (cfg->threads > 0)
+    zb_model_set_threads(cfg->threads);
+  int *order = zb_malloc(sizeof(int) * (size_t)cfg->n_stages);
+  memcpy(order, cfg->stages, sizeof(int) * (size_t)cfg->n_stages);
+  qsort(order, (size_t)cfg->n_stages, sizeof(int), cpu_cmp_int);
+
+  cpu_backend *b = zb_calloc(1, sizeof *b);
+  b->rank = cfg->rank;
+  b->total = cfg->total_stages;
+  b->data = cfg->data;
+  b->stop = cfg->stop;
+  b->stages = zb_calloc((size_t)cfg->n_stages, sizeof *b->stages);
+  b->local = zb_malloc(sizeof(int) * (size_t)b->total);
+  for (int s = 0; s < b->total; s++)
+    b->local[s] = -1;
+  for (int i = 0; i < cfg->n_stages; i++) {
+    cpu_stage *cs = &b->stages[i];
+    cs->index = order[i];
+    err = zb_model_stage_new(&cfg->model, cs->index, b->total, &cs->st, diag);
+    if (err) {
+      err = cpu_model_err(err, diag);
+      goto fail;
+    }
+    b->n++;
+    b->local[cs->index] = i;
+  }
+  b->model = *zb_model_stage_config(b->stages[0].st); /* defaults filled in */
+  b->act_numel = zb_model_act_numel(b->stages[0].st);
+  b->act_bytes = b->act_numel * sizeof(float);
+  size_t nt = (size_t)b->model.batch * (size_t)b->model.seq_len;
+  b->tokens = zb_malloc(nt);
+  b->targets = zb_malloc(nt);
+  b->epoch = 1;
+  free(order);
+  zb_backend *h = zb_calloc(1, sizeof *h);
+  h->ops = &cpu_ops;
+  h->self = b;
+  *out = h;
+  return ZB_OK;
+fail:
+  free(order);
+  cpu_free(b);
+  return err;
+}
+
+/* b's state when it is a cpu backend, else NULL. */
+static cpu_backend *cpu_of(const zb_backend *b) {
+  return b && b->ops == &cpu_ops ? b->self : NULL;
+}
+
+zb_err zb_backend_cpu_begin_iteration(zb_backend *h, int64_t iteration, zb_diag *diag) {
+  cpu_backend *b = cpu_of(h);
+  if (!b)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "begin_iteration: not a cpu backend");
+  for (int i = 0; i < b->n; i++) {
+    zb_model_drop_states(b->stages[i].st);
+    zb_model_zero_grads(b->stages[i].st);
+  }
+  b->iteration = iteration;
+  b->epoch++; /* every slot and loss of the previous iteration becomes stale */
+  b->mem = 0;
+  return ZB_OK;
+}
+
+zb_err zb_backend_cpu_loss(const zb_backend *h, double *mean, int *count, zb_diag *diag) {
+  const cpu_backend *b = cpu_of(h);
+  if (!b)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "loss: not a cpu backend");
+  if (b->local[b->total - 1] < 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "loss: rank %d does not host the last stage (%d)", b->rank,
+                       b->total - 1);
+  double sum = 0;
+  int n = 0;
+  for (int mb = 0; mb < b->loss_cap; mb++) /* microbatch order: the same sum for every schedule */
+    if (b->loss_epoch[mb] == b->epoch) {
+      sum += (double)b->losses[mb];
+      n++;
+    }
+  *mean = n ? sum / n : NAN;
+  if (count)
+    *count = n;
+  return ZB_OK;
+}
+
+int zb_backend_cpu_n_stages(const zb_backend *h) {
+  const cpu_backend *b = cpu_of(h);
+  return b ? b->n : 0;
+}
+
+zb_model_stage *zb_backend_cpu_stage(zb_backend *h, int i, int *stage) {
+  cpu_backend *b = cpu_of(h);
+  if (!b || i < 0 || i >= b->n)
+    return NULL;
+  if (stage)
+    *stage = b->stages[i].index;
+  return b->stages[i].st;
+}
+
+zb_model_stage *zb_backend_cpu_find_stage(zb_backend *h, int stage) {
+  cpu_backend *b = cpu_of(h);
+  cpu_stage *cs = b ? cpu_hosted(b, stage) : NULL;
+  return cs ? cs->st : NULL;
+}
+
+zb_err zb_backend_cpu_mem(const zb_backend *h, zb_cpu_backend_mem *out, zb_diag *diag) {
+  const cpu_backend *b = cpu_of(h);
+  if (!b)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "mem: not a cpu backend");
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < b->n; i++) {
+    zb_model_mem m;
+    zb_model_mem_stats(b->stages[i].st, &m);
+    out->state_bytes += m.state_bytes;
+    out->param_bytes += m.param_bytes;
+    out->workspace_bytes += m.workspace_bytes;
+  }
+  out->peak_state_bytes = b->peak_ever;
+  out->slot_bytes = b->slot_bytes;
+  return ZB_OK;
+}
