@@ -78,10 +78,28 @@ static bool job_terminal(const coord_job *j) {
   return j->row.state >= ZB_JOB_SUCCEEDED;
 }
 
-static int workers_idle(coord *co) {
+/* Whether name is one of a worker's comma-separated capabilities. */
+static bool worker_offers(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0)
+      return true;
+    p += len + (comma ? 1 : 0);
+  }
+  return false;
+}
+
+/* An attached worker that offers the job's backend and transport. */
+static bool worker_can_run(const coord_worker *w, const zb_job_spec *spec) {
+  return w->attach && worker_offers(w->backends, spec->backend) && worker_offers(w->transports, spec->transport);
+}
+
+static int workers_idle(coord *co, const zb_job_spec *spec) {
   int n = 0;
   for (coord_worker *w = co->workers; w; w = w->next)
-    n += w->attach && !w->job;
+    n += worker_can_run(w, spec) && !w->job;
   return n;
 }
 
@@ -89,6 +107,13 @@ static int workers_attached(coord *co) {
   int n = 0;
   for (coord_worker *w = co->workers; w; w = w->next)
     n += w->attach != NULL;
+  return n;
+}
+
+static int workers_able(coord *co, const zb_job_spec *spec) {
+  int n = 0;
+  for (coord_worker *w = co->workers; w; w = w->next)
+    n += worker_can_run(w, spec);
   return n;
 }
 
@@ -340,7 +365,7 @@ static void job_start(coord *co, coord_job *j) {
   /* ranks go to idle workers in attach order */
   int r = 0;
   for (coord_worker *w = co->workers; w && r < p; w = w->next)
-    if (w->attach && !w->job) {
+    if (worker_can_run(w, &j->spec) && !w->job) {
       w->job = j;
       w->rank = r;
       j->ranks[r++] = w;
@@ -358,7 +383,7 @@ static void job_start(coord *co, coord_job *j) {
 static void coord_start_pending(coord *co) {
   for (coord_job *j = co->jobs; j; j = j->next)
     if (j->row.state == ZB_JOB_PENDING) {
-      if (workers_idle(co) < j->spec.ranks)
+      if (workers_idle(co, &j->spec) < j->spec.ranks)
         return; /* keep the order: no overtaking */
       job_start(co, j);
     }
@@ -444,6 +469,14 @@ static void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
   if (j->spec.ranks > attached) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "spec.ranks: the job needs %d ranks but %d workers are attached", j->spec.ranks, attached);
+    goto fail;
+  }
+  int able = workers_able(co, &j->spec);
+  if (j->spec.ranks > able) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "spec.backend: the job needs %d ranks with backend '%s' and transport '%s' but %d of the %d "
+                "attached workers offer them",
+                j->spec.ranks, j->spec.backend, j->spec.transport, able, attached);
     goto fail;
   }
   snprintf(j->row.id, sizeof j->row.id, "j-%d", co->next_job_number++);

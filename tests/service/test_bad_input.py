@@ -95,6 +95,9 @@ def test_bad_specs_over_grpc():
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, backend="abacus")))
         expect(c, INVALID, ["iterations"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, iterations=-1)))
+        # a backend no attached worker offers is refused, not run on another one
+        expect(c, grpc.StatusCode.FAILED_PRECONDITION, ["spec.backend", "'cpu'", "0 of the"], s.SubmitJob,
+               zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, backend="cpu")))
         expect(c, INVALID, ["chunks"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, schedule="zb-v", chunks=3)))
         expect(c, INVALID, ["costs.f"], s.Plan, zb_pb2.PlanRequest(spec=job_spec(ranks=4, t_f=-2)))
