@@ -219,23 +219,34 @@ static void rpc_add_close(zb_rpc_call *c, grpc_op *ops, size_t *n) {
   (*n)++;
 }
 
-/* Sends the final status (after the queue drained) and gives up the
- * handler's reference. */
-static void rpc_send_status(zb_rpc_call *c, grpc_status_code code, const char *details) {
+/* The first batch of a call carries the initial metadata. */
+static void rpc_add_initial_md(zb_rpc_call *c, grpc_op *ops, size_t *n) {
+  if (c->md_sent)
+    return;
+  c->md_sent = true;
+  ops[(*n)++].op = GRPC_OP_SEND_INITIAL_METADATA;
+}
+
+/* Ends the call: the last message (bb, may be NULL; destroyed here) and
+ * the status in one batch; gives up the handler's reference. */
+static void rpc_send_status(zb_rpc_call *c, grpc_byte_buffer *bb, grpc_status_code code,
+                            const char *details) {
   grpc_slice det = grpc_slice_from_copied_string(details ? details : "");
-  grpc_op ops[3];
+  grpc_op ops[4];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
-  if (!c->md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = true;
+  rpc_add_initial_md(c, ops, &n);
+  if (bb) {
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = bb;
   }
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = code;
-  ops[n].data.send_status_from_server.status_details = &det;
-  n++;
+  ops[n++].data.send_status_from_server.status_details = &det;
   rpc_add_close(c, ops, &n);
   rpc_start(c, ops, n, &c->status_tag);
+  if (bb)
+    grpc_byte_buffer_destroy(bb); /* gRPC took the slices */
   grpc_slice_unref(det);
   c->ended = true;
   rpc_call_unref(c); /* the handler's reference */
@@ -250,13 +261,9 @@ static void rpc_send_next(zb_rpc_call *c) {
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
-  if (!c->md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = true;
-  }
+  rpc_add_initial_md(c, ops, &n);
   ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n].data.send_message.send_message = bb;
-  n++;
+  ops[n++].data.send_message.send_message = bb;
   c->send_busy = true;
   rpc_start(c, ops, n, &c->send_tag);
   grpc_byte_buffer_destroy(bb); /* gRPC took the slices */
@@ -265,25 +272,7 @@ static void rpc_send_next(zb_rpc_call *c) {
 void zb_rpc_reply(zb_rpc_call *c, const ProtobufCMessage *msg) {
   if (c->ended || c->finishing)
     return;
-  grpc_byte_buffer *bb = rpc_pack(msg);
-  grpc_slice det = grpc_slice_from_static_string("");
-  grpc_op ops[4];
-  memset(ops, 0, sizeof ops);
-  size_t n = 0;
-  if (!c->md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = true;
-  }
-  ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n++].data.send_message.send_message = bb;
-  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
-  ops[n++].data.send_status_from_server.status_details = &det;
-  rpc_add_close(c, ops, &n);
-  rpc_start(c, ops, n, &c->status_tag);
-  grpc_byte_buffer_destroy(bb);
-  c->ended = true;
-  rpc_call_unref(c);
+  rpc_send_status(c, rpc_pack(msg), GRPC_STATUS_OK, "");
 }
 
 void zb_rpc_fail(zb_rpc_call *c, grpc_status_code code, const char *fmt, ...) {
@@ -303,7 +292,7 @@ void zb_rpc_fail(zb_rpc_call *c, grpc_status_code code, const char *fmt, ...) {
     c->fin_details = zb_strdup(msg);
     return;
   }
-  rpc_send_status(c, code, msg);
+  rpc_send_status(c, NULL, code, msg);
 }
 
 void zb_rpc_stream_write(zb_rpc_call *c, const ProtobufCMessage *msg) {
@@ -333,7 +322,7 @@ void zb_rpc_stream_finish(zb_rpc_call *c, grpc_status_code code, const char *det
     c->fin_details = zb_strdup(details ? details : "");
     return;
   }
-  rpc_send_status(c, code, details);
+  rpc_send_status(c, NULL, code, details);
 }
 
 void zb_rpc_call_on_close(zb_rpc_call *c, void (*cb)(zb_rpc_call *, void *), void *arg) {
@@ -467,7 +456,7 @@ static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
     if (c->q_len > 0)
       rpc_send_next(c);
     else if (c->finishing && !c->ended)
-      rpc_send_status(c, c->fin_code, c->fin_details);
+      rpc_send_status(c, NULL, c->fin_code, c->fin_details);
     rpc_call_unref(c);
     return;
   }
