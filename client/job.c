@@ -62,9 +62,10 @@ const char zbctl_get_help[] = "usage: zbctl get JOB_ID [--coordinator ADDR] [--o
 const char zbctl_watch_help[] =
     "usage: zbctl watch JOB_ID [--coordinator ADDR] [--output text|json]\n"
     "\nStreams a job's events from its start: state changes and, per iteration,\n"
-    "samples/s, the measured and predicted bubble ratio (global) and peak memory\n"
-    "per rank, with a progress bar. Exits when the job ends: 0 if it SUCCEEDED,\n"
-    "1 otherwise. --output json prints one JSON event per line.\n";
+    "the training loss (jobs that train a model: backend cpu), samples/s, the\n"
+    "measured and predicted bubble ratio (global) and peak memory per rank, with a\n"
+    "progress bar. Exits when the job ends: 0 if it SUCCEEDED, 1 otherwise.\n"
+    "--output json prints one JSON event per line.\n";
 const char zbctl_cancel_help[] =
     "usage: zbctl cancel JOB_ID [--reason TEXT] [--coordinator ADDR] [--output text|json]\n"
     "\nCancels a pending or running job; its workers are released.\n";
@@ -290,6 +291,14 @@ int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
           "shape      p=%d m=%d chunks=%d; %d iterations; backend %s, transport %s, %lld bytes/activation\n",
           s->ranks, s->microbatches, s->chunks, s->iterations, s->backend, s->transport,
           (long long)s->bytes_per_activation);
+    if (s && s->model) {
+      const Zb__V1__ModelSpec *m = s->model;
+      printf("model      hidden %d, heads %d, layers %d, seq_len %d, batch %d, seed %llu; data %s\n"
+             "optimizer  AdamW lr %g, weight_decay %g, betas (%g, %g), eps %g\n",
+             m->hidden, m->heads, m->layers, m->seq_len, m->batch, (unsigned long long)m->seed, m->data,
+             m->lr, m->weight_decay ? m->weight_decay->value : 0, m->beta1 ? m->beta1->value : 0,
+             m->beta2 ? m->beta2->value : 0, m->eps);
+    }
     printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
            s ? s->iterations : 0, created, updated);
     if (j->last)
@@ -311,8 +320,11 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
     progress[1 + width] = ']';
     progress[2 + width] = 0;
   }
-  printf("%s iter %d/%d  %-8s %9.1f samples/s  bubble %.4f (predicted %.4f)  peak mem", progress,
-         it->iteration + 1, iterations, it->schedule, it->samples_per_second, it->bubble_ratio,
+  char loss[32] = ""; /* only jobs that train a model (cpu) have one */
+  if (it->has_loss)
+    snprintf(loss, sizeof loss, "  loss %.4f", it->loss);
+  printf("%s iter %d/%d  %-8s%s %9.1f samples/s  bubble %.4f (predicted %.4f)  peak mem", progress,
+         it->iteration + 1, iterations, it->schedule, loss, it->samples_per_second, it->bubble_ratio,
          it->predicted_bubble_ratio);
   for (size_t r = 0; r < it->n_ranks; r++)
     printf(" r%d:%.3g", it->ranks[r]->rank, it->ranks[r]->peak_memory);
@@ -481,6 +493,15 @@ int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv) {
 
 /* ---- workers ---- */
 
+/* items joined with commas into out (cut at cap). */
+static void join_list(char *out, size_t cap, char **items, size_t n) {
+  out[0] = 0;
+  for (size_t k = 0; k < n; k++) {
+    size_t len = strlen(out);
+    snprintf(out + len, cap - len, "%s%s", k ? "," : "", items[k]);
+  }
+}
+
 int zbctl_workers(const zbctl_command *cmd, int argc, char **argv) {
   remote_args a;
   int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, false, NULL, NULL);
@@ -499,11 +520,12 @@ int zbctl_workers(const zbctl_command *cmd, int argc, char **argv) {
            "TRANSPORTS");
     for (size_t k = 0; k < r->n_workers; k++) {
       Zb__V1__Worker *w = r->workers[k];
-      char rank[16];
+      char rank[16], backends[128], transports[128];
       snprintf(rank, sizeof rank, "%d", w->rank);
+      join_list(backends, sizeof backends, w->backends, w->n_backends);
+      join_list(transports, sizeof transports, w->transports, w->n_transports);
       printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", w->id, w->data_address, w->state,
-             w->job_id[0] ? w->job_id : "-", w->rank >= 0 ? rank : "-", w->n_backends ? w->backends[0] : "",
-             w->n_transports ? w->transports[0] : "");
+             w->job_id[0] ? w->job_id : "-", w->rank >= 0 ? rank : "-", backends, transports);
     }
   }
   protobuf_c_message_free_unpacked(resp, NULL);

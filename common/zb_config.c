@@ -7,6 +7,7 @@
  */
 #include "zb_config.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -35,6 +36,13 @@ static const int_range ITERATIONS_RANGE = {1, 1, 1000000};
 static const int_range BYTES_RANGE = {0, 0, 1073741824};
 static const int_range HEARTBEAT_RANGE = {0, 100, 600000};
 static const int_range MAX_MESSAGE_RANGE = {0, 4096, 1073741824};
+/* The model's sizes: generous bounds; check_model adds the products' limits. */
+static const int_range HIDDEN_RANGE = {1, 1, 65536};
+static const int_range HEADS_RANGE = {1, 1, 65536};
+static const int_range LAYERS_RANGE = {1, 1, 100000};
+static const int_range SEQ_LEN_RANGE = {1, 1, 1048576};
+static const int_range BATCH_RANGE = {1, 1, 1048576};
+static const int_range SEED_RANGE = {1, 1, 9223372036854775807LL};
 
 typedef enum job_key {
   JK_NAME,
@@ -49,18 +57,42 @@ typedef enum job_key {
   JK_BACKEND,
   JK_TRANSPORT,
   JK_BYTES,
+  JK_MODEL,
   JK_COUNT_
 } job_key;
 
 static const char *const job_keys[JK_COUNT_] = {
     "name",  "ranks",       "microbatches", "schedule", "chunks",    "mem_limit",
-    "costs", "stage_costs", "iterations",   "backend",  "transport", "bytes_per_activation"};
+    "costs", "stage_costs", "iterations",   "backend",  "transport", "bytes_per_activation",
+    "model"};
 static const job_key job_required[] = {JK_NAME, JK_RANKS, JK_MICROBATCHES, JK_SCHEDULE};
 
 typedef enum cost_key { CK_F, CK_B, CK_W, CK_COMM, CK_MEM, CK_COUNT_ } cost_key;
 static const char *const cost_keys[CK_COUNT_] = {"f", "b", "w", "comm", "mem"};
 static const char *const cost_fields[CK_COUNT_] = {"costs.f", "costs.b", "costs.w", "costs.comm",
                                                    "costs.mem"};
+
+typedef enum model_key {
+  MK_HIDDEN,
+  MK_HEADS,
+  MK_LAYERS,
+  MK_SEQ_LEN,
+  MK_BATCH,
+  MK_SEED,
+  MK_DATA,
+  MK_LR,
+  MK_WEIGHT_DECAY,
+  MK_BETA1,
+  MK_BETA2,
+  MK_EPS,
+  MK_COUNT_
+} model_key;
+static const char *const model_keys[MK_COUNT_] = {"hidden",       "heads", "layers", "seq_len",
+                                                  "batch",        "seed",  "data",   "lr",
+                                                  "weight_decay", "beta1", "beta2",  "eps"};
+static const char *const model_fields[MK_COUNT_] = {
+    "model.hidden", "model.heads", "model.layers",       "model.seq_len", "model.batch", "model.seed",
+    "model.data",   "model.lr",    "model.weight_decay", "model.beta1",   "model.beta2", "model.eps"};
 
 typedef enum coord_key {
   CO_LISTEN,
@@ -87,6 +119,47 @@ void zb_job_spec_default(zb_job_spec *s) {
   snprintf(s->backend, sizeof s->backend, "sim");
   snprintf(s->transport, sizeof s->transport, "tcp");
   s->bytes_per_activation = 65536;
+  s->model = (zb_model_spec){.hidden = 64,
+                             .heads = 4,
+                             .layers = 0,
+                             .seq_len = 64,
+                             .batch = 4,
+                             .seed = 1,
+                             .lr = 3e-3,
+                             .weight_decay = 0.01,
+                             .beta1 = 0.9,
+                             .beta2 = 0.95,
+                             .eps = 1e-8};
+  snprintf(s->model.data, sizeof s->model.data, "%s", ZB_MODEL_DEFAULT_DATA);
+}
+
+long long zb_model_spec_bytes_per_activation(const zb_model_spec *m) {
+  /* the ranges keep the product below 2^58: wire input may be any int */
+  if (m->batch < BATCH_RANGE.min || m->batch > BATCH_RANGE.max || m->seq_len < SEQ_LEN_RANGE.min ||
+      m->seq_len > SEQ_LEN_RANGE.max || m->hidden < HIDDEN_RANGE.min || m->hidden > HIDDEN_RANGE.max)
+    return 0;
+  return (long long)m->batch * m->seq_len * m->hidden * 4;
+}
+
+static bool is_cpu(const zb_job_spec *s) {
+  return memchr(s->backend, '\0', sizeof s->backend) && strcmp(s->backend, "cpu") == 0;
+}
+
+void zb_job_spec_derive(zb_job_spec *s, bool bytes_given) {
+  if (!is_cpu(s))
+    return;
+  zb_family fam;
+  if (s->model.layers == 0 && memchr(s->schedule, '\0', sizeof s->schedule) &&
+      zb_family_parse(s->schedule, &fam, NULL) == ZB_OK && s->ranks >= 1 && s->ranks <= RANKS_RANGE.max &&
+      s->chunks >= 0 && s->chunks <= CHUNKS_RANGE.max) {
+    long long layers = (long long)s->ranks * (s->chunks ? s->chunks : zb_family_default_chunks(fam));
+    if (layers <= LAYERS_RANGE.max)
+      s->model.layers = (int)layers;
+  }
+  long long bytes = zb_model_spec_bytes_per_activation(&s->model);
+  /* one too large is left for check_model, which names the model's keys */
+  if (!bytes_given && bytes > 0 && bytes <= BYTES_RANGE.max)
+    s->bytes_per_activation = bytes;
 }
 
 void zb_job_spec_free(zb_job_spec *s) {
@@ -367,6 +440,7 @@ typedef struct job_lines {
   int root;
   int key[JK_COUNT_];
   int cost[CK_COUNT_];
+  int model[MK_COUNT_];
   const yaml_node_t *stage_rows; /* the stage_costs list, NULL if absent */
 } job_lines;
 
@@ -487,6 +561,106 @@ static zb_err check_stage_costs(const zb_job_spec *s, int v, job_fault *f) {
   return ZB_OK;
 }
 
+/* Length of the longest valid UTF-8 prefix of s (proto3 strings must be
+ * UTF-8; clients that check refuse a whole message holding one that is
+ * not, and a path travels in every Assignment and Job). */
+static size_t utf8_prefix(const unsigned char *s) {
+  size_t k = 0;
+  while (s[k]) {
+    unsigned c = s[k];
+    int n = c < 0x80                 ? 0
+            : c >= 0xc2 && c <= 0xdf ? 1
+            : (c & 0xf0) == 0xe0     ? 2
+            : c >= 0xf0 && c <= 0xf4 ? 3
+                                     : -1;
+    if (n < 0)
+      break;
+    unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    int i = 1;
+    for (; i <= n; i++, lo = 0x80, hi = 0xbf)
+      if (s[k + (size_t)i] < lo || s[k + (size_t)i] > hi)
+        break;
+    if (i <= n)
+      break;
+    k += (size_t)n + 1;
+  }
+  return k;
+}
+
+static zb_err check_model_int(job_fault *f, model_key k, long long v, const int_range *r) {
+  if (v < r->min || v > r->max)
+    return fault_set(f, JK_MODEL, k, model_fields[k], "must be between %lld and %lld, got %lld", r->min,
+                     r->max, v);
+  return ZB_OK;
+}
+
+/* A double in [lo, hi) (hi_open) or [lo, inf) (hi = INFINITY); lo itself
+ * excluded when lo_open. */
+static zb_err check_model_real(job_fault *f, model_key k, double v, double lo, bool lo_open, double hi) {
+  bool ok = isfinite(v) && (lo_open ? v > lo : v >= lo) && (isinf(hi) || v < hi);
+  if (ok)
+    return ZB_OK;
+  if (isinf(hi))
+    return fault_set(f, JK_MODEL, k, model_fields[k], "must be a finite number %s %g, got %g",
+                     lo_open ? ">" : ">=", lo, v);
+  return fault_set(f, JK_MODEL, k, model_fields[k], "must be in [%g, %g), got %g", lo, hi, v);
+}
+
+/* The model of a cpu job: the ranges above, zb_model_stage_new's own rules
+ * (heads divide hidden; the matrix products' dimensions fit an int), and
+ * the optimizer's. The coordinator cannot build the model (it has no
+ * BLAS), so the rules are mirrored here, where both ends check. */
+static zb_err check_model(const zb_job_spec *s, job_fault *f) {
+  const zb_model_spec *m = &s->model;
+  if (!is_cpu(s)) {
+    if (s->has_model)
+      return fault_set(f, JK_MODEL, -1, "model", "only a cpu job trains a model; backend is '%.15s'",
+                       s->backend);
+    return ZB_OK;
+  }
+  zb_err err;
+  if ((err = check_model_int(f, MK_HIDDEN, m->hidden, &HIDDEN_RANGE)) ||
+      (err = check_model_int(f, MK_HEADS, m->heads, &HEADS_RANGE)) ||
+      (err = check_model_int(f, MK_LAYERS, m->layers, &LAYERS_RANGE)) ||
+      (err = check_model_int(f, MK_SEQ_LEN, m->seq_len, &SEQ_LEN_RANGE)) ||
+      (err = check_model_int(f, MK_BATCH, m->batch, &BATCH_RANGE)) ||
+      (err = check_model_int(f, MK_SEED, m->seed, &SEED_RANGE)))
+    return err;
+  if (m->hidden % m->heads != 0)
+    return fault_set(f, JK_MODEL, MK_HEADS, "model.heads", "must divide model.hidden (%d), got %d", m->hidden,
+                     m->heads);
+  long long tokens = (long long)m->batch * m->seq_len;
+  if (tokens * 4 * m->hidden > INT_MAX || (long long)m->seq_len * m->seq_len > INT_MAX)
+    return fault_set(f, JK_MODEL, -1, "model",
+                     "too large: batch x seq_len x 4 x hidden = %lld and seq_len^2 = %lld must fit an int "
+                     "(the matrix products' dimensions)",
+                     tokens * 4 * m->hidden, (long long)m->seq_len * m->seq_len);
+  long long bytes = zb_model_spec_bytes_per_activation(m);
+  if (bytes > BYTES_RANGE.max)
+    return fault_set(f, JK_MODEL, -1, "model",
+                     "one activation is %lld bytes (batch %d x seq_len %d x hidden %d x 4), over the %lld "
+                     "bytes a message may carry",
+                     bytes, m->batch, m->seq_len, m->hidden, BYTES_RANGE.max);
+  size_t data_len = terminated(m->data, sizeof m->data) ? strlen(m->data) : sizeof m->data;
+  if (data_len == 0 || data_len == sizeof m->data)
+    return fault_set(f, JK_MODEL, MK_DATA, "model.data", "must be a path of 1..%zu characters",
+                     sizeof m->data - 1);
+  if (m->data[utf8_prefix((const unsigned char *)m->data)] != '\0')
+    return fault_set(f, JK_MODEL, MK_DATA, "model.data", "is not valid UTF-8");
+  if ((err = check_model_real(f, MK_LR, m->lr, 0, true, INFINITY)) ||
+      (err = check_model_real(f, MK_WEIGHT_DECAY, m->weight_decay, 0, false, INFINITY)) ||
+      (err = check_model_real(f, MK_BETA1, m->beta1, 0, false, 1)) ||
+      (err = check_model_real(f, MK_BETA2, m->beta2, 0, false, 1)) ||
+      (err = check_model_real(f, MK_EPS, m->eps, 0, true, INFINITY)))
+    return err;
+  if (s->bytes_per_activation != bytes)
+    return fault_set(f, JK_BYTES, -1, "bytes_per_activation",
+                     "%lld conflicts with the cpu model's %lld bytes per activation (batch %d x seq_len %d x "
+                     "hidden %d x 4); leave it out to derive it",
+                     s->bytes_per_activation, bytes, m->batch, m->seq_len, m->hidden);
+  return ZB_OK;
+}
+
 /* The whole of zb_job_spec_check, reporting the fault as data. */
 static zb_err job_check(const zb_job_spec *s, job_fault *f) {
   zb_err err;
@@ -506,7 +680,7 @@ static zb_err job_check(const zb_job_spec *s, job_fault *f) {
     return fault_set(f, JK_BACKEND, -1, "backend", "must be one of sim, cpu, cuda, got '%.15s'", s->backend);
   if (!terminated(s->transport, sizeof s->transport) || !one_of(s->transport, transports, 2))
     return fault_set(f, JK_TRANSPORT, -1, "transport", "must be one of tcp, nccl, got '%.15s'", s->transport);
-  return ZB_OK;
+  return check_model(s, f);
 }
 
 zb_err zb_job_spec_check(const zb_job_spec *s, zb_diag *diag) {
@@ -593,6 +767,52 @@ static zb_err job_stage_costs(const walk *w, const yaml_node_t *n, zb_job_spec *
   return ZB_OK;
 }
 
+/* model: a mapping of model_keys; sizes are checked as integers here and
+ * against their ranges (with the other rules) by check_model. */
+static zb_err job_model(const walk *w, const yaml_node_t *n, zb_job_spec *s, job_lines *lines) {
+  char buf[64], known[160];
+  if (n->type != YAML_MAPPING_NODE) {
+    join_names(model_keys, MK_COUNT_, known, sizeof known);
+    return zb_diag_set(w->diag, ZB_ERR_PARSE, "line %d: key 'model': expected a mapping with keys %s, got %s",
+                       node_line(n), known, describe(n, buf, sizeof buf));
+  }
+  s->has_model = true;
+  zb_model_spec *m = &s->model;
+  int *ints[] = {[MK_HIDDEN] = &m->hidden,
+                 [MK_HEADS] = &m->heads,
+                 [MK_LAYERS] = &m->layers,
+                 [MK_SEQ_LEN] = &m->seq_len,
+                 [MK_BATCH] = &m->batch};
+  const int_range *ranges[] = {[MK_HIDDEN] = &HIDDEN_RANGE,
+                               [MK_HEADS] = &HEADS_RANGE,
+                               [MK_LAYERS] = &LAYERS_RANGE,
+                               [MK_SEQ_LEN] = &SEQ_LEN_RANGE,
+                               [MK_BATCH] = &BATCH_RANGE};
+  double *reals[MK_COUNT_] = {[MK_LR] = &m->lr,
+                              [MK_WEIGHT_DECAY] = &m->weight_decay,
+                              [MK_BETA1] = &m->beta1,
+                              [MK_BETA2] = &m->beta2,
+                              [MK_EPS] = &m->eps};
+  for (const yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top; pair++) {
+    int k = -1; /* set by map_key on success; gcc -O2 cannot see that */
+    zb_err err = map_key(w, node_at(w, pair->key), model_keys, MK_COUNT_, "model.", lines->model, &k);
+    if (err)
+      return err;
+    const yaml_node_t *value = node_at(w, pair->value);
+    if (k <= MK_BATCH)
+      err = get_int32(w, value, model_fields[k], ranges[k], ints[k]);
+    else if (k == MK_SEED)
+      err = get_int(w, value, "model.seed", &SEED_RANGE, &m->seed);
+    else if (k == MK_DATA)
+      err = get_string(w, value, "model.data", m->data, sizeof m->data);
+    else
+      err = get_number(w, value, model_fields[k], reals[k]);
+    if (err)
+      return err;
+  }
+  return ZB_OK;
+}
+
 static zb_err job_value(const walk *w, job_key k, const yaml_node_t *v, zb_job_spec *s, job_lines *lines,
                         double *per_rank) {
   long long bytes;
@@ -614,6 +834,7 @@ static zb_err job_value(const walk *w, job_key k, const yaml_node_t *v, zb_job_s
       return err;
     s->bytes_per_activation = bytes;
     return ZB_OK;
+  case JK_MODEL: return job_model(w, v, s, lines);
   case JK_COUNT_: break;
   }
   return ZB_ERR_PARSE;
@@ -624,6 +845,8 @@ static zb_err job_value(const walk *w, job_key k, const yaml_node_t *v, zb_job_s
 static int fault_line(const walk *w, const job_lines *lines, const job_fault *f) {
   if (f->key == JK_COSTS && f->sub >= 0 && lines->cost[f->sub])
     return lines->cost[f->sub];
+  if (f->key == JK_MODEL && f->sub >= 0 && lines->model[f->sub])
+    return lines->model[f->sub];
   if (f->key == JK_STAGE_COSTS && f->sub >= 0 && lines->stage_rows)
     return node_line(node_at(w, lines->stage_rows->data.sequence.items.start[f->sub]));
   return lines->key[f->key] ? lines->key[f->key] : lines->root;
@@ -655,6 +878,7 @@ static zb_err job_walk(const walk *w, const yaml_node_t *root, zb_job_spec *s) {
   /* 'Np' is resolved here because ranks may follow mem_limit in the file. */
   if (per_rank > 0)
     s->mem_limit = per_rank * s->ranks;
+  zb_job_spec_derive(s, lines.key[JK_BYTES] != 0);
   job_fault f;
   if ((err = job_check(s, &f)))
     return zb_diag_set(w->diag, err, "line %d: key '%s': %s", fault_line(w, &lines, &f), f.field, f.reason);

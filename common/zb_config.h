@@ -11,6 +11,7 @@
 #ifndef ZB_CONFIG_H
 #define ZB_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "zb_err.h"
@@ -34,20 +35,53 @@
  *   iterations: 10              # optional, default 10
  *   backend: sim                # optional: sim (default), cpu, cuda
  *   transport: tcp              # optional: tcp (default), nccl
- *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB
+ *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB (cpu: derived, see below)
+ *   model:                      # optional, backend cpu only: the model it trains (zb_model_spec)
+ *     hidden: 64                #   width h (default 64, 1..65536), a multiple of heads
+ *     heads: 4                  #   attention heads (default 4)
+ *     layers: 8                 #   blocks over all stages (default ranks x chunks, 1..100000)
+ *     seq_len: 64               #   tokens per sequence (default 64, 1..1048576)
+ *     batch: 4                  #   sequences per microbatch (default 4, 1..1048576)
+ *     seed: 1                   #   parameters and data sampling (default 1, >= 1)
+ *     data: /path/to/text       #   text file every worker reads (default ZB_MODEL_DEFAULT_DATA)
+ *     lr: 3e-3                  #   AdamW learning rate (default 3e-3)
+ *     weight_decay: 0.01        #   decoupled, on weight matrices (default 0.01)
+ *     beta1: 0.9                #   (default 0.9), in [0, 1)
+ *     beta2: 0.95               #   (default 0.95), in [0, 1)
+ *     eps: 1e-8                 #   (default 1e-8), > 0
+ * A cpu job's bytes_per_activation is one activation of its model,
+ * batch * seq_len * hidden * 4 bytes: left out it is derived, given it
+ * must be exactly that.
  */
+/* The text a cpu job trains on when its spec names none: present on every
+ * Debian machine (base-files). */
+#define ZB_MODEL_DEFAULT_DATA "/usr/share/common-licenses/GPL-3"
+
+/* The built-in model of a cpu job and its AdamW settings (zb_model.h and
+ * zb_optimizer.h on the worker take these values). */
+typedef struct zb_model_spec {
+  int hidden, heads;
+  int layers; /* >= 1; 0 until zb_job_spec_derive() resolves the default */
+  int seq_len, batch;
+  long long seed; /* >= 1 */
+  char data[512]; /* path on the workers */
+  double lr, weight_decay, beta1, beta2, eps;
+} zb_model_spec;
+
 typedef struct zb_job_spec {
   char name[64];
   int ranks, microbatches;
   char schedule[32];
   int chunks;
-  double mem_limit;      /* M_F units, already multiplied out for 'Np'; 0: default */
-  zb_rank_costs costs;   /* times in seconds; memory deltas in M_F units */
-  int n_stage_costs;     /* 0, or the number of [f, b, w] rows given */
+  double mem_limit;    /* M_F units, already multiplied out for 'Np'; 0: default */
+  zb_rank_costs costs; /* times in seconds; memory deltas in M_F units */
+  int n_stage_costs;   /* 0, or the number of [f, b, w] rows given */
   double (*stage_costs)[3];
   int iterations;
   char backend[16], transport[16];
   long long bytes_per_activation;
+  bool has_model;      /* a model was given (only a cpu job may have one) */
+  zb_model_spec model; /* defaults unless given; used by cpu jobs */
 } zb_job_spec;
 
 /* Fills the defaults (name empty; ranks, microbatches 0). */
@@ -61,6 +95,18 @@ zb_err zb_job_spec_parse(const char *yaml, size_t len, zb_job_spec *out, zb_diag
  * costs that zb_costs_check accepts, stage_costs count = ranks * chunks.
  * The message names the field as the YAML and proto do ("ranks", "costs.f"). */
 zb_err zb_job_spec_check(const zb_job_spec *s, zb_diag *diag);
+/* Fills what a cpu job derives from its other fields (nothing for other
+ * backends): model.layers 0 becomes ranks x chunks (the family's default
+ * chunks when 0), and bytes_per_activation becomes
+ * zb_model_spec_bytes_per_activation() unless bytes_given (then the
+ * checker insists they agree). A field it cannot derive yet (an unknown
+ * schedule, a bad shape) is left for zb_job_spec_check to refuse. The
+ * parsers call it; code that fills a spec by hand calls it before the
+ * check. */
+void zb_job_spec_derive(zb_job_spec *s, bool bytes_given);
+/* Bytes of one activation or gradient of the model, batch * seq_len *
+ * hidden * 4 (fp32); 0 when a factor is outside its range (see above). */
+long long zb_model_spec_bytes_per_activation(const zb_model_spec *m);
 void zb_job_spec_free(zb_job_spec *s);
 
 /* The coordinator's config file (deploy/zb-coordinator.yaml):

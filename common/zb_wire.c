@@ -1,5 +1,6 @@
 #include "zb_wire.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,59 @@ static zb_err wire_copy(char *dst, size_t cap, const char *src, const char *fiel
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s: longer than %zu characters", field, cap - 1);
   snprintf(dst, cap, "%s", src);
   return ZB_OK;
+}
+
+zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb_diag *diag) {
+  if (pb->hidden != 0)
+    out->hidden = pb->hidden;
+  if (pb->heads != 0)
+    out->heads = pb->heads;
+  if (pb->layers != 0)
+    out->layers = pb->layers;
+  if (pb->seq_len != 0)
+    out->seq_len = pb->seq_len;
+  if (pb->batch != 0)
+    out->batch = pb->batch;
+  if (pb->seed > (uint64_t)LLONG_MAX)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model.seed: must be between 1 and %lld, got %llu",
+                       LLONG_MAX, (unsigned long long)pb->seed);
+  if (pb->seed != 0)
+    out->seed = (long long)pb->seed;
+  zb_err err;
+  if (pb->data && pb->data[0] && (err = wire_copy(out->data, sizeof out->data, pb->data, "model.data", diag)))
+    return err;
+  if (pb->lr != 0)
+    out->lr = pb->lr;
+  if (pb->weight_decay)
+    out->weight_decay = pb->weight_decay->value;
+  if (pb->beta1)
+    out->beta1 = pb->beta1->value;
+  if (pb->beta2)
+    out->beta2 = pb->beta2->value;
+  if (pb->eps != 0)
+    out->eps = pb->eps;
+  return ZB_OK;
+}
+
+void zb_wire_model_to_pb(const zb_model_spec *m, Zb__V1__ModelSpec *pb, Zb__V1__DoubleValue dv[3]) {
+  zb__v1__model_spec__init(pb);
+  pb->hidden = m->hidden;
+  pb->heads = m->heads;
+  pb->layers = m->layers;
+  pb->seq_len = m->seq_len;
+  pb->batch = m->batch;
+  pb->seed = (uint64_t)m->seed;
+  pb->data = (char *)m->data;
+  pb->lr = m->lr;
+  pb->eps = m->eps;
+  const double given[3] = {m->weight_decay, m->beta1, m->beta2};
+  for (int k = 0; k < 3; k++) {
+    zb__v1__double_value__init(&dv[k]);
+    dv[k].value = given[k];
+  }
+  pb->weight_decay = &dv[0];
+  pb->beta1 = &dv[1];
+  pb->beta2 = &dv[2];
 }
 
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {
@@ -63,6 +117,12 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
     goto fail;
   if (pb->bytes_per_activation != 0)
     out->bytes_per_activation = pb->bytes_per_activation;
+  if (pb->model) {
+    out->has_model = true;
+    if ((err = zb_wire_model_from_pb(pb->model, &out->model, diag)))
+      goto fail;
+  }
+  zb_job_spec_derive(out, pb->bytes_per_activation != 0);
   if ((err = zb_job_spec_check(out, diag)))
     goto fail;
   return ZB_OK;
@@ -105,9 +165,20 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->backend = (char *)spec->backend;
   pb->transport = (char *)spec->transport;
   pb->bytes_per_activation = spec->bytes_per_activation;
+  if (spec->has_model || strcmp(spec->backend, "cpu") == 0) {
+    /* one block: the message first, so pb_clear frees it by pb->model */
+    struct {
+      Zb__V1__ModelSpec m;
+      Zb__V1__DoubleValue dv[3];
+    } *block = zb_malloc(sizeof *block);
+    zb_wire_model_to_pb(&spec->model, &block->m, block->dv);
+    pb->model = &block->m;
+  }
 }
 
 void zb_wire_spec_pb_clear(Zb__V1__JobSpec *pb) {
+  free(pb->model);
+  pb->model = NULL;
   free(pb->costs);
   if (pb->n_stage_costs > 0)
     free(pb->stage_costs[0]);

@@ -5,8 +5,8 @@
  * Ownership: zb_wire_plan owns its schedule, costs and simulation and is
  * released by zb_wire_plan_free(). A Zb__V1__JobSpec filled by
  * zb_wire_spec_to_pb points into the zb_job_spec it came from (strings)
- * and owns only its stage_costs arrays: release those with
- * zb_wire_spec_pb_clear() before the zb_job_spec goes away.
+ * and owns only its costs, stage_costs and model messages: release those
+ * with zb_wire_spec_pb_clear() before the zb_job_spec goes away.
  */
 #ifndef ZB_WIRE_H
 #define ZB_WIRE_H
@@ -19,7 +19,17 @@
 /* Proto → spec, with the wire's zero-means-default rules (JobSpec in
  * zb.proto) applied; then zb_job_spec_check(). diag names the field. */
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag);
-/* Spec → proto (see ownership above). */
+/* ModelSpec → the model of a spec, over the values *out already holds
+ * (the defaults): a zero or absent field keeps them (zb.proto). Checks
+ * nothing but what cannot be held (a seed past LLONG_MAX, a path too
+ * long); zb_job_spec_check does the rest. */
+zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb_diag *diag);
+/* The model → *pb with every field set; pb's strings point into m and its
+ * weight_decay, beta1 and beta2 at dv[0..2], which the caller provides.
+ * Nothing is allocated. */
+void zb_wire_model_to_pb(const zb_model_spec *m, Zb__V1__ModelSpec *pb, Zb__V1__DoubleValue dv[3]);
+/* Spec → proto (see ownership above). A cpu job's model is always sent,
+ * resolved. */
 void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb);
 void zb_wire_spec_pb_clear(Zb__V1__JobSpec *pb);
 

@@ -262,6 +262,15 @@ static void job_assignment(coord_job *j, const zb_wire_plan *plan, int r, int ve
   a->transport = j->spec.transport;
   a->plan_version = version;
   a->schedule = (char *)zb_family_name(plan->family);
+  a->microbatches = plan->m;
+  if (strcmp(j->spec.backend, "cpu") == 0) { /* the spec's model, resolved when it was submitted */
+    struct {
+      Zb__V1__ModelSpec m; /* first: assignment_clear frees the block by a->model */
+      Zb__V1__DoubleValue dv[3];
+    } *block = zb_malloc(sizeof *block);
+    zb_wire_model_to_pb(&j->spec.model, &block->m, block->dv);
+    a->model = &block->m;
+  }
 }
 
 static void assignment_clear(Zb__V1__Assignment *a, Zb__V1__RankActions *ra) {
@@ -270,6 +279,7 @@ static void assignment_clear(Zb__V1__Assignment *a, Zb__V1__RankActions *ra) {
     free(a->stage_seconds[0]);
   free(a->stage_seconds);
   free(a->stage_m_f);
+  free(a->model);
   zb_wire_rank_actions_clear(ra);
 }
 
@@ -656,6 +666,24 @@ static void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, voi
     return;
   }
   coord_metrics_observe_plan(co, plan.generation_seconds);
+  /* A cpu job's ranks keep their stages' weights and optimizer moments
+   * across the switch; a plan that places stages elsewhere (another chunk
+   * count or placement) would have to move them between ranks, and the
+   * layers between stages. Refused rather than carried over: the simpler
+   * of the two, and nothing is lost by picking a schedule of the same
+   * shape (1f1b, zb-h1, zb-h2, zb-auto; or zb-v, v-half, v-min). */
+  zb_placement was = zb_family_placement(j->plan.family), now = zb_family_placement(plan.family);
+  if (strcmp(j->spec.backend, "cpu") == 0 && (plan.v != j->plan.v || now != was)) {
+    zb_rpc_fail(
+        call, GRPC_STATUS_FAILED_PRECONDITION,
+        "schedule: job %s is a cpu job whose ranks hold their stages' weights and optimizer state; %s "
+        "places %d stage(s) per rank with %s placement where %s places %d with %s placement, so they "
+        "would have to move between ranks: choose a schedule with the same chunks and placement",
+        j->row.id, spec.schedule, plan.v, now == ZB_PLACE_V ? "V" : "loop", zb_family_name(j->plan.family),
+        j->plan.v, was == ZB_PLACE_V ? "V" : "loop");
+    zb_wire_plan_free(&plan);
+    return;
+  }
   /* the same limit as at submission: more chunks make longer action lists */
   int worst_rank = 0;
   size_t worst = plan_max_assignment_bytes(j, &plan, &worst_rank);
@@ -696,6 +724,25 @@ static void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, voi
   job_pb_clear(&pb);
 }
 
+/* A worker's comma-separated capabilities as a repeated field's entries:
+ * *items point into *copy; the caller frees both. */
+static size_t split_list(const char *list, char **copy, char ***items) {
+  size_t n = list[0] ? 1 : 0;
+  for (const char *p = list; *p; p++)
+    n += *p == ',';
+  *copy = zb_malloc(strlen(list) + 1);
+  memcpy(*copy, list, strlen(list) + 1);
+  *items = zb_calloc(n ? n : 1, sizeof(char *));
+  size_t k = 0;
+  for (char *p = *copy; n && p; k++) {
+    (*items)[k] = p;
+    p = strchr(p, ',');
+    if (p)
+      *p++ = 0;
+  }
+  return n;
+}
+
 static void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   (void)m;
   coord *co = user;
@@ -704,18 +751,14 @@ static void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *
     n++;
   Zb__V1__Worker *ws = zb_calloc((size_t)(n ? n : 1), sizeof *ws);
   Zb__V1__Worker **ptrs = zb_calloc((size_t)(n ? n : 1), sizeof *ptrs);
-  char **lists = zb_calloc((size_t)(n ? n : 1) * 2, sizeof(char *));
+  char **copies = zb_calloc((size_t)(n ? n : 1) * 2, sizeof(char *));
   int k = 0;
   for (coord_worker *w = co->workers; w; w = w->next, k++) {
     zb__v1__worker__init(&ws[k]);
     ws[k].id = w->id;
     ws[k].data_address = w->data_address;
-    lists[2 * k] = w->backends;
-    lists[2 * k + 1] = w->transports;
-    ws[k].n_backends = 1;
-    ws[k].backends = &lists[2 * k];
-    ws[k].n_transports = 1;
-    ws[k].transports = &lists[2 * k + 1];
+    ws[k].n_backends = split_list(w->backends, &copies[2 * k], &ws[k].backends);
+    ws[k].n_transports = split_list(w->transports, &copies[2 * k + 1], &ws[k].transports);
     ws[k].gpu = w->gpu;
     ws[k].hostname = w->hostname;
     ws[k].state = w->job ? "busy" : "idle";
@@ -728,9 +771,15 @@ static void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *
   resp.n_workers = (size_t)n;
   resp.workers = ptrs;
   zb_rpc_reply(call, &resp.base);
+  for (k = 0; k < n; k++) {
+    free(ws[k].backends);
+    free(ws[k].transports);
+    free(copies[2 * k]);
+    free(copies[2 * k + 1]);
+  }
   free(ws);
   free(ptrs);
-  free(lists);
+  free(copies);
 }
 
 static void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
@@ -940,6 +989,11 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
   it.predicted_bubble_ratio = slot->predicted;
   it.n_ranks = (size_t)p;
   it.ranks = ptrs;
+  for (int r = 0; r < p && !it.has_loss; r++) /* on_report let only the last stage's rank set one */
+    if (slot->ranks[r].has_loss) {
+      it.loss = slot->ranks[r].loss;
+      it.has_loss = true;
+    }
   j->samples_per_second = it.samples_per_second;
   j->row.iterations_done++;
   if (j->switch_at >= 0 && slot->iteration >= j->switch_at) { /* the update took over */
@@ -967,6 +1021,9 @@ static coord_iter_slot *job_slot(coord_job *j, int iteration) {
   const zb_wire_plan *pl = j->switch_at >= 0 && iteration >= j->switch_at ? &j->next_plan : &j->plan;
   snprintf(slot->schedule, sizeof slot->schedule, "%s", zb_family_name(pl->family));
   slot->predicted = pl->sim ? pl->sim->bubble_ratio : 0;
+  slot->loss_rank = -1;
+  if (strcmp(j->spec.backend, "cpu") == 0)
+    slot->loss_rank = zb_placement_rank(zb_family_placement(pl->family), pl->p, pl->v, pl->p * pl->v - 1);
   return slot;
 }
 
@@ -1035,6 +1092,13 @@ static void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
                   w->rank, req->iteration);
       return;
     }
+    if (req->metrics->has_loss && w->rank != slot->loss_rank) {
+      zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "metrics.has_loss: rank %d does not compute the loss of iteration %d (%s)", w->rank,
+                  req->iteration,
+                  slot->loss_rank < 0 ? "the job trains no model" : "the last stage is on another rank");
+      return;
+    }
     Zb__V1__RankIteration *ri = &slot->ranks[w->rank];
     zb__v1__rank_iteration__init(ri); /* the scalars are copied one by one below */
     ri->rank = w->rank;
@@ -1048,6 +1112,8 @@ static void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
     ri->peak_memory_bytes = req->metrics->peak_memory_bytes;
     ri->bubble_ratio = req->metrics->bubble_ratio;
     ri->start_monotonic_seconds = req->metrics->start_monotonic_seconds;
+    ri->loss = req->metrics->loss;
+    ri->has_loss = req->metrics->has_loss;
     slot->have[w->rank] = true;
     slot->n++;
     if (req->iteration > j->max_reported)

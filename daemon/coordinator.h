@@ -42,6 +42,7 @@ typedef struct coord_iter_slot {
   Zb__V1__RankIteration *ranks;
   char schedule[32];
   double predicted;
+  int loss_rank; /* the rank hosting the last stage of a cpu job's plan; -1: no loss */
 } coord_iter_slot;
 
 enum { COORD_ITER_SLOTS = 8 };

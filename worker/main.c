@@ -3,6 +3,10 @@
  * executor, a compute backend and a p2p transport, reporting every
  * iteration. It re-attaches with backoff when the coordinator goes away.
  *
+ * Backends: sim (sleeps the planned op times), and cpu where it is built in
+ * (ZB_WITH_CPU_BACKEND: OpenBLAS was found): the built-in model trained
+ * with AdamW, one synchronous step per iteration on each rank's own stages.
+ *
  * Threads: the main thread owns the Attach stream and the heartbeat; the
  * job thread runs one assignment at a time. They share `worker` under its
  * mutex: the current job's stop flag and a pending plan update. */
@@ -24,6 +28,7 @@
 #include "zb_executor.h"
 #include "zb_format.h"
 #include "zb_log.h"
+#include "zb_optimizer.h"
 #include "zb_plan.h"
 #include "zb_rpc.h"
 #include "zb_wire.h"
@@ -37,8 +42,9 @@ static const char usage_text[] =
     "                 [--log-level L] [--version] [--help]\n"
     "\n"
     "Attaches to zb-coordinator and runs the ranks it is assigned: compute on a\n"
-    "backend (sim here), activations and gradients to its neighbours over a\n"
-    "transport (tcp here), a report per iteration.\n"
+    "backend (sim; cpu, the built-in model with AdamW, when built with OpenBLAS),\n"
+    "activations and gradients to its neighbours over a transport (tcp here), a\n"
+    "report per iteration.\n"
     "\n"
     "  --coordinator ADDR  zb-coordinator's gRPC address (default 127.0.0.1:7070)\n"
     "  --id ID             worker id (default HOSTNAME-PID)\n"
@@ -143,7 +149,12 @@ static zb_err job_plan(const Zb__V1__Assignment *a, zb_schedule **sched, zb_cost
       (int)a->n_stage_m_b != S || (int)a->n_stage_m_w != S || !a->actions)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "assignment: inconsistent stage tables (%d stages, %d ranks)", S, a->ranks);
-  *sched = zb_schedule_new(a->ranks, S / a->ranks, 1, zb_family_placement(f));
+  if (a->microbatches < 1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment: microbatches %d (the coordinator is older "
+                       "than this worker?)",
+                       a->microbatches);
+  *sched = zb_schedule_new(a->ranks, S / a->ranks, a->microbatches, zb_family_placement(f));
   if ((err = zb_wire_rank_actions_parse(a->actions, *sched, diag))) {
     zb_schedule_free(*sched);
     *sched = NULL;
@@ -162,8 +173,11 @@ static zb_err job_plan(const Zb__V1__Assignment *a, zb_schedule **sched, zb_cost
   return ZB_OK;
 }
 
-static bool on_iteration(void *ud, const zb_rank_iteration *it) {
-  job_run *jr = ud;
+/* Reports one iteration (loss: the mean training loss when has_loss) and
+ * says whether to go on with the current plan: false when the coordinator
+ * said stop, the report failed (jr->lost says why), or an update starts
+ * at the next iteration. */
+static bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, double loss) {
   worker *w = jr->w;
   Zb__V1__RankIteration ri = ZB__V1__RANK_ITERATION__INIT;
   ri.rank = it->rank;
@@ -177,6 +191,8 @@ static bool on_iteration(void *ud, const zb_rank_iteration *it) {
   ri.peak_memory_bytes = it->peak_memory_bytes;
   ri.bubble_ratio = it->bubble_ratio;
   ri.start_monotonic_seconds = it->start_seconds;
+  ri.has_loss = has_loss;
+  ri.loss = has_loss ? loss : 0;
   Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
   req.worker_id = w->id;
   req.job_id = jr->a->job_id;
@@ -208,6 +224,246 @@ static bool on_iteration(void *ud, const zb_rank_iteration *it) {
   return !switch_now;
 }
 
+/* ---- the cpu backend's training state ---- */
+
+#ifdef ZB_WITH_CPU_BACKEND
+#define WORKER_BACKENDS "sim and cpu"
+#else
+#define WORKER_BACKENDS "sim"
+#endif
+
+/* What a cpu job keeps on this rank from its first iteration to its last,
+ * across plan updates: the backend (its stages hold the weights and
+ * gradients), one AdamW per hosted stage, and the text it samples. */
+typedef struct cpu_job {
+  zb_backend *be;
+  zb_adamw **opt; /* per hosted stage, in the backend's (ascending) order */
+  int *stages, n_stages, total_stages, microbatches;
+  bool last; /* hosts the last stage: computes and reports the loss */
+  uint8_t *text;
+  size_t text_len;
+  zb_cpu_text source; /* points into text */
+} cpu_job;
+
+#ifdef ZB_WITH_CPU_BACKEND
+/* The stages rank hosts under the assignment's plan, ascending; returns
+ * how many (an allocated array in *out). */
+static int hosted_stages(const zb_schedule *sched, int rank, int **out) {
+  int S = sched->p * sched->v, n = 0;
+  *out = zb_malloc(sizeof(int) * (size_t)S);
+  for (int s = 0; s < S; s++)
+    if (zb_placement_rank(sched->placement, sched->p, sched->v, s) == rank)
+      (*out)[n++] = s;
+  return n;
+}
+
+/* Reads the whole file at path into an allocated buffer. */
+static zb_err read_text(const char *path, uint8_t **out, size_t *len, zb_diag *diag) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return zb_diag_set(diag, ZB_ERR_IO, "model.data: cannot open '%s': %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  uint8_t *buf = zb_malloc(cap);
+  size_t got;
+  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap)
+      buf = zb_realloc(buf, cap *= 2);
+  }
+  bool failed = ferror(f);
+  fclose(f);
+  if (failed) {
+    free(buf);
+    return zb_diag_set(diag, ZB_ERR_IO, "model.data: cannot read '%s'", path);
+  }
+  *out = buf;
+  *len = n;
+  return ZB_OK;
+}
+
+/* Creates the cpu job's state from its first assignment: the model the
+ * Assignment names (loss_scale 1/m, so the accumulated gradients are those
+ * of the mean loss over the iteration's microbatches), the text when this
+ * rank hosts the first or the last stage, and the optimizers. */
+static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_schedule *sched,
+                           const atomic_bool *stop, zb_diag *diag) {
+  if (!a->model)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment: a cpu job without a model");
+  zb_job_spec defaults;
+  zb_job_spec_default(&defaults);
+  zb_model_spec ms = defaults.model;
+  zb_err err = zb_wire_model_from_pb(a->model, &ms, diag);
+  if (err)
+    return err;
+  cj->n_stages = hosted_stages(sched, a->rank, &cj->stages);
+  cj->total_stages = sched->p * sched->v;
+  cj->microbatches = sched->m;
+  bool first = false;
+  for (int i = 0; i < cj->n_stages; i++) {
+    first |= cj->stages[i] == 0;
+    cj->last |= cj->stages[i] == cj->total_stages - 1;
+  }
+  if (first || cj->last) {
+    if ((err = read_text(ms.data, &cj->text, &cj->text_len, diag)))
+      return err;
+    if (cj->text_len < (size_t)ms.seq_len + 1)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "model.data: '%s' has %zu bytes; seq_len %d needs at least %d", ms.data,
+                         cj->text_len, ms.seq_len, ms.seq_len + 1);
+    cj->source = (zb_cpu_text){.text = cj->text, .len = cj->text_len, .seed = (uint64_t)ms.seed};
+  }
+  zb_cpu_backend_config bc = {
+      .rank = a->rank,
+      .stages = cj->stages,
+      .n_stages = cj->n_stages,
+      .total_stages = cj->total_stages,
+      .model = {.hidden = ms.hidden,
+                .heads = ms.heads,
+                .layers = ms.layers,
+                .seq_len = ms.seq_len,
+                .batch = ms.batch,
+                .seed = (uint64_t)ms.seed,
+                .loss_scale = 1.0f / (float)sched->m},
+      .data = {cj->text ? zb_backend_cpu_text_fill : NULL, &cj->source},
+      .stop = stop,
+  };
+  if ((err = zb_backend_cpu_new(&bc, &cj->be, diag)))
+    return err;
+  zb_adamw_config oc = {
+      .lr = ms.lr, .weight_decay = ms.weight_decay, .beta1 = ms.beta1, .beta2 = ms.beta2, .eps = ms.eps};
+  cj->opt = zb_calloc((size_t)cj->n_stages, sizeof *cj->opt);
+  size_t params = 0;
+  for (int i = 0; i < cj->n_stages; i++) {
+    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    if ((err = zb_adamw_new(&oc, zb_model_n_params(st), &cj->opt[i], diag)))
+      return err;
+    params += zb_model_n_params(st);
+    /* decay the matrices (weights, embeddings), not the vectors (biases,
+     * LayerNorm gains and shifts): the usual AdamW grouping */
+    const float *base = zb_model_params(st);
+    for (int t = 0; t < zb_model_n_tensors(st); t++) {
+      const zb_model_tensor *tt = zb_model_tensor_at(st, t);
+      if (tt->rows == 1 &&
+          (err = zb_adamw_set_decay(cj->opt[i], (size_t)(tt->param - base), tt->numel, false, diag)))
+        return err;
+    }
+  }
+  char list[128] = "";
+  for (int i = 0; i < cj->n_stages; i++) {
+    size_t len = strlen(list);
+    snprintf(list + len, sizeof list - len, "%s%d", i ? "," : "", cj->stages[i]);
+  }
+  ZB_INFO("job %s rank %d: cpu model h=%d heads=%d layers=%d seq_len=%d batch=%d; stages %s of %d, %zu "
+          "parameters here; AdamW lr %g",
+          a->job_id, a->rank, ms.hidden, ms.heads, ms.layers, ms.seq_len, ms.batch, list, cj->total_stages,
+          params, ms.lr);
+  return ZB_OK;
+}
+
+/* After an iteration's W ops: one AdamW step on every hosted stage, then
+ * the loss when this rank has the last stage. */
+static zb_err cpu_job_step(cpu_job *cj, bool *has_loss, double *loss, zb_diag *diag) {
+  for (int i = 0; i < cj->n_stages; i++) {
+    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    zb_adamw_step(cj->opt[i], zb_model_params(st), zb_model_grads(st));
+  }
+  *has_loss = false;
+  if (!cj->last)
+    return ZB_OK;
+  int count = 0;
+  zb_err err = zb_backend_cpu_loss(cj->be, loss, &count, diag);
+  if (err)
+    return err;
+  if (count != cj->microbatches)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu job: the loss of %d microbatches, expected %d", count,
+                       cj->microbatches);
+  *has_loss = true;
+  return ZB_OK;
+}
+
+/* A plan update keeps the cpu job's state only if this rank hosts the
+ * same stages of the same model (the coordinator refuses other updates of
+ * cpu jobs; this is the worker's own guard). */
+static zb_err cpu_job_check_update(const cpu_job *cj, const zb_schedule *sched, int rank, zb_diag *diag) {
+  int *stages;
+  int n = hosted_stages(sched, rank, &stages);
+  bool same = n == cj->n_stages && sched->p * sched->v == cj->total_stages && sched->m == cj->microbatches &&
+              memcmp(stages, cj->stages, sizeof(int) * (size_t)n) == 0;
+  free(stages);
+  if (!same)
+    return zb_diag_set(
+        diag, ZB_ERR_INVALID_ARG,
+        "plan update: a cpu job cannot change the stages a rank hosts (%d of %d before, %d of %d "
+        "now) or its microbatches; the weights stay where they are",
+        cj->n_stages, cj->total_stages, n, sched->p * sched->v);
+  return ZB_OK;
+}
+#endif
+
+static void cpu_job_close(cpu_job *cj) {
+  for (int i = 0; cj->opt && i < cj->n_stages; i++)
+    zb_adamw_free(cj->opt[i]);
+  free(cj->opt);
+  zb_backend_free(cj->be);
+  free(cj->stages);
+  free(cj->text);
+  memset(cj, 0, sizeof *cj);
+}
+
+/* The backend for one plan of the job: a fresh sim backend (*owned, freed
+ * by the caller), or the cpu job's, created on its first plan and kept. */
+static zb_err job_backend(const Zb__V1__Assignment *a, const zb_schedule *sched, const zb_costs *costs,
+                          const atomic_bool *stop, cpu_job *cj, zb_backend **be, zb_backend **owned,
+                          zb_diag *diag) {
+  *be = *owned = NULL;
+  if (strcmp(a->backend, "cpu") == 0) {
+#ifdef ZB_WITH_CPU_BACKEND
+    zb_err err =
+        cj->be ? cpu_job_check_update(cj, sched, a->rank, diag) : cpu_job_open(cj, a, sched, stop, diag);
+    if (!err)
+      *be = cj->be;
+    return err;
+#else
+    (void)cj;
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                       "backend cpu: this zb-worker was built without it (no OpenBLAS)");
+#endif
+  }
+  if (a->backend[0] && strcmp(a->backend, "sim") != 0)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "backend %s: this zb-worker offers %s", a->backend,
+                       WORKER_BACKENDS);
+  zb_sim_backend_config bc = {.costs = costs,
+                              .rank_mf =
+                                  zb_costs_rank_mf(costs, sched->placement, sched->p, sched->v, a->rank),
+                              .bytes_per_activation = (size_t)a->bytes_per_activation,
+                              .stop = stop};
+  zb_err err = zb_backend_sim_new(&bc, owned, diag);
+  *be = *owned;
+  return err;
+}
+
+/* Runs one iteration: for a cpu job, begin_iteration before it and the
+ * optimizer step after it (the synchronous step: each rank steps once its
+ * own W ops are done, with no global check). */
+static zb_err job_iteration(zb_executor *ex, cpu_job *cj, int iteration, zb_rank_iteration *it,
+                            bool *has_loss, double *loss, zb_diag *diag) {
+  *has_loss = false;
+  zb_err err = ZB_OK;
+#ifdef ZB_WITH_CPU_BACKEND
+  if (cj->be)
+    err = zb_backend_cpu_begin_iteration(cj->be, iteration, diag);
+  if (!err)
+    err = zb_executor_run_iteration(ex, iteration, it, diag);
+  if (!err && cj->be)
+    err = cpu_job_step(cj, has_loss, loss, diag);
+#else
+  (void)cj;
+  (void)loss;
+  err = zb_executor_run_iteration(ex, iteration, it, diag);
+#endif
+  return err;
+}
+
 static uint64_t job_session(const char *job_id) {
   uint64_t h = 1469598103934665603ULL; /* FNV-1a: both ends derive the same */
   for (const char *p = job_id; *p; p++)
@@ -230,11 +486,12 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
     return err;
   const Zb__V1__Assignment *a = first;
   Zb__V1__Assignment *owned = NULL; /* an update we took over */
+  cpu_job cj = {0};                 /* a cpu job's weights and optimizer state, across plans */
   int next = first->first_iteration;
   while (!err && next < a->iterations && !atomic_load(stop)) {
     zb_schedule *sched = NULL;
     zb_costs *costs = NULL;
-    zb_backend *be = NULL;
+    zb_backend *be = NULL, *sim = NULL;
     zb_executor *ex = NULL;
     if ((err = job_plan(a, &sched, &costs, diag)))
       break;
@@ -247,13 +504,8 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
     err = zb_transport_connect(tr, addrs, peers, 30, diag);
     free(addrs);
     free(peers);
-    zb_sim_backend_config bc = {.costs = costs,
-                                .rank_mf =
-                                    zb_costs_rank_mf(costs, sched->placement, sched->p, sched->v, a->rank),
-                                .bytes_per_activation = (size_t)a->bytes_per_activation,
-                                .stop = stop};
     if (!err)
-      err = zb_backend_sim_new(&bc, &be, diag);
+      err = job_backend(a, sched, costs, stop, &cj, &be, &sim, diag);
     zb_executor_config ec = {.rank = a->rank,
                              .nranks = a->ranks,
                              .actions = l->actions,
@@ -267,14 +519,24 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
       ZB_INFO("job %s rank %d: %s, iterations %d..%d", a->job_id, a->rank, a->schedule, next + 1,
               a->iterations);
       job_run jr = {.w = w, .a = a, .plan_version = a->plan_version};
-      int done = 0;
-      err = zb_executor_run(ex, next, a->iterations - next, on_iteration, &jr, &done, diag);
-      next += done;
+      bool go_on = true;
+      /* one iteration at a time: a cpu job steps its optimizer between them */
+      while (go_on && next < a->iterations && !atomic_load(stop)) {
+        zb_rank_iteration it;
+        bool has_loss;
+        double loss = 0;
+        if ((err = job_iteration(ex, &cj, next, &it, &has_loss, &loss, diag)))
+          break;
+        if (has_loss)
+          ZB_DEBUG("job %s iteration %d: loss %.6f", a->job_id, next, loss);
+        next++;
+        go_on = report_iteration(&jr, &it, has_loss, loss);
+      }
       if (!err && jr.lost[0])
         err = zb_diag_set(diag, ZB_ERR_IO, "%s", jr.lost);
     }
     zb_executor_free(ex);
-    zb_backend_free(be);
+    zb_backend_free(sim);
     zb_schedule_free(sched);
     zb_costs_free(costs);
     if (err || next >= a->iterations || atomic_load(stop))
@@ -298,6 +560,7 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
   }
   if (owned)
     protobuf_c_message_free_unpacked(&owned->base, NULL);
+  cpu_job_close(&cj);
   zb_transport_free(tr);
   return err;
 }
@@ -399,10 +662,14 @@ static void control_loop(worker *w, int heartbeat_ms) {
   int backoff_ms = 100;
   while (!got_signal) {
     Zb__V1__AttachRequest req = ZB__V1__ATTACH_REQUEST__INIT;
+#ifdef ZB_WITH_CPU_BACKEND
+    char *backends[] = {"sim", "cpu"}, *transports[] = {"tcp"};
+#else
     char *backends[] = {"sim"}, *transports[] = {"tcp"};
+#endif
     req.worker_id = w->id;
     req.data_address = w->data_address;
-    req.n_backends = 1;
+    req.n_backends = sizeof backends / sizeof backends[0];
     req.backends = backends;
     req.n_transports = 1;
     req.transports = transports;

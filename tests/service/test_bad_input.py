@@ -96,8 +96,8 @@ def test_bad_specs_over_grpc():
         expect(c, INVALID, ["iterations"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, iterations=-1)))
         # a backend no attached worker offers is refused, not run on another one
-        expect(c, grpc.StatusCode.FAILED_PRECONDITION, ["spec.backend", "'cpu'", "0 of the"], s.SubmitJob,
-               zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, backend="cpu")))
+        expect(c, grpc.StatusCode.FAILED_PRECONDITION, ["spec.backend", "'cuda'", "0 of the"], s.SubmitJob,
+               zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, backend="cuda")))
         expect(c, INVALID, ["chunks"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, schedule="zb-v", chunks=3)))
         expect(c, INVALID, ["costs.f"], s.Plan, zb_pb2.PlanRequest(spec=job_spec(ranks=4, t_f=-2)))
@@ -253,6 +253,11 @@ def test_reports_that_do_not_fit():
         expect(c, INVALID, ["iteration"], s.Report,
                zb_pb2.ReportRequest(worker_id=w0, job_id=jid, rank=0, iteration=-1,
                                     metrics=zb_pb2.RankIteration(rank=0, wall_seconds=1)))
+        # a loss from a job that trains no model (an iteration no rank has reached)
+        ahead = c.get(jid).iterations_done + 4
+        expect(c, INVALID, ["metrics.has_loss", "no model"], s.Report,
+               zb_pb2.ReportRequest(worker_id=w0, job_id=jid, rank=0, iteration=ahead,
+                                    metrics=zb_pb2.RankIteration(rank=0, wall_seconds=1, loss=2.5, has_loss=True)))
         expect(c, INVALID, ["worker_id"], lambda *a, **k: list(s.Attach(*a, **k)), zb_pb2.AttachRequest())
         expect(c, INVALID, ["data_address"], lambda *a, **k: list(s.Attach(*a, **k)),
                zb_pb2.AttachRequest(worker_id="intruder", data_address="nowhere"))

@@ -111,7 +111,20 @@ static void test_job_full_spec(void) {
                      "iterations: 25\n"
                      "backend: cpu\n"
                      "transport: nccl\n"
-                     "bytes_per_activation: 1048576\n";
+                     "bytes_per_activation: 1048576\n"
+                     "model:\n"
+                     "  hidden: 256\n"
+                     "  heads: 8\n"
+                     "  layers: 12\n"
+                     "  seq_len: 256\n"
+                     "  batch: 4\n"
+                     "  seed: 42\n"
+                     "  data: /tmp/some text.txt\n"
+                     "  lr: 1e-4\n"
+                     "  weight_decay: 0\n"
+                     "  beta1: 0\n"
+                     "  beta2: 0.999\n"
+                     "  eps: 1e-6\n";
   zb_job_spec s;
   zb_job_spec_default(&s);
   CHECK(job_ok(yaml, &s));
@@ -136,7 +149,20 @@ static void test_job_full_spec(void) {
   CHECK_EQ(s.iterations, 25);
   CHECK_STREQ(s.backend, "cpu");
   CHECK_STREQ(s.transport, "nccl");
-  CHECK_EQ(s.bytes_per_activation, 1048576);
+  CHECK_EQ(s.bytes_per_activation, 1048576); /* given, and equal to 4 x 256 x 256 x 4 */
+  CHECK(s.has_model);
+  CHECK_EQ(s.model.hidden, 256);
+  CHECK_EQ(s.model.heads, 8);
+  CHECK_EQ(s.model.layers, 12);
+  CHECK_EQ(s.model.seq_len, 256);
+  CHECK_EQ(s.model.batch, 4);
+  CHECK_EQ(s.model.seed, 42);
+  CHECK_STREQ(s.model.data, "/tmp/some text.txt");
+  CHECK_NEAR(s.model.lr, 1e-4, 1e-18);
+  CHECK_NEAR(s.model.weight_decay, 0, 0);
+  CHECK_NEAR(s.model.beta1, 0, 0);
+  CHECK_NEAR(s.model.beta2, 0.999, 1e-15);
+  CHECK_NEAR(s.model.eps, 1e-6, 1e-20);
   CHECK_EQ(zb_job_spec_check(&s, NULL), ZB_OK);
   zb_job_spec_free(&s);
   CHECK(s.stage_costs == NULL);
@@ -251,7 +277,7 @@ static void test_job_unknown_keys(void) {
   CHECK(job_fails(
       BASE "iterations: 3\nbackend: sim\nrnaks: 4\n", ZB_ERR_PARSE, "line 7", "unknown key 'rnaks'",
       "known: name, ranks, microbatches, schedule, chunks, mem_limit, costs, stage_costs, iterations, "
-      "backend, transport, bytes_per_activation",
+      "backend, transport, bytes_per_activation, model",
       NULL));
   CHECK(job_fails(BASE "costs:\n  f: 1\n  x: 2\n", ZB_ERR_PARSE, "line 7", "unknown key 'costs.x'",
                   "known: f, b, w, comm, mem", NULL));
@@ -428,6 +454,122 @@ static void test_job_check_direct(void) {
 }
 
 /* A failure after stage_costs was allocated frees it and defaults *out. */
+/* ---- job spec: the model of a cpu job ------------------------------------ */
+
+#define CPU BASE "backend: cpu\n"
+
+static void test_job_model_defaults_and_derived(void) {
+  zb_job_spec s;
+  zb_job_spec_default(&s);
+  /* no model: every default; layers = ranks x chunks; bytes derived */
+  CHECK(job_ok(CPU, &s));
+  CHECK(!s.has_model);
+  CHECK_EQ(s.model.hidden, 64);
+  CHECK_EQ(s.model.heads, 4);
+  CHECK_EQ(s.model.layers, 4); /* zb-h1: 4 ranks x 1 chunk */
+  CHECK_EQ(s.model.seq_len, 64);
+  CHECK_EQ(s.model.batch, 4);
+  CHECK_EQ(s.model.seed, 1);
+  CHECK_STREQ(s.model.data, ZB_MODEL_DEFAULT_DATA);
+  CHECK_NEAR(s.model.lr, 3e-3, 1e-18);
+  CHECK_NEAR(s.model.weight_decay, 0.01, 1e-18);
+  CHECK_NEAR(s.model.beta1, 0.9, 1e-18);
+  CHECK_NEAR(s.model.beta2, 0.95, 1e-18);
+  CHECK_NEAR(s.model.eps, 1e-8, 1e-22);
+  CHECK_EQ(s.bytes_per_activation, 4 * 64 * 64 * 4);
+  CHECK_EQ(zb_model_spec_bytes_per_activation(&s.model), 65536);
+  zb_job_spec_free(&s);
+
+  /* zb-v's default is 2 chunks: 8 layers; explicit chunks count too */
+  CHECK(job_ok("name: v\nranks: 4\nmicrobatches: 8\nschedule: zb-v\nbackend: cpu\n"
+               "model:\n  hidden: 32\n  heads: 2\n  seq_len: 16\n  batch: 2\n",
+               &s));
+  CHECK(s.has_model);
+  CHECK_EQ(s.model.layers, 8);
+  CHECK_EQ(s.bytes_per_activation, 2 * 16 * 32 * 4);
+  CHECK(job_ok("name: i\nranks: 2\nmicrobatches: 4\nschedule: interleaved-1f1b\nchunks: 3\nbackend: cpu\n",
+               &s));
+  CHECK_EQ(s.model.layers, 6);
+  /* an explicit bytes_per_activation equal to the derived one is fine */
+  CHECK(job_ok(CPU "bytes_per_activation: 65536\nmodel: {layers: 1}\n", &s));
+  CHECK_EQ(s.model.layers, 1);
+
+  /* a spec filled by hand: derive, then check */
+  zb_job_spec_default(&s);
+  snprintf(s.name, sizeof s.name, "hand");
+  s.ranks = 2;
+  s.microbatches = 4;
+  snprintf(s.schedule, sizeof s.schedule, "1f1b");
+  snprintf(s.backend, sizeof s.backend, "cpu");
+  s.model.hidden = 16;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_job_spec_check(&s, &d), ZB_ERR_INVALID_ARG); /* layers not derived yet */
+  CHECK_MSG(strstr(d.msg, "'model.layers'"), "message: %s", d.msg);
+  zb_job_spec_derive(&s, false);
+  CHECK_EQ(zb_job_spec_check(&s, &d), ZB_OK);
+  CHECK_EQ(s.model.layers, 2);
+  CHECK_EQ(s.bytes_per_activation, 4 * 64 * 16 * 4);
+  s.bytes_per_activation = 1000;
+  CHECK_EQ(zb_job_spec_check(&s, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'bytes_per_activation'") && strstr(d.msg, "1000") && strstr(d.msg, "16384"),
+            "message: %s", d.msg);
+  /* sim jobs ignore the model's fields (nothing derived, nothing checked) */
+  snprintf(s.backend, sizeof s.backend, "sim");
+  s.model.hidden = -3;
+  zb_job_spec_derive(&s, false);
+  CHECK_EQ(s.bytes_per_activation, 1000);
+  CHECK_EQ(zb_job_spec_check(&s, &d), ZB_OK);
+  zb_job_spec_free(&s);
+}
+
+static void test_job_model_errors(void) {
+  /* a conflicting bytes_per_activation names both numbers and its line */
+  CHECK(job_fails(CPU "bytes_per_activation: 65537\n", ZB_ERR_INVALID_ARG, "line 6", "'bytes_per_activation'",
+                  "65537", "65536", "batch 4 x seq_len 64 x hidden 64 x 4", NULL));
+  CHECK(job_fails(CPU "model:\n  batch: 2\nbytes_per_activation: 65536\n", ZB_ERR_INVALID_ARG, "line 8",
+                  "65536", "32768", NULL));
+  /* only cpu jobs take a model */
+  CHECK(job_fails(BASE "model:\n  hidden: 32\n", ZB_ERR_INVALID_ARG, "line 5", "'model'", "only a cpu job",
+                  "'sim'", NULL));
+  /* keys, types */
+  CHECK(job_fails(
+      CPU "model:\n  hiden: 32\n", ZB_ERR_PARSE, "line 7", "unknown key 'model.hiden'",
+      "known: hidden, heads, layers, seq_len, batch, seed, data, lr, weight_decay, beta1, beta2, eps", NULL));
+  CHECK(job_fails(CPU "model: 3\n", ZB_ERR_PARSE, "line 6", "'model'", "expected a mapping", NULL));
+  CHECK(job_fails(CPU "model:\n  heads: two\n", ZB_ERR_PARSE, "line 7", "'model.heads'", "integer", NULL));
+  CHECK(
+      job_fails(CPU "model:\n  lr: fast\n", ZB_ERR_PARSE, "line 7", "'model.lr'", "expected a number", NULL));
+  CHECK(job_fails(CPU "model:\n  data: [a]\n", ZB_ERR_PARSE, "line 7", "'model.data'", "string", NULL));
+  CHECK(job_fails(CPU "model:\n  seed: 0\n", ZB_ERR_PARSE, "line 7", "'model.seed'", ">= 1", NULL));
+  CHECK(job_fails(CPU "model:\n  layers: 0\n", ZB_ERR_PARSE, "line 7", "'model.layers'", ">= 1", NULL));
+  CHECK(job_fails(CPU "model:\n  hidden: 32\n  hidden: 64\n", ZB_ERR_PARSE, "line 8",
+                  "'model.hidden' given twice", NULL));
+  /* ranges and the model's own rules, at the line of the key */
+  CHECK(job_fails(CPU "model:\n  hidden: 30\n  heads: 4\n", ZB_ERR_INVALID_ARG, "line 8", "'model.heads'",
+                  "must divide model.hidden (30), got 4", NULL));
+  CHECK(job_fails(CPU "model:\n  hidden: 100000\n", ZB_ERR_INVALID_ARG, "line 7", "'model.hidden'",
+                  "between 1 and 65536", NULL));
+  CHECK(job_fails(CPU "model:\n  seq_len: 65536\n  batch: 1000\n", ZB_ERR_INVALID_ARG, "line 6", "'model'",
+                  "too large", NULL));
+  CHECK(job_fails(CPU "model:\n  lr: 0\n", ZB_ERR_INVALID_ARG, "line 7", "'model.lr'", "> 0", NULL));
+  CHECK(job_fails(CPU "model:\n  weight_decay: -0.1\n", ZB_ERR_INVALID_ARG, "line 7", "'model.weight_decay'",
+                  ">= 0", NULL));
+  CHECK(job_fails(CPU "model:\n  beta1: 1\n", ZB_ERR_INVALID_ARG, "line 7", "'model.beta1'", "[0, 1)", NULL));
+  CHECK(job_fails(CPU "model:\n  beta2: -0.5\n", ZB_ERR_INVALID_ARG, "line 7", "'model.beta2'", "[0, 1)",
+                  NULL));
+  CHECK(job_fails(CPU "model:\n  eps: 0\n", ZB_ERR_INVALID_ARG, "line 7", "'model.eps'", "> 0", NULL));
+  CHECK(job_fails(CPU "model:\n  data: ''\n", ZB_ERR_INVALID_ARG, "line 7", "'model.data'", "path", NULL));
+  /* YAML text is UTF-8 already (libyaml's reader refuses other bytes); the
+   * wire's strings are checked */
+  zb_job_spec w;
+  CHECK(job_ok(CPU, &w));
+  memcpy(w.model.data, "/tmp/\xff.txt", sizeof "/tmp/\xff.txt");
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_job_spec_check(&w, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'model.data'") && strstr(d.msg, "UTF-8"), "message: %s", d.msg);
+  zb_job_spec_free(&w);
+}
+
 static void test_job_failure_resets_out(void) {
   zb_job_spec s;
   CHECK(job_ok(BASE "iterations: 7\n", &s));
@@ -536,6 +678,6 @@ ZBT_MAIN(ZBT(test_job_full_spec), ZBT(test_job_defaults), ZBT(test_job_mem_limit
          ZBT(test_job_wrong_types), ZBT(test_job_unknown_keys), ZBT(test_job_duplicate_keys),
          ZBT(test_job_missing_required), ZBT(test_job_not_a_mapping_or_empty), ZBT(test_job_malformed_yaml),
          ZBT(test_job_stage_costs), ZBT(test_job_unknown_schedule), ZBT(test_job_shape_refused),
-         ZBT(test_job_range_errors), ZBT(test_job_check_direct), ZBT(test_job_failure_resets_out),
-         ZBT(test_coord_defaults_and_full), ZBT(test_coord_layering),
-         ZBT(test_coord_invalid_leaves_unchanged))
+         ZBT(test_job_range_errors), ZBT(test_job_check_direct), ZBT(test_job_model_defaults_and_derived),
+         ZBT(test_job_model_errors), ZBT(test_job_failure_resets_out), ZBT(test_coord_defaults_and_full),
+         ZBT(test_coord_layering), ZBT(test_coord_invalid_leaves_unchanged))

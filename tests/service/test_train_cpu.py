@@ -1,0 +1,177 @@
+"""cpu jobs train the built-in model through the service (real processes,
+real activations over TCP, AdamW on every rank after its W ops).
+
+- p = 2 and p = 4, 1f1b and zb-v (with p = 4, zb-v's 8 stages split 4
+  layers: half the stages are empty), tiny model, fixed seed: every job
+  SUCCEEDS, every iteration carries the loss of the rank hosting the last
+  stage (and only that rank's RankIteration has one), and the loss falls:
+  the mean of the last 5 iterations is below FALL x the first iteration's.
+- Given the same seed and data, 1f1b and zb-v trace the same loss curve:
+  per iteration |loss_zbv - loss_1f1b| <= CURVE_TOL x loss_1f1b. The ops are
+  deterministic; the schedules differ only in the order the microbatches'
+  weight gradients are summed (fp32 rounding), which AdamW carries into the
+  weights.
+- A schedule update of a cpu job that keeps its chunks and placement
+  (1f1b -> zb-h1) carries the weights and optimizer state over: the curve
+  is 1f1b's. One that would move stages between ranks (-> zb-v) is refused.
+- zbctl watch and get show the loss; get shows the model.
+"""
+
+import zbsvc
+from zbsvc import STATE, Cluster, iteration_events, rpc_error, zb_pb2
+
+import grpc
+
+ITERATIONS = 30
+M = 4
+FALL = 0.8  # last-5 mean loss < FALL x first loss
+# Relative, per iteration: 1f1b vs zb-v vs a switched 1f1b. Every schedule
+# here runs a stage's W ops in microbatch order, so the curves come out
+# bit for bit equal (0 observed); the bound leaves room for a schedule
+# that sums them in another order, and is tighter than issue 4's 1e-5.
+CURVE_TOL = 1e-6
+
+
+def cpu_spec(name, ranks, schedule, iterations=ITERATIONS):
+    model = zb_pb2.ModelSpec(hidden=32, heads=2, layers=4, seq_len=32, batch=4, seed=7, lr=1e-2)
+    return zb_pb2.JobSpec(name=name, ranks=ranks, microbatches=M, schedule=schedule, iterations=iterations,
+                          backend="cpu", model=model)
+
+
+def last_stage_rank(ranks, schedule):
+    return 0 if schedule == "zb-v" else ranks - 1  # V placement ends on rank 0; loop on rank p-1
+
+
+def curve(c, jid, ranks, schedules, n=ITERATIONS):
+    """The loss of the job's first n iterations, checking who reported it
+    (schedules: the family, or one per iteration)."""
+    its = iteration_events(c.events(jid))[:n]
+    assert [it.iteration for it in its] == list(range(n)), [it.iteration for it in its]
+    losses = []
+    for it in its:
+        assert it.has_loss, it
+        owner = last_stage_rank(ranks, schedules[it.iteration] if isinstance(schedules, list) else schedules)
+        holders = [r.rank for r in it.ranks if r.has_loss]
+        assert holders == [owner], (it.iteration, holders, owner)
+        assert [r.loss for r in it.ranks if r.has_loss] == [it.loss], it
+        losses.append(it.loss)
+    return losses
+
+
+def check_falls(label, losses):
+    first, tail = losses[0], sum(losses[-5:]) / 5
+    print("%-14s loss %.4f -> %.4f (last-5 mean; bound %.4f)" % (label, first, tail, FALL * first))
+    assert 5.0 < first < 6.0, (label, first)  # about ln(256) = 5.55 from a fresh model
+    assert tail < FALL * first, (label, losses)
+
+
+def max_rel(a, b):
+    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+
+
+def run_pair(c, ranks):
+    """1f1b and zb-v on the same model, seed and data; returns their curves."""
+    jobs = {}
+    for schedule in ("1f1b", "zb-v"):
+        jid = c.submit(cpu_spec("train-%s-p%d" % (schedule, ranks), ranks, schedule))
+        jobs[schedule] = jid
+        if ranks * 2 > c.n_workers:  # both fit at once at p = 2 on 4 workers
+            c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=90)
+    curves = {}
+    for schedule, jid in jobs.items():
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=90)
+        assert job.iterations_done == ITERATIONS, job
+        assert job.last.has_loss, job.last
+        curves[schedule] = curve(c, jid, ranks, schedule)
+        check_falls("%s p=%d" % (schedule, ranks), curves[schedule])
+    rel = max_rel(curves["zb-v"], curves["1f1b"])
+    print("p=%d: zb-v vs 1f1b, max relative loss difference %.3g (tolerance %g)" % (ranks, rel, CURVE_TOL))
+    assert rel <= CURVE_TOL, (curves["1f1b"], curves["zb-v"])
+    return curves, jobs
+
+
+def test_train_p2_p4_1f1b_zbv_and_update():
+    with Cluster(workers=4, name="train-cpu") as c:
+        assert all(list(w.backends) == ["sim", "cpu"] for w in c.list_workers()), c.list_workers()
+        curves2, jobs2 = run_pair(c, 2)
+        run_pair(c, 4)
+
+        # zbctl shows the loss and the model
+        cp = c.zbctl("watch", jobs2["zb-v"])
+        assert cp.returncode == 0, cp.stderr
+        assert "loss %.4f" % curves2["zb-v"][-1] in cp.stdout, cp.stdout
+        cp = c.zbctl("get", jobs2["1f1b"])
+        assert cp.returncode == 0, cp.stderr
+        assert "loss %.4f" % curves2["1f1b"][-1] in cp.stdout, cp.stdout
+        assert "hidden 32, heads 2, layers 4, seq_len 32, batch 4, seed 7" in cp.stdout, cp.stdout
+        assert "16384 bytes/activation" in cp.stdout, cp.stdout  # 4 x 32 x 32 x 4, derived
+
+        # updates: the same placement and chunks keep the weights; others are
+        # refused. The job runs long enough that the update always lands
+        # (data depend on the iteration only, so its first ITERATIONS
+        # iterations are comparable), and is cancelled once they are done.
+        c.wait_workers(4)
+        jid = c.submit(cpu_spec("train-switch", 2, "1f1b", iterations=100000))
+        c.wait_iterations(jid, 1)
+        code, details = rpc_error(c.stub.UpdateSchedule, zb_pb2.UpdateScheduleRequest(job_id=jid, schedule="zb-v"))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "cpu job" in details, (code, details)
+        resp = c.stub.UpdateSchedule(zb_pb2.UpdateScheduleRequest(job_id=jid, schedule="zb-h1"), timeout=10)
+        at = resp.from_iteration
+        assert 1 <= at <= ITERATIONS - 5, at  # enough iterations on the new plan to compare
+        c.wait_iterations(jid, ITERATIONS)
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="compared"), timeout=10)
+        schedules = ["1f1b"] * at + ["zb-h1"] * (ITERATIONS - at)
+        switched = curve(c, jid, 2, schedules)
+        its = iteration_events(c.events(jid))[:ITERATIONS]
+        assert [it.schedule for it in its] == schedules, [it.schedule for it in its]
+        rel = max_rel(switched, curves2["1f1b"])
+        print("1f1b -> zb-h1 at iteration %d vs 1f1b: max relative loss difference %.3g" % (at, rel))
+        assert rel <= CURVE_TOL, (switched, curves2["1f1b"])
+        c.wait_workers(4)
+
+
+def test_bad_cpu_jobs_are_refused():
+    with Cluster(workers=2, name="train-bad") as c:
+        spec = cpu_spec("bad", 2, "1f1b")
+        spec.bytes_per_activation = 65536
+        code, details = rpc_error(c.submit, spec)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+        assert "bytes_per_activation" in details and "65536" in details and "16384" in details, details
+        spec = cpu_spec("bad", 2, "1f1b")
+        spec.model.heads = 3
+        code, details = rpc_error(c.submit, spec)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "model.heads" in details, (code, details)
+        spec = cpu_spec("bad", 2, "1f1b")
+        spec.model.hidden = spec.model.seq_len = spec.model.batch = 2**31 - 1  # no overflow on the way
+        code, details = rpc_error(c.submit, spec)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "model.hidden" in details, (code, details)
+        spec = zbsvc.job_spec(name="sim-with-model", ranks=2, microbatches=4)
+        spec.model.hidden = 32
+        code, details = rpc_error(c.submit, spec)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "only a cpu job" in details, (code, details)
+
+        # only the rank of the last stage reports a loss (1f1b, p = 2: rank 1)
+        jid = c.submit(cpu_spec("long", 2, "1f1b", iterations=100000))
+        c.wait_iterations(jid, 1)
+        ahead = c.get(jid).iterations_done + 4  # an iteration no rank has reached
+        metrics = zb_pb2.RankIteration(rank=0, wall_seconds=1, loss=2.5, has_loss=True)
+        code, details = rpc_error(c.stub.Report, zb_pb2.ReportRequest(worker_id=c.worker_of_rank(jid, 0), job_id=jid,
+                                                                      rank=0, iteration=ahead, metrics=metrics))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "metrics.has_loss" in details, (code, details)
+        assert "another rank" in details, details
+        assert c.get(jid).state == STATE.JOB_STATE_RUNNING
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid), timeout=10)
+        c.wait_workers(2)
+
+        # a data file the workers cannot read fails the job with the path
+        spec = cpu_spec("no-data", 2, "1f1b", iterations=2)
+        spec.model.data = "/nonexistent/corpus.txt"
+        jid = c.submit(spec)
+        job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=30)
+        assert "/nonexistent/corpus.txt" in job.reason, job.reason
+        c.wait_workers(2)
+        c.assert_serving()
+
+
+if __name__ == "__main__":
+    zbsvc.run_tests(globals())

@@ -1,0 +1,109 @@
+/* optimizer.c — AdamW over a flat fp32 parameter array (zb_optimizer.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+#include "zb_optimizer.h"
+
+struct zb_adamw {
+  zb_adamw_config cfg;
+  size_t n;
+  int64_t t;
+  float *m, *v;
+  uint8_t *decay; /* per parameter: 1 = decayed */
+};
+
+static bool in_unit(double x) {
+  return isfinite(x) && x >= 0 && x < 1;
+}
+
+zb_err zb_adamw_new(const zb_adamw_config *cfg, size_t n, zb_adamw **out, zb_diag *diag) {
+  if (!(isfinite(cfg->lr) && cfg->lr > 0))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "adamw: lr must be a finite number > 0, got %g", cfg->lr);
+  if (!(isfinite(cfg->weight_decay) && cfg->weight_decay >= 0))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "adamw: weight_decay must be a finite number >= 0, got %g",
+                       cfg->weight_decay);
+  if (!in_unit(cfg->beta1) || !in_unit(cfg->beta2))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "adamw: beta1 %g and beta2 %g must be in [0, 1)", cfg->beta1,
+                       cfg->beta2);
+  if (!(isfinite(cfg->eps) && cfg->eps > 0))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "adamw: eps must be a finite number > 0, got %g", cfg->eps);
+  zb_adamw *o = zb_calloc(1, sizeof *o);
+  o->cfg = *cfg;
+  o->n = n;
+  /* calloc of at least one element: a stage may have no parameters */
+  o->m = zb_calloc(n ? n : 1, sizeof(float));
+  o->v = zb_calloc(n ? n : 1, sizeof(float));
+  o->decay = zb_malloc(n ? n : 1);
+  memset(o->decay, 1, n);
+  *out = o;
+  return ZB_OK;
+}
+
+void zb_adamw_free(zb_adamw *o) {
+  if (!o)
+    return;
+  free(o->m);
+  free(o->v);
+  free(o->decay);
+  free(o);
+}
+
+zb_err zb_adamw_set_decay(zb_adamw *o, size_t offset, size_t count, bool decay, zb_diag *diag) {
+  if (offset > o->n || count > o->n - offset)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "adamw: parameters %zu..%zu are outside 0..%zu", offset,
+                       offset + count, o->n);
+  memset(o->decay + offset, decay ? 1 : 0, count);
+  return ZB_OK;
+}
+
+void zb_adamw_step(zb_adamw *o, float *params, const float *grads) {
+  const zb_adamw_config *c = &o->cfg;
+  o->t++;
+  double b1 = c->beta1, b2 = c->beta2;
+  double step_size = c->lr / (1 - pow(b1, (double)o->t));
+  double sqrt_bc2 = sqrt(1 - pow(b2, (double)o->t));
+  double shrink = 1 - c->lr * c->weight_decay;
+  for (size_t i = 0; i < o->n; i++) {
+    double g = grads[i];
+    double m = b1 * o->m[i] + (1 - b1) * g;
+    double v = b2 * o->v[i] + (1 - b2) * g * g;
+    /* the moments are stored rounded, and the update reads what is stored,
+     * as an fp32 implementation (PyTorch's) does */
+    o->m[i] = (float)m;
+    o->v[i] = (float)v;
+    double p = params[i];
+    if (o->decay[i])
+      p *= shrink;
+    p -= step_size * (double)o->m[i] / (sqrt((double)o->v[i]) / sqrt_bc2 + c->eps);
+    params[i] = (float)p;
+  }
+}
+
+size_t zb_adamw_size(const zb_adamw *o) {
+  return o->n;
+}
+
+int64_t zb_adamw_steps(const zb_adamw *o) {
+  return o->t;
+}
+
+void zb_adamw_state(const zb_adamw *o, int64_t *steps, const float **m, const float **v) {
+  *steps = o->t;
+  *m = o->m;
+  *v = o->v;
+}
+
+zb_err zb_adamw_set_state(zb_adamw *o, int64_t steps, const float *m, const float *v, size_t n,
+                          zb_diag *diag) {
+  if (n != o->n || steps < 0 || (n && (!m || !v)))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "adamw: state of %zu parameters at step %lld for %zu", n,
+                       (long long)steps, o->n);
+  o->t = steps;
+  if (n) {
+    memcpy(o->m, m, n * sizeof(float));
+    memcpy(o->v, v, n * sizeof(float));
+  }
+  return ZB_OK;
+}
