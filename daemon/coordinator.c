@@ -93,7 +93,8 @@ static bool worker_offers(const char *list, const char *name) {
 
 /* An attached worker that offers the job's backend and transport. */
 static bool worker_can_run(const coord_worker *w, const zb_job_spec *spec) {
-  return w->attach && worker_offers(w->backends, spec->backend) && worker_offers(w->transports, spec->transport);
+  return w->attach && worker_offers(w->backends, spec->backend) &&
+         worker_offers(w->transports, spec->transport);
 }
 
 static int workers_idle(coord *co, const zb_job_spec *spec) {

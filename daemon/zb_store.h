@@ -23,20 +23,26 @@
 typedef struct zb_store zb_store;
 
 /* Job states as stored; same numbers as zb.v1.JobState. */
-enum { ZB_JOB_PENDING = 1, ZB_JOB_RUNNING = 2, ZB_JOB_SUCCEEDED = 3, ZB_JOB_FAILED = 4, ZB_JOB_CANCELLED = 5 };
+enum {
+  ZB_JOB_PENDING = 1,
+  ZB_JOB_RUNNING = 2,
+  ZB_JOB_SUCCEEDED = 3,
+  ZB_JOB_FAILED = 4,
+  ZB_JOB_CANCELLED = 5
+};
 
 typedef struct zb_store_job {
   char id[64];
   char name[64];
   int state;
   char reason[256];
-  char schedule[32];     /* current family */
+  char schedule[32]; /* current family */
   int64_t created_ms, updated_ms;
   int iterations_done;
-  int64_t next_seq;      /* seq the next event of this job gets */
-  uint8_t *spec;         /* packed zb.v1.JobSpec */
+  int64_t next_seq; /* seq the next event of this job gets */
+  uint8_t *spec;    /* packed zb.v1.JobSpec */
   size_t spec_len;
-  uint8_t *last;         /* packed zb.v1.IterationMetrics of the last iteration, may be NULL */
+  uint8_t *last; /* packed zb.v1.IterationMetrics of the last iteration, may be NULL */
   size_t last_len;
 } zb_store_job;
 
@@ -45,7 +51,7 @@ typedef struct zb_store_event {
   int64_t seq, unix_ms;
   int state;
   char reason[256];
-  uint8_t *iteration;    /* packed zb.v1.IterationMetrics, may be NULL */
+  uint8_t *iteration; /* packed zb.v1.IterationMetrics, may be NULL */
   size_t iteration_len;
 } zb_store_event;
 
@@ -65,12 +71,13 @@ void zb_store_jobs_free(zb_store_job *rows, int n);
 
 zb_err zb_store_append_event(zb_store *st, const zb_store_event *ev, zb_diag *diag);
 /* Events of one job with seq > after_seq, in seq order. */
-zb_err zb_store_list_events(zb_store *st, const char *job_id, int64_t after_seq, zb_store_event **rows, int *n,
-                            zb_diag *diag);
+zb_err zb_store_list_events(zb_store *st, const char *job_id, int64_t after_seq, zb_store_event **rows,
+                            int *n, zb_diag *diag);
 void zb_store_events_free(zb_store_event *rows, int n);
 
 /* Start-up after a crash: every job still PENDING or RUNNING becomes
  * FAILED with `reason`, and gets an event saying so. *n_marked counts them. */
-zb_err zb_store_mark_interrupted(zb_store *st, const char *reason, int64_t now_ms, int *n_marked, zb_diag *diag);
+zb_err zb_store_mark_interrupted(zb_store *st, const char *reason, int64_t now_ms, int *n_marked,
+                                 zb_diag *diag);
 
 #endif

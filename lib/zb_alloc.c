@@ -11,9 +11,15 @@ static void *zb_alloc_check(void *p, size_t size) {
   return p;
 }
 
-void *zb_malloc(size_t size) { return zb_alloc_check(malloc(size), size); }
-void *zb_calloc(size_t count, size_t size) { return zb_alloc_check(calloc(count, size), count * size); }
-void *zb_realloc(void *ptr, size_t size) { return zb_alloc_check(realloc(ptr, size), size); }
+void *zb_malloc(size_t size) {
+  return zb_alloc_check(malloc(size), size);
+}
+void *zb_calloc(size_t count, size_t size) {
+  return zb_alloc_check(calloc(count, size), count * size);
+}
+void *zb_realloc(void *ptr, size_t size) {
+  return zb_alloc_check(realloc(ptr, size), size);
+}
 char *zb_strdup(const char *s) {
   size_t n = strlen(s) + 1;
   char *d = zb_malloc(n);

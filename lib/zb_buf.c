@@ -25,7 +25,9 @@ void zb_buf_append(zb_buf *b, const char *bytes, size_t n) {
   b->data[b->len] = '\0';
 }
 
-void zb_buf_puts(zb_buf *b, const char *s) { zb_buf_append(b, s, strlen(s)); }
+void zb_buf_puts(zb_buf *b, const char *s) {
+  zb_buf_append(b, s, strlen(s));
+}
 
 void zb_buf_printf(zb_buf *b, const char *fmt, ...) {
   va_list ap;

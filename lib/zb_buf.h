@@ -12,7 +12,8 @@ typedef struct zb_buf {
   size_t cap;
 } zb_buf;
 
-#define ZB_BUF_INIT {0}
+#define ZB_BUF_INIT                                                                                          \
+  { 0 }
 
 void zb_buf_append(zb_buf *b, const char *bytes, size_t n);
 void zb_buf_puts(zb_buf *b, const char *s);

@@ -38,11 +38,11 @@ void zb_format_fill_peers(zb_schedule *s);
 /* Everything a report about one plan carries (the JSON fields of
  * `zbctl plan --format json`). sim and costs may be NULL. */
 typedef struct zb_plan_report {
-  const char *schedule;       /* family or source name */
-  const zb_schedule *sched;   /* lowered or compute-only */
+  const char *schedule;     /* family or source name */
+  const zb_schedule *sched; /* lowered or compute-only */
   const zb_costs *costs;
   const zb_rank_costs *rank_costs; /* what the user gave, may be NULL */
-  double mem_limit_units;     /* in rank M_F units, <= 0: none */
+  double mem_limit_units;          /* in rank M_F units, <= 0: none */
   const zb_sim_result *sim;
   double generation_seconds;
 } zb_plan_report;

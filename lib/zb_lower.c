@@ -59,8 +59,8 @@ static lower_xfer xfer_pop(xfer_heap *h) {
 }
 
 /* Whether the remote inputs of compute action a on rank r were emitted. */
-static bool lower_inputs_ready(const zb_schedule *s, const unsigned char *f_sent, const unsigned char *b_sent, int r,
-                               const zb_action *a) {
+static bool lower_inputs_ready(const zb_schedule *s, const unsigned char *f_sent, const unsigned char *b_sent,
+                               int r, const zb_action *a) {
   int S = zb_schedule_stages(s);
   if (a->op == ZB_OP_F && a->stage > 0 && zb_stage_rank(s, a->stage - 1) != r)
     return f_sent[(size_t)(a->stage - 1) * s->m + a->mb];
@@ -126,7 +126,8 @@ zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_d
       x.send = (zb_action){.op = ZB_OP_SEND_F, .stage = a->stage, .mb = a->mb, .peer = to};
       x.recv = (zb_action){.op = ZB_OP_RECV_F, .stage = a->stage + 1, .mb = a->mb, .peer = best};
       xfer_push(&h, x);
-    } else if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage > 0 && zb_stage_rank(s, a->stage - 1) != best) {
+    } else if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage > 0 &&
+               zb_stage_rank(s, a->stage - 1) != best) {
       int to = zb_stage_rank(s, a->stage - 1);
       lower_xfer x = {.at = end, .seq = seq++, .from = best, .to = to};
       x.send = (zb_action){.op = ZB_OP_SEND_B, .stage = a->stage, .mb = a->mb, .peer = to};

@@ -31,15 +31,22 @@ zb_err zb_family_parse(const char *name, zb_family *out, zb_diag *diag) {
       *out = (zb_family)f;
       return ZB_OK;
     }
-  return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                     "unknown schedule '%s' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-auto, zb-v, "
-                     "v-half, v-min)",
-                     name);
+  return zb_diag_set(
+      diag, ZB_ERR_INVALID_ARG,
+      "unknown schedule '%s' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-auto, zb-v, "
+      "v-half, v-min)",
+      name);
 }
 
-zb_placement zb_family_placement(zb_family f) { return zb_plan_families[f].placement; }
-int zb_family_default_chunks(zb_family f) { return zb_plan_families[f].default_v; }
-bool zb_family_splits_w(zb_family f) { return zb_plan_families[f].splits_w; }
+zb_placement zb_family_placement(zb_family f) {
+  return zb_plan_families[f].placement;
+}
+int zb_family_default_chunks(zb_family f) {
+  return zb_plan_families[f].default_v;
+}
+bool zb_family_splits_w(zb_family f) {
+  return zb_plan_families[f].splits_w;
+}
 
 zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag) {
   if (f < 0 || f >= ZB_FAMILY_COUNT_)
@@ -52,23 +59,28 @@ zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag) {
   switch (f) {
   case ZB_FAMILY_INTERLEAVED_1F1B:
     if (v < 2)
-      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "interleaved-1f1b needs at least 2 chunks per rank (got %d)", v);
-    if (m % p != 0)
       return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
-                         "interleaved-1f1b needs the microbatches to be a multiple of the ranks (m=%d, p=%d: try "
-                         "m=%d)",
-                         m, p, (m / p + 1) * p);
+                         "interleaved-1f1b needs at least 2 chunks per rank (got %d)", v);
+    if (m % p != 0)
+      return zb_diag_set(
+          diag, ZB_ERR_UNSUPPORTED,
+          "interleaved-1f1b needs the microbatches to be a multiple of the ranks (m=%d, p=%d: try "
+          "m=%d)",
+          m, p, (m / p + 1) * p);
     return ZB_OK;
   case ZB_FAMILY_ZB_V:
   case ZB_FAMILY_V_HALF:
   case ZB_FAMILY_V_MIN:
     if (v != 2)
-      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "%s places exactly 2 chunks per rank in a V (got %d)", name, v);
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "%s places exactly 2 chunks per rank in a V (got %d)",
+                         name, v);
     return ZB_OK;
   default:
     if (v != 1)
-      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "%s runs one chunk per rank (got %d); use interleaved-1f1b or "
-                         "zb-v for more", name, v);
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                         "%s runs one chunk per rank (got %d); use interleaved-1f1b or "
+                         "zb-v for more",
+                         name, v);
     return ZB_OK;
   }
 }
@@ -130,8 +142,12 @@ static zb_schedule *zb_plan_zb_h(int p, int m, int warm_mul) {
   return s;
 }
 
-zb_schedule *zb_plan_zb_h1(int p, int m) { return zb_plan_zb_h(p, m, 1); }
-zb_schedule *zb_plan_zb_h2(int p, int m) { return zb_plan_zb_h(p, m, 2); }
+zb_schedule *zb_plan_zb_h1(int p, int m) {
+  return zb_plan_zb_h(p, m, 1);
+}
+zb_schedule *zb_plan_zb_h2(int p, int m) {
+  return zb_plan_zb_h(p, m, 2);
+}
 
 /* Megatron's interleaved 1F1B: microbatches go through the chunks in
  * groups of p; rank r warms up with (v-1)p + 2(p-1-r) chunk-forwards, then

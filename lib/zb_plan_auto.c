@@ -102,13 +102,13 @@ typedef struct greedy {
   const zb_costs *c;
   const int *cap;
   bool fill_small_gaps;
-  bool cautious; /* estimate unknown inputs instead of assuming they are far */
-  int *stage_rank;    /* S */
-  int **rank_stages;  /* p x v, deepest stage first */
-  int *nf, *nb, *nw;  /* per stage: ops done (in microbatch order) */
+  bool cautious;         /* estimate unknown inputs instead of assuming they are far */
+  int *stage_rank;       /* S */
+  int **rank_stages;     /* p x v, deepest stage first */
+  int *nf, *nb, *nw;     /* per stage: ops done (in microbatch order) */
   double *f_end, *b_end; /* S x m */
-  double *e;          /* per rank: free time */
-  double *d;          /* per rank: next decision time (INFINITY: blocked) */
+  double *e;             /* per rank: free time */
+  double *d;             /* per rank: next decision time (INFINITY: blocked) */
   double *mem;
   double *first;      /* per rank: start of its first op (NAN: none yet) */
   int *left;          /* per rank: ops left */
@@ -279,8 +279,8 @@ static void greedy_step(greedy *g, rank_heap *h, zb_schedule *out, int r) {
   heap_update(h, r);
 }
 
-zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap, int w_policy,
-                            zb_objective obj, zb_plan_score *score) {
+zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap,
+                            int w_policy, zb_objective obj, zb_plan_score *score) {
   greedy g = {.p = p, .v = v, .m = m, .S = p * v, .pl = pl, .c = c, .cap = cap};
   g.fill_small_gaps = w_policy == ZB_W_FILL_ALL;
   g.cautious = w_policy == ZB_W_CAUTIOUS;
@@ -313,7 +313,8 @@ zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs
   for (int r = 0; r < p; r++)
     g.left[r] = 3 * v * m;
 
-  rank_heap h = {.heap = zb_malloc(sizeof(int) * (size_t)p), .pos = zb_malloc(sizeof(int) * (size_t)p), .key = g.d};
+  rank_heap h = {
+      .heap = zb_malloc(sizeof(int) * (size_t)p), .pos = zb_malloc(sizeof(int) * (size_t)p), .key = g.d};
   for (int r = 0; r < p; r++) {
     h.pos[r] = -1;
     g.d[r] = r == g.stage_rank[0] ? 0 : INFINITY;
@@ -410,7 +411,8 @@ static bool refine_depends(const zb_action *later, const zb_action *earlier) {
   case ZB_OP_F: return earlier->op == ZB_OP_F && earlier->stage == later->stage - 1;
   case ZB_OP_B:
   case ZB_OP_BW:
-    return (earlier->op == ZB_OP_F && earlier->stage == later->stage) || (eb && earlier->stage == later->stage + 1);
+    return (earlier->op == ZB_OP_F && earlier->stage == later->stage) ||
+           (eb && earlier->stage == later->stage + 1);
   case ZB_OP_W: return earlier->op == ZB_OP_B && earlier->stage == later->stage;
   default: return false;
   }
@@ -429,8 +431,8 @@ static bool refine_can_swap(const zb_action *first, const zb_action *second) {
  * (last op of the latest rank, or of the longest span) and collects the
  * places where a W ran right before an F/B whose input was already there:
  * that W delayed the path. Writes up to max (rank, index-of-W) pairs. */
-static int refine_candidates(const zb_schedule *s, const zb_costs *c, const zb_sim_result *sim, zb_objective obj,
-                             int *cand_rank, int *cand_idx, int max) {
+static int refine_candidates(const zb_schedule *s, const zb_costs *c, const zb_sim_result *sim,
+                             zb_objective obj, int *cand_rank, int *cand_idx, int max) {
   int p = s->p, S = zb_schedule_stages(s), m = s->m;
   int r = 0;
   double best = -1;
@@ -622,10 +624,11 @@ zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *cin, zb_schedule
   }
   free(caps);
   if (!best) {
-    zb_err err = zb_diag_set(diag, ZB_ERR_INFEASIBLE,
-                             "zb-auto found no schedule within the memory limit %g (each rank needs at least one "
-                             "microbatch's M_F, %g)",
-                             cin->mem_limit, zb_costs_rank_mf(c, ZB_PLACE_LOOP, p, 1, 0));
+    zb_err err =
+        zb_diag_set(diag, ZB_ERR_INFEASIBLE,
+                    "zb-auto found no schedule within the memory limit %g (each rank needs at least one "
+                    "microbatch's M_F, %g)",
+                    cin->mem_limit, zb_costs_rank_mf(c, ZB_PLACE_LOOP, p, 1, 0));
     zb_costs_free(c);
     return err;
   }

@@ -31,8 +31,8 @@ bool zb_plan_score_better(zb_plan_score a, zb_plan_score b);
  * greedy gets stuck (memory too tight). When score is not NULL and a
  * schedule comes back, *score holds its makespan and longest span under c
  * (the figures zb_simulate gives for it). Caller owns the result. */
-zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap, int w_policy,
-                            zb_objective obj, zb_plan_score *score);
+zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap,
+                            int w_policy, zb_objective obj, zb_plan_score *score);
 
 /* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
 bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);

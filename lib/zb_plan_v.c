@@ -22,7 +22,9 @@ typedef struct vrank {
 
 static void v_op(vrank *x, zb_op op, int chunk) {
   int stage = chunk ? x->s1 : x->s0;
-  int *n = op == ZB_OP_F ? (chunk ? &x->f1 : &x->f0) : op == ZB_OP_B ? (chunk ? &x->b1 : &x->b0) : (chunk ? &x->w1 : &x->w0);
+  int *n = op == ZB_OP_F   ? (chunk ? &x->f1 : &x->f0)
+           : op == ZB_OP_B ? (chunk ? &x->b1 : &x->b0)
+                           : (chunk ? &x->w1 : &x->w0);
   zb_schedule_push_op(x->s, x->r, op, stage, (*n)++);
 }
 
@@ -105,9 +107,7 @@ static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
   }
   zb_schedule *best = NULL;
   zb_plan_score best_score = {INFINITY, INFINITY, ZB_OBJ_MAKESPAN};
-  const struct {
-    int k, w_policy;
-  } runs[] = {{lo * 9 / 10, ZB_W_GAP}, {lo, ZB_W_GAP}};
+  const struct { int k, w_policy; } runs[] = {{lo * 9 / 10, ZB_W_GAP}, {lo, ZB_W_GAP}};
   for (size_t i = 0; lo > 0 && i < sizeof runs / sizeof runs[0]; i++) {
     if (runs[i].k < 1 || (i > 0 && runs[i].k == runs[i - 1].k))
       continue;
@@ -136,7 +136,9 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
   /* Limits in units of one rank's M_F: ZB-V 1F1B's p; V-Half p/2 and V-Min
    * p/3, each plus one microbatch of slack for the V's turn. */
   double unit = zb_costs_rank_mf(cin, ZB_PLACE_V, p, 2, 0);
-  double units = req->family == ZB_FAMILY_ZB_V ? p : req->family == ZB_FAMILY_V_HALF ? p / 2.0 + 1 : p / 3.0 + 1;
+  double units = req->family == ZB_FAMILY_ZB_V     ? p
+                 : req->family == ZB_FAMILY_V_HALF ? p / 2.0 + 1
+                                                   : p / 3.0 + 1;
   if (units > p)
     units = p;
   if (req->family == ZB_FAMILY_ZB_V && m >= 2 * p - 1) {

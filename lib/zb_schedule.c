@@ -75,10 +75,17 @@ bool zb_op_is_comm(zb_op op) {
 
 const char *zb_op_name(zb_op op) {
   static const char *const names[ZB_OP_COUNT_] = {
-      [ZB_OP_NONE] = "NONE",         [ZB_OP_F] = "F",           [ZB_OP_B] = "B",
-      [ZB_OP_W] = "W",               [ZB_OP_BW] = "BW",         [ZB_OP_SEND_F] = "SEND_F",
-      [ZB_OP_RECV_F] = "RECV_F",     [ZB_OP_SEND_B] = "SEND_B", [ZB_OP_RECV_B] = "RECV_B",
-      [ZB_OP_UNSHARD] = "UNSHARD",   [ZB_OP_RESHARD] = "RESHARD",
+      [ZB_OP_NONE] = "NONE",
+      [ZB_OP_F] = "F",
+      [ZB_OP_B] = "B",
+      [ZB_OP_W] = "W",
+      [ZB_OP_BW] = "BW",
+      [ZB_OP_SEND_F] = "SEND_F",
+      [ZB_OP_RECV_F] = "RECV_F",
+      [ZB_OP_SEND_B] = "SEND_B",
+      [ZB_OP_RECV_B] = "RECV_B",
+      [ZB_OP_UNSHARD] = "UNSHARD",
+      [ZB_OP_RESHARD] = "RESHARD",
       [ZB_OP_REDUCE_GRAD] = "REDUCE_GRAD",
   };
   return (op >= 0 && op < ZB_OP_COUNT_) ? names[op] : "?";

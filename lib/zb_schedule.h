@@ -56,9 +56,9 @@ typedef struct zb_rank_list {
 } zb_rank_list;
 
 typedef struct zb_schedule {
-  int p;          /* ranks */
-  int v;          /* chunks (stages) per rank */
-  int m;          /* microbatches */
+  int p; /* ranks */
+  int v; /* chunks (stages) per rank */
+  int m; /* microbatches */
   zb_placement placement;
   zb_rank_list *ranks; /* p lists */
 } zb_schedule;
@@ -75,7 +75,9 @@ void zb_schedule_push(zb_schedule *s, int rank, zb_action a);
 /* Shorthand for a compute action (peer -1, batch false). */
 void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int stage, int mb);
 /* Total number of stages, p*v. */
-static inline int zb_schedule_stages(const zb_schedule *s) { return s->p * s->v; }
+static inline int zb_schedule_stages(const zb_schedule *s) {
+  return s->p * s->v;
+}
 /* Rank that hosts stage `stage` under the schedule's placement. */
 int zb_stage_rank(const zb_schedule *s, int stage);
 /* Rank of a stage for an explicit shape (same rule as zb_stage_rank). */

@@ -13,11 +13,14 @@ typedef struct sim_state {
   double *f_end, *b_end;
 } sim_state;
 
-static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) { return &arr[(size_t)stage * st->m + mb]; }
+static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
+  return &arr[(size_t)stage * st->m + mb];
+}
 
 /* When the input of compute action a, run on `rank`, is available; NAN if
  * not yet produced. */
-static double sim_ready(const zb_schedule *s, const zb_costs *c, const sim_state *st, int rank, const zb_action *a) {
+static double sim_ready(const zb_schedule *s, const zb_costs *c, const sim_state *st, int rank,
+                        const zb_action *a) {
   int S = st->S;
   switch (a->op) {
   case ZB_OP_F: {
@@ -42,10 +45,8 @@ static double sim_ready(const zb_schedule *s, const zb_costs *c, const sim_state
       t += c->t_comm;
     return t > own ? t : own;
   }
-  case ZB_OP_W:
-    return *sim_slot(st->b_end, st, a->stage, a->mb);
-  default:
-    return 0;
+  case ZB_OP_W: return *sim_slot(st->b_end, st, a->stage, a->mb);
+  default: return 0;
   }
 }
 
@@ -54,15 +55,16 @@ static zb_err sim_check_ranges(const zb_schedule *s, const zb_costs *c, zb_diag 
   if (!c)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "simulation needs a cost model");
   if (c->n_stages != S)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "costs describe %d stages, the schedule has %d", c->n_stages, S);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "costs describe %d stages, the schedule has %d", c->n_stages,
+                       S);
   for (int r = 0; r < s->p; r++)
     for (int i = 0; i < s->ranks[r].n; i++) {
       const zb_action *a = &s->ranks[r].actions[i];
       if (!zb_op_is_compute(a->op))
         continue;
       if (a->stage < 0 || a->stage >= S || a->mb < 0 || a->mb >= s->m)
-        return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "rank %d action %d: stage %d / microbatch %d out of range", r,
-                           i, a->stage, a->mb);
+        return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                           "rank %d action %d: stage %d / microbatch %d out of range", r, i, a->stage, a->mb);
     }
   return ZB_OK;
 }
@@ -138,8 +140,8 @@ static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *re
     for (int r = 0; r < p && len < (int)sizeof stuck - 40; r++)
       if (pos[r] < s->ranks[r].n) {
         const zb_action *a = &s->ranks[r].actions[pos[r]];
-        len += snprintf(stuck + len, sizeof stuck - (size_t)len, "%s rank %d at #%d (%s s%d mb%d)", len ? "," : "",
-                        r, pos[r], zb_op_name(a->op), a->stage, a->mb);
+        len += snprintf(stuck + len, sizeof stuck - (size_t)len, "%s rank %d at #%d (%s s%d mb%d)",
+                        len ? "," : "", r, pos[r], zb_op_name(a->op), a->stage, a->mb);
       }
     err = zb_diag_set(diag, ZB_ERR_DEADLOCK, "schedule cannot complete: %s", stuck);
     goto cleanup;

@@ -15,14 +15,14 @@
 
 typedef struct zb_sim_result {
   int p;
-  double makespan;           /* last op end over all ranks (first start is 0) */
-  double bubble_ratio;       /* 1 - busy / (p * makespan) */
-  double bubble_ratio_paper; /* (S_max - m(T_F+T_B+T_W)) / S_max, DESIGN §3 */
-  double max_span;           /* S_max: longest first-start..last-end span */
-  double *busy;              /* per rank: sum of compute op times */
+  double makespan;               /* last op end over all ranks (first start is 0) */
+  double bubble_ratio;           /* 1 - busy / (p * makespan) */
+  double bubble_ratio_paper;     /* (S_max - m(T_F+T_B+T_W)) / S_max, DESIGN §3 */
+  double max_span;               /* S_max: longest first-start..last-end span */
+  double *busy;                  /* per rank: sum of compute op times */
   double *span_start, *span_end; /* per rank */
-  double *peak_memory;       /* per rank, in the units of the cost model */
-  double *peak_memory_units; /* per rank, in units of the rank's M_F */
+  double *peak_memory;           /* per rank, in the units of the cost model */
+  double *peak_memory_units;     /* per rank, in units of the rank's M_F */
   /* per action (indexed like the schedule's lists): start/end times;
    * comm and FSDP actions get the time the rank reached them. */
   double **start, **end;

@@ -33,16 +33,16 @@ void zb_violation_format(const zb_violation *v, char *buf, int len) {
     snprintf(act, sizeof act, "%s stage %d mb %d", zb_op_name(a->op), a->stage, a->mb);
   else
     snprintf(act, sizeof act, "%s stage %d", zb_op_name(a->op), a->stage);
-  snprintf(buf, (size_t)len, "%s at rank %d index %d (%s): %s", zb_violation_kind_name(v->kind), v->rank, v->index,
-           act, v->detail);
+  snprintf(buf, (size_t)len, "%s at rank %d index %d (%s): %s", zb_violation_kind_name(v->kind), v->rank,
+           v->index, act, v->detail);
 }
 
-static zb_err viol(zb_violation *out, zb_violation_kind k, int rank, int index, const zb_action *a, const char *fmt,
-                   ...) __attribute__((format(printf, 6, 7)));
+static zb_err viol(zb_violation *out, zb_violation_kind k, int rank, int index, const zb_action *a,
+                   const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #include <stdarg.h>
-static zb_err viol(zb_violation *out, zb_violation_kind k, int rank, int index, const zb_action *a, const char *fmt,
-                   ...) {
+static zb_err viol(zb_violation *out, zb_violation_kind k, int rank, int index, const zb_action *a,
+                   const char *fmt, ...) {
   out->kind = k;
   out->rank = rank;
   out->index = index;
@@ -63,9 +63,13 @@ typedef struct vctx {
   int *sendf, *recvf, *sendb, *recvb;
 } vctx;
 
-static size_t vidx(const vctx *x, int stage, int mb) { return (size_t)stage * x->m + mb; }
+static size_t vidx(const vctx *x, int stage, int mb) {
+  return (size_t)stage * x->m + mb;
+}
 
-static int vkind(zb_op op) { return op == ZB_OP_F ? 0 : op == ZB_OP_B ? 1 : op == ZB_OP_W ? 2 : 3; }
+static int vkind(zb_op op) {
+  return op == ZB_OP_F ? 0 : op == ZB_OP_B ? 1 : op == ZB_OP_W ? 2 : 3;
+}
 
 /* Range and placement of every action. */
 static zb_err check_ranges(const vctx *x, zb_violation *out) {
@@ -83,8 +87,10 @@ static zb_err check_ranges(const vctx *x, zb_violation *out) {
       if (needs_mb && (a->mb < 0 || a->mb >= x->m))
         return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "microbatch %d outside 0..%d", a->mb, x->m - 1);
       if (zb_op_is_comm(a->op)) {
-        int nb = a->op == ZB_OP_SEND_F ? a->stage + 1 : a->op == ZB_OP_SEND_B ? a->stage - 1
-               : a->op == ZB_OP_RECV_F ? a->stage - 1 : a->stage + 1;
+        int nb = a->op == ZB_OP_SEND_F   ? a->stage + 1
+                 : a->op == ZB_OP_SEND_B ? a->stage - 1
+                 : a->op == ZB_OP_RECV_F ? a->stage - 1
+                                         : a->stage + 1;
         if (nb < 0 || nb >= x->S)
           return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "no neighbouring stage %d to communicate with", nb);
         if (a->peer < 0 || a->peer >= s->p)
@@ -134,8 +140,8 @@ static zb_err check_counts(vctx *x, zb_violation *out) {
         miss = ZB_OP_W;
       if (miss != ZB_OP_NONE) {
         zb_action a = {.op = miss, .stage = st, .mb = mb, .peer = -1};
-        return viol(out, ZB_VIOL_MISSING, zb_stage_rank(s, st), -1, &a, "%s of stage %d microbatch %d never runs",
-                    zb_op_name(miss), st, mb);
+        return viol(out, ZB_VIOL_MISSING, zb_stage_rank(s, st), -1, &a,
+                    "%s of stage %d microbatch %d never runs", zb_op_name(miss), st, mb);
       }
     }
   return ZB_OK;
@@ -161,7 +167,8 @@ static zb_err check_dependencies(vctx *x, bool lowered, zb_violation *out) {
         if (st > 0) {
           bool local = zb_stage_rank(s, st - 1) == r;
           if (local && !fdone[vidx(x, st - 1, mb)])
-            err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "runs before F of stage %d on the same rank", st - 1);
+            err =
+                viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "runs before F of stage %d on the same rank", st - 1);
           else if (!local && lowered && !frecv[vidx(x, st, mb)])
             err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "no RECV_F of its input before it");
         }
@@ -174,7 +181,8 @@ static zb_err check_dependencies(vctx *x, bool lowered, zb_violation *out) {
         else if (st < x->S - 1) {
           bool local = zb_stage_rank(s, st + 1) == r;
           if (local && !bdone[vidx(x, st + 1, mb)])
-            err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "runs before B of stage %d on the same rank", st + 1);
+            err =
+                viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "runs before B of stage %d on the same rank", st + 1);
           else if (!local && lowered && !brecv[vidx(x, st, mb)])
             err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "no RECV_B of its input before it");
         }
@@ -215,36 +223,44 @@ static zb_err check_comm_pairs(vctx *x, zb_violation *out) {
       const zb_action *a = &s->ranks[r].actions[i];
       if (!zb_op_is_comm(a->op))
         continue;
-      int other = a->op == ZB_OP_SEND_F ? a->stage + 1 : a->op == ZB_OP_SEND_B ? a->stage - 1
-                : a->op == ZB_OP_RECV_F ? a->stage - 1 : a->stage + 1;
+      int other = a->op == ZB_OP_SEND_F   ? a->stage + 1
+                  : a->op == ZB_OP_SEND_B ? a->stage - 1
+                  : a->op == ZB_OP_RECV_F ? a->stage - 1
+                                          : a->stage + 1;
       int prod = (a->op == ZB_OP_SEND_F || a->op == ZB_OP_SEND_B) ? a->stage : other;
       int peer = zb_stage_rank(s, other);
       if (peer == r)
-        return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "stage %d is on this rank: the tensor stays local", other);
+        return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "stage %d is on this rank: the tensor stays local",
+                    other);
       if (a->peer != peer)
-        return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "peer is rank %d but stage %d lives on rank %d", a->peer,
-                    other, peer);
-      int *cnt = a->op == ZB_OP_SEND_F ? x->sendf : a->op == ZB_OP_RECV_F ? x->recvf
-               : a->op == ZB_OP_SEND_B ? x->sendb : x->recvb;
+        return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "peer is rank %d but stage %d lives on rank %d",
+                    a->peer, other, peer);
+      int *cnt = a->op == ZB_OP_SEND_F   ? x->sendf
+                 : a->op == ZB_OP_RECV_F ? x->recvf
+                 : a->op == ZB_OP_SEND_B ? x->sendb
+                                         : x->recvb;
       if (++cnt[vidx(x, prod, a->mb)] > 1)
         return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "the same tensor is communicated twice");
     }
   for (int st = 0; st < x->S; st++)
     for (int mb = 0; mb < x->m; mb++) {
       size_t k = vidx(x, st, mb);
-      if (st + 1 < x->S && zb_stage_rank(s, st) != zb_stage_rank(s, st + 1) && (!x->sendf[k] || !x->recvf[k])) {
-        zb_action a = {.op = x->sendf[k] ? ZB_OP_RECV_F : ZB_OP_SEND_F, .stage = x->sendf[k] ? st + 1 : st, .mb = mb};
+      if (st + 1 < x->S && zb_stage_rank(s, st) != zb_stage_rank(s, st + 1) &&
+          (!x->sendf[k] || !x->recvf[k])) {
+        zb_action a = {
+            .op = x->sendf[k] ? ZB_OP_RECV_F : ZB_OP_SEND_F, .stage = x->sendf[k] ? st + 1 : st, .mb = mb};
         int rank = zb_stage_rank(s, a.stage);
         a.peer = zb_stage_rank(s, x->sendf[k] ? st : st + 1);
-        return viol(out, ZB_VIOL_COMM_MISMATCH, rank, -1, &a, "activation of stage %d microbatch %d is %s", st, mb,
-                    x->sendf[k] ? "sent but never received" : "never sent");
+        return viol(out, ZB_VIOL_COMM_MISMATCH, rank, -1, &a, "activation of stage %d microbatch %d is %s",
+                    st, mb, x->sendf[k] ? "sent but never received" : "never sent");
       }
       if (st > 0 && zb_stage_rank(s, st) != zb_stage_rank(s, st - 1) && (!x->sendb[k] || !x->recvb[k])) {
-        zb_action a = {.op = x->sendb[k] ? ZB_OP_RECV_B : ZB_OP_SEND_B, .stage = x->sendb[k] ? st - 1 : st, .mb = mb};
+        zb_action a = {
+            .op = x->sendb[k] ? ZB_OP_RECV_B : ZB_OP_SEND_B, .stage = x->sendb[k] ? st - 1 : st, .mb = mb};
         int rank = zb_stage_rank(s, a.stage);
         a.peer = zb_stage_rank(s, x->sendb[k] ? st : st - 1);
-        return viol(out, ZB_VIOL_COMM_MISMATCH, rank, -1, &a, "gradient of stage %d microbatch %d is %s", st, mb,
-                    x->sendb[k] ? "sent but never received" : "never sent");
+        return viol(out, ZB_VIOL_COMM_MISMATCH, rank, -1, &a, "gradient of stage %d microbatch %d is %s", st,
+                    mb, x->sendb[k] ? "sent but never received" : "never sent");
       }
     }
   return ZB_OK;
@@ -342,8 +358,9 @@ zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
   memset(out, 0, sizeof *out);
   out->rank = out->index = -1;
   if (c && c->n_stages != zb_schedule_stages(s)) {
-    snprintf(out->detail, sizeof out->detail, "the costs describe %d stages but the schedule has %d (p=%d, v=%d)",
-             c->n_stages, zb_schedule_stages(s), s->p, s->v);
+    snprintf(out->detail, sizeof out->detail,
+             "the costs describe %d stages but the schedule has %d (p=%d, v=%d)", c->n_stages,
+             zb_schedule_stages(s), s->p, s->v);
     return ZB_ERR_INVALID_ARG;
   }
   vctx x = {.s = s, .S = zb_schedule_stages(s), .m = s->m};

@@ -8,22 +8,22 @@
 
 typedef enum zb_violation_kind {
   ZB_VIOL_NONE = 0,
-  ZB_VIOL_BAD_ACTION,   /* stage, microbatch or peer out of range */
-  ZB_VIOL_PLACEMENT,    /* action on a rank that does not host its stage */
-  ZB_VIOL_DUPLICATE,    /* a compute op appears twice (index: 2nd one) */
-  ZB_VIOL_MISSING,      /* a compute op never appears (index: -1) */
-  ZB_VIOL_DEPENDENCY,   /* an op runs before a same-rank input, or a
-                           consumer has no RECV of its remote input */
-  ZB_VIOL_COMM_MISMATCH,/* a SEND/RECV has no partner, or a wrong peer */
-  ZB_VIOL_DEADLOCK,     /* lists cannot complete (index: first stuck op) */
-  ZB_VIOL_MEMORY,       /* memory limit exceeded at this op */
+  ZB_VIOL_BAD_ACTION,    /* stage, microbatch or peer out of range */
+  ZB_VIOL_PLACEMENT,     /* action on a rank that does not host its stage */
+  ZB_VIOL_DUPLICATE,     /* a compute op appears twice (index: 2nd one) */
+  ZB_VIOL_MISSING,       /* a compute op never appears (index: -1) */
+  ZB_VIOL_DEPENDENCY,    /* an op runs before a same-rank input, or a
+                            consumer has no RECV of its remote input */
+  ZB_VIOL_COMM_MISMATCH, /* a SEND/RECV has no partner, or a wrong peer */
+  ZB_VIOL_DEADLOCK,      /* lists cannot complete (index: first stuck op) */
+  ZB_VIOL_MEMORY,        /* memory limit exceeded at this op */
 } zb_violation_kind;
 
 typedef struct zb_violation {
   zb_violation_kind kind;
-  int rank;        /* -1 when not tied to a rank */
-  int index;       /* position in the rank's list, -1 when none */
-  zb_action action;/* the offending (or missing) action */
+  int rank;         /* -1 when not tied to a rank */
+  int index;        /* position in the rank's list, -1 when none */
+  zb_action action; /* the offending (or missing) action */
   char detail[160];
 } zb_violation;
 

@@ -23,7 +23,8 @@ static bool grid_one(zb_family f, int p, int v, int m) {
   if (err) {
     ok = (err == ZB_ERR_UNSUPPORTED || err == ZB_ERR_INFEASIBLE) && d.msg[0];
     if (!ok)
-      fprintf(stderr, "  %s p=%d v=%d m=%d: error %d without a reason: %s\n", zb_family_name(f), p, v, m, err, d.msg);
+      fprintf(stderr, "  %s p=%d v=%d m=%d: error %d without a reason: %s\n", zb_family_name(f), p, v, m, err,
+              d.msg);
     grid_refused++;
     goto done;
   }
@@ -53,7 +54,8 @@ static bool grid_one(zb_family f, int p, int v, int m) {
     busy += sim->busy[r];
   ok = fabs(busy - p * m * 3.0) < 1e-6 && sim->makespan >= m * 3.0 - 1e-9;
   if (!ok)
-    fprintf(stderr, "  %s p=%d v=%d m=%d: busy %g makespan %g\n", zb_family_name(f), p, v, m, busy, sim->makespan);
+    fprintf(stderr, "  %s p=%d v=%d m=%d: busy %g makespan %g\n", zb_family_name(f), p, v, m, busy,
+            sim->makespan);
   grid_checked++;
 done:
   zb_sim_result_free(sim);
