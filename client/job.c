@@ -26,6 +26,7 @@ enum {
   OPT_CHUNKS,
   OPT_MEM_LIMIT,
   OPT_REASON,
+  OPT_EVERY,
   OPT_HELP
 };
 
@@ -60,12 +61,13 @@ const char zbctl_list_help[] = "usage: zbctl list [--coordinator ADDR] [--output
 const char zbctl_get_help[] = "usage: zbctl get JOB_ID [--coordinator ADDR] [--output text|json]\n"
                               "\nShows one job: its spec, state, reason and last iteration.\n";
 const char zbctl_watch_help[] =
-    "usage: zbctl watch JOB_ID [--coordinator ADDR] [--output text|json]\n"
+    "usage: zbctl watch JOB_ID [--every N] [--coordinator ADDR] [--output text|json]\n"
     "\nStreams a job's events from its start: state changes and, per iteration,\n"
-    "the training loss (jobs that train a model: backend cpu), samples/s, the\n"
-    "measured and predicted bubble ratio (global) and peak memory per rank, with a\n"
-    "progress bar. Exits when the job ends: 0 if it SUCCEEDED, 1 otherwise.\n"
-    "--output json prints one JSON event per line.\n";
+    "the training loss and tokens/s (jobs that train a model: backend cpu) or\n"
+    "samples/s, the measured and predicted bubble ratio (global) and peak memory\n"
+    "per rank, with a progress bar. Exits when the job ends: 0 if it SUCCEEDED,\n"
+    "1 otherwise. --output json prints one JSON event per line.\n"
+    "  --every N             print every Nth iteration (and the last; default 1)\n";
 const char zbctl_cancel_help[] =
     "usage: zbctl cancel JOB_ID [--reason TEXT] [--coordinator ADDR] [--output text|json]\n"
     "\nCancels a pending or running job; its workers are released.\n";
@@ -264,7 +266,15 @@ int zbctl_list(const zbctl_command *cmd, int argc, char **argv) {
   return ZBCTL_EXIT_OK;
 }
 
-static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, bool bar);
+static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, bool bar,
+                            double tokens_per_sample);
+/* Tokens in one microbatch of a job that trains a model (batch x seq_len);
+ * 0 for other jobs. */
+static double job_tokens_per_sample(const Zb__V1__JobSpec *spec) {
+  if (!spec || !spec->model || strcmp(spec->backend, "cpu") != 0)
+    return 0;
+  return (double)spec->model->batch * spec->model->seq_len;
+}
 
 int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
   remote_args a;
@@ -302,7 +312,7 @@ int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
     printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
            s ? s->iterations : 0, created, updated);
     if (j->last)
-      print_iteration(j->last, s ? s->iterations : 0, false);
+      print_iteration(j->last, s ? s->iterations : 0, false, job_tokens_per_sample(s));
   }
   protobuf_c_message_free_unpacked(resp, NULL);
   return ZBCTL_EXIT_OK;
@@ -310,7 +320,10 @@ int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
 
 /* ---- watch ---- */
 
-static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, bool bar) {
+/* tokens_per_sample > 0 (jobs that train a model): throughput in tokens/s,
+ * else in microbatches (samples) per second. */
+static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, bool bar,
+                            double tokens_per_sample) {
   char progress[48] = "";
   if (bar && iterations > 0) {
     int width = 20, done = (it->iteration + 1) * width / iterations;
@@ -323,9 +336,13 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
   char loss[32] = ""; /* only jobs that train a model (cpu) have one */
   if (it->has_loss)
     snprintf(loss, sizeof loss, "  loss %.4f", it->loss);
-  printf("%s iter %d/%d  %-8s%s %9.1f samples/s  bubble %.4f (predicted %.4f)  peak mem", progress,
-         it->iteration + 1, iterations, it->schedule, loss, it->samples_per_second, it->bubble_ratio,
-         it->predicted_bubble_ratio);
+  char rate[40];
+  if (tokens_per_sample > 0)
+    snprintf(rate, sizeof rate, "%9.0f tokens/s", it->samples_per_second * tokens_per_sample);
+  else
+    snprintf(rate, sizeof rate, "%9.1f samples/s", it->samples_per_second);
+  printf("%s iter %d/%d  %-8s%s %s  bubble %.4f (predicted %.4f)  peak mem", progress, it->iteration + 1,
+         iterations, it->schedule, loss, rate, it->bubble_ratio, it->predicted_bubble_ratio);
   for (size_t r = 0; r < it->n_ranks; r++)
     printf(" r%d:%.3g", it->ranks[r]->rank, it->ranks[r]->peak_memory);
   printf("\n  rank bubble:");
@@ -334,9 +351,15 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
   printf("\n");
 }
 
+static bool watch_opt(const char *cmd, int id, const char *val, void *ctx) {
+  return id == OPT_EVERY && cli_parse_int(cmd, "--every", val, 1, 1000000, ctx);
+}
+
 int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
   remote_args a;
-  int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, true, NULL, NULL);
+  int every = 1;
+  static const cli_opt extra[] = {{"every", 0, true, OPT_EVERY}};
+  int rc = remote_parse(cmd, argc, argv, extra, 1, &a, true, watch_opt, &every);
   if (rc >= 0)
     return rc;
   zb_rpc_client *c = zb_rpc_client_new(a.coordinator, 64 << 20);
@@ -351,7 +374,9 @@ int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
     zb_rpc_client_free(c);
     return remote_error("watch", st, details, a.coordinator);
   }
-  int iterations = ((Zb__V1__Job *)gresp)->spec ? ((Zb__V1__Job *)gresp)->spec->iterations : 0;
+  const Zb__V1__JobSpec *spec = ((Zb__V1__Job *)gresp)->spec;
+  int iterations = spec ? spec->iterations : 0;
+  double tokens_per_sample = job_tokens_per_sample(spec);
   protobuf_c_message_free_unpacked(gresp, NULL);
   Zb__V1__WatchJobRequest req = ZB__V1__WATCH_JOB_REQUEST__INIT;
   req.job_id = (char *)a.positional;
@@ -371,7 +396,10 @@ int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
       fwrite(b.data, 1, b.len, stdout);
       zb_buf_free(&b);
     } else if (ev->iteration) {
-      print_iteration(ev->iteration, iterations, true);
+      /* every Nth iteration, and always the last and anything unusual */
+      const Zb__V1__IterationMetrics *it = ev->iteration;
+      if ((it->iteration + 1) % every == 0 || it->iteration + 1 == iterations || every == 1)
+        print_iteration(it, iterations, true, tokens_per_sample);
     } else {
       char when[32];
       fmt_time(ev->unix_ms, when, sizeof when);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The main job: a local zb cluster on this machine. Builds the daemons and
-# zbctl (build/dev), starts a zb-coordinator and N zb-workers (sim backend,
-# TCP transport) in a temporary data directory, submits the default job
-# (zb-v on 4 ranks), streams its progress with `zbctl watch`, and shuts
-# everything down cleanly, also on Ctrl-C.
+# The main job: a local zb cluster on this machine trains a model. Builds
+# the daemons and zbctl (build/dev), starts a zb-coordinator and N
+# zb-workers (cpu backend with real math, TCP transport) in a temporary data
+# directory, submits the default job (the built-in transformer, zb-v on 4
+# ranks), streams loss, tokens/s, bubble and memory with `zbctl watch`,
+# prints a summary and shuts everything down cleanly, also on Ctrl-C.
 set -euo pipefail
 
 CALLER_DIR=$PWD
@@ -24,10 +25,13 @@ With no ZBCTL_ARGS, runs a local cluster:
   2. cmake --preset dev; builds zb-coordinator, zb-worker and zbctl
   3. starts zb-coordinator (gRPC and /metrics on free loopback ports) and the
      workers, in a temporary directory (data, logs)
-  4. submits the job (default deploy/jobs/local-demo.yaml: zb-v, 4 ranks,
-     16 microbatches, 10 ms ops, 20 iterations) and runs `zbctl watch` on it
-  5. prints a summary, then stops the workers and the coordinator (SIGTERM)
-     and removes the temporary directory (kept with --keep, or on failure)
+  4. submits the job (default deploy/jobs/local-train.yaml: a small
+     transformer on /usr/share/common-licenses/GPL-3, zb-v, 4 ranks,
+     8 microbatches, 200 iterations) and runs `zbctl watch --every 10` on it
+     (deploy/jobs/local-demo.yaml is the sim-backend demo: --job it)
+  5. prints a summary (loss first -> last, tokens/s, bubble measured and
+     predicted), then stops the workers and the coordinator (SIGTERM) and
+     removes the temporary directory (kept with --keep, or on failure)
 
   --workers N   workers to start (default: the job's ranks, at least 4)
   --job FILE    job spec to submit instead of the default
@@ -44,7 +48,8 @@ USAGE
 deps=1
 jobs=${JOBS:-$(nproc)}
 workers=
-job=deploy/jobs/local-demo.yaml
+job=deploy/jobs/local-train.yaml
+every=10
 keep=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -148,11 +153,30 @@ echo "\$ zbctl submit ${job#"$ROOT"/}"
 job_id=$("$ZBCTL" submit "$job")
 echo "$job_id"
 echo
-echo "\$ zbctl watch $job_id"
-if "$ZBCTL" watch "$job_id"; then status=0; else status=1; fi
+echo "\$ zbctl watch $job_id --every $every"
+if "$ZBCTL" watch "$job_id" --every "$every"; then status=0; else status=1; fi
 echo
 echo "\$ zbctl get $job_id"
 "$ZBCTL" get "$job_id" || status=1
+echo
+echo "summary:"
+# every iteration's figures, replayed from the job's history
+"$ZBCTL" watch "$job_id" --output json 2>/dev/null | jq -rs '
+  [ .[] | select(.iteration != null) | .iteration ] as $it
+  | if ($it | length) == 0 then "  no iteration completed" else
+      ($it[1:] // $it) as $steady
+      | "  iterations   \($it | length), schedule \($it[-1].schedule)",
+        (if $it[0].has_loss then
+           "  loss         \($it[0].loss * 10000 | round / 10000) (iteration 1) -> \($it[-1].loss * 10000 | round / 10000) (iteration \($it | length))"
+         else empty end),
+        "  throughput   \(($steady | map(.samples_per_second) | add / length) * 10 | round / 10) microbatches/s (mean after iteration 1)",
+        "  bubble       \(($steady | map(.bubble_ratio) | add / length) * 10000 | round / 10000) measured, \($it[-1].predicted_bubble_ratio * 10000 | round / 10000) predicted (global, mean after iteration 1)"
+    end' || true
+cores=$(nproc)
+if [[ $workers -gt $cores ]]; then
+  echo "  note: $workers workers share $cores cores here, so ranks also wait for a CPU; the measured bubble"
+  echo "        counts that wait, the prediction does not (it plans with the job's op costs)"
+fi
 echo
 echo "metrics (excerpt):"
 if command -v curl >/dev/null 2>&1; then
