@@ -14,6 +14,12 @@
  *   zb_bench_model [--hidden 512] [--heads 8] [--seq 256] [--batch 4]
  *                  [--layers 2] [--reps 5] [--threads 1]
  *
+ * A second section runs whole schedules through real model stages in one
+ * process (each rank's stages, ops in the simulator's time order) and
+ * prints each rank's measured peak activation bytes beside the plan's
+ * predicted peak memory (libzb's simulator, in units of a rank's M_F):
+ * the ratios between ranks and between schedules should agree within 10%.
+ *
  * It prints; it never fails on a slow result.
  */
 #include <cblas.h>
@@ -25,6 +31,8 @@
 
 #include "zb_alloc.h"
 #include "zb_model.h"
+#include "zb_plan.h"
+#include "zb_sim.h"
 
 #define TRACE_CAP 4096
 
@@ -68,6 +76,185 @@ static int arg_int(int argc, char **argv, const char *name, int def) {
     if (strcmp(argv[i], name) == 0)
       return atoi(argv[i + 1]);
   return def;
+}
+
+/* ---- measured peak activation memory against the plan ---- */
+
+typedef struct timed_op {
+  double start;
+  int rank, index;
+} timed_op;
+
+static int timed_cmp(const void *a, const void *b) {
+  const timed_op *x = a, *y = b;
+  if (x->start != y->start)
+    return x->start < y->start ? -1 : 1;
+  return x->rank != y->rank ? x->rank - y->rank : x->index - y->index;
+}
+
+/* Runs family f (p ranks, m microbatches) through real stages; fills
+ * peak[r] (bytes) and units[r] (the plan's peak, rank M_F units). */
+static int memory_run(zb_family f, int p, int m, const zb_model_config *base, const zb_rank_costs *mem_model,
+                      int64_t *peak, double *units) {
+  int v = zb_family_default_chunks(f), S = p * v;
+  zb_rank_costs rc = *mem_model;
+  zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
+  zb_plan_request req = {.family = f, .p = p, .v = v, .m = m, .costs = c};
+  zb_schedule *s = NULL;
+  zb_sim_result *sim = NULL;
+  if (zb_plan_generate(&req, &s, NULL) != ZB_OK || zb_simulate(s, c, &sim, NULL) != ZB_OK) {
+    zb_schedule_free(s);
+    zb_costs_free(c);
+    return -1;
+  }
+  zb_model_config cfg = *base;
+  cfg.loss_scale = 1.0f / (float)m;
+  zb_model_stage **st = zb_calloc((size_t)S, sizeof *st);
+  for (int k = 0; k < S; k++)
+    zb_model_stage_new(&cfg, k, S, &st[k], NULL);
+  size_t na = zb_model_act_numel(st[0]), nt = (size_t)cfg.batch * cfg.seq_len;
+  float **act = zb_calloc((size_t)S * m, sizeof(float *)), **grad = zb_calloc((size_t)S * m, sizeof(float *));
+  uint8_t *tok = zb_malloc(nt + 1);
+  for (size_t i = 0; i <= nt; i++)
+    tok[i] = (uint8_t)(32 + (i * 7919) % 90);
+  int n_ops = 0;
+  for (int r = 0; r < p; r++)
+    n_ops += s->ranks[r].n;
+  timed_op *order = zb_malloc(sizeof *order * (size_t)n_ops);
+  n_ops = 0;
+  for (int r = 0; r < p; r++)
+    for (int i = 0; i < s->ranks[r].n; i++)
+      order[n_ops++] = (timed_op){sim->start[r][i], r, i};
+  qsort(order, (size_t)n_ops, sizeof *order, timed_cmp);
+  for (int r = 0; r < p; r++) {
+    peak[r] = 0;
+    units[r] = sim->peak_memory_units[r];
+  }
+  for (int k = 0; k < n_ops; k++) {
+    const zb_action *a = &s->ranks[order[k].rank].actions[order[k].index];
+    int st_i = a->stage, mb = a->mb;
+    zb_model_stage *x = st[st_i];
+    zb_diag d = {{0}};
+    float **y = &act[(size_t)st_i * m + mb], **dx = &grad[(size_t)st_i * m + mb];
+    zb_model_reset_peak(x);
+    if (a->op == ZB_OP_F) {
+      if (st_i < S - 1 && !*y)
+        *y = zb_malloc(na * sizeof(float));
+      float loss;
+      zb_model_forward(x, mb, st_i == 0 ? tok : NULL, st_i == 0 ? NULL : act[(size_t)(st_i - 1) * m + mb],
+                       st_i == S - 1 ? tok + 1 : NULL, st_i < S - 1 ? *y : NULL, st_i == S - 1 ? &loss : NULL,
+                       &d);
+    } else if (a->op == ZB_OP_B || a->op == ZB_OP_BW) {
+      if (st_i > 0 && !*dx)
+        *dx = zb_malloc(na * sizeof(float));
+      const float *dy = st_i == S - 1 ? NULL : grad[(size_t)(st_i + 1) * m + mb];
+      if (a->op == ZB_OP_B)
+        zb_model_backward_b(x, mb, dy, st_i > 0 ? *dx : NULL, &d);
+      else
+        zb_model_backward_bw(x, mb, dy, st_i > 0 ? *dx : NULL, &d);
+    } else if (a->op == ZB_OP_W) {
+      zb_model_backward_w(x, mb, &d);
+    }
+    if (d.msg[0]) {
+      printf("%s: %s\n", zb_family_name(f), d.msg);
+      break;
+    }
+    /* the rank's bytes at this op's high-water mark: its other stages now,
+     * this stage at its peak during the op */
+    int r = order[k].rank;
+    int64_t bytes = 0;
+    for (int q = 0; q < S; q++) {
+      if (zb_placement_rank(s->placement, p, v, q) != r)
+        continue;
+      zb_model_mem mem;
+      zb_model_mem_stats(st[q], &mem);
+      bytes += q == st_i ? mem.peak_state_bytes : mem.state_bytes;
+    }
+    if (bytes > peak[r])
+      peak[r] = bytes;
+  }
+  for (int k = 0; k < S * m; k++) {
+    free(act[k]);
+    free(grad[k]);
+  }
+  for (int k = 0; k < S; k++)
+    zb_model_stage_free(st[k]);
+  free(st);
+  free(act);
+  free(grad);
+  free(tok);
+  free(order);
+  zb_sim_result_free(sim);
+  zb_schedule_free(s);
+  zb_costs_free(c);
+  return 0;
+}
+
+static void memory_section(void) {
+  enum { P = 4, M = 8 };
+  /* A shape where B frees more than W keeps (heads x T > 4h), as DESIGN
+   * §3's memory model assumes (M_B < 0). */
+  zb_model_config cfg = {
+      .vocab = 256, .hidden = 32, .heads = 4, .layers = 16, .seq_len = 128, .batch = 1, .seed = 1};
+  printf("\nmeasured peak activation bytes per rank against the plan: p=%d, m=%d; h=%d, %d heads, %d layers, "
+         "T=%d, batch %d\n",
+         P, M, cfg.hidden, cfg.heads, cfg.layers, cfg.seq_len, cfg.batch);
+  printf("(ops in the simulator's order through real stages in one process; plan: peak memory in rank M_F "
+         "units)\n\n");
+  printf("%-8s %4s %12s %14s %12s %12s\n", "schedule", "rank", "peak MiB", "vs rank 0", "plan units",
+         "plan vs r0");
+  /* The plan's memory deltas, profiled from the model: one microbatch's
+   * state after F, after B, and after W (none) on a middle stage. */
+  zb_rank_costs rc = zb_rank_costs_default();
+  {
+    zb_model_stage *st = NULL;
+    zb_model_stage_new(&cfg, 1, 4, &st, NULL);
+    size_t na = zb_model_act_numel(st);
+    float *x = zb_calloc(na, sizeof(float)), *y = zb_calloc(na, sizeof(float)),
+          *dy = zb_calloc(na, sizeof(float));
+    for (size_t i = 0; i < na; i++)
+      x[i] = dy[i] = (float)(i % 101) * 0.01f - 0.5f;
+    zb_model_forward(st, 0, NULL, x, NULL, y, NULL, NULL);
+    double after_f = (double)zb_model_mb_bytes(st, 0);
+    zb_model_backward_b(st, 0, dy, y, NULL);
+    double after_b = (double)zb_model_mb_bytes(st, 0);
+    zb_model_backward_w(st, 0, NULL);
+    rc.m_f = 1;
+    rc.m_b = (after_b - after_f) / after_f;
+    rc.m_w = -after_b / after_f;
+    printf("memory model profiled from one microbatch of a middle stage: M_F=1, M_B=%.3f, M_W=%.3f\n\n",
+           rc.m_b, rc.m_w);
+    free(x);
+    free(y);
+    free(dy);
+    zb_model_stage_free(st);
+  }
+  static const zb_family fams[] = {ZB_FAMILY_1F1B, ZB_FAMILY_ZB_H1, ZB_FAMILY_ZB_V, ZB_FAMILY_V_HALF,
+                                   ZB_FAMILY_V_MIN};
+  int64_t ref_max = 0;
+  double ref_units = 0;
+  for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+    int64_t peak[P];
+    double units[P];
+    if (memory_run(fams[k], P, M, &cfg, &rc, peak, units) != 0) {
+      printf("%-8s  (refused)\n", zb_family_name(fams[k]));
+      continue;
+    }
+    int64_t mx = 0;
+    double umx = 0;
+    for (int r = 0; r < P; r++) {
+      printf("%-8s %4d %12.2f %14.3f %12.3g %12.3f\n", zb_family_name(fams[k]), r,
+             (double)peak[r] / 1048576.0, (double)peak[r] / (double)peak[0], units[r], units[r] / units[0]);
+      mx = peak[r] > mx ? peak[r] : mx;
+      umx = units[r] > umx ? units[r] : umx;
+    }
+    if (fams[k] == ZB_FAMILY_1F1B) {
+      ref_max = mx;
+      ref_units = umx;
+    }
+    printf("%-8s  max peak vs 1f1b's: measured %.3f, plan %.3f\n\n", zb_family_name(fams[k]),
+           (double)mx / (double)ref_max, umx / ref_units);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -182,5 +369,6 @@ int main(int argc, char **argv) {
     free(tgt);
     zb_model_stage_free(st);
   }
+  memory_section();
   return 0;
 }
