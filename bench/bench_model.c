@@ -200,9 +200,7 @@ static void memory_section(void) {
          "T=%d, batch %d\n",
          P, M, cfg.hidden, cfg.heads, cfg.layers, cfg.seq_len, cfg.batch);
   printf("(ops in the simulator's order through real stages in one process; plan: peak memory in rank M_F "
-         "units)\n\n");
-  printf("%-8s %4s %12s %14s %12s %12s\n", "schedule", "rank", "peak MiB", "vs rank 0", "plan units",
-         "plan vs r0");
+         "units)\n");
   /* The plan's memory deltas, profiled from the model: one microbatch's
    * state after F, after B, and after W (none) on a middle stage. */
   zb_rank_costs rc = zb_rank_costs_default();
@@ -229,6 +227,8 @@ static void memory_section(void) {
     free(dy);
     zb_model_stage_free(st);
   }
+  printf("%-8s %4s %12s %14s %12s %12s\n", "schedule", "rank", "peak MiB", "vs rank 0", "plan units",
+         "plan vs r0");
   static const zb_family fams[] = {ZB_FAMILY_1F1B, ZB_FAMILY_ZB_H1, ZB_FAMILY_ZB_V, ZB_FAMILY_V_HALF,
                                    ZB_FAMILY_V_MIN};
   int64_t ref_max = 0;
