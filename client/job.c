@@ -304,10 +304,11 @@ int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
     if (s && s->model) {
       const Zb__V1__ModelSpec *m = s->model;
       printf("model      hidden %d, heads %d, layers %d, seq_len %d, batch %d, seed %llu; data %s\n"
-             "optimizer  AdamW lr %g, weight_decay %g, betas (%g, %g), eps %g\n",
+             "optimizer  AdamW lr %g, weight_decay %g, betas (%g, %g), eps %g; clip_norm %g, step %s\n",
              m->hidden, m->heads, m->layers, m->seq_len, m->batch, (unsigned long long)m->seed, m->data,
              m->lr, m->weight_decay ? m->weight_decay->value : 0, m->beta1 ? m->beta1->value : 0,
-             m->beta2 ? m->beta2->value : 0, m->eps);
+             m->beta2 ? m->beta2->value : 0, m->eps, m->clip_norm ? m->clip_norm->value : 1.0,
+             m->step && m->step[0] ? m->step : "post-validated");
     }
     printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
            s ? s->iterations : 0, created, updated);
@@ -336,13 +337,19 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
   char loss[32] = ""; /* only jobs that train a model (cpu) have one */
   if (it->has_loss)
     snprintf(loss, sizeof loss, "  loss %.4f", it->loss);
+  char step[64] = ""; /* the optimizer's global check (cpu jobs) */
+  if (it->has_grad_norm)
+    snprintf(step, sizeof step, "  grad norm %.3g%s", it->grad_norm,
+             it->skipped   ? " skipped (non-finite)"
+             : it->clipped ? " clipped"
+                           : "");
   char rate[40];
   if (tokens_per_sample > 0)
     snprintf(rate, sizeof rate, "%9.0f tokens/s", it->samples_per_second * tokens_per_sample);
   else
     snprintf(rate, sizeof rate, "%9.1f samples/s", it->samples_per_second);
-  printf("%s iter %d/%d  %-8s%s %s  bubble %.4f (predicted %.4f)  peak mem", progress, it->iteration + 1,
-         iterations, it->schedule, loss, rate, it->bubble_ratio, it->predicted_bubble_ratio);
+  printf("%s iter %d/%d  %-8s%s%s %s  bubble %.4f (predicted %.4f)  peak mem", progress, it->iteration + 1,
+         iterations, it->schedule, loss, step, rate, it->bubble_ratio, it->predicted_bubble_ratio);
   for (size_t r = 0; r < it->n_ranks; r++)
     printf(" r%d:%.3g", it->ranks[r]->rank, it->ranks[r]->peak_memory);
   printf("\n  rank bubble:");

@@ -85,14 +85,23 @@ typedef enum model_key {
   MK_BETA1,
   MK_BETA2,
   MK_EPS,
+  MK_CLIP_NORM,
+  MK_STEP,
+  MK_INJECT_NAN,
   MK_COUNT_
 } model_key;
-static const char *const model_keys[MK_COUNT_] = {"hidden",       "heads", "layers", "seq_len",
-                                                  "batch",        "seed",  "data",   "lr",
-                                                  "weight_decay", "beta1", "beta2",  "eps"};
+static const char *const model_keys[MK_COUNT_] = {
+    "hidden",       "heads", "layers", "seq_len", "batch",     "seed", "data",      "lr",
+    "weight_decay", "beta1", "beta2",  "eps",     "clip_norm", "step", "inject_nan"};
 static const char *const model_fields[MK_COUNT_] = {
-    "model.hidden", "model.heads", "model.layers",       "model.seq_len", "model.batch", "model.seed",
-    "model.data",   "model.lr",    "model.weight_decay", "model.beta1",   "model.beta2", "model.eps"};
+    "model.hidden", "model.heads", "model.layers",    "model.seq_len",      "model.batch",
+    "model.seed",   "model.data",  "model.lr",        "model.weight_decay", "model.beta1",
+    "model.beta2",  "model.eps",   "model.clip_norm", "model.step",         "model.inject_nan"};
+static const char *const step_modes[] = {ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME};
+
+typedef enum nan_key { NK_ITERATION, NK_MICROBATCH, NK_COUNT_ } nan_key;
+static const char *const nan_keys[NK_COUNT_] = {"iteration", "microbatch"};
+static const int_range NAN_INDEX_RANGE = {0, 0, 1000000};
 
 typedef enum coord_key {
   CO_LISTEN,
@@ -129,7 +138,9 @@ void zb_job_spec_default(zb_job_spec *s) {
                              .weight_decay = 0.01,
                              .beta1 = 0.9,
                              .beta2 = 0.95,
-                             .eps = 1e-8};
+                             .eps = 1e-8,
+                             .clip_norm = 1.0};
+  snprintf(s->model.step, sizeof s->model.step, "%s", ZB_STEP_POST_VALIDATED_NAME);
   snprintf(s->model.data, sizeof s->model.data, "%s", ZB_MODEL_DEFAULT_DATA);
 }
 
@@ -651,8 +662,20 @@ static zb_err check_model(const zb_job_spec *s, job_fault *f) {
       (err = check_model_real(f, MK_WEIGHT_DECAY, m->weight_decay, 0, false, INFINITY)) ||
       (err = check_model_real(f, MK_BETA1, m->beta1, 0, false, 1)) ||
       (err = check_model_real(f, MK_BETA2, m->beta2, 0, false, 1)) ||
-      (err = check_model_real(f, MK_EPS, m->eps, 0, true, INFINITY)))
+      (err = check_model_real(f, MK_EPS, m->eps, 0, true, INFINITY)) ||
+      (err = check_model_real(f, MK_CLIP_NORM, m->clip_norm, 0, false, INFINITY)))
     return err;
+  if (!terminated(m->step, sizeof m->step) || !one_of(m->step, step_modes, 2))
+    return fault_set(f, JK_MODEL, MK_STEP, "model.step", "must be one of %s, %s, got '%.23s'",
+                     ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME, m->step);
+  if (m->inject_nan && (m->nan_iteration < 0 || m->nan_iteration >= s->iterations))
+    return fault_set(f, JK_MODEL, MK_INJECT_NAN, "model.inject_nan.iteration",
+                     "must be between 0 and iterations - 1 (%d), got %d", s->iterations - 1,
+                     m->nan_iteration);
+  if (m->inject_nan && (m->nan_microbatch < 0 || m->nan_microbatch >= s->microbatches))
+    return fault_set(f, JK_MODEL, MK_INJECT_NAN, "model.inject_nan.microbatch",
+                     "must be between 0 and microbatches - 1 (%d), got %d", s->microbatches - 1,
+                     m->nan_microbatch);
   if (s->bytes_per_activation != bytes)
     return fault_set(f, JK_BYTES, -1, "bytes_per_activation",
                      "%lld conflicts with the cpu model's %lld bytes per activation (batch %d x seq_len %d x "
@@ -767,6 +790,32 @@ static zb_err job_stage_costs(const walk *w, const yaml_node_t *n, zb_job_spec *
   return ZB_OK;
 }
 
+/* model.inject_nan: a mapping {iteration, microbatch}, each defaulting to
+ * 0; ranges against the job's shape are check_model's. */
+static zb_err model_inject_nan(const walk *w, const yaml_node_t *n, zb_model_spec *m) {
+  char buf[64], known[64];
+  if (n->type != YAML_MAPPING_NODE) {
+    join_names(nan_keys, NK_COUNT_, known, sizeof known);
+    return zb_diag_set(w->diag, ZB_ERR_PARSE,
+                       "line %d: key 'model.inject_nan': expected a mapping with keys %s, got %s",
+                       node_line(n), known, describe(n, buf, sizeof buf));
+  }
+  m->inject_nan = true;
+  m->nan_iteration = m->nan_microbatch = 0;
+  int seen[NK_COUNT_] = {0};
+  int *dst[NK_COUNT_] = {&m->nan_iteration, &m->nan_microbatch};
+  static const char *const fields[NK_COUNT_] = {"model.inject_nan.iteration", "model.inject_nan.microbatch"};
+  for (const yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top; pair++) {
+    int k = -1;
+    zb_err err = map_key(w, node_at(w, pair->key), nan_keys, NK_COUNT_, "model.inject_nan.", seen, &k);
+    if (!err)
+      err = get_int32(w, node_at(w, pair->value), fields[k], &NAN_INDEX_RANGE, dst[k]);
+    if (err)
+      return err;
+  }
+  return ZB_OK;
+}
+
 /* model: a mapping of model_keys; sizes are checked as integers here and
  * against their ranges (with the other rules) by check_model. */
 static zb_err job_model(const walk *w, const yaml_node_t *n, zb_job_spec *s, job_lines *lines) {
@@ -788,11 +837,9 @@ static zb_err job_model(const walk *w, const yaml_node_t *n, zb_job_spec *s, job
                                [MK_LAYERS] = &LAYERS_RANGE,
                                [MK_SEQ_LEN] = &SEQ_LEN_RANGE,
                                [MK_BATCH] = &BATCH_RANGE};
-  double *reals[MK_COUNT_] = {[MK_LR] = &m->lr,
-                              [MK_WEIGHT_DECAY] = &m->weight_decay,
-                              [MK_BETA1] = &m->beta1,
-                              [MK_BETA2] = &m->beta2,
-                              [MK_EPS] = &m->eps};
+  double *reals[MK_COUNT_] = {
+      [MK_CLIP_NORM] = &m->clip_norm, [MK_LR] = &m->lr,       [MK_WEIGHT_DECAY] = &m->weight_decay,
+      [MK_BETA1] = &m->beta1,         [MK_BETA2] = &m->beta2, [MK_EPS] = &m->eps};
   for (const yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top; pair++) {
     int k = -1; /* set by map_key on success; gcc -O2 cannot see that */
     zb_err err = map_key(w, node_at(w, pair->key), model_keys, MK_COUNT_, "model.", lines->model, &k);
@@ -805,6 +852,10 @@ static zb_err job_model(const walk *w, const yaml_node_t *n, zb_job_spec *s, job
       err = get_int(w, value, "model.seed", &SEED_RANGE, &m->seed);
     else if (k == MK_DATA)
       err = get_string(w, value, "model.data", m->data, sizeof m->data);
+    else if (k == MK_STEP)
+      err = get_string(w, value, "model.step", m->step, sizeof m->step);
+    else if (k == MK_INJECT_NAN)
+      err = model_inject_nan(w, value, m);
     else
       err = get_number(w, value, model_fields[k], reals[k]);
     if (err)

@@ -49,6 +49,11 @@
  *     beta1: 0.9                #   (default 0.9), in [0, 1)
  *     beta2: 0.95               #   (default 0.95), in [0, 1)
  *     eps: 1e-8                 #   (default 1e-8), > 0
+ *     clip_norm: 1.0            #   global gradient-norm clipping (default 1.0; 0: none), >= 0
+ *     step: post-validated      #   post-validated (default) or synchronous (zb_step.h)
+ *     inject_nan:               #   testing aid, optional: the last stage's loss gradient of
+ *       iteration: 3            #     this microbatch of this iteration (0-based) becomes NaN,
+ *       microbatch: 0           #     so that step is skipped (both default 0)
  * A cpu job's bytes_per_activation is one activation of its model,
  * batch * seq_len * hidden * 4 bytes: left out it is derived, given it
  * must be exactly that.
@@ -66,7 +71,14 @@ typedef struct zb_model_spec {
   long long seed; /* >= 1 */
   char data[512]; /* path on the workers */
   double lr, weight_decay, beta1, beta2, eps;
+  double clip_norm; /* >= 0; 0: no clipping */
+  char step[24];    /* ZB_STEP_POST_VALIDATED_NAME or ZB_STEP_SYNCHRONOUS_NAME */
+  bool inject_nan;  /* the test hook is on: */
+  int nan_iteration, nan_microbatch;
 } zb_model_spec;
+
+#define ZB_STEP_POST_VALIDATED_NAME "post-validated"
+#define ZB_STEP_SYNCHRONOUS_NAME "synchronous"
 
 typedef struct zb_job_spec {
   char name[64];

@@ -366,9 +366,13 @@ static void rpc_on_new_call(method_slot *sl) {
     rpc_start(c, &close_op, 1, &c->close_tag);
   }
 
+  if (!payload) { /* no message at all: the client gave up (deadline, cancel) before sending it */
+    ZB_DEBUG("rpc: %s from %s arrived without a request message", sl->m->path, zb_rpc_call_peer(c));
+    zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request: no %s message", sl->m->request->name);
+    return;
+  }
   ProtobufCMessage *req = rpc_unpack(payload, sl->m->request);
-  if (payload)
-    grpc_byte_buffer_destroy(payload);
+  grpc_byte_buffer_destroy(payload);
   if (!req) {
     ZB_WARN("rpc: %s from %s: request is not a valid %s", sl->m->path, zb_rpc_call_peer(c),
             sl->m->request->name);

@@ -50,10 +50,21 @@ zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb
     out->beta2 = pb->beta2->value;
   if (pb->eps != 0)
     out->eps = pb->eps;
+  if (pb->clip_norm)
+    out->clip_norm = pb->clip_norm->value;
+  if (pb->step && pb->step[0] && (err = wire_copy(out->step, sizeof out->step, pb->step, "model.step", diag)))
+    return err;
+  if (pb->inject_nan) {
+    out->inject_nan = true;
+    out->nan_iteration = pb->inject_nan->iteration;
+    out->nan_microbatch = pb->inject_nan->microbatch;
+  }
   return ZB_OK;
 }
 
-void zb_wire_model_to_pb(const zb_model_spec *m, Zb__V1__ModelSpec *pb, Zb__V1__DoubleValue dv[3]) {
+void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
+  Zb__V1__ModelSpec *pb = &out->m;
+  Zb__V1__DoubleValue *dv = out->dv;
   zb__v1__model_spec__init(pb);
   pb->hidden = m->hidden;
   pb->heads = m->heads;
@@ -64,14 +75,22 @@ void zb_wire_model_to_pb(const zb_model_spec *m, Zb__V1__ModelSpec *pb, Zb__V1__
   pb->data = (char *)m->data;
   pb->lr = m->lr;
   pb->eps = m->eps;
-  const double given[3] = {m->weight_decay, m->beta1, m->beta2};
-  for (int k = 0; k < 3; k++) {
+  const double given[4] = {m->weight_decay, m->beta1, m->beta2, m->clip_norm};
+  for (int k = 0; k < 4; k++) {
     zb__v1__double_value__init(&dv[k]);
     dv[k].value = given[k];
   }
   pb->weight_decay = &dv[0];
   pb->beta1 = &dv[1];
   pb->beta2 = &dv[2];
+  pb->clip_norm = &dv[3];
+  pb->step = (char *)m->step;
+  if (m->inject_nan) {
+    zb__v1__nan_injection__init(&out->nan);
+    out->nan.iteration = m->nan_iteration;
+    out->nan.microbatch = m->nan_microbatch;
+    pb->inject_nan = &out->nan;
+  }
 }
 
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {
@@ -167,11 +186,8 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->bytes_per_activation = spec->bytes_per_activation;
   if (spec->has_model || strcmp(spec->backend, "cpu") == 0) {
     /* one block: the message first, so pb_clear frees it by pb->model */
-    struct {
-      Zb__V1__ModelSpec m;
-      Zb__V1__DoubleValue dv[3];
-    } *block = zb_malloc(sizeof *block);
-    zb_wire_model_to_pb(&spec->model, &block->m, block->dv);
+    zb_wire_model_pb *block = zb_malloc(sizeof *block);
+    zb_wire_model_to_pb(&spec->model, block);
     pb->model = &block->m;
   }
 }

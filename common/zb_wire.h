@@ -27,7 +27,14 @@ zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb
 /* The model → *pb with every field set; pb's strings point into m and its
  * weight_decay, beta1 and beta2 at dv[0..2], which the caller provides.
  * Nothing is allocated. */
-void zb_wire_model_to_pb(const zb_model_spec *m, Zb__V1__ModelSpec *pb, Zb__V1__DoubleValue dv[3]);
+/* The messages a ModelSpec points into; m first, so a block allocated as
+ * one is freed by its ModelSpec's address. */
+typedef struct zb_wire_model_pb {
+  Zb__V1__ModelSpec m;
+  Zb__V1__DoubleValue dv[4];
+  Zb__V1__NanInjection nan;
+} zb_wire_model_pb;
+void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out);
 /* Spec → proto (see ownership above). A cpu job's model is always sent,
  * resolved. */
 void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb);

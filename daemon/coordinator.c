@@ -265,11 +265,9 @@ static void job_assignment(coord_job *j, const zb_wire_plan *plan, int r, int ve
   a->schedule = (char *)zb_family_name(plan->family);
   a->microbatches = plan->m;
   if (strcmp(j->spec.backend, "cpu") == 0) { /* the spec's model, resolved when it was submitted */
-    struct {
-      Zb__V1__ModelSpec m; /* first: assignment_clear frees the block by a->model */
-      Zb__V1__DoubleValue dv[3];
-    } *block = zb_malloc(sizeof *block);
-    zb_wire_model_to_pb(&j->spec.model, &block->m, block->dv);
+    /* m first: assignment_clear frees the block by a->model */
+    zb_wire_model_pb *block = zb_malloc(sizeof *block);
+    zb_wire_model_to_pb(&j->spec.model, block);
     a->model = &block->m;
   }
 }
@@ -995,6 +993,14 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
       it.loss = slot->ranks[r].loss;
       it.has_loss = true;
     }
+  /* every rank reduced the same values and took the same decision: rank 0's
+   * report stands for all */
+  if (p > 0 && slot->ranks[0].has_grad_norm) {
+    it.grad_norm = slot->ranks[0].grad_norm;
+    it.clipped = slot->ranks[0].clipped;
+    it.skipped = slot->ranks[0].skipped;
+    it.has_grad_norm = true;
+  }
   j->samples_per_second = it.samples_per_second;
   j->row.iterations_done++;
   if (j->switch_at >= 0 && slot->iteration >= j->switch_at) { /* the update took over */
@@ -1115,6 +1121,10 @@ static void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
     ri->start_monotonic_seconds = req->metrics->start_monotonic_seconds;
     ri->loss = req->metrics->loss;
     ri->has_loss = req->metrics->has_loss;
+    ri->grad_norm = req->metrics->grad_norm;
+    ri->clipped = req->metrics->clipped;
+    ri->skipped = req->metrics->skipped;
+    ri->has_grad_norm = req->metrics->has_grad_norm;
     slot->have[w->rank] = true;
     slot->n++;
     if (req->iteration > j->max_reported)

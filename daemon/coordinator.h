@@ -86,7 +86,7 @@ struct coord {
   coord_worker *workers;
   int next_job_number;
   uv_timer_t tick;
-  int64_t last_tick_ms; /* when coord_tick last ran; 0 before the first */
+  int64_t last_tick_ms; /* when coord_tick last ran (the tick timer's start before the first) */
   uv_signal_t sigterm, sigint, sighup;
   bool stopping;
   /* metrics: counters the loop keeps, the text libmicrohttpd serves */

@@ -40,6 +40,9 @@ typedef struct cpu_backend {
   size_t act_numel, act_bytes;
   zb_cpu_data data;
   const atomic_bool *stop;
+  bool nan_on; /* the inject_nan test hook */
+  int64_t nan_iteration;
+  int nan_mb;
 
   int64_t iteration; /* what the data source samples */
   uint64_t epoch;    /* bumped by every begin_iteration; slots compare against it */
@@ -419,6 +422,9 @@ zb_err zb_backend_cpu_new(const zb_cpu_backend_config *cfg, zb_backend **out, zb
   b->total = cfg->total_stages;
   b->data = cfg->data;
   b->stop = cfg->stop;
+  b->nan_on = cfg->inject_nan.on;
+  b->nan_iteration = cfg->inject_nan.iteration;
+  b->nan_mb = cfg->inject_nan.mb;
   b->stages = zb_calloc((size_t)cfg->n_stages, sizeof *b->stages);
   b->local = zb_malloc(sizeof(int) * (size_t)b->total);
   for (int s = 0; s < b->total; s++)
@@ -465,6 +471,7 @@ zb_err zb_backend_cpu_begin_iteration(zb_backend *h, int64_t iteration, zb_diag 
   for (int i = 0; i < b->n; i++) {
     zb_model_drop_states(b->stages[i].st);
     zb_model_zero_grads(b->stages[i].st);
+    zb_model_inject_nan(b->stages[i].st, b->nan_on && iteration == b->nan_iteration ? b->nan_mb : -1);
   }
   b->iteration = iteration;
   b->epoch++; /* every slot and loss of the previous iteration becomes stale */

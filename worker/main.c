@@ -5,7 +5,10 @@
  *
  * Backends: sim (sleeps the planned op times), and cpu where it is built in
  * (ZB_WITH_CPU_BACKEND: OpenBLAS was found): the built-in model trained
- * with AdamW, one synchronous step per iteration on each rank's own stages.
+ * with AdamW on each rank's own stages, one step per iteration with global
+ * gradient-norm clipping and a NaN/Inf check, post-validated or
+ * synchronous (zb_step.h); the global values are reduced over the job's
+ * transport along the ranks.
  *
  * Threads: the main thread owns the Attach stream and the heartbeat; the
  * job thread runs one assignment at a time. They share `worker` under its
@@ -31,6 +34,7 @@
 #include "zb_optimizer.h"
 #include "zb_plan.h"
 #include "zb_rpc.h"
+#include "zb_step.h"
 #include "zb_wire.h"
 
 #ifndef ZB_VERSION
@@ -177,7 +181,8 @@ static zb_err job_plan(const Zb__V1__Assignment *a, zb_schedule **sched, zb_cost
  * says whether to go on with the current plan: false when the coordinator
  * said stop, the report failed (jr->lost says why), or an update starts
  * at the next iteration. */
-static bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, double loss) {
+static bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, double loss,
+                             const zb_step_result *step) {
   worker *w = jr->w;
   Zb__V1__RankIteration ri = ZB__V1__RANK_ITERATION__INIT;
   ri.rank = it->rank;
@@ -193,6 +198,12 @@ static bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_
   ri.start_monotonic_seconds = it->start_seconds;
   ri.has_loss = has_loss;
   ri.loss = has_loss ? loss : 0;
+  if (step) {
+    ri.has_grad_norm = true;
+    ri.grad_norm = step->grad_norm;
+    ri.clipped = step->clipped;
+    ri.skipped = step->skipped;
+  }
   Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
   req.worker_id = w->id;
   req.job_id = jr->a->job_id;
@@ -238,6 +249,9 @@ static bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_
 typedef struct cpu_job {
   zb_backend *be;
   zb_adamw **opt; /* per hosted stage, in the backend's (ascending) order */
+  zb_stepper *stepper;
+  float **params, **grads; /* per hosted stage, into the backend's stages */
+  int rank, nranks;
   int *stages, n_stages, total_stages, microbatches;
   bool last; /* hosts the last stage: computes and reports the loss */
   uint8_t *text;
@@ -326,15 +340,22 @@ static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_sc
                 .loss_scale = 1.0f / (float)sched->m},
       .data = {cj->text ? zb_backend_cpu_text_fill : NULL, &cj->source},
       .stop = stop,
+      .inject_nan = {ms.inject_nan, ms.nan_iteration, ms.nan_microbatch},
   };
   if ((err = zb_backend_cpu_new(&bc, &cj->be, diag)))
     return err;
   zb_adamw_config oc = {
       .lr = ms.lr, .weight_decay = ms.weight_decay, .beta1 = ms.beta1, .beta2 = ms.beta2, .eps = ms.eps};
   cj->opt = zb_calloc((size_t)cj->n_stages, sizeof *cj->opt);
+  cj->params = zb_calloc((size_t)cj->n_stages, sizeof *cj->params);
+  cj->grads = zb_calloc((size_t)cj->n_stages, sizeof *cj->grads);
+  cj->rank = a->rank;
+  cj->nranks = a->ranks;
   size_t params = 0;
   for (int i = 0; i < cj->n_stages; i++) {
     zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    cj->params[i] = zb_model_params(st);
+    cj->grads[i] = zb_model_grads(st);
     if ((err = zb_adamw_new(&oc, zb_model_n_params(st), &cj->opt[i], diag)))
       return err;
     params += zb_model_n_params(st);
@@ -348,30 +369,37 @@ static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_sc
         return err;
     }
   }
+  zb_step_mode mode =
+      strcmp(ms.step, ZB_STEP_SYNCHRONOUS_NAME) == 0 ? ZB_STEP_SYNCHRONOUS : ZB_STEP_POST_VALIDATED;
+  if ((err = zb_stepper_new(cj->n_stages, cj->opt, ms.clip_norm, mode, &cj->stepper, diag)))
+    return err;
   char list[128] = "";
   for (int i = 0; i < cj->n_stages; i++) {
     size_t len = strlen(list);
     snprintf(list + len, sizeof list - len, "%s%d", i ? "," : "", cj->stages[i]);
   }
   ZB_INFO("job %s rank %d: cpu model h=%d heads=%d layers=%d seq_len=%d batch=%d; stages %s of %d, %zu "
-          "parameters here; AdamW lr %g",
+          "parameters here; AdamW lr %g, clip_norm %g, %s step",
           a->job_id, a->rank, ms.hidden, ms.heads, ms.layers, ms.seq_len, ms.batch, list, cj->total_stages,
-          params, ms.lr);
+          params, ms.lr, ms.clip_norm, ms.step);
   return ZB_OK;
 }
 
-/* After an iteration's W ops: one AdamW step on every hosted stage, then
+/* After an iteration's W ops: the step on every hosted stage, checked
+ * globally (zb_step.h; the reduction runs along the ranks over tr), then
  * the loss when this rank has the last stage. */
-static zb_err cpu_job_step(cpu_job *cj, bool *has_loss, double *loss, zb_diag *diag) {
-  for (int i = 0; i < cj->n_stages; i++) {
-    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
-    zb_adamw_step(cj->opt[i], zb_model_params(st), zb_model_grads(st));
-  }
+static zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
+                           zb_step_result *step, zb_diag *diag) {
+  zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
+  zb_err err = zb_stepper_step(cj->stepper, cj->params, (const float *const *)cj->grads, zb_step_reduce_chain,
+                               &chain, step, diag);
+  if (err)
+    return err;
   *has_loss = false;
   if (!cj->last)
     return ZB_OK;
   int count = 0;
-  zb_err err = zb_backend_cpu_loss(cj->be, loss, &count, diag);
+  err = zb_backend_cpu_loss(cj->be, loss, &count, diag);
   if (err)
     return err;
   if (count != cj->microbatches)
@@ -401,6 +429,9 @@ static zb_err cpu_job_check_update(const cpu_job *cj, const zb_schedule *sched, 
 #endif
 
 static void cpu_job_close(cpu_job *cj) {
+  zb_stepper_free(cj->stepper);
+  free(cj->params);
+  free(cj->grads);
   for (int i = 0; cj->opt && i < cj->n_stages; i++)
     zb_adamw_free(cj->opt[i]);
   free(cj->opt);
@@ -443,22 +474,27 @@ static zb_err job_backend(const Zb__V1__Assignment *a, const zb_schedule *sched,
 }
 
 /* Runs one iteration: for a cpu job, begin_iteration before it and the
- * optimizer step after it (the synchronous step: each rank steps once its
- * own W ops are done, with no global check). */
-static zb_err job_iteration(zb_executor *ex, cpu_job *cj, int iteration, zb_rank_iteration *it,
-                            bool *has_loss, double *loss, zb_diag *diag) {
+ * optimizer step after it (*stepped says the step ran and fills *step). */
+static zb_err job_iteration(zb_executor *ex, zb_transport *tr, cpu_job *cj, int iteration,
+                            zb_rank_iteration *it, bool *has_loss, double *loss, bool *stepped,
+                            zb_step_result *step, zb_diag *diag) {
   *has_loss = false;
+  *stepped = false;
   zb_err err = ZB_OK;
 #ifdef ZB_WITH_CPU_BACKEND
   if (cj->be)
     err = zb_backend_cpu_begin_iteration(cj->be, iteration, diag);
   if (!err)
     err = zb_executor_run_iteration(ex, iteration, it, diag);
-  if (!err && cj->be)
-    err = cpu_job_step(cj, has_loss, loss, diag);
+  if (!err && cj->be) {
+    err = cpu_job_step(cj, tr, iteration, has_loss, loss, step, diag);
+    *stepped = !err;
+  }
 #else
   (void)cj;
+  (void)tr;
   (void)loss;
+  (void)step;
   err = zb_executor_run_iteration(ex, iteration, it, diag);
 #endif
   return err;
@@ -498,6 +534,15 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
     const zb_rank_list *l = &sched->ranks[a->rank];
     bool *peers = zb_calloc((size_t)a->ranks, sizeof(bool));
     zb_executor_peers(l->actions, l->n, a->ranks, peers);
+    if (strcmp(a->backend, "cpu") == 0) {
+      /* the optimizer's global check runs along the ranks (zb_step_reduce_chain):
+       * r and r+1 are neighbours in loop and V placement, but connect says so
+       * rather than rely on it (connect is additive: known peers are skipped) */
+      if (a->rank > 0)
+        peers[a->rank - 1] = true;
+      if (a->rank + 1 < a->ranks)
+        peers[a->rank + 1] = true;
+    }
     const char **addrs = zb_calloc((size_t)a->ranks, sizeof(char *));
     for (int q = 0; q < a->ranks && q < (int)a->n_peer_addresses; q++)
       addrs[q] = a->peer_addresses[q];
@@ -523,14 +568,18 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
       /* one iteration at a time: a cpu job steps its optimizer between them */
       while (go_on && next < a->iterations && !atomic_load(stop)) {
         zb_rank_iteration it;
-        bool has_loss;
+        bool has_loss, stepped;
         double loss = 0;
-        if ((err = job_iteration(ex, &cj, next, &it, &has_loss, &loss, diag)))
+        zb_step_result step;
+        if ((err = job_iteration(ex, tr, &cj, next, &it, &has_loss, &loss, &stepped, &step, diag)))
           break;
         if (has_loss)
           ZB_DEBUG("job %s iteration %d: loss %.6f", a->job_id, next, loss);
+        if (stepped && (step.skipped || step.clipped))
+          ZB_DEBUG("job %s rank %d iteration %d: grad norm %g, step %s", a->job_id, a->rank, next,
+                   step.grad_norm, step.skipped ? "skipped (non-finite)" : "clipped");
         next++;
-        go_on = report_iteration(&jr, &it, has_loss, loss);
+        go_on = report_iteration(&jr, &it, has_loss, loss, stepped ? &step : NULL);
       }
       if (!err && jr.lost[0])
         err = zb_diag_set(diag, ZB_ERR_IO, "%s", jr.lost);

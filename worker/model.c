@@ -81,7 +81,8 @@ struct zb_model_stage {
   zb_model_config cfg;
   int stage, n_stages, first_layer, n_layers;
   int is_first, is_last;
-  int n_tok; /* N = batch * seq_len */
+  int n_tok;  /* N = batch * seq_len */
+  int nan_mb; /* a test hook: B of this microbatch starts from NaN (-1: none) */
 
   zb_model_tensor *tensors;
   int n_tensors;
@@ -589,6 +590,7 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
   st->n_layers = count;
   st->is_first = stage == 0;
   st->is_last = stage == n_stages - 1;
+  st->nan_mb = -1;
   st->n_tok = c.batch * c.seq_len;
   build_tensors(st);
 
@@ -713,7 +715,8 @@ zb_err zb_model_backward_b(zb_model_stage *st, int mb, const float *dy, float *d
   float *g = st->ws_x;
   if (st->is_last) {
     /* Mean over the microbatch's tokens, times the caller's scale. */
-    kernels_cpu_softmax_xent_bwd(s->probs, s->targets, st->n_tok, c->vocab, c->loss_scale / (float)n);
+    float scale = mb == st->nan_mb ? NAN : c->loss_scale / (float)n;
+    kernels_cpu_softmax_xent_bwd(s->probs, s->targets, st->n_tok, c->vocab, scale);
     s->daf = takef(st, s, n * h);
     mm(st, 0, 0, st->n_tok, c->hidden, c->vocab, 1.0f, s->probs, c->vocab, st->tensors[st->t_head].param,
        c->hidden, 0.0f, s->daf, c->hidden);
@@ -768,6 +771,10 @@ zb_err zb_model_backward_w(zb_model_stage *st, int mb, zb_diag *diag) {
 zb_err zb_model_backward_bw(zb_model_stage *st, int mb, const float *dy, float *dx, zb_diag *diag) {
   zb_err err = zb_model_backward_b(st, mb, dy, dx, diag);
   return err != ZB_OK ? err : zb_model_backward_w(st, mb, diag);
+}
+
+void zb_model_inject_nan(zb_model_stage *st, int mb) {
+  st->nan_mb = mb;
 }
 
 void zb_model_drop_states(zb_model_stage *st) {

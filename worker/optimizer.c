@@ -59,6 +59,10 @@ zb_err zb_adamw_set_decay(zb_adamw *o, size_t offset, size_t count, bool decay, 
 }
 
 void zb_adamw_step(zb_adamw *o, float *params, const float *grads) {
+  zb_adamw_step_scaled(o, params, grads, 1.0);
+}
+
+void zb_adamw_step_scaled(zb_adamw *o, float *params, const float *grads, double scale) {
   const zb_adamw_config *c = &o->cfg;
   o->t++;
   double b1 = c->beta1, b2 = c->beta2;
@@ -66,7 +70,8 @@ void zb_adamw_step(zb_adamw *o, float *params, const float *grads) {
   double sqrt_bc2 = sqrt(1 - pow(b2, (double)o->t));
   double shrink = 1 - c->lr * c->weight_decay;
   for (size_t i = 0; i < o->n; i++) {
-    double g = grads[i];
+    /* in double: scale 1 leaves g exact, so the unscaled step is this one */
+    double g = (double)grads[i] * scale;
     double m = b1 * o->m[i] + (1 - b1) * g;
     double v = b2 * o->v[i] + (1 - b2) * g * g;
     /* the moments are stored rounded, and the update reads what is stored,

@@ -232,6 +232,14 @@ typedef struct zb_cpu_backend_config {
   zb_cpu_data data;        /* tokens and targets for the first and the last stage */
   int threads;             /* CBLAS threads, process-wide; <= 0 leaves the setting (1 by default) */
   const atomic_bool *stop; /* may be NULL; borrowed, must outlive the backend */
+  /* A testing aid: when on, B of microbatch mb on the last stage in
+   * iteration `iteration` starts from a NaN loss gradient
+   * (zb_model_inject_nan), so the optimizer's NaN/Inf check must catch it. */
+  struct {
+    bool on;
+    int64_t iteration;
+    int mb;
+  } inject_nan;
 } zb_cpu_backend_config;
 
 /* Bytes of one activation or gradient message of this model:

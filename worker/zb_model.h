@@ -151,6 +151,11 @@ zb_err zb_model_backward_w(zb_model_stage *st, int mb, zb_diag *diag);
 /* BW (fused): B then W. */
 zb_err zb_model_backward_bw(zb_model_stage *st, int mb, const float *dy, float *dx, zb_diag *diag);
 
+/* A testing aid (the job spec's model.inject_nan): on the last stage, B of
+ * microbatch mb starts from a NaN loss gradient, which then flows through
+ * every B and W upstream; -1 turns it off. A no-op on other stages. */
+void zb_model_inject_nan(zb_model_stage *st, int mb);
+
 /* Drops every microbatch state (an aborted iteration); gradients stay. */
 void zb_model_drop_states(zb_model_stage *st);
 

@@ -61,6 +61,11 @@ zb_err zb_adamw_set_decay(zb_adamw *o, size_t offset, size_t count, bool decay, 
  * gradients are not checked here (they make non-finite parameters). */
 void zb_adamw_step(zb_adamw *o, float *params, const float *grads);
 
+/* The same step with every gradient multiplied by scale (in double, not
+ * rounded to fp32 first): gradient-norm clipping. Scale 1 is bit for bit
+ * zb_adamw_step. */
+void zb_adamw_step_scaled(zb_adamw *o, float *params, const float *grads, double scale);
+
 /* The number of parameters, and of steps taken so far. */
 size_t zb_adamw_size(const zb_adamw *o);
 int64_t zb_adamw_steps(const zb_adamw *o);

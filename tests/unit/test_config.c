@@ -124,7 +124,10 @@ static void test_job_full_spec(void) {
                      "  weight_decay: 0\n"
                      "  beta1: 0\n"
                      "  beta2: 0.999\n"
-                     "  eps: 1e-6\n";
+                     "  eps: 1e-6\n"
+                     "  clip_norm: 0.5\n"
+                     "  step: synchronous\n"
+                     "  inject_nan: {iteration: 2, microbatch: 15}\n";
   zb_job_spec s;
   zb_job_spec_default(&s);
   CHECK(job_ok(yaml, &s));
@@ -163,6 +166,11 @@ static void test_job_full_spec(void) {
   CHECK_NEAR(s.model.beta1, 0, 0);
   CHECK_NEAR(s.model.beta2, 0.999, 1e-15);
   CHECK_NEAR(s.model.eps, 1e-6, 1e-20);
+  CHECK_NEAR(s.model.clip_norm, 0.5, 0);
+  CHECK_STREQ(s.model.step, "synchronous");
+  CHECK(s.model.inject_nan);
+  CHECK_EQ(s.model.nan_iteration, 2);
+  CHECK_EQ(s.model.nan_microbatch, 15);
   CHECK_EQ(zb_job_spec_check(&s, NULL), ZB_OK);
   zb_job_spec_free(&s);
   CHECK(s.stage_costs == NULL);
@@ -476,6 +484,9 @@ static void test_job_model_defaults_and_derived(void) {
   CHECK_NEAR(s.model.beta1, 0.9, 1e-18);
   CHECK_NEAR(s.model.beta2, 0.95, 1e-18);
   CHECK_NEAR(s.model.eps, 1e-8, 1e-22);
+  CHECK_NEAR(s.model.clip_norm, 1.0, 0);
+  CHECK_STREQ(s.model.step, "post-validated");
+  CHECK(!s.model.inject_nan);
   CHECK_EQ(s.bytes_per_activation, 4 * 64 * 64 * 4);
   CHECK_EQ(zb_model_spec_bytes_per_activation(&s.model), 65536);
   zb_job_spec_free(&s);
@@ -559,6 +570,21 @@ static void test_job_model_errors(void) {
                   NULL));
   CHECK(job_fails(CPU "model:\n  eps: 0\n", ZB_ERR_INVALID_ARG, "line 7", "'model.eps'", "> 0", NULL));
   CHECK(job_fails(CPU "model:\n  data: ''\n", ZB_ERR_INVALID_ARG, "line 7", "'model.data'", "path", NULL));
+  /* the optimizer step's keys */
+  CHECK(job_fails(CPU "model:\n  clip_norm: -1\n", ZB_ERR_INVALID_ARG, "line 7", "'model.clip_norm'", ">= 0",
+                  NULL));
+  CHECK(job_fails(CPU "model:\n  step: eager\n", ZB_ERR_INVALID_ARG, "line 7", "'model.step'",
+                  "post-validated, synchronous", "'eager'", NULL));
+  CHECK(job_fails(CPU "model:\n  inject_nan: 3\n", ZB_ERR_PARSE, "line 7", "'model.inject_nan'",
+                  "iteration, microbatch", NULL));
+  CHECK(job_fails(CPU "model:\n  inject_nan: {iter: 3}\n", ZB_ERR_PARSE, "line 7",
+                  "unknown key 'model.inject_nan.iter'", NULL));
+  CHECK(job_fails(CPU "model:\n  inject_nan: {iteration: 10}\n", ZB_ERR_INVALID_ARG, "line 7",
+                  "'model.inject_nan.iteration'", "between 0 and iterations - 1 (9)", NULL));
+  CHECK(job_fails(CPU "model:\n  inject_nan:\n    microbatch: 16\n", ZB_ERR_INVALID_ARG, "line 7",
+                  "'model.inject_nan.microbatch'", "(15)", NULL));
+  CHECK(job_fails(CPU "model:\n  inject_nan: {iteration: -1}\n", ZB_ERR_PARSE, "line 7",
+                  "'model.inject_nan.iteration'", NULL));
   /* YAML text is UTF-8 already (libyaml's reader refuses other bytes); the
    * wire's strings are checked */
   zb_job_spec w;

@@ -1,0 +1,95 @@
+/* zb_step.h — one rank's optimizer step of a cpu job with global
+ * gradient-norm clipping and a NaN/Inf check (DESIGN §5; the Zero Bubble
+ * paper's section 4, "optimizer post-validation").
+ *
+ * Clipping needs the gradient norm over every rank's parameters, and the
+ * check needs to know that no rank saw a non-finite gradient: both are
+ * global. Two ways to take the step, chosen per job:
+ *   - synchronous: reduce first (every rank waits for the slowest), then
+ *     step once with the gradients scaled by c = min(1, clip_norm / norm),
+ *     or not at all when a gradient is not finite.
+ *   - post-validated: step at once as if nothing were clipped (c = 1) and
+ *     every gradient finite, keeping what a rollback needs (the parameters
+ *     and the optimizer's moments and step count); then reduce. When the
+ *     check fails the step is rolled back exactly, then redone with c
+ *     (clipping) or left undone (non-finite). Every rank decides from the
+ *     same reduced values, so they all take the same branch.
+ * Both give bit-identical parameters and moments: a step scaled by c = 1
+ * is the unscaled step (g * 1.0 is exact), a rollback restores every bit,
+ * and the redo is the synchronous step from the same state.
+ *
+ * The reduction is the caller's (a callback): the worker's goes over the
+ * transport (zb_step_reduce_chain), a test's may be local.
+ *
+ * Ownership: zb_stepper_new() gives the caller a zb_stepper, freed with
+ * zb_stepper_free() (NULL is a no-op). It borrows the optimizers, which
+ * must outlive it; it owns its rollback copies. One thread at a time.
+ *
+ * Results: zb_err from lib/zb_err.h; the reduction's errors pass through.
+ */
+#ifndef ZB_STEP_H
+#define ZB_STEP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zb_err.h"
+#include "zb_optimizer.h"
+#include "zb_transport.h"
+
+typedef enum zb_step_mode { ZB_STEP_POST_VALIDATED = 0, ZB_STEP_SYNCHRONOUS = 1 } zb_step_mode;
+
+/* One rank's share of the global check, and after the reduction the
+ * job's: the sum of squared gradients (double, summed in parameter order
+ * per stage, stages in the given order) and whether every gradient is
+ * finite. */
+typedef struct zb_step_partial {
+  double sumsq;
+  bool finite;
+} zb_step_partial;
+
+/* Replaces *p (this rank's share) by the job's (every rank's, reduced in
+ * the same order on every run and every rank). */
+typedef zb_err (*zb_step_reduce_fn)(void *arg, zb_step_partial *p, zb_diag *diag);
+
+/* What the step did. */
+typedef struct zb_step_result {
+  double grad_norm; /* global L2 norm of the gradients (NaN/Inf when not finite) */
+  double coef;      /* the scale applied: min(1, clip_norm / grad_norm); 1 when not clipped */
+  bool clipped;     /* grad_norm > clip_norm (clip_norm > 0): the step used coef < 1 */
+  bool skipped;     /* a gradient was not finite: no step was taken */
+  bool rolled_back; /* post-validated only: the optimistic step was undone */
+} zb_step_result;
+
+typedef struct zb_stepper zb_stepper;
+
+/* A stepper for n stages with one optimizer each (opt[i] borrowed), clip
+ * norm clip_norm (0: no clipping; finite, >= 0). ZB_ERR_INVALID_ARG for a
+ * bad clip_norm or mode. */
+zb_err zb_stepper_new(int n, zb_adamw *const *opt, double clip_norm, zb_step_mode mode, zb_stepper **out,
+                      zb_diag *diag);
+void zb_stepper_free(zb_stepper *s);
+
+/* This rank's partial over grads[i][0..size of opt[i]). */
+zb_step_partial zb_step_local(const zb_stepper *s, const float *const *grads);
+
+/* Takes the step on params[i] from grads[i] (i < n), reducing with fn.
+ * On an error from fn nothing was stepped (post-validated: rolled back). */
+zb_err zb_stepper_step(zb_stepper *s, float *const *params, const float *const *grads, zb_step_reduce_fn fn,
+                       void *arg, zb_step_result *out, zb_diag *diag);
+
+/* The worker's reduction over the transport: a chain up the ranks
+ * 0 -> 1 -> ... -> p-1 accumulating ((s0 + s1) + s2) + ..., then the total
+ * back down p-1 -> ... -> 0, so every rank holds the same bits. Ranks r and
+ * r+1 must be connected. Tags use stage -1, which no activation or
+ * gradient carries: (F, -1, iteration) up, (B, -1, iteration) down. */
+typedef struct zb_step_chain {
+  zb_transport *tr;
+  int rank, nranks;
+  int32_t iteration;
+} zb_step_chain;
+
+zb_err zb_step_reduce_chain(void *chain, zb_step_partial *p, zb_diag *diag);
+
+#endif
