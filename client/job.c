@@ -71,6 +71,11 @@ const char zbctl_watch_help[] =
 const char zbctl_cancel_help[] =
     "usage: zbctl cancel JOB_ID [--reason TEXT] [--coordinator ADDR] [--output text|json]\n"
     "\nCancels a pending or running job; its workers are released.\n";
+const char zbctl_resume_help[] = "usage: zbctl resume JOB_ID [--coordinator ADDR] [--output text|json]\n"
+                                 "\nSubmits a new job with the spec of JOB_ID, a cpu job with checkpoints\n"
+                                 "(model.checkpoint_every > 0) that was cancelled or failed: its ranks load\n"
+                                 "the last iteration every rank checkpointed and go on from the next one\n"
+                                 "(iterations keep their numbers). Prints the new job id.\n";
 const char zbctl_update_help[] =
     "usage: zbctl update-schedule JOB_ID --schedule NAME [--chunks V] [--mem-limit X]\n"
     "                             [--coordinator ADDR] [--output text|json]\n"
@@ -309,6 +314,11 @@ int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
              m->lr, m->weight_decay ? m->weight_decay->value : 0, m->beta1 ? m->beta1->value : 0,
              m->beta2 ? m->beta2->value : 0, m->eps, m->clip_norm ? m->clip_norm->value : 1.0,
              m->step && m->step[0] ? m->step : "post-validated");
+      if (m->checkpoint_every > 0)
+        printf("checkpoint every %d iterations and on cancel, in %s/%s%s%s\n", m->checkpoint_every,
+               m->checkpoint_dir, j->id,
+               m->resume_from_job_id && m->resume_from_job_id[0] ? "; resumed from " : "",
+               m->resume_from_job_id ? m->resume_from_job_id : "");
     }
     printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
            s ? s->iterations : 0, created, updated);
@@ -451,6 +461,27 @@ int zbctl_cancel(const zbctl_command *cmd, int argc, char **argv) {
     print_json(resp);
   else
     printf("%s %s: %s\n", j->id, state_short(j->state), j->reason);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}
+
+/* ---- resume ---- */
+
+int zbctl_resume(const zbctl_command *cmd, int argc, char **argv) {
+  remote_args a;
+  int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, true, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  Zb__V1__SubmitJobRequest req = ZB__V1__SUBMIT_JOB_REQUEST__INIT;
+  req.resume_from_job_id = (char *)a.positional;
+  ProtobufCMessage *resp = NULL;
+  if ((rc = remote_call("resume", &a, "/zb.v1.Zb/SubmitJob", &req.base,
+                        &zb__v1__submit_job_response__descriptor, &resp)))
+    return rc;
+  if (a.json)
+    print_json(resp);
+  else
+    printf("%s\n", ((Zb__V1__SubmitJobResponse *)resp)->job_id);
   protobuf_c_message_free_unpacked(resp, NULL);
   return ZBCTL_EXIT_OK;
 }

@@ -23,6 +23,8 @@ static const zbctl_command zbctl_commands[] = {
     {"get", NULL, zbctl_get, "show one job", zbctl_get_help},
     {"watch", NULL, zbctl_watch, "stream a job's progress until it ends", zbctl_watch_help},
     {"cancel", NULL, zbctl_cancel, "cancel a pending or running job", zbctl_cancel_help},
+    {"resume", NULL, zbctl_resume, "resume a cancelled or failed cpu job from its checkpoints",
+     zbctl_resume_help},
     {"update-schedule", NULL, zbctl_update_schedule, "switch a running job to another schedule",
      zbctl_update_help},
     {"workers", NULL, zbctl_workers, "list attached workers", zbctl_workers_help},

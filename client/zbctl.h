@@ -45,10 +45,11 @@ int zbctl_list(const zbctl_command *cmd, int argc, char **argv);
 int zbctl_get(const zbctl_command *cmd, int argc, char **argv);
 int zbctl_watch(const zbctl_command *cmd, int argc, char **argv);
 int zbctl_cancel(const zbctl_command *cmd, int argc, char **argv);
+int zbctl_resume(const zbctl_command *cmd, int argc, char **argv);
 int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv);
 int zbctl_workers(const zbctl_command *cmd, int argc, char **argv);
 extern const char zbctl_submit_help[], zbctl_list_help[], zbctl_get_help[], zbctl_watch_help[],
-    zbctl_cancel_help[], zbctl_update_help[], zbctl_workers_help[];
+    zbctl_cancel_help[], zbctl_resume_help[], zbctl_update_help[], zbctl_workers_help[];
 /* `zbctl plan --remote`: spec's shape, schedule and costs through the Plan
  * RPC; prints an ascii summary or JSON. Returns an exit code. */
 int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec *spec, const char *objective,

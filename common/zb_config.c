@@ -88,20 +88,26 @@ typedef enum model_key {
   MK_CLIP_NORM,
   MK_STEP,
   MK_INJECT_NAN,
+  MK_CHECKPOINT_EVERY,
+  MK_CHECKPOINT_DIR,
   MK_COUNT_
 } model_key;
 static const char *const model_keys[MK_COUNT_] = {
-    "hidden",       "heads", "layers", "seq_len", "batch",     "seed", "data",      "lr",
-    "weight_decay", "beta1", "beta2",  "eps",     "clip_norm", "step", "inject_nan"};
+    "hidden",        "heads", "layers", "seq_len", "batch",     "seed", "data",       "lr",
+    "weight_decay",  "beta1", "beta2",  "eps",     "clip_norm", "step", "inject_nan", "checkpoint_every",
+    "checkpoint_dir"};
 static const char *const model_fields[MK_COUNT_] = {
-    "model.hidden", "model.heads", "model.layers",    "model.seq_len",      "model.batch",
-    "model.seed",   "model.data",  "model.lr",        "model.weight_decay", "model.beta1",
-    "model.beta2",  "model.eps",   "model.clip_norm", "model.step",         "model.inject_nan"};
+    "model.hidden",        "model.heads", "model.layers",     "model.seq_len",
+    "model.batch",         "model.seed",  "model.data",       "model.lr",
+    "model.weight_decay",  "model.beta1", "model.beta2",      "model.eps",
+    "model.clip_norm",     "model.step",  "model.inject_nan", "model.checkpoint_every",
+    "model.checkpoint_dir"};
 static const char *const step_modes[] = {ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME};
 
 typedef enum nan_key { NK_ITERATION, NK_MICROBATCH, NK_COUNT_ } nan_key;
 static const char *const nan_keys[NK_COUNT_] = {"iteration", "microbatch"};
 static const int_range NAN_INDEX_RANGE = {0, 0, 1000000};
+static const int_range CHECKPOINT_EVERY_RANGE = {0, 0, 1000000};
 
 typedef enum coord_key {
   CO_LISTEN,
@@ -676,6 +682,23 @@ static zb_err check_model(const zb_job_spec *s, job_fault *f) {
     return fault_set(f, JK_MODEL, MK_INJECT_NAN, "model.inject_nan.microbatch",
                      "must be between 0 and microbatches - 1 (%d), got %d", s->microbatches - 1,
                      m->nan_microbatch);
+  if (m->checkpoint_every < 0 || m->checkpoint_every > CHECKPOINT_EVERY_RANGE.max)
+    return fault_set(f, JK_MODEL, MK_CHECKPOINT_EVERY, "model.checkpoint_every",
+                     "must be between 0 and %lld, got %d", CHECKPOINT_EVERY_RANGE.max, m->checkpoint_every);
+  if (!terminated(m->checkpoint_dir, sizeof m->checkpoint_dir) ||
+      m->checkpoint_dir[utf8_prefix((const unsigned char *)m->checkpoint_dir)] != '\0')
+    return fault_set(f, JK_MODEL, MK_CHECKPOINT_DIR, "model.checkpoint_dir",
+                     "must be a valid UTF-8 path of at most %zu characters", sizeof m->checkpoint_dir - 1);
+  /* every worker writes there and a resumed job's ranks may run on other
+   * hosts: a path relative to some worker's working directory would
+   * scatter the files, so only an absolute one (a shared file system) */
+  if ((m->checkpoint_every > 0 || m->checkpoint_dir[0]) && m->checkpoint_dir[0] != '/')
+    return fault_set(f, JK_MODEL, MK_CHECKPOINT_DIR, "model.checkpoint_dir",
+                     "must be an absolute path (a directory every worker can write, shared on a "
+                     "multi-host cluster) when model.checkpoint_every > 0, got '%.200s'",
+                     m->checkpoint_dir);
+  if (!terminated(m->resume_from, sizeof m->resume_from))
+    return fault_set(f, JK_MODEL, -1, "model.resume_from_job_id", "too long");
   if (s->bytes_per_activation != bytes)
     return fault_set(f, JK_BYTES, -1, "bytes_per_activation",
                      "%lld conflicts with the cpu model's %lld bytes per activation (batch %d x seq_len %d x "
@@ -856,6 +879,10 @@ static zb_err job_model(const walk *w, const yaml_node_t *n, zb_job_spec *s, job
       err = get_string(w, value, "model.step", m->step, sizeof m->step);
     else if (k == MK_INJECT_NAN)
       err = model_inject_nan(w, value, m);
+    else if (k == MK_CHECKPOINT_EVERY)
+      err = get_int32(w, value, "model.checkpoint_every", &CHECKPOINT_EVERY_RANGE, &m->checkpoint_every);
+    else if (k == MK_CHECKPOINT_DIR)
+      err = get_string(w, value, "model.checkpoint_dir", m->checkpoint_dir, sizeof m->checkpoint_dir);
     else
       err = get_number(w, value, model_fields[k], reals[k]);
     if (err)

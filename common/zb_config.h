@@ -54,6 +54,10 @@
  *     inject_nan:               #   testing aid, optional: the last stage's loss gradient of
  *       iteration: 3            #     this microbatch of this iteration (0-based) becomes NaN,
  *       microbatch: 0           #     so that step is skipped (both default 0)
+ *     checkpoint_every: 0       #   save weights + AdamW state every N iterations and on cancel
+ *                               #     (default 0: off; 0..1000000)
+ *     checkpoint_dir: /abs/path #   where (required, absolute, when checkpoint_every > 0): files
+ *                               #     DIR/JOB_ID/rank<r>-stage<s>.ckpt (worker/zb_checkpoint.h)
  * A cpu job's bytes_per_activation is one activation of its model,
  * batch * seq_len * hidden * 4 bytes: left out it is derived, given it
  * must be exactly that.
@@ -75,6 +79,9 @@ typedef struct zb_model_spec {
   char step[24];    /* ZB_STEP_POST_VALIDATED_NAME or ZB_STEP_SYNCHRONOUS_NAME */
   bool inject_nan;  /* the test hook is on: */
   int nan_iteration, nan_microbatch;
+  int checkpoint_every;     /* 0: off; N: save after iterations N-1, 2N-1, ... and on cancel */
+  char checkpoint_dir[512]; /* absolute; required when checkpoint_every > 0 */
+  char resume_from[64];     /* set by the coordinator only: the job whose checkpoints to load */
 } zb_model_spec;
 
 #define ZB_STEP_POST_VALIDATED_NAME "post-validated"

@@ -59,6 +59,15 @@ zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb
     out->nan_iteration = pb->inject_nan->iteration;
     out->nan_microbatch = pb->inject_nan->microbatch;
   }
+  out->checkpoint_every = pb->checkpoint_every;
+  if (pb->checkpoint_dir && pb->checkpoint_dir[0] &&
+      (err = wire_copy(out->checkpoint_dir, sizeof out->checkpoint_dir, pb->checkpoint_dir,
+                       "model.checkpoint_dir", diag)))
+    return err;
+  if (pb->resume_from_job_id && pb->resume_from_job_id[0] &&
+      (err = wire_copy(out->resume_from, sizeof out->resume_from, pb->resume_from_job_id,
+                       "model.resume_from_job_id", diag)))
+    return err;
   return ZB_OK;
 }
 
@@ -91,6 +100,9 @@ void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
     out->nan.microbatch = m->nan_microbatch;
     pb->inject_nan = &out->nan;
   }
+  pb->checkpoint_every = m->checkpoint_every;
+  pb->checkpoint_dir = (char *)m->checkpoint_dir;
+  pb->resume_from_job_id = (char *)m->resume_from;
 }
 
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {

@@ -437,24 +437,78 @@ static coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
 
 /* ---- handlers: users ---- */
 
+/* The spec of job id for a resumed job (SubmitJobRequest.resume_from_job_id),
+ * unpacked (the caller frees it), or NULL after failing call: the job must
+ * have ended without finishing and have checkpoints. The coordinator
+ * cannot see the files (they are on the workers' file system): which
+ * iteration every rank holds is settled by the new job's ranks. */
+static Zb__V1__JobSpec *resume_spec(coord *co, zb_rpc_call *call, const char *id) {
+  coord_job *old = job_find(co, id);
+  if (!old) {
+    zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "resume_from_job_id: no job %.64s", id);
+    return NULL;
+  }
+  if (old->row.state == ZB_JOB_PENDING || old->row.state == ZB_JOB_RUNNING ||
+      old->row.state == ZB_JOB_SUCCEEDED) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "resume_from_job_id: job %s %s", id,
+                old->row.state == ZB_JOB_SUCCEEDED ? "has finished: nothing to resume"
+                                                   : "has not ended (cancel it first)");
+    return NULL;
+  }
+  if (strcmp(old->spec.backend, "cpu") != 0 || old->spec.model.checkpoint_every <= 0) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "resume_from_job_id: job %s has no checkpoints (a cpu job with model.checkpoint_every > 0)",
+                id);
+    return NULL;
+  }
+  Zb__V1__JobSpec *pb = (Zb__V1__JobSpec *)protobuf_c_message_unpack(&zb__v1__job_spec__descriptor, NULL,
+                                                                     old->row.spec_len, old->row.spec);
+  if (!pb) {
+    zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "resume_from_job_id: job %s: its stored spec does not unpack",
+                id);
+    return NULL;
+  }
+  return pb;
+}
+
 static void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__SubmitJobRequest *req = (const void *)m;
-  if (!req->spec) {
+  const char *resume = req->resume_from_job_id && req->resume_from_job_id[0] ? req->resume_from_job_id : NULL;
+  if (!req->spec && !resume) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: required");
+    return;
+  }
+  if (req->spec && resume) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "spec: must be absent with resume_from_job_id (the job takes job %.64s's spec)", resume);
     return;
   }
   if (co->stopping) {
     zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
     return;
   }
+  Zb__V1__JobSpec *resume_pb = NULL;
+  if (resume && !(resume_pb = resume_spec(co, call, resume)))
+    return;
   coord_job *j = zb_calloc(1, sizeof *j);
   zb_diag d;
-  if (zb_wire_spec_from_pb(req->spec, &j->spec, &d) != ZB_OK) {
+  zb_err werr = zb_wire_spec_from_pb(resume ? resume_pb : req->spec, &j->spec, &d);
+  if (resume_pb)
+    protobuf_c_message_free_unpacked(&resume_pb->base, NULL);
+  if (werr != ZB_OK) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: %s", d.msg);
     free(j);
     return;
   }
+  if (!resume && j->spec.model.resume_from[0]) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "spec.model.resume_from_job_id: set by the coordinator only; use "
+                "SubmitJobRequest.resume_from_job_id (zbctl resume)");
+    goto fail;
+  }
+  if (resume) /* replaces the job the old one was resumed from, if it was */
+    snprintf(j->spec.model.resume_from, sizeof j->spec.model.resume_from, "%s", resume);
   if (!plan_fits(co, call, &j->spec, false))
     goto fail;
   /* plan now, so a bad or oversized plan is refused before it is queued */
@@ -1002,7 +1056,8 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
     it.has_grad_norm = true;
   }
   j->samples_per_second = it.samples_per_second;
-  j->row.iterations_done++;
+  /* iterations complete in order; a resumed job's first one is not 0 */
+  j->row.iterations_done = slot->iteration + 1;
   if (j->switch_at >= 0 && slot->iteration >= j->switch_at) { /* the update took over */
     zb_wire_plan_free(&j->plan);
     j->plan = j->next_plan;

@@ -8,7 +8,10 @@
  * with AdamW on each rank's own stages, one step per iteration with global
  * gradient-norm clipping and a NaN/Inf check, post-validated or
  * synchronous (zb_step.h); the global values are reduced over the job's
- * transport along the ranks.
+ * transport along the ranks. A cpu job with model.checkpoint_every saves
+ * each hosted stage's weights and AdamW state (zb_checkpoint.h) every N
+ * iterations and when it ends early, and a resumed job (model
+ * resume_from_job_id) loads them before its first iteration.
  *
  * Threads: the main thread owns the Attach stream and the heartbeat; the
  * job thread runs one assignment at a time. They share `worker` under its
@@ -23,11 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "zb/v1/zb.pb-c.h"
 #include "zb_alloc.h"
+#include "zb_checkpoint.h"
 #include "zb_executor.h"
 #include "zb_format.h"
 #include "zb_log.h"
@@ -257,6 +262,15 @@ typedef struct cpu_job {
   uint8_t *text;
   size_t text_len;
   zb_cpu_text source; /* points into text */
+  /* checkpoints (zb_checkpoint.h): on when ckpt_every > 0 */
+  char job_id[64];
+  int ckpt_every;
+  char ckpt_dir[512];
+  char resume_from[64]; /* "" or the job whose checkpoints to load before the first iteration */
+  int completed;        /* the last iteration whose step is done here; -1: none */
+  int saved;            /* the iteration of the last checkpoint written; -1: none */
+  bool torn;            /* an iteration failed after its step: the state is no iteration's */
+  const atomic_bool *stop;
 } cpu_job;
 
 #ifdef ZB_WITH_CPU_BACKEND
@@ -309,6 +323,12 @@ static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_sc
   zb_err err = zb_wire_model_from_pb(a->model, &ms, diag);
   if (err)
     return err;
+  snprintf(cj->job_id, sizeof cj->job_id, "%s", a->job_id);
+  cj->ckpt_every = ms.checkpoint_every;
+  snprintf(cj->ckpt_dir, sizeof cj->ckpt_dir, "%s", ms.checkpoint_dir);
+  snprintf(cj->resume_from, sizeof cj->resume_from, "%s", ms.resume_from);
+  cj->completed = cj->saved = -1;
+  cj->stop = stop;
   cj->n_stages = hosted_stages(sched, a->rank, &cj->stages);
   cj->total_stages = sched->p * sched->v;
   cj->microbatches = sched->m;
@@ -400,6 +420,7 @@ static zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *h
     return ZB_OK;
   int count = 0;
   err = zb_backend_cpu_loss(cj->be, loss, &count, diag);
+  cj->torn = err || count != cj->microbatches; /* stepped, yet the iteration fails */
   if (err)
     return err;
   if (count != cj->microbatches)
@@ -425,6 +446,191 @@ static zb_err cpu_job_check_update(const cpu_job *cj, const zb_schedule *sched, 
         "now) or its microbatches; the weights stay where they are",
         cj->n_stages, cj->total_stages, n, sched->p * sched->v);
   return ZB_OK;
+}
+
+/* ---- checkpoints of a cpu job (zb_checkpoint.h) ---- */
+
+/* DIR/JOB/rank<r>-stage<s>.ckpt, or with prev its previous version
+ * (.ckpt.prev): each save keeps the one before, because ranks stopped
+ * mid-iteration may have completed different iterations (at most one
+ * apart), and a resume needs one iteration that every rank holds. */
+static void ckpt_path(const cpu_job *cj, const char *job_id, int stage, bool prev, char *buf, size_t len) {
+  snprintf(buf, len, "%s/%s/rank%d-stage%d.ckpt%s", cj->ckpt_dir, job_id, cj->rank, stage,
+           prev ? ".prev" : "");
+}
+
+/* The header and buffers of hosted stage i's checkpoint; sizes is an
+ * allocated array the caller frees. */
+static zb_ckpt ckpt_of(const cpu_job *cj, const char *job_id, int i, uint64_t **sizes) {
+  zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+  int nt = zb_model_n_tensors(st);
+  *sizes = zb_malloc(sizeof(uint64_t) * (size_t)(nt ? nt : 1));
+  for (int t = 0; t < nt; t++)
+    (*sizes)[t] = zb_model_tensor_at(st, t)->numel;
+  zb_ckpt c = {.stage = cj->stages[i], .n_tensors = nt, .sizes = *sizes, .n = zb_model_n_params(st)};
+  snprintf(c.job_id, sizeof c.job_id, "%s", job_id);
+  return c;
+}
+
+/* Saves every hosted stage after iteration `iteration` (the state now). */
+static zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
+  if (cj->saved == iteration)
+    return ZB_OK; /* the periodic save just wrote this state */
+  char dir[700];
+  snprintf(dir, sizeof dir, "%s/%s", cj->ckpt_dir, cj->job_id);
+  zb_err err = zb_ckpt_mkdirs(dir, diag);
+  for (int i = 0; !err && i < cj->n_stages; i++) {
+    uint64_t *sizes;
+    zb_ckpt c = ckpt_of(cj, cj->job_id, i, &sizes);
+    const float *m, *v;
+    zb_adamw_state(cj->opt[i], &c.steps, &m, &v);
+    c.iteration = iteration;
+    /* zb_ckpt_save only reads the arrays */
+    c.params = cj->params[i];
+    c.m = (float *)m;
+    c.v = (float *)v;
+    char path[800], prev[800], tmp[820];
+    ckpt_path(cj, cj->job_id, cj->stages[i], false, path, sizeof path);
+    ckpt_path(cj, cj->job_id, cj->stages[i], true, prev, sizeof prev);
+    /* the current file becomes .prev by a hard link renamed into place, so
+     * at every moment the file itself is there, old or new */
+    snprintf(tmp, sizeof tmp, "%s.tmp", prev);
+    unlink(tmp);
+    if (link(path, tmp) == 0) {
+      if (rename(tmp, prev) != 0)
+        err = zb_diag_set(diag, ZB_ERR_IO, "checkpoint '%s': cannot keep it as .prev: %s", path,
+                          strerror(errno));
+    } else if (errno != ENOENT) {
+      err = zb_diag_set(diag, ZB_ERR_IO, "checkpoint '%s': cannot link it to '%s': %s", path, tmp,
+                        strerror(errno));
+    }
+    if (!err)
+      err = zb_ckpt_save(path, &c, diag);
+    free(sizes);
+  }
+  if (!err) {
+    cj->saved = iteration;
+    ZB_INFO("job %s rank %d: checkpoint after iteration %d in %s", cj->job_id, cj->rank, iteration, dir);
+  }
+  return err;
+}
+
+/* The iterations checkpointed for hosted stage i of job `from`: up to two
+ * (the file and .prev), -1 where absent. A file that is there but is not a
+ * valid checkpoint of this stage is an error naming it. */
+static zb_err ckpt_candidates(cpu_job *cj, const char *from, int i, int32_t out[2], zb_diag *diag) {
+  uint64_t *sizes;
+  zb_ckpt c = ckpt_of(cj, from, i, &sizes);
+  float *buf = zb_malloc(sizeof(float) * 3 * (c.n ? c.n : 1));
+  c.params = buf;
+  c.m = buf + c.n;
+  c.v = buf + 2 * c.n;
+  zb_err err = ZB_OK;
+  for (int k = 0; k < 2 && !err; k++) {
+    char path[800];
+    ckpt_path(cj, from, cj->stages[i], k == 1, path, sizeof path);
+    out[k] = -1;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+      continue;
+    if (!(err = zb_ckpt_load(path, &c, diag)))
+      out[k] = c.iteration;
+  }
+  free(buf);
+  free(sizes);
+  return err;
+}
+
+/* Loads job cj->resume_from's checkpoint into every hosted stage: the
+ * last iteration that every stage of every rank holds. The ranks agree on
+ * it along the chain 0 -> p-1 and back (like the optimizer's check), each
+ * sending the iterations it could load (two int32, -1: none), intersected
+ * on the way up; a rank that cannot read its files sends none, so all
+ * fail together and it reports why. *k: the iteration loaded. */
+static zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *diag) {
+  int32_t cand[2] = {-1, -1};
+  zb_err err = ZB_OK;
+  for (int i = 0; i < cj->n_stages && !err; i++) {
+    int32_t got[2];
+    if ((err = ckpt_candidates(cj, cj->resume_from, i, got, diag)))
+      break;
+    if (i == 0) {
+      cand[0] = got[0];
+      cand[1] = got[1];
+      continue;
+    }
+    for (int q = 0; q < 2; q++)
+      if (cand[q] != got[0] && cand[q] != got[1])
+        cand[q] = -1;
+  }
+  /* three int32: the candidates and whether some rank failed to read */
+  int32_t mine[3] = {err ? -1 : cand[0], err ? -1 : cand[1], err ? 1 : 0}, msg[3];
+  zb_tag up = {.kind = ZB_OP_F, .stage = -2, .mb = 0}, down = {.kind = ZB_OP_B, .stage = -2, .mb = 0};
+  zb_diag tdiag = {{0}};
+  zb_err terr = ZB_OK;
+  if (cj->rank > 0 && !(terr = zb_transport_recv(tr, cj->rank - 1, up, msg, sizeof msg, &tdiag))) {
+    for (int q = 0; q < 2; q++)
+      if (mine[q] != msg[0] && mine[q] != msg[1])
+        mine[q] = -1;
+    mine[2] |= msg[2];
+  }
+  if (!terr && cj->rank < cj->nranks - 1 &&
+      !(terr = zb_transport_send(tr, cj->rank + 1, up, mine, sizeof mine, &tdiag)) &&
+      !(terr = zb_transport_recv(tr, cj->rank + 1, down, msg, sizeof msg, &tdiag)))
+    memcpy(mine, msg, sizeof mine);
+  if (!terr && cj->rank > 0)
+    terr = zb_transport_send(tr, cj->rank - 1, down, mine, sizeof mine, &tdiag);
+  if (err)
+    return err;
+  if (terr)
+    return zb_diag_set(diag, terr, "resume from job %s: %s", cj->resume_from, tdiag.msg);
+  if (mine[2]) {
+    /* another rank cannot read its files and reports why; the job fails
+     * with the first error, so give that one (naming the file) a head
+     * start: the coordinator then releases this rank, which stops quietly */
+    for (int t = 0; t < 20 && !atomic_load(cj->stop); t++)
+      sleep_ms(100);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "resume from job %s: another rank cannot read its checkpoint", cj->resume_from);
+  }
+  cand[0] = mine[0];
+  cand[1] = mine[1];
+  *k = cand[0] > cand[1] ? cand[0] : cand[1];
+  if (*k < 0)
+    return zb_diag_set(
+        diag, ZB_ERR_INVALID_ARG,
+        "resume from job %s: no iteration is checkpointed by every rank under %s/%s (or a rank "
+        "could not read its files; see its error)",
+        cj->resume_from, cj->ckpt_dir, cj->resume_from);
+  for (int i = 0; i < cj->n_stages && !err; i++) {
+    uint64_t *sizes;
+    zb_ckpt c = ckpt_of(cj, cj->resume_from, i, &sizes);
+    float *mv = zb_malloc(sizeof(float) * 2 * (c.n ? c.n : 1));
+    c.params = cj->params[i];
+    c.m = mv;
+    c.v = mv + c.n;
+    char path[800];
+    ckpt_path(cj, cj->resume_from, cj->stages[i], false, path, sizeof path);
+    if (!(err = zb_ckpt_load(path, &c, diag)) && c.iteration != *k) {
+      ckpt_path(cj, cj->resume_from, cj->stages[i], true, path, sizeof path);
+      err = zb_ckpt_load(path, &c, diag);
+    }
+    if (!err && c.iteration != *k)
+      err = zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                        "checkpoint '%s': iteration %d, expected %d (changed under us?)", path, c.iteration,
+                        *k);
+    if (!err)
+      err = zb_adamw_set_state(cj->opt[i], c.steps, c.m, c.v, c.n, diag);
+    free(mv);
+    free(sizes);
+  }
+  if (!err) {
+    cj->completed = cj->saved = -1;
+    ZB_INFO("job %s rank %d: resumed from job %s's checkpoint after iteration %d", cj->job_id, cj->rank,
+            cj->resume_from, *k);
+  }
+  cj->resume_from[0] = 0;
+  return err;
 }
 #endif
 
@@ -560,6 +766,18 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
                              .stop = stop};
     if (!err)
       err = zb_executor_new(&ec, be, tr, &ex, diag);
+#ifdef ZB_WITH_CPU_BACKEND
+    if (!err && cj.be && cj.resume_from[0]) { /* a resumed job: its first plan loads the checkpoint */
+      int k = -1;
+      if (!(err = cpu_job_resume(&cj, tr, &k, diag))) {
+        if (k + 1 >= a->iterations)
+          err =
+              zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                          "resume: the checkpoint is after iteration %d, the job's last: nothing to run", k);
+        next = k + 1;
+      }
+    }
+#endif
     if (!err) {
       ZB_INFO("job %s rank %d: %s, iterations %d..%d", a->job_id, a->rank, a->schedule, next + 1,
               a->iterations);
@@ -578,6 +796,14 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
         if (stepped && (step.skipped || step.clipped))
           ZB_DEBUG("job %s rank %d iteration %d: grad norm %g, step %s", a->job_id, a->rank, next,
                    step.grad_norm, step.skipped ? "skipped (non-finite)" : "clipped");
+#ifdef ZB_WITH_CPU_BACKEND
+        if (stepped) {
+          cj.completed = next;
+          /* before the report: a reported iteration N-1, 2N-1, ... is on disk */
+          if (cj.ckpt_every > 0 && (next + 1) % cj.ckpt_every == 0 && (err = cpu_job_save(&cj, next, diag)))
+            break;
+        }
+#endif
         next++;
         go_on = report_iteration(&jr, &it, has_loss, loss, stepped ? &step : NULL);
       }
@@ -607,6 +833,15 @@ static zb_err job_execute(worker *w, const Zb__V1__Assignment *first, atomic_boo
     owned = u;
     a = u;
   }
+#ifdef ZB_WITH_CPU_BACKEND
+  /* cancelled, released or failed before the end: keep the last completed
+   * iteration, so a resume loses at most the one in flight */
+  if (cj.be && cj.ckpt_every > 0 && next < a->iterations && cj.completed >= 0 && !cj.torn) {
+    zb_diag sd = {{0}};
+    if (cpu_job_save(&cj, cj.completed, &sd))
+      ZB_ERROR("job %s rank %d: %s", cj.job_id, cj.rank, sd.msg);
+  }
+#endif
   if (owned)
     protobuf_c_message_free_unpacked(&owned->base, NULL);
   cpu_job_close(&cj);

@@ -127,7 +127,9 @@ static void test_job_full_spec(void) {
                      "  eps: 1e-6\n"
                      "  clip_norm: 0.5\n"
                      "  step: synchronous\n"
-                     "  inject_nan: {iteration: 2, microbatch: 15}\n";
+                     "  inject_nan: {iteration: 2, microbatch: 15}\n"
+                     "  checkpoint_every: 3\n"
+                     "  checkpoint_dir: /shared/ckpt\n";
   zb_job_spec s;
   zb_job_spec_default(&s);
   CHECK(job_ok(yaml, &s));
@@ -171,6 +173,8 @@ static void test_job_full_spec(void) {
   CHECK(s.model.inject_nan);
   CHECK_EQ(s.model.nan_iteration, 2);
   CHECK_EQ(s.model.nan_microbatch, 15);
+  CHECK_EQ(s.model.checkpoint_every, 3);
+  CHECK_STREQ(s.model.checkpoint_dir, "/shared/ckpt");
   CHECK_EQ(zb_job_spec_check(&s, NULL), ZB_OK);
   zb_job_spec_free(&s);
   CHECK(s.stage_costs == NULL);
@@ -585,6 +589,13 @@ static void test_job_model_errors(void) {
                   "'model.inject_nan.microbatch'", "(15)", NULL));
   CHECK(job_fails(CPU "model:\n  inject_nan: {iteration: -1}\n", ZB_ERR_PARSE, "line 7",
                   "'model.inject_nan.iteration'", NULL));
+  /* checkpoints: a directory every worker sees, so an absolute path */
+  CHECK(job_fails(CPU "model:\n  checkpoint_every: 2\n", ZB_ERR_INVALID_ARG, "'model.checkpoint_dir'",
+                  "absolute", NULL));
+  CHECK(job_fails(CPU "model:\n  checkpoint_every: 2\n  checkpoint_dir: ckpt\n", ZB_ERR_INVALID_ARG,
+                  "'model.checkpoint_dir'", "absolute", "'ckpt'", NULL));
+  CHECK(job_fails(CPU "model:\n  checkpoint_every: -1\n", ZB_ERR_PARSE, "line 7", "'model.checkpoint_every'",
+                  NULL));
   /* YAML text is UTF-8 already (libyaml's reader refuses other bytes); the
    * wire's strings are checked */
   zb_job_spec w;

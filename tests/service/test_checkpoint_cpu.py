@@ -1,0 +1,132 @@
+"""Checkpoints and resume of cpu jobs (model.checkpoint_every,
+model.checkpoint_dir, zbctl resume; worker/zb_checkpoint.h).
+
+- A zb-v job on 2 workers (4 stages) with checkpoint_every 2 is frozen
+  after a few iterations (SIGSTOP of rank 1's worker, so it cannot race to
+  its end), cancelled, and let go: every rank writes one file per hosted
+  stage, no temporary file is left, and `zbctl resume` runs a new job that
+  starts right after the last iteration every rank holds and finishes the
+  run. Its loss equals, bit for bit, an uninterrupted run of the same spec
+  at every iteration it ran (the math is deterministic and the data depend
+  only on the seed and the iteration).
+- A damaged checkpoint file makes the resumed job fail with the file's path.
+- checkpoint_every without an absolute checkpoint_dir is refused, naming
+  the key; resuming a job without checkpoints or one still running is
+  refused.
+"""
+
+import glob
+import os
+import re
+import shutil
+import signal
+import tempfile
+
+import zbsvc
+from zbsvc import STATE, Cluster, iteration_events, rpc_error, zb_pb2
+
+import grpc
+
+ITERATIONS = 60
+EVERY = 2
+
+
+def spec(name, ckdir, every=EVERY):
+    model = zb_pb2.ModelSpec(hidden=32, heads=2, layers=4, seq_len=32, batch=4, seed=7, lr=1e-2,
+                             checkpoint_every=every, checkpoint_dir=ckdir)
+    return zb_pb2.JobSpec(name=name, ranks=2, microbatches=4, schedule="zb-v", iterations=ITERATIONS,
+                          backend="cpu", model=model)
+
+
+def losses(c, jid):
+    return {it.iteration: it.loss for it in iteration_events(c.events(jid)) if it.has_loss}
+
+
+def test_cancel_resume_matches_uninterrupted():
+    ckdir = tempfile.mkdtemp(prefix="zb-ckpt-")
+    try:
+        with Cluster(workers=2, name="ckpt-cpu") as c:
+            ref = c.submit(spec("reference", ckdir))
+            c.wait_state(ref, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+            want = losses(c, ref)
+            assert sorted(want) == list(range(ITERATIONS)), sorted(want)
+            c.wait_workers(2)
+
+            jid = c.submit(spec("interrupted", ckdir))
+            c.wait_iterations(jid, 5)
+            frozen = c.workers[c.worker_of_rank(jid, 1)]
+            frozen.signal(signal.SIGSTOP)
+            try:
+                done = c.get(jid).iterations_done
+                assert done < ITERATIONS - 2, done  # the freeze came in time
+                c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="interrupted"), timeout=10)
+            finally:
+                frozen.signal(signal.SIGCONT)
+            c.wait_state(jid, STATE.JOB_STATE_CANCELLED, timeout=30)
+            c.wait_workers(2)
+            # the cancel saves run after the release: wait for both ranks to end
+            # (stopped, or failed when its peer had gone first: it saves either way)
+            def ended():
+                logs = "".join(w.log_text() for w in c.workers.values())
+                return all(re.search(r"job %s rank %d(: stopped| failed)" % (jid, r), logs) for r in (0, 1))
+
+            zbsvc.wait_until("both ranks of %s ended" % jid, ended, 30)
+            files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ckdir, jid, "*.ckpt")))
+            assert files == ["rank0-stage0.ckpt", "rank0-stage3.ckpt", "rank1-stage1.ckpt",
+                             "rank1-stage2.ckpt"], files
+            assert not glob.glob(os.path.join(ckdir, jid, "*tmp*")), os.listdir(os.path.join(ckdir, jid))
+
+            # a job still running, or without checkpoints, cannot be resumed
+            code, details = rpc_error(c.stub.SubmitJob, zb_pb2.SubmitJobRequest(resume_from_job_id="j-999"))
+            assert code == grpc.StatusCode.NOT_FOUND, (code, details)
+            cp = c.zbctl("resume", jid)
+            assert cp.returncode == 0, cp.stderr
+            new = cp.stdout.strip()
+            job = c.wait_state(new, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+            assert job.iterations_done == ITERATIONS, job
+            got = losses(c, new)
+            first = min(got)
+            print("cancelled after %d iterations; resumed at iteration %d" % (done, first))
+            assert 1 <= first <= done + 1, (first, done)  # ranks may be one iteration past the reports
+            assert sorted(got) == list(range(first, ITERATIONS)), sorted(got)
+            diff = [(i, got[i], want[i]) for i in got if got[i] != want[i]]
+            assert not diff, diff  # bit for bit
+            cp = c.zbctl("get", new)
+            assert cp.returncode == 0 and "%d/%d iterations" % (ITERATIONS, ITERATIONS) in cp.stdout, cp.stdout
+            assert "checkpoint every 2 iterations" in cp.stdout and "resumed from %s" % jid in cp.stdout, cp.stdout
+            c.wait_workers(2)
+
+            # a damaged file is refused, named
+            victim = os.path.join(ckdir, jid, "rank1-stage2.ckpt")
+            with open(victim, "r+b") as f:
+                f.seek(-40, os.SEEK_END)
+                b = f.read(1)
+                f.seek(-40, os.SEEK_END)
+                f.write(bytes([b[0] ^ 0x10]))
+            bad = c.zbctl("resume", jid).stdout.strip()
+            job = c.wait_state(bad, STATE.JOB_STATE_FAILED, timeout=60)
+            assert victim in job.reason and "corrupt" in job.reason, job.reason
+            c.wait_workers(2)
+
+            # the spec's rules
+            s = spec("relative", "ckpt")
+            code, details = rpc_error(c.submit, s)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "model.checkpoint_dir" in details, (code, details)
+            s = spec("no-dir", "")
+            code, details = rpc_error(c.submit, s)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "model.checkpoint_dir" in details, (code, details)
+            plain = c.submit(spec("plain", "", every=0))
+            c.wait_state(plain, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+            code, details = rpc_error(c.stub.SubmitJob, zb_pb2.SubmitJobRequest(resume_from_job_id=plain))
+            assert code == grpc.StatusCode.FAILED_PRECONDITION, (code, details)
+            s = spec("forged", ckdir)
+            s.model.resume_from_job_id = jid
+            code, details = rpc_error(c.submit, s)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and "resume_from_job_id" in details, (code, details)
+            c.assert_serving()
+    finally:
+        shutil.rmtree(ckdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    zbsvc.run_tests(globals())

@@ -1,0 +1,57 @@
+/* zb_checkpoint.h — one stage's checkpoint file of a cpu job (DESIGN §5):
+ * the stage's parameters and its AdamW state (moments and step count)
+ * after a completed iteration, so a job can go on where it stopped.
+ *
+ * File layout (native byte order and float format: a checkpoint is read
+ * back by workers of the same architecture):
+ *   magic "ZBCKPT\0\1" (8 bytes), uint32 version (1), uint32 0,
+ *   char job_id[64] (NUL-padded), int32 stage, int32 iteration (0-based,
+ *   the last one completed), int64 adam steps, uint32 tensor count,
+ *   uint32 0, uint64 numel per tensor, then params, m and v (n floats
+ *   each, n the sum of the sizes), then a uint64 FNV-1a of every byte
+ *   before it. The checksum catches a torn or damaged file that still has
+ *   the right size.
+ *
+ * Saving is atomic: the bytes go to a temporary file in the same
+ * directory, which is fsynced and renamed over the final name, and the
+ * directory is fsynced; a crash at any point leaves either the old file or
+ * the new one, never a mixture (rename is atomic within a file system).
+ *
+ * Ownership: the caller owns every buffer; nothing is kept past a call.
+ * Results: zb_err from lib/zb_err.h; ZB_ERR_IO (cannot write or read) and
+ * ZB_ERR_PARSE (not a checkpoint, or not the one expected) name the file.
+ */
+#ifndef ZB_CHECKPOINT_H
+#define ZB_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zb_err.h"
+
+#define ZB_CKPT_VERSION 1
+
+typedef struct zb_ckpt {
+  char job_id[64];
+  int32_t stage;
+  int32_t iteration; /* the last completed iteration, 0-based */
+  int64_t steps;     /* AdamW steps taken */
+  int n_tensors;
+  const uint64_t *sizes; /* numel per tensor (borrowed) */
+  size_t n;              /* sum of sizes */
+  float *params, *m, *v; /* n floats each (borrowed) */
+} zb_ckpt;
+
+/* Writes c to path atomically (path's directory must exist). */
+zb_err zb_ckpt_save(const char *path, const zb_ckpt *c, zb_diag *diag);
+
+/* Reads path into c: the header must match c's job_id, stage, n_tensors
+ * and sizes (the caller fills them from its own model); on success
+ * c->iteration, c->steps and the three arrays hold the file's. On failure
+ * the arrays may have been written. */
+zb_err zb_ckpt_load(const char *path, zb_ckpt *c, zb_diag *diag);
+
+/* Creates dir and its missing parents (mkdir -p), mode 0755. */
+zb_err zb_ckpt_mkdirs(const char *dir, zb_diag *diag);
+
+#endif
