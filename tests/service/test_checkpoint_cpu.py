@@ -9,6 +9,11 @@ model.checkpoint_dir, zbctl resume; worker/zb_checkpoint.h).
   run. Its loss equals, bit for bit, an uninterrupted run of the same spec
   at every iteration it ran (the math is deterministic and the data depend
   only on the seed and the iteration).
+- A worker SIGKILLed mid-run fails the job; once a worker with the same id
+  is back, zbctl resume finishes it with the losses of the uninterrupted
+  run. So does a coordinator SIGKILLed mid-run and started again on the
+  same data dir and port: the job is FAILED ("coordinator stopped"), the
+  workers attach again by themselves, and zbctl resume finishes it.
 - A damaged checkpoint file makes the resumed job fail with the file's path.
 - checkpoint_every without an absolute checkpoint_dir is refused, naming
   the key; resuming a job without checkpoints or one still running is
@@ -123,6 +128,73 @@ def test_cancel_resume_matches_uninterrupted():
             s.model.resume_from_job_id = jid
             code, details = rpc_error(c.submit, s)
             assert code == grpc.StatusCode.INVALID_ARGUMENT and "resume_from_job_id" in details, (code, details)
+            c.assert_serving()
+    finally:
+        shutil.rmtree(ckdir, ignore_errors=True)
+
+
+_reference = {}
+
+
+def reference(c, ckdir):
+    """The losses of an uninterrupted run (computed once per process)."""
+    if not _reference:
+        ref = c.submit(spec("reference", ckdir))
+        c.wait_state(ref, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+        _reference.update(losses(c, ref))
+        assert sorted(_reference) == list(range(ITERATIONS)), sorted(_reference)
+        c.wait_workers(2)
+    return _reference
+
+
+def resume_matches(c, old, want, label):
+    """zbctl resume OLD finishes it with want's losses, bit for bit."""
+    cp = c.zbctl("resume", old)
+    assert cp.returncode == 0, cp.stderr
+    new = cp.stdout.strip()
+    job = c.wait_state(new, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+    assert job.iterations_done == ITERATIONS, job
+    got = losses(c, new)
+    first = min(got)
+    print("%s: resumed at iteration %d" % (label, first))
+    assert first >= 1, first
+    assert sorted(got) == list(range(first, ITERATIONS)), sorted(got)
+    diff = [(i, got[i], want[i]) for i in got if got[i] != want[i]]
+    assert not diff, diff  # bit for bit
+    c.wait_workers(2)
+
+
+def test_killed_worker_then_coordinator_resume():
+    ckdir = tempfile.mkdtemp(prefix="zb-ckpt-kill-")
+    try:
+        with Cluster(workers=2, name="ckpt-kill") as c:
+            want = reference(c, ckdir)
+
+            # a worker SIGKILLed mid-run; a supervisor brings it back under its id
+            jid = c.submit(spec("worker-killed", ckdir))
+            c.wait_iterations(jid, 5)
+            wid = c.worker_of_rank(jid, 1)
+            c.workers[wid].kill()
+            job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=30)
+            print("worker %s killed after %d iterations: %s" % (wid, job.iterations_done, job.reason))
+            assert job.iterations_done < ITERATIONS - 2, job.iterations_done  # the kill came in time
+            c.start_worker(wid)
+            ws = c.wait_workers(2, timeout=20)
+            assert sorted(w.id for w in ws) == ["w0", "w1"], ws
+            resume_matches(c, jid, want, "after the worker kill")
+
+            # the coordinator SIGKILLed mid-run, started again on its data dir and port
+            jid = c.submit(spec("coordinator-killed", ckdir))
+            c.wait_iterations(jid, 5)
+            port = c.port
+            c.coordinator.kill()
+            c.start_coordinator(port=port)
+            job = c.get(jid)
+            print("coordinator killed after %d iterations: %s" % (job.iterations_done, job.reason))
+            assert job.state == STATE.JOB_STATE_FAILED and "coordinator stopped" in job.reason, job
+            assert job.iterations_done < ITERATIONS - 2, job.iterations_done
+            c.wait_workers(2, timeout=30)
+            resume_matches(c, jid, want, "after the coordinator kill")
             c.assert_serving()
     finally:
         shutil.rmtree(ckdir, ignore_errors=True)
