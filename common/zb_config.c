@@ -578,10 +578,8 @@ static zb_err check_stage_costs(const zb_job_spec *s, int v, job_fault *f) {
   return ZB_OK;
 }
 
-/* Length of the longest valid UTF-8 prefix of s (proto3 strings must be
- * UTF-8; clients that check refuse a whole message holding one that is
- * not, and a path travels in every Assignment and Job). */
-static size_t utf8_prefix(const unsigned char *s) {
+size_t zb_utf8_prefix(const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
   size_t k = 0;
   while (s[k]) {
     unsigned c = s[k];
@@ -592,6 +590,8 @@ static size_t utf8_prefix(const unsigned char *s) {
                                      : -1;
     if (n < 0)
       break;
+    /* the second byte's range excludes overlong forms, surrogates and
+     * code points past U+10FFFF */
     unsigned lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80, hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
     int i = 1;
     for (; i <= n; i++, lo = 0x80, hi = 0xbf)
@@ -662,7 +662,7 @@ static zb_err check_model(const zb_job_spec *s, job_fault *f) {
   if (data_len == 0 || data_len == sizeof m->data)
     return fault_set(f, JK_MODEL, MK_DATA, "model.data", "must be a path of 1..%zu characters",
                      sizeof m->data - 1);
-  if (m->data[utf8_prefix((const unsigned char *)m->data)] != '\0')
+  if (m->data[zb_utf8_prefix(m->data)] != '\0')
     return fault_set(f, JK_MODEL, MK_DATA, "model.data", "is not valid UTF-8");
   if ((err = check_model_real(f, MK_LR, m->lr, 0, true, INFINITY)) ||
       (err = check_model_real(f, MK_WEIGHT_DECAY, m->weight_decay, 0, false, INFINITY)) ||
@@ -686,7 +686,7 @@ static zb_err check_model(const zb_job_spec *s, job_fault *f) {
     return fault_set(f, JK_MODEL, MK_CHECKPOINT_EVERY, "model.checkpoint_every",
                      "must be between 0 and %lld, got %d", CHECKPOINT_EVERY_RANGE.max, m->checkpoint_every);
   if (!terminated(m->checkpoint_dir, sizeof m->checkpoint_dir) ||
-      m->checkpoint_dir[utf8_prefix((const unsigned char *)m->checkpoint_dir)] != '\0')
+      m->checkpoint_dir[zb_utf8_prefix(m->checkpoint_dir)] != '\0')
     return fault_set(f, JK_MODEL, MK_CHECKPOINT_DIR, "model.checkpoint_dir",
                      "must be a valid UTF-8 path of at most %zu characters", sizeof m->checkpoint_dir - 1);
   /* every worker writes there and a resumed job's ranks may run on other

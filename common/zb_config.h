@@ -151,4 +151,10 @@ void zb_coord_config_default(zb_coord_config *c);
  * unchanged. */
 zb_err zb_coord_config_parse(const char *yaml, size_t len, zb_coord_config *out, zb_diag *diag);
 
+/* Length of the longest valid UTF-8 prefix of s. proto3 strings must be
+ * UTF-8: clients that check (Python's, Go's) refuse a whole message that
+ * carries one invalid string, so nothing kept and sent back may hold one,
+ * neither as received nor cut short by a fixed-size copy. */
+size_t zb_utf8_prefix(const char *s);
+
 #endif
