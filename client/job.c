@@ -319,6 +319,9 @@ int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
                m->checkpoint_dir, j->id,
                m->resume_from_job_id && m->resume_from_job_id[0] ? "; resumed from " : "",
                m->resume_from_job_id ? m->resume_from_job_id : "");
+      if (m->dump_dir && m->dump_dir[0])
+        printf("dumps      iterations 0, %d, ... and the last, in %s/%s (check: zb-gradcheck %s/%s)\n",
+               m->dump_every > 0 ? m->dump_every : 1, m->dump_dir, j->id, m->dump_dir, j->id);
     }
     printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
            s ? s->iterations : 0, created, updated);

@@ -90,24 +90,27 @@ typedef enum model_key {
   MK_INJECT_NAN,
   MK_CHECKPOINT_EVERY,
   MK_CHECKPOINT_DIR,
+  MK_DUMP_DIR,
+  MK_DUMP_EVERY,
   MK_COUNT_
 } model_key;
 static const char *const model_keys[MK_COUNT_] = {
     "hidden",        "heads", "layers", "seq_len", "batch",     "seed", "data",       "lr",
     "weight_decay",  "beta1", "beta2",  "eps",     "clip_norm", "step", "inject_nan", "checkpoint_every",
-    "checkpoint_dir"};
+    "checkpoint_dir", "dump_dir", "dump_every"};
 static const char *const model_fields[MK_COUNT_] = {
     "model.hidden",        "model.heads", "model.layers",     "model.seq_len",
     "model.batch",         "model.seed",  "model.data",       "model.lr",
     "model.weight_decay",  "model.beta1", "model.beta2",      "model.eps",
     "model.clip_norm",     "model.step",  "model.inject_nan", "model.checkpoint_every",
-    "model.checkpoint_dir"};
+    "model.checkpoint_dir", "model.dump_dir",   "model.dump_every"};
 static const char *const step_modes[] = {ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME};
 
 typedef enum nan_key { NK_ITERATION, NK_MICROBATCH, NK_COUNT_ } nan_key;
 static const char *const nan_keys[NK_COUNT_] = {"iteration", "microbatch"};
 static const int_range NAN_INDEX_RANGE = {0, 0, 1000000};
 static const int_range CHECKPOINT_EVERY_RANGE = {0, 0, 1000000};
+static const int_range DUMP_EVERY_RANGE = {0, 0, 1000000};
 
 typedef enum coord_key {
   CO_LISTEN,
@@ -416,7 +419,7 @@ static void join_names(const char *const *names, int n, char *buf, size_t size) 
  * given (0: not yet). prefix is prepended in messages ("costs."). */
 static zb_err map_key(const walk *w, const yaml_node_t *key, const char *const *names, int n,
                       const char *prefix, int *seen, int *index) {
-  char buf[64], known[160];
+  char buf[64], known[256];
   if (key->type != YAML_SCALAR_NODE)
     return zb_diag_set(w->diag, ZB_ERR_PARSE, "line %d: expected a key name, got %s", node_line(key),
                        describe(key, buf, sizeof buf));
@@ -697,6 +700,17 @@ static zb_err check_model(const zb_job_spec *s, job_fault *f) {
                      "must be an absolute path (a directory every worker can write, shared on a "
                      "multi-host cluster) when model.checkpoint_every > 0, got '%.200s'",
                      m->checkpoint_dir);
+  if (!terminated(m->dump_dir, sizeof m->dump_dir) || m->dump_dir[zb_utf8_prefix(m->dump_dir)] != '\0')
+    return fault_set(f, JK_MODEL, MK_DUMP_DIR, "model.dump_dir",
+                     "must be a valid UTF-8 path of at most %zu characters", sizeof m->dump_dir - 1);
+  if (m->dump_dir[0] && m->dump_dir[0] != '/') /* as checkpoint_dir: every worker writes there */
+    return fault_set(f, JK_MODEL, MK_DUMP_DIR, "model.dump_dir",
+                     "must be an absolute path (a directory every worker can write), got '%.200s'", m->dump_dir);
+  if (m->dump_every < 0 || m->dump_every > DUMP_EVERY_RANGE.max)
+    return fault_set(f, JK_MODEL, MK_DUMP_EVERY, "model.dump_every", "must be between 0 and %lld, got %d",
+                     DUMP_EVERY_RANGE.max, m->dump_every);
+  if (m->dump_every > 0 && !m->dump_dir[0])
+    return fault_set(f, JK_MODEL, MK_DUMP_EVERY, "model.dump_every", "needs model.dump_dir (where to write)");
   if (!terminated(m->resume_from, sizeof m->resume_from))
     return fault_set(f, JK_MODEL, -1, "model.resume_from_job_id", "too long");
   if (s->bytes_per_activation != bytes)
@@ -842,7 +856,7 @@ static zb_err model_inject_nan(const walk *w, const yaml_node_t *n, zb_model_spe
 /* model: a mapping of model_keys; sizes are checked as integers here and
  * against their ranges (with the other rules) by check_model. */
 static zb_err job_model(const walk *w, const yaml_node_t *n, zb_job_spec *s, job_lines *lines) {
-  char buf[64], known[160];
+  char buf[64], known[256];
   if (n->type != YAML_MAPPING_NODE) {
     join_names(model_keys, MK_COUNT_, known, sizeof known);
     return zb_diag_set(w->diag, ZB_ERR_PARSE, "line %d: key 'model': expected a mapping with keys %s, got %s",
@@ -883,6 +897,10 @@ static zb_err job_model(const walk *w, const yaml_node_t *n, zb_job_spec *s, job
       err = get_int32(w, value, "model.checkpoint_every", &CHECKPOINT_EVERY_RANGE, &m->checkpoint_every);
     else if (k == MK_CHECKPOINT_DIR)
       err = get_string(w, value, "model.checkpoint_dir", m->checkpoint_dir, sizeof m->checkpoint_dir);
+    else if (k == MK_DUMP_DIR)
+      err = get_string(w, value, "model.dump_dir", m->dump_dir, sizeof m->dump_dir);
+    else if (k == MK_DUMP_EVERY)
+      err = get_int32(w, value, "model.dump_every", &DUMP_EVERY_RANGE, &m->dump_every);
     else
       err = get_number(w, value, model_fields[k], reals[k]);
     if (err)

@@ -64,6 +64,10 @@ zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb
       (err = wire_copy(out->checkpoint_dir, sizeof out->checkpoint_dir, pb->checkpoint_dir,
                        "model.checkpoint_dir", diag)))
     return err;
+  if (pb->dump_dir && pb->dump_dir[0] &&
+      (err = wire_copy(out->dump_dir, sizeof out->dump_dir, pb->dump_dir, "model.dump_dir", diag)))
+    return err;
+  out->dump_every = pb->dump_every;
   if (pb->resume_from_job_id && pb->resume_from_job_id[0] &&
       (err = wire_copy(out->resume_from, sizeof out->resume_from, pb->resume_from_job_id,
                        "model.resume_from_job_id", diag)))
@@ -103,6 +107,8 @@ void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
   pb->checkpoint_every = m->checkpoint_every;
   pb->checkpoint_dir = (char *)m->checkpoint_dir;
   pb->resume_from_job_id = (char *)m->resume_from;
+  pb->dump_dir = (char *)m->dump_dir;
+  pb->dump_every = m->dump_every;
 }
 
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {

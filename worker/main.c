@@ -33,6 +33,8 @@
 #include "zb/v1/zb.pb-c.h"
 #include "zb_alloc.h"
 #include "zb_checkpoint.h"
+#include "zb_dump.h"
+#include "zb_file.h"
 #include "zb_executor.h"
 #include "zb_format.h"
 #include "zb_log.h"
@@ -271,6 +273,11 @@ typedef struct cpu_job {
   int saved;            /* the iteration of the last checkpoint written; -1: none */
   bool torn;            /* an iteration failed after its step: the state is no iteration's */
   const atomic_bool *stop;
+  /* gradient dumps (zb_dump.h): on when dump_dir[0] */
+  char dump_dir[700]; /* DIR/JOB_ID */
+  int dump_every, iterations;
+  float **before;      /* per hosted stage: the parameters before this iteration's step */
+  zb_model_spec model; /* what the dumps record of the model */
 } cpu_job;
 
 #ifdef ZB_WITH_CPU_BACKEND
@@ -327,6 +334,14 @@ static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_sc
   cj->ckpt_every = ms.checkpoint_every;
   snprintf(cj->ckpt_dir, sizeof cj->ckpt_dir, "%s", ms.checkpoint_dir);
   snprintf(cj->resume_from, sizeof cj->resume_from, "%s", ms.resume_from);
+  if (ms.dump_dir[0]) {
+    snprintf(cj->dump_dir, sizeof cj->dump_dir, "%s/%s", ms.dump_dir, a->job_id);
+    if ((err = zb_file_mkdirs("dump", cj->dump_dir, diag)))
+      return err;
+  }
+  cj->dump_every = ms.dump_every > 0 ? ms.dump_every : 1;
+  cj->iterations = a->iterations;
+  cj->model = ms;
   cj->completed = cj->saved = -1;
   cj->stop = stop;
   cj->n_stages = hosted_stages(sched, a->rank, &cj->stages);
@@ -369,6 +384,7 @@ static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_sc
   cj->opt = zb_calloc((size_t)cj->n_stages, sizeof *cj->opt);
   cj->params = zb_calloc((size_t)cj->n_stages, sizeof *cj->params);
   cj->grads = zb_calloc((size_t)cj->n_stages, sizeof *cj->grads);
+  cj->before = zb_calloc((size_t)cj->n_stages, sizeof *cj->before);
   cj->rank = a->rank;
   cj->nranks = a->ranks;
   size_t params = 0;
@@ -376,6 +392,8 @@ static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_sc
     zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
     cj->params[i] = zb_model_params(st);
     cj->grads[i] = zb_model_grads(st);
+    if (cj->dump_dir[0])
+      cj->before[i] = zb_malloc(sizeof(float) * (zb_model_n_params(st) ? zb_model_n_params(st) : 1));
     if ((err = zb_adamw_new(&oc, zb_model_n_params(st), &cj->opt[i], diag)))
       return err;
     params += zb_model_n_params(st);
@@ -405,29 +423,88 @@ static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_sc
   return ZB_OK;
 }
 
+/* Whether iteration is one the job dumps: 0, every, 2*every, ... and the last. */
+static bool cpu_job_dumps(const cpu_job *cj, int iteration) {
+  return cj->dump_dir[0] && (iteration % cj->dump_every == 0 || iteration == cj->iterations - 1);
+}
+
+/* Writes every hosted stage's dump of iteration (after its step). */
+static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *step, double loss, zb_diag *diag) {
+  const zb_model_spec *ms = &cj->model;
+  zb_err err = ZB_OK;
+  for (int i = 0; !err && i < cj->n_stages; i++) {
+    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    const zb_model_config *mc = zb_model_stage_config(st);
+    int nt = zb_model_n_tensors(st);
+    zb_dump_tensor *tensors = zb_calloc((size_t)(nt ? nt : 1), sizeof *tensors);
+    for (int t = 0; t < nt; t++) {
+      const zb_model_tensor *tt = zb_model_tensor_at(st, t);
+      snprintf(tensors[t].name, sizeof tensors[t].name, "%s", tt->name);
+      tensors[t].rows = tt->rows;
+      tensors[t].cols = tt->cols;
+    }
+    bool last = cj->stages[i] == cj->total_stages - 1;
+    zb_dump d = {.iteration = iteration,
+                 .stage = cj->stages[i],
+                 .n_stages = cj->total_stages,
+                 .rank = cj->rank,
+                 .microbatches = cj->microbatches,
+                 .vocab = mc->vocab,
+                 .hidden = ms->hidden,
+                 .heads = ms->heads,
+                 .layers = ms->layers,
+                 .seq_len = ms->seq_len,
+                 .batch = ms->batch,
+                 .seed = (uint64_t)ms->seed,
+                 .flags = (last ? ZB_DUMP_HAS_LOSS : 0) | (step->clipped ? ZB_DUMP_CLIPPED : 0) |
+                          (step->skipped ? ZB_DUMP_SKIPPED : 0),
+                 .loss = last ? loss : 0,
+                 .grad_norm = step->grad_norm,
+                 .n_tensors = nt,
+                 .tensors = tensors,
+                 .n = zb_model_n_params(st),
+                 .before = cj->before[i],
+                 .grads = cj->grads[i],
+                 .after = cj->params[i]};
+    snprintf(d.job_id, sizeof d.job_id, "%s", cj->job_id);
+    snprintf(d.data, sizeof d.data, "%s", ms->data);
+    char path[800];
+    snprintf(path, sizeof path, "%s/it%d-stage%d.dump", cj->dump_dir, iteration, cj->stages[i]);
+    err = zb_dump_save(path, &d, diag);
+    free(tensors);
+  }
+  return err;
+}
+
 /* After an iteration's W ops: the step on every hosted stage, checked
  * globally (zb_step.h; the reduction runs along the ranks over tr), then
  * the loss when this rank has the last stage. */
 static zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
                            zb_step_result *step, zb_diag *diag) {
   zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
+  bool dump = cpu_job_dumps(cj, iteration);
+  for (int i = 0; dump && i < cj->n_stages; i++)
+    memcpy(cj->before[i], cj->params[i],
+           sizeof(float) * zb_model_n_params(zb_backend_cpu_stage(cj->be, i, NULL)));
   zb_err err = zb_stepper_step(cj->stepper, cj->params, (const float *const *)cj->grads, zb_step_reduce_chain,
                                &chain, step, diag);
   if (err)
     return err;
   *has_loss = false;
-  if (!cj->last)
-    return ZB_OK;
-  int count = 0;
-  err = zb_backend_cpu_loss(cj->be, loss, &count, diag);
-  cj->torn = err || count != cj->microbatches; /* stepped, yet the iteration fails */
-  if (err)
-    return err;
-  if (count != cj->microbatches)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu job: the loss of %d microbatches, expected %d", count,
-                       cj->microbatches);
-  *has_loss = true;
-  return ZB_OK;
+  if (cj->last) {
+    int count = 0;
+    err = zb_backend_cpu_loss(cj->be, loss, &count, diag);
+    cj->torn = err || count != cj->microbatches; /* stepped, yet the iteration fails */
+    if (err)
+      return err;
+    if (count != cj->microbatches)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu job: the loss of %d microbatches, expected %d", count,
+                         cj->microbatches);
+    *has_loss = true;
+  }
+  if (dump && (err = cpu_job_dump(cj, iteration, step, *has_loss ? *loss : 0, diag)))
+    cj->torn = true;
+  return err;
 }
 
 /* A plan update keeps the cpu job's state only if this rank hosts the
@@ -478,7 +555,7 @@ static zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
     return ZB_OK; /* the periodic save just wrote this state */
   char dir[700];
   snprintf(dir, sizeof dir, "%s/%s", cj->ckpt_dir, cj->job_id);
-  zb_err err = zb_ckpt_mkdirs(dir, diag);
+  zb_err err = zb_file_mkdirs("checkpoint", dir, diag);
   for (int i = 0; !err && i < cj->n_stages; i++) {
     uint64_t *sizes;
     zb_ckpt c = ckpt_of(cj, cj->job_id, i, &sizes);
@@ -636,6 +713,9 @@ static zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *dia
 
 static void cpu_job_close(cpu_job *cj) {
   zb_stepper_free(cj->stepper);
+  for (int i = 0; cj->before && i < cj->n_stages; i++)
+    free(cj->before[i]);
+  free(cj->before);
   free(cj->params);
   free(cj->grads);
   for (int i = 0; cj->opt && i < cj->n_stages; i++)

@@ -12,10 +12,8 @@
  *   before it. The checksum catches a torn or damaged file that still has
  *   the right size.
  *
- * Saving is atomic: the bytes go to a temporary file in the same
- * directory, which is fsynced and renamed over the final name, and the
- * directory is fsynced; a crash at any point leaves either the old file or
- * the new one, never a mixture (rename is atomic within a file system).
+ * Saving is atomic (zb_file.h): a crash at any point leaves either the old
+ * file or the new one, never a mixture.
  *
  * Ownership: the caller owns every buffer; nothing is kept past a call.
  * Results: zb_err from lib/zb_err.h; ZB_ERR_IO (cannot write or read) and
@@ -50,8 +48,5 @@ zb_err zb_ckpt_save(const char *path, const zb_ckpt *c, zb_diag *diag);
  * c->iteration, c->steps and the three arrays hold the file's. On failure
  * the arrays may have been written. */
 zb_err zb_ckpt_load(const char *path, zb_ckpt *c, zb_diag *diag);
-
-/* Creates dir and its missing parents (mkdir -p), mode 0755. */
-zb_err zb_ckpt_mkdirs(const char *dir, zb_diag *diag);
 
 #endif

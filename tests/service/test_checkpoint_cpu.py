@@ -8,12 +8,15 @@ model.checkpoint_dir, zbctl resume; worker/zb_checkpoint.h).
   starts right after the last iteration every rank holds and finishes the
   run. Its loss equals, bit for bit, an uninterrupted run of the same spec
   at every iteration it ran (the math is deterministic and the data depend
-  only on the seed and the iteration).
+  only on the seed and the iteration), and so do its final weights: every
+  stage's parameters after the last step, from the jobs' gradient dumps
+  (model.dump_dir, worker/zb_dump.h), agree in every bit.
 - A worker SIGKILLed mid-run fails the job; once a worker with the same id
   is back, zbctl resume finishes it with the losses of the uninterrupted
-  run. So does a coordinator SIGKILLed mid-run and started again on the
-  same data dir and port: the job is FAILED ("coordinator stopped"), the
-  workers attach again by themselves, and zbctl resume finishes it.
+  run and the same final weights. So does a coordinator SIGKILLed mid-run
+  and started again on the same data dir and port: the job is FAILED
+  ("coordinator stopped"), the workers attach again by themselves, and
+  zbctl resume finishes it.
 - A damaged checkpoint file makes the resumed job fail with the file's path.
 - checkpoint_every without an absolute checkpoint_dir is refused, naming
   the key; resuming a job without checkpoints or one still running is
@@ -37,14 +40,29 @@ EVERY = 2
 
 
 def spec(name, ckdir, every=EVERY):
+    # dumps of iteration 0 and the last only: the final weights
+    dump = os.path.join(ckdir, "dumps") if ckdir.startswith("/") else ""
     model = zb_pb2.ModelSpec(hidden=32, heads=2, layers=4, seq_len=32, batch=4, seed=7, lr=1e-2,
-                             checkpoint_every=every, checkpoint_dir=ckdir)
+                             checkpoint_every=every, checkpoint_dir=ckdir, dump_dir=dump,
+                             dump_every=ITERATIONS if dump else 0)
     return zb_pb2.JobSpec(name=name, ranks=2, microbatches=4, schedule="zb-v", iterations=ITERATIONS,
                           backend="cpu", model=model)
 
 
 def losses(c, jid):
     return {it.iteration: it.loss for it in iteration_events(c.events(jid)) if it.has_loss}
+
+
+def same_final_weights(ckdir, ref, new):
+    """The resumed job's weights after its last step are the uninterrupted
+    run's, in every bit of every stage."""
+    dumps = os.path.join(ckdir, "dumps")
+    a, b = (zbsvc.read_dumps(dumps, j, ITERATIONS - 1) for j in (ref, new))
+    differ = zbsvc.weights_differ(a, b)
+    assert not differ, "final weights of %s and %s differ on stages %s" % (ref, new, differ)
+    assert zbsvc.weights_differ(a, b, "before") == [], "weights before the last step differ"
+    params = sum(len(d["after"]) // 4 for d in a.values())
+    print("final weights of %s equal %s's: %d parameters over %d stages" % (new, ref, params, len(a)))
 
 
 def test_cancel_resume_matches_uninterrupted():
@@ -96,6 +114,7 @@ def test_cancel_resume_matches_uninterrupted():
             assert sorted(got) == list(range(first, ITERATIONS)), sorted(got)
             diff = [(i, got[i], want[i]) for i in got if got[i] != want[i]]
             assert not diff, diff  # bit for bit
+            same_final_weights(ckdir, ref, new)
             cp = c.zbctl("get", new)
             assert cp.returncode == 0 and "%d/%d iterations" % (ITERATIONS, ITERATIONS) in cp.stdout, cp.stdout
             assert "checkpoint every 2 iterations" in cp.stdout and "resumed from %s" % jid in cp.stdout, cp.stdout
@@ -133,22 +152,19 @@ def test_cancel_resume_matches_uninterrupted():
         shutil.rmtree(ckdir, ignore_errors=True)
 
 
-_reference = {}
-
-
 def reference(c, ckdir):
-    """The losses of an uninterrupted run (computed once per process)."""
-    if not _reference:
-        ref = c.submit(spec("reference", ckdir))
-        c.wait_state(ref, STATE.JOB_STATE_SUCCEEDED, timeout=120)
-        _reference.update(losses(c, ref))
-        assert sorted(_reference) == list(range(ITERATIONS)), sorted(_reference)
-        c.wait_workers(2)
-    return _reference
+    """The job id and losses of an uninterrupted run."""
+    ref = c.submit(spec("reference", ckdir))
+    c.wait_state(ref, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+    want = losses(c, ref)
+    assert sorted(want) == list(range(ITERATIONS)), sorted(want)
+    c.wait_workers(2)
+    return ref, want
 
 
-def resume_matches(c, old, want, label):
-    """zbctl resume OLD finishes it with want's losses, bit for bit."""
+def resume_matches(c, ckdir, old, ref, want, label):
+    """zbctl resume OLD finishes it with the losses (want) and the final
+    weights of the uninterrupted job ref, bit for bit."""
     cp = c.zbctl("resume", old)
     assert cp.returncode == 0, cp.stderr
     new = cp.stdout.strip()
@@ -161,6 +177,7 @@ def resume_matches(c, old, want, label):
     assert sorted(got) == list(range(first, ITERATIONS)), sorted(got)
     diff = [(i, got[i], want[i]) for i in got if got[i] != want[i]]
     assert not diff, diff  # bit for bit
+    same_final_weights(ckdir, ref, new)
     c.wait_workers(2)
 
 
@@ -168,7 +185,7 @@ def test_killed_worker_then_coordinator_resume():
     ckdir = tempfile.mkdtemp(prefix="zb-ckpt-kill-")
     try:
         with Cluster(workers=2, name="ckpt-kill") as c:
-            want = reference(c, ckdir)
+            ref, want = reference(c, ckdir)
 
             # a worker SIGKILLed mid-run; a supervisor brings it back under its id
             jid = c.submit(spec("worker-killed", ckdir))
@@ -181,7 +198,7 @@ def test_killed_worker_then_coordinator_resume():
             c.start_worker(wid)
             ws = c.wait_workers(2, timeout=20)
             assert sorted(w.id for w in ws) == ["w0", "w1"], ws
-            resume_matches(c, jid, want, "after the worker kill")
+            resume_matches(c, ckdir, jid, ref, want, "after the worker kill")
 
             # the coordinator SIGKILLed mid-run, started again on its data dir and port
             jid = c.submit(spec("coordinator-killed", ckdir))
@@ -194,7 +211,7 @@ def test_killed_worker_then_coordinator_resume():
             assert job.state == STATE.JOB_STATE_FAILED and "coordinator stopped" in job.reason, job
             assert job.iterations_done < ITERATIONS - 2, job.iterations_done
             c.wait_workers(2, timeout=30)
-            resume_matches(c, jid, want, "after the coordinator kill")
+            resume_matches(c, ckdir, jid, ref, want, "after the coordinator kill")
             c.assert_serving()
     finally:
         shutil.rmtree(ckdir, ignore_errors=True)

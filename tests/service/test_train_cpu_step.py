@@ -15,10 +15,19 @@ processes, p = 4, zb-v, a tiny model, 10 iterations.
   synchronous report the same gradient norms and losses, bit for bit
   (tolerance 0: a rollback restores every bit and the redone step is the
   synchronous one).
+- The weights themselves, from the jobs' gradient dumps (model.dump_dir,
+  worker/zb_dump.h: every stage's parameters before and after each step):
+  at the NaN iteration every stage of the post-validated run ends with the
+  weights it started from, in every bit (the rollback is exact on every
+  rank); the final weights of the post-validated and synchronous NaN runs
+  are bit-identical (a run that skipped the step), and differ from the
+  clean run's; under clipping the final weights of both step modes are
+  bit-identical.
 - zbctl watch says "skipped (non-finite)" and "clipped".
 """
 
 import math
+import os
 
 import zbsvc
 from zbsvc import STATE, Cluster, iteration_events, zb_pb2
@@ -29,9 +38,9 @@ M = 4
 NAN_AT = 3
 
 
-def spec(name, step, clip_norm, inject_nan=False):
+def spec(name, step, clip_norm, dump_dir, inject_nan=False):
     model = zb_pb2.ModelSpec(hidden=32, heads=2, layers=4, seq_len=16, batch=2, seed=5, lr=1e-2, step=step,
-                             clip_norm=zb_pb2.DoubleValue(value=clip_norm))
+                             clip_norm=zb_pb2.DoubleValue(value=clip_norm), dump_dir=dump_dir)
     if inject_nan:
         model.inject_nan.CopyFrom(zb_pb2.NanInjection(iteration=NAN_AT, microbatch=1))
     return zb_pb2.JobSpec(name=name, ranks=RANKS, microbatches=M, schedule="zb-v", iterations=ITERATIONS,
@@ -57,9 +66,10 @@ def run(c, s):
 
 def test_nan_skips_and_clipping_agrees():
     with Cluster(workers=RANKS, name="train-step") as c:
-        _, clean = run(c, spec("clean", "post-validated", 0))
-        jid_pv, nan_pv = run(c, spec("nan-pv", "post-validated", 0, inject_nan=True))
-        _, nan_sy = run(c, spec("nan-sync", "synchronous", 0, inject_nan=True))
+        dumps = os.path.join(c.dir, "dumps")
+        jid_clean, clean = run(c, spec("clean", "post-validated", 0, dumps))
+        jid_pv, nan_pv = run(c, spec("nan-pv", "post-validated", 0, dumps, inject_nan=True))
+        jid_sy, nan_sy = run(c, spec("nan-sync", "synchronous", 0, dumps, inject_nan=True))
 
         assert not any(it.skipped or it.clipped for it in clean), clean
         for its in (nan_pv, nan_sy):
@@ -73,15 +83,33 @@ def test_nan_skips_and_clipping_agrees():
         assert loss(nan_pv)[NAN_AT + 1] != loss(clean)[NAN_AT + 1], "the NaN step was not left out"
         print("inject_nan at %d: post-validated == synchronous (skipped), losses %s" % (NAN_AT, loss(nan_pv)))
 
+        # the weights: rolled back exactly on every rank, then those of the run that never stepped
+        at_nan = zbsvc.read_dumps(dumps, jid_pv, NAN_AT)
+        for stage, d in at_nan.items():
+            assert d["flags"] & zbsvc.DUMP_SKIPPED, (stage, d["flags"])
+            assert d["after"] == d["before"], "stage %d (rank %d): the rollback left other weights" % (
+                stage, d["rank"])
+        final = {j: zbsvc.read_dumps(dumps, j, ITERATIONS - 1) for j in (jid_clean, jid_pv, jid_sy)}
+        assert zbsvc.weights_differ(final[jid_pv], final[jid_sy]) == [], "post-validated != synchronous"
+        holding = sorted(st for st, d in at_nan.items() if d["tensors"])  # 4 layers over 8 stages: some hold none
+        assert zbsvc.weights_differ(final[jid_pv], final[jid_clean]) == holding, "the NaN step left no trace"
+        print("inject_nan: every stage's weights after the rolled-back step equal those before it; final weights "
+              "equal the synchronous run's (%d stages)" % len(at_nan))
+
         # a clip norm far below the gradients' norm: every step clips
-        jid_clip, clip_pv = run(c, spec("clip-pv", "post-validated", 0.05))
-        _, clip_sy = run(c, spec("clip-sync", "synchronous", 0.05))
+        jid_clip, clip_pv = run(c, spec("clip-pv", "post-validated", 0.05, dumps))
+        jid_clip_sy, clip_sy = run(c, spec("clip-sync", "synchronous", 0.05, dumps))
         for its in (clip_pv, clip_sy):
             assert all(it.clipped and not it.skipped and it.grad_norm > 0.05 for it in its), its
         assert loss(clip_pv) == loss(clip_sy), (loss(clip_pv), loss(clip_sy))
         assert [it.grad_norm for it in clip_pv] == [it.grad_norm for it in clip_sy]
         assert loss(clip_pv) != loss(clean), "clipping changed nothing"
         print("clip_norm 0.05: post-validated == synchronous, grad norms %s" % [it.grad_norm for it in clip_pv])
+        for i in range(ITERATIONS):
+            a, b = (zbsvc.read_dumps(dumps, j, i) for j in (jid_clip, jid_clip_sy))
+            assert zbsvc.weights_differ(a, b) == [], "clipping: weights differ after iteration %d" % i
+            assert all(d["flags"] & zbsvc.DUMP_CLIPPED for d in a.values()), i
+        print("clip_norm 0.05: the weights of both step modes agree in every bit after every iteration")
 
         cp = c.zbctl("watch", jid_pv)
         assert cp.returncode == 0, cp.stderr

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -409,6 +410,55 @@ def series(samples, name, **labels):
     """The samples of one metric whose labels include `labels`."""
     want = set((k, str(v)) for k, v in labels.items())
     return {lab: v for (n, lab), v in samples.items() if n == name and want <= set(lab)}
+
+
+# ---- gradient dumps (worker/zb_dump.h; a cpu job's model.dump_dir) ----
+
+_DUMP_HEAD = struct.Struct("=8sII64s12iQdd512s")  # 664 bytes, the layout zb_dump.h documents
+_DUMP_TENSOR = struct.Struct("=48sii")
+_DUMP_FIELDS = ("iteration", "stage", "n_stages", "rank", "microbatches", "vocab", "hidden", "heads", "layers",
+                "seq_len", "batch", "flags")
+DUMP_HAS_LOSS, DUMP_CLIPPED, DUMP_SKIPPED = 1, 2, 4
+
+
+def read_dump(path):
+    """One dump file as a dict: the header's fields, "tensors" [(name,
+    rows, cols)], and "before", "grads", "after" as raw float32 bytes."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    h = _DUMP_HEAD.unpack_from(raw, 0)
+    assert h[0] == b"ZBDUMP\0\1" and h[1] == 1, "%s: not a version-1 dump" % path
+    d = dict(zip(_DUMP_FIELDS, h[4:16]))
+    d.update(job_id=h[3].rstrip(b"\0").decode(), seed=h[16], loss=h[17], grad_norm=h[18],
+             data=h[19].rstrip(b"\0").decode(), tensors=[])
+    off = _DUMP_HEAD.size
+    for _ in range(h[2]):
+        name, rows, cols = _DUMP_TENSOR.unpack_from(raw, off)
+        d["tensors"].append((name.rstrip(b"\0").decode(), rows, cols))
+        off += _DUMP_TENSOR.size
+    n = 4 * sum(r * c for _, r, c in d["tensors"])
+    assert len(raw) == off + 3 * n + 8, "%s: %d bytes, the table says %d" % (path, len(raw), off + 3 * n + 8)
+    d["before"], d["grads"], d["after"] = raw[off:off + n], raw[off + n:off + 2 * n], raw[off + 2 * n:off + 3 * n]
+    return d
+
+
+def read_dumps(dump_dir, job_id, iteration):
+    """{stage: dump} of one iteration of a job."""
+    out = {}
+    for name in os.listdir(os.path.join(dump_dir, job_id)):
+        m = re.match(r"it(\d+)-stage(\d+)\.dump$", name)
+        if m and int(m.group(1)) == iteration:
+            out[int(m.group(2))] = read_dump(os.path.join(dump_dir, job_id, name))
+    assert out and sorted(out) == list(range(next(iter(out.values()))["n_stages"])), \
+        "%s/%s iteration %d: stages %s" % (dump_dir, job_id, iteration, sorted(out))
+    return out
+
+
+def weights_differ(a, b, which="after"):
+    """The stages whose `which` weights differ in any bit between two
+    {stage: dump} maps (a list, empty when every bit agrees)."""
+    assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+    return [s for s in sorted(a) if a[s]["tensors"] != b[s]["tensors"] or a[s][which] != b[s][which]]
 
 
 def iteration_events(events):

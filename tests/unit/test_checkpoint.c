@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "zb_checkpoint.h"
+#include "zb_file.h"
 #include "zbtest.h"
 
 static char dir[256], path[300];
@@ -32,7 +33,7 @@ static zb_ckpt make(float *p, float *m, float *v) {
 static void test_round_trip(void) {
   setup();
   zb_diag d = {{0}};
-  CHECK_EQ(zb_ckpt_mkdirs(dir, &d), ZB_OK);
+  CHECK_EQ(zb_file_mkdirs("checkpoint", dir, &d), ZB_OK);
   float p[5] = {1, -2, 3.5f, 1e-30f, -0.0f}, m[5] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f}, v[5] = {1, 2, 3, 4, 5};
   zb_ckpt c = make(p, m, v);
   CHECK_EQ(zb_ckpt_save(path, &c, &d), ZB_OK);

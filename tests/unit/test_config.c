@@ -129,7 +129,9 @@ static void test_job_full_spec(void) {
                      "  step: synchronous\n"
                      "  inject_nan: {iteration: 2, microbatch: 15}\n"
                      "  checkpoint_every: 3\n"
-                     "  checkpoint_dir: /shared/ckpt\n";
+                     "  checkpoint_dir: /shared/ckpt\n"
+                     "  dump_dir: /shared/dumps\n"
+                     "  dump_every: 5\n";
   zb_job_spec s;
   zb_job_spec_default(&s);
   CHECK(job_ok(yaml, &s));
@@ -175,6 +177,8 @@ static void test_job_full_spec(void) {
   CHECK_EQ(s.model.nan_microbatch, 15);
   CHECK_EQ(s.model.checkpoint_every, 3);
   CHECK_STREQ(s.model.checkpoint_dir, "/shared/ckpt");
+  CHECK_STREQ(s.model.dump_dir, "/shared/dumps");
+  CHECK_EQ(s.model.dump_every, 5);
   CHECK_EQ(zb_job_spec_check(&s, NULL), ZB_OK);
   zb_job_spec_free(&s);
   CHECK(s.stage_costs == NULL);
@@ -595,6 +599,13 @@ static void test_job_model_errors(void) {
   CHECK(job_fails(CPU "model:\n  checkpoint_every: 2\n  checkpoint_dir: ckpt\n", ZB_ERR_INVALID_ARG,
                   "'model.checkpoint_dir'", "absolute", "'ckpt'", NULL));
   CHECK(job_fails(CPU "model:\n  checkpoint_every: -1\n", ZB_ERR_PARSE, "line 7", "'model.checkpoint_every'",
+                  NULL));
+  /* dumps: the same rule, and dump_every says nothing without a directory */
+  CHECK(job_fails(CPU "model:\n  dump_dir: dumps\n", ZB_ERR_INVALID_ARG, "line 7", "'model.dump_dir'", "absolute",
+                  "'dumps'", NULL));
+  CHECK(job_fails(CPU "model:\n  dump_every: 2\n", ZB_ERR_INVALID_ARG, "line 7", "'model.dump_every'",
+                  "model.dump_dir", NULL));
+  CHECK(job_fails(CPU "model:\n  dump_dir: /d\n  dump_every: -3\n", ZB_ERR_PARSE, "line 8", "'model.dump_every'",
                   NULL));
   /* YAML text is UTF-8 already (libyaml's reader refuses other bytes); the
    * wire's strings are checked */

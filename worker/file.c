@@ -1,0 +1,144 @@
+/* file.c — see zb_file.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zb_file.h"
+
+#define FNV_START 1469598103934665603ULL
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; i++)
+    h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
+zb_err zb_file_begin(zb_file_writer *w, const char *what, const char *path, zb_diag *diag) {
+  memset(w, 0, sizeof *w);
+  w->what = what;
+  w->sum = FNV_START;
+  if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s '%.100s...': path too long", what, path);
+  snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", path, (int)getpid());
+  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (w->fd < 0)
+    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot create: %s", what, w->tmp, strerror(errno));
+  return ZB_OK;
+}
+
+void zb_file_write(zb_file_writer *w, const void *p, size_t n) {
+  if (w->failed)
+    return;
+  w->sum = fnv(w->sum, p, n);
+  const char *c = p;
+  while (n > 0) { /* write may write fewer bytes than asked */
+    ssize_t got = write(w->fd, c, n);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      w->failed = true;
+      w->saved_errno = got < 0 ? errno : EIO;
+      return;
+    }
+    c += got;
+    n -= (size_t)got;
+  }
+}
+
+void zb_file_abort(zb_file_writer *w) {
+  if (w->fd >= 0) {
+    close(w->fd);
+    unlink(w->tmp);
+  }
+  w->fd = -1;
+}
+
+zb_err zb_file_commit(zb_file_writer *w, zb_diag *diag) {
+  uint64_t trailer = w->sum;
+  zb_file_write(w, &trailer, sizeof trailer);
+  /* the data must be on disk before the rename makes it the file */
+  if (!w->failed && fsync(w->fd) != 0) {
+    w->failed = true;
+    w->saved_errno = errno;
+  }
+  if (close(w->fd) != 0 && !w->failed) {
+    w->failed = true;
+    w->saved_errno = errno;
+  }
+  w->fd = -1;
+  if (!w->failed && rename(w->tmp, w->path) != 0) {
+    w->failed = true;
+    w->saved_errno = errno;
+  }
+  if (w->failed) {
+    unlink(w->tmp);
+    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot write: %s", w->what, w->path,
+                       strerror(w->saved_errno));
+  }
+  /* and the rename itself must survive a crash: fsync the directory */
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s", w->path);
+  char *slash = strrchr(dir, '/');
+  if (slash)
+    slash[slash == dir ? 1 : 0] = 0;
+  else
+    snprintf(dir, sizeof dir, ".");
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || fsync(dfd) != 0) {
+    int saved = errno;
+    if (dfd >= 0)
+      close(dfd);
+    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot sync directory '%s': %s", w->what, w->path, dir,
+                       strerror(saved));
+  }
+  close(dfd);
+  return ZB_OK;
+}
+
+zb_err zb_file_open(zb_file_reader *r, const char *what, const char *path, zb_diag *diag) {
+  r->sum = FNV_START;
+  r->f = fopen(path, "rb");
+  if (!r->f)
+    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot open: %s", what, path, strerror(errno));
+  return ZB_OK;
+}
+
+bool zb_file_read(zb_file_reader *r, void *p, size_t n) {
+  if (fread(p, 1, n, r->f) != n)
+    return false;
+  r->sum = fnv(r->sum, p, n);
+  return true;
+}
+
+bool zb_file_check_end(zb_file_reader *r) {
+  uint64_t expect = r->sum, trailer;
+  return fread(&trailer, 1, sizeof trailer, r->f) == sizeof trailer && trailer == expect && fgetc(r->f) == EOF;
+}
+
+void zb_file_close(zb_file_reader *r) {
+  if (r->f)
+    fclose(r->f);
+  r->f = NULL;
+}
+
+zb_err zb_file_mkdirs(const char *what, const char *dir, zb_diag *diag) {
+  char buf[1024];
+  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s directory '%.100s...': too long", what, dir);
+  for (char *p = buf + 1;; p++) {
+    if (*p == '/' || *p == 0) {
+      char c = *p;
+      *p = 0;
+      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return zb_diag_set(diag, ZB_ERR_IO, "%s directory '%s': %s", what, buf, strerror(errno));
+      *p = c;
+      if (!c)
+        break;
+    }
+  }
+  return ZB_OK;
+}

@@ -1,0 +1,75 @@
+/* zb_dump.h — a cpu job's gradient dump (the job spec's model.dump_dir, a
+ * testing and validation aid): after an iteration's step, each rank writes
+ * one file per hosted stage with the stage's parameters before the step,
+ * the gradients the iteration accumulated (before clipping), and the
+ * parameters after the step (or after a rollback). zb-gradcheck reads a
+ * job's dumps, computes the same iteration in one process without
+ * pipelining, and compares every tensor; tests compare weights across
+ * runs from them.
+ *
+ * Files: DIR/JOB_ID/it<iteration>-stage<stage>.dump, written atomically
+ * (zb_file.h). Layout, native byte order (a dump is read on the machine
+ * that wrote it, or one of the same architecture), offsets in bytes:
+ *     0  magic "ZBDUMP\0\1"
+ *     8  uint32 version (1), uint32 tensor count
+ *    16  char job_id[64], NUL-padded
+ *    80  int32 iteration, stage, n_stages, rank,
+ *        microbatches, vocab, hidden, heads,
+ *        layers, seq_len, batch, flags (ZB_DUMP_*)
+ *   128  uint64 seed; double loss (the iteration's mean over its
+ *        microbatches, with ZB_DUMP_HAS_LOSS), double grad_norm (global)
+ *   152  char data[512], the text file's path, NUL-padded
+ *   664  per tensor: char name[48], int32 rows, int32 cols
+ *  then  float before[n], grads[n], after[n] (n = the sum of rows*cols,
+ *        tensors in the stage's order), then the uint64 FNV-1a checksum.
+ *
+ * Ownership: zb_dump_save borrows everything; zb_dump_load allocates the
+ * tensor table and the arrays into *out, freed by zb_dump_free.
+ * Results: zb_err from lib/zb_err.h; ZB_ERR_IO (cannot write or read) and
+ * ZB_ERR_PARSE (not a dump, truncated, checksum) name the file.
+ */
+#ifndef ZB_DUMP_H
+#define ZB_DUMP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zb_err.h"
+
+#define ZB_DUMP_VERSION 1
+
+enum {
+  ZB_DUMP_HAS_LOSS = 1, /* the stage is the last: loss is the iteration's */
+  ZB_DUMP_CLIPPED = 2,  /* the step was clipped */
+  ZB_DUMP_SKIPPED = 4,  /* a gradient was not finite: no step (after == before) */
+};
+
+typedef struct zb_dump_tensor {
+  char name[48];
+  int32_t rows, cols;
+} zb_dump_tensor;
+
+typedef struct zb_dump {
+  char job_id[64];
+  int32_t iteration, stage, n_stages, rank, microbatches;
+  int32_t vocab, hidden, heads, layers, seq_len, batch;
+  uint64_t seed;
+  char data[512];
+  int32_t flags;
+  double loss, grad_norm;
+  int n_tensors;
+  zb_dump_tensor *tensors;
+  size_t n;                   /* floats in each array */
+  float *before, *grads, *after;
+} zb_dump;
+
+/* Writes d to path atomically (path's directory must exist). */
+zb_err zb_dump_save(const char *path, const zb_dump *d, zb_diag *diag);
+
+/* Reads path into *out (allocating; zb_dump_free frees). */
+zb_err zb_dump_load(const char *path, zb_dump *out, zb_diag *diag);
+
+/* Frees what zb_dump_load allocated; a zeroed dump is a no-op. */
+void zb_dump_free(zb_dump *d);
+
+#endif

@@ -1,0 +1,63 @@
+/* zb_file.h — the worker's checked, atomically written files (checkpoints,
+ * gradient dumps): a writer that folds every byte into an FNV-1a checksum
+ * and publishes the file only once it is complete and on disk, and a
+ * reader that verifies the same checksum.
+ *
+ * A writer puts the bytes in PATH.tmp.PID in the same directory; commit
+ * appends the checksum (uint64, native order) of every byte before it,
+ * fsyncs, renames over PATH and fsyncs the directory, so a crash at any
+ * point leaves the old file or the new one, never a mixture.
+ *
+ * Ownership: writer and reader are caller-owned structs; commit or abort
+ * ends a writer, zb_file_close a reader. Nothing else is kept.
+ * Results: zb_err from lib/zb_err.h; ZB_ERR_IO names the file and the
+ * system's reason. `what` ("checkpoint", "dump") starts every message.
+ */
+#ifndef ZB_FILE_H
+#define ZB_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "zb_err.h"
+
+typedef struct zb_file_writer {
+  int fd;
+  bool failed;   /* a write failed; commit reports it */
+  int saved_errno;
+  uint64_t sum;
+  const char *what; /* borrowed: a string literal */
+  char path[1024], tmp[1100];
+} zb_file_writer;
+
+/* Opens a writer for path (its directory must exist). */
+zb_err zb_file_begin(zb_file_writer *w, const char *what, const char *path, zb_diag *diag);
+/* Appends n bytes; a failure is remembered and reported by commit. */
+void zb_file_write(zb_file_writer *w, const void *p, size_t n);
+/* Appends the checksum and publishes the file (see above); on failure the
+ * temporary file is removed and path is untouched. Ends the writer. */
+zb_err zb_file_commit(zb_file_writer *w, zb_diag *diag);
+/* Drops the temporary file. Ends the writer. */
+void zb_file_abort(zb_file_writer *w);
+
+typedef struct zb_file_reader {
+  FILE *f;
+  uint64_t sum;
+} zb_file_reader;
+
+/* Opens path for reading. */
+zb_err zb_file_open(zb_file_reader *r, const char *what, const char *path, zb_diag *diag);
+/* Reads exactly n bytes into p and folds them into the checksum; false at
+ * a short read. */
+bool zb_file_read(zb_file_reader *r, void *p, size_t n);
+/* Reads the trailing checksum: true when it matches every byte read so
+ * far and nothing follows it. */
+bool zb_file_check_end(zb_file_reader *r);
+void zb_file_close(zb_file_reader *r);
+
+/* Creates dir and its missing parents (mkdir -p), mode 0755. */
+zb_err zb_file_mkdirs(const char *what, const char *dir, zb_diag *diag);
+
+#endif
