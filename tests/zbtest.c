@@ -1,3 +1,7 @@
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "zbtest.h"
 
 int zbt_run(const zbt_case *cases, int n, int argc, char **argv) {
@@ -22,4 +26,19 @@ int zbt_run(const zbt_case *cases, int n, int argc, char **argv) {
   }
   printf("%d/%d tests passed\n", ran - failed, ran);
   return failed ? 1 : 0;
+}
+
+void zbt_remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+        unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+  }
+  if (rmdir(dir) != 0) {
+    fprintf(stderr, "  cannot remove %s\n", dir);
+    zbt_failed_checks++;
+  }
 }

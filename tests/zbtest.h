@@ -62,6 +62,10 @@ extern int zbt_failed_checks;
 /* Runs cases; argv names select tests. Returns the process exit code. */
 int zbt_run(const zbt_case *cases, int n, int argc, char **argv);
 
+/* Removes dir and the plain files in it (a test's temporary directory);
+ * a failure to remove counts as a failed check. */
+void zbt_remove_dir(const char *dir);
+
 #define ZBT_MAIN(...)                                                                                        \
   int zbt_failed_checks;                                                                                     \
   int main(int argc, char **argv) {                                                                          \

@@ -2,10 +2,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "zb_alloc.h"
 #include "zb_file.h"
 
 #define FNV_START 1469598103934665603ULL
@@ -123,6 +125,29 @@ void zb_file_close(zb_file_reader *r) {
   if (r->f)
     fclose(r->f);
   r->f = NULL;
+}
+
+zb_err zb_file_slurp(const char *what, const char *path, uint8_t **out, size_t *len, zb_diag *diag) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return zb_diag_set(diag, ZB_ERR_IO, "%s: cannot open '%s': %s", what, path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  uint8_t *buf = zb_malloc(cap);
+  size_t got;
+  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap)
+      buf = zb_realloc(buf, cap *= 2);
+  }
+  bool failed = ferror(f);
+  fclose(f);
+  if (failed) {
+    free(buf);
+    return zb_diag_set(diag, ZB_ERR_IO, "%s: cannot read '%s'", what, path);
+  }
+  *out = buf;
+  *len = n;
+  return ZB_OK;
 }
 
 zb_err zb_file_mkdirs(const char *what, const char *dir, zb_diag *diag) {

@@ -34,6 +34,7 @@
 #include "zb_alloc.h"
 #include "zb_backend.h"
 #include "zb_dump.h"
+#include "zb_file.h"
 #include "zb_model.h"
 
 static const char usage_text[] =
@@ -210,22 +211,11 @@ static zb_err text_load(gc_text *t, const char *path, zb_diag *diag) {
   free(t->path);
   free(t->bytes);
   *t = (gc_text){0};
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return zb_diag_set(diag, ZB_ERR_IO, "data: cannot open '%s': %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0, got;
-  uint8_t *buf = zb_malloc(cap);
-  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += got;
-    if (n == cap)
-      buf = zb_realloc(buf, cap *= 2);
-  }
-  bool failed = ferror(f);
-  fclose(f);
-  if (failed) {
-    free(buf);
-    return zb_diag_set(diag, ZB_ERR_IO, "data: cannot read '%s'", path);
-  }
+  uint8_t *buf;
+  size_t n;
+  zb_err err = zb_file_slurp("data", path, &buf, &n, diag);
+  if (err)
+    return err;
   t->path = zb_strdup(path);
   t->bytes = buf;
   t->len = n;
@@ -581,15 +571,20 @@ static int check_iteration(const gc_opts *o, const gc_file *f, int nf, gc_text *
   /* before the dumped weights overwrite the seeded ones */
   if (it.iteration == 0)
     check_init(&it, st, d, src, off);
+  bool finite = true;
   for (int t = 0; t < nt; t++) {
     const zb_model_tensor *mt = zb_model_tensor_at(st, t);
     const float *b = d[src[t]].before + off[t];
-    if (count_nonfinite(b, mt->numel))
+    if (count_nonfinite(b, mt->numel)) {
       gc_fail(&it, 1, "tensor '%s' (stage %d): the weights before the step are not finite", mt->name,
               d[src[t]].stage);
+      finite = false;
+    }
     memcpy(mt->param, b, sizeof(float) * mt->numel);
   }
-  if (it.skipped || it.status)
+  /* other initial weights still give gradients to compare; weights that
+   * are not finite do not */
+  if (it.skipped || !finite)
     goto out;
 
   if (zb_model_stage_config(st)->vocab != 256) {

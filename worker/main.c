@@ -292,30 +292,6 @@ static int hosted_stages(const zb_schedule *sched, int rank, int **out) {
   return n;
 }
 
-/* Reads the whole file at path into an allocated buffer. */
-static zb_err read_text(const char *path, uint8_t **out, size_t *len, zb_diag *diag) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return zb_diag_set(diag, ZB_ERR_IO, "model.data: cannot open '%s': %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  uint8_t *buf = zb_malloc(cap);
-  size_t got;
-  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += got;
-    if (n == cap)
-      buf = zb_realloc(buf, cap *= 2);
-  }
-  bool failed = ferror(f);
-  fclose(f);
-  if (failed) {
-    free(buf);
-    return zb_diag_set(diag, ZB_ERR_IO, "model.data: cannot read '%s'", path);
-  }
-  *out = buf;
-  *len = n;
-  return ZB_OK;
-}
-
 /* Creates the cpu job's state from its first assignment: the model the
  * Assignment names (loss_scale 1/m, so the accumulated gradients are those
  * of the mean loss over the iteration's microbatches), the text when this
@@ -353,7 +329,7 @@ static zb_err cpu_job_open(cpu_job *cj, const Zb__V1__Assignment *a, const zb_sc
     cj->last |= cj->stages[i] == cj->total_stages - 1;
   }
   if (first || cj->last) {
-    if ((err = read_text(ms.data, &cj->text, &cj->text_len, diag)))
+    if ((err = zb_file_slurp("model.data", ms.data, &cj->text, &cj->text_len, diag)))
       return err;
     if (cj->text_len < (size_t)ms.seq_len + 1)
       return zb_diag_set(diag, ZB_ERR_INVALID_ARG,

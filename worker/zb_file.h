@@ -57,6 +57,10 @@ bool zb_file_read(zb_file_reader *r, void *p, size_t n);
 bool zb_file_check_end(zb_file_reader *r);
 void zb_file_close(zb_file_reader *r);
 
+/* Reads the whole file at path into an allocated buffer (*out, *len; the
+ * caller frees *out). Messages start with `what` ("model.data"). */
+zb_err zb_file_slurp(const char *what, const char *path, uint8_t **out, size_t *len, zb_diag *diag);
+
 /* Creates dir and its missing parents (mkdir -p), mode 0755. */
 zb_err zb_file_mkdirs(const char *what, const char *dir, zb_diag *diag);
 

@@ -30,21 +30,6 @@ typedef struct fixture {
   zb_store *st, *peer; /* closed after the body, so a failed CHECK leaks neither */
 } fixture;
 
-static void remove_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-        unlinkat(dirfd(d), e->d_name, 0);
-    closedir(d);
-  }
-  if (rmdir(dir) != 0) {
-    fprintf(stderr, "  cannot remove %s\n", dir);
-    zbt_failed_checks++;
-  }
-}
-
 /* Runs body with a fresh temp directory and cleans up after it. */
 static void with_tmpdir(void (*body)(fixture *)) {
   fixture fx = {.st = NULL};
@@ -58,7 +43,7 @@ static void with_tmpdir(void (*body)(fixture *)) {
   body(&fx);
   zb_store_close(fx.st);
   zb_store_close(fx.peer);
-  remove_dir(fx.dir);
+  zbt_remove_dir(fx.dir);
 }
 
 /* Checks that a store call returned ZB_OK; expects a zb_diag named diag in
