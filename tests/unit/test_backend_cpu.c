@@ -30,6 +30,7 @@
 #include "zb_plan.h"
 #include "zb_sim.h"
 #include "zbtest.h"
+#include "zbtest_job.h"
 
 #define PIPE_TOL 1e-5
 #define MEM_TOL 0.10
@@ -182,74 +183,11 @@ static int compare_grads(zb_backend *b, const reference *r, const char *label, i
   return bad;
 }
 
-/* ---- a job: plan, lowered lists, simulation ----------------------------- */
-
-typedef struct job {
-  zb_family f;
-  int p, v, m, S;
-  zb_placement placement;
-  zb_costs *costs;
-  zb_schedule *lowered;
-  zb_sim_result *sim;
-} job;
-
-static void job_free(job *j) {
-  zb_costs_free(j->costs);
-  zb_schedule_free(j->lowered);
-  zb_sim_result_free(j->sim);
-  memset(j, 0, sizeof *j);
-}
-
-/* Plans family f at (p, m) with unit times and the memory deltas of rc
- * (NULL: M_F = 1, M_B = M_W = -0.5), lowers and simulates it. Returns false
- * when the family cannot serve the shape (quietly) or planning fails
- * (printed). */
-static bool job_make_mem(zb_family f, int p, int m, const zb_rank_costs *mem, job *j) {
-  memset(j, 0, sizeof *j);
-  j->f = f;
-  j->p = p;
-  j->m = m;
-  j->v = zb_family_default_chunks(f);
-  j->S = p * j->v;
-  j->placement = zb_family_placement(f);
-  if (zb_plan_check_shape(f, p, j->v, m, NULL) != ZB_OK)
-    return false;
-  zb_rank_costs rc = zb_rank_costs_default();
-  if (mem) {
-    rc.m_f = mem->m_f;
-    rc.m_b = mem->m_b;
-    rc.m_w = mem->m_w;
-  }
-  j->costs = zb_costs_from_rank_share(p, j->v, &rc, 0);
-  zb_plan_request req = {.family = f, .p = p, .v = j->v, .m = m, .costs = j->costs};
-  zb_schedule *s = NULL;
-  zb_diag d = {{0}};
-  bool ok = zb_plan_generate(&req, &s, &d) == ZB_OK && zb_lower(s, j->costs, &j->lowered, &d) == ZB_OK &&
-            zb_simulate(j->lowered, j->costs, &j->sim, &d) == ZB_OK;
-  if (!ok)
-    fprintf(stderr, "  %s p=%d m=%d: %s\n", zb_family_name(f), p, m, d.msg);
-  zb_schedule_free(s);
-  return ok;
-}
-
-static bool job_make(zb_family f, int p, int m, job *j) {
-  return job_make_mem(f, p, m, NULL, j);
-}
-
-/* The stages rank r hosts under j's placement, ascending; returns how many. */
-static int job_stages(const job *j, int r, int *stages) {
-  int n = 0;
-  for (int s = 0; s < j->S; s++)
-    if (zb_placement_rank(j->placement, j->p, j->v, s) == r)
-      stages[n++] = s;
-  return n;
-}
-
 /* ---- ranks as threads --------------------------------------------------- */
 
 typedef struct rank_ctx {
   int rank, p;
-  const job *j;
+  const zbt_job *j;
   zb_transport *t;
   zb_backend *b;
   const char *const *addrs;
@@ -331,7 +269,7 @@ typedef struct ranks {
 /* Creates p tcp transports on 127.0.0.1:0 and cpu backends for j's
  * placement over model `cfg` with data `data`, each stage's parameters set
  * by randomize. The executors get bytes_per_activation bpa. */
-static bool ranks_init(ranks *rs, const job *j, const zb_model_config *cfg, zb_cpu_data data, size_t bpa,
+static bool ranks_init(ranks *rs, const zbt_job *j, const zb_model_config *cfg, zb_cpu_data data, size_t bpa,
                        int iterations) {
   memset(rs, 0, sizeof *rs);
   rs->p = j->p;
@@ -344,7 +282,7 @@ static bool ranks_init(ranks *rs, const job *j, const zb_model_config *cfg, zb_c
     zb_tcp_config tc = {.rank = r, .nranks = j->p, .listen = "127.0.0.1:0", .session = 7, .stop = &rs->stop};
     zb_cpu_backend_config bc = {.rank = r,
                                 .stages = stages,
-                                .n_stages = job_stages(j, r, stages),
+                                .n_stages = zbt_job_stages(j, r, stages),
                                 .total_stages = j->S,
                                 .model = *cfg,
                                 .data = data,
@@ -409,7 +347,7 @@ static bool ranks_ok(const ranks *rs) {
 }
 
 /* The rank that hosts the last stage. */
-static int last_rank(const job *j) {
+static int last_rank(const zbt_job *j) {
   return zb_placement_rank(j->placement, j->p, j->v, j->S - 1);
 }
 
@@ -603,8 +541,8 @@ static void test_errors(void) {
 /* The executor with a bytes_per_activation other than the model's: every
  * rank fails at its first exchange, the message names both sizes. */
 static void test_wrong_bpa_executor(void) {
-  job j;
-  CHECK(job_make(ZB_FAMILY_1F1B, 2, 2, &j));
+  zbt_job j;
+  CHECK(zbt_job_make(ZB_FAMILY_1F1B, 2, 2, NULL, &j));
   zb_model_config cfg = tiny_model(2, 2);
   zb_cpu_text t = text_source();
   size_t bpa = zb_backend_cpu_bytes_per_activation(&cfg), wrong = bpa / 2;
@@ -622,7 +560,7 @@ static void test_wrong_bpa_executor(void) {
   }
   CHECK_MSG(named >= 1, "rank 0: %s / rank 1: %s", rs.c[0].diag.msg, rs.c[1].diag.msg);
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
 }
 
 /* ---- pipelined against unpipelined ------------------------------------- */
@@ -633,9 +571,9 @@ static void test_wrong_bpa_executor(void) {
  * 0 when everything matched, 1 on a failure (printed). */
 static int run_family(zb_family f, int p) {
   int m = 2 * p;
-  job j;
-  if (!job_make(f, p, m, &j)) {
-    job_free(&j);
+  zbt_job j;
+  if (!zbt_job_make(f, p, m, NULL, &j)) {
+    zbt_job_free(&j);
     return -1;
   }
   zb_model_config cfg = tiny_model(p == 2 ? 2 * j.S : j.S, m);
@@ -694,7 +632,7 @@ static int run_family(zb_family f, int p) {
   if (ref.st)
     reference_free(&ref);
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
   return ok && bad == 0 ? 0 : 1;
 }
 
@@ -720,8 +658,8 @@ static void test_families(void) {
  * gradients are the reference's for iteration 1's data (so begin_iteration
  * zeroed the gradients and passed the iteration to the data source). */
 static void test_next_iteration_data(void) {
-  job j;
-  CHECK(job_make(ZB_FAMILY_ZB_H1, 2, 4, &j));
+  zbt_job j;
+  CHECK(zbt_job_make(ZB_FAMILY_ZB_H1, 2, 4, NULL, &j));
   zb_model_config cfg = tiny_model(4, 4);
   zb_cpu_text t = text_source();
   zb_cpu_data data = {zb_backend_cpu_text_fill, &t};
@@ -742,7 +680,7 @@ static void test_next_iteration_data(void) {
   ranks_free(&rs);
   reference_free(&ref0);
   reference_free(&ref1);
-  job_free(&j);
+  zbt_job_free(&j);
 }
 
 /* ---- memory ------------------------------------------------------------ */
@@ -812,9 +750,9 @@ static zb_rank_costs profile_memory(void) {
  * rank's M_F). */
 static bool run_memory(zb_family f, const zb_rank_costs *mem, int64_t *peak, double *sim_units) {
   const int p = 4, m = 8;
-  job j;
-  if (!job_make_mem(f, p, m, mem, &j)) {
-    job_free(&j);
+  zbt_job j;
+  if (!zbt_job_make(f, p, m, mem, &j)) {
+    zbt_job_free(&j);
     return false;
   }
   zb_model_config cfg = memory_model(m);
@@ -831,7 +769,7 @@ static bool run_memory(zb_family f, const zb_rank_costs *mem, int64_t *peak, dou
     sim_units[r] = j.sim->peak_memory_units[r];
   }
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
   return ok;
 }
 

@@ -18,6 +18,7 @@
 #include "zb_plan.h"
 #include "zb_sim.h"
 #include "zbtest.h"
+#include "zbtest_job.h"
 
 #define MAXP 8
 #define ITERS 2
@@ -34,42 +35,6 @@ static void sleep_s(double s) {
   nanosleep(&ts, NULL);
 }
 
-/* ---- a job: plan, lowered lists, costs, simulation ---- */
-
-typedef struct job {
-  int p, v, m;
-  zb_placement placement;
-  zb_costs *costs;
-  zb_schedule *lowered;
-  zb_sim_result *sim;
-} job;
-
-static void job_free(job *j) {
-  zb_costs_free(j->costs);
-  zb_schedule_free(j->lowered);
-  zb_sim_result_free(j->sim);
-  memset(j, 0, sizeof *j);
-}
-
-/* Plans family f at (p, m) with rank costs rc, lowers and simulates it. */
-static bool job_make(zb_family f, int p, int m, const zb_rank_costs *rc, job *j) {
-  memset(j, 0, sizeof *j);
-  j->p = p;
-  j->m = m;
-  j->v = zb_family_default_chunks(f);
-  j->placement = zb_family_placement(f);
-  j->costs = zb_costs_from_rank_share(p, j->v, rc, 0);
-  zb_plan_request req = {.family = f, .p = p, .v = j->v, .m = m, .costs = j->costs};
-  zb_schedule *s = NULL;
-  zb_diag d = {{0}};
-  bool ok = zb_plan_generate(&req, &s, &d) == ZB_OK && zb_lower(s, j->costs, &j->lowered, &d) == ZB_OK &&
-            zb_simulate(j->lowered, j->costs, &j->sim, &d) == ZB_OK;
-  if (!ok)
-    fprintf(stderr, "  %s p=%d m=%d: %s\n", zb_family_name(f), p, m, d.msg);
-  zb_schedule_free(s);
-  return ok;
-}
-
 static zb_rank_costs test_costs(double t_f, double t_b, double t_w) {
   zb_rank_costs rc = zb_rank_costs_default();
   rc.t_f = t_f;
@@ -83,7 +48,7 @@ static zb_rank_costs test_costs(double t_f, double t_b, double t_w) {
 
 typedef struct rank_ctx {
   int rank, p;
-  const job *j;
+  const zbt_job *j;
   zb_transport *t;
   zb_backend *b;
   const char *const *addrs;
@@ -156,9 +121,9 @@ typedef struct ranks {
   bool watchdog_fired;
 } ranks;
 
-/* Creates p transports on 127.0.0.1:0 and sim backends for job j. Rank
+/* Creates p transports on 127.0.0.1:0 and sim backends for zbt_job j. Rank
  * own_rank (-1: none) gets a stop flag of its own. */
-static bool ranks_init(ranks *rs, const job *j, size_t bpa, int own_rank) {
+static bool ranks_init(ranks *rs, const zbt_job *j, size_t bpa, int own_rank) {
   memset(rs, 0, sizeof *rs);
   rs->p = j->p;
   rs->own_rank = own_rank;
@@ -227,7 +192,7 @@ static void ranks_free(ranks *rs) {
 
 /* ---- the schedules run end to end ---- */
 
-static void check_run(const job *j, const ranks *rs, size_t bpa) {
+static void check_run(const zbt_job *j, const ranks *rs, size_t bpa) {
   CHECK(!rs->watchdog_fired);
   for (int r = 0; r < j->p; r++)
     CHECK_MSG(rs->c[r].err == ZB_OK && rs->c[r].done == ITERS, "rank %d: %s (%d iterations)", r,
@@ -282,15 +247,15 @@ static void check_run(const job *j, const ranks *rs, size_t bpa) {
 static void run_family(zb_family f) {
   zb_rank_costs rc = test_costs(0.002, 0.003, 0.002);
   const size_t bpa = 65536;
-  job j;
+  zbt_job j;
   ranks rs;
-  if (!job_make(f, 4, 8, &rc, &j)) {
-    job_free(&j);
+  if (!zbt_job_make(f, 4, 8, &rc, &j)) {
+    zbt_job_free(&j);
     CHECK(!"plan");
   }
   if (!ranks_init(&rs, &j, bpa, -1)) {
     ranks_free(&rs);
-    job_free(&j);
+    zbt_job_free(&j);
     CHECK(!"ranks");
   }
   ranks_run(&rs, 0);
@@ -301,7 +266,7 @@ static void run_family(zb_family f) {
     printf(" %.2g", rs.c[r].it[ITERS - 1].peak_memory);
   printf("\n");
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
 }
 
 static void test_1f1b_p4_m8(void) {
@@ -317,9 +282,9 @@ static void test_zb_v_p4_m8(void) {
 /* The iteration callback can stop a run cleanly between iterations. */
 static void test_callback_stops_between_iterations(void) {
   zb_rank_costs rc = test_costs(0.001, 0.001, 0.001);
-  job j;
+  zbt_job j;
   ranks rs;
-  CHECK(job_make(ZB_FAMILY_ZB_H1, 2, 4, &rc, &j));
+  CHECK(zbt_job_make(ZB_FAMILY_ZB_H1, 2, 4, &rc, &j));
   CHECK(ranks_init(&rs, &j, 1024, -1));
   for (int r = 0; r < 2; r++)
     rs.c[r].stop_after_first = true;
@@ -327,7 +292,7 @@ static void test_callback_stops_between_iterations(void) {
   zb_err e0 = rs.c[0].err, e1 = rs.c[1].err;
   int d0 = rs.c[0].done, d1 = rs.c[1].done;
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
   CHECK_EQ(e0, ZB_OK);
   CHECK_EQ(e1, ZB_OK);
   CHECK_EQ(d0, 1);
@@ -341,16 +306,16 @@ static void test_callback_stops_between_iterations(void) {
  * its connections) instead of hanging. */
 static void test_wrong_tag_named(void) {
   zb_rank_costs rc = test_costs(0.001, 0.001, 0.001);
-  job j;
+  zbt_job j;
   ranks rs;
-  CHECK(job_make(ZB_FAMILY_1F1B, 2, 4, &rc, &j));
+  CHECK(zbt_job_make(ZB_FAMILY_1F1B, 2, 4, &rc, &j));
   CHECK(ranks_init(&rs, &j, 4096, -1));
   rs.c[0].edit_send_mb = 1;
   ranks_run(&rs, 0);
   rank_ctx c0 = rs.c[0], c1 = rs.c[1];
   bool fired = rs.watchdog_fired;
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
   printf("  rank 1: %s\n  rank 0: %s\n", c1.diag.msg, c0.diag.msg);
   CHECK(!fired);
   CHECK_EQ(c1.err, ZB_ERR_INVALID_SCHEDULE);
@@ -365,9 +330,9 @@ static void test_wrong_tag_named(void) {
  * connections); nobody waits for the watchdog. */
 static void test_peer_death_reported(void) {
   zb_rank_costs rc = test_costs(0.002, 0.002, 0.002);
-  job j;
+  zbt_job j;
   ranks rs;
-  CHECK(job_make(ZB_FAMILY_1F1B, 4, 8, &rc, &j));
+  CHECK(zbt_job_make(ZB_FAMILY_1F1B, 4, 8, &rc, &j));
   CHECK(ranks_init(&rs, &j, 65536, -1));
   rs.c[1].truncate = j.lowered->ranks[1].n / 2;
   rs.c[1].iterations = 1;
@@ -376,7 +341,7 @@ static void test_peer_death_reported(void) {
   memcpy(c, rs.c, sizeof c);
   bool fired = rs.watchdog_fired;
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
   for (int r = 0; r < 4; r++)
     printf("  rank %d: %s\n", r, r == 1 ? "(died)" : c[r].diag.msg);
   CHECK(!fired);
@@ -395,9 +360,9 @@ static void test_peer_death_reported(void) {
  * is raised mid-iteration). */
 static void test_stop_mid_iteration(void) {
   zb_rank_costs rc = test_costs(0.05, 0.05, 0.05);
-  job j;
+  zbt_job j;
   ranks rs;
-  CHECK(job_make(ZB_FAMILY_ZB_H1, 4, 8, &rc, &j));
+  CHECK(zbt_job_make(ZB_FAMILY_ZB_H1, 4, 8, &rc, &j));
   CHECK(ranks_init(&rs, &j, 1024, -1));
   double t0 = now_s();
   ranks_run(&rs, 0.15);
@@ -412,7 +377,7 @@ static void test_stop_mid_iteration(void) {
   double makespan = j.sim->makespan;
   bool fired = rs.watchdog_fired;
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
   CHECK(!fired);
   CHECK(makespan > 0.5); /* so 0.15 s is mid-iteration */
   CHECK(took >= 0.15);
@@ -426,16 +391,16 @@ static void test_stop_mid_iteration(void) {
  * their own. */
 static void test_one_rank_stopped_others_fail(void) {
   zb_rank_costs rc = test_costs(0.05, 0.05, 0.05);
-  job j;
+  zbt_job j;
   ranks rs;
-  CHECK(job_make(ZB_FAMILY_1F1B, 4, 8, &rc, &j));
+  CHECK(zbt_job_make(ZB_FAMILY_1F1B, 4, 8, &rc, &j));
   CHECK(ranks_init(&rs, &j, 1024, 2));
   ranks_run(&rs, 0.15);
   rank_ctx c[4];
   memcpy(c, rs.c, sizeof c);
   bool fired = rs.watchdog_fired;
   ranks_free(&rs);
-  job_free(&j);
+  zbt_job_free(&j);
   for (int r = 0; r < 4; r++)
     printf("  rank %d: %s\n", r, c[r].diag.msg);
   CHECK(!fired);
