@@ -631,6 +631,21 @@ static void rpc_cq_destroy(grpc_completion_queue *cq) {
   grpc_completion_queue_destroy(cq);
 }
 
+/* The first four ops of every client call, unary or server-streaming:
+ * send the headers, the one request and the half-close, and receive the
+ * server's headers into md_init. */
+static void rpc_client_open_ops(grpc_op *ops, grpc_byte_buffer *send, bool wait_for_ready,
+                                grpc_metadata_array *md_init) {
+  memset(ops, 0, 4 * sizeof *ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[0].flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = md_init;
+}
+
 static void rpc_copy_details(grpc_slice det, const char *error_string, char *out, size_t len) {
   if (!out || len == 0)
     return;
@@ -665,13 +680,7 @@ grpc_status_code zb_rpc_unary(zb_rpc_client *c, const char *method, const Protob
   const char *error_string = NULL;
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[0].flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_init;
+  rpc_client_open_ops(ops, send, wait_for_ready, &md_init);
   ops[4].op = GRPC_OP_RECV_MESSAGE;
   ops[4].data.recv_message.recv_message = &recv;
   ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
@@ -738,14 +747,7 @@ zb_rpc_stream *zb_rpc_stream_open(zb_rpc_client *c, const char *method, const Pr
     st->status_done = true;
   grpc_byte_buffer *send = rpc_pack(req);
   grpc_op ops[4];
-  memset(ops, 0, sizeof ops);
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[0].flags = wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &st->md_init;
+  rpc_client_open_ops(ops, send, wait_for_ready, &st->md_init);
   if (grpc_call_start_batch(st->call, ops, 4, &st->tag_start, NULL) != GRPC_CALL_OK)
     st->start_done = true;
   grpc_byte_buffer_destroy(send);

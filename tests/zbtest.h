@@ -62,6 +62,17 @@ extern int zbt_failed_checks;
 /* Runs cases; argv names select tests. Returns the process exit code. */
 int zbt_run(const zbt_case *cases, int n, int argc, char **argv);
 
+/* ||a - b||_2 in double (b NULL: ||a||_2), for relative errors of fp32
+ * tensors. */
+static inline double zbt_norm2(const float *a, const float *b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - (b ? (double)b[i] : 0.0);
+    s += d * d;
+  }
+  return sqrt(s);
+}
+
 /* Removes dir and the plain files in it (a test's temporary directory);
  * a failure to remove counts as a failed check. */
 void zbt_remove_dir(const char *dir);

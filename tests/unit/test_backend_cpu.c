@@ -107,15 +107,6 @@ static zb_model_config tiny_model(int layers, int m) {
                            .loss_scale = 1.0f / (float)m};
 }
 
-static double norm2(const float *a, const float *b, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)a[i] - (b ? (double)b[i] : 0.0);
-    s += d * d;
-  }
-  return sqrt(s);
-}
-
 /* ---- the unpipelined reference --------------------------------------- */
 
 typedef struct reference {
@@ -170,7 +161,7 @@ static int compare_grads(zb_backend *b, const reference *r, const char *label, i
     for (int k = 0; k < zb_model_n_tensors(st); k++) {
       const zb_model_tensor *t = zb_model_tensor_at(st, k), *rt = zb_model_find_tensor(r->st, t->name);
       double rel = rt && rt->numel == t->numel
-                       ? norm2(t->grad, rt->grad, t->numel) / norm2(rt->grad, NULL, t->numel)
+                       ? zbt_norm2(t->grad, rt->grad, t->numel) / zbt_norm2(rt->grad, NULL, t->numel)
                        : INFINITY;
       max_rel_seen = rel > max_rel_seen ? rel : max_rel_seen;
       if (!(rel <= PIPE_TOL)) {

@@ -89,15 +89,6 @@ static zb_model_stage *new_stage(const zb_model_config *c, int s, int n) {
   return st;
 }
 
-static double norm2(const float *a, const float *b, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)a[i] - (b ? (double)b[i] : 0.0);
-    s += d * d;
-  }
-  return sqrt(s);
-}
-
 /* ---- layer ranges and the partition of parameters --------------------- */
 
 static void test_layer_range(void) {
@@ -201,7 +192,7 @@ static double fd_at(zb_model_stage *st, float *v, const uint8_t *tok, const floa
 }
 
 static int gc_compare(const char *what, const float *g, const float *fd, size_t n) {
-  double err = norm2(fd, g, n), ref = norm2(g, NULL, n), bound = GC_REL * ref + GC_ABS * sqrt((double)n);
+  double err = zbt_norm2(fd, g, n), ref = zbt_norm2(g, NULL, n), bound = GC_REL * ref + GC_ABS * sqrt((double)n);
   if (getenv("ZB_TEST_VERBOSE"))
     printf("    %-28s |g| %.3e  |fd-g| %.3e  rel %.2e\n", what, ref, err, ref > 0 ? err / ref : 0.0);
   if (!(err <= bound)) {
@@ -413,7 +404,7 @@ static int pipe_compare(const pipe *p, const pipe *ref, const char *label) {
       const zb_model_tensor *t = zb_model_tensor_at(p->st[s], k), *r = NULL;
       for (int rs = 0; rs < ref->n && !r; rs++)
         r = zb_model_find_tensor(ref->st[rs], t->name);
-      double rel = r ? norm2(t->grad, r->grad, t->numel) / norm2(r->grad, NULL, t->numel) : INFINITY;
+      double rel = r ? zbt_norm2(t->grad, r->grad, t->numel) / zbt_norm2(r->grad, NULL, t->numel) : INFINITY;
       pipe_max_rel = rel > pipe_max_rel ? rel : pipe_max_rel;
       if (!(rel <= PIPE_TOL)) {
         fprintf(stderr, "  %s: %s on stage %d: |g - g_ref| / |g_ref| = %.3e\n", label, t->name, s, rel);
@@ -695,7 +686,7 @@ static void test_split_equals_fused(void) {
   for (int s = 0; s < 2; s++)
     for (int k = 0; k < zb_model_n_tensors(split.st[s]); k++) {
       const zb_model_tensor *a = zb_model_tensor_at(split.st[s], k), *f = zb_model_tensor_at(fused.st[s], k);
-      CHECK_MSG(norm2(a->grad, NULL, a->numel) > 0, "%s: zero gradient", a->name);
+      CHECK_MSG(zbt_norm2(a->grad, NULL, a->numel) > 0, "%s: zero gradient", a->name);
       CHECK_MSG(memcmp(a->grad, f->grad, a->numel * sizeof(float)) == 0, "%s: split != fused", a->name);
     }
   pipe_free(&split);
@@ -864,7 +855,7 @@ static void test_params_and_scale(void) {
   }
   CHECK(nonzero > n / 4);
   zb_model_zero_grads(a);
-  CHECK(norm2(zb_model_grads(a), NULL, n) == 0.0);
+  CHECK(zbt_norm2(zb_model_grads(a), NULL, n) == 0.0);
   free(buf);
   zb_model_stage_free(a);
   zb_model_stage_free(q);
