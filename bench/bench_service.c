@@ -28,6 +28,8 @@
 
 #include "zb/v1/zb.pb-c.h"
 #include "zb_alloc.h"
+#include "zb_job_plan.h"
+#include "zb_methods.h"
 #include "zb_rpc.h"
 #include "zb_wire.h"
 
@@ -139,7 +141,7 @@ static void cluster_start(cluster *c, int n_workers, const char *tag) {
     Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
     char det[256];
-    if (zb_rpc_unary(c->rpc, "/zb.v1.Zb/ListWorkers", &req.base, &zb__v1__list_workers_response__descriptor,
+    if (zb_rpc_unary(c->rpc, ZB_METHOD_LIST_WORKERS, &req.base, &zb__v1__list_workers_response__descriptor,
                      &resp, 2000, true, det, sizeof det) == GRPC_STATUS_OK) {
       size_t n = ((Zb__V1__ListWorkersResponse *)resp)->n_workers;
       protobuf_c_message_free_unpacked(resp, NULL);
@@ -185,7 +187,7 @@ static const char *submit(cluster *c, const zb_job_spec *spec) {
   ProtobufCMessage *resp = NULL;
   char det[512];
   grpc_status_code st =
-      zb_rpc_unary(c->rpc, "/zb.v1.Zb/SubmitJob", &req.base, &zb__v1__submit_job_response__descriptor, &resp,
+      zb_rpc_unary(c->rpc, ZB_METHOD_SUBMIT_JOB, &req.base, &zb__v1__submit_job_response__descriptor, &resp,
                    10000, false, det, sizeof det);
   zb_wire_spec_pb_clear(&pb);
   if (st != GRPC_STATUS_OK) {
@@ -203,7 +205,7 @@ static const char *submit(cluster *c, const zb_job_spec *spec) {
 static int watch(cluster *c, const char *job_id, double *walls, int max_walls, double *first_op) {
   Zb__V1__WatchJobRequest req = ZB__V1__WATCH_JOB_REQUEST__INIT;
   req.job_id = (char *)job_id;
-  zb_rpc_stream *st = zb_rpc_stream_open(c->rpc, "/zb.v1.Zb/WatchJob", &req.base, 600000, false);
+  zb_rpc_stream *st = zb_rpc_stream_open(c->rpc, ZB_METHOD_WATCH_JOB, &req.base, 600000, false);
   int state = 0, got;
   ProtobufCMessage *msg;
   while ((got = zb_rpc_stream_read(st, &zb__v1__job_event__descriptor, &msg, -1)) != 0) {
@@ -259,14 +261,15 @@ static void bench_overhead(bool quick) {
     cluster_start(&c, p, tag);
     for (size_t k = 0; k < 3; k++) {
       zb_job_spec spec = bench_spec(schedules[k], p, m, 0.010, iterations);
-      zb_wire_plan plan;
+      zb_planner_result plan;
       zb_diag d;
-      if (zb_wire_plan_make(&spec, ZB_OBJ_MAKESPAN, &plan, &d) != ZB_OK) {
+      if (zb_job_plan(&spec, ZB_OBJ_MAKESPAN, &plan, &d) != ZB_OK) {
         printf("%-8s %4d %4d  plan failed: %s\n", schedules[k], p, m, d.msg);
+        zb_planner_result_free(&plan);
         continue;
       }
       double sim = plan.sim->makespan;
-      zb_wire_plan_free(&plan);
+      zb_planner_result_free(&plan);
       const char *id = submit(&c, &spec);
       double walls[16] = {0};
       int state = id ? watch(&c, id, walls, 16, NULL) : 0;
@@ -302,7 +305,7 @@ static void *reporter_main(void *arg) {
   Zb__V1__AttachRequest att = ZB__V1__ATTACH_REQUEST__INIT;
   att.worker_id = id;
   att.data_address = "127.0.0.1:9";
-  zb_rpc_stream *st = zb_rpc_stream_open(c, "/zb.v1.Zb/Attach", &att.base, 0, true);
+  zb_rpc_stream *st = zb_rpc_stream_open(c, ZB_METHOD_ATTACH, &att.base, 0, true);
   ProtobufCMessage *msg;
   if (zb_rpc_stream_read(st, &zb__v1__command__descriptor, &msg, 10000) == 1) /* the first ping: attached */
     protobuf_c_message_free_unpacked(msg, NULL);
@@ -313,7 +316,7 @@ static void *reporter_main(void *arg) {
   char det[128];
   while (now_s() < end) {
     ProtobufCMessage *resp = NULL;
-    if (zb_rpc_unary(c, "/zb.v1.Zb/Report", &req.base, &zb__v1__report_response__descriptor, &resp, 5000,
+    if (zb_rpc_unary(c, ZB_METHOD_REPORT, &req.base, &zb__v1__report_response__descriptor, &resp, 5000,
                      false, det, sizeof det) == GRPC_STATUS_OK) {
       r->done++;
       protobuf_c_message_free_unpacked(resp, NULL);

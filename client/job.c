@@ -17,6 +17,7 @@
 #include "zb_rpc.h"
 #include "zb_wire.h"
 #include "zbctl.h"
+#include "zb_methods.h"
 
 enum {
   OPT_COORD = 1,
@@ -191,7 +192,7 @@ static int remote_call(const char *cmd, const remote_args *a, const char *method
 }
 
 static const char *state_short(Zb__V1__JobState s) {
-  return zb_wire_state_name((int)s);
+  return zb_job_state_name((int)s);
 }
 
 static void fmt_time(int64_t ms, char *buf, size_t len) {
@@ -225,7 +226,7 @@ int zbctl_submit(const zbctl_command *cmd, int argc, char **argv) {
   zb_wire_spec_to_pb(&spec, &pb);
   req.spec = &pb;
   ProtobufCMessage *resp = NULL;
-  rc = remote_call("submit", &a, "/zb.v1.Zb/SubmitJob", &req.base, &zb__v1__submit_job_response__descriptor,
+  rc = remote_call("submit", &a, ZB_METHOD_SUBMIT_JOB, &req.base, &zb__v1__submit_job_response__descriptor,
                    &resp);
   zb_wire_spec_pb_clear(&pb);
   zb_job_spec_free(&spec);
@@ -255,7 +256,7 @@ int zbctl_list(const zbctl_command *cmd, int argc, char **argv) {
     return rc;
   Zb__V1__ListJobsRequest req = ZB__V1__LIST_JOBS_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("list", &a, "/zb.v1.Zb/ListJobs", &req.base, &zb__v1__list_jobs_response__descriptor,
+  if ((rc = remote_call("list", &a, ZB_METHOD_LIST_JOBS, &req.base, &zb__v1__list_jobs_response__descriptor,
                         &resp)))
     return rc;
   Zb__V1__ListJobsResponse *r = (void *)resp;
@@ -289,7 +290,7 @@ int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
   Zb__V1__GetJobRequest req = ZB__V1__GET_JOB_REQUEST__INIT;
   req.job_id = (char *)a.positional;
   ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("get", &a, "/zb.v1.Zb/GetJob", &req.base, &zb__v1__job__descriptor, &resp)))
+  if ((rc = remote_call("get", &a, ZB_METHOD_GET_JOB, &req.base, &zb__v1__job__descriptor, &resp)))
     return rc;
   Zb__V1__Job *j = (void *)resp;
   if (a.json) {
@@ -388,7 +389,7 @@ int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
   greq.job_id = (char *)a.positional;
   ProtobufCMessage *gresp = NULL;
   char details[512];
-  grpc_status_code st = zb_rpc_unary(c, "/zb.v1.Zb/GetJob", &greq.base, &zb__v1__job__descriptor, &gresp,
+  grpc_status_code st = zb_rpc_unary(c, ZB_METHOD_GET_JOB, &greq.base, &zb__v1__job__descriptor, &gresp,
                                      a.timeout_ms, false, details, sizeof details);
   if (st != GRPC_STATUS_OK) {
     zb_rpc_client_free(c);
@@ -400,7 +401,7 @@ int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
   protobuf_c_message_free_unpacked(gresp, NULL);
   Zb__V1__WatchJobRequest req = ZB__V1__WATCH_JOB_REQUEST__INIT;
   req.job_id = (char *)a.positional;
-  zb_rpc_stream *s = zb_rpc_stream_open(c, "/zb.v1.Zb/WatchJob", &req.base, 0, false);
+  zb_rpc_stream *s = zb_rpc_stream_open(c, ZB_METHOD_WATCH_JOB, &req.base, 0, false);
   int final_state = 0;
   ProtobufCMessage *msg;
   int got;
@@ -457,7 +458,7 @@ int zbctl_cancel(const zbctl_command *cmd, int argc, char **argv) {
   req.job_id = (char *)a.positional;
   req.reason = (char *)(reason ? reason : "");
   ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("cancel", &a, "/zb.v1.Zb/CancelJob", &req.base, &zb__v1__job__descriptor, &resp)))
+  if ((rc = remote_call("cancel", &a, ZB_METHOD_CANCEL_JOB, &req.base, &zb__v1__job__descriptor, &resp)))
     return rc;
   Zb__V1__Job *j = (void *)resp;
   if (a.json)
@@ -478,7 +479,7 @@ int zbctl_resume(const zbctl_command *cmd, int argc, char **argv) {
   Zb__V1__SubmitJobRequest req = ZB__V1__SUBMIT_JOB_REQUEST__INIT;
   req.resume_from_job_id = (char *)a.positional;
   ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("resume", &a, "/zb.v1.Zb/SubmitJob", &req.base,
+  if ((rc = remote_call("resume", &a, ZB_METHOD_SUBMIT_JOB, &req.base,
                         &zb__v1__submit_job_response__descriptor, &resp)))
     return rc;
   if (a.json)
@@ -537,7 +538,7 @@ int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv) {
       Zb__V1__GetJobRequest greq = ZB__V1__GET_JOB_REQUEST__INIT;
       greq.job_id = (char *)a.positional;
       ProtobufCMessage *g = NULL;
-      if ((rc = remote_call("update-schedule", &a, "/zb.v1.Zb/GetJob", &greq.base, &zb__v1__job__descriptor,
+      if ((rc = remote_call("update-schedule", &a, ZB_METHOD_GET_JOB, &greq.base, &zb__v1__job__descriptor,
                             &g)))
         return rc;
       Zb__V1__Job *j = (void *)g;
@@ -547,7 +548,7 @@ int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv) {
     req.mem_limit = x;
   }
   ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("update-schedule", &a, "/zb.v1.Zb/UpdateSchedule", &req.base,
+  if ((rc = remote_call("update-schedule", &a, ZB_METHOD_UPDATE_SCHEDULE, &req.base,
                         &zb__v1__update_schedule_response__descriptor, &resp)))
     return rc;
   Zb__V1__UpdateScheduleResponse *r = (void *)resp;
@@ -578,7 +579,7 @@ int zbctl_workers(const zbctl_command *cmd, int argc, char **argv) {
     return rc;
   Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("workers", &a, "/zb.v1.Zb/ListWorkers", &req.base,
+  if ((rc = remote_call("workers", &a, ZB_METHOD_LIST_WORKERS, &req.base,
                         &zb__v1__list_workers_response__descriptor, &resp)))
     return rc;
   Zb__V1__ListWorkersResponse *r = (void *)resp;
@@ -616,7 +617,7 @@ int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec
   req.spec = &pb;
   req.objective = (char *)(objective ? objective : "");
   ProtobufCMessage *resp = NULL;
-  int rc = remote_call("plan", &a, "/zb.v1.Zb/Plan", &req.base, &zb__v1__plan_response__descriptor, &resp);
+  int rc = remote_call("plan", &a, ZB_METHOD_PLAN, &req.base, &zb__v1__plan_response__descriptor, &resp);
   zb_wire_spec_pb_clear(&pb);
   if (rc)
     return rc;

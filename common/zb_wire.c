@@ -4,12 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "zb_alloc.h"
+#include "zb_assignment.h"
 #include "zb_format.h"
-#include "zb_lower.h"
-#include "zb_validate.h"
+#include "zb_job_state.h"
 
 /* Copies a proto string into a fixed field, refusing what does not fit. */
 static zb_err wire_copy(char *dst, size_t cap, const char *src, const char *field, zb_diag *diag) {
@@ -222,77 +221,6 @@ void zb_wire_spec_pb_clear(Zb__V1__JobSpec *pb) {
   pb->n_stage_costs = 0;
 }
 
-static double wire_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-zb_err zb_wire_plan_make(const zb_job_spec *spec, zb_objective objective, zb_wire_plan *out, zb_diag *diag) {
-  memset(out, 0, sizeof *out);
-  zb_err err = zb_family_parse(spec->schedule, &out->family, diag);
-  if (err)
-    return err;
-  out->p = spec->ranks;
-  out->m = spec->microbatches;
-  out->v = spec->chunks > 0 ? spec->chunks : zb_family_default_chunks(out->family);
-  double limit = spec->mem_limit > 0 ? spec->mem_limit * spec->costs.m_f : 0;
-  out->costs = zb_costs_from_rank_share(out->p, out->v, &spec->costs, limit);
-  if (spec->n_stage_costs > 0) {
-    if (spec->n_stage_costs != out->p * out->v) {
-      err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stage_costs: %d rows for %d stages (ranks x chunks)",
-                        spec->n_stage_costs, out->p * out->v);
-      goto fail;
-    }
-    for (int s = 0; s < spec->n_stage_costs; s++) {
-      out->costs->t_f[s] = spec->stage_costs[s][0];
-      out->costs->t_b[s] = spec->stage_costs[s][1];
-      out->costs->t_w[s] = spec->stage_costs[s][2];
-    }
-  }
-  zb_plan_request req = {.family = out->family,
-                         .p = out->p,
-                         .v = out->v,
-                         .m = out->m,
-                         .costs = out->costs,
-                         .objective = objective};
-  zb_schedule *compute = NULL;
-  double t0 = wire_now();
-  err = zb_plan_generate(&req, &compute, diag);
-  out->generation_seconds = wire_now() - t0;
-  if (err)
-    goto fail;
-  zb_diag d;
-  err = zb_lower(compute, out->costs, &out->lowered, &d);
-  zb_schedule_free(compute);
-  if (err) {
-    err = zb_diag_set(diag, err, "%s: lowering failed: %s", spec->schedule, d.msg);
-    goto fail;
-  }
-  zb_violation viol;
-  if ((err = zb_validate(out->lowered, out->costs, &viol))) {
-    char line[200];
-    zb_violation_format(&viol, line, (int)sizeof line);
-    err = zb_diag_set(diag, err, "%s: invalid schedule: %s", spec->schedule, line);
-    goto fail;
-  }
-  if ((err = zb_simulate(out->lowered, out->costs, &out->sim, &d))) {
-    err = zb_diag_set(diag, err, "%s: simulation failed: %s", spec->schedule, d.msg);
-    goto fail;
-  }
-  return ZB_OK;
-fail:
-  zb_wire_plan_free(out);
-  return err;
-}
-
-void zb_wire_plan_free(zb_wire_plan *plan) {
-  zb_schedule_free(plan->lowered);
-  zb_costs_free(plan->costs);
-  zb_sim_result_free(plan->sim);
-  memset(plan, 0, sizeof *plan);
-}
-
 void zb_wire_rank_actions(const zb_schedule *s, int r, Zb__V1__RankActions *out) {
   zb__v1__rank_actions__init(out);
   out->rank = r;
@@ -327,7 +255,7 @@ zb_err zb_wire_rank_actions_parse(const Zb__V1__RankActions *ra, zb_schedule *s,
   return ZB_OK;
 }
 
-void zb_wire_plan_response(const zb_wire_plan *plan, Zb__V1__PlanResponse *resp) {
+void zb_wire_plan_response(const zb_planner_result *plan, bool action_lists, Zb__V1__PlanResponse *resp) {
   zb__v1__plan_response__init(resp);
   resp->schedule = (char *)zb_family_name(plan->family);
   resp->ranks = plan->p;
@@ -340,13 +268,19 @@ void zb_wire_plan_response(const zb_wire_plan *plan, Zb__V1__PlanResponse *resp)
   resp->peak_memory = zb_malloc(sizeof(double) * (size_t)plan->p);
   for (int r = 0; r < plan->p; r++)
     resp->peak_memory[r] = plan->sim->peak_memory_units[r];
-  resp->generation_seconds = plan->generation_seconds;
+  resp->generation_seconds = plan->generate_seconds > 0 ? plan->generate_seconds : 0;
   resp->n_actions = (size_t)plan->p;
   resp->actions = zb_malloc(sizeof *resp->actions * (size_t)plan->p);
   for (int r = 0; r < plan->p; r++) {
     resp->actions[r] = zb_malloc(sizeof **resp->actions);
     zb_wire_rank_actions(plan->lowered, r, resp->actions[r]);
   }
+  if (!action_lists)
+    return;
+  resp->n_action_lists = (size_t)plan->p;
+  resp->action_lists = zb_malloc(sizeof *resp->action_lists * (size_t)plan->p);
+  for (int r = 0; r < plan->p; r++)
+    resp->action_lists[r] = zb_action_list_encode(&plan->lowered->ranks[r]);
 }
 
 void zb_wire_plan_response_clear(Zb__V1__PlanResponse *resp) {
@@ -355,14 +289,20 @@ void zb_wire_plan_response_clear(Zb__V1__PlanResponse *resp) {
     free(resp->actions[r]);
   }
   free(resp->actions);
+  for (size_t r = 0; r < resp->n_action_lists; r++)
+    zb_action_list_free(resp->action_lists[r]);
+  free(resp->action_lists);
+  resp->action_lists = NULL;
+  resp->n_action_lists = 0;
   free(resp->peak_memory);
   resp->actions = NULL;
   resp->peak_memory = NULL;
   resp->n_actions = resp->n_peak_memory = 0;
 }
 
-const char *zb_wire_state_name(int state) {
-  static const char *const names[] = {"UNSPECIFIED", "PENDING", "RUNNING",
-                                      "SUCCEEDED",   "FAILED",  "CANCELLED"};
-  return state >= 0 && state <= 5 ? names[state] : "?";
-}
+_Static_assert((int)ZB_JOB_PENDING == (int)ZB__V1__JOB_STATE__JOB_STATE_PENDING &&
+                   (int)ZB_JOB_RUNNING == (int)ZB__V1__JOB_STATE__JOB_STATE_RUNNING &&
+                   (int)ZB_JOB_SUCCEEDED == (int)ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED &&
+                   (int)ZB_JOB_FAILED == (int)ZB__V1__JOB_STATE__JOB_STATE_FAILED &&
+                   (int)ZB_JOB_CANCELLED == (int)ZB__V1__JOB_STATE__JOB_STATE_CANCELLED,
+               "zb_job_state must number the states as zb.v1.JobState does");

@@ -1,9 +1,8 @@
 /* zb_wire.h — the thin layer between protobuf (zb.v1) and libzb, so lib/
- * never sees protobuf types: job specs in both directions, and the plan
- * pipeline a job spec implies (generate, lower, validate, simulate).
+ * never sees protobuf types: job specs in both directions and plans as
+ * PlanResponse. (Assignments have their own codec, zb_assignment.h.)
  *
- * Ownership: zb_wire_plan owns its schedule, costs and simulation and is
- * released by zb_wire_plan_free(). A Zb__V1__JobSpec filled by
+ * Ownership: a Zb__V1__JobSpec filled by
  * zb_wire_spec_to_pb points into the zb_job_spec it came from (strings)
  * and owns only its costs, stage_costs and model messages: release those
  * with zb_wire_spec_pb_clear() before the zb_job_spec goes away.
@@ -13,8 +12,8 @@
 
 #include "zb/v1/zb.pb-c.h"
 #include "zb_config.h"
-#include "zb_plan.h"
-#include "zb_sim.h"
+#include "zb_job_state.h"
+#include "zb_planner.h"
 
 /* Proto → spec, with the wire's zero-means-default rules (JobSpec in
  * zb.proto) applied; then zb_job_spec_check(). diag names the field. */
@@ -40,25 +39,11 @@ void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out);
 void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb);
 void zb_wire_spec_pb_clear(Zb__V1__JobSpec *pb);
 
-/* A job's plan: the lowered lists every rank runs and what the simulator
- * predicts for them. */
-typedef struct zb_wire_plan {
-  zb_family family;
-  int p, v, m;
-  zb_schedule *lowered;
-  zb_costs *costs; /* per stage, seconds; mem_limit in absolute units (0: none) */
-  zb_sim_result *sim;
-  double generation_seconds;
-} zb_wire_plan;
-
-/* Generates, lowers, validates and simulates what spec asks for
- * (objective: zb-auto's). Does not block on anything but the CPU. */
-zb_err zb_wire_plan_make(const zb_job_spec *spec, zb_objective objective, zb_wire_plan *out, zb_diag *diag);
-void zb_wire_plan_free(zb_wire_plan *plan);
-
-/* Fills resp from plan (actions as PyTorch strings per rank); the strings
- * and arrays are allocated and freed by zb_wire_plan_response_clear(). */
-void zb_wire_plan_response(const zb_wire_plan *plan, Zb__V1__PlanResponse *resp);
+/* Fills resp from plan (actions as PyTorch strings per rank, and with
+ * action_lists the structured lists with their transport groups); the
+ * strings and arrays are allocated and freed by
+ * zb_wire_plan_response_clear(). */
+void zb_wire_plan_response(const zb_planner_result *plan, bool action_lists, Zb__V1__PlanResponse *resp);
 void zb_wire_plan_response_clear(Zb__V1__PlanResponse *resp);
 
 /* Rank r's action strings, into an allocated RankActions (free with
@@ -70,7 +55,5 @@ void zb_wire_rank_actions_clear(Zb__V1__RankActions *ra);
  * v, m, placement) with peers filled; ZB_ERR_PARSE names the bad action. */
 zb_err zb_wire_rank_actions_parse(const Zb__V1__RankActions *ra, zb_schedule *s, zb_diag *diag);
 
-/* Name of a JobState ("RUNNING"). */
-const char *zb_wire_state_name(int state);
 
 #endif

@@ -1,7 +1,15 @@
-/* coordinator.h — zb-coordinator's state and the parts that share it:
- * the RPC table (coordinator.c), the metrics endpoint (metrics.c) and
- * main (main.c). Everything here is owned by the one libuv loop thread;
- * only the metrics text crosses to libmicrohttpd's thread, under a lock.
+/* coordinator.h — zb-coordinator's state and the files that share it,
+ * divided the way its work is (docs/architecture.md, Processes):
+ *   rpc.c        the RPC table: every method and its handler;
+ *   jobs.c       jobs and their lifecycle, events, the store;
+ *   job_rpc.c    the users' job RPCs (submit, get, list, cancel, watch);
+ *   admission.c  the one admission check of a plan, and the Plan RPC;
+ *   dispatch.c   starting jobs, Assignments, releases, schedule updates;
+ *   workers.c    the worker registry, Attach streams, liveness, the tick;
+ *   reports.c    gathering Reports into per-iteration events;
+ *   metrics.c    the Prometheus endpoint;  main.c  flags, config, the loop.
+ * Everything here is owned by the one libuv loop thread; only the metrics
+ * text crosses to libmicrohttpd's thread, under a lock.
  */
 #ifndef ZB_COORDINATOR_H
 #define ZB_COORDINATOR_H
@@ -11,9 +19,12 @@
 #include <uv.h>
 
 #include "zb/v1/zb.pb-c.h"
+#include "zb_assignment.h"
 #include "zb_buf.h"
+#include "zb_clock.h"
 #include "zb_config.h"
 #include "zb_rpc.h"
+#include "zb_job_plan.h"
 #include "zb_store.h"
 #include "zb_wire.h"
 
@@ -27,6 +38,7 @@ typedef struct coord_worker {
   char hostname[64];
   char gpu[128];
   char backends[64], transports[64]; /* comma-separated */
+  long long max_receive_bytes;       /* its gRPC receive limit (AttachRequest) */
   zb_rpc_call *attach;               /* the Attach stream; NULL when detached */
   int64_t last_seen_ms;
   coord_job *job; /* NULL: idle */
@@ -57,7 +69,9 @@ struct coord_job {
   zb_store_job row; /* what the store keeps (row.spec / row.last owned here) */
   zb_job_spec spec;
   /* while RUNNING */
-  zb_wire_plan plan, next_plan; /* next_plan: an update waiting for switch_at */
+  /* plan: made once at submission and kept; next_plan: an update waiting
+   * for switch_at */
+  zb_planner_result plan, next_plan;
   int plan_version, switch_at;
   coord_worker **ranks; /* p workers, by rank */
   int done_ranks;
@@ -100,16 +114,80 @@ enum { COORD_TICK_MS = 250 };
  * its connections close about when the coordinator sees its stream close. */
 enum { COORD_FAIL_GRACE_MS = 500 };
 
-/* coordinator.c */
+/* A worker that does not say its receive limit (an older one) had this
+ * one built in. */
+enum { COORD_OLD_WORKER_RECEIVE_BYTES = 64 << 20 };
+
+/* rpc.c */
 extern const zb_rpc_method coord_methods[];
 extern const int coord_n_methods;
+
+/* jobs.c */
 /* Loads jobs from the store (marking interrupted ones failed). */
 zb_err coord_load(coord *co, zb_diag *diag);
-/* Periodic work: heartbeat timeouts, pings, pending jobs, metrics text. */
-void coord_tick(coord *co);
 /* Frees jobs, workers and watchers (after the RPC server is gone). */
 void coord_free_state(coord *co);
-int64_t coord_now_ms(void);
+coord_job *job_find(coord *co, const char *id);
+/* The job named by a request's job_id, or NULL after failing call. */
+coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id);
+bool job_terminal(const coord_job *j);
+/* Records an event (state, reason, optional iteration), persists the job
+ * and sends the event to every watcher. */
+void job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it);
+/* Moves a job to a final state: releases its workers, ends its watchers'
+ * streams. */
+void job_finish(coord *co, coord_job *j, int state, const char *reason);
+/* Fills out from j; release with job_pb_clear. */
+void job_pb(const coord_job *j, Zb__V1__Job *out);
+void job_pb_clear(Zb__V1__Job *pb);
+bool utf8_valid(const char *s);
+/* Drops what a truncating snprintf left of a multi-byte character. */
+void utf8_trim(char *s);
+
+/* job_rpc.c */
+void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+void on_get_job(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+void on_list_jobs(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+void on_cancel(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+
+/* admission.c */
+/* Plans spec for a job (what: "spec" or "schedule", the field that errors
+ * name) and checks that every rank's Assignment fits the limit: the
+ * coordinator's max_message_bytes and the receive limit of every attached
+ * worker able to run it. On refusal fails call (INVALID_ARGUMENT for a
+ * plan the pipeline refuses, RESOURCE_EXHAUSTED naming the limit) and
+ * returns false; on success *plan is the caller's. */
+bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec, const char *what,
+                      zb_planner_result *plan);
+/* The largest Assignment workers ws (n of them) can all receive, and the
+ * first worker that sets it (NULL: the coordinator's own limit). */
+long long coord_assignment_limit(coord *co, coord_worker *const *ws, int n, const coord_worker **by);
+void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+
+/* dispatch.c */
+/* Starts pending jobs, oldest first, while enough workers are idle. */
+void coord_start_pending(coord *co);
+void job_release_workers(coord_job *j);
+/* The Assignment source of j's plan (version, first iteration); its
+ * address table is allocated when j has ranks (free it). */
+zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan, int version, int first);
+void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+
+/* workers.c */
+/* Periodic work: heartbeat timeouts, pings, pending jobs, metrics text. */
+void coord_tick(coord *co);
+coord_worker *worker_find(coord *co, const char *id);
+/* An attached worker that offers the job's backend and transport. */
+bool worker_can_run(const coord_worker *w, const zb_job_spec *spec);
+int workers_idle(coord *co, const zb_job_spec *spec);
+int workers_attached(coord *co);
+int workers_able(coord *co, const zb_job_spec *spec);
+void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+
+/* reports.c */
+void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 
 /* metrics.c */
 zb_err coord_metrics_start(coord *co, zb_diag *diag);

@@ -246,7 +246,7 @@ int main(int argc, char **argv) {
   uv_timer_init(co.loop, &co.tick);
   co.tick.data = &co;
   uv_timer_start(&co.tick, on_tick, COORD_TICK_MS, COORD_TICK_MS);
-  co.last_tick_ms = coord_now_ms(); /* a stall before the first tick is a stall too */
+  co.last_tick_ms = zb_clock_unix_ms(); /* a stall before the first tick is a stall too */
   uv_signal_init(co.loop, &co.sigterm);
   uv_signal_init(co.loop, &co.sigint);
   uv_signal_init(co.loop, &co.sighup);

@@ -19,17 +19,10 @@
 #include <stdint.h>
 
 #include "zb_err.h"
+#include "zb_job_state.h"
 
 typedef struct zb_store zb_store;
 
-/* Job states as stored; same numbers as zb.v1.JobState. */
-enum {
-  ZB_JOB_PENDING = 1,
-  ZB_JOB_RUNNING = 2,
-  ZB_JOB_SUCCEEDED = 3,
-  ZB_JOB_FAILED = 4,
-  ZB_JOB_CANCELLED = 5
-};
 
 typedef struct zb_store_job {
   char id[64];

@@ -237,3 +237,20 @@ double zb_costs_mem(const zb_costs *c, zb_op op, int stage) {
   default: return 0;
   }
 }
+
+int zb_comm_group_end(const zb_action *actions, int n, int i) {
+  int j = i;
+  while (j + 1 < n && actions[j].batch && zb_op_is_comm(actions[j + 1].op))
+    j++;
+  return j;
+}
+
+int zb_comm_group_count(const zb_action *actions, int n) {
+  int groups = 0;
+  for (int i = 0; i < n; i++)
+    if (zb_op_is_comm(actions[i].op)) {
+      i = zb_comm_group_end(actions, n, i);
+      groups++;
+    }
+  return groups;
+}

@@ -95,6 +95,14 @@ int zb_schedule_compute_count(const zb_schedule *s, int rank);
 void zb_schedule_strip_comm(zb_schedule *s);
 /* true when any rank's list holds a comm action. */
 bool zb_schedule_has_comm(const zb_schedule *s);
+/* The last index of the transport group that starts at comm action i of a
+ * list: the maximal run of comm actions chained by `batch` (a comm action
+ * without the flag is a group of one). The executor posts each such run as
+ * one group; the wire carries the flags unchanged (docs/schedules.md,
+ * Lowering). */
+int zb_comm_group_end(const zb_action *actions, int n, int i);
+/* Number of transport groups in a list (what one iteration posts). */
+int zb_comm_group_count(const zb_action *actions, int n);
 /* true when the schedule splits backward into B and W (no BW anywhere). */
 bool zb_schedule_splits_w(const zb_schedule *s);
 

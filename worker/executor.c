@@ -172,6 +172,7 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
   zb_backend_take_stats(e->backend, &bs); /* start a fresh interval */
   zb_transport_stats_get(e->transport, &ts0);
   double mem = 0, peak = 0, comm = 0;
+  int32_t groups = 0, comm_actions = 0;
   int64_t start = zb_clock_ns();
   zb_err err = ZB_OK;
   int i = 0;
@@ -190,13 +191,13 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
         peak = mem;
       i++;
     } else if (zb_op_is_comm(a->op)) {
-      int j = i;
-      while (j + 1 < e->n && e->actions[j].batch && zb_op_is_comm(e->actions[j + 1].op))
-        j++;
+      int j = zb_comm_group_end(e->actions, e->n, i);
       int64_t c0 = zb_clock_ns();
       int at;
       err = exec_group(e, i, j, &at, diag);
       comm += (double)(zb_clock_ns() - c0) * 1e-9;
+      groups++;
+      comm_actions += j - i + 1;
       if (err) {
         i = at;
         break;
@@ -234,6 +235,8 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
   r.peak_memory = e->rank_mf > 0 ? peak / e->rank_mf : peak;
   r.peak_memory_bytes = bs.peak_bytes >= 0 ? bs.peak_bytes : (int64_t)llround(r.peak_memory * (double)e->bpa);
   r.comm_seconds = comm;
+  r.comm_groups = groups;
+  r.comm_actions = comm_actions;
   *out = r;
   return ZB_OK;
 }

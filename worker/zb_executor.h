@@ -62,6 +62,8 @@ typedef struct zb_rank_iteration {
   int32_t iteration;
   double start_seconds, end_seconds; /* CLOCK_MONOTONIC, comparable across ranks of a host */
   double comm_seconds;               /* time spent waiting in transport groups */
+  int32_t comm_groups;               /* transport groups posted (zb_comm_group_count of the list) */
+  int32_t comm_actions;              /* sends and receives in them */
 } zb_rank_iteration;
 
 typedef struct zb_executor_config {

@@ -71,14 +71,14 @@ def test_update_to_unknown_schedule_is_refused():
 
 
 def test_update_over_the_message_limit_is_refused():
-    # 1f1b and zb-h1 plans of m=500 fit in 64 KiB per rank; zb-v's (two
+    # 1f1b and zb-h1 plans of m=500 fit in 24 KiB per rank; zb-v's (two
     # chunks, W split out) do not, and must not reach the workers either
-    with Cluster(workers=4, max_message_bytes=65536, name="update-big") as c:
+    with Cluster(workers=4, max_message_bytes=24576, name="update-big") as c:
         jid = c.submit(job_spec(name="near-limit", microbatches=500, t=0.0001, iterations=100000,
                                 bytes_per_activation=1024))
         c.wait_iterations(jid, 1)
         code, details = rpc_error(c.stub.UpdateSchedule, zb_pb2.UpdateScheduleRequest(job_id=jid, schedule="zb-v"))
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "65536" in details, (code, details)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "24576" in details, (code, details)
         assert c.get(jid).state == STATE.JOB_STATE_RUNNING and c.get(jid).schedule == "1f1b"
         resp = c.stub.UpdateSchedule(zb_pb2.UpdateScheduleRequest(job_id=jid, schedule="zb-h1"), timeout=30)
         c.wait_iterations(jid, resp.from_iteration + 1)

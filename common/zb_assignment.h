@@ -1,0 +1,95 @@
+/* zb_assignment.h — the one codec of zb.v1.Assignment, a rank's part of a
+ * job (docs/wire.md, Assignment). The coordinator encodes, the worker
+ * decodes, and nothing else touches the message's fields.
+ *
+ * A rank receives only what it needs, so a job's assignments grow
+ * linearly with its ranks:
+ *   - its lowered action list as columns (kind, stage, microbatch, peer,
+ *     group_with_next): exactly the planner's list, transport groups
+ *     included, so the worker posts the groups the planner formed;
+ *   - the data addresses of the ranks it exchanges tensors with, and of
+ *     rank +-1 (the cpu backend's optimizer reduces along the ranks);
+ *   - the costs of the stages it hosts;
+ *   - the job's scalars and, for a cpu job, the resolved model.
+ * The decoder still reads the older all-ranks form (action strings, peer
+ * addresses by rank, costs of every stage) when action_list is absent;
+ * action strings carry no groups, so every comm action of such a list is
+ * a group of its own.
+ *
+ * Ownership: zb_assignment_encode fills a caller-provided message whose
+ * arrays and submessages it allocates; zb_assignment_encode_clear frees
+ * them (not the strings, which point into the source). A decoded
+ * zb_assignment owns everything it holds; zb_assignment_free releases it
+ * (also after a failed decode and on a zeroed one).
+ */
+#ifndef ZB_ASSIGNMENT_H
+#define ZB_ASSIGNMENT_H
+
+#include <stddef.h>
+
+#include "zb/v1/zb.pb-c.h"
+#include "zb_config.h"
+#include "zb_planner.h"
+
+/* What the coordinator assigns from: the job, its plan and its workers. */
+typedef struct zb_assignment_src {
+  const char *job_id;
+  const zb_job_spec *spec; /* iterations, backend, transport, bytes per activation, model */
+  const zb_planner_result *plan;
+  const char *const *addresses; /* data address by rank (plan->p); NULL: not known yet */
+  int plan_version;             /* 1, then +1 per schedule update */
+  int first_iteration;          /* the first iteration that runs this plan */
+} zb_assignment_src;
+
+/* Fills *out with rank's Assignment. Does not fail: the plan is the
+ * planner's and the spec was checked at submission. */
+void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assignment *out);
+void zb_assignment_encode_clear(Zb__V1__Assignment *out);
+
+/* Packed size of rank's Assignment inside a Command, as it goes on the
+ * Attach stream. */
+size_t zb_assignment_wire_size(const zb_assignment_src *src, int rank);
+
+/* The largest (and its rank) and the total wire size over all ranks. */
+typedef struct zb_assignment_sizes {
+  size_t largest, total;
+  int largest_rank;
+} zb_assignment_sizes;
+void zb_assignment_measure(const zb_assignment_src *src, zb_assignment_sizes *out);
+
+/* A rank's lowered list as ActionList columns, groups included (also what
+ * PlanResponse.action_lists carries); allocated, freed by
+ * zb_action_list_free (NULL is a no-op). */
+Zb__V1__ActionList *zb_action_list_encode(const zb_rank_list *l);
+void zb_action_list_free(Zb__V1__ActionList *al);
+
+/* A decoded Assignment: plain C types, checked. */
+typedef struct zb_assignment {
+  char job_id[64];
+  int rank, ranks, chunks, microbatches;
+  zb_family family;
+  char schedule[32];
+  int plan_version, first_iteration, iterations;
+  long long bytes_per_activation;
+  char backend[16], transport[16];
+  /* p ranks, `chunks` stages each, m microbatches; only rank's list is
+   * filled (peers and groups as planned) */
+  zb_schedule *sched;
+  zb_costs *costs;       /* all p*chunks stages; those rank does not host are zero */
+  char **peer_addresses; /* by rank (ranks entries); NULL where not sent */
+  bool has_model;        /* a cpu job: model is resolved over the defaults */
+  zb_model_spec model;
+} zb_assignment;
+
+/* Decodes and checks pb: shape and schedule, every action in range (a
+ * known kind, a stage of the plan, a microbatch below m, a peer that is
+ * another rank), columns of equal length, the hosted stages' costs. Fails
+ * with ZB_ERR_INVALID_ARG (or ZB_ERR_PARSE for a bad old-form action
+ * string) naming the field, "assignment.action_list[17]: ...". */
+zb_err zb_assignment_decode(const Zb__V1__Assignment *pb, zb_assignment *out, zb_diag *diag);
+void zb_assignment_free(zb_assignment *a);
+
+/* The data address of rank q, or NULL when the Assignment did not name it. */
+const char *zb_assignment_peer(const zb_assignment *a, int q);
+
+#endif

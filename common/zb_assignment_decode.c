@@ -1,0 +1,233 @@
+/* zb_assignment_decode.c — decoding and checking an Assignment, in the
+ * current form and the older all-ranks one. See zb_assignment.h. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+#include "zb_assignment.h"
+#include "zb_format.h"
+#include "zb_wire.h"
+
+/* Bounds that keep a hostile message from sizing our allocations; the job
+ * spec's own limits are far below them. */
+enum { DECODE_MAX_RANKS = 1 << 16, DECODE_MAX_STAGES = 1 << 20 };
+
+static bool op_of(Zb__V1__ActionKind k, zb_op *op) {
+  switch (k) {
+  case ZB__V1__ACTION_KIND__ACTION_KIND_F: *op = ZB_OP_F; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_B: *op = ZB_OP_B; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_W: *op = ZB_OP_W; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_BW: *op = ZB_OP_BW; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_SEND_F: *op = ZB_OP_SEND_F; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_RECV_F: *op = ZB_OP_RECV_F; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_SEND_B: *op = ZB_OP_SEND_B; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_RECV_B: *op = ZB_OP_RECV_B; return true;
+  default: return false;
+  }
+}
+
+static zb_err copy_str(char *dst, size_t cap, const char *src, const char *field, zb_diag *diag) {
+  if (!src)
+    src = "";
+  if (strlen(src) >= cap)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s: longer than %zu characters", field, cap - 1);
+  snprintf(dst, cap, "%s", src);
+  return ZB_OK;
+}
+
+/* Action i of the columns, checked against the shape. */
+static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_assignment *a, zb_action *out,
+                            zb_diag *diag) {
+  int S = a->ranks * a->chunks;
+  zb_action x = {.stage = al->stage[i], .mb = al->microbatch[i], .peer = al->peer[i]};
+  if (!op_of(al->kind[i], &x.op))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: unknown kind %d", i,
+                       (int)al->kind[i]);
+  if (x.stage < 0 || x.stage >= S)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: stage %d is not one of %d", i,
+                       x.stage, S);
+  if (x.mb < 0 || x.mb >= a->microbatches)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: microbatch %d is not one of %d",
+                       i, x.mb, a->microbatches);
+  bool comm = zb_op_is_comm(x.op);
+  if (comm ? x.peer < 0 || x.peer >= a->ranks || x.peer == a->rank : x.peer != -1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: peer %d for %s on rank %d of %d",
+                       i, x.peer, zb_op_name(x.op), a->rank, a->ranks);
+  if (al->group_with_next[i] && !comm)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: a %s cannot open a group", i,
+                       zb_op_name(x.op));
+  x.batch = al->group_with_next[i];
+  *out = x;
+  return ZB_OK;
+}
+
+static zb_err decode_actions(const Zb__V1__ActionList *al, zb_assignment *a, zb_diag *diag) {
+  size_t n = al->n_kind;
+  if (al->n_stage != n || al->n_microbatch != n || al->n_peer != n || al->n_group_with_next != n)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment.action_list: columns of unequal length (kind %zu, stage %zu, microbatch "
+                       "%zu, peer %zu, group_with_next %zu)",
+                       n, al->n_stage, al->n_microbatch, al->n_peer, al->n_group_with_next);
+  if (n > (size_t)INT_MAX)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list: %zu actions", n);
+  for (size_t i = 0; i < n; i++) {
+    zb_action x;
+    zb_err err = decode_action(al, i, a, &x, diag);
+    if (err)
+      return err;
+    zb_schedule_push(a->sched, a->rank, x);
+  }
+  return ZB_OK;
+}
+
+/* The older form: PyTorch action strings, peers from the placement. */
+static zb_err decode_action_strings(const Zb__V1__RankActions *ra, zb_assignment *a, zb_diag *diag) {
+  if (ra->rank != a->rank)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.actions.rank: %d, the assignment is rank %d",
+                       ra->rank, a->rank);
+  zb_err err = zb_wire_rank_actions_parse(ra, a->sched, diag);
+  if (err)
+    return err;
+  zb_format_fill_peers(a->sched);
+  return ZB_OK;
+}
+
+static zb_err decode_peers(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
+  a->peer_addresses = zb_calloc((size_t)a->ranks, sizeof(char *));
+  if (pb->n_peers == 0) { /* the older form: by rank */
+    for (size_t q = 0; q < pb->n_peer_addresses && q < (size_t)a->ranks; q++)
+      a->peer_addresses[q] = zb_strdup(pb->peer_addresses[q] ? pb->peer_addresses[q] : "");
+    return ZB_OK;
+  }
+  for (size_t k = 0; k < pb->n_peers; k++) {
+    const Zb__V1__PeerAddress *p = pb->peers[k];
+    if (p->rank < 0 || p->rank >= a->ranks || a->peer_addresses[p->rank])
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.peers[%zu]: rank %d is not a rank of %d or repeated",
+                         k, p->rank, a->ranks);
+    a->peer_addresses[p->rank] = zb_strdup(p->address ? p->address : "");
+  }
+  return ZB_OK;
+}
+
+static zb_err decode_stage(zb_costs *c, const Zb__V1__HostedStage *h, size_t k, zb_diag *diag) {
+  if (h->stage < 0 || h->stage >= c->n_stages)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.stages[%zu]: stage %d is not one of %d", k,
+                       h->stage, c->n_stages);
+  int s = h->stage;
+  c->t_f[s] = h->t_f;
+  c->t_b[s] = h->t_b;
+  c->t_w[s] = h->t_w;
+  c->m_f[s] = h->m_f;
+  c->m_b[s] = h->m_b;
+  c->m_w[s] = h->m_w;
+  return ZB_OK;
+}
+
+static zb_err decode_costs(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
+  int S = a->ranks * a->chunks;
+  zb_costs *c = a->costs = zb_costs_new(S);
+  if (pb->n_stages == 0) { /* the older form: every stage */
+    if ((int)pb->n_stage_seconds != S || (int)pb->n_stage_m_f != S || (int)pb->n_stage_m_b != S ||
+        (int)pb->n_stage_m_w != S)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment: inconsistent stage tables (%d stages, %d ranks)",
+                         (int)pb->n_stage_seconds, a->ranks);
+    for (int s = 0; s < S; s++) {
+      Zb__V1__HostedStage h = {.stage = s,
+                               .t_f = pb->stage_seconds[s]->t_f,
+                               .t_b = pb->stage_seconds[s]->t_b,
+                               .t_w = pb->stage_seconds[s]->t_w,
+                               .m_f = pb->stage_m_f[s],
+                               .m_b = pb->stage_m_b[s],
+                               .m_w = pb->stage_m_w[s]};
+      decode_stage(c, &h, (size_t)s, NULL);
+    }
+    return ZB_OK;
+  }
+  for (size_t k = 0; k < pb->n_stages; k++) {
+    zb_err err = decode_stage(c, pb->stages[k], k, diag);
+    if (err)
+      return err;
+  }
+  return ZB_OK;
+}
+
+/* The scalars and the shape. */
+static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
+  zb_err err;
+  if ((err = copy_str(a->job_id, sizeof a->job_id, pb->job_id, "job_id", diag)) ||
+      (err = copy_str(a->schedule, sizeof a->schedule, pb->schedule, "schedule", diag)) ||
+      (err = copy_str(a->backend, sizeof a->backend, pb->backend, "backend", diag)) ||
+      (err = copy_str(a->transport, sizeof a->transport, pb->transport, "transport", diag)))
+    return err;
+  if ((err = zb_family_parse(a->schedule, &a->family, diag)))
+    return err;
+  a->rank = pb->rank;
+  a->ranks = pb->ranks;
+  /* the older form has no chunks: its stage table covers every stage */
+  a->chunks = pb->chunks > 0 || pb->ranks < 1 ? pb->chunks : (int)(pb->n_stage_seconds / (size_t)pb->ranks);
+  a->microbatches = pb->microbatches;
+  a->plan_version = pb->plan_version;
+  a->first_iteration = pb->first_iteration;
+  a->iterations = pb->iterations;
+  a->bytes_per_activation = pb->bytes_per_activation;
+  if (a->ranks < 1 || a->ranks > DECODE_MAX_RANKS || a->rank < 0 || a->rank >= a->ranks)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.rank: rank %d of %d ranks", a->rank, a->ranks);
+  if (a->chunks < 1 || (long long)a->chunks * a->ranks > DECODE_MAX_STAGES)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.chunks: %d chunks of %d ranks", a->chunks, a->ranks);
+  if (a->microbatches < 1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment.microbatches: %d (the coordinator is older than this worker?)",
+                       a->microbatches);
+  if (a->first_iteration < 0 || a->iterations < 1 || a->bytes_per_activation < 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment: first_iteration %d, iterations %d, bytes_per_activation %lld",
+                       a->first_iteration, a->iterations, a->bytes_per_activation);
+  return ZB_OK;
+}
+
+static zb_err decode_model(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
+  zb_job_spec defaults;
+  zb_job_spec_default(&defaults);
+  a->model = defaults.model;
+  if (!pb->model)
+    return ZB_OK;
+  a->has_model = true;
+  return zb_wire_model_from_pb(pb->model, &a->model, diag);
+}
+
+zb_err zb_assignment_decode(const Zb__V1__Assignment *pb, zb_assignment *out, zb_diag *diag) {
+  memset(out, 0, sizeof *out);
+  zb_err err = decode_header(pb, out, diag);
+  if (err)
+    return err;
+  out->sched = zb_schedule_new(out->ranks, out->chunks, out->microbatches, zb_family_placement(out->family));
+  if (pb->action_list)
+    err = decode_actions(pb->action_list, out, diag);
+  else if (pb->actions)
+    err = decode_action_strings(pb->actions, out, diag);
+  else
+    err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list: required");
+  if (!err)
+    err = decode_peers(pb, out, diag);
+  if (!err)
+    err = decode_costs(pb, out, diag);
+  if (!err)
+    err = decode_model(pb, out, diag);
+  return err;
+}
+
+void zb_assignment_free(zb_assignment *a) {
+  zb_schedule_free(a->sched);
+  zb_costs_free(a->costs);
+  if (a->peer_addresses)
+    for (int q = 0; q < a->ranks; q++)
+      free(a->peer_addresses[q]);
+  free(a->peer_addresses);
+  memset(a, 0, sizeof *a);
+}
+
+const char *zb_assignment_peer(const zb_assignment *a, int q) {
+  return q >= 0 && q < a->ranks && a->peer_addresses ? a->peer_addresses[q] : NULL;
+}

@@ -1,0 +1,182 @@
+/* admission.c — the one admission check of a plan (a submission, a
+ * schedule update, a Plan call): a shape whose plan cannot fit the message
+ * limits is refused before it is planned; the plan is made once, with
+ * libzb's pipeline (zb_job_plan), and its largest Assignment is held
+ * against the smallest receive limit of the workers that could run it
+ * (docs/wire.md, Assignment). Also the Plan RPC. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "zb_alloc.h"
+#include "zb_log.h"
+
+/* Sum of the decimal lengths of 0..n-1. */
+static double digits_total(double n) {
+  double t = 0;
+  for (double lo = 0, hi = 10, len = 1; lo < n; lo = hi, hi *= 10, len++)
+    t += ((n < hi ? n : hi) - lo) * len;
+  return t;
+}
+
+/* A lower bound on the packed size of a shape's action lists: every
+ * (stage, microbatch) has at least an F and a B. whole: all ranks' lists
+ * as PyTorch strings (a PlanResponse: "<stage>F<mb>", framed by a tag and
+ * a length byte); else the busiest rank's v stages as ActionList columns
+ * (an Assignment: at least a byte per column per action). */
+static double plan_min_bytes(const zb_job_spec *spec, bool whole) {
+  zb_family f;
+  if (zb_family_parse(spec->schedule, &f, NULL) != ZB_OK)
+    return 0;
+  double v = spec->chunks > 0 ? spec->chunks : zb_family_default_chunks(f);
+  double m = spec->microbatches;
+  if (!whole)
+    return 2 * 5 * v * m;
+  double stages = spec->ranks * v;
+  return 2 * (3 * stages * m + digits_total(stages) * m + stages * digits_total(m));
+}
+
+long long coord_assignment_limit(coord *co, coord_worker *const *ws, int n, const coord_worker **by) {
+  long long limit = co->cfg.max_message_bytes;
+  *by = NULL;
+  for (int k = 0; k < n; k++) {
+    if (!ws[k])
+      continue;
+    long long lim = ws[k]->max_receive_bytes > 0 ? ws[k]->max_receive_bytes : COORD_OLD_WORKER_RECEIVE_BYTES;
+    if (lim < limit) {
+      limit = lim;
+      *by = ws[k];
+    }
+  }
+  return limit;
+}
+
+/* The limit for a job of spec: the smallest of the attached workers able
+ * to run it (any of them may get a rank). */
+static long long spec_limit(coord *co, const zb_job_spec *spec, const coord_worker **by) {
+  int n = 0;
+  for (coord_worker *w = co->workers; w; w = w->next)
+    n += worker_can_run(w, spec);
+  coord_worker **ws = zb_calloc((size_t)(n ? n : 1), sizeof *ws);
+  n = 0;
+  for (coord_worker *w = co->workers; w; w = w->next)
+    if (worker_can_run(w, spec))
+      ws[n++] = w;
+  long long limit = coord_assignment_limit(co, ws, n, by);
+  free(ws);
+  return limit;
+}
+
+/* Names a limit in an error: the coordinator's setting or a worker's. */
+static void limit_name(const coord_worker *by, char *out, size_t cap) {
+  if (by)
+    snprintf(out, cap, "receive limit of worker %s (its --max-message-bytes)", by->id);
+  else
+    snprintf(out, cap, "message limit (max_message_bytes)");
+}
+
+/* Refuses a shape whose plan cannot fit before planning it: generating a
+ * plan of millions of actions holds the loop (and so every heartbeat and
+ * report) for seconds, only to refuse it afterwards. */
+static bool plan_fits(zb_rpc_call *call, const zb_job_spec *spec, bool whole, long long limit,
+                      const coord_worker *by) {
+  double need = plan_min_bytes(spec, whole);
+  if (need <= (double)limit)
+    return true;
+  char name[160];
+  limit_name(by, name, sizeof name);
+  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "spec: %s of p=%d m=%d needs at least %.0f bytes, over the %lld-byte %s; use fewer "
+              "microbatches or ranks",
+              whole ? "the plan" : "one rank's plan", spec->ranks, spec->microbatches, need, limit, name);
+  return false;
+}
+
+bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec, const char *what,
+                      zb_planner_result *plan) {
+  const coord_worker *by = NULL;
+  long long limit = spec_limit(co, spec, &by);
+  if (!plan_fits(call, spec, false, limit, by))
+    return false;
+  zb_diag d;
+  if (zb_job_plan(spec, ZB_OBJ_MAKESPAN, plan, &d) != ZB_OK) {
+    zb_planner_result_free(plan);
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%sschedule: %s", what, d.msg);
+    return false;
+  }
+  coord_metrics_observe_plan(co, plan->generate_seconds);
+  /* the data addresses are not known before the job starts (job_start
+   * checks again with them) */
+  zb_assignment_src src = {.job_id = j->row.id[0] ? j->row.id : "j-0000000", .spec = spec, .plan = plan};
+  zb_assignment_sizes sz;
+  zb_assignment_measure(&src, &sz);
+  if ((long long)sz.largest <= limit)
+    return true;
+  char name[160];
+  limit_name(by, name, sizeof name);
+  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "%sschedule: the %s assignment of rank %d is %zu bytes, over the %lld-byte %s; use fewer "
+              "microbatches or ranks",
+              what, zb_family_name(plan->family), sz.largest_rank, sz.largest, limit, name);
+  zb_planner_result_free(plan);
+  return false;
+}
+
+/* The objective a PlanRequest names; fails call for an unknown one. */
+static bool plan_objective(zb_rpc_call *call, const char *name, zb_objective *out) {
+  *out = ZB_OBJ_MAKESPAN;
+  if (!name || !name[0] || strcmp(name, "makespan") == 0)
+    return true;
+  if (strcmp(name, "span") == 0) {
+    *out = ZB_OBJ_SPAN;
+    return true;
+  }
+  zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "objective: '%s' is not makespan or span", name);
+  return false;
+}
+
+void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__PlanRequest *req = (const void *)m;
+  zb_objective obj;
+  if (!req->spec) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: required");
+    return;
+  }
+  if (!plan_objective(call, req->objective, &obj))
+    return;
+  /* Plan takes a shape without a job's name */
+  Zb__V1__JobSpec spec_pb = *req->spec;
+  if (!spec_pb.name || !spec_pb.name[0])
+    spec_pb.name = "plan";
+  zb_job_spec spec;
+  zb_diag d;
+  if (zb_wire_spec_from_pb(&spec_pb, &spec, &d) != ZB_OK) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: %s", d.msg);
+    return;
+  }
+  zb_planner_result plan = {0};
+  bool fits = plan_fits(call, &spec, true, co->cfg.max_message_bytes, NULL);
+  zb_err err = fits ? zb_job_plan(&spec, obj, &plan, &d) : ZB_OK;
+  zb_job_spec_free(&spec);
+  if (!fits)
+    return;
+  if (err) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec.schedule: %s", d.msg);
+    zb_planner_result_free(&plan);
+    return;
+  }
+  coord_metrics_observe_plan(co, plan.generate_seconds);
+  Zb__V1__PlanResponse resp;
+  zb_wire_plan_response(&plan, req->with_action_lists, &resp);
+  size_t n = protobuf_c_message_get_packed_size(&resp.base);
+  if ((long long)n > co->cfg.max_message_bytes)
+    zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                "spec: the plan is %zu bytes, over the %lld-byte message limit (max_message_bytes)", n,
+                co->cfg.max_message_bytes);
+  else
+    zb_rpc_reply(call, &resp.base);
+  zb_wire_plan_response_clear(&resp);
+  zb_planner_result_free(&plan);
+}

@@ -1,0 +1,216 @@
+/* dispatch.c — handing plans to workers: starting a pending job on idle
+ * workers (ranks in attach order), sending each rank its Assignment
+ * (zb_assignment.h), releasing them, and schedule updates of a running
+ * job (a new plan from an iteration no rank has started). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "zb_alloc.h"
+#include "zb_log.h"
+
+static void worker_send(coord_worker *w, const Zb__V1__Command *cmd) {
+  if (w->attach)
+    zb_rpc_stream_write(w->attach, &cmd->base);
+}
+
+void job_release_workers(coord_job *j) {
+  if (!j->ranks)
+    return;
+  for (int r = 0; r < j->spec.ranks; r++) {
+    coord_worker *w = j->ranks[r];
+    if (!w)
+      continue;
+    Zb__V1__Command cmd = ZB__V1__COMMAND__INIT;
+    cmd.kind_case = ZB__V1__COMMAND__KIND_RELEASE_JOB_ID;
+    cmd.release_job_id = j->row.id;
+    worker_send(w, &cmd);
+    w->job = NULL;
+    w->rank = -1;
+    j->ranks[r] = NULL;
+  }
+}
+
+zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan, int version, int first) {
+  zb_assignment_src src = {.job_id = j->row.id,
+                           .spec = &j->spec,
+                           .plan = plan,
+                           .plan_version = version,
+                           .first_iteration = first};
+  if (j->ranks) {
+    const char **addrs = zb_calloc((size_t)plan->p, sizeof(char *));
+    for (int r = 0; r < plan->p; r++)
+      addrs[r] = j->ranks[r] ? j->ranks[r]->data_address : NULL;
+    src.addresses = addrs;
+  }
+  return src;
+}
+
+static void job_send_plan(coord_job *j, const zb_planner_result *plan, int version, int first) {
+  zb_assignment_src src = job_assignment_src(j, plan, version, first);
+  for (int r = 0; r < plan->p; r++) {
+    Zb__V1__Assignment a;
+    zb_assignment_encode(&src, r, &a);
+    Zb__V1__Command cmd = ZB__V1__COMMAND__INIT;
+    cmd.kind_case = ZB__V1__COMMAND__KIND_ASSIGN;
+    cmd.assign = &a;
+    worker_send(j->ranks[r], &cmd);
+    zb_assignment_encode_clear(&a);
+  }
+  free((void *)src.addresses);
+}
+
+/* Gives j's ranks to idle workers in attach order. */
+static void job_take_workers(coord *co, coord_job *j) {
+  int p = j->spec.ranks, r = 0;
+  j->ranks = zb_calloc((size_t)p, sizeof *j->ranks);
+  for (coord_worker *w = co->workers; w && r < p; w = w->next)
+    if (worker_can_run(w, &j->spec) && !w->job) {
+      w->job = j;
+      w->rank = r;
+      j->ranks[r++] = w;
+    }
+}
+
+/* Admission held the plan against the workers attached then; one that
+ * attached since with a smaller receive limit may be among the ranks. */
+static bool job_fits_workers(coord *co, coord_job *j) {
+  const coord_worker *by = NULL;
+  long long limit = coord_assignment_limit(co, j->ranks, j->spec.ranks, &by);
+  zb_assignment_src src = job_assignment_src(j, &j->plan, 1, 0);
+  zb_assignment_sizes sz;
+  zb_assignment_measure(&src, &sz);
+  free((void *)src.addresses);
+  if ((long long)sz.largest <= limit)
+    return true;
+  char reason[256];
+  snprintf(reason, sizeof reason,
+           "the assignment of rank %d is %zu bytes, over the %lld-byte receive limit of worker %s", sz.largest_rank,
+           sz.largest, limit, by ? by->id : "(the coordinator's max_message_bytes)");
+  job_finish(co, j, ZB_JOB_FAILED, reason);
+  return false;
+}
+
+static void job_start(coord *co, coord_job *j) {
+  int p = j->spec.ranks;
+  job_take_workers(co, j);
+  if (!job_fits_workers(co, j))
+    return;
+  j->rank_done = zb_calloc((size_t)p, sizeof(bool));
+  j->done_ranks = 0;
+  j->max_reported = -1;
+  j->plan_version = 1;
+  j->switch_at = -1;
+  for (int k = 0; k < COORD_ITER_SLOTS; k++) {
+    j->slots[k].iteration = -1;
+    j->slots[k].have = zb_calloc((size_t)p, sizeof(bool));
+    j->slots[k].ranks = zb_calloc((size_t)p, sizeof(Zb__V1__RankIteration));
+  }
+  j->row.state = ZB_JOB_RUNNING;
+  snprintf(j->row.reason, sizeof j->row.reason, "ranks assigned: %d workers", p);
+  snprintf(j->row.schedule, sizeof j->row.schedule, "%s", zb_family_name(j->plan.family));
+  ZB_INFO("job %s RUNNING: %s on %d ranks, %d microbatches, %d iterations", j->row.id, j->row.schedule, p,
+          j->spec.microbatches, j->spec.iterations);
+  job_event(co, j, NULL);
+  job_send_plan(j, &j->plan, 1, 0);
+}
+
+/* Starts pending jobs, oldest first, while enough workers are idle. */
+void coord_start_pending(coord *co) {
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (j->row.state == ZB_JOB_PENDING) {
+      if (workers_idle(co, &j->spec) < j->spec.ranks)
+        return; /* keep the order: no overtaking */
+      job_start(co, j);
+    }
+}
+
+/* Whether j can take an update now; fails call when not. */
+static bool update_allowed(zb_rpc_call *call, const coord_job *j, const Zb__V1__UpdateScheduleRequest *req) {
+  if (j->row.state != ZB_JOB_RUNNING) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job_id: job %s is %s, not RUNNING", j->row.id,
+                zb_job_state_name(j->row.state));
+    return false;
+  }
+  if (j->switch_at >= 0) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "job_id: job %s already has an update waiting for iteration %d", j->row.id, j->switch_at);
+    return false;
+  }
+  if (!req->schedule || !req->schedule[0]) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "schedule: required");
+    return false;
+  }
+  return true;
+}
+
+/* A cpu job's ranks keep their stages' weights and optimizer moments
+ * across the switch; a plan that places stages elsewhere (another chunk
+ * count or placement) would have to move them between ranks, and the
+ * layers between stages. Refused rather than carried over: the simpler of
+ * the two, and nothing is lost by picking a schedule of the same shape
+ * (1f1b, zb-h1, zb-h2, zb-auto; or zb-v, v-half, v-min). */
+static bool update_keeps_stages(zb_rpc_call *call, const coord_job *j, const zb_planner_result *plan) {
+  zb_placement was = j->plan.placement, now = plan->placement;
+  if (strcmp(j->spec.backend, "cpu") != 0 || (plan->v == j->plan.v && now == was))
+    return true;
+  zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+              "schedule: job %s is a cpu job whose ranks hold their stages' weights and optimizer state; %s "
+              "places %d stage(s) per rank with %s placement where %s places %d with %s placement, so they "
+              "would have to move between ranks: choose a schedule with the same chunks and placement",
+              j->row.id, zb_family_name(plan->family), plan->v, now == ZB_PLACE_V ? "V" : "loop",
+              zb_family_name(j->plan.family), j->plan.v, was == ZB_PLACE_V ? "V" : "loop");
+  return false;
+}
+
+void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__UpdateScheduleRequest *req = (const void *)m;
+  coord_job *j = job_lookup(co, call, req->job_id);
+  if (!j || !update_allowed(call, j, req))
+    return;
+  zb_job_spec spec = j->spec;
+  snprintf(spec.schedule, sizeof spec.schedule, "%s", req->schedule);
+  spec.chunks = req->chunks;
+  spec.mem_limit = req->mem_limit;
+  zb_diag d;
+  if (zb_job_spec_check(&spec, &d) != ZB_OK) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", d.msg);
+    return;
+  }
+  zb_planner_result plan;
+  if (!coord_admit_plan(co, call, j, &spec, "schedule", &plan))
+    return;
+  /* Ranks run at most about one iteration apart (each needs its
+   * neighbours' tensors), so three past the latest report is an iteration
+   * no rank has started yet. */
+  int at = j->max_reported + 3;
+  if (!update_keeps_stages(call, j, &plan)) {
+    zb_planner_result_free(&plan);
+    return;
+  }
+  if (at >= j->spec.iterations) {
+    zb_planner_result_free(&plan);
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "job_id: job %s ends at iteration %d, before an update could apply (iteration %d)", j->row.id,
+                j->spec.iterations, at);
+    return;
+  }
+  j->next_plan = plan;
+  j->switch_at = at;
+  j->plan_version++;
+  snprintf(j->spec.schedule, sizeof j->spec.schedule, "%s", spec.schedule);
+  j->spec.chunks = spec.chunks;
+  j->spec.mem_limit = spec.mem_limit;
+  job_send_plan(j, &j->next_plan, j->plan_version, at);
+  ZB_INFO("job %s: schedule update to %s from iteration %d (plan version %d)", j->row.id, spec.schedule, at,
+          j->plan_version);
+  Zb__V1__UpdateScheduleResponse resp = ZB__V1__UPDATE_SCHEDULE_RESPONSE__INIT;
+  Zb__V1__Job pb;
+  job_pb(j, &pb);
+  resp.job = &pb;
+  resp.from_iteration = at;
+  zb_rpc_reply(call, &resp.base);
+  job_pb_clear(&pb);
+}

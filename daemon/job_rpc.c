@@ -1,0 +1,254 @@
+/* job_rpc.c — the users' job RPCs: SubmitJob (with resume), GetJob,
+ * ListJobs, CancelJob and WatchJob. Admission is admission.c's; starting
+ * a job is dispatch.c's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "zb_alloc.h"
+#include "zb_clock.h"
+#include "zb_log.h"
+
+/* ---- handlers: users ---- */
+
+/* The spec of job id for a resumed job (SubmitJobRequest.resume_from_job_id),
+ * unpacked (the caller frees it), or NULL after failing call: the job must
+ * have ended without finishing and have checkpoints. The coordinator
+ * cannot see the files (they are on the workers' file system): which
+ * iteration every rank holds is settled by the new job's ranks. */
+static Zb__V1__JobSpec *resume_spec(coord *co, zb_rpc_call *call, const char *id) {
+  coord_job *old = job_find(co, id);
+  if (!old) {
+    zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "resume_from_job_id: no job %.64s", id);
+    return NULL;
+  }
+  if (old->row.state == ZB_JOB_PENDING || old->row.state == ZB_JOB_RUNNING ||
+      old->row.state == ZB_JOB_SUCCEEDED) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "resume_from_job_id: job %s %s", id,
+                old->row.state == ZB_JOB_SUCCEEDED ? "has finished: nothing to resume"
+                                                   : "has not ended (cancel it first)");
+    return NULL;
+  }
+  if (strcmp(old->spec.backend, "cpu") != 0 || old->spec.model.checkpoint_every <= 0) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "resume_from_job_id: job %s has no checkpoints (a cpu job with model.checkpoint_every > 0)",
+                id);
+    return NULL;
+  }
+  Zb__V1__JobSpec *pb = (Zb__V1__JobSpec *)protobuf_c_message_unpack(&zb__v1__job_spec__descriptor, NULL,
+                                                                     old->row.spec_len, old->row.spec);
+  if (!pb) {
+    zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "resume_from_job_id: job %s: its stored spec does not unpack",
+                id);
+    return NULL;
+  }
+  return pb;
+}
+
+/* Enough attached workers able to run spec; fails call when not. */
+static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
+  int attached = workers_attached(co);
+  if (spec->ranks > attached) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "spec.ranks: the job needs %d ranks but %d workers are attached", spec->ranks, attached);
+    return false;
+  }
+  int able = workers_able(co, spec);
+  if (spec->ranks > able) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "spec.backend: the job needs %d ranks with backend '%s' and transport '%s' but %d of the %d "
+                "attached workers offer them",
+                spec->ranks, spec->backend, spec->transport, able, attached);
+    return false;
+  }
+  return true;
+}
+
+/* Gives an admitted job its id and row and queues it last. */
+static void job_enqueue(coord *co, coord_job *j) {
+  snprintf(j->row.id, sizeof j->row.id, "j-%d", co->next_job_number++);
+  snprintf(j->row.name, sizeof j->row.name, "%s", j->spec.name);
+  snprintf(j->row.schedule, sizeof j->row.schedule, "%s", j->spec.schedule);
+  j->row.state = ZB_JOB_PENDING;
+  snprintf(j->row.reason, sizeof j->row.reason, "submitted");
+  j->row.created_ms = zb_clock_unix_ms();
+  j->row.next_seq = 1;
+  Zb__V1__JobSpec pb;
+  zb_wire_spec_to_pb(&j->spec, &pb);
+  j->row.spec_len = protobuf_c_message_get_packed_size(&pb.base);
+  j->row.spec = zb_malloc(j->row.spec_len);
+  protobuf_c_message_pack(&pb.base, j->row.spec);
+  zb_wire_spec_pb_clear(&pb);
+  coord_job **tail = &co->jobs;
+  while (*tail)
+    tail = &(*tail)->next;
+  *tail = j;
+  ZB_INFO("job %s submitted: %s, %s, p=%d m=%d", j->row.id, j->spec.name, j->spec.schedule, j->spec.ranks,
+          j->spec.microbatches);
+}
+
+void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__SubmitJobRequest *req = (const void *)m;
+  const char *resume = req->resume_from_job_id && req->resume_from_job_id[0] ? req->resume_from_job_id : NULL;
+  if (!req->spec && !resume) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: required");
+    return;
+  }
+  if (req->spec && resume) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "spec: must be absent with resume_from_job_id (the job takes job %.64s's spec)", resume);
+    return;
+  }
+  if (co->stopping) {
+    zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
+    return;
+  }
+  Zb__V1__JobSpec *resume_pb = NULL;
+  if (resume && !(resume_pb = resume_spec(co, call, resume)))
+    return;
+  coord_job *j = zb_calloc(1, sizeof *j);
+  zb_diag d;
+  zb_err werr = zb_wire_spec_from_pb(resume ? resume_pb : req->spec, &j->spec, &d);
+  if (resume_pb)
+    protobuf_c_message_free_unpacked(&resume_pb->base, NULL);
+  if (werr != ZB_OK) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: %s", d.msg);
+    free(j);
+    return;
+  }
+  if (!resume && j->spec.model.resume_from[0]) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "spec.model.resume_from_job_id: set by the coordinator only; use "
+                "SubmitJobRequest.resume_from_job_id (zbctl resume)");
+    goto fail;
+  }
+  if (resume) /* replaces the job the old one was resumed from, if it was */
+    snprintf(j->spec.model.resume_from, sizeof j->spec.model.resume_from, "%s", resume);
+  /* plan now and keep it, so a bad or oversized plan is refused before it
+   * is queued and the job starts with the plan it was admitted with */
+  if (!coord_admit_plan(co, call, j, &j->spec, "spec.", &j->plan) || !admit_workers(co, call, &j->spec))
+    goto fail;
+  job_enqueue(co, j);
+  job_event(co, j, NULL);
+  Zb__V1__SubmitJobResponse resp = ZB__V1__SUBMIT_JOB_RESPONSE__INIT;
+  resp.job_id = j->row.id;
+  zb_rpc_reply(call, &resp.base);
+  coord_start_pending(co);
+  return;
+fail:
+  zb_planner_result_free(&j->plan);
+  zb_job_spec_free(&j->spec);
+  free(j);
+}
+
+void on_get_job(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  const Zb__V1__GetJobRequest *req = (const void *)m;
+  coord_job *j = job_lookup(user, call, req->job_id);
+  if (!j)
+    return;
+  Zb__V1__Job pb;
+  job_pb(j, &pb);
+  zb_rpc_reply(call, &pb.base);
+  job_pb_clear(&pb);
+}
+
+void on_list_jobs(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  (void)m;
+  coord *co = user;
+  int n = 0;
+  for (coord_job *j = co->jobs; j; j = j->next)
+    n++;
+  Zb__V1__Job *jobs = zb_calloc((size_t)(n ? n : 1), sizeof *jobs);
+  Zb__V1__Job **ptrs = zb_calloc((size_t)(n ? n : 1), sizeof *ptrs);
+  int k = 0;
+  for (coord_job *j = co->jobs; j; j = j->next, k++) {
+    job_pb(j, &jobs[k]);
+    ptrs[k] = &jobs[k];
+  }
+  Zb__V1__ListJobsResponse resp = ZB__V1__LIST_JOBS_RESPONSE__INIT;
+  resp.n_jobs = (size_t)n;
+  resp.jobs = ptrs;
+  zb_rpc_reply(call, &resp.base);
+  for (k = 0; k < n; k++)
+    job_pb_clear(&jobs[k]);
+  free(jobs);
+  free(ptrs);
+}
+
+void on_cancel(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__CancelJobRequest *req = (const void *)m;
+  coord_job *j = job_lookup(co, call, req->job_id);
+  if (!j)
+    return;
+  if (job_terminal(j)) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job_id: job %s has already ended (%s)", j->row.id,
+                zb_job_state_name(j->row.state));
+    return;
+  }
+  if (!utf8_valid(req->reason)) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason: not valid UTF-8");
+    return;
+  }
+  char reason[256];
+  snprintf(reason, sizeof reason, "cancelled: %s",
+           req->reason && req->reason[0] ? req->reason : "by request");
+  job_finish(co, j, ZB_JOB_CANCELLED, reason);
+  Zb__V1__Job pb;
+  job_pb(j, &pb);
+  zb_rpc_reply(call, &pb.base);
+  job_pb_clear(&pb);
+  coord_start_pending(co);
+}
+
+static void watcher_closed(zb_rpc_call *call, void *arg) {
+  coord_watcher *w = arg;
+  coord_watcher **pp = &w->job->watchers;
+  while (*pp && *pp != w)
+    pp = &(*pp)->next;
+  if (*pp)
+    *pp = w->next;
+  (void)call;
+  free(w);
+}
+
+void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__WatchJobRequest *req = (const void *)m;
+  coord_job *j = job_lookup(co, call, req->job_id);
+  if (!j)
+    return;
+  zb_store_event *evs = NULL;
+  int n = 0;
+  zb_diag d;
+  if (zb_store_list_events(co->store, j->row.id, 0, &evs, &n, &d) != ZB_OK) {
+    zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "store: %s", d.msg);
+    return;
+  }
+  for (int k = 0; k < n; k++) {
+    Zb__V1__JobEvent ev = ZB__V1__JOB_EVENT__INIT;
+    ev.seq = evs[k].seq;
+    ev.unix_ms = evs[k].unix_ms;
+    ev.state = (Zb__V1__JobState)evs[k].state;
+    ev.reason = evs[k].reason;
+    if (evs[k].iteration)
+      ev.iteration = (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(
+          &zb__v1__iteration_metrics__descriptor, NULL, evs[k].iteration_len, evs[k].iteration);
+    zb_rpc_stream_write(call, &ev.base);
+    if (ev.iteration)
+      protobuf_c_message_free_unpacked(&ev.iteration->base, NULL);
+  }
+  zb_store_events_free(evs, n);
+  if (job_terminal(j)) {
+    zb_rpc_stream_finish(call, GRPC_STATUS_OK, "");
+    return;
+  }
+  coord_watcher *w = zb_calloc(1, sizeof *w);
+  w->call = call;
+  w->job = j;
+  w->next = j->watchers;
+  j->watchers = w;
+  zb_rpc_call_on_close(call, watcher_closed, w);
+}

@@ -1,0 +1,217 @@
+/* jobs.c — the coordinator's jobs and their lifecycle (docs/architecture.md,
+ * A job's life): jobs go PENDING -> RUNNING -> SUCCEEDED / FAILED /
+ * CANCELLED; every change is an event kept in the store and streamed to
+ * watchers. Also loading jobs at start-up and freeing them at exit.
+ * Everything runs on the loop thread. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "zb_alloc.h"
+#include "zb_clock.h"
+#include "zb_log.h"
+
+coord_job *job_find(coord *co, const char *id) {
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (strcmp(j->row.id, id) == 0)
+      return j;
+  return NULL;
+}
+
+bool utf8_valid(const char *s) {
+  return !s || s[zb_utf8_prefix(s)] == 0;
+}
+
+/* Drops what a truncating snprintf left of a multi-byte character. */
+void utf8_trim(char *s) {
+  s[zb_utf8_prefix(s)] = 0;
+}
+
+bool job_terminal(const coord_job *j) {
+  return j->row.state >= ZB_JOB_SUCCEEDED;
+}
+
+/* ---- persistence and events ---- */
+
+static void job_persist(coord *co, coord_job *j) {
+  zb_diag d;
+  if (zb_store_put_job(co->store, &j->row, &d) != ZB_OK)
+    ZB_ERROR("store: %s", d.msg);
+}
+
+/* Records an event (state, reason, optional iteration), persists the job
+ * and sends the event to every watcher. */
+void job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it) {
+  Zb__V1__JobEvent ev = ZB__V1__JOB_EVENT__INIT;
+  ev.seq = j->row.next_seq++;
+  ev.unix_ms = zb_clock_unix_ms();
+  ev.state = (Zb__V1__JobState)j->row.state;
+  ev.reason = j->row.reason;
+  ev.iteration = (Zb__V1__IterationMetrics *)it;
+  j->row.updated_ms = ev.unix_ms;
+  zb_store_event se = {.seq = ev.seq, .unix_ms = ev.unix_ms, .state = j->row.state};
+  snprintf(se.job_id, sizeof se.job_id, "%s", j->row.id);
+  snprintf(se.reason, sizeof se.reason, "%s", j->row.reason);
+  uint8_t *packed = NULL;
+  if (it) {
+    se.iteration_len = protobuf_c_message_get_packed_size(&it->base);
+    packed = zb_malloc(se.iteration_len);
+    protobuf_c_message_pack(&it->base, packed);
+    se.iteration = packed;
+  }
+  zb_diag d;
+  if (zb_store_append_event(co->store, &se, &d) != ZB_OK)
+    ZB_ERROR("store: %s", d.msg);
+  if (it) { /* the job row keeps the last iteration's figures */
+    free(j->row.last);
+    j->row.last = packed;
+    j->row.last_len = se.iteration_len;
+    packed = NULL;
+  }
+  free(packed);
+  job_persist(co, j);
+  for (coord_watcher *w = j->watchers; w; w = w->next)
+    zb_rpc_stream_write(w->call, &ev.base);
+  coord_metrics_render(co); /* a scrape right after an event sees it */
+}
+
+static void job_runtime_free(coord_job *j) {
+  zb_planner_result_free(&j->plan);
+  zb_planner_result_free(&j->next_plan);
+  for (int k = 0; k < COORD_ITER_SLOTS; k++) {
+    free(j->slots[k].have);
+    free(j->slots[k].ranks);
+    j->slots[k].have = NULL;
+    j->slots[k].ranks = NULL;
+  }
+  free(j->ranks);
+  free(j->rank_done);
+  j->ranks = NULL;
+  j->rank_done = NULL;
+}
+
+/* Moves a job to a final state: releases its workers, ends its watchers'
+ * streams. */
+void job_finish(coord *co, coord_job *j, int state, const char *reason) {
+  if (job_terminal(j))
+    return;
+  j->row.state = state;
+  snprintf(j->row.reason, sizeof j->row.reason, "%s", reason);
+  utf8_trim(j->row.reason);
+  ZB_INFO("job %s %s: %s", j->row.id, zb_job_state_name(state), reason);
+  job_release_workers(j);
+  job_event(co, j, NULL);
+  coord_watcher *w = j->watchers;
+  j->watchers = NULL;
+  while (w) {
+    coord_watcher *next = w->next;
+    zb_rpc_call_on_close(w->call, NULL, NULL);
+    zb_rpc_stream_finish(w->call, GRPC_STATUS_OK, "");
+    free(w);
+    w = next;
+  }
+  job_runtime_free(j);
+}
+
+/* ---- Job messages ---- */
+
+/* Fills out from j; release with job_pb_clear. */
+void job_pb(const coord_job *j, Zb__V1__Job *out) {
+  zb__v1__job__init(out);
+  out->id = (char *)j->row.id;
+  out->spec = (Zb__V1__JobSpec *)protobuf_c_message_unpack(&zb__v1__job_spec__descriptor, NULL,
+                                                           j->row.spec_len, j->row.spec);
+  out->state = (Zb__V1__JobState)j->row.state;
+  out->reason = (char *)j->row.reason;
+  out->created_unix_ms = j->row.created_ms;
+  out->updated_unix_ms = j->row.updated_ms;
+  out->iterations_done = j->row.iterations_done;
+  out->schedule = (char *)j->row.schedule;
+  if (j->row.last)
+    out->last = (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(&zb__v1__iteration_metrics__descriptor,
+                                                                      NULL, j->row.last_len, j->row.last);
+}
+
+void job_pb_clear(Zb__V1__Job *pb) {
+  if (pb->spec)
+    protobuf_c_message_free_unpacked(&pb->spec->base, NULL);
+  if (pb->last)
+    protobuf_c_message_free_unpacked(&pb->last->base, NULL);
+}
+
+coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
+  if (!id || !id[0]) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "job_id: required");
+    return NULL;
+  }
+  coord_job *j = job_find(co, id);
+  if (!j)
+    zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "job_id: no job '%s'", id);
+  return j;
+}
+
+/* ---- start-up, ticks, teardown ---- */
+
+zb_err coord_load(coord *co, zb_diag *diag) {
+  int marked = 0;
+  zb_err err = zb_store_mark_interrupted(co->store, "the coordinator stopped while the job was active",
+                                         zb_clock_unix_ms(), &marked, diag);
+  if (err)
+    return err;
+  if (marked)
+    ZB_WARN("%d job(s) were active when the coordinator stopped; marked FAILED", marked);
+  zb_store_job *rows = NULL;
+  int n = 0;
+  if ((err = zb_store_list_jobs(co->store, &rows, &n, diag)))
+    return err;
+  coord_job **tail = &co->jobs;
+  co->next_job_number = 1;
+  for (int k = 0; k < n; k++) {
+    coord_job *j = zb_calloc(1, sizeof *j);
+    j->row = rows[k];
+    rows[k].spec = rows[k].last = NULL; /* moved */
+    Zb__V1__JobSpec *pb = (Zb__V1__JobSpec *)protobuf_c_message_unpack(&zb__v1__job_spec__descriptor, NULL,
+                                                                       j->row.spec_len, j->row.spec);
+    zb_diag d;
+    if (!pb || zb_wire_spec_from_pb(pb, &j->spec, &d) != ZB_OK)
+      zb_job_spec_default(&j->spec); /* kept for its history; never runs again */
+    if (pb)
+      protobuf_c_message_free_unpacked(&pb->base, NULL);
+    int number = 0;
+    if (sscanf(j->row.id, "j-%d", &number) == 1 && number >= co->next_job_number)
+      co->next_job_number = number + 1;
+    *tail = j;
+    tail = &j->next;
+  }
+  zb_store_jobs_free(rows, n);
+  ZB_INFO("loaded %d job(s) from the store", n);
+  return ZB_OK;
+}
+
+void coord_free_state(coord *co) {
+  coord_job *j = co->jobs;
+  while (j) {
+    coord_job *next = j->next;
+    coord_watcher *w = j->watchers;
+    while (w) {
+      coord_watcher *wn = w->next;
+      free(w);
+      w = wn;
+    }
+    job_runtime_free(j);
+    zb_job_spec_free(&j->spec);
+    free(j->row.spec);
+    free(j->row.last);
+    free(j);
+    j = next;
+  }
+  co->jobs = NULL;
+  coord_worker *w = co->workers;
+  while (w) {
+    coord_worker *next = w->next;
+    free(w);
+    w = next;
+  }
+  co->workers = NULL;
+}

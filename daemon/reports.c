@@ -1,0 +1,217 @@
+/* reports.c — gathering the workers' Reports: heartbeats, a rank's
+ * failure (held briefly in case a lost worker is the better reason), and
+ * per-iteration metrics, joined into one IterationMetrics event once all
+ * ranks of an iteration are in. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "zb_alloc.h"
+#include "zb_clock.h"
+#include "zb_log.h"
+
+/* All p ranks reported iteration slot->iteration: one event. */
+static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slot) {
+  int p = j->spec.ranks;
+  double wall = 0, busy = 0;
+  Zb__V1__RankIteration **ptrs = zb_malloc(sizeof *ptrs * (size_t)p);
+  for (int r = 0; r < p; r++) {
+    Zb__V1__RankIteration *ri = &slot->ranks[r];
+    ptrs[r] = ri;
+    if (ri->wall_seconds > wall)
+      wall = ri->wall_seconds;
+    busy += ri->busy_f_seconds + ri->busy_b_seconds + ri->busy_w_seconds;
+  }
+  Zb__V1__IterationMetrics it = ZB__V1__ITERATION_METRICS__INIT;
+  it.iteration = slot->iteration;
+  it.schedule = slot->schedule;
+  it.wall_seconds = wall;
+  it.samples_per_second = wall > 0 ? j->spec.microbatches / wall : 0;
+  it.bubble_ratio = wall > 0 ? 1 - busy / (p * wall) : 0;
+  it.predicted_bubble_ratio = slot->predicted;
+  it.n_ranks = (size_t)p;
+  it.ranks = ptrs;
+  for (int r = 0; r < p && !it.has_loss; r++) /* on_report let only the last stage's rank set one */
+    if (slot->ranks[r].has_loss) {
+      it.loss = slot->ranks[r].loss;
+      it.has_loss = true;
+    }
+  /* every rank reduced the same values and took the same decision: rank 0's
+   * report stands for all */
+  if (p > 0 && slot->ranks[0].has_grad_norm) {
+    it.grad_norm = slot->ranks[0].grad_norm;
+    it.clipped = slot->ranks[0].clipped;
+    it.skipped = slot->ranks[0].skipped;
+    it.has_grad_norm = true;
+  }
+  j->samples_per_second = it.samples_per_second;
+  /* iterations complete in order; a resumed job's first one is not 0 */
+  j->row.iterations_done = slot->iteration + 1;
+  if (j->switch_at >= 0 && slot->iteration >= j->switch_at) { /* the update took over */
+    zb_planner_result_free(&j->plan);
+    j->plan = j->next_plan;
+    memset(&j->next_plan, 0, sizeof j->next_plan);
+    j->switch_at = -1;
+    snprintf(j->row.schedule, sizeof j->row.schedule, "%s", zb_family_name(j->plan.family));
+  }
+  snprintf(j->row.reason, sizeof j->row.reason, "iteration %d done", slot->iteration);
+  job_event(co, j, &it);
+  free(ptrs);
+  slot->iteration = -1;
+}
+
+static coord_iter_slot *job_slot(coord_job *j, int iteration) {
+  coord_iter_slot *slot = &j->slots[iteration % COORD_ITER_SLOTS];
+  if (slot->iteration == iteration)
+    return slot;
+  if (slot->iteration >= 0)
+    return NULL; /* a rank ran COORD_ITER_SLOTS iterations ahead: cannot be */
+  slot->iteration = iteration;
+  slot->n = 0;
+  memset(slot->have, 0, sizeof(bool) * (size_t)j->spec.ranks);
+  const zb_planner_result *pl = j->switch_at >= 0 && iteration >= j->switch_at ? &j->next_plan : &j->plan;
+  snprintf(slot->schedule, sizeof slot->schedule, "%s", zb_family_name(pl->family));
+  slot->predicted = pl->sim ? pl->sim->bubble_ratio : 0;
+  slot->loss_rank = -1;
+  if (strcmp(j->spec.backend, "cpu") == 0)
+    slot->loss_rank = zb_placement_rank(zb_family_placement(pl->family), pl->p, pl->v, pl->p * pl->v - 1);
+  return slot;
+}
+
+/* Copies a rank's reported figures into its slot (field by field: the
+ * request's message is freed after the handler). */
+static void report_copy(Zb__V1__RankIteration *ri, int rank, const Zb__V1__RankIteration *m) {
+  zb__v1__rank_iteration__init(ri);
+  ri->rank = rank;
+  ri->wall_seconds = m->wall_seconds;
+  ri->busy_f_seconds = m->busy_f_seconds;
+  ri->busy_b_seconds = m->busy_b_seconds;
+  ri->busy_w_seconds = m->busy_w_seconds;
+  ri->idle_seconds = m->idle_seconds;
+  ri->bytes_sent = m->bytes_sent;
+  ri->peak_memory = m->peak_memory;
+  ri->peak_memory_bytes = m->peak_memory_bytes;
+  ri->bubble_ratio = m->bubble_ratio;
+  ri->start_monotonic_seconds = m->start_monotonic_seconds;
+  ri->loss = m->loss;
+  ri->has_loss = m->has_loss;
+  ri->grad_norm = m->grad_norm;
+  ri->clipped = m->clipped;
+  ri->skipped = m->skipped;
+  ri->has_grad_norm = m->has_grad_norm;
+  ri->comm_groups = m->comm_groups;
+  ri->comm_actions = m->comm_actions;
+}
+
+/* A rank's iteration figures into their slot; false after failing call. */
+static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_worker *w,
+                             const Zb__V1__ReportRequest *req) {
+  if (req->iteration < 0 || req->iteration >= j->spec.iterations) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "iteration: %d is not an iteration of job %s (0..%d)",
+                req->iteration, j->row.id, j->spec.iterations - 1);
+    return false;
+  }
+  coord_iter_slot *slot = job_slot(j, req->iteration);
+  if (!slot || slot->have[w->rank]) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "iteration: rank %d already reported iteration %d or ran too far ahead", w->rank, req->iteration);
+    return false;
+  }
+  if (req->metrics->has_loss && w->rank != slot->loss_rank) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "metrics.has_loss: rank %d does not compute the loss of iteration %d (%s)", w->rank, req->iteration,
+                slot->loss_rank < 0 ? "the job trains no model" : "the last stage is on another rank");
+    return false;
+  }
+  Zb__V1__RankIteration *ri = &slot->ranks[w->rank];
+  report_copy(ri, w->rank, req->metrics);
+  slot->have[w->rank] = true;
+  slot->n++;
+  if (req->iteration > j->max_reported)
+    j->max_reported = req->iteration;
+  coord_metrics_observe_ops(co, j, ri);
+  if (slot->n == j->spec.ranks)
+    job_iteration_complete(co, j, slot);
+  return true;
+}
+
+/* A rank's failure: the first one is kept, and the job fails with it after
+ * COORD_FAIL_GRACE_MS unless a worker of the job is lost first: "peer rank
+ * 2 closed the connection" from rank 1 is a symptom of rank 2. */
+static void report_failure(coord_job *j, const coord_worker *w, const char *error) {
+  if (j->fail_at_ms)
+    return;
+  snprintf(j->fail_reason, sizeof j->fail_reason, "rank %d (worker %s) failed: %s", w->rank, w->id, error);
+  j->fail_at_ms = zb_clock_unix_ms() + COORD_FAIL_GRACE_MS;
+}
+
+/* The job of a report from w, or NULL after answering call: a heartbeat,
+ * a late report of a job that ended, or one that is not w's. */
+static coord_job *report_job(coord *co, zb_rpc_call *call, coord_worker *w, const Zb__V1__ReportRequest *req) {
+  Zb__V1__ReportResponse resp = ZB__V1__REPORT_RESPONSE__INIT;
+  if (!req->job_id || !req->job_id[0]) { /* heartbeat */
+    zb_rpc_reply(call, &resp.base);
+    return NULL;
+  }
+  coord_job *j = job_find(co, req->job_id);
+  if (!j) {
+    zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "job_id: no job '%s'", req->job_id);
+    return NULL;
+  }
+  if (j->row.state != ZB_JOB_RUNNING || w->job != j) {
+    resp.stop = true;
+    zb_rpc_reply(call, &resp.base);
+    return NULL;
+  }
+  if (req->rank != w->rank) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "rank: worker %s runs rank %d of job %s, not %d", w->id,
+                w->rank, j->row.id, req->rank);
+    return NULL;
+  }
+  if (!utf8_valid(req->error)) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "error: not valid UTF-8");
+    return NULL;
+  }
+  return j;
+}
+
+void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__ReportRequest *req = (const void *)m;
+  coord_metrics_count_report(co);
+  Zb__V1__ReportResponse resp = ZB__V1__REPORT_RESPONSE__INIT;
+  if (!req->worker_id || !req->worker_id[0]) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "worker_id: required");
+    return;
+  }
+  coord_worker *w = worker_find(co, req->worker_id);
+  if (!w) {
+    zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "worker_id: no worker '%s' is attached", req->worker_id);
+    return;
+  }
+  w->last_seen_ms = zb_clock_unix_ms();
+  coord_job *j = report_job(co, call, w, req);
+  if (!j)
+    return;
+  if (req->error && req->error[0]) {
+    report_failure(j, w, req->error);
+    resp.stop = true;
+    zb_rpc_reply(call, &resp.base);
+    return;
+  }
+  if (req->metrics && !report_iteration(co, call, j, w, req))
+    return;
+  if (req->done && !j->rank_done[w->rank]) {
+    j->rank_done[w->rank] = true;
+    j->done_ranks++;
+  }
+  if (j->done_ranks == j->spec.ranks && j->row.iterations_done >= j->spec.iterations) {
+    char reason[128];
+    snprintf(reason, sizeof reason, "%d iterations done", j->row.iterations_done);
+    job_finish(co, j, ZB_JOB_SUCCEEDED, reason);
+    resp.stop = true;
+    coord_start_pending(co);
+  }
+  zb_rpc_reply(call, &resp.base);
+}

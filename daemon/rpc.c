@@ -1,0 +1,37 @@
+/* rpc.c — the coordinator's RPC table: every method it serves and its
+ * handler (in jobs, admission, dispatch, workers and reports), and the
+ * gRPC health check. */
+#include <string.h>
+
+#include "coordinator.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "zb_methods.h"
+
+static void on_health(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Grpc__Health__V1__HealthCheckRequest *req = (const void *)m;
+  if (req->service && req->service[0] && strcmp(req->service, "zb.v1.Zb") != 0) {
+    zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "service: unknown service '%s'", req->service);
+    return;
+  }
+  Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  resp.status = co->stopping ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+                             : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+  zb_rpc_reply(call, &resp.base);
+}
+
+const zb_rpc_method coord_methods[] = {
+    {ZB_METHOD_SUBMIT_JOB, &zb__v1__submit_job_request__descriptor, on_submit, false},
+    {ZB_METHOD_GET_JOB, &zb__v1__get_job_request__descriptor, on_get_job, false},
+    {ZB_METHOD_LIST_JOBS, &zb__v1__list_jobs_request__descriptor, on_list_jobs, false},
+    {ZB_METHOD_CANCEL_JOB, &zb__v1__cancel_job_request__descriptor, on_cancel, false},
+    {ZB_METHOD_WATCH_JOB, &zb__v1__watch_job_request__descriptor, on_watch, true},
+    {ZB_METHOD_UPDATE_SCHEDULE, &zb__v1__update_schedule_request__descriptor, on_update_schedule, false},
+    {ZB_METHOD_LIST_WORKERS, &zb__v1__list_workers_request__descriptor, on_list_workers, false},
+    {ZB_METHOD_PLAN, &zb__v1__plan_request__descriptor, on_plan, false},
+    {ZB_METHOD_ATTACH, &zb__v1__attach_request__descriptor, on_attach, true},
+    {ZB_METHOD_REPORT, &zb__v1__report_request__descriptor, on_report, false},
+    {ZB_METHOD_HEALTH_CHECK, &grpc__health__v1__health_check_request__descriptor, on_health, false},
+};
+
+const int coord_n_methods = sizeof coord_methods / sizeof coord_methods[0];

@@ -1,0 +1,284 @@
+/* workers.c — the worker registry and liveness: Attach streams (one per
+ * worker, carrying its Commands), capabilities, ListWorkers, and the
+ * periodic tick that times out silent workers, pings idle streams, fails
+ * jobs whose rank reported a failure and starts pending jobs. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "zb_alloc.h"
+#include "zb_clock.h"
+#include "zb_log.h"
+
+coord_worker *worker_find(coord *co, const char *id) {
+  for (coord_worker *w = co->workers; w; w = w->next)
+    if (strcmp(w->id, id) == 0)
+      return w;
+  return NULL;
+}
+
+/* Whether name is one of a worker's comma-separated capabilities. */
+static bool worker_offers(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0)
+      return true;
+    p += len + (comma ? 1 : 0);
+  }
+  return false;
+}
+
+/* An attached worker that offers the job's backend and transport. */
+bool worker_can_run(const coord_worker *w, const zb_job_spec *spec) {
+  return w->attach && worker_offers(w->backends, spec->backend) &&
+         worker_offers(w->transports, spec->transport);
+}
+
+int workers_idle(coord *co, const zb_job_spec *spec) {
+  int n = 0;
+  for (coord_worker *w = co->workers; w; w = w->next)
+    n += worker_can_run(w, spec) && !w->job;
+  return n;
+}
+
+int workers_attached(coord *co) {
+  int n = 0;
+  for (coord_worker *w = co->workers; w; w = w->next)
+    n += w->attach != NULL;
+  return n;
+}
+
+int workers_able(coord *co, const zb_job_spec *spec) {
+  int n = 0;
+  for (coord_worker *w = co->workers; w; w = w->next)
+    n += worker_can_run(w, spec);
+  return n;
+}
+
+/* A worker's comma-separated capabilities as a repeated field's entries:
+ * *items point into *copy; the caller frees both. */
+static size_t split_list(const char *list, char **copy, char ***items) {
+  size_t n = list[0] ? 1 : 0;
+  for (const char *p = list; *p; p++)
+    n += *p == ',';
+  *copy = zb_malloc(strlen(list) + 1);
+  memcpy(*copy, list, strlen(list) + 1);
+  *items = zb_calloc(n ? n : 1, sizeof(char *));
+  size_t k = 0;
+  for (char *p = *copy; n && p; k++) {
+    (*items)[k] = p;
+    p = strchr(p, ',');
+    if (p)
+      *p++ = 0;
+  }
+  return n;
+}
+
+void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  (void)m;
+  coord *co = user;
+  int n = 0;
+  for (coord_worker *w = co->workers; w; w = w->next)
+    n++;
+  Zb__V1__Worker *ws = zb_calloc((size_t)(n ? n : 1), sizeof *ws);
+  Zb__V1__Worker **ptrs = zb_calloc((size_t)(n ? n : 1), sizeof *ptrs);
+  char **copies = zb_calloc((size_t)(n ? n : 1) * 2, sizeof(char *));
+  int k = 0;
+  for (coord_worker *w = co->workers; w; w = w->next, k++) {
+    zb__v1__worker__init(&ws[k]);
+    ws[k].id = w->id;
+    ws[k].data_address = w->data_address;
+    ws[k].n_backends = split_list(w->backends, &copies[2 * k], &ws[k].backends);
+    ws[k].n_transports = split_list(w->transports, &copies[2 * k + 1], &ws[k].transports);
+    ws[k].gpu = w->gpu;
+    ws[k].hostname = w->hostname;
+    ws[k].state = w->job ? "busy" : "idle";
+    ws[k].job_id = w->job ? w->job->row.id : "";
+    ws[k].rank = w->job ? w->rank : -1;
+    ws[k].last_seen_unix_ms = w->last_seen_ms;
+    ptrs[k] = &ws[k];
+  }
+  Zb__V1__ListWorkersResponse resp = ZB__V1__LIST_WORKERS_RESPONSE__INIT;
+  resp.n_workers = (size_t)n;
+  resp.workers = ptrs;
+  zb_rpc_reply(call, &resp.base);
+  for (k = 0; k < n; k++) {
+    free(ws[k].backends);
+    free(ws[k].transports);
+    free(copies[2 * k]);
+    free(copies[2 * k + 1]);
+  }
+  free(ws);
+  free(ptrs);
+  free(copies);
+}
+
+/* ---- handlers: workers ---- */
+
+static void worker_remove(coord *co, coord_worker *w) {
+  coord_worker **pp = &co->workers;
+  while (*pp && *pp != w)
+    pp = &(*pp)->next;
+  if (*pp)
+    *pp = w->next;
+  free(w);
+}
+
+/* A worker is gone (stream closed, heartbeats missed): its job fails. */
+static void worker_lost(coord *co, coord_worker *w, const char *why) {
+  if (co->stopping) {
+    /* Draining cancels every Attach stream: the job is interrupted, not
+     * failed by this rank. It stays RUNNING in the store, and the next
+     * coordinator marks it as stopped with the coordinator. */
+    ZB_INFO("worker %s detached: the coordinator is stopping", w->id);
+    if (w->job)
+      w->job->ranks[w->rank] = NULL;
+    worker_remove(co, w);
+    return;
+  }
+  ZB_WARN("worker %s lost: %s", w->id, why);
+  if (w->job) {
+    char reason[256];
+    snprintf(reason, sizeof reason, "rank %d (worker %s) lost: %s", w->rank, w->id, why);
+    coord_job *j = w->job;
+    job_finish(co, j, ZB_JOB_FAILED, reason);
+  }
+  worker_remove(co, w);
+  coord_start_pending(co);
+}
+
+static void attach_closed(zb_rpc_call *call, void *arg) {
+  (void)call;
+  coord_worker *w = arg;
+  w->attach = NULL;
+  worker_lost(w->co, w, "its Attach stream closed");
+}
+
+static void join_list(char *out, size_t cap, char **items, size_t n) {
+  out[0] = 0;
+  for (size_t k = 0; k < n; k++) {
+    size_t len = strlen(out);
+    snprintf(out + len, cap - len, "%s%s", k ? "," : "", items[k]);
+  }
+}
+
+void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__AttachRequest *req = (const void *)m;
+  if (!req->worker_id || !req->worker_id[0] || strlen(req->worker_id) >= 64) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "worker_id: required, 1..63 characters");
+    return;
+  }
+  if (!req->data_address || !req->data_address[0] || strlen(req->data_address) >= 128 ||
+      !strrchr(req->data_address, ':')) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "data_address: required, host:port");
+    return;
+  }
+  const char *texts[] = {req->worker_id, req->data_address, req->hostname, req->gpu};
+  const char *names[] = {"worker_id", "data_address", "hostname", "gpu"};
+  for (int k = 0; k < 4; k++)
+    if (!utf8_valid(texts[k])) {
+      zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: not valid UTF-8", names[k]);
+      return;
+    }
+  for (size_t k = 0; k < req->n_backends + req->n_transports; k++)
+    if (!utf8_valid(k < req->n_backends ? req->backends[k] : req->transports[k - req->n_backends])) {
+      zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: not valid UTF-8",
+                  k < req->n_backends ? "backends" : "transports");
+      return;
+    }
+  if (req->max_receive_bytes < 0) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "max_receive_bytes: %lld is negative",
+                (long long)req->max_receive_bytes);
+    return;
+  }
+  if (co->stopping) {
+    zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
+    return;
+  }
+  coord_worker *w = worker_find(co, req->worker_id);
+  if (w) { /* the same worker again (it restarted, or its stream broke) */
+    if (w->attach) {
+      zb_rpc_call *old = w->attach;
+      zb_rpc_call_on_close(old, NULL, NULL);
+      w->attach = NULL;
+      zb_rpc_stream_finish(old, GRPC_STATUS_ABORTED, "replaced by a new Attach from the same worker");
+    }
+    if (w->job) {
+      char reason[256];
+      snprintf(reason, sizeof reason, "rank %d (worker %s) attached again: it restarted", w->rank, w->id);
+      job_finish(co, w->job, ZB_JOB_FAILED, reason);
+    }
+  } else {
+    w = zb_calloc(1, sizeof *w);
+    w->co = co;
+    snprintf(w->id, sizeof w->id, "%s", req->worker_id);
+    w->rank = -1;
+    coord_worker **tail = &co->workers;
+    while (*tail)
+      tail = &(*tail)->next;
+    *tail = w;
+  }
+  snprintf(w->data_address, sizeof w->data_address, "%s", req->data_address);
+  w->max_receive_bytes = req->max_receive_bytes;
+  snprintf(w->hostname, sizeof w->hostname, "%s", req->hostname ? req->hostname : "");
+  snprintf(w->gpu, sizeof w->gpu, "%s", req->gpu ? req->gpu : "");
+  join_list(w->backends, sizeof w->backends, req->backends, req->n_backends);
+  join_list(w->transports, sizeof w->transports, req->transports, req->n_transports);
+  utf8_trim(w->hostname);
+  utf8_trim(w->gpu);
+  utf8_trim(w->backends);
+  utf8_trim(w->transports);
+  w->attach = call;
+  w->last_seen_ms = zb_clock_unix_ms();
+  zb_rpc_call_on_close(call, attach_closed, w);
+  ZB_INFO("worker %s attached from %s (data %s)", w->id, zb_rpc_call_peer(call), w->data_address);
+  Zb__V1__Command ping = ZB__V1__COMMAND__INIT;
+  ping.kind_case = ZB__V1__COMMAND__KIND_PING_UNIX_MS;
+  ping.ping_unix_ms = w->last_seen_ms;
+  zb_rpc_stream_write(call, &ping.base);
+  coord_start_pending(co);
+}
+
+void coord_tick(coord *co) {
+  int64_t now = zb_clock_unix_ms();
+  /* A tick far behind its period means the loop itself was held (a long
+   * plan, a slow disk, a stopped process): the reports that came meanwhile
+   * are not read yet, so the stall is not the workers' silence. */
+  int64_t stall = co->last_tick_ms ? now - co->last_tick_ms - COORD_TICK_MS : 0;
+  co->last_tick_ms = now;
+  if (stall > COORD_TICK_MS)
+    for (coord_worker *x = co->workers; x; x = x->next)
+      x->last_seen_ms = x->last_seen_ms + stall < now ? x->last_seen_ms + stall : now;
+  coord_worker *w = co->workers;
+  while (w) {
+    coord_worker *next = w->next;
+    if (now - w->last_seen_ms > co->cfg.heartbeat_timeout_ms) {
+      char why[128];
+      snprintf(why, sizeof why, "no heartbeat for %" PRId64 " ms (timeout %d ms)", now - w->last_seen_ms,
+               co->cfg.heartbeat_timeout_ms);
+      if (w->attach) {
+        zb_rpc_call *call = w->attach;
+        zb_rpc_call_on_close(call, NULL, NULL);
+        w->attach = NULL;
+        zb_rpc_stream_finish(call, GRPC_STATUS_UNAVAILABLE, why);
+      }
+      worker_lost(co, w, why);
+    } else if (w->attach && zb_rpc_call_queued(w->attach) == 0) {
+      Zb__V1__Command ping = ZB__V1__COMMAND__INIT;
+      ping.kind_case = ZB__V1__COMMAND__KIND_PING_UNIX_MS;
+      ping.ping_unix_ms = now;
+      zb_rpc_stream_write(w->attach, &ping.base);
+    }
+    w = next;
+  }
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (j->row.state == ZB_JOB_RUNNING && j->fail_at_ms && now >= j->fail_at_ms)
+      job_finish(co, j, ZB_JOB_FAILED, j->fail_reason);
+  coord_start_pending(co);
+  coord_metrics_render(co);
+}

@@ -1,0 +1,111 @@
+/* zb_planner.c — see zb_planner.h. */
+#include "zb_planner.h"
+
+#include <string.h>
+
+/* The costs req asks for, into *out (caller owns). */
+static zb_err planner_costs(const zb_planner_request *req, int v, zb_costs **out, zb_diag *diag) {
+  if (req->costs) {
+    if (req->costs->n_stages != req->p * v)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "costs: %d stages for %d (ranks x chunks)",
+                         req->costs->n_stages, req->p * v);
+    *out = zb_costs_clone(req->costs);
+    return ZB_OK;
+  }
+  double limit = req->mem_limit > 0 ? req->mem_limit * req->rank.m_f : 0;
+  zb_costs *c = zb_costs_from_rank_share(req->p, v, &req->rank, limit);
+  *out = c;
+  if (req->n_stage_times > 0) {
+    if (req->n_stage_times != req->p * v)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stage_costs: %d rows for %d stages (ranks x chunks)",
+                         req->n_stage_times, req->p * v);
+    for (int s = 0; s < req->n_stage_times; s++) {
+      c->t_f[s] = req->stage_times[s][0];
+      c->t_b[s] = req->stage_times[s][1];
+      c->t_w[s] = req->stage_times[s][2];
+    }
+  }
+  return zb_costs_check(c, diag);
+}
+
+/* Generates the compute-only lists into out->compute, timing them. */
+static zb_err planner_generate(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
+  zb_plan_request gen = {.family = req->family,
+                         .p = req->p,
+                         .v = out->v,
+                         .m = req->m,
+                         .costs = out->costs,
+                         .objective = req->objective};
+  double t0 = req->clock ? req->clock() : 0;
+  zb_err err = zb_plan_generate(&gen, &out->compute, diag);
+  if (req->clock)
+    out->generate_seconds = req->clock() - t0;
+  return err;
+}
+
+/* Lowers, validates and simulates out->compute. */
+static zb_err planner_check(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
+  const char *name = zb_family_name(req->family);
+  zb_diag d = {{0}};
+  zb_err err;
+  const zb_schedule *runs = out->compute;
+  if (!req->compute_only) {
+    out->failed = ZB_PLANNER_LOWER;
+    if ((err = zb_lower(out->compute, out->costs, &out->lowered, &d)))
+      return zb_diag_set(diag, err, "%s: lowering failed: %s", name, d.msg);
+    runs = out->lowered;
+  }
+  out->failed = ZB_PLANNER_VALIDATE;
+  if ((err = zb_validate(runs, out->costs, &out->violation))) {
+    char line[200];
+    zb_violation_format(&out->violation, line, (int)sizeof line);
+    return zb_diag_set(diag, err, "%s: invalid schedule: %s", name, line);
+  }
+  out->failed = ZB_PLANNER_SIMULATE;
+  if ((err = zb_simulate(runs, out->costs, &out->sim, &d)))
+    return zb_diag_set(diag, err, "%s: simulation failed: %s", name, d.msg);
+  out->failed = ZB_PLANNER_DONE;
+  return ZB_OK;
+}
+
+zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
+  memset(out, 0, sizeof *out);
+  out->family = req->family;
+  out->p = req->p;
+  out->m = req->m;
+  out->v = req->v > 0 ? req->v : zb_family_default_chunks(req->family);
+  out->placement = zb_family_placement(req->family);
+  out->generate_seconds = -1;
+  out->failed = ZB_PLANNER_COSTS;
+  if (req->p < 1 || req->m < 1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s: ranks and microbatches must be positive (p=%d, m=%d)",
+                       zb_family_name(req->family), req->p, req->m);
+  zb_err err = planner_costs(req, out->v, &out->costs, diag);
+  if (err)
+    return err;
+  out->failed = ZB_PLANNER_GENERATE;
+  if ((err = planner_generate(req, out, diag)))
+    return err;
+  err = planner_check(req, out, diag);
+  if (!req->keep_compute && !req->compute_only) {
+    zb_schedule_free(out->compute);
+    out->compute = NULL;
+  }
+  return err;
+}
+
+void zb_planner_result_free(zb_planner_result *r) {
+  zb_costs_free(r->costs);
+  zb_schedule_free(r->compute);
+  zb_schedule_free(r->lowered);
+  zb_sim_result_free(r->sim);
+  memset(r, 0, sizeof *r);
+}
+
+double zb_sim_max_peak(const zb_sim_result *sim) {
+  double peak = 0;
+  for (int k = 0; k < sim->p; k++)
+    if (sim->peak_memory_units[k] > peak)
+      peak = sim->peak_memory_units[k];
+  return peak;
+}

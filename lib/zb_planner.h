@@ -1,0 +1,88 @@
+/* zb_planner.h — the one planning pipeline of zb: a job-spec-like request
+ * in, every rank's runnable action list and its predicted figures out.
+ *
+ *   costs     built from one rank's share, optional per-stage times and a
+ *             memory limit (or taken as given), then checked;
+ *   generate  the family's compute-only schedule (zb_plan.h);
+ *   lower     SEND/RECV actions and transport groups inserted (zb_lower.h);
+ *   validate  dependencies, placement, comm pairing, memory (zb_validate.h);
+ *   simulate  makespan, bubble ratios and peak memory (zb_sim.h).
+ *
+ * zbctl, the coordinator, the tests and the benchmarks all plan through
+ * zb_planner_run (docs/schedules.md, Planning pipeline). Pure: no I/O, no
+ * threads, no globals; the only time it reads is the caller's clock.
+ *
+ * Ownership: a zb_planner_result owns everything it points to and is
+ * released by zb_planner_result_free() (also after a failed run, and on a
+ * zeroed result). The request's pointers are borrowed for the call.
+ */
+#ifndef ZB_PLANNER_H
+#define ZB_PLANNER_H
+
+#include "zb_lower.h"
+#include "zb_plan.h"
+#include "zb_sim.h"
+#include "zb_validate.h"
+
+typedef struct zb_planner_request {
+  zb_family family;
+  int p, m;
+  int v; /* chunks per rank; 0: the family's default */
+  /* Costs, one of two ways. costs == NULL: built from rank (one rank's
+   * whole share, zb_costs_from_rank_share), then stage_times (NULL, or
+   * n_stage_times == p*v rows of T_F, T_B, T_W seconds per stage) replace
+   * the times, and mem_limit (per rank, in M_F units; <= 0: none, and
+   * zb-auto defaults to 1F1B's peak) is converted with rank.m_f. costs !=
+   * NULL: used as they are (copied); rank, stage_times and mem_limit are
+   * ignored. */
+  const zb_costs *costs;
+  zb_rank_costs rank;
+  const double (*stage_times)[3];
+  int n_stage_times;
+  double mem_limit;
+  zb_objective objective; /* zb-auto only */
+  /* Validate and simulate the generated lists without lowering them (the
+   * paper's view: comm in the costs only). result->lowered stays NULL. */
+  bool compute_only;
+  /* Keep the generated compute-only lists in result->compute. */
+  bool keep_compute;
+  /* Optional monotonic clock in seconds: times the generator. */
+  double (*clock)(void);
+} zb_planner_request;
+
+/* The step a run stopped at (ZB_PLANNER_DONE when it did not). */
+typedef enum zb_planner_step {
+  ZB_PLANNER_DONE = 0,
+  ZB_PLANNER_COSTS,
+  ZB_PLANNER_GENERATE,
+  ZB_PLANNER_LOWER,
+  ZB_PLANNER_VALIDATE,
+  ZB_PLANNER_SIMULATE,
+} zb_planner_step;
+
+typedef struct zb_planner_result {
+  zb_family family;
+  int p, v, m;
+  zb_placement placement;
+  zb_costs *costs;         /* what was planned with: per stage, mem_limit absolute (0: none) */
+  zb_schedule *compute;    /* generated lists; NULL unless keep_compute (or compute_only) */
+  zb_schedule *lowered;    /* what every rank runs; NULL when compute_only */
+  zb_violation violation;  /* the validator's finding (kind NONE on success) */
+  zb_sim_result *sim;      /* of lowered (of compute when compute_only) */
+  double generate_seconds; /* the generator's time by req->clock; -1 without one */
+  zb_planner_step failed;  /* where a failed run stopped */
+} zb_planner_result;
+
+/* Runs the pipeline. On failure returns the step's error with diag naming
+ * the family and the step ("zb-v: lowering failed: ..."; the generator's
+ * own refusals are passed on unchanged, as they already name the shape),
+ * and result->failed says which step; the caller frees *out either way.
+ * Never blocks on anything but the CPU; zb-auto on large shapes is bounded
+ * (docs/schedules.md, Families). */
+zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag);
+void zb_planner_result_free(zb_planner_result *r);
+
+/* The largest per-rank peak of a simulation, in M_F units. */
+double zb_sim_max_peak(const zb_sim_result *sim);
+
+#endif

@@ -1,0 +1,260 @@
+/* cpu_job.c — a cpu job's training state on one rank; see cpu_job.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_job.h"
+#include "zb_alloc.h"
+#include "zb_dump.h"
+#include "zb_file.h"
+#include "zb_log.h"
+
+/* The stages rank hosts under the assignment's plan, ascending; returns
+ * how many (an allocated array in *out). */
+static int hosted_stages(const zb_schedule *sched, int rank, int **out) {
+  int S = sched->p * sched->v, n = 0;
+  *out = zb_malloc(sizeof(int) * (size_t)S);
+  for (int s = 0; s < S; s++)
+    if (zb_placement_rank(sched->placement, sched->p, sched->v, s) == rank)
+      (*out)[n++] = s;
+  return n;
+}
+
+/* What the job keeps of its assignment: ids, checkpoint and dump
+ * settings, the stages this rank hosts. */
+static zb_err cpu_job_settings(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop, zb_diag *diag) {
+  const zb_model_spec *ms = &a->model;
+  snprintf(cj->job_id, sizeof cj->job_id, "%s", a->job_id);
+  cj->ckpt_every = ms->checkpoint_every;
+  snprintf(cj->ckpt_dir, sizeof cj->ckpt_dir, "%s", ms->checkpoint_dir);
+  snprintf(cj->resume_from, sizeof cj->resume_from, "%s", ms->resume_from);
+  if (ms->dump_dir[0]) {
+    snprintf(cj->dump_dir, sizeof cj->dump_dir, "%s/%s", ms->dump_dir, a->job_id);
+    zb_err err = zb_file_mkdirs("dump", cj->dump_dir, diag);
+    if (err)
+      return err;
+  }
+  cj->dump_every = ms->dump_every > 0 ? ms->dump_every : 1;
+  cj->iterations = a->iterations;
+  cj->model = *ms;
+  cj->completed = cj->saved = -1;
+  cj->stop = stop;
+  cj->rank = a->rank;
+  cj->nranks = a->ranks;
+  cj->n_stages = hosted_stages(a->sched, a->rank, &cj->stages);
+  cj->total_stages = a->sched->p * a->sched->v;
+  cj->microbatches = a->sched->m;
+  return ZB_OK;
+}
+
+/* The text, when this rank hosts the first or the last stage, and the
+ * backend over the model (loss_scale 1/m, so the accumulated gradients
+ * are those of the mean loss over the iteration's microbatches). */
+static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag) {
+  const zb_model_spec *ms = &cj->model;
+  bool first = false;
+  for (int i = 0; i < cj->n_stages; i++) {
+    first |= cj->stages[i] == 0;
+    cj->last |= cj->stages[i] == cj->total_stages - 1;
+  }
+  zb_err err;
+  if (first || cj->last) {
+    if ((err = zb_file_slurp("model.data", ms->data, &cj->text, &cj->text_len, diag)))
+      return err;
+    if (cj->text_len < (size_t)ms->seq_len + 1)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model.data: '%s' has %zu bytes; seq_len %d needs at least %d",
+                         ms->data, cj->text_len, ms->seq_len, ms->seq_len + 1);
+    cj->source = (zb_cpu_text){.text = cj->text, .len = cj->text_len, .seed = (uint64_t)ms->seed};
+  }
+  zb_cpu_backend_config bc = {
+      .rank = a->rank,
+      .stages = cj->stages,
+      .n_stages = cj->n_stages,
+      .total_stages = cj->total_stages,
+      .model = {.hidden = ms->hidden,
+                .heads = ms->heads,
+                .layers = ms->layers,
+                .seq_len = ms->seq_len,
+                .batch = ms->batch,
+                .seed = (uint64_t)ms->seed,
+                .loss_scale = 1.0f / (float)cj->microbatches},
+      .data = {cj->text ? zb_backend_cpu_text_fill : NULL, &cj->source},
+      .stop = cj->stop,
+      .inject_nan = {ms->inject_nan, ms->nan_iteration, ms->nan_microbatch},
+  };
+  return zb_backend_cpu_new(&bc, &cj->be, diag);
+}
+
+/* One AdamW per hosted stage and the stepper over them; *params counts
+ * the parameters here. */
+static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
+  const zb_model_spec *ms = &cj->model;
+  zb_adamw_config oc = {
+      .lr = ms->lr, .weight_decay = ms->weight_decay, .beta1 = ms->beta1, .beta2 = ms->beta2, .eps = ms->eps};
+  cj->opt = zb_calloc((size_t)cj->n_stages, sizeof *cj->opt);
+  cj->params = zb_calloc((size_t)cj->n_stages, sizeof *cj->params);
+  cj->grads = zb_calloc((size_t)cj->n_stages, sizeof *cj->grads);
+  cj->before = zb_calloc((size_t)cj->n_stages, sizeof *cj->before);
+  zb_err err;
+  *params = 0;
+  for (int i = 0; i < cj->n_stages; i++) {
+    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    cj->params[i] = zb_model_params(st);
+    cj->grads[i] = zb_model_grads(st);
+    if (cj->dump_dir[0])
+      cj->before[i] = zb_malloc(sizeof(float) * (zb_model_n_params(st) ? zb_model_n_params(st) : 1));
+    if ((err = zb_adamw_new(&oc, zb_model_n_params(st), &cj->opt[i], diag)))
+      return err;
+    *params += zb_model_n_params(st);
+    /* decay the matrices (weights, embeddings), not the vectors (biases,
+     * LayerNorm gains and shifts): the usual AdamW grouping */
+    const float *base = zb_model_params(st);
+    for (int t = 0; t < zb_model_n_tensors(st); t++) {
+      const zb_model_tensor *tt = zb_model_tensor_at(st, t);
+      if (tt->rows == 1 &&
+          (err = zb_adamw_set_decay(cj->opt[i], (size_t)(tt->param - base), tt->numel, false, diag)))
+        return err;
+    }
+  }
+  zb_step_mode mode = strcmp(ms->step, ZB_STEP_SYNCHRONOUS_NAME) == 0 ? ZB_STEP_SYNCHRONOUS : ZB_STEP_POST_VALIDATED;
+  return zb_stepper_new(cj->n_stages, cj->opt, ms->clip_norm, mode, &cj->stepper, diag);
+}
+
+zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop, zb_diag *diag) {
+  if (!a->has_model)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment: a cpu job without a model");
+  size_t params = 0;
+  zb_err err;
+  if ((err = cpu_job_settings(cj, a, stop, diag)) || (err = cpu_job_backend(cj, a, diag)) ||
+      (err = cpu_job_optimizers(cj, &params, diag)))
+    return err;
+  const zb_model_spec *ms = &cj->model;
+  char list[128] = "";
+  for (int i = 0; i < cj->n_stages; i++) {
+    size_t len = strlen(list);
+    snprintf(list + len, sizeof list - len, "%s%d", i ? "," : "", cj->stages[i]);
+  }
+  ZB_INFO("job %s rank %d: cpu model h=%d heads=%d layers=%d seq_len=%d batch=%d; stages %s of %d, %zu "
+          "parameters here; AdamW lr %g, clip_norm %g, %s step",
+          a->job_id, a->rank, ms->hidden, ms->heads, ms->layers, ms->seq_len, ms->batch, list, cj->total_stages,
+          params, ms->lr, ms->clip_norm, ms->step);
+  return ZB_OK;
+}
+
+/* Whether iteration is one the job dumps: 0, every, 2*every, ... and the last. */
+static bool cpu_job_dumps(const cpu_job *cj, int iteration) {
+  return cj->dump_dir[0] && (iteration % cj->dump_every == 0 || iteration == cj->iterations - 1);
+}
+
+/* Writes every hosted stage's dump of iteration (after its step). */
+static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *step, double loss, zb_diag *diag) {
+  const zb_model_spec *ms = &cj->model;
+  zb_err err = ZB_OK;
+  for (int i = 0; !err && i < cj->n_stages; i++) {
+    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    const zb_model_config *mc = zb_model_stage_config(st);
+    int nt = zb_model_n_tensors(st);
+    zb_dump_tensor *tensors = zb_calloc((size_t)(nt ? nt : 1), sizeof *tensors);
+    for (int t = 0; t < nt; t++) {
+      const zb_model_tensor *tt = zb_model_tensor_at(st, t);
+      snprintf(tensors[t].name, sizeof tensors[t].name, "%s", tt->name);
+      tensors[t].rows = tt->rows;
+      tensors[t].cols = tt->cols;
+    }
+    bool last = cj->stages[i] == cj->total_stages - 1;
+    zb_dump d = {.iteration = iteration,
+                 .stage = cj->stages[i],
+                 .n_stages = cj->total_stages,
+                 .rank = cj->rank,
+                 .microbatches = cj->microbatches,
+                 .vocab = mc->vocab,
+                 .hidden = ms->hidden,
+                 .heads = ms->heads,
+                 .layers = ms->layers,
+                 .seq_len = ms->seq_len,
+                 .batch = ms->batch,
+                 .seed = (uint64_t)ms->seed,
+                 .flags = (last ? ZB_DUMP_HAS_LOSS : 0) | (step->clipped ? ZB_DUMP_CLIPPED : 0) |
+                          (step->skipped ? ZB_DUMP_SKIPPED : 0),
+                 .loss = last ? loss : 0,
+                 .grad_norm = step->grad_norm,
+                 .n_tensors = nt,
+                 .tensors = tensors,
+                 .n = zb_model_n_params(st),
+                 .before = cj->before[i],
+                 .grads = cj->grads[i],
+                 .after = cj->params[i]};
+    snprintf(d.job_id, sizeof d.job_id, "%s", cj->job_id);
+    snprintf(d.data, sizeof d.data, "%s", ms->data);
+    char path[800];
+    snprintf(path, sizeof path, "%s/it%d-stage%d.dump", cj->dump_dir, iteration, cj->stages[i]);
+    err = zb_dump_save(path, &d, diag);
+    free(tensors);
+  }
+  return err;
+}
+
+/* After an iteration's W ops: the step on every hosted stage, checked
+ * globally (zb_step.h; the reduction runs along the ranks over tr), then
+ * the loss when this rank has the last stage. */
+zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
+                           zb_step_result *step, zb_diag *diag) {
+  zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
+  bool dump = cpu_job_dumps(cj, iteration);
+  for (int i = 0; dump && i < cj->n_stages; i++)
+    memcpy(cj->before[i], cj->params[i],
+           sizeof(float) * zb_model_n_params(zb_backend_cpu_stage(cj->be, i, NULL)));
+  zb_err err = zb_stepper_step(cj->stepper, cj->params, (const float *const *)cj->grads, zb_step_reduce_chain,
+                               &chain, step, diag);
+  if (err)
+    return err;
+  *has_loss = false;
+  if (cj->last) {
+    int count = 0;
+    err = zb_backend_cpu_loss(cj->be, loss, &count, diag);
+    cj->torn = err || count != cj->microbatches; /* stepped, yet the iteration fails */
+    if (err)
+      return err;
+    if (count != cj->microbatches)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu job: the loss of %d microbatches, expected %d", count,
+                         cj->microbatches);
+    *has_loss = true;
+  }
+  if (dump && (err = cpu_job_dump(cj, iteration, step, *has_loss ? *loss : 0, diag)))
+    cj->torn = true;
+  return err;
+}
+
+/* A plan update keeps the cpu job's state only if this rank hosts the
+ * same stages of the same model (the coordinator refuses other updates of
+ * cpu jobs; this is the worker's own guard). */
+zb_err cpu_job_check_update(const cpu_job *cj, const zb_schedule *sched, int rank, zb_diag *diag) {
+  int *stages;
+  int n = hosted_stages(sched, rank, &stages);
+  bool same = n == cj->n_stages && sched->p * sched->v == cj->total_stages && sched->m == cj->microbatches &&
+              memcmp(stages, cj->stages, sizeof(int) * (size_t)n) == 0;
+  free(stages);
+  if (!same)
+    return zb_diag_set(
+        diag, ZB_ERR_INVALID_ARG,
+        "plan update: a cpu job cannot change the stages a rank hosts (%d of %d before, %d of %d "
+        "now) or its microbatches; the weights stay where they are",
+        cj->n_stages, cj->total_stages, n, sched->p * sched->v);
+  return ZB_OK;
+}
+
+void cpu_job_close(cpu_job *cj) {
+  zb_stepper_free(cj->stepper);
+  for (int i = 0; cj->before && i < cj->n_stages; i++)
+    free(cj->before[i]);
+  free(cj->before);
+  free(cj->params);
+  free(cj->grads);
+  for (int i = 0; cj->opt && i < cj->n_stages; i++)
+    zb_adamw_free(cj->opt[i]);
+  free(cj->opt);
+  zb_backend_free(cj->be);
+  free(cj->stages);
+  free(cj->text);
+  memset(cj, 0, sizeof *cj);
+}

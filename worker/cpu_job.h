@@ -1,0 +1,72 @@
+/* cpu_job.h — what a cpu job keeps on this rank from its first iteration
+ * to its last, across plan updates (docs/model.md, Optimizer and step):
+ * the cpu backend (its stages hold the weights and gradients), one AdamW
+ * per hosted stage, the global step with its check, the text it samples,
+ * gradient dumps, and checkpoints with resume (cpu_job_ckpt.c).
+ *
+ * Ownership: a cpu_job is the job thread's; cpu_job_close frees what it
+ * holds (also a zeroed or half-opened one). Built only with the cpu
+ * backend (ZB_WITH_CPU_BACKEND).
+ */
+#ifndef ZB_CPU_JOB_H
+#define ZB_CPU_JOB_H
+
+#include <stdatomic.h>
+
+#include "zb_assignment.h"
+#include "zb_backend.h"
+#include "zb_optimizer.h"
+#include "zb_step.h"
+#include "zb_transport.h"
+
+/* What a cpu job keeps on this rank from its first iteration to its last,
+ * across plan updates: the backend (its stages hold the weights and
+ * gradients), one AdamW per hosted stage, and the text it samples. */
+typedef struct cpu_job {
+  zb_backend *be;
+  zb_adamw **opt; /* per hosted stage, in the backend's (ascending) order */
+  zb_stepper *stepper;
+  float **params, **grads; /* per hosted stage, into the backend's stages */
+  int rank, nranks;
+  int *stages, n_stages, total_stages, microbatches;
+  bool last; /* hosts the last stage: computes and reports the loss */
+  uint8_t *text;
+  size_t text_len;
+  zb_cpu_text source; /* points into text */
+  /* checkpoints (zb_checkpoint.h): on when ckpt_every > 0 */
+  char job_id[64];
+  int ckpt_every;
+  char ckpt_dir[512];
+  char resume_from[64]; /* "" or the job whose checkpoints to load before the first iteration */
+  int completed;        /* the last iteration whose step is done here; -1: none */
+  int saved;            /* the iteration of the last checkpoint written; -1: none */
+  bool torn;            /* an iteration failed after its step: the state is no iteration's */
+  const atomic_bool *stop;
+  /* gradient dumps (zb_dump.h): on when dump_dir[0] */
+  char dump_dir[700]; /* DIR/JOB_ID */
+  int dump_every, iterations;
+  float **before;      /* per hosted stage: the parameters before this iteration's step */
+  zb_model_spec model; /* what the dumps record of the model */
+} cpu_job;
+
+/* Creates the state from the job's first assignment. */
+zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop, zb_diag *diag);
+/* A plan update keeps the state only if this rank hosts the same stages
+ * of the same model (the coordinator refuses other updates of cpu jobs;
+ * this is the worker's own guard). */
+zb_err cpu_job_check_update(const cpu_job *cj, const zb_schedule *sched, int rank, zb_diag *diag);
+/* After an iteration's W ops: the step on every hosted stage, checked
+ * globally (the reduction runs along the ranks over tr), then the loss
+ * when this rank has the last stage; dumps when the iteration is one. */
+zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
+                    zb_step_result *step, zb_diag *diag);
+void cpu_job_close(cpu_job *cj);
+
+/* cpu_job_ckpt.c */
+/* Saves every hosted stage after iteration `iteration` (the state now). */
+zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag);
+/* Loads job cj->resume_from's checkpoint (the last iteration every rank
+ * holds, agreed over tr); *k: the iteration loaded. */
+zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *diag);
+
+#endif

@@ -1,0 +1,200 @@
+/* cpu_job_ckpt.c — a cpu job's checkpoints (docs/model.md, Checkpoints and
+ * resume): every hosted stage's weights and AdamW state after an
+ * iteration, the previous one kept, and resume from the last iteration
+ * every rank holds. See cpu_job.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cpu_job.h"
+#include "worker.h"
+#include "zb_alloc.h"
+#include "zb_checkpoint.h"
+#include "zb_file.h"
+#include "zb_log.h"
+
+/* DIR/JOB/rank<r>-stage<s>.ckpt, or with prev its previous version
+ * (.ckpt.prev): each save keeps the one before, because ranks stopped
+ * mid-iteration may have completed different iterations (at most one
+ * apart), and a resume needs one iteration that every rank holds. */
+static void ckpt_path(const cpu_job *cj, const char *job_id, int stage, bool prev, char *buf, size_t len) {
+  snprintf(buf, len, "%s/%s/rank%d-stage%d.ckpt%s", cj->ckpt_dir, job_id, cj->rank, stage,
+           prev ? ".prev" : "");
+}
+
+/* The header and buffers of hosted stage i's checkpoint; sizes is an
+ * allocated array the caller frees. */
+static zb_ckpt ckpt_of(const cpu_job *cj, const char *job_id, int i, uint64_t **sizes) {
+  zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+  int nt = zb_model_n_tensors(st);
+  *sizes = zb_malloc(sizeof(uint64_t) * (size_t)(nt ? nt : 1));
+  for (int t = 0; t < nt; t++)
+    (*sizes)[t] = zb_model_tensor_at(st, t)->numel;
+  zb_ckpt c = {.stage = cj->stages[i], .n_tensors = nt, .sizes = *sizes, .n = zb_model_n_params(st)};
+  snprintf(c.job_id, sizeof c.job_id, "%s", job_id);
+  return c;
+}
+
+/* Saves every hosted stage after iteration `iteration` (the state now). */
+zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
+  if (cj->saved == iteration)
+    return ZB_OK; /* the periodic save just wrote this state */
+  char dir[700];
+  snprintf(dir, sizeof dir, "%s/%s", cj->ckpt_dir, cj->job_id);
+  zb_err err = zb_file_mkdirs("checkpoint", dir, diag);
+  for (int i = 0; !err && i < cj->n_stages; i++) {
+    uint64_t *sizes;
+    zb_ckpt c = ckpt_of(cj, cj->job_id, i, &sizes);
+    const float *m, *v;
+    zb_adamw_state(cj->opt[i], &c.steps, &m, &v);
+    c.iteration = iteration;
+    /* zb_ckpt_save only reads the arrays */
+    c.params = cj->params[i];
+    c.m = (float *)m;
+    c.v = (float *)v;
+    char path[800], prev[800], tmp[820];
+    ckpt_path(cj, cj->job_id, cj->stages[i], false, path, sizeof path);
+    ckpt_path(cj, cj->job_id, cj->stages[i], true, prev, sizeof prev);
+    /* the current file becomes .prev by a hard link renamed into place, so
+     * at every moment the file itself is there, old or new */
+    snprintf(tmp, sizeof tmp, "%s.tmp", prev);
+    unlink(tmp);
+    if (link(path, tmp) == 0) {
+      if (rename(tmp, prev) != 0)
+        err = zb_diag_set(diag, ZB_ERR_IO, "checkpoint '%s': cannot keep it as .prev: %s", path,
+                          strerror(errno));
+    } else if (errno != ENOENT) {
+      err = zb_diag_set(diag, ZB_ERR_IO, "checkpoint '%s': cannot link it to '%s': %s", path, tmp,
+                        strerror(errno));
+    }
+    if (!err)
+      err = zb_ckpt_save(path, &c, diag);
+    free(sizes);
+  }
+  if (!err) {
+    cj->saved = iteration;
+    ZB_INFO("job %s rank %d: checkpoint after iteration %d in %s", cj->job_id, cj->rank, iteration, dir);
+  }
+  return err;
+}
+
+/* The iterations checkpointed for hosted stage i of job `from`: up to two
+ * (the file and .prev), -1 where absent. A file that is there but is not a
+ * valid checkpoint of this stage is an error naming it. */
+static zb_err ckpt_candidates(cpu_job *cj, const char *from, int i, int32_t out[2], zb_diag *diag) {
+  uint64_t *sizes;
+  zb_ckpt c = ckpt_of(cj, from, i, &sizes);
+  float *buf = zb_malloc(sizeof(float) * 3 * (c.n ? c.n : 1));
+  c.params = buf;
+  c.m = buf + c.n;
+  c.v = buf + 2 * c.n;
+  zb_err err = ZB_OK;
+  for (int k = 0; k < 2 && !err; k++) {
+    char path[800];
+    ckpt_path(cj, from, cj->stages[i], k == 1, path, sizeof path);
+    out[k] = -1;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+      continue;
+    if (!(err = zb_ckpt_load(path, &c, diag)))
+      out[k] = c.iteration;
+  }
+  free(buf);
+  free(sizes);
+  return err;
+}
+
+/* Loads job cj->resume_from's checkpoint into every hosted stage: the
+ * last iteration that every stage of every rank holds. The ranks agree on
+ * it along the chain 0 -> p-1 and back (like the optimizer's check), each
+ * sending the iterations it could load (two int32, -1: none), intersected
+ * on the way up; a rank that cannot read its files sends none, so all
+ * fail together and it reports why. *k: the iteration loaded. */
+zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *diag) {
+  int32_t cand[2] = {-1, -1};
+  zb_err err = ZB_OK;
+  for (int i = 0; i < cj->n_stages && !err; i++) {
+    int32_t got[2];
+    if ((err = ckpt_candidates(cj, cj->resume_from, i, got, diag)))
+      break;
+    if (i == 0) {
+      cand[0] = got[0];
+      cand[1] = got[1];
+      continue;
+    }
+    for (int q = 0; q < 2; q++)
+      if (cand[q] != got[0] && cand[q] != got[1])
+        cand[q] = -1;
+  }
+  /* three int32: the candidates and whether some rank failed to read */
+  int32_t mine[3] = {err ? -1 : cand[0], err ? -1 : cand[1], err ? 1 : 0}, msg[3];
+  zb_tag up = {.kind = ZB_OP_F, .stage = -2, .mb = 0}, down = {.kind = ZB_OP_B, .stage = -2, .mb = 0};
+  zb_diag tdiag = {{0}};
+  zb_err terr = ZB_OK;
+  if (cj->rank > 0 && !(terr = zb_transport_recv(tr, cj->rank - 1, up, msg, sizeof msg, &tdiag))) {
+    for (int q = 0; q < 2; q++)
+      if (mine[q] != msg[0] && mine[q] != msg[1])
+        mine[q] = -1;
+    mine[2] |= msg[2];
+  }
+  if (!terr && cj->rank < cj->nranks - 1 &&
+      !(terr = zb_transport_send(tr, cj->rank + 1, up, mine, sizeof mine, &tdiag)) &&
+      !(terr = zb_transport_recv(tr, cj->rank + 1, down, msg, sizeof msg, &tdiag)))
+    memcpy(mine, msg, sizeof mine);
+  if (!terr && cj->rank > 0)
+    terr = zb_transport_send(tr, cj->rank - 1, down, mine, sizeof mine, &tdiag);
+  if (err)
+    return err;
+  if (terr)
+    return zb_diag_set(diag, terr, "resume from job %s: %s", cj->resume_from, tdiag.msg);
+  if (mine[2]) {
+    /* another rank cannot read its files and reports why; the job fails
+     * with the first error, so give that one (naming the file) a head
+     * start: the coordinator then releases this rank, which stops quietly */
+    for (int t = 0; t < 20 && !atomic_load(cj->stop); t++)
+      worker_sleep_ms(100);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "resume from job %s: another rank cannot read its checkpoint", cj->resume_from);
+  }
+  cand[0] = mine[0];
+  cand[1] = mine[1];
+  *k = cand[0] > cand[1] ? cand[0] : cand[1];
+  if (*k < 0)
+    return zb_diag_set(
+        diag, ZB_ERR_INVALID_ARG,
+        "resume from job %s: no iteration is checkpointed by every rank under %s/%s (or a rank "
+        "could not read its files; see its error)",
+        cj->resume_from, cj->ckpt_dir, cj->resume_from);
+  for (int i = 0; i < cj->n_stages && !err; i++) {
+    uint64_t *sizes;
+    zb_ckpt c = ckpt_of(cj, cj->resume_from, i, &sizes);
+    float *mv = zb_malloc(sizeof(float) * 2 * (c.n ? c.n : 1));
+    c.params = cj->params[i];
+    c.m = mv;
+    c.v = mv + c.n;
+    char path[800];
+    ckpt_path(cj, cj->resume_from, cj->stages[i], false, path, sizeof path);
+    if (!(err = zb_ckpt_load(path, &c, diag)) && c.iteration != *k) {
+      ckpt_path(cj, cj->resume_from, cj->stages[i], true, path, sizeof path);
+      err = zb_ckpt_load(path, &c, diag);
+    }
+    if (!err && c.iteration != *k)
+      err = zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                        "checkpoint '%s': iteration %d, expected %d (changed under us?)", path, c.iteration,
+                        *k);
+    if (!err)
+      err = zb_adamw_set_state(cj->opt[i], c.steps, c.m, c.v, c.n, diag);
+    free(mv);
+    free(sizes);
+  }
+  if (!err) {
+    cj->completed = cj->saved = -1;
+    ZB_INFO("job %s rank %d: resumed from job %s's checkpoint after iteration %d", cj->job_id, cj->rank,
+            cj->resume_from, *k);
+  }
+  cj->resume_from[0] = 0;
+  return err;
+}

@@ -1,0 +1,312 @@
+/* job.c — the job runner (the job thread): one assignment at a time, with
+ * the plan updates that follow it, through the executor over a compute
+ * backend and the job's transport, reporting every iteration. The action
+ * list it runs is the decoded Assignment's, transport groups included
+ * (zb_assignment.h). See worker.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_job.h"
+#include "worker.h"
+#include "zb_alloc.h"
+#include "zb_log.h"
+
+#ifdef ZB_WITH_CPU_BACKEND
+#define WORKER_BACKENDS "sim and cpu"
+#else
+#define WORKER_BACKENDS "sim"
+#endif
+
+/* What runs one job on this rank, across its plans. */
+typedef struct job_state {
+  worker *w;
+  atomic_bool *stop;
+  zb_transport *tr;
+  const zb_assignment *a; /* the plan running now (the first or an update) */
+  zb_assignment *owned;   /* an update taken over from the worker */
+  cpu_job cj;             /* a cpu job's weights and optimizer state, across plans */
+  int next;               /* the next iteration to run */
+} job_state;
+
+/* The backend for one plan of the job: a fresh sim backend (*owned, freed
+ * by the caller), or the cpu job's, created on its first plan and kept. */
+static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb_diag *diag) {
+  const zb_assignment *a = js->a;
+  *be = *owned = NULL;
+  if (strcmp(a->backend, "cpu") == 0) {
+#ifdef ZB_WITH_CPU_BACKEND
+    cpu_job *cj = &js->cj;
+    zb_err err = cj->be ? cpu_job_check_update(cj, a->sched, a->rank, diag) : cpu_job_open(cj, a, js->stop, diag);
+    if (!err)
+      *be = cj->be;
+    return err;
+#else
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "backend cpu: this zb-worker was built without it (no OpenBLAS)");
+#endif
+  }
+  if (a->backend[0] && strcmp(a->backend, "sim") != 0)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "backend %s: this zb-worker offers %s", a->backend,
+                       WORKER_BACKENDS);
+  const zb_schedule *sched = a->sched;
+  zb_sim_backend_config bc = {.costs = a->costs,
+                              .rank_mf = zb_costs_rank_mf(a->costs, sched->placement, sched->p, sched->v, a->rank),
+                              .bytes_per_activation = (size_t)a->bytes_per_activation,
+                              .stop = js->stop};
+  zb_err err = zb_backend_sim_new(&bc, owned, diag);
+  *be = *owned;
+  return err;
+}
+
+/* Connects the transport to the ranks this plan exchanges tensors with
+ * (and, for a cpu job, rank +-1: the optimizer's global check runs along
+ * the ranks, zb_step_reduce_chain). Connect is additive: known peers are
+ * skipped. */
+static zb_err job_connect(job_state *js, zb_diag *diag) {
+  const zb_assignment *a = js->a;
+  const zb_rank_list *l = &a->sched->ranks[a->rank];
+  bool *peers = zb_calloc((size_t)a->ranks, sizeof(bool));
+  zb_executor_peers(l->actions, l->n, a->ranks, peers);
+  if (strcmp(a->backend, "cpu") == 0) {
+    if (a->rank > 0)
+      peers[a->rank - 1] = true;
+    if (a->rank + 1 < a->ranks)
+      peers[a->rank + 1] = true;
+  }
+  const char **addrs = zb_calloc((size_t)a->ranks, sizeof(char *));
+  for (int q = 0; q < a->ranks; q++) {
+    addrs[q] = zb_assignment_peer(a, q);
+    if (peers[q] && !addrs[q]) {
+      free(addrs);
+      free(peers);
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment: no data address for peer rank %d", q);
+    }
+  }
+  zb_err err = zb_transport_connect(js->tr, addrs, peers, 30, diag);
+  free(addrs);
+  free(peers);
+  return err;
+}
+
+/* Runs one iteration: for a cpu job, begin_iteration before it and the
+ * optimizer step after it (*stepped says the step ran and fills *step). */
+static zb_err job_iteration(job_state *js, zb_executor *ex, zb_rank_iteration *it, bool *has_loss, double *loss,
+                            bool *stepped, zb_step_result *step, zb_diag *diag) {
+  *has_loss = false;
+  *stepped = false;
+  zb_err err = ZB_OK;
+#ifdef ZB_WITH_CPU_BACKEND
+  cpu_job *cj = &js->cj;
+  if (cj->be)
+    err = zb_backend_cpu_begin_iteration(cj->be, js->next, diag);
+  if (!err)
+    err = zb_executor_run_iteration(ex, js->next, it, diag);
+  if (!err && cj->be) {
+    err = cpu_job_step(cj, js->tr, js->next, has_loss, loss, step, diag);
+    *stepped = !err;
+  }
+#else
+  (void)loss;
+  (void)step;
+  err = zb_executor_run_iteration(ex, js->next, it, diag);
+#endif
+  return err;
+}
+
+/* After an iteration's step: a cpu job's periodic checkpoint, written
+ * before the report, so a reported iteration N-1, 2N-1, ... is on disk. */
+static zb_err job_after_step(job_state *js, zb_diag *diag) {
+#ifdef ZB_WITH_CPU_BACKEND
+  cpu_job *cj = &js->cj;
+  cj->completed = js->next;
+  if (cj->ckpt_every > 0 && (js->next + 1) % cj->ckpt_every == 0)
+    return cpu_job_save(cj, js->next, diag);
+#else
+  (void)js;
+  (void)diag;
+#endif
+  return ZB_OK;
+}
+
+/* Runs the current plan's iterations until the job ends, the coordinator
+ * says stop, or an update takes over. */
+static zb_err job_run_plan(job_state *js, zb_executor *ex, zb_diag *diag) {
+  const zb_assignment *a = js->a;
+  ZB_INFO("job %s rank %d: %s, iterations %d..%d", a->job_id, a->rank, a->schedule, js->next + 1, a->iterations);
+  job_run jr = {.w = js->w, .a = a, .plan_version = a->plan_version};
+  zb_err err = ZB_OK;
+  bool go_on = true;
+  /* one iteration at a time: a cpu job steps its optimizer between them */
+  while (go_on && js->next < a->iterations && !atomic_load(js->stop)) {
+    zb_rank_iteration it;
+    bool has_loss, stepped;
+    double loss = 0;
+    zb_step_result step;
+    if ((err = job_iteration(js, ex, &it, &has_loss, &loss, &stepped, &step, diag)))
+      break;
+    if (has_loss)
+      ZB_DEBUG("job %s iteration %d: loss %.6f", a->job_id, js->next, loss);
+    if (stepped && (step.skipped || step.clipped))
+      ZB_DEBUG("job %s rank %d iteration %d: grad norm %g, step %s", a->job_id, a->rank, js->next, step.grad_norm,
+               step.skipped ? "skipped (non-finite)" : "clipped");
+    ZB_DEBUG("job %s rank %d iteration %d: %d comm groups, %d sends and receives", a->job_id, a->rank, js->next,
+             it.comm_groups, it.comm_actions);
+    if (stepped && (err = job_after_step(js, diag)))
+      break;
+    js->next++;
+    go_on = report_iteration(&jr, &it, has_loss, loss, stepped ? &step : NULL);
+  }
+  if (!err && jr.lost[0])
+    err = zb_diag_set(diag, ZB_ERR_IO, "%s", jr.lost);
+  return err;
+}
+
+/* A resumed cpu job's first plan loads the checkpoint and starts after it. */
+static zb_err job_resume(job_state *js, zb_diag *diag) {
+#ifdef ZB_WITH_CPU_BACKEND
+  cpu_job *cj = &js->cj;
+  if (!cj->be || !cj->resume_from[0])
+    return ZB_OK;
+  int k = -1;
+  zb_err err = cpu_job_resume(cj, js->tr, &k, diag);
+  if (err)
+    return err;
+  if (k + 1 >= js->a->iterations)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "resume: the checkpoint is after iteration %d, the job's last: nothing to run", k);
+  js->next = k + 1;
+#else
+  (void)js;
+  (void)diag;
+#endif
+  return ZB_OK;
+}
+
+/* Connects, builds the backend and executor of the current plan, and runs it. */
+static zb_err job_plan_run(job_state *js, zb_diag *diag) {
+  const zb_assignment *a = js->a;
+  const zb_rank_list *l = &a->sched->ranks[a->rank];
+  zb_backend *be = NULL, *sim = NULL;
+  zb_executor *ex = NULL;
+  zb_err err = job_connect(js, diag);
+  if (!err)
+    err = job_backend(js, &be, &sim, diag);
+  zb_executor_config ec = {.rank = a->rank,
+                           .nranks = a->ranks,
+                           .actions = l->actions,
+                           .n_actions = l->n,
+                           .costs = a->costs,
+                           .bytes_per_activation = (size_t)a->bytes_per_activation,
+                           .stop = js->stop};
+  if (!err)
+    err = zb_executor_new(&ec, be, js->tr, &ex, diag);
+  if (!err)
+    err = job_resume(js, diag);
+  if (!err)
+    err = job_run_plan(js, ex, diag);
+  zb_executor_free(ex);
+  zb_backend_free(sim);
+  return err;
+}
+
+/* Takes over the plan update that starts at js->next. */
+static zb_err job_take_update(job_state *js, zb_diag *diag) {
+  worker *w = js->w;
+  pthread_mutex_lock(&w->mu);
+  zb_assignment *u = w->update;
+  w->update = NULL;
+  pthread_mutex_unlock(&w->mu);
+  if (!u || u->first_iteration != js->next) {
+    worker_assignment_free(u);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stopped at iteration %d for a plan update that is not there",
+                       js->next);
+  }
+  worker_assignment_free(js->owned);
+  js->owned = u;
+  js->a = u;
+  return ZB_OK;
+}
+
+static uint64_t job_session(const char *job_id) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a: both ends derive the same */
+  for (const char *p = job_id; *p; p++)
+    h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+  return h;
+}
+
+/* Runs one assignment (and the updates that follow) to its end. Returns
+ * an error message in diag when the rank failed (not when stopped). */
+static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *stop, zb_diag *diag) {
+  job_state js = {.w = w, .stop = stop, .a = first, .next = first->first_iteration};
+  zb_tcp_config tc = {.rank = first->rank,
+                      .nranks = first->ranks,
+                      .listen = w->data_address,
+                      .session = job_session(first->job_id),
+                      .stop = stop,
+                      .idle_timeout_s = 30};
+  zb_err err = zb_transport_tcp_new(&tc, &js.tr, diag);
+  while (!err && js.next < js.a->iterations && !atomic_load(stop)) {
+    err = job_plan_run(&js, diag);
+    if (err || js.next >= js.a->iterations || atomic_load(stop))
+      break;
+    err = job_take_update(&js, diag); /* stopped early for an update */
+  }
+#ifdef ZB_WITH_CPU_BACKEND
+  /* cancelled, released or failed before the end: keep the last completed
+   * iteration, so a resume loses at most the one in flight */
+  cpu_job *cj = &js.cj;
+  if (cj->be && cj->ckpt_every > 0 && js.next < js.a->iterations && cj->completed >= 0 && !cj->torn) {
+    zb_diag sd = {{0}};
+    if (cpu_job_save(cj, cj->completed, &sd))
+      ZB_ERROR("job %s rank %d: %s", cj->job_id, cj->rank, sd.msg);
+  }
+  cpu_job_close(cj);
+#endif
+  worker_assignment_free(js.owned);
+  zb_transport_free(js.tr);
+  return err;
+}
+
+/* Waits for the next assignment; NULL when the worker shuts down. */
+static zb_assignment *job_wait(worker *w, atomic_bool *stop) {
+  pthread_mutex_lock(&w->mu);
+  while (!w->next_job && !atomic_load(&w->shutdown))
+    pthread_cond_wait(&w->cv, &w->mu);
+  zb_assignment *a = w->next_job;
+  w->next_job = NULL;
+  if (a) {
+    w->job_stop = stop;
+    snprintf(w->running_job, sizeof w->running_job, "%s", a->job_id);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return a;
+}
+
+void *job_thread(void *arg) {
+  worker *w = arg;
+  for (;;) {
+    atomic_bool stop = false;
+    zb_assignment *a = job_wait(w, &stop);
+    if (!a)
+      return NULL;
+    zb_diag d = {{0}};
+    zb_err err = job_execute(w, a, &stop, &d);
+    bool stopped = atomic_load(&stop);
+    if (err && !stopped) {
+      ZB_ERROR("job %s rank %d failed: %s", a->job_id, a->rank, d.msg);
+      worker_report_end(w, a->job_id, a->rank, d.msg);
+    } else if (!err && !stopped) {
+      worker_report_end(w, a->job_id, a->rank, NULL);
+      ZB_INFO("job %s rank %d: done", a->job_id, a->rank);
+    } else {
+      ZB_INFO("job %s rank %d: stopped", a->job_id, a->rank);
+    }
+    pthread_mutex_lock(&w->mu);
+    w->job_stop = NULL;
+    w->running_job[0] = 0;
+    worker_assignment_free(w->update);
+    w->update = NULL;
+    pthread_mutex_unlock(&w->mu);
+    worker_assignment_free(a);
+  }
+}

@@ -1,0 +1,94 @@
+/* report.c — zb-worker's Reports: per-iteration figures of a rank, its
+ * end (done or failed), and heartbeats. See worker.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "worker.h"
+#include "zb_log.h"
+#include "zb_methods.h"
+
+report_result worker_report(worker *w, const Zb__V1__ReportRequest *req, char *why, size_t why_len) {
+  ProtobufCMessage *resp = NULL;
+  char details[256];
+  grpc_status_code st =
+      zb_rpc_unary(w->rpc, ZB_METHOD_REPORT, &req->base, &zb__v1__report_response__descriptor, &resp, 5000,
+                   false, details, sizeof details);
+  if (st != GRPC_STATUS_OK) {
+    if (req->job_id && req->job_id[0])
+      ZB_WARN("report for job %s rank %d: %s: %s", req->job_id, req->rank, zb_rpc_status_name(st), details);
+    if (why)
+      snprintf(why, why_len, "%s: %s", zb_rpc_status_name(st), details);
+    return REPORT_FAILED;
+  }
+  bool stop = ((Zb__V1__ReportResponse *)resp)->stop;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return stop ? REPORT_STOP : REPORT_OK;
+}
+
+bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, double loss,
+                             const zb_step_result *step) {
+  worker *w = jr->w;
+  Zb__V1__RankIteration ri = ZB__V1__RANK_ITERATION__INIT;
+  ri.rank = it->rank;
+  ri.wall_seconds = it->wall_seconds;
+  ri.busy_f_seconds = it->busy_f_seconds;
+  ri.busy_b_seconds = it->busy_b_seconds;
+  ri.busy_w_seconds = it->busy_w_seconds;
+  ri.idle_seconds = it->idle_seconds;
+  ri.bytes_sent = it->bytes_sent;
+  ri.peak_memory = it->peak_memory;
+  ri.peak_memory_bytes = it->peak_memory_bytes;
+  ri.bubble_ratio = it->bubble_ratio;
+  ri.start_monotonic_seconds = it->start_seconds;
+  ri.comm_groups = it->comm_groups;
+  ri.comm_actions = it->comm_actions;
+  ri.has_loss = has_loss;
+  ri.loss = has_loss ? loss : 0;
+  if (step) {
+    ri.has_grad_norm = true;
+    ri.grad_norm = step->grad_norm;
+    ri.clipped = step->clipped;
+    ri.skipped = step->skipped;
+  }
+  Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
+  req.worker_id = w->id;
+  req.job_id = (char *)jr->a->job_id;
+  req.rank = jr->a->rank;
+  req.iteration = it->iteration;
+  req.plan_version = jr->plan_version;
+  req.metrics = &ri;
+  char why[300];
+  report_result rr = worker_report(w, &req, why, sizeof why);
+  if (rr == REPORT_STOP) {
+    atomic_store(w->job_stop, true);
+    return false;
+  }
+  if (rr == REPORT_FAILED) {
+    /* The coordinator may never have counted this iteration: going on, or
+     * stopping quietly, would leave the job waiting for it. The rank fails
+     * and says why, so the job ends with a reason. */
+    snprintf(jr->lost, sizeof jr->lost, "cannot report iteration %d: %.250s", it->iteration, why);
+    return false;
+  }
+  /* a plan update starting at the next iteration: stop here and switch */
+  pthread_mutex_lock(&w->mu);
+  zb_assignment *u = w->update;
+  bool switch_now = u && u->first_iteration == it->iteration + 1;
+  if (u && !switch_now && u->first_iteration <= it->iteration)
+    ZB_ERROR("job %s: plan update for iteration %d arrived after it started", jr->a->job_id,
+             u->first_iteration);
+  pthread_mutex_unlock(&w->mu);
+  return !switch_now;
+}
+
+void worker_report_end(worker *w, const char *job_id, int rank, const char *error) {
+  Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
+  req.worker_id = w->id;
+  req.job_id = (char *)job_id;
+  req.rank = rank;
+  if (error)
+    req.error = (char *)error;
+  else
+    req.done = true;
+  worker_report(w, &req, NULL, 0);
+}

@@ -1,0 +1,74 @@
+/* worker.h — zb-worker's shared state and its parts (docs/architecture.md,
+ * Threads):
+ *   main.c          flags, the control loop: the Attach stream, commands,
+ *                   heartbeats (the main thread);
+ *   job.c           the job runner: one assignment and its updates at a
+ *                   time, on the job thread;
+ *   report.c        Reports to the coordinator, from either thread;
+ *   cpu_job.c       a cpu job's training state: model, optimizers, step,
+ *   cpu_job_ckpt.c  dumps; its checkpoints and resume.
+ * The two threads share `worker` under its mutex: the next assignment, a
+ * pending plan update and the running job's stop flag.
+ */
+#ifndef ZB_WORKER_H
+#define ZB_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "zb/v1/zb.pb-c.h"
+#include "zb_assignment.h"
+#include "zb_executor.h"
+#include "zb_rpc.h"
+#include "zb_step.h"
+
+typedef struct worker {
+  char id[64];
+  char data_address[128];
+  char hostname[64];
+  long long max_receive_bytes; /* the control channel's receive limit, told to the coordinator */
+  zb_rpc_client *rpc;
+  atomic_bool shutdown;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* guarded by mu */
+  zb_assignment *next_job; /* an assignment waiting for the job thread */
+  zb_assignment *update;   /* a plan update for the running job */
+  char running_job[64];    /* "" when idle */
+  atomic_bool *job_stop;   /* the running job's stop flag */
+} worker;
+
+/* Frees a heap-allocated decoded assignment; NULL is a no-op. */
+void worker_assignment_free(zb_assignment *a);
+void worker_sleep_ms(int ms);
+
+/* report.c */
+typedef enum report_result { REPORT_OK, REPORT_STOP, REPORT_FAILED } report_result;
+/* Sends one Report. REPORT_STOP: the coordinator asked the rank to stop;
+ * REPORT_FAILED: the call failed (the coordinator refused it, or did not
+ * answer in time), with the status in why when given. */
+report_result worker_report(worker *w, const Zb__V1__ReportRequest *req, char *why, size_t why_len);
+/* Reports that rank of job_id ended: failed with error, or done (NULL). */
+void worker_report_end(worker *w, const char *job_id, int rank, const char *error);
+
+/* What the job thread keeps while it runs one plan of a job. */
+typedef struct job_run {
+  worker *w;
+  const zb_assignment *a;
+  int plan_version;
+  char lost[300]; /* why an iteration's report failed; "" if none did */
+} job_run;
+
+/* Reports one iteration (loss: the mean training loss when has_loss) and
+ * says whether to go on with the current plan: false when the coordinator
+ * said stop, the report failed (jr->lost says why), or an update starts
+ * at the next iteration. */
+bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, double loss,
+                      const zb_step_result *step);
+
+/* job.c */
+/* The job thread: runs each assignment w->next_job receives to its end. */
+void *job_thread(void *arg);
+
+#endif
