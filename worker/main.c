@@ -34,14 +34,15 @@
 #include "zb_alloc.h"
 #include "zb_checkpoint.h"
 #include "zb_dump.h"
-#include "zb_file.h"
 #include "zb_executor.h"
+#include "zb_file.h"
 #include "zb_format.h"
 #include "zb_log.h"
 #include "zb_optimizer.h"
 #include "zb_plan.h"
 #include "zb_rpc.h"
 #include "zb_step.h"
+#include "zb_step_chain.h"
 #include "zb_wire.h"
 
 #ifndef ZB_VERSION
