@@ -1,5 +1,5 @@
 /* bench_model.c — zb_bench_model: throughput of the model's F, B and W on
- * one stage (worker/zb_model.h), each next to cblas_sgemm replaying exactly
+ * one stage (model/zb_model.h), each next to cblas_sgemm replaying exactly
  * the matrix products that op issued (same shapes, transposes, leading
  * dimensions and counts), in the same run. The issue's target: each op at
  * least 70% of its sgemm replay.

@@ -1,6 +1,6 @@
 /* backend_sim.c — the sim compute backend: every op sleeps its configured
  * time, memory is accounted from the plan's deltas. It measures the
- * runtime and the control plane, not math (DESIGN §5). Synchronous: submit
+ * runtime and the control plane, not math (docs/model.md). Synchronous: submit
  * returns when the op's time has passed; sync has nothing to wait for.
  * Buffers: all sends read one pattern-filled buffer, all receives land in
  * one scratch buffer (the sim keeps no data, but the bytes on the wire are

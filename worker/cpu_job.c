@@ -8,6 +8,7 @@
 #include "zb_dump.h"
 #include "zb_file.h"
 #include "zb_log.h"
+#include "zb_step_chain.h"
 
 /* The stages rank hosts under the assignment's plan, ascending; returns
  * how many (an allocated array in *out). */

@@ -1,5 +1,5 @@
-/* zb_backend.h — the worker's compute backends behind one vtable (DESIGN §1,
- * §5): run F, B, W and BW ops on (stage, microbatch), hold the buffers that
+/* zb_backend.h — the worker's compute backends behind one vtable (see
+ * docs/architecture.md, docs/model.md): run F, B, W and BW ops on (stage, microbatch), hold the buffers that
  * activations and gradients travel in, and account time and memory.
  *
  * The contract is submit + sync, so an asynchronous backend fits as well as
@@ -106,7 +106,7 @@ static inline void zb_backend_free(zb_backend *b) {
   }
 }
 
-/* ---- sim: sleeps the configured op times (DESIGN §5) ---- */
+/* ---- sim: sleeps the configured op times (docs/model.md) ---- */
 
 typedef struct zb_sim_backend_config {
   /* Per-stage op times in seconds (t_f, t_b, t_w; BW sleeps T_B + T_W) and
@@ -129,7 +129,7 @@ zb_err zb_backend_sim_new(const zb_sim_backend_config *cfg, zb_backend **out, zb
 
 /* ---- cpu: the model's math on the CPU ---- */
 
-/* The cpu backend runs the built-in model (zb_model.h, DESIGN §5) on the
+/* The cpu backend runs the built-in model (zb_model.h, docs/model.md) on the
  * stages a rank hosts: one zb_model_stage per hosted stage, F/B/W/BW on the
  * calling thread with CBLAS. submit() returns when the op's math is done,
  * so sync() has nothing to wait for.

@@ -1,4 +1,4 @@
-/* zb_executor.h — runs one rank's lowered action list (DESIGN §1): compute
+/* zb_executor.h — runs one rank's lowered action list (docs/architecture.md): compute
  * actions go to a zb_backend, SEND/RECV actions to a zb_transport, and each
  * iteration is measured into a zb_rank_iteration (zb.v1.RankIteration's
  * fields). The executor knows only the two vtables, not which backend or

@@ -1,4 +1,4 @@
-/* zb_transport.h — point-to-point transports behind one vtable (DESIGN §1):
+/* zb_transport.h — point-to-point transports behind one vtable (docs/architecture.md):
  * tcp now, nccl later. The semantics follow NCCL's so the executor does not
  * care which one it has:
  *   - connect() once per job (ncclCommInitRank for nccl); it is additive, so

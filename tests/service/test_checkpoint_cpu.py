@@ -1,5 +1,5 @@
 """Checkpoints and resume of cpu jobs (model.checkpoint_every,
-model.checkpoint_dir, zbctl resume; worker/zb_checkpoint.h).
+model.checkpoint_dir, zbctl resume; train/zb_checkpoint.h).
 
 - A zb-v job on 2 workers (4 stages) with checkpoint_every 2 is frozen
   after a few iterations (SIGSTOP of rank 1's worker, so it cannot race to
@@ -10,7 +10,7 @@ model.checkpoint_dir, zbctl resume; worker/zb_checkpoint.h).
   at every iteration it ran (the math is deterministic and the data depend
   only on the seed and the iteration), and so do its final weights: every
   stage's parameters after the last step, from the jobs' gradient dumps
-  (model.dump_dir, worker/zb_dump.h), agree in every bit.
+  (model.dump_dir, train/zb_dump.h), agree in every bit.
 - A worker SIGKILLed mid-run fails the job; once a worker with the same id
   is back, zbctl resume finishes it with the losses of the uninterrupted
   run and the same final weights. So does a coordinator SIGKILLed mid-run

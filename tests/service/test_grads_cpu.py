@@ -5,7 +5,7 @@ Each job is a cpu job on a cluster of real zb-worker processes (real
 activations and gradients over TCP between them) with model.dump_dir set:
 after each iteration's step every rank writes, per hosted stage, the
 weights before the step, the gradients the iteration accumulated and the
-loss (worker/zb_dump.h). zb-gradcheck then computes the same iteration in
+loss (train/zb_dump.h). zb-gradcheck then computes the same iteration in
 one process without pipelining (one stage holding the whole model, the
 same weights and batch, F then BW per microbatch in order) and compares:
 

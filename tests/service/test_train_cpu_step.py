@@ -16,7 +16,7 @@ processes, p = 4, zb-v, a tiny model, 10 iterations.
   (tolerance 0: a rollback restores every bit and the redone step is the
   synchronous one).
 - The weights themselves, from the jobs' gradient dumps (model.dump_dir,
-  worker/zb_dump.h: every stage's parameters before and after each step):
+  train/zb_dump.h: every stage's parameters before and after each step):
   at the NaN iteration every stage of the post-validated run ends with the
   weights it started from, in every bit (the rollback is exact on every
   rank); the final weights of the post-validated and synchronous NaN runs

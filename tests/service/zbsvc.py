@@ -412,7 +412,7 @@ def series(samples, name, **labels):
     return {lab: v for (n, lab), v in samples.items() if n == name and want <= set(lab)}
 
 
-# ---- gradient dumps (worker/zb_dump.h; a cpu job's model.dump_dir) ----
+# ---- gradient dumps (train/zb_dump.h; a cpu job's model.dump_dir) ----
 
 _DUMP_HEAD = struct.Struct("=8sII64s12iQdd512s")  # 664 bytes, the layout zb_dump.h documents
 _DUMP_TENSOR = struct.Struct("=48sii")

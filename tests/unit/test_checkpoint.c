@@ -1,4 +1,4 @@
-/* The checkpoint file (worker/zb_checkpoint.h): a save read back gives
+/* The checkpoint file (train/zb_checkpoint.h): a save read back gives
  * every bit and the header; a file of another job, stage or shape, a torn
  * (truncated) file and a flipped byte are refused with the file's name;
  * a failed save leaves the previous checkpoint in place. */

@@ -1,4 +1,4 @@
-/* zb-gradcheck (worker/gradcheck.c), run as a subprocess on gradient dumps
+/* zb-gradcheck (tools/gradcheck.c), run as a subprocess on gradient dumps
  * this test writes as the workers do: a tiny model (h 16, 2 heads, 4
  * layers, seq_len 8, batch 2) split into S = 3 stages in this process, m = 3
  * microbatches of a text file the test writes, sampled with the workers'

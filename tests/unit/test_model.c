@@ -1,4 +1,4 @@
-/* The model's math (worker/zb_model.h, DESIGN §5), on the CPU:
+/* The model's math (model/zb_model.h, docs/model.md), on the CPU:
  *   - gradients of every parameter tensor and of the stage input against
  *     central finite differences (fp32: step 1e-2, see GC_* below);
  *   - the split backward (B then W) equals the fused one (BW), bit for bit;

@@ -1,4 +1,4 @@
-/* AdamW (worker/zb_optimizer.h) against steps worked out by hand from the
+/* AdamW (train/zb_optimizer.h) against steps worked out by hand from the
  * formula (decoupled decay first, then the bias-corrected moments), plus
  * the properties a trainer leans on: the first step moves every parameter
  * by lr whatever its gradient's scale, the decay mask, a state restored

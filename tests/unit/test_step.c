@@ -1,5 +1,5 @@
 /* The optimizer step with global clipping and the NaN/Inf check
- * (worker/zb_step.h): post-validated and synchronous steps leave the same
+ * (train/zb_step.h): post-validated and synchronous steps leave the same
  * parameters and moments, bit for bit, whether the step clips or not; a
  * failed check (a non-finite gradient elsewhere, or a failed reduction)
  * rolls the optimistic step back bit for bit. The "other ranks" are a

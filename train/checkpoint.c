@@ -82,7 +82,8 @@ zb_err zb_ckpt_load(const char *path, zb_ckpt *c, zb_diag *diag) {
       goto out;
     }
   size_t bytes = c->n * sizeof(float);
-  if (!zb_file_read(&r, c->params, bytes) || !zb_file_read(&r, c->m, bytes) || !zb_file_read(&r, c->v, bytes)) {
+  if (!zb_file_read(&r, c->params, bytes) || !zb_file_read(&r, c->m, bytes) ||
+      !zb_file_read(&r, c->v, bytes)) {
     err = zb_diag_set(diag, ZB_ERR_PARSE, "checkpoint '%s': truncated (expected %zu parameters)", path, c->n);
     goto out;
   }

@@ -1,4 +1,4 @@
-/* zb_model.h — the worker's built-in model (DESIGN §5): a decoder stack of
+/* zb_model.h — the worker's built-in model (see docs/model.md): a decoder stack of
  * transformer-style blocks split into pipeline stages, with the backward
  * pass split into B (input gradient) and W (weight gradient). fp32 on the
  * CPU; matrix products through CBLAS (OpenBLAS).

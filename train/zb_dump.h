@@ -59,7 +59,7 @@ typedef struct zb_dump {
   double loss, grad_norm;
   int n_tensors;
   zb_dump_tensor *tensors;
-  size_t n;                   /* floats in each array */
+  size_t n; /* floats in each array */
   float *before, *grads, *after;
 } zb_dump;
 

@@ -25,7 +25,7 @@
 
 typedef struct zb_file_writer {
   int fd;
-  bool failed;   /* a write failed; commit reports it */
+  bool failed; /* a write failed; commit reports it */
   int saved_errno;
   uint64_t sum;
   const char *what; /* borrowed: a string literal */

@@ -110,8 +110,8 @@ zb_err zb_dump_load(const char *path, zb_dump *out, zb_diag *diag) {
     goto out;
   }
   if (h.version != ZB_DUMP_VERSION || h.n_tensors > DUMP_MAX_TENSORS) {
-    err = zb_diag_set(diag, ZB_ERR_PARSE, "dump '%s': version %u with %u tensors; this reads version %d", path,
-                      h.version, h.n_tensors, ZB_DUMP_VERSION);
+    err = zb_diag_set(diag, ZB_ERR_PARSE, "dump '%s': version %u with %u tensors; this reads version %d",
+                      path, h.version, h.n_tensors, ZB_DUMP_VERSION);
     goto out;
   }
   h.job_id[sizeof h.job_id - 1] = 0;

@@ -1,5 +1,5 @@
 /* zb_optimizer.h — AdamW (Loshchilov and Hutter, "Decoupled Weight Decay
- * Regularization"), the optimizer of cpu jobs (DESIGN §5), over one flat
+ * Regularization"), the optimizer of cpu jobs (docs/model.md), over one flat
  * array of fp32 parameters: a model stage's (zb_model_params), so each rank
  * steps the stages it hosts with no communication.
  *

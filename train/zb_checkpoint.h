@@ -1,4 +1,5 @@
-/* zb_checkpoint.h — one stage's checkpoint file of a cpu job (DESIGN §5):
+/* zb_checkpoint.h — one stage's checkpoint file of a cpu job (see docs/model.md;
+ * layout in docs/formats.md):
  * the stage's parameters and its AdamW state (moments and step count)
  * after a completed iteration, so a job can go on where it stopped.
  *

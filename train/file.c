@@ -118,7 +118,8 @@ bool zb_file_read(zb_file_reader *r, void *p, size_t n) {
 
 bool zb_file_check_end(zb_file_reader *r) {
   uint64_t expect = r->sum, trailer;
-  return fread(&trailer, 1, sizeof trailer, r->f) == sizeof trailer && trailer == expect && fgetc(r->f) == EOF;
+  return fread(&trailer, 1, sizeof trailer, r->f) == sizeof trailer && trailer == expect &&
+         fgetc(r->f) == EOF;
 }
 
 void zb_file_close(zb_file_reader *r) {

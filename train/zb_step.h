@@ -1,5 +1,5 @@
 /* zb_step.h — one rank's optimizer step of a cpu job with global
- * gradient-norm clipping and a NaN/Inf check (DESIGN §5; the Zero Bubble
+ * gradient-norm clipping and a NaN/Inf check (docs/model.md; the Zero Bubble
  * paper's section 4, "optimizer post-validation").
  *
  * Clipping needs the gradient norm over every rank's parameters, and the
@@ -19,7 +19,8 @@
  * and the redo is the synchronous step from the same state.
  *
  * The reduction is the caller's (a callback): the worker's goes over the
- * transport (zb_step_reduce_chain), a test's may be local.
+ * transport (zb_step_reduce_chain, worker/zb_step_chain.h), a test's may be
+ * local.
  *
  * Ownership: zb_stepper_new() gives the caller a zb_stepper, freed with
  * zb_stepper_free() (NULL is a no-op). It borrows the optimizers, which
@@ -36,7 +37,6 @@
 
 #include "zb_err.h"
 #include "zb_optimizer.h"
-#include "zb_transport.h"
 
 typedef enum zb_step_mode { ZB_STEP_POST_VALIDATED = 0, ZB_STEP_SYNCHRONOUS = 1 } zb_step_mode;
 
@@ -78,18 +78,5 @@ zb_step_partial zb_step_local(const zb_stepper *s, const float *const *grads);
  * On an error from fn nothing was stepped (post-validated: rolled back). */
 zb_err zb_stepper_step(zb_stepper *s, float *const *params, const float *const *grads, zb_step_reduce_fn fn,
                        void *arg, zb_step_result *out, zb_diag *diag);
-
-/* The worker's reduction over the transport: a chain up the ranks
- * 0 -> 1 -> ... -> p-1 accumulating ((s0 + s1) + s2) + ..., then the total
- * back down p-1 -> ... -> 0, so every rank holds the same bits. Ranks r and
- * r+1 must be connected. Tags use stage -1, which no activation or
- * gradient carries: (F, -1, iteration) up, (B, -1, iteration) down. */
-typedef struct zb_step_chain {
-  zb_transport *tr;
-  int rank, nranks;
-  int32_t iteration;
-} zb_step_chain;
-
-zb_err zb_step_reduce_chain(void *chain, zb_step_partial *p, zb_diag *diag);
 
 #endif

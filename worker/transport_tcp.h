@@ -1,0 +1,124 @@
+/* transport_tcp.h — the tcp transport's private parts, shared by its files
+ * (zb_transport.h is its public face):
+ *   transport_tcp.c          construction, listening, failure, life cycle;
+ *   transport_tcp_data.c     posting and progressing sends and receives;
+ *   transport_tcp_connect.c  dialing, accepting and the handshake.
+ * One TCP connection per pair of ranks, non-blocking sockets, and a poll()
+ * loop that moves every posted send and receive of a group at once.
+ *
+ *
+ * Wire format, little-endian, all frames 24 bytes:
+ *   hello:   magic "ZBHL" | version u32 | rank u32 | nranks u32 | session u64
+ *   message: magic "ZBMS" | kind u32 ('F'/'B') | stage i32 | mb i32 | len u64,
+ *            then len payload bytes.
+ * The dialer (lower rank) sends its hello, the acceptor answers with its
+ * own. A receive reads exactly one header and then exactly its payload, so
+ * nothing beyond the message it was posted for is ever consumed.
+ */
+#ifndef ZB_TRANSPORT_TCP_H
+#define ZB_TRANSPORT_TCP_H
+
+#include <netdb.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zb_transport.h"
+
+#define TCP_HELLO_MAGIC 0x4c48425au /* "ZBHL" as bytes on the wire */
+#define TCP_MSG_MAGIC 0x534d425au   /* "ZBMS" */
+#define TCP_VERSION 1u
+#define TCP_FRAME 24
+#define TCP_POLL_MS 100 /* the longest a wait goes without looking at the stop flag */
+#define TCP_BACKOFF_MIN_NS 10000000LL
+#define TCP_BACKOFF_MAX_NS 500000000LL
+
+typedef struct tcp_op {
+  bool is_send;
+  int peer;
+  zb_tag tag;
+  unsigned char *buf; /* a send's buffer is never written */
+  size_t len;
+  unsigned char hdr[TCP_FRAME];
+  size_t done; /* bytes of header + payload moved */
+} tcp_op;
+
+typedef struct tcp_transport {
+  int rank, nranks;
+  uint64_t session;
+  const atomic_bool *stop;
+  double idle_timeout_s;
+  int listen_fd;
+  char address[96];
+  int *fds; /* by rank; -1 when not connected */
+  int depth;
+  tcp_op *ops;
+  int n_ops, cap_ops;
+  struct pollfd *pfds; /* nranks + 1 scratch entries */
+  int *pfd_peer;
+  int *send_head, *recv_head; /* scratch, by rank */
+  zb_err failed;              /* ZB_OK while healthy */
+  char failure[sizeof(((zb_diag *)0)->msg)];
+  zb_transport_stats stats;
+} tcp_transport;
+
+/* ---- small helpers (transport_tcp.c, and inline) ---- */
+
+static inline void put_u32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline void put_u64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint32_t get_u32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++)
+    v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+
+static inline uint64_t get_u64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++)
+    v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static inline bool tcp_stopped(const tcp_transport *t) {
+  return t->stop && atomic_load(t->stop);
+}
+
+/* strerror_r of e into buf. */
+const char *zbtcp_errstr(int e, char *buf, size_t len);
+int zbtcp_set_nonblocking(int fd);
+/* getaddrinfo of "host:port" (host may be "[v6]", empty or "*" when
+ * passive); EAI_NONAME for a malformed address. */
+int zbtcp_resolve(const char *addr, bool passive, struct addrinfo **out);
+
+/* ---- failure (transport_tcp.c): poison the transport (like ncclCommAbort) ---- */
+
+/* Records the failure, shuts every connection down (peers see EOF now),
+ * drops the posted ops, and returns err set in diag. */
+zb_err zbtcp_fail(tcp_transport *t, zb_err err, zb_diag *diag, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The error of a transport that failed before. */
+zb_err zbtcp_failed_before(const tcp_transport *t, zb_diag *diag);
+
+/* ---- the vtable's entries in the other files ---- */
+
+/* transport_tcp_connect.c */
+zb_err zbtcp_connect(void *self, const char *const *addresses, const bool *peers, double timeout_s,
+                     zb_diag *diag);
+/* transport_tcp_data.c */
+void zbtcp_group_start(void *self);
+zb_err zbtcp_group_end(void *self, zb_diag *diag);
+zb_err zbtcp_send(void *self, int peer, zb_tag tag, const void *buf, size_t len, zb_diag *diag);
+zb_err zbtcp_recv(void *self, int peer, zb_tag tag, void *buf, size_t len, zb_diag *diag);
+
+#endif
