@@ -12,7 +12,7 @@
 #define ZB_WIRE_H
 
 #include "zb/v1/zb.pb-c.h"
-#include "zb_config.h"
+#include "zb_jobspec.h"
 #include "zb_plan.h"
 #include "zb_sim.h"
 

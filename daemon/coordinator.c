@@ -14,6 +14,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "zb_alloc.h"
 #include "zb_log.h"
+#include "zb_utf8.h"
 
 int64_t coord_now_ms(void) {
   struct timespec ts;

@@ -10,9 +10,9 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "coord_config.h"
 #include "zb/v1/zb.pb-c.h"
 #include "zb_buf.h"
-#include "zb_config.h"
 #include "zb_rpc.h"
 #include "zb_store.h"
 #include "zb_wire.h"
