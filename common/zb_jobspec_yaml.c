@@ -32,7 +32,7 @@ static zb_err get_int32(const zb_yaml_walk *w, const yaml_node_t *n, const char 
 }
 
 /* Where the parser found each key (0: absent), so that a fault found later
- * by the checker can be reported at its line. These double as map_key's
+ * by the checker can be reported at its line. These double as zb_yaml_map_key's
  * duplicate detection. */
 typedef struct job_lines {
   int root;
