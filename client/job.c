@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "zb_config.h"
+#include "zb_jobspec_yaml.h"
 #include "zb_pbjson.h"
 #include "zb_rpc.h"
 #include "zb_wire.h"

@@ -39,7 +39,7 @@ extern const char zbctl_plan_compare_help[];
 
 #ifdef ZB_WITH_SERVICE
 /* The service commands (job.c): they talk to zb-coordinator. */
-#include "zb_config.h"
+#include "zb_jobspec.h"
 int zbctl_submit(const zbctl_command *cmd, int argc, char **argv);
 int zbctl_list(const zbctl_command *cmd, int argc, char **argv);
 int zbctl_get(const zbctl_command *cmd, int argc, char **argv);

@@ -28,7 +28,7 @@
 #include <stddef.h>
 
 #include "zb/v1/zb.pb-c.h"
-#include "zb_config.h"
+#include "zb_jobspec.h"
 #include "zb_planner.h"
 
 /* What the coordinator assigns from: the job, its plan and its workers. */

@@ -10,7 +10,7 @@
 #ifndef ZB_JOB_PLAN_H
 #define ZB_JOB_PLAN_H
 
-#include "zb_config.h"
+#include "zb_jobspec.h"
 #include "zb_planner.h"
 
 /* Plans spec (objective: zb-auto's). Fails with the pipeline's error and a

@@ -11,8 +11,8 @@
 #define ZB_WIRE_H
 
 #include "zb/v1/zb.pb-c.h"
-#include "zb_config.h"
 #include "zb_job_state.h"
+#include "zb_jobspec.h"
 #include "zb_planner.h"
 
 /* Proto → spec, with the wire's zero-means-default rules (JobSpec in

@@ -18,11 +18,12 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "coord_config.h"
 #include "zb/v1/zb.pb-c.h"
 #include "zb_assignment.h"
 #include "zb_buf.h"
 #include "zb_clock.h"
-#include "zb_config.h"
+#include "zb_utf8.h"
 #include "zb_rpc.h"
 #include "zb_job_plan.h"
 #include "zb_store.h"

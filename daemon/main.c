@@ -135,18 +135,29 @@ static void on_hup(uv_signal_t *h, int signum) {
           co->heartbeat_flag ? " (flag)" : "");
 }
 
-int main(int argc, char **argv) {
-  zb_coord_config cfg;
-  zb_coord_config_default(&cfg);
-  const char *config_path = NULL, *port_file = NULL;
-  /* first pass: the config file, so flags can override it */
+/* What the command line sets beside the config's keys. */
+typedef struct coord_args {
+  const char *config_path, *port_file;
+  bool heartbeat_flag, log_level_flag; /* SIGHUP keeps these flags' values */
+} coord_args;
+
+/* The --config FILE among the arguments (the last one given), found before
+ * getopt runs so that the file can be read first and the flags override
+ * it. */
+static const char *find_config_path(int argc, char **argv) {
+  const char *config_path = NULL;
   for (int k = 1; k < argc; k++)
     if (strcmp(argv[k], "--config") == 0 && k + 1 < argc)
       config_path = argv[k + 1];
     else if (strncmp(argv[k], "--config=", 9) == 0)
       config_path = argv[k] + 9;
-  if (config_path && !load_config_file(config_path, &cfg))
-    return 2;
+  return config_path;
+}
+
+/* The flags over *cfg. Each goes through the same checks as the file, as a
+ * YAML line. Returns -1 to go on, else the exit status (0 after --help and
+ * --version, 2 for a bad flag). */
+static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *args) {
   static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                        {"listen", required_argument, NULL, 'l'},
                                        {"metrics-listen", required_argument, NULL, 'm'},
@@ -158,9 +169,7 @@ int main(int argc, char **argv) {
                                        {"version", no_argument, NULL, 'V'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  /* flags go through the same checks as the file, as a YAML line each */
   char yaml[1024];
-  bool heartbeat_flag = false, log_level_flag = false;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     const char *key = NULL;
@@ -171,14 +180,14 @@ int main(int argc, char **argv) {
     case 'd': key = "data_dir"; break;
     case 't':
       key = "heartbeat_timeout_ms";
-      heartbeat_flag = true;
+      args->heartbeat_flag = true;
       break;
     case 'L':
       key = "log_level";
-      log_level_flag = true;
+      args->log_level_flag = true;
       break;
     case 'M': key = "max_message_bytes"; break;
-    case 'p': port_file = optarg; continue;
+    case 'p': args->port_file = optarg; continue;
     case 'V': printf("zb-coordinator %s\n", ZB_VERSION); return 0;
     case 'h': fputs(usage_text, stdout); return 0;
     default: fputs(usage_text, stderr); return 2;
@@ -187,7 +196,7 @@ int main(int argc, char **argv) {
     if (c == 't' || c == 'M')
       snprintf(yaml, sizeof yaml, "%s: %s\n", key, optarg);
     zb_diag d;
-    if (zb_coord_config_parse(yaml, strlen(yaml), &cfg, &d) != ZB_OK) {
+    if (zb_coord_config_parse(yaml, strlen(yaml), cfg, &d) != ZB_OK) {
       fprintf(stderr, "zb-coordinator: --%s: %s\n", key, d.msg);
       return 2;
     }
@@ -196,6 +205,78 @@ int main(int argc, char **argv) {
     fprintf(stderr, "zb-coordinator: unexpected argument '%s'\n%s", argv[optind], usage_text);
     return 2;
   }
+  return -1;
+}
+
+/* The config: defaults, then the --config file, then the flags. Returns
+ * -1 to go on, else the exit status. */
+static int load_config(int argc, char **argv, zb_coord_config *cfg, coord_args *args) {
+  zb_coord_config_default(cfg);
+  args->config_path = find_config_path(argc, argv);
+  if (args->config_path && !load_config_file(args->config_path, cfg))
+    return 2;
+  return parse_flags(argc, argv, cfg, args);
+}
+
+/* Loads the jobs, then starts the metrics endpoint and the gRPC server and
+ * writes the port file. On failure (logged) the caller cleans up. */
+static bool start_serving(coord *co, const char *port_file) {
+  zb_diag d;
+  if (coord_load(co, &d) != ZB_OK) {
+    ZB_ERROR("%s", d.msg);
+    return false;
+  }
+  if (coord_metrics_start(co, &d) != ZB_OK) {
+    ZB_ERROR("%s", d.msg);
+    return false;
+  }
+  if (zb_rpc_server_start(co->loop, co->cfg.listen, co->cfg.max_message_bytes, coord_methods, coord_n_methods,
+                          co, &co->rpc, &co->grpc_port, &d) != ZB_OK) {
+    ZB_ERROR("listen: %s", d.msg);
+    return false;
+  }
+  ZB_INFO("zb-coordinator %s: gRPC on port %d, metrics on port %d, data in %s", ZB_VERSION, co->grpc_port,
+          co->metrics_port, co->cfg.data_dir);
+  if (port_file) {
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%d %d\n", co->grpc_port, co->metrics_port) < 0 || fclose(f) != 0 ||
+        rename(tmp, port_file)) {
+      ZB_ERROR("cannot write --port-file %s: %s", port_file, strerror(errno));
+      co->stopping = true;
+      zb_rpc_server_shutdown(co->rpc, NULL, NULL);
+      uv_run(co->loop, UV_RUN_DEFAULT);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The tick timer and the signals, then the loop until a stop signal has
+ * drained the server. */
+static void run_loop(coord *co) {
+  uv_timer_init(co->loop, &co->tick);
+  co->tick.data = co;
+  uv_timer_start(&co->tick, on_tick, COORD_TICK_MS, COORD_TICK_MS);
+  co->last_tick_ms = zb_clock_unix_ms(); /* a stall before the first tick is a stall too */
+  uv_signal_init(co->loop, &co->sigterm);
+  uv_signal_init(co->loop, &co->sigint);
+  uv_signal_init(co->loop, &co->sighup);
+  co->sigterm.data = co->sigint.data = co->sighup.data = co;
+  uv_signal_start(&co->sigterm, on_stop_signal, SIGTERM);
+  uv_signal_start(&co->sigint, on_stop_signal, SIGINT);
+  uv_signal_start(&co->sighup, on_hup, SIGHUP);
+  uv_run(co->loop, UV_RUN_DEFAULT);
+  ZB_INFO("stopped");
+}
+
+int main(int argc, char **argv) {
+  zb_coord_config cfg;
+  coord_args args = {0};
+  int rc = load_config(argc, argv, &cfg, &args);
+  if (rc >= 0)
+    return rc;
   zb_log_init("coordinator", (zb_log_level)zb_log_level_parse(cfg.log_level));
 
   if (mkdir_p(cfg.data_dir) != 0) {
@@ -203,61 +284,22 @@ int main(int argc, char **argv) {
     return 1;
   }
   coord co = {.cfg = cfg,
-              .config_path = config_path,
-              .heartbeat_flag = heartbeat_flag,
-              .log_level_flag = log_level_flag};
+              .config_path = args.config_path,
+              .heartbeat_flag = args.heartbeat_flag,
+              .log_level_flag = args.log_level_flag};
   co.loop = uv_default_loop();
   char db[600];
   snprintf(db, sizeof db, "%s/zb.db", cfg.data_dir);
   zb_diag d;
-  int rc = 1;
   if (zb_store_open(db, &co.store, &d) != ZB_OK) {
     ZB_ERROR("%s", d.msg);
     return 1;
   }
-  if (coord_load(&co, &d) != ZB_OK) {
-    ZB_ERROR("%s", d.msg);
-    goto out;
+  rc = 1;
+  if (start_serving(&co, args.port_file)) {
+    run_loop(&co);
+    rc = 0;
   }
-  if (coord_metrics_start(&co, &d) != ZB_OK) {
-    ZB_ERROR("%s", d.msg);
-    goto out;
-  }
-  if (zb_rpc_server_start(co.loop, cfg.listen, cfg.max_message_bytes, coord_methods, coord_n_methods, &co,
-                          &co.rpc, &co.grpc_port, &d) != ZB_OK) {
-    ZB_ERROR("listen: %s", d.msg);
-    goto out;
-  }
-  ZB_INFO("zb-coordinator %s: gRPC on port %d, metrics on port %d, data in %s", ZB_VERSION, co.grpc_port,
-          co.metrics_port, cfg.data_dir);
-  if (port_file) {
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
-    FILE *f = fopen(tmp, "w");
-    if (!f || fprintf(f, "%d %d\n", co.grpc_port, co.metrics_port) < 0 || fclose(f) != 0 ||
-        rename(tmp, port_file)) {
-      ZB_ERROR("cannot write --port-file %s: %s", port_file, strerror(errno));
-      co.stopping = true;
-      zb_rpc_server_shutdown(co.rpc, NULL, NULL);
-      uv_run(co.loop, UV_RUN_DEFAULT);
-      goto out;
-    }
-  }
-  uv_timer_init(co.loop, &co.tick);
-  co.tick.data = &co;
-  uv_timer_start(&co.tick, on_tick, COORD_TICK_MS, COORD_TICK_MS);
-  co.last_tick_ms = zb_clock_unix_ms(); /* a stall before the first tick is a stall too */
-  uv_signal_init(co.loop, &co.sigterm);
-  uv_signal_init(co.loop, &co.sigint);
-  uv_signal_init(co.loop, &co.sighup);
-  co.sigterm.data = co.sigint.data = co.sighup.data = &co;
-  uv_signal_start(&co.sigterm, on_stop_signal, SIGTERM);
-  uv_signal_start(&co.sigint, on_stop_signal, SIGINT);
-  uv_signal_start(&co.sighup, on_hup, SIGHUP);
-  uv_run(co.loop, UV_RUN_DEFAULT);
-  ZB_INFO("stopped");
-  rc = 0;
-out:
   coord_metrics_stop(&co);
   coord_free_state(&co);
   zb_store_close(co.store);

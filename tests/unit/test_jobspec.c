@@ -1,11 +1,11 @@
-/* test_config.c — job specs and the coordinator's config from real YAML
- * text: every key parsed, defaults, 'Np' memory limits, and each class of
- * error with its zb_err, the key it names and the line it points at. */
+/* test_jobspec.c — job specs from real YAML text and filled by hand: every
+ * key parsed, defaults, derived fields, 'Np' memory limits, and each class
+ * of error with its zb_err, the key it names and the line it points at. */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
 
-#include "zb_config.h"
+#include "zb_jobspec_yaml.h"
 #include "zbtest.h"
 
 /* A minimal valid spec on lines 1..4; tests append from line 5. */
@@ -46,31 +46,6 @@ static bool job_fails(const char *yaml, zb_err want, ...) {
   if (!ok)
     fprintf(stderr, "    input:\n%s\n", yaml);
   zb_job_spec_free(&s);
-  return ok;
-}
-
-/* Parses yaml over a default coordinator config expecting `want` and the
- * substrings; the config must come back byte for byte unchanged. */
-static bool coord_fails(const char *yaml, zb_err want, ...) {
-  zb_coord_config c, before;
-  zb_coord_config_default(&c);
-  before = c;
-  zb_diag d = {{0}};
-  zb_err got = zb_coord_config_parse(yaml, strlen(yaml), &c, &d);
-  bool ok = got == want;
-  if (!ok)
-    fprintf(stderr, "    got %s (%d), want %s; message: %s\n", zb_strerror(got), got, zb_strerror(want),
-            d.msg);
-  va_list ap;
-  va_start(ap, want);
-  ok = has_all(d.msg, ap) && ok;
-  va_end(ap);
-  if (memcmp(&c, &before, sizeof c) != 0) {
-    fprintf(stderr, "    config changed by a failed parse\n");
-    ok = false;
-  }
-  if (!ok)
-    fprintf(stderr, "    input:\n%s\n", yaml);
   return ok;
 }
 
@@ -601,12 +576,12 @@ static void test_job_model_errors(void) {
   CHECK(job_fails(CPU "model:\n  checkpoint_every: -1\n", ZB_ERR_PARSE, "line 7", "'model.checkpoint_every'",
                   NULL));
   /* dumps: the same rule, and dump_every says nothing without a directory */
-  CHECK(job_fails(CPU "model:\n  dump_dir: dumps\n", ZB_ERR_INVALID_ARG, "line 7", "'model.dump_dir'", "absolute",
-                  "'dumps'", NULL));
+  CHECK(job_fails(CPU "model:\n  dump_dir: dumps\n", ZB_ERR_INVALID_ARG, "line 7", "'model.dump_dir'",
+                  "absolute", "'dumps'", NULL));
   CHECK(job_fails(CPU "model:\n  dump_every: 2\n", ZB_ERR_INVALID_ARG, "line 7", "'model.dump_every'",
                   "model.dump_dir", NULL));
-  CHECK(job_fails(CPU "model:\n  dump_dir: /d\n  dump_every: -3\n", ZB_ERR_PARSE, "line 8", "'model.dump_every'",
-                  NULL));
+  CHECK(job_fails(CPU "model:\n  dump_dir: /d\n  dump_every: -3\n", ZB_ERR_PARSE, "line 8",
+                  "'model.dump_every'", NULL));
   /* YAML text is UTF-8 already (libyaml's reader refuses other bytes); the
    * wire's strings are checked */
   zb_job_spec w;
@@ -640,92 +615,9 @@ static void test_job_failure_resets_out(void) {
   CHECK_EQ(s.ranks, 4);
 }
 
-/* ---- coordinator config -------------------------------------------------- */
-
-static void test_coord_defaults_and_full(void) {
-  zb_coord_config c;
-  zb_coord_config_default(&c);
-  CHECK_STREQ(c.listen, "127.0.0.1:7070");
-  CHECK_STREQ(c.metrics_listen, "127.0.0.1:9464");
-  CHECK_STREQ(c.data_dir, "/var/lib/zb");
-  CHECK_EQ(c.heartbeat_timeout_ms, 5000);
-  CHECK_STREQ(c.log_level, "info");
-  CHECK_EQ(c.max_message_bytes, 16777216);
-
-  const char *yaml = "listen: 0.0.0.0:0\n"
-                     "metrics_listen: '[::1]:9100'\n"
-                     "data_dir: /tmp/zb state\n"
-                     "heartbeat_timeout_ms: 100\n"
-                     "log_level: debug\n"
-                     "max_message_bytes: 1073741824\n";
-  zb_diag d = {{0}};
-  CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
-  CHECK_STREQ(c.listen, "0.0.0.0:0");
-  CHECK_STREQ(c.metrics_listen, "[::1]:9100");
-  CHECK_STREQ(c.data_dir, "/tmp/zb state");
-  CHECK_EQ(c.heartbeat_timeout_ms, 100);
-  CHECK_STREQ(c.log_level, "debug");
-  CHECK_EQ(c.max_message_bytes, 1073741824);
-}
-
-/* Layering: a file sets only what it names; an empty one sets nothing. */
-static void test_coord_layering(void) {
-  zb_coord_config c;
-  zb_coord_config_default(&c);
-  zb_diag d = {{0}};
-  const char *yaml = "# overrides\nlog_level: warn\nheartbeat_timeout_ms: 600000\n";
-  CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
-  CHECK_STREQ(c.log_level, "warn");
-  CHECK_EQ(c.heartbeat_timeout_ms, 600000);
-  CHECK_STREQ(c.listen, "127.0.0.1:7070");
-  CHECK_STREQ(c.data_dir, "/var/lib/zb");
-  yaml = "listen: example.org:8080\n";
-  CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
-  CHECK_STREQ(c.listen, "example.org:8080");
-  CHECK_STREQ(c.log_level, "warn");
-  zb_coord_config before = c;
-  yaml = "# listen: 1.2.3.4:1\n";
-  CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
-  CHECK_EQ(zb_coord_config_parse("", 0, &c, &d), ZB_OK);
-  CHECK(memcmp(&c, &before, sizeof c) == 0);
-}
-
-static void test_coord_invalid_leaves_unchanged(void) {
-  /* Valid keys before the bad one: nothing of them may stick. */
-  CHECK(coord_fails("log_level: debug\nlisten: 10.0.0.1:1\nheartbeat_timeout_ms: 50\n", ZB_ERR_INVALID_ARG,
-                    "line 3", "'heartbeat_timeout_ms'", "between 100 and 600000", NULL));
-  CHECK(coord_fails("heartbeat_timeout_ms: 600001\n", ZB_ERR_INVALID_ARG, "line 1", NULL));
-  CHECK(coord_fails("log_level: debug\nheartbeat_timeout_ms: fast\n", ZB_ERR_PARSE, "line 2",
-                    "'heartbeat_timeout_ms'", "'fast'", NULL));
-  CHECK(coord_fails("heartbeat_timeout_ms: -5\n", ZB_ERR_PARSE, "line 1", NULL));
-  CHECK(coord_fails("listen: localhost\n", ZB_ERR_INVALID_ARG, "line 1", "'listen'", "host:port", NULL));
-  CHECK(coord_fails("listen: localhost:70000\n", ZB_ERR_INVALID_ARG, "line 1", "'listen'", NULL));
-  CHECK(coord_fails("listen: ':7070'\n", ZB_ERR_INVALID_ARG, "'listen'", NULL));
-  CHECK(coord_fails("listen: \"\"\n", ZB_ERR_INVALID_ARG, "'listen'", NULL));
-  CHECK(coord_fails("listen: localhost:80x\n", ZB_ERR_INVALID_ARG, "'listen'", NULL));
-  CHECK(coord_fails("data_dir: /x\nmetrics_listen: ::1:9100\n", ZB_ERR_INVALID_ARG, "line 2",
-                    "'metrics_listen'", NULL));
-  CHECK(coord_fails("listen: 1.2.3.4:5\nlog_level: verbose\n", ZB_ERR_INVALID_ARG, "line 2", "'log_level'",
-                    "debug, info, warn, error", NULL));
-  CHECK(coord_fails("log_level: [info]\n", ZB_ERR_PARSE, "line 1", "'log_level'", NULL));
-  CHECK(coord_fails("max_message_bytes: 1024\n", ZB_ERR_INVALID_ARG, "line 1", "'max_message_bytes'", "4096",
-                    NULL));
-  CHECK(coord_fails("max_message_bytes: 4k\n", ZB_ERR_PARSE, "line 1", "'max_message_bytes'", NULL));
-  CHECK(coord_fails("data_dir: ''\n", ZB_ERR_INVALID_ARG, "line 1", "'data_dir'", "empty", NULL));
-  CHECK(coord_fails("data_dir:\n", ZB_ERR_PARSE, "line 1", "'data_dir'", NULL));
-  CHECK(coord_fails(
-      "listen: 1.2.3.4:5\nlistn: 1.2.3.4:6\n", ZB_ERR_PARSE, "line 2", "unknown key 'listn'",
-      "known: listen, metrics_listen, data_dir, heartbeat_timeout_ms, log_level, max_message_bytes", NULL));
-  CHECK(coord_fails("log_level: warn\nlog_level: error\n", ZB_ERR_PARSE, "line 2", "given twice", NULL));
-  CHECK(coord_fails("- listen\n", ZB_ERR_PARSE, "line 1", "expected a mapping", NULL));
-  CHECK(coord_fails("log_level: warn\nlisten: [1.2.3.4:5\n", ZB_ERR_PARSE, "line 3", "YAML syntax error",
-                    NULL));
-}
-
 ZBT_MAIN(ZBT(test_job_full_spec), ZBT(test_job_defaults), ZBT(test_job_mem_limit_np),
          ZBT(test_job_wrong_types), ZBT(test_job_unknown_keys), ZBT(test_job_duplicate_keys),
          ZBT(test_job_missing_required), ZBT(test_job_not_a_mapping_or_empty), ZBT(test_job_malformed_yaml),
          ZBT(test_job_stage_costs), ZBT(test_job_unknown_schedule), ZBT(test_job_shape_refused),
          ZBT(test_job_range_errors), ZBT(test_job_check_direct), ZBT(test_job_model_defaults_and_derived),
-         ZBT(test_job_model_errors), ZBT(test_job_failure_resets_out), ZBT(test_coord_defaults_and_full),
-         ZBT(test_coord_layering), ZBT(test_coord_invalid_leaves_unchanged))
+         ZBT(test_job_model_errors), ZBT(test_job_failure_resets_out))

@@ -1,15 +1,14 @@
-/* zb_config.h — YAML documents the service reads: the coordinator's
- * config file and job specs (libyaml). Parsing is strict: an unknown key,
- * a wrong type, a missing required key or a value out of range is an
- * error whose message names the key and its line ("line 4: key
- * 'ranks': expected an integer >= 1, got 'four'"). Nothing here does I/O
- * beyond what the caller hands in as text.
+/* zb_jobspec.h — the job spec, the service's central type: what a user
+ * submits (YAML through zb_jobspec_yaml.h, or the wire through zb_wire.h)
+ * and what the coordinator plans and the workers run. Plain C structs with
+ * their defaults, the fields a cpu job derives, and the checks every
+ * reader runs. No YAML, no I/O.
  *
  * Ownership: zb_job_spec owns stage_costs; zb_job_spec_free() releases it
- * (and accepts a zeroed spec). zb_coord_config owns nothing.
+ * (and accepts a zeroed spec).
  */
-#ifndef ZB_CONFIG_H
-#define ZB_CONFIG_H
+#ifndef ZB_JOBSPEC_H
+#define ZB_JOBSPEC_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -111,10 +110,6 @@ typedef struct zb_job_spec {
 
 /* Fills the defaults (name empty; ranks, microbatches 0). */
 void zb_job_spec_default(zb_job_spec *s);
-/* Parses one YAML document into *out (defaults first, then the keys
- * given). On failure *out is left freed/defaulted and diag names the key
- * and line. Also runs zb_job_spec_check(). */
-zb_err zb_job_spec_parse(const char *yaml, size_t len, zb_job_spec *out, zb_diag *diag);
 /* Checks a spec however it was filled (YAML or the wire): required fields,
  * ranges, a known schedule that accepts the shape (zb_plan_check_shape),
  * costs that zb_costs_check accepts, stage_costs count = ranks * chunks.
@@ -126,41 +121,12 @@ zb_err zb_job_spec_check(const zb_job_spec *s, zb_diag *diag);
  * zb_model_spec_bytes_per_activation() unless bytes_given (then the
  * checker insists they agree). A field it cannot derive yet (an unknown
  * schedule, a bad shape) is left for zb_job_spec_check to refuse. The
- * parsers call it; code that fills a spec by hand calls it before the
- * check. */
+ * readers (zb_jobspec_yaml.h) call it; code that fills a spec by hand
+ * calls it before the check. */
 void zb_job_spec_derive(zb_job_spec *s, bool bytes_given);
 /* Bytes of one activation or gradient of the model, batch * seq_len *
  * hidden * 4 (fp32); 0 when a factor is outside its range (see above). */
 long long zb_model_spec_bytes_per_activation(const zb_model_spec *m);
 void zb_job_spec_free(zb_job_spec *s);
-
-/* The coordinator's config file (deploy/zb-coordinator.yaml):
- *   listen: 127.0.0.1:7070            # gRPC address (port 0: any free port)
- *   metrics_listen: 127.0.0.1:9464    # Prometheus /metrics HTTP address (port 0: any)
- *   data_dir: /var/lib/zb             # SQLite database and state
- *   heartbeat_timeout_ms: 5000        # a worker silent this long is dead (100..600000)
- *   log_level: info                   # debug, info, warn, error
- *   max_message_bytes: 16777216       # gRPC receive limit (4096..1 GiB)
- * Every key is optional; unknown keys are errors. */
-typedef struct zb_coord_config {
-  char listen[128];
-  char metrics_listen[128];
-  char data_dir[512];
-  int heartbeat_timeout_ms;
-  char log_level[8];
-  long long max_message_bytes;
-} zb_coord_config;
-
-void zb_coord_config_default(zb_coord_config *c);
-/* Parses YAML over the values already in *out (so defaults, then file,
- * then command line can be layered by the caller). On failure *out is
- * unchanged. */
-zb_err zb_coord_config_parse(const char *yaml, size_t len, zb_coord_config *out, zb_diag *diag);
-
-/* Length of the longest valid UTF-8 prefix of s. proto3 strings must be
- * UTF-8: clients that check (Python's, Go's) refuse a whole message that
- * carries one invalid string, so nothing kept and sent back may hold one,
- * neither as received nor cut short by a fixed-size copy. */
-size_t zb_utf8_prefix(const char *s);
 
 #endif

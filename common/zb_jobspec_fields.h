@@ -1,0 +1,98 @@
+/* zb_jobspec_fields.h — the job spec's field vocabulary, shared by its
+ * checker (zb_jobspec.c) and its readers (zb_jobspec_yaml.c): the keys as
+ * YAML and the proto name them, the integer fields' limits, and the
+ * checker's verdict as data, so that a reader can blame the line of the
+ * key at fault. Constant tables only; nothing here is owned.
+ */
+#ifndef ZB_JOBSPEC_FIELDS_H
+#define ZB_JOBSPEC_FIELDS_H
+
+#include "zb_jobspec.h"
+
+/* Top-level keys, in the order of zb_job_keys. */
+typedef enum zb_job_key {
+  ZB_JK_NAME,
+  ZB_JK_RANKS,
+  ZB_JK_MICROBATCHES,
+  ZB_JK_SCHEDULE,
+  ZB_JK_CHUNKS,
+  ZB_JK_MEM_LIMIT,
+  ZB_JK_COSTS,
+  ZB_JK_STAGE_COSTS,
+  ZB_JK_ITERATIONS,
+  ZB_JK_BACKEND,
+  ZB_JK_TRANSPORT,
+  ZB_JK_BYTES,
+  ZB_JK_MODEL,
+  ZB_JK_COUNT
+} zb_job_key;
+
+/* Keys under costs: times in seconds, then the memory deltas triple. */
+typedef enum zb_cost_key { ZB_CK_F, ZB_CK_B, ZB_CK_W, ZB_CK_COMM, ZB_CK_MEM, ZB_CK_COUNT } zb_cost_key;
+
+/* Keys under model. The integer sizes come first (through ZB_MK_BATCH). */
+typedef enum zb_model_key {
+  ZB_MK_HIDDEN,
+  ZB_MK_HEADS,
+  ZB_MK_LAYERS,
+  ZB_MK_SEQ_LEN,
+  ZB_MK_BATCH,
+  ZB_MK_SEED,
+  ZB_MK_DATA,
+  ZB_MK_LR,
+  ZB_MK_WEIGHT_DECAY,
+  ZB_MK_BETA1,
+  ZB_MK_BETA2,
+  ZB_MK_EPS,
+  ZB_MK_CLIP_NORM,
+  ZB_MK_STEP,
+  ZB_MK_INJECT_NAN,
+  ZB_MK_CHECKPOINT_EVERY,
+  ZB_MK_CHECKPOINT_DIR,
+  ZB_MK_DUMP_DIR,
+  ZB_MK_DUMP_EVERY,
+  ZB_MK_COUNT
+} zb_model_key;
+
+/* Keys under model.inject_nan. */
+typedef enum zb_nan_key { ZB_NK_ITERATION, ZB_NK_MICROBATCH, ZB_NK_COUNT } zb_nan_key;
+
+/* Key names as written in a mapping ("f"), and fields as messages name
+ * them ("costs.f"). */
+extern const char *const zb_job_keys[ZB_JK_COUNT];
+extern const char *const zb_cost_keys[ZB_CK_COUNT];
+extern const char *const zb_cost_fields[ZB_CK_COUNT];
+extern const char *const zb_model_keys[ZB_MK_COUNT];
+extern const char *const zb_model_fields[ZB_MK_COUNT];
+extern const char *const zb_nan_keys[ZB_NK_COUNT];
+extern const char *const zb_nan_fields[ZB_NK_COUNT];
+
+/* An integer field's range. Below min is also below what the type allows
+ * (a negative size, a count of 0), so a reader may call it a wrong type. */
+typedef struct zb_int_limit {
+  long long min, max;
+} zb_int_limit;
+
+/* Indexed by key; set for the integer keys only: ranks, microbatches,
+ * chunks, iterations, bytes_per_activation; the model's sizes, seed,
+ * checkpoint_every and dump_every. */
+extern const zb_int_limit zb_job_limits[ZB_JK_COUNT];
+extern const zb_int_limit zb_model_limits[ZB_MK_COUNT];
+/* model.inject_nan's indices, before the checker holds them to the shape. */
+extern const zb_int_limit zb_nan_index_limit;
+
+/* Why a spec was refused: the field as YAML and the proto name it, which
+ * key to blame and which part of it (a zb_cost_key under costs, a
+ * zb_model_key under model, a row of stage_costs; else -1), and the reason
+ * without the field's name. */
+typedef struct zb_job_fault {
+  zb_job_key key;
+  int sub;
+  char field[32];
+  char reason[256];
+} zb_job_fault;
+
+/* zb_job_spec_check, with the fault as data for a reader to place. */
+zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f);
+
+#endif

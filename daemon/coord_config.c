@@ -1,0 +1,136 @@
+/* coord_config.c — the coordinator's config: defaults and the YAML reader
+ * (zb_yaml.h). Type errors are ZB_ERR_PARSE; values of the right type but
+ * out of range are ZB_ERR_INVALID_ARG.
+ */
+#include "coord_config.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_log.h"
+#include "zb_yaml.h"
+
+typedef enum coord_key {
+  CO_LISTEN,
+  CO_METRICS_LISTEN,
+  CO_DATA_DIR,
+  CO_HEARTBEAT,
+  CO_LOG_LEVEL,
+  CO_MAX_MESSAGE,
+  CO_COUNT_
+} coord_key;
+static const char *const coord_keys[CO_COUNT_] = {
+    "listen", "metrics_listen", "data_dir", "heartbeat_timeout_ms", "log_level", "max_message_bytes"};
+
+static const zb_yaml_int_range HEARTBEAT_RANGE = {0, 100, 600000};
+static const zb_yaml_int_range MAX_MESSAGE_RANGE = {0, 4096, 1073741824};
+
+void zb_coord_config_default(zb_coord_config *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->listen, sizeof c->listen, "127.0.0.1:7070");
+  snprintf(c->metrics_listen, sizeof c->metrics_listen, "127.0.0.1:9464");
+  snprintf(c->data_dir, sizeof c->data_dir, "/var/lib/zb");
+  c->heartbeat_timeout_ms = 5000;
+  snprintf(c->log_level, sizeof c->log_level, "info");
+  c->max_message_bytes = 16777216;
+}
+
+/* "host:port" with a non-empty host ("[v6]" bracketed) and a decimal port
+ * 0..65535. */
+static bool address_ok(const char *a) {
+  const char *colon = strrchr(a, ':');
+  if (!colon || colon == a)
+    return false;
+  size_t host_len = (size_t)(colon - a);
+  if (a[0] == '[') {
+    if (host_len < 3 || colon[-1] != ']')
+      return false;
+  } else if (memchr(a, ':', host_len)) {
+    return false; /* an unbracketed IPv6 address is ambiguous */
+  }
+  for (const char *c = a; c < colon; c++)
+    if (*c == ' ' || *c == '\t' || *c == '/')
+      return false;
+  const char *port = colon + 1;
+  size_t digits = strspn(port, "0123456789");
+  return digits >= 1 && digits <= 5 && !port[digits] && atol(port) <= 65535;
+}
+
+static zb_err coord_value(const zb_yaml_walk *w, coord_key k, const yaml_node_t *v, zb_coord_config *c) {
+  char buf[64];
+  long long x;
+  zb_err err;
+  switch (k) {
+  case CO_LISTEN:
+  case CO_METRICS_LISTEN: {
+    char *dst = k == CO_LISTEN ? c->listen : c->metrics_listen;
+    if ((err = zb_yaml_get_string(w, v, coord_keys[k], dst, sizeof c->listen)))
+      return err;
+    if (!address_ok(dst))
+      return zb_diag_set(w->diag, ZB_ERR_INVALID_ARG,
+                         "line %d: key '%s': expected host:port with a port 0..65535, got %s",
+                         zb_yaml_line(v), coord_keys[k], zb_yaml_describe(v, buf, sizeof buf));
+    return ZB_OK;
+  }
+  case CO_DATA_DIR:
+    if ((err = zb_yaml_get_string(w, v, "data_dir", c->data_dir, sizeof c->data_dir)))
+      return err;
+    if (!c->data_dir[0])
+      return zb_diag_set(w->diag, ZB_ERR_INVALID_ARG, "line %d: key 'data_dir': must not be empty",
+                         zb_yaml_line(v));
+    return ZB_OK;
+  case CO_HEARTBEAT:
+    if ((err = zb_yaml_get_int(w, v, "heartbeat_timeout_ms", &HEARTBEAT_RANGE, &x)))
+      return err;
+    c->heartbeat_timeout_ms = (int)x;
+    return ZB_OK;
+  case CO_LOG_LEVEL:
+    /* Checked before copying: an unknown level reads better as "not a level"
+     * than as too long for the field. get_string reports the wrong types. */
+    if (v->type != YAML_SCALAR_NODE || zb_yaml_is_null(v) || zb_log_level_parse(zb_yaml_text(v)) >= 0)
+      return zb_yaml_get_string(w, v, "log_level", c->log_level, sizeof c->log_level);
+    return zb_diag_set(w->diag, ZB_ERR_INVALID_ARG,
+                       "line %d: key 'log_level': must be one of debug, info, warn, error, got %s",
+                       zb_yaml_line(v), zb_yaml_describe(v, buf, sizeof buf));
+  case CO_MAX_MESSAGE:
+    if ((err = zb_yaml_get_int(w, v, "max_message_bytes", &MAX_MESSAGE_RANGE, &x)))
+      return err;
+    c->max_message_bytes = x;
+    return ZB_OK;
+  case CO_COUNT_: break;
+  }
+  return ZB_ERR_PARSE;
+}
+
+/* An empty document (say, every line commented out) changes nothing: all
+ * keys are optional, so it is a valid config. */
+zb_err zb_coord_config_parse(const char *yaml, size_t len, zb_coord_config *out, zb_diag *diag) {
+  zb_coord_config c = *out; /* parsed aside: *out changes only on success */
+  yaml_document_t doc;
+  yaml_node_t *root = NULL;
+  char known[160], what[200];
+  int seen[CO_COUNT_] = {0};
+  zb_err err = zb_yaml_load(yaml, len, &doc, &root, diag);
+  if (err)
+    return err;
+  zb_yaml_walk w = {&doc, diag};
+  if (!root)
+    goto cleanup;
+  zb_yaml_join_names(coord_keys, CO_COUNT_, known, sizeof known);
+  snprintf(what, sizeof what, "a mapping of keys (%s)", known);
+  if ((err = zb_yaml_want_root_mapping(&w, root, what)))
+    goto cleanup;
+  for (const yaml_node_pair_t *pair = root->data.mapping.pairs.start; pair < root->data.mapping.pairs.top;
+       pair++) {
+    int k = -1; /* set by map_key on success; gcc -O2 cannot see that */
+    if ((err = zb_yaml_map_key(&w, zb_yaml_node_at(&w, pair->key), coord_keys, CO_COUNT_, "", seen, &k)) ||
+        (err = coord_value(&w, (coord_key)k, zb_yaml_node_at(&w, pair->value), &c)))
+      goto cleanup;
+  }
+  *out = c;
+cleanup:
+  yaml_document_delete(&doc);
+  return err;
+}

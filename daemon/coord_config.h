@@ -1,0 +1,37 @@
+/* coord_config.h — zb-coordinator's settings: their defaults and the YAML
+ * config file, read strictly (zb_yaml.h): an unknown key, a wrong type or
+ * a value out of range is an error naming the key and its line. The
+ * command line's flags go through the same reader, as one YAML line each
+ * (main.c). zb_coord_config owns nothing.
+ */
+#ifndef ZB_COORD_CONFIG_H
+#define ZB_COORD_CONFIG_H
+
+#include <stddef.h>
+
+#include "zb_err.h"
+
+/* The coordinator's config file (deploy/zb-coordinator.yaml):
+ *   listen: 127.0.0.1:7070            # gRPC address (port 0: any free port)
+ *   metrics_listen: 127.0.0.1:9464    # Prometheus /metrics HTTP address (port 0: any)
+ *   data_dir: /var/lib/zb             # SQLite database and state
+ *   heartbeat_timeout_ms: 5000        # a worker silent this long is dead (100..600000)
+ *   log_level: info                   # debug, info, warn, error
+ *   max_message_bytes: 16777216       # gRPC receive limit (4096..1 GiB)
+ * Every key is optional; unknown keys are errors. */
+typedef struct zb_coord_config {
+  char listen[128];
+  char metrics_listen[128];
+  char data_dir[512];
+  int heartbeat_timeout_ms;
+  char log_level[8];
+  long long max_message_bytes;
+} zb_coord_config;
+
+void zb_coord_config_default(zb_coord_config *c);
+/* Parses YAML over the values already in *out (so defaults, then file,
+ * then command line can be layered by the caller). On failure *out is
+ * unchanged. */
+zb_err zb_coord_config_parse(const char *yaml, size_t len, zb_coord_config *out, zb_diag *diag);
+
+#endif
