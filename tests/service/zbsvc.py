@@ -279,10 +279,10 @@ class Cluster:
     def address(self):
         return "127.0.0.1:%d" % self.port
 
-    def start_worker(self, wid, port=None):
+    def start_worker(self, wid, port=None, extra=()):
         """Starts zb-worker --id wid against the current coordinator address."""
         argv = [WORKER, "--coordinator", "127.0.0.1:%d" % (port or self.port), "--id", wid, "--heartbeat-ms",
-                "200"]
+                "200"] + list(extra)
         p = Proc("worker-" + wid, argv, self.dir)
         self.workers[wid] = p
         self.procs.append(p)
