@@ -1,25 +1,23 @@
 /* plan.c — the `plan` noun, offline on libzb.
  *
- * `zbctl plan` generates one schedule (or reads one from a CSV), lowers it
- * to point-to-point sends and receives, validates it, simulates it under
- * the cost model and writes it in one format. `zbctl plan compare` runs
- * every family on one shape and prints one row each. Costs and memory on
- * the command line describe one rank's whole share of the model (DESIGN
- * §3); libzb divides them among a family's chunks.
+ * `zbctl plan` generates one schedule with libzb's pipeline (zb_planner.h:
+ * generate, lower, validate, simulate), or reads one from a CSV, and
+ * writes it in one format. `zbctl plan compare` (plan_compare.c) runs
+ * every family on one shape. Costs and memory on the command line describe
+ * one rank's whole share of the model (docs/schedules.md, Cost and memory
+ * model); libzb divides them among a family's chunks.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan.h"
 #include "zb_alloc.h"
 #include "zb_buf.h"
+#include "zb_clock.h"
 #include "zb_format.h"
-#include "zb_lower.h"
-#include "zb_plan.h"
-#include "zb_sim.h"
-#include "zb_validate.h"
-#include "zbctl.h"
+#include "zb_planner.h"
 
 const char zbctl_plan_help[] =
     "usage: zbctl plan --schedule NAME --ranks P --microbatches M [OPTIONS]\n"
@@ -117,8 +115,6 @@ const char zbctl_plan_compare_help[] =
 
 /* Bounds of the shape options: far above any real pipeline, low enough
  * that p*v*m stays in int. */
-enum { PLAN_MAX_RANKS = 4096, PLAN_MAX_CHUNKS = 64, PLAN_MAX_MICROBATCHES = 1000000 };
-
 typedef enum plan_format {
   PLAN_FMT_ASCII = 0,
   PLAN_FMT_JSON,
@@ -129,30 +125,6 @@ typedef enum plan_format {
 } plan_format;
 
 static const char *const plan_format_names[] = {"ascii", "json", "csv", "csv-comm", "trace", "svg"};
-
-typedef enum compare_format { COMPARE_FMT_TABLE = 0, COMPARE_FMT_JSON } compare_format;
-
-static const char *const compare_format_names[] = {"table", "json"};
-
-enum plan_opt_id {
-  OPT_SCHEDULE = 1,
-  OPT_RANKS,
-  OPT_MICROBATCHES,
-  OPT_CHUNKS,
-  OPT_COSTS,
-  OPT_STAGE_COSTS,
-  OPT_MEM,
-  OPT_MEM_LIMIT,
-  OPT_OBJECTIVE,
-  OPT_FORMAT,
-  OPT_OUTPUT,
-  OPT_FROM_CSV,
-  OPT_PLACEMENT,
-  OPT_WIDTH,
-  OPT_REMOTE,
-  OPT_COORDINATOR,
-  OPT_HELP,
-};
 
 static const cli_opt plan_options[] = {
     {"schedule", 0, true, OPT_SCHEDULE},
@@ -174,312 +146,7 @@ static const cli_opt plan_options[] = {
     {"help", 'h', false, OPT_HELP},
 };
 
-static const cli_opt compare_options[] = {
-    {"ranks", 0, true, OPT_RANKS},
-    {"microbatches", 0, true, OPT_MICROBATCHES},
-    {"chunks", 0, true, OPT_CHUNKS},
-    {"costs", 0, true, OPT_COSTS},
-    {"mem", 0, true, OPT_MEM},
-    {"mem-limit", 0, true, OPT_MEM_LIMIT},
-    {"objective", 0, true, OPT_OBJECTIVE},
-    {"format", 0, true, OPT_FORMAT},
-    {"output", 'o', true, OPT_OUTPUT},
-    {"help", 'h', false, OPT_HELP},
-};
-
-#define PLAN_COUNT(a) (sizeof(a) / sizeof((a)[0]))
-
-/* What the command line said; 0 / NULL where it said nothing. */
-typedef struct plan_args {
-  const char *cmd; /* "plan" or "plan compare", for messages */
-  const char *schedule, *from_csv, *stage_costs, *output;
-  int p, v, m, width;
-  zb_rank_costs rc;
-  bool have_limit, limit_per_p;
-  double limit; /* as given: N of "Np", or units of one rank's M_F */
-  bool have_objective, have_placement;
-  zb_objective objective;
-  zb_placement placement;
-  int format;              /* plan_format or compare_format */
-  bool remote;             /* plan through zb-coordinator's Plan RPC */
-  const char *coordinator; /* its address; NULL: $ZB_COORDINATOR or the default */
-} plan_args;
-
-static void plan_args_init(plan_args *a, const char *cmd) {
-  memset(a, 0, sizeof *a);
-  a->cmd = cmd;
-  a->rc = zb_rank_costs_default();
-  a->objective = ZB_OBJ_MAKESPAN;
-  a->placement = ZB_PLACE_LOOP;
-}
-
-/* ------------------------------------------------------------------ */
-/* Arguments                                                           */
-/* ------------------------------------------------------------------ */
-
-static bool plan_parse_choice(const char *cmd, const char *flag, const char *val, const char *const *names,
-                              int n, int *out) {
-  for (int k = 0; k < n; k++)
-    if (strcmp(val, names[k]) == 0) {
-      *out = k;
-      return true;
-    }
-  char list[128] = "";
-  for (int k = 0; k < n; k++) {
-    strncat(list, k ? ", " : "", sizeof list - strlen(list) - 1);
-    strncat(list, names[k], sizeof list - strlen(list) - 1);
-  }
-  cli_usage_error(cmd, "%s must be one of %s (got '%s')", flag, list, val);
-  return false;
-}
-
-/* --mem-limit: "Np" (N times 1F1B's peak) or a plain number of M_F units. */
-static bool plan_parse_limit(const char *cmd, const char *val, plan_args *a) {
-  size_t n = strlen(val);
-  bool per_p = n > 0 && val[n - 1] == 'p';
-  char num[64];
-  double x = 0;
-  bool ok = n > (per_p ? 1u : 0u) && n < sizeof num;
-  if (ok) {
-    memcpy(num, val, n - (per_p ? 1 : 0));
-    num[n - (per_p ? 1 : 0)] = '\0';
-    char *end;
-    x = strtod(num, &end);
-    ok = *end == '\0' && num[0] != ' ' && isfinite(x) && x > 0;
-  }
-  if (!ok) {
-    cli_usage_error(cmd,
-                    "--mem-limit takes 'Np' (N times 1F1B's peak) or a positive number of M_F units "
-                    "(got '%s')",
-                    val);
-    return false;
-  }
-  a->have_limit = true;
-  a->limit_per_p = per_p;
-  a->limit = x;
-  return true;
-}
-
-static bool plan_has_help(int argc, char **argv) {
-  for (int k = 0; k < argc; k++)
-    if (strcmp(argv[k], "--help") == 0 || strcmp(argv[k], "-h") == 0)
-      return true;
-  return false;
-}
-
-/* Parses argv into a. Returns -1 to go on, or the exit code to stop with. */
-static int plan_parse(const cli_opt *opts, size_t n_opts, const char *const *formats, int n_formats, int argc,
-                      char **argv, plan_args *a) {
-  cli_parser ps = {.cmd = a->cmd, .argc = argc, .argv = argv};
-  const char *val;
-  double x[4];
-  int n, id, k;
-  while ((id = cli_next(&ps, opts, n_opts, &val)) > 0) {
-    bool ok = true;
-    switch (id) {
-    case OPT_SCHEDULE: a->schedule = val; break;
-    case OPT_RANKS: ok = cli_parse_int(a->cmd, "--ranks", val, 1, PLAN_MAX_RANKS, &a->p); break;
-    case OPT_MICROBATCHES:
-      ok = cli_parse_int(a->cmd, "--microbatches", val, 1, PLAN_MAX_MICROBATCHES, &a->m);
-      break;
-    case OPT_CHUNKS: ok = cli_parse_int(a->cmd, "--chunks", val, 1, PLAN_MAX_CHUNKS, &a->v); break;
-    case OPT_COSTS:
-      if ((ok = cli_parse_doubles(a->cmd, "--costs", val, 3, 4, x, &n))) {
-        a->rc.t_f = x[0];
-        a->rc.t_b = x[1];
-        a->rc.t_w = x[2];
-        if (n == 4)
-          a->rc.t_comm = x[3];
-      }
-      break;
-    case OPT_STAGE_COSTS: a->stage_costs = val; break;
-    case OPT_MEM:
-      if ((ok = cli_parse_doubles(a->cmd, "--mem", val, 3, 3, x, &n))) {
-        a->rc.m_f = x[0];
-        a->rc.m_b = x[1];
-        a->rc.m_w = x[2];
-      }
-      break;
-    case OPT_MEM_LIMIT: ok = plan_parse_limit(a->cmd, val, a); break;
-    case OPT_OBJECTIVE: {
-      static const char *const names[] = {"makespan", "span"};
-      if ((ok = plan_parse_choice(a->cmd, "--objective", val, names, 2, &k))) {
-        a->objective = k == 0 ? ZB_OBJ_MAKESPAN : ZB_OBJ_SPAN;
-        a->have_objective = true;
-      }
-      break;
-    }
-    case OPT_FORMAT: ok = plan_parse_choice(a->cmd, "--format", val, formats, n_formats, &a->format); break;
-    case OPT_OUTPUT: a->output = val; break;
-    case OPT_FROM_CSV: a->from_csv = val; break;
-    case OPT_PLACEMENT: {
-      static const char *const names[] = {"loop", "v"};
-      if ((ok = plan_parse_choice(a->cmd, "--placement", val, names, 2, &k))) {
-        a->placement = k == 0 ? ZB_PLACE_LOOP : ZB_PLACE_V;
-        a->have_placement = true;
-      }
-      break;
-    }
-    case OPT_WIDTH: ok = cli_parse_int(a->cmd, "--width", val, 10, 10000, &a->width); break;
-    case OPT_REMOTE: a->remote = true; break;
-    case OPT_COORDINATOR: a->coordinator = val; break;
-    default: break; /* OPT_HELP: handled before parsing */
-    }
-    if (!ok)
-      return ZBCTL_EXIT_USAGE;
-  }
-  return id == CLI_ERROR ? ZBCTL_EXIT_USAGE : -1;
-}
-
-/* The memory limit in units of one rank's M_F for p ranks; 0: none. */
-static double plan_limit_units(const plan_args *a, int p) {
-  if (!a->have_limit)
-    return 0;
-  return a->limit_per_p ? a->limit * p : a->limit;
-}
-
-/* ------------------------------------------------------------------ */
-/* Costs                                                               */
-/* ------------------------------------------------------------------ */
-
-/* Reads the stage times of a --stage-costs file (text) into c, which has
- * the schedule's stage count. */
-static bool plan_stage_times(const char *cmd, const char *path, const char *text, zb_costs *c) {
-  int line_no = 0, s = 0;
-  const char *p = text;
-  while (*p) {
-    const char *nl = strchr(p, '\n');
-    size_t len = nl ? (size_t)(nl - p) : strlen(p);
-    line_no++;
-    char line[256];
-    size_t n = 0;
-    for (size_t k = 0; k < len && n < sizeof line - 1; k++)
-      if (p[k] != ' ' && p[k] != '\t' && p[k] != '\r')
-        line[n++] = p[k];
-    line[n] = '\0';
-    p = nl ? nl + 1 : p + len;
-    if (n == 0 || line[0] == '#')
-      continue;
-    double t[3];
-    int got = 0;
-    char *q = line, *end;
-    while (got < 3) {
-      t[got] = strtod(q, &end);
-      if (end == q || !isfinite(t[got]) || t[got] < 0)
-        break;
-      got++;
-      q = end;
-      if (*q != ',')
-        break;
-      q++;
-    }
-    if (got != 3 || *q != '\0' || len >= sizeof line) {
-      cli_error(cmd, "%s:%d: expected 'T_F,T_B,T_W' (three numbers >= 0)", path, line_no);
-      return false;
-    }
-    if (s == c->n_stages) {
-      cli_error(cmd, "%s:%d: more stages than the schedule's %d (p*v)", path, line_no, c->n_stages);
-      return false;
-    }
-    c->t_f[s] = t[0];
-    c->t_b[s] = t[1];
-    c->t_w[s] = t[2];
-    s++;
-  }
-  if (s != c->n_stages) {
-    cli_error(cmd, "%s has %d stage line%s, the schedule has %d stages (p*v)", path, s, s == 1 ? "" : "s",
-              c->n_stages);
-    return false;
-  }
-  return true;
-}
-
-/* Costs for p ranks with v chunks: one rank's share divided among chunks,
- * times from stage_text when given, the limit converted from M_F units.
- * Returns NULL after printing why; *code says how to exit then. */
-static zb_costs *plan_costs(const plan_args *a, int p, int v, const char *stage_text, double limit_units,
-                            int *code) {
-  if (!(a->rc.m_f > 0)) {
-    *code = cli_usage_error(a->cmd, "--mem needs M_F > 0 (memory is reported in units of it)");
-    return NULL;
-  }
-  zb_costs *c = zb_costs_from_rank_share(p, v, &a->rc, limit_units * a->rc.m_f);
-  if (stage_text && !plan_stage_times(a->cmd, a->stage_costs, stage_text, c)) {
-    *code = ZBCTL_EXIT_FAIL;
-    zb_costs_free(c);
-    return NULL;
-  }
-  zb_diag d;
-  if (zb_costs_check(c, &d) != ZB_OK) {
-    if (stage_text) {
-      cli_error(a->cmd, "%s: %s", a->stage_costs, d.msg);
-      *code = ZBCTL_EXIT_FAIL;
-    } else {
-      *code = cli_usage_error(a->cmd, "--costs/--mem: %s", d.msg);
-    }
-    zb_costs_free(c);
-    return NULL;
-  }
-  return c;
-}
-
-/* ------------------------------------------------------------------ */
-/* One family, end to end                                              */
-/* ------------------------------------------------------------------ */
-
-typedef struct plan_run {
-  zb_schedule *compute; /* as generated */
-  zb_schedule *lowered; /* with SEND/RECV */
-  zb_sim_result *sim;   /* of lowered */
-  double gen_seconds;
-  bool generated; /* false: the generator refused (diag says why) */
-  zb_diag diag;
-} plan_run;
-
-static void plan_run_free(plan_run *r) {
-  zb_schedule_free(r->compute);
-  zb_schedule_free(r->lowered);
-  zb_sim_result_free(r->sim);
-  memset(r, 0, sizeof *r);
-}
-
-/* Generates family f on (p, v, m) under c (timing the generator), lowers,
- * validates and simulates the lowered lists. On failure r->diag says
- * where and why; the caller frees r either way. */
-static zb_err plan_family(zb_family f, int p, int v, int m, const zb_costs *c, zb_objective obj,
-                          plan_run *r) {
-  zb_plan_request req = {.family = f, .p = p, .v = v, .m = m, .costs = c, .objective = obj};
-  double t0 = cli_now();
-  zb_err err = zb_plan_generate(&req, &r->compute, &r->diag);
-  r->gen_seconds = cli_now() - t0;
-  if (err)
-    return err;
-  r->generated = true;
-  zb_diag d;
-  if ((err = zb_lower(r->compute, c, &r->lowered, &d)))
-    return zb_diag_set(&r->diag, err, "%s: lowering failed: %s", zb_family_name(f), d.msg);
-  zb_violation viol;
-  if ((err = zb_validate(r->lowered, c, &viol))) {
-    char line[256];
-    zb_violation_format(&viol, line, (int)sizeof line);
-    return zb_diag_set(&r->diag, err, "%s: invalid schedule: %s", zb_family_name(f), line);
-  }
-  if ((err = zb_simulate(r->lowered, c, &r->sim, &d)))
-    return zb_diag_set(&r->diag, err, "%s: simulation failed: %s", zb_family_name(f), d.msg);
-  return ZB_OK;
-}
-
-static double plan_max_peak(const zb_sim_result *sim) {
-  double peak = 0;
-  for (int k = 0; k < sim->p; k++)
-    if (sim->peak_memory_units[k] > peak)
-      peak = sim->peak_memory_units[k];
-  return peak;
-}
-
-/* ------------------------------------------------------------------ */
 /* Output of one plan                                                  */
-/* ------------------------------------------------------------------ */
 
 typedef struct plan_output {
   const char *name;           /* family or file name */
@@ -503,7 +170,7 @@ static void plan_ascii(const plan_args *a, const plan_output *o, zb_buf *b) {
   else
     zb_buf_printf(b, "per-stage times from %s, T_comm=%g\n", a->stage_costs, o->costs->t_comm);
   zb_ascii_write(s, o->sim, a->width, b);
-  zb_buf_printf(b, "max peak memory %.4g M_F", plan_max_peak(o->sim));
+  zb_buf_printf(b, "max peak memory %.4g M_F", zb_sim_max_peak(o->sim));
   if (o->limit_units > 0)
     zb_buf_printf(b, " (limit %.4g)", o->limit_units);
   if (o->gen_seconds >= 0)
@@ -538,9 +205,7 @@ static int plan_emit(const plan_args *a, const plan_output *o) {
   return ok ? ZBCTL_EXIT_OK : ZBCTL_EXIT_FAIL;
 }
 
-/* ------------------------------------------------------------------ */
 /* zbctl plan --from-csv                                               */
-/* ------------------------------------------------------------------ */
 
 static int plan_from_csv(const plan_args *a, const char *stage_text) {
   const char *conflict = a->schedule         ? "--schedule"
@@ -612,14 +277,12 @@ cleanup:
   return code;
 }
 
-/* ------------------------------------------------------------------ */
 /* zbctl plan                                                          */
-/* ------------------------------------------------------------------ */
 
-/* Exit code for a failed plan_family: the generator refusing what the
- * user asked for is a usage error, anything later a failure. */
-static int plan_exit_for(const plan_run *r, zb_err err) {
-  if (!r->generated && (err == ZB_ERR_INVALID_ARG || err == ZB_ERR_UNSUPPORTED))
+/* Exit code for a failed plan: the generator refusing what the user asked
+ * for is a usage error, anything later a failure. */
+static int plan_exit_for(const zb_planner_result *r, zb_err err) {
+  if (r->failed <= ZB_PLANNER_GENERATE && (err == ZB_ERR_INVALID_ARG || err == ZB_ERR_UNSUPPORTED))
     return ZBCTL_EXIT_USAGE;
   return ZBCTL_EXIT_FAIL;
 }
@@ -643,13 +306,14 @@ static int plan_generated(const plan_args *a, const char *stage_text) {
     return cli_usage_error(a->cmd, "%s", d.msg);
   double units = plan_limit_units(a, a->p);
   int code = ZBCTL_EXIT_FAIL;
-  plan_run r = {0};
+  zb_planner_result r = {0};
   zb_costs *c = plan_costs(a, a->p, v, stage_text, units, &code);
   if (!c)
     goto cleanup;
-  zb_err err = plan_family(f, a->p, v, a->m, c, a->objective, &r);
+  zb_diag pd;
+  zb_err err = plan_family(a, f, v, c, &r, &pd);
   if (err) {
-    cli_error(a->cmd, "%s", r.diag.msg);
+    cli_error(a->cmd, "%s", pd.msg);
     code = plan_exit_for(&r, err);
     goto cleanup;
   }
@@ -662,11 +326,11 @@ static int plan_generated(const plan_args *a, const char *stage_text) {
       .costs = c,
       .rank_costs = stage_text ? NULL : &a->rc,
       .limit_units = units,
-      .gen_seconds = r.gen_seconds,
+      .gen_seconds = r.generate_seconds,
   };
   code = plan_emit(a, &o);
 cleanup:
-  plan_run_free(&r);
+  zb_planner_result_free(&r);
   zb_costs_free(c);
   return code;
 }
@@ -725,135 +389,5 @@ int zbctl_plan_run(const zbctl_command *cmd, int argc, char **argv) {
   else
     code = a.from_csv ? plan_from_csv(&a, stage_text) : plan_generated(&a, stage_text);
   free(stage_text);
-  return code;
-}
-
-/* ------------------------------------------------------------------ */
-/* zbctl plan compare                                                  */
-/* ------------------------------------------------------------------ */
-
-typedef struct compare_row {
-  int v;
-  bool ok, generated;
-  double makespan, bubble, bubble_paper, peak, gen_ms;
-  zb_diag why; /* when !ok */
-} compare_row;
-
-static void compare_table(const plan_args *a, int vi, double units, const compare_row *rows, zb_buf *b) {
-  zb_buf_printf(b, "p=%d m=%d; one rank's share: T_F=%g T_B=%g T_W=%g T_comm=%g, M_F=%g M_B=%g M_W=%g\n",
-                a->p, a->m, a->rc.t_f, a->rc.t_b, a->rc.t_w, a->rc.t_comm, a->rc.m_f, a->rc.m_b, a->rc.m_w);
-  zb_buf_printf(b, "interleaved-1f1b: v=%d; zb-auto: memory limit %g M_F (%gp), objective %s\n", vi, units,
-                units / a->p, a->objective == ZB_OBJ_SPAN ? "span" : "makespan");
-  zb_buf_puts(b, "bubble_ratio: global, 1 - busy/(p*makespan); bubble_ratio_paper: the ZB paper's, "
-                 "(S_max - m(T_F+T_B+T_W))/S_max; peak_mem: max over ranks, M_F units\n\n");
-  zb_buf_printf(b, "%-16s %2s %12s %12s %18s %9s %10s\n", "schedule", "v", "makespan", "bubble_ratio",
-                "bubble_ratio_paper", "peak_mem", "gen_ms");
-  for (int f = 0; f < ZB_FAMILY_COUNT_; f++) {
-    const compare_row *r = &rows[f];
-    if (r->ok)
-      zb_buf_printf(b, "%-16s %2d %12.6g %12.4f %18.4f %9.4g %10.3f\n", zb_family_name((zb_family)f), r->v,
-                    r->makespan, r->bubble, r->bubble_paper, r->peak, r->gen_ms);
-    else
-      zb_buf_printf(b, "%-16s %2d  %s: %s\n", zb_family_name((zb_family)f), r->v,
-                    r->generated ? "FAILED" : "refused", r->why.msg);
-  }
-}
-
-static void compare_json(const plan_args *a, int vi, double units, const compare_row *rows, zb_buf *b) {
-  zb_buf_printf(b, "{\n  \"ranks\": %d,\n  \"microbatches\": %d,\n  \"interleaved_chunks\": %d,\n", a->p,
-                a->m, vi);
-  zb_buf_puts(b, "  \"costs\": {");
-  const char *names[7] = {"t_f", "t_b", "t_w", "t_comm", "m_f", "m_b", "m_w"};
-  const double vals[7] = {a->rc.t_f, a->rc.t_b, a->rc.t_w, a->rc.t_comm, a->rc.m_f, a->rc.m_b, a->rc.m_w};
-  for (int k = 0; k < 7; k++) {
-    zb_buf_printf(b, "%s\"%s\": ", k ? ", " : "", names[k]);
-    zb_buf_json_num(b, vals[k]);
-  }
-  zb_buf_puts(b, "},\n  \"zb_auto_mem_limit\": ");
-  zb_buf_json_num(b, units);
-  zb_buf_printf(b, ",\n  \"zb_auto_objective\": \"%s\",\n  \"families\": [",
-                a->objective == ZB_OBJ_SPAN ? "span" : "makespan");
-  for (int f = 0; f < ZB_FAMILY_COUNT_; f++) {
-    const compare_row *r = &rows[f];
-    zb_buf_puts(b, f ? ",\n    {\"schedule\": " : "\n    {\"schedule\": ");
-    zb_buf_json_str(b, zb_family_name((zb_family)f));
-    zb_buf_printf(b, ", \"chunks\": %d", r->v);
-    const char *keys[5] = {"makespan", "bubble_ratio", "bubble_ratio_paper", "peak_memory", "generation_ms"};
-    const double nums[5] = {r->makespan, r->bubble, r->bubble_paper, r->peak, r->gen_ms};
-    for (int k = 0; k < 5; k++) {
-      zb_buf_printf(b, ", \"%s\": ", keys[k]);
-      zb_buf_json_num(b, r->ok ? nums[k] : NAN);
-    }
-    zb_buf_puts(b, ", \"error\": ");
-    if (r->ok)
-      zb_buf_puts(b, "null");
-    else
-      zb_buf_json_str(b, r->why.msg);
-    zb_buf_puts(b, "}");
-  }
-  zb_buf_puts(b, "\n  ]\n}\n");
-}
-
-int zbctl_plan_compare(const zbctl_command *cmd, int argc, char **argv) {
-  if (plan_has_help(argc, argv)) {
-    fputs(cmd->help, stdout);
-    return ZBCTL_EXIT_OK;
-  }
-  plan_args a;
-  plan_args_init(&a, "plan compare");
-  int code = plan_parse(compare_options, PLAN_COUNT(compare_options), compare_format_names,
-                        (int)PLAN_COUNT(compare_format_names), argc, argv, &a);
-  if (code >= 0)
-    return code;
-  if (!a.p)
-    return cli_usage_error(a.cmd, "missing --ranks P");
-  if (!a.m)
-    return cli_usage_error(a.cmd, "missing --microbatches M");
-  int vi = a.v ? a.v : 2;
-  if (vi < 2)
-    return cli_usage_error(a.cmd, "--chunks is interleaved-1f1b's and needs at least 2 (got %d)", vi);
-  double units = a.have_limit ? plan_limit_units(&a, a.p) : a.p;
-  zb_costs *probe = plan_costs(&a, a.p, 1, NULL, 0, &code);
-  if (!probe)
-    return code;
-  zb_costs_free(probe);
-
-  compare_row rows[ZB_FAMILY_COUNT_];
-  code = ZBCTL_EXIT_OK;
-  for (int f = 0; f < ZB_FAMILY_COUNT_; f++) {
-    zb_family fam = (zb_family)f;
-    compare_row *row = &rows[f];
-    memset(row, 0, sizeof *row);
-    row->v = fam == ZB_FAMILY_INTERLEAVED_1F1B ? vi : zb_family_default_chunks(fam);
-    double limit = fam == ZB_FAMILY_ZB_AUTO ? units * a.rc.m_f : 0;
-    zb_costs *c = zb_costs_from_rank_share(a.p, row->v, &a.rc, limit);
-    plan_run r = {0};
-    zb_err err = plan_family(fam, a.p, row->v, a.m, c, a.objective, &r);
-    if (err) {
-      row->why = r.diag;
-      row->generated = r.generated;
-      if (r.generated) {
-        cli_error(a.cmd, "%s", r.diag.msg);
-        code = ZBCTL_EXIT_FAIL;
-      }
-    } else {
-      row->ok = true;
-      row->makespan = r.sim->makespan;
-      row->bubble = r.sim->bubble_ratio;
-      row->bubble_paper = r.sim->bubble_ratio_paper;
-      row->peak = plan_max_peak(r.sim);
-      row->gen_ms = r.gen_seconds * 1e3;
-    }
-    plan_run_free(&r);
-    zb_costs_free(c);
-  }
-  zb_buf b = ZB_BUF_INIT;
-  if (a.format == COMPARE_FMT_JSON)
-    compare_json(&a, vi, units, rows, &b);
-  else
-    compare_table(&a, vi, units, rows, &b);
-  if (!cli_write_output(a.cmd, a.output, &b))
-    code = ZBCTL_EXIT_FAIL;
-  zb_buf_free(&b);
   return code;
 }
