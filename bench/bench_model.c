@@ -32,6 +32,7 @@
 #include "zb_alloc.h"
 #include "zb_model.h"
 #include "zb_plan.h"
+#include "zb_planner.h"
 #include "zb_sim.h"
 
 #define TRACE_CAP 4096
@@ -97,16 +98,14 @@ static int timed_cmp(const void *a, const void *b) {
 static int memory_run(zb_family f, int p, int m, const zb_model_config *base, const zb_rank_costs *mem_model,
                       int64_t *peak, double *units) {
   int v = zb_family_default_chunks(f), S = p * v;
-  zb_rank_costs rc = *mem_model;
-  zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
-  zb_plan_request req = {.family = f, .p = p, .v = v, .m = m, .costs = c};
-  zb_schedule *s = NULL;
-  zb_sim_result *sim = NULL;
-  if (zb_plan_generate(&req, &s, NULL) != ZB_OK || zb_simulate(s, c, &sim, NULL) != ZB_OK) {
-    zb_schedule_free(s);
-    zb_costs_free(c);
+  zb_planner_request req = {.family = f, .p = p, .v = v, .m = m, .rank = *mem_model, .compute_only = true};
+  zb_planner_result pl;
+  if (zb_planner_run(&req, &pl, NULL) != ZB_OK) {
+    zb_planner_result_free(&pl);
     return -1;
   }
+  const zb_schedule *s = pl.compute;
+  const zb_sim_result *sim = pl.sim;
   zb_model_config cfg = *base;
   cfg.loss_scale = 1.0f / (float)m;
   zb_model_stage **st = zb_calloc((size_t)S, sizeof *st);
@@ -184,9 +183,7 @@ static int memory_run(zb_family f, int p, int m, const zb_model_config *base, co
   free(grad);
   free(tok);
   free(order);
-  zb_sim_result_free(sim);
-  zb_schedule_free(s);
-  zb_costs_free(c);
+  zb_planner_result_free(&pl);
   return 0;
 }
 
