@@ -48,7 +48,7 @@ bool zb_plan_score_better(zb_plan_score a, zb_plan_score b) {
 }
 
 /* Whether `later` needs `earlier` (both on one rank): the same-rank edges
- * of DESIGN §3's dependencies. */
+ * of the dependencies in docs/schedules.md. */
 static bool refine_depends(const zb_action *later, const zb_action *earlier) {
   if (later->mb != earlier->mb)
     return false;
