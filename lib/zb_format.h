@@ -7,6 +7,10 @@
  * cells allowed). Every writer appends to a zb_buf; every reader leaves
  * its outputs untouched on failure and explains in diag (with row and
  * column for CSV).
+ *
+ * Implemented by responsibility in zb_format_action.c (action strings),
+ * zb_format_csv.c (CSV, comm peers), zb_format_report.c (JSON report,
+ * Chrome trace) and zb_format_draw.c (SVG and ASCII timelines).
  */
 #ifndef ZB_FORMAT_H
 #define ZB_FORMAT_H

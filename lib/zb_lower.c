@@ -58,15 +58,141 @@ static lower_xfer xfer_pop(xfer_heap *h) {
   return top;
 }
 
+/* The walk over the simulated timeline: s's lists and their simulated
+ * start/end times in, the lowered schedule out. f_sent / b_sent say per
+ * (stage, microbatch) whether the transfer of that F / B output was
+ * emitted; pending holds transfers whose producer ran, by producer end. */
+typedef struct lower_state {
+  const zb_schedule *s;
+  const zb_sim_result *sim;
+  int S;
+  unsigned char *f_sent, *b_sent;
+  int *pos; /* next compute action per rank */
+  xfer_heap pending;
+  long seq;
+  zb_schedule *out;
+} lower_state;
+
+static void lower_state_init(lower_state *st, const zb_schedule *s, const zb_sim_result *sim) {
+  *st = (lower_state){.s = s, .sim = sim, .S = zb_schedule_stages(s)};
+  size_t cells = (size_t)st->S * (size_t)s->m;
+  st->f_sent = zb_calloc(cells, 1);
+  st->b_sent = zb_calloc(cells, 1);
+  st->pos = zb_calloc((size_t)s->p, sizeof(int));
+  st->out = zb_schedule_new(s->p, s->v, s->m, s->placement);
+}
+
+static void lower_state_free(lower_state *st) {
+  free(st->pending.a);
+  free(st->pos);
+  free(st->f_sent);
+  free(st->b_sent);
+}
+
 /* Whether the remote inputs of compute action a on rank r were emitted. */
-static bool lower_inputs_ready(const zb_schedule *s, const unsigned char *f_sent, const unsigned char *b_sent,
-                               int r, const zb_action *a) {
-  int S = zb_schedule_stages(s);
+static bool lower_inputs_ready(const lower_state *st, int r, const zb_action *a) {
+  const zb_schedule *s = st->s;
   if (a->op == ZB_OP_F && a->stage > 0 && zb_stage_rank(s, a->stage - 1) != r)
-    return f_sent[(size_t)(a->stage - 1) * s->m + a->mb];
-  if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage < S - 1 && zb_stage_rank(s, a->stage + 1) != r)
-    return b_sent[(size_t)(a->stage + 1) * s->m + a->mb];
+    return st->f_sent[(size_t)(a->stage - 1) * s->m + a->mb];
+  if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage < st->S - 1 && zb_stage_rank(s, a->stage + 1) != r)
+    return st->b_sent[(size_t)(a->stage + 1) * s->m + a->mb];
   return true;
+}
+
+/* The rank whose next compute action starts earliest in the simulation
+ * among those whose inputs were emitted (ties: lowest rank); -1 if none.
+ * Sets *at to that start time (INFINITY if none). */
+static int lower_next_rank(const lower_state *st, double *at) {
+  const zb_schedule *s = st->s;
+  int best = -1;
+  double best_t = INFINITY;
+  for (int r = 0; r < s->p; r++) {
+    if (st->pos[r] >= s->ranks[r].n)
+      continue;
+    const zb_action *a = &s->ranks[r].actions[st->pos[r]];
+    double t = st->sim->start[r][st->pos[r]];
+    if (t < best_t && lower_inputs_ready(st, r, a)) {
+      best = r;
+      best_t = t;
+    }
+  }
+  *at = best_t;
+  return best;
+}
+
+/* Emits the earliest pending transfer: the send on the producer's rank and
+ * the matching receive on the consumer's, at one global step. */
+static void lower_emit_xfer(lower_state *st) {
+  lower_xfer x = xfer_pop(&st->pending);
+  zb_schedule_push(st->out, x.from, x.send);
+  zb_schedule_push(st->out, x.to, x.recv);
+  size_t cell = (size_t)x.send.stage * st->s->m + x.send.mb;
+  if (x.send.op == ZB_OP_SEND_F)
+    st->f_sent[cell] = 1;
+  else
+    st->b_sent[cell] = 1;
+}
+
+/* Emits rank r's next compute action and, when its output goes to another
+ * rank (F to the next stage, B/BW to the previous), queues that transfer. */
+static void lower_emit_compute(lower_state *st, int r) {
+  const zb_schedule *s = st->s;
+  const zb_action *a = &s->ranks[r].actions[st->pos[r]];
+  double end = st->sim->end[r][st->pos[r]];
+  st->pos[r]++;
+  zb_schedule_push(st->out, r, *a);
+  if (a->op == ZB_OP_F && a->stage + 1 < st->S && zb_stage_rank(s, a->stage + 1) != r) {
+    int to = zb_stage_rank(s, a->stage + 1);
+    lower_xfer x = {.at = end, .seq = st->seq++, .from = r, .to = to};
+    x.send = (zb_action){.op = ZB_OP_SEND_F, .stage = a->stage, .mb = a->mb, .peer = to};
+    x.recv = (zb_action){.op = ZB_OP_RECV_F, .stage = a->stage + 1, .mb = a->mb, .peer = r};
+    xfer_push(&st->pending, x);
+  } else if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage > 0 && zb_stage_rank(s, a->stage - 1) != r) {
+    int to = zb_stage_rank(s, a->stage - 1);
+    lower_xfer x = {.at = end, .seq = st->seq++, .from = r, .to = to};
+    x.send = (zb_action){.op = ZB_OP_SEND_B, .stage = a->stage, .mb = a->mb, .peer = to};
+    x.recv = (zb_action){.op = ZB_OP_RECV_B, .stage = a->stage - 1, .mb = a->mb, .peer = r};
+    xfer_push(&st->pending, x);
+  }
+}
+
+/* Comm actions that follow each other on a rank are posted as one group. */
+static void lower_mark_batches(zb_schedule *o) {
+  for (int r = 0; r < o->p; r++) {
+    zb_rank_list *l = &o->ranks[r];
+    for (int i = 0; i + 1 < l->n; i++)
+      l->actions[i].batch = zb_op_is_comm(l->actions[i].op) && zb_op_is_comm(l->actions[i + 1].op);
+  }
+}
+
+/* Merges compute actions and transfers in simulated time order (a transfer
+ * goes first on a tie); fails if some rank's list cannot be emitted. */
+static zb_err lower_walk(const zb_schedule *s, const zb_sim_result *sim, zb_schedule **out, zb_diag *diag) {
+  lower_state st;
+  lower_state_init(&st, s, sim);
+  for (;;) {
+    double best_t;
+    int best = lower_next_rank(&st, &best_t);
+    if (st.pending.n > 0 && (best < 0 || st.pending.a[0].at <= best_t))
+      lower_emit_xfer(&st);
+    else if (best >= 0)
+      lower_emit_compute(&st, best);
+    else
+      break;
+  }
+  zb_err err = ZB_OK;
+  for (int r = 0; r < s->p; r++)
+    if (st.pos[r] < s->ranks[r].n) {
+      err = zb_diag_set(diag, ZB_ERR_DEADLOCK, "lowering stuck at rank %d action %d", r, st.pos[r]);
+      zb_schedule_free(st.out);
+      st.out = NULL;
+      break;
+    }
+  if (st.out)
+    lower_mark_batches(st.out);
+  *out = st.out;
+  lower_state_free(&st);
+  return err;
 }
 
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
@@ -79,81 +205,9 @@ zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_d
   }
   zb_sim_result *sim = NULL;
   zb_err err = zb_simulate(s, c, &sim, diag);
-  if (err) {
-    zb_costs_free(unit);
-    return err;
-  }
-  int p = s->p, S = zb_schedule_stages(s);
-  size_t cells = (size_t)S * (size_t)s->m;
-  unsigned char *f_sent = zb_calloc(cells, 1), *b_sent = zb_calloc(cells, 1);
-  int *pos = zb_calloc((size_t)p, sizeof(int));
-  xfer_heap h = {0};
-  long seq = 0;
-  zb_schedule *o = zb_schedule_new(p, s->v, s->m, s->placement);
-
-  for (;;) {
-    int best = -1;
-    double best_t = INFINITY;
-    for (int r = 0; r < p; r++) {
-      if (pos[r] >= s->ranks[r].n)
-        continue;
-      const zb_action *a = &s->ranks[r].actions[pos[r]];
-      double t = sim->start[r][pos[r]];
-      if (t < best_t && lower_inputs_ready(s, f_sent, b_sent, r, a)) {
-        best = r;
-        best_t = t;
-      }
-    }
-    if (h.n > 0 && (best < 0 || h.a[0].at <= best_t)) {
-      lower_xfer x = xfer_pop(&h);
-      zb_schedule_push(o, x.from, x.send);
-      zb_schedule_push(o, x.to, x.recv);
-      if (x.send.op == ZB_OP_SEND_F)
-        f_sent[(size_t)x.send.stage * s->m + x.send.mb] = 1;
-      else
-        b_sent[(size_t)x.send.stage * s->m + x.send.mb] = 1;
-      continue;
-    }
-    if (best < 0)
-      break;
-    const zb_action *a = &s->ranks[best].actions[pos[best]];
-    double end = sim->end[best][pos[best]];
-    pos[best]++;
-    zb_schedule_push(o, best, *a);
-    if (a->op == ZB_OP_F && a->stage + 1 < S && zb_stage_rank(s, a->stage + 1) != best) {
-      int to = zb_stage_rank(s, a->stage + 1);
-      lower_xfer x = {.at = end, .seq = seq++, .from = best, .to = to};
-      x.send = (zb_action){.op = ZB_OP_SEND_F, .stage = a->stage, .mb = a->mb, .peer = to};
-      x.recv = (zb_action){.op = ZB_OP_RECV_F, .stage = a->stage + 1, .mb = a->mb, .peer = best};
-      xfer_push(&h, x);
-    } else if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage > 0 &&
-               zb_stage_rank(s, a->stage - 1) != best) {
-      int to = zb_stage_rank(s, a->stage - 1);
-      lower_xfer x = {.at = end, .seq = seq++, .from = best, .to = to};
-      x.send = (zb_action){.op = ZB_OP_SEND_B, .stage = a->stage, .mb = a->mb, .peer = to};
-      x.recv = (zb_action){.op = ZB_OP_RECV_B, .stage = a->stage - 1, .mb = a->mb, .peer = best};
-      xfer_push(&h, x);
-    }
-  }
-  for (int r = 0; r < p; r++)
-    if (pos[r] < s->ranks[r].n) {
-      err = zb_diag_set(diag, ZB_ERR_DEADLOCK, "lowering stuck at rank %d action %d", r, pos[r]);
-      zb_schedule_free(o);
-      o = NULL;
-      break;
-    }
-  if (o) /* comm actions that follow each other are posted as one group */
-    for (int r = 0; r < p; r++) {
-      zb_rank_list *l = &o->ranks[r];
-      for (int i = 0; i + 1 < l->n; i++)
-        l->actions[i].batch = zb_op_is_comm(l->actions[i].op) && zb_op_is_comm(l->actions[i + 1].op);
-    }
-  free(h.a);
-  free(pos);
-  free(f_sent);
-  free(b_sent);
+  if (!err)
+    err = lower_walk(s, sim, out, diag);
   zb_sim_result_free(sim);
   zb_costs_free(unit);
-  *out = o;
   return err;
 }

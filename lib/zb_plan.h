@@ -54,7 +54,7 @@ zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag);
 
 /* Generates the compute-only schedule for req. Caller owns *out. Pure and
  * deterministic; may take a while for zb-auto on large shapes (bounded,
- * see DESIGN §3) but never blocks on anything external. */
+ * see docs/schedules.md, Families) but never blocks on anything external. */
 zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *diag);
 
 #endif

@@ -24,7 +24,7 @@ typedef struct zb_plan_score {
 bool zb_plan_score_of(const zb_schedule *s, const zb_costs *c, zb_objective obj, zb_plan_score *out);
 bool zb_plan_score_better(zb_plan_score a, zb_plan_score b);
 
-/* Greedy list scheduler over any placement (zb_plan_auto.c). For every
+/* Greedy list scheduler over any placement (zb_plan_greedy.c). For every
  * stage s, cap[s] bounds the microbatches between its F and its B (<= 0:
  * unbounded); c->mem_limit (<= 0: none) bounds each rank's memory, so the
  * result always fits it; w_policy is one of ZB_W_*. Returns NULL when the

@@ -1,5 +1,6 @@
-/* zb_schedule.h — the vocabulary of libzb (DESIGN §3): actions, per-rank
- * action lists, placement and the cost model.
+/* zb_schedule.h — the vocabulary of libzb: actions, per-rank action lists,
+ * placement and the cost model (docs/schedules.md, Vocabulary; Cost and
+ * memory model).
  *
  * Ownership: a zb_schedule owns its per-rank arrays; zb_schedule_free()
  * releases them and accepts NULL. A zb_costs owns its per-stage arrays;
@@ -106,10 +107,10 @@ int zb_comm_group_count(const zb_action *actions, int n);
 /* true when the schedule splits backward into B and W (no BW anywhere). */
 bool zb_schedule_splits_w(const zb_schedule *s);
 
-/* Cost model (DESIGN §3), per stage: times of F, B, W on that stage,
- * memory deltas (F > 0, B and W <= 0, summing to zero), one hop's
- * communication time, and a per-rank memory limit (<= 0: none). All
- * arrays have n_stages entries. */
+/* Cost model (docs/schedules.md, Cost and memory model), per stage: times
+ * of F, B, W on that stage, memory deltas (F > 0, B and W <= 0, summing to
+ * zero), one hop's communication time, and a per-rank memory limit (<= 0:
+ * none). All arrays have n_stages entries. */
 typedef struct zb_costs {
   int n_stages;
   double *t_f, *t_b, *t_w;
@@ -118,7 +119,8 @@ typedef struct zb_costs {
   double mem_limit;
 } zb_costs;
 
-/* Per-rank whole-share figures, as a user gives them (DESIGN §3). */
+/* Per-rank whole-share figures, as a user gives them (docs/schedules.md,
+ * Cost and memory model). */
 typedef struct zb_rank_costs {
   double t_f, t_b, t_w, t_comm;
   double m_f, m_b, m_w;

@@ -7,10 +7,21 @@
 
 #include "zb_alloc.h"
 
-/* Completion times of F and B per (stage, microbatch); NAN until done. */
+/* Everything one simulation run tracks. f_end and b_end hold completion
+ * times of F and B per (stage, microbatch), NAN until done; the per-rank
+ * arrays say where each rank's list stands. res, when given, is filled as
+ * actions complete (its arrays allocated by the caller). */
 typedef struct sim_state {
+  const zb_schedule *s;
+  const zb_costs *c;
+  zb_sim_result *res;
   int S, m;
   double *f_end, *b_end;
+  int *pos;      /* next action index per rank */
+  double *now;   /* time each rank is free again */
+  double *first; /* start of each rank's first compute op; NAN: none yet */
+  double *mem;   /* memory held per rank so far */
+  int remaining; /* actions not yet run, all ranks together */
 } sim_state;
 
 static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
@@ -69,106 +80,136 @@ static zb_err sim_check_ranges(const zb_schedule *s, const zb_costs *c, zb_diag 
   return ZB_OK;
 }
 
-/* Runs the lists; fills res when given (its arrays allocated by caller). */
-static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *res, double *makespan_out,
-                      double *span_out, zb_diag *diag) {
-  zb_err err = sim_check_ranges(s, c, diag);
-  if (err)
-    return err;
+static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *c, zb_sim_result *res) {
   int p = s->p;
-  sim_state st = {.S = zb_schedule_stages(s), .m = s->m};
-  size_t cells = (size_t)st.S * (size_t)st.m;
-  st.f_end = zb_malloc(sizeof(double) * cells);
-  st.b_end = zb_malloc(sizeof(double) * cells);
+  *st = (sim_state){.s = s, .c = c, .res = res, .S = zb_schedule_stages(s), .m = s->m};
+  size_t cells = (size_t)st->S * (size_t)st->m;
+  st->f_end = zb_malloc(sizeof(double) * cells);
+  st->b_end = zb_malloc(sizeof(double) * cells);
   for (size_t k = 0; k < cells; k++)
-    st.f_end[k] = st.b_end[k] = NAN;
-  int *pos = zb_calloc((size_t)p, sizeof(int));
-  double *now = zb_calloc((size_t)p, sizeof(double));
-  double *first = zb_malloc(sizeof(double) * (size_t)p);
-  double *mem = zb_calloc((size_t)p, sizeof(double));
-  for (int r = 0; r < p; r++)
-    first[r] = NAN;
-
-  int remaining = 0;
-  for (int r = 0; r < p; r++)
-    remaining += s->ranks[r].n;
-  while (remaining > 0) {
-    int progressed = 0;
-    for (int r = 0; r < p; r++) {
-      const zb_rank_list *l = &s->ranks[r];
-      while (pos[r] < l->n) {
-        const zb_action *a = &l->actions[pos[r]];
-        double start = now[r], end = now[r];
-        if (zb_op_is_compute(a->op)) {
-          double ready = sim_ready(s, c, &st, r, a);
-          if (isnan(ready))
-            break;
-          if (ready > start)
-            start = ready;
-          end = start + zb_costs_time(c, a->op, a->stage);
-          if (isnan(first[r]))
-            first[r] = start;
-          if (a->op == ZB_OP_F)
-            *sim_slot(st.f_end, &st, a->stage, a->mb) = end;
-          else if (a->op == ZB_OP_B || a->op == ZB_OP_BW)
-            *sim_slot(st.b_end, &st, a->stage, a->mb) = end;
-          now[r] = end;
-          if (res) {
-            res->busy[r] += end - start;
-            mem[r] += zb_costs_mem(c, a->op, a->stage);
-            if (mem[r] > res->peak_memory[r])
-              res->peak_memory[r] = mem[r];
-            res->span_end[r] = end;
-          }
-        }
-        if (res) {
-          res->start[r][pos[r]] = start;
-          res->end[r][pos[r]] = end;
-        }
-        pos[r]++;
-        remaining--;
-        progressed++;
-      }
-    }
-    if (!progressed)
-      break;
-  }
-
-  if (remaining > 0) {
-    char stuck[160] = "";
-    int len = 0;
-    for (int r = 0; r < p && len < (int)sizeof stuck - 40; r++)
-      if (pos[r] < s->ranks[r].n) {
-        const zb_action *a = &s->ranks[r].actions[pos[r]];
-        len += snprintf(stuck + len, sizeof stuck - (size_t)len, "%s rank %d at #%d (%s s%d mb%d)",
-                        len ? "," : "", r, pos[r], zb_op_name(a->op), a->stage, a->mb);
-      }
-    err = zb_diag_set(diag, ZB_ERR_DEADLOCK, "schedule cannot complete: %s", stuck);
-    goto cleanup;
-  }
-
-  double makespan = 0, span = 0;
+    st->f_end[k] = st->b_end[k] = NAN;
+  st->pos = zb_calloc((size_t)p, sizeof(int));
+  st->now = zb_calloc((size_t)p, sizeof(double));
+  st->first = zb_malloc(sizeof(double) * (size_t)p);
+  st->mem = zb_calloc((size_t)p, sizeof(double));
   for (int r = 0; r < p; r++) {
-    if (now[r] > makespan)
-      makespan = now[r];
-    double sp = isnan(first[r]) ? 0 : now[r] - first[r];
+    st->first[r] = NAN;
+    st->remaining += s->ranks[r].n;
+  }
+}
+
+static void sim_state_free(sim_state *st) {
+  free(st->f_end);
+  free(st->b_end);
+  free(st->pos);
+  free(st->now);
+  free(st->first);
+  free(st->mem);
+}
+
+/* Runs compute action a on rank r if its input is ready: records its
+ * completion, advances the rank's clock and the result's figures. Sets
+ * *start / *end; returns false (and changes nothing) when not ready. */
+static bool sim_run_compute(sim_state *st, int r, const zb_action *a, double *start, double *end) {
+  double ready = sim_ready(st->s, st->c, st, r, a);
+  if (isnan(ready))
+    return false;
+  if (ready > *start)
+    *start = ready;
+  *end = *start + zb_costs_time(st->c, a->op, a->stage);
+  if (isnan(st->first[r]))
+    st->first[r] = *start;
+  if (a->op == ZB_OP_F)
+    *sim_slot(st->f_end, st, a->stage, a->mb) = *end;
+  else if (a->op == ZB_OP_B || a->op == ZB_OP_BW)
+    *sim_slot(st->b_end, st, a->stage, a->mb) = *end;
+  st->now[r] = *end;
+  zb_sim_result *res = st->res;
+  if (res) {
+    res->busy[r] += *end - *start;
+    st->mem[r] += zb_costs_mem(st->c, a->op, a->stage);
+    if (st->mem[r] > res->peak_memory[r])
+      res->peak_memory[r] = st->mem[r];
+    res->span_end[r] = *end;
+  }
+  return true;
+}
+
+/* Runs rank r's list as far as inputs allow; returns the actions run.
+ * Comm actions take no time in this model. */
+static int sim_advance_rank(sim_state *st, int r) {
+  const zb_rank_list *l = &st->s->ranks[r];
+  int progressed = 0;
+  while (st->pos[r] < l->n) {
+    const zb_action *a = &l->actions[st->pos[r]];
+    double start = st->now[r], end = st->now[r];
+    if (zb_op_is_compute(a->op) && !sim_run_compute(st, r, a, &start, &end))
+      break;
+    if (st->res) {
+      st->res->start[r][st->pos[r]] = start;
+      st->res->end[r][st->pos[r]] = end;
+    }
+    st->pos[r]++;
+    st->remaining--;
+    progressed++;
+  }
+  return progressed;
+}
+
+/* Explains a run that stopped with actions left: where each rank waits. */
+static zb_err sim_report_deadlock(const sim_state *st, zb_diag *diag) {
+  const zb_schedule *s = st->s;
+  char stuck[160] = "";
+  int len = 0;
+  for (int r = 0; r < s->p && len < (int)sizeof stuck - 40; r++)
+    if (st->pos[r] < s->ranks[r].n) {
+      const zb_action *a = &s->ranks[r].actions[st->pos[r]];
+      len += snprintf(stuck + len, sizeof stuck - (size_t)len, "%s rank %d at #%d (%s s%d mb%d)",
+                      len ? "," : "", r, st->pos[r], zb_op_name(a->op), a->stage, a->mb);
+    }
+  return zb_diag_set(diag, ZB_ERR_DEADLOCK, "schedule cannot complete: %s", stuck);
+}
+
+/* Makespan (last rank to finish) and the longest first-to-last compute
+ * span of a completed run; fills res->span_start when given. */
+static void sim_totals(const sim_state *st, double *makespan_out, double *span_out) {
+  double makespan = 0, span = 0;
+  for (int r = 0; r < st->s->p; r++) {
+    if (st->now[r] > makespan)
+      makespan = st->now[r];
+    double sp = isnan(st->first[r]) ? 0 : st->now[r] - st->first[r];
     if (sp > span)
       span = sp;
-    if (res)
-      res->span_start[r] = isnan(first[r]) ? 0 : first[r];
+    if (st->res)
+      st->res->span_start[r] = isnan(st->first[r]) ? 0 : st->first[r];
   }
   if (makespan_out)
     *makespan_out = makespan;
   if (span_out)
     *span_out = span;
+}
 
-cleanup:
-  free(st.f_end);
-  free(st.b_end);
-  free(pos);
-  free(now);
-  free(first);
-  free(mem);
+/* Runs the lists, sweeping the ranks in turn until all actions ran or a
+ * sweep makes no progress (a deadlock); fills res when given. */
+static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *res, double *makespan_out,
+                      double *span_out, zb_diag *diag) {
+  zb_err err = sim_check_ranges(s, c, diag);
+  if (err)
+    return err;
+  sim_state st;
+  sim_state_init(&st, s, c, res);
+  while (st.remaining > 0) {
+    int progressed = 0;
+    for (int r = 0; r < s->p; r++)
+      progressed += sim_advance_rank(&st, r);
+    if (!progressed)
+      break;
+  }
+  if (st.remaining > 0)
+    err = sim_report_deadlock(&st, diag);
+  else
+    sim_totals(&st, makespan_out, span_out);
+  sim_state_free(&st);
   return err;
 }
 

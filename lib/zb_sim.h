@@ -17,7 +17,7 @@ typedef struct zb_sim_result {
   int p;
   double makespan;               /* last op end over all ranks (first start is 0) */
   double bubble_ratio;           /* 1 - busy / (p * makespan) */
-  double bubble_ratio_paper;     /* (S_max - m(T_F+T_B+T_W)) / S_max, DESIGN §3 */
+  double bubble_ratio_paper;     /* (S_max - m(T_F+T_B+T_W)) / S_max, see docs/schedules.md */
   double max_span;               /* S_max: longest first-start..last-end span */
   double *busy;                  /* per rank: sum of compute op times */
   double *span_start, *span_end; /* per rank */

@@ -4,6 +4,9 @@
  * lowering: every SEND meets its RECV on the peer, and lowered lists
  * validate and strip back to the compute lists they came from.
  */
+/* First, so this unit checks that the umbrella header stands on its own. */
+#include "zb.h"
+
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,0 +1,192 @@
+/* zb_format_csv.c — schedules as CSV (one row of action strings per rank),
+ * read from memory and written to a zb_buf, and the comm peers a CSV does
+ * not carry. Part of zb_format.h.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "zb_alloc.h"
+#include "zb_format_internal.h"
+
+static void rows_push(zb_rank_list *row, zb_action a) {
+  if (row->n == row->cap) {
+    row->cap = row->cap ? row->cap * 2 : 16;
+    row->actions = zb_realloc(row->actions, sizeof *row->actions * (size_t)row->cap);
+  }
+  row->actions[row->n++] = a;
+}
+
+static void rows_free(zb_rank_list *rows, int n) {
+  for (int r = 0; r < n; r++)
+    free(rows[r].actions);
+  free(rows);
+}
+
+static bool is_blank(char c) {
+  return c == ' ' || c == '\t';
+}
+
+/* Parses one line (no line ending) into row. A zero-length line is a row
+ * with no actions; otherwise every ','-separated cell is one action, an
+ * empty cell (after trimming spaces and tabs) being ZB_OP_NONE. */
+static zb_err parse_csv_line(const char *line, size_t n, int row_no, zb_rank_list *row, zb_diag *diag) {
+  if (n == 0)
+    return ZB_OK;
+  size_t pos = 0;
+  for (int col = 1;; col++) {
+    size_t end = pos;
+    while (end < n && line[end] != ',')
+      end++;
+    size_t a = pos, b = end;
+    while (a < b && is_blank(line[a]))
+      a++;
+    while (b > a && is_blank(line[b - 1]))
+      b--;
+    zb_action act = {.op = ZB_OP_NONE, .stage = -1, .mb = -1, .peer = -1, .batch = false};
+    if (b > a) {
+      zb_diag inner;
+      if (zb_action_parse_span(line + a, b - a, &act, &inner) != ZB_OK)
+        return zb_diag_set(diag, ZB_ERR_PARSE, "row %d, column %d: %s", row_no, col, inner.msg);
+    }
+    rows_push(row, act);
+    if (end == n)
+      break;
+    pos = end + 1;
+  }
+  return ZB_OK;
+}
+
+/* The rows read so far, one per line of the text. */
+typedef struct csv_rows {
+  zb_rank_list *rows;
+  int n, cap;
+} csv_rows;
+
+static zb_rank_list *csv_rows_add(csv_rows *t) {
+  if (t->n == t->cap) {
+    t->cap = t->cap ? t->cap * 2 : 8;
+    t->rows = zb_realloc(t->rows, sizeof *t->rows * (size_t)t->cap);
+  }
+  t->rows[t->n] = (zb_rank_list){0};
+  return &t->rows[t->n++];
+}
+
+/* Splits text into lines ("\n" or "\r\n"; the last may lack one) and parses
+ * each into a row. On failure the rows read so far stay in *t. */
+static zb_err csv_read_rows(const char *text, size_t len, csv_rows *t, zb_diag *diag) {
+  size_t pos = 0;
+  while (pos < len) {
+    size_t end = pos;
+    while (end < len && text[end] != '\n')
+      end++;
+    size_t line_end = end;
+    if (line_end > pos && text[line_end - 1] == '\r')
+      line_end--;
+    zb_rank_list *row = csv_rows_add(t);
+    zb_err err = parse_csv_line(text + pos, line_end - pos, t->n, row, diag);
+    if (err != ZB_OK)
+      return err;
+    pos = end < len ? end + 1 : end;
+  }
+  return ZB_OK;
+}
+
+/* The schedule's shape as the rows imply it: the rank count is the row
+ * count, v = stages / rows (must divide; 2 for V placement), m = the
+ * largest microbatch + 1. */
+static zb_err csv_shape(const csv_rows *t, zb_placement placement, int *v_out, int *m_out, zb_diag *diag) {
+  int n_rows = t->n;
+  if (n_rows == 0)
+    return zb_diag_set(diag, ZB_ERR_PARSE, "empty CSV: expected one row of actions per rank");
+  int64_t max_stage = -1, max_mb = -1;
+  for (int r = 0; r < n_rows; r++)
+    for (int i = 0; i < t->rows[r].n; i++) {
+      const zb_action *a = &t->rows[r].actions[i];
+      if (a->op == ZB_OP_NONE)
+        continue;
+      if (a->stage > max_stage)
+        max_stage = a->stage;
+      if (a->mb > max_mb)
+        max_mb = a->mb;
+    }
+  if (max_stage < 0)
+    return zb_diag_set(diag, ZB_ERR_PARSE, "CSV has %d row(s) but no actions", n_rows);
+  if (max_mb < 0)
+    return zb_diag_set(diag, ZB_ERR_PARSE, "CSV has no action with a microbatch number");
+  int64_t n_stages = max_stage + 1;
+  if (n_stages % n_rows != 0)
+    return zb_diag_set(diag, ZB_ERR_PARSE,
+                       "the largest stage is %lld, so there are %lld stages, which is not a multiple of the "
+                       "%d rows (ranks): stages per rank must be whole",
+                       (long long)max_stage, (long long)n_stages, n_rows);
+  int v = (int)(n_stages / n_rows);
+  if (placement == ZB_PLACE_V && v != 2)
+    return zb_diag_set(diag, ZB_ERR_PARSE,
+                       "V placement needs 2 stages per rank, the CSV has %d (%lld stages, %d rows)", v,
+                       (long long)n_stages, n_rows);
+  if (max_mb + 1 > INT32_MAX)
+    return zb_diag_set(diag, ZB_ERR_PARSE, "microbatch number %lld is too large", (long long)max_mb);
+  *v_out = v;
+  *m_out = (int)(max_mb + 1);
+  return ZB_OK;
+}
+
+/* Reads a CSV schedule; see zb_format.h. Lines may end in "\n" or "\r\n";
+ * the last may lack one. Spaces and tabs around a cell are ignored. */
+zb_err zb_csv_parse(const char *text, size_t len, zb_placement placement, zb_schedule **out, zb_diag *diag) {
+  if ((!text && len) || !out)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "zb_csv_parse: NULL argument");
+  if (placement != ZB_PLACE_LOOP && placement != ZB_PLACE_V)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "zb_csv_parse: unknown placement %d", (int)placement);
+  csv_rows t = {0};
+  int v = 0, m = 0;
+  zb_err err = csv_read_rows(text, len, &t, diag);
+  if (err == ZB_OK)
+    err = csv_shape(&t, placement, &v, &m, diag);
+  if (err != ZB_OK) {
+    rows_free(t.rows, t.n);
+    return err;
+  }
+  zb_schedule *s = zb_schedule_new(t.n, v, m, placement);
+  for (int r = 0; r < t.n; r++)
+    s->ranks[r] = t.rows[r]; /* hand the action arrays over */
+  free(t.rows);
+  zb_format_fill_peers(s);
+  *out = s;
+  return ZB_OK;
+}
+
+/* Writes s as CSV (one row per rank, '\n' after every row). ZB_OP_NONE is
+ * an empty cell. Not carried (PyTorch's notation has no place for them):
+ * comm peers, which the reader derives again from placement, and batch
+ * flags; a rank whose only action is NONE reads back as an empty rank. */
+void zb_csv_write(const zb_schedule *s, zb_buf *out) {
+  char cell[64];
+  for (int r = 0; r < s->p; r++) {
+    const zb_rank_list *l = &s->ranks[r];
+    for (int i = 0; i < l->n; i++) {
+      if (i)
+        zb_buf_append(out, ",", 1);
+      int n = zb_action_format(&l->actions[i], cell, (int)sizeof cell);
+      zb_buf_append(out, cell, (size_t)(n < (int)sizeof cell ? n : (int)sizeof cell - 1));
+    }
+    zb_buf_append(out, "\n", 1);
+  }
+}
+
+/* Sets comm peers: SEND_F at stage s goes to the rank of s+1, RECV_F comes
+ * from s-1, SEND_B goes to s-1, RECV_B comes from s+1. A partner stage
+ * outside [0, p*v) gives peer -1 (the validator reports it). */
+void zb_format_fill_peers(zb_schedule *s) {
+  int n_stages = zb_schedule_stages(s);
+  for (int r = 0; r < s->p; r++)
+    for (int i = 0; i < s->ranks[r].n; i++) {
+      zb_action *a = &s->ranks[r].actions[i];
+      if (!zb_op_is_comm(a->op))
+        continue;
+      int64_t other =
+          (a->op == ZB_OP_SEND_F || a->op == ZB_OP_RECV_B) ? (int64_t)a->stage + 1 : (int64_t)a->stage - 1;
+      bool ok = a->stage >= 0 && a->stage < n_stages && other >= 0 && other < n_stages;
+      a->peer = ok ? zb_stage_rank(s, (int)other) : -1;
+    }
+}

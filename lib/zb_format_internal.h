@@ -1,0 +1,35 @@
+/* zb_format_internal.h — what the zb_format_*.c files share inside libzb;
+ * zb_format.h is the public side. zb_format_action.c owns the action
+ * string grammar, zb_format_csv.c the CSV layout, zb_format_report.c the
+ * JSON report and Chrome trace, zb_format_draw.c the SVG and ASCII
+ * timelines.
+ */
+#ifndef ZB_FORMAT_INTERNAL_H
+#define ZB_FORMAT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "zb_format.h"
+
+/* Parses exactly s[0..n) (not NUL-terminated) as one action string into
+ * *out; *out is untouched on failure. The empty span is ZB_ERR_PARSE. */
+zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *diag);
+
+/* The placement's name in reports: "loop" or "v". */
+static inline const char *placement_name(zb_placement pl) {
+  return pl == ZB_PLACE_V ? "v" : "loop";
+}
+
+/* Chunk (0-based position among a rank's stages) of a stage: stage / p
+ * holds for both placements. */
+static inline int stage_chunk(const zb_schedule *s, int stage) {
+  return (stage >= 0 && s->p > 0) ? stage / s->p : 0;
+}
+
+/* true when sim carries per-action times for every rank of s. */
+static inline bool sim_matches(const zb_schedule *s, const zb_sim_result *sim) {
+  return s && sim && sim->p == s->p && sim->start && sim->end;
+}
+
+#endif

@@ -1,0 +1,146 @@
+/* zb_format_report.c — machine-readable reports of a planned schedule:
+ * the JSON plan report (`zbctl plan --format json`) and Chrome trace
+ * events. Part of zb_format.h; both only append to a zb_buf.
+ */
+#include <math.h>
+
+#include "zb_format_internal.h"
+
+/* ------------------------------------------------------------------ */
+/* JSON report                                                         */
+/* ------------------------------------------------------------------ */
+
+static void json_key(zb_buf *b, const char *key) {
+  zb_buf_puts(b, ",\n  ");
+  zb_buf_json_str(b, key);
+  zb_buf_puts(b, ": ");
+}
+
+static void json_costs(const zb_plan_report *r, zb_buf *b) {
+  if (!r->rank_costs && !r->costs) {
+    zb_buf_puts(b, "null");
+    return;
+  }
+  zb_buf_puts(b, "{");
+  if (r->rank_costs) {
+    const zb_rank_costs *rc = r->rank_costs;
+    const char *names[6] = {"t_f", "t_b", "t_w", "m_f", "m_b", "m_w"};
+    const double vals[6] = {rc->t_f, rc->t_b, rc->t_w, rc->m_f, rc->m_b, rc->m_w};
+    for (int k = 0; k < 6; k++) {
+      zb_buf_json_str(b, names[k]);
+      zb_buf_puts(b, ": ");
+      zb_buf_json_num(b, vals[k]);
+      zb_buf_puts(b, ", ");
+    }
+  }
+  zb_buf_puts(b, "\"t_comm\": ");
+  zb_buf_json_num(b, r->costs ? r->costs->t_comm : r->rank_costs->t_comm);
+  zb_buf_puts(b, "}");
+}
+
+/* Writes the plan report as one JSON object; see zb_format.h. */
+void zb_json_write(const zb_plan_report *r, zb_buf *out) {
+  const zb_schedule *s = r->sched;
+  const zb_sim_result *sim = r->sim;
+  zb_buf_puts(out, "{\n  \"schedule\": ");
+  if (r->schedule)
+    zb_buf_json_str(out, r->schedule);
+  else
+    zb_buf_puts(out, "null");
+  json_key(out, "ranks");
+  zb_buf_printf(out, "%d", s ? s->p : 0);
+  json_key(out, "chunks");
+  zb_buf_printf(out, "%d", s ? s->v : 0);
+  json_key(out, "microbatches");
+  zb_buf_printf(out, "%d", s ? s->m : 0);
+  json_key(out, "placement");
+  if (s)
+    zb_buf_json_str(out, placement_name(s->placement));
+  else
+    zb_buf_puts(out, "null");
+  json_key(out, "costs");
+  json_costs(r, out);
+  json_key(out, "mem_limit");
+  zb_buf_json_num(out, r->mem_limit_units > 0 ? r->mem_limit_units : NAN);
+  json_key(out, "makespan");
+  zb_buf_json_num(out, sim ? sim->makespan : NAN);
+  json_key(out, "bubble_ratio");
+  zb_buf_json_num(out, sim ? sim->bubble_ratio : NAN);
+  json_key(out, "bubble_ratio_paper");
+  zb_buf_json_num(out, sim ? sim->bubble_ratio_paper : NAN);
+  json_key(out, "peak_memory");
+  if (sim && sim->peak_memory_units) {
+    zb_buf_puts(out, "[");
+    for (int k = 0; k < sim->p; k++) {
+      if (k)
+        zb_buf_puts(out, ", ");
+      zb_buf_json_num(out, sim->peak_memory_units[k]);
+    }
+    zb_buf_puts(out, "]");
+  } else {
+    zb_buf_puts(out, "null");
+  }
+  json_key(out, "generation_seconds");
+  zb_buf_json_num(out, r->generation_seconds);
+  json_key(out, "actions");
+  zb_buf_puts(out, "[");
+  char cell[64];
+  for (int k = 0; s && k < s->p; k++) {
+    zb_buf_puts(out, k ? ",\n    [" : "\n    [");
+    for (int i = 0; i < s->ranks[k].n; i++) {
+      if (i)
+        zb_buf_puts(out, ", ");
+      zb_action_format(&s->ranks[k].actions[i], cell, (int)sizeof cell);
+      zb_buf_json_str(out, cell);
+    }
+    zb_buf_puts(out, "]");
+  }
+  zb_buf_puts(out, s && s->p ? "\n  ]\n}\n" : "]\n}\n");
+}
+
+/* ------------------------------------------------------------------ */
+/* Chrome trace                                                        */
+/* ------------------------------------------------------------------ */
+
+/* Writes Chrome trace events; with no matching sim, an empty event list. */
+void zb_trace_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out) {
+  zb_buf_puts(out, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [");
+  if (!sim_matches(s, sim)) {
+    zb_buf_puts(out, "]}\n");
+    return;
+  }
+  zb_buf_printf(out,
+                "\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, "
+                "\"args\": {\"name\": \"zb pipeline p=%d v=%d m=%d\"}}",
+                s->p, s->v, s->m);
+  for (int r = 0; r < s->p; r++) {
+    zb_buf_printf(out,
+                  ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                  "\"args\": {\"name\": \"rank %d\"}}",
+                  r, r);
+    zb_buf_printf(out,
+                  ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                  "\"args\": {\"sort_index\": %d}}",
+                  r, r);
+  }
+  char act[64];
+  for (int r = 0; r < s->p; r++)
+    for (int i = 0; i < s->ranks[r].n; i++) {
+      const zb_action *a = &s->ranks[r].actions[i];
+      if (!zb_op_is_compute(a->op))
+        continue;
+      zb_action_format(a, act, (int)sizeof act);
+      zb_buf_printf(
+          out,
+          ",\n{\"name\": \"%s s%d mb%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": ",
+          zb_op_name(a->op), (int)a->stage, (int)a->mb, zb_op_name(a->op), r);
+      zb_buf_json_num(out, sim->start[r][i] * 1000.0);
+      zb_buf_puts(out, ", \"dur\": ");
+      zb_buf_json_num(out, (sim->end[r][i] - sim->start[r][i]) * 1000.0);
+      zb_buf_puts(out, ", \"args\": {\"action\": ");
+      zb_buf_json_str(out, act);
+      zb_buf_printf(out, ", \"stage\": %d, \"microbatch\": %d, \"chunk\": %d}}", (int)a->stage, (int)a->mb,
+                    stage_chunk(s, a->stage));
+    }
+  zb_buf_puts(out, "\n]}\n");
+}

@@ -1,0 +1,421 @@
+/* The greedy list scheduler shared by zb-auto and the V family.
+ *
+ * It follows the paper's heuristic (section 3): ranks decide in global
+ * time order; a rank runs a ready B first (critical path), else a ready F
+ * while its stage's warm-up cap and the memory limit allow, else a pending
+ * W when the gap until its next input is at least T_W (or, with
+ * fill_small_gaps, any gap), else it idles until that input arrives.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "zb_alloc.h"
+#include "zb_plan_internal.h"
+
+#define ZB_EPS 1e-9
+
+/* ---- a min-heap of ranks keyed by their next decision time ---- */
+typedef struct rank_heap {
+  int n;
+  int *heap; /* rank ids */
+  int *pos;  /* rank -> heap index, -1 when absent */
+  const double *key;
+} rank_heap;
+
+static bool heap_less(const rank_heap *h, int a, int b) {
+  double ka = h->key[a], kb = h->key[b];
+  return ka < kb || (ka == kb && a < b);
+}
+
+static void heap_swap(rank_heap *h, int i, int j) {
+  int t = h->heap[i];
+  h->heap[i] = h->heap[j];
+  h->heap[j] = t;
+  h->pos[h->heap[i]] = i;
+  h->pos[h->heap[j]] = j;
+}
+
+static void heap_up(rank_heap *h, int i) {
+  while (i > 0 && heap_less(h, h->heap[i], h->heap[(i - 1) / 2])) {
+    heap_swap(h, i, (i - 1) / 2);
+    i = (i - 1) / 2;
+  }
+}
+
+static void heap_down(rank_heap *h, int i) {
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && heap_less(h, h->heap[l], h->heap[m]))
+      m = l;
+    if (r < h->n && heap_less(h, h->heap[r], h->heap[m]))
+      m = r;
+    if (m == i)
+      return;
+    heap_swap(h, i, m);
+    i = m;
+  }
+}
+
+static void heap_push(rank_heap *h, int rank) {
+  h->heap[h->n] = rank;
+  h->pos[rank] = h->n;
+  heap_up(h, h->n++);
+}
+
+static void heap_remove(rank_heap *h, int rank) {
+  int i = h->pos[rank];
+  if (i < 0)
+    return;
+  h->pos[rank] = -1;
+  h->n--;
+  if (i == h->n)
+    return;
+  int moved = h->heap[h->n];
+  h->heap[i] = moved;
+  h->pos[moved] = i;
+  heap_up(h, i);
+  heap_down(h, h->pos[moved]);
+}
+
+/* Re-sorts after rank's key changed (in either direction). */
+static void heap_update(rank_heap *h, int rank) {
+  int i = h->pos[rank];
+  if (i < 0) {
+    heap_push(h, rank);
+    return;
+  }
+  if (i > 0 && heap_less(h, rank, h->heap[(i - 1) / 2]))
+    heap_up(h, i);
+  else
+    heap_down(h, i);
+}
+
+/* ---- the greedy ---- */
+typedef struct greedy {
+  int p, v, m, S;
+  zb_placement pl;
+  const zb_costs *c;
+  const int *cap;
+  bool fill_small_gaps;
+  bool cautious;         /* estimate unknown inputs instead of assuming they are far */
+  int *stage_rank;       /* S */
+  int **rank_stages;     /* p x v, deepest stage first */
+  int *nf, *nb, *nw;     /* per stage: ops done (in microbatch order) */
+  double *f_end, *b_end; /* S x m */
+  double *e;             /* per rank: free time */
+  double *d;             /* per rank: next decision time (INFINITY: blocked) */
+  double *mem;
+  double *first;      /* per rank: start of its first op (NAN: none yet) */
+  int *left;          /* per rank: ops left */
+  bool *waited_guess; /* per rank: idled once on a cautious estimate since its last op */
+} greedy;
+
+static double greedy_arrival(const greedy *g, double produced, int from_stage, int to_rank) {
+  return g->stage_rank[from_stage] == to_rank ? produced : produced + g->c->t_comm;
+}
+
+/* Ready time of the next F of stage s on its rank; NAN if not produced. */
+static double greedy_f_ready(const greedy *g, int s) {
+  int i = g->nf[s];
+  if (i >= g->m)
+    return NAN;
+  if (s == 0)
+    return 0;
+  double t = g->f_end[(size_t)(s - 1) * g->m + i];
+  return isnan(t) ? t : greedy_arrival(g, t, s - 1, g->stage_rank[s]);
+}
+
+static double greedy_b_ready(const greedy *g, int s) {
+  int i = g->nb[s];
+  if (i >= g->nf[s])
+    return NAN;
+  double own = g->f_end[(size_t)s * g->m + i];
+  if (s == g->S - 1)
+    return own;
+  double t = g->b_end[(size_t)(s + 1) * g->m + i];
+  if (isnan(t))
+    return t;
+  t = greedy_arrival(g, t, s + 1, g->stage_rank[s]);
+  return t > own ? t : own;
+}
+
+static bool greedy_f_allowed(const greedy *g, int s) {
+  int r = g->stage_rank[s];
+  if (g->nf[s] >= g->m)
+    return false;
+  if (g->cap[s] > 0 && g->nf[s] - g->nb[s] >= g->cap[s])
+    return false;
+  double lim = g->c->mem_limit;
+  return lim <= 0 || g->mem[r] + g->c->m_f[s] <= lim + ZB_EPS * (1 + fabs(lim));
+}
+
+static void greedy_wake(greedy *g, rank_heap *h, int rank, double arrival) {
+  if (g->left[rank] == 0)
+    return;
+  double t = arrival > g->e[rank] ? arrival : g->e[rank];
+  if (t < g->d[rank]) {
+    g->d[rank] = t;
+    heap_update(h, rank);
+  }
+}
+
+/* Runs op on rank r at time `at` and records it in the schedule. */
+static void greedy_run(greedy *g, rank_heap *h, zb_schedule *out, int r, zb_op op, int s, double at) {
+  int mb = op == ZB_OP_F ? g->nf[s]++ : op == ZB_OP_B ? g->nb[s]++ : g->nw[s]++;
+  double end = at + zb_costs_time(g->c, op, s);
+  if (isnan(g->first[r]))
+    g->first[r] = at;
+  g->mem[r] += zb_costs_mem(g->c, op, s);
+  g->e[r] = end;
+  g->d[r] = end;
+  g->left[r]--;
+  g->waited_guess[r] = false;
+  zb_schedule_push_op(out, r, op, s, mb);
+  if (op == ZB_OP_F) {
+    g->f_end[(size_t)s * g->m + mb] = end;
+    if (s + 1 < g->S)
+      greedy_wake(g, h, g->stage_rank[s + 1], greedy_arrival(g, end, s, g->stage_rank[s + 1]));
+    else
+      greedy_wake(g, h, r, end);
+  } else if (op == ZB_OP_B) {
+    g->b_end[(size_t)s * g->m + mb] = end;
+    if (s > 0)
+      greedy_wake(g, h, g->stage_rank[s - 1], greedy_arrival(g, end, s, g->stage_rank[s - 1]));
+  }
+  if (g->left[r] == 0)
+    heap_remove(h, r);
+  else
+    heap_update(h, r);
+}
+
+/* What a rank's decision at time t learns about its stages besides the op
+ * it may run: the earliest known input after t, the earliest estimated
+ * arrival of an unproduced B input (cautious policy only), and a ready F
+ * that only the memory limit holds back. */
+typedef struct greedy_look {
+  double t;
+  double next;  /* INFINITY: none known */
+  double guess; /* INFINITY: none */
+  int want_f;   /* stage, -1: none */
+} greedy_look;
+
+/* Cautious estimate for stage s's next B whose input is not produced yet:
+ * its producer cannot finish before it is next free plus the op itself; a
+ * W longer than that would delay it. */
+static void greedy_guess_b_input(const greedy *g, int r, int s, greedy_look *look) {
+  int q = g->stage_rank[s + 1];
+  double est = (g->d[q] > g->e[q] ? g->d[q] : g->e[q]);
+  if (isinf(est))
+    est = g->e[q];
+  est += g->c->t_b[s + 1] + (q != r ? g->c->t_comm : 0);
+  if (est > look->t && est < look->guess)
+    look->guess = est;
+}
+
+/* The stage of rank r's ready B with the earliest input (critical path
+ * first); -1 if none is ready at look->t. */
+static int greedy_pick_b(const greedy *g, int r, greedy_look *look) {
+  int best_b = -1;
+  double best_b_ready = INFINITY;
+  for (int k = 0; k < g->v; k++) {
+    int s = g->rank_stages[r][k];
+    double rb = greedy_b_ready(g, s);
+    if (isnan(rb) && g->cautious && g->nb[s] < g->nf[s] && s + 1 < g->S)
+      greedy_guess_b_input(g, r, s, look);
+    if (!isnan(rb)) {
+      if (rb <= look->t + ZB_EPS && rb < best_b_ready) {
+        best_b = s;
+        best_b_ready = rb;
+      } else if (rb > look->t && rb < look->next) {
+        look->next = rb;
+      }
+    }
+  }
+  return best_b;
+}
+
+/* The stage of rank r's ready F that its warm-up cap and the memory limit
+ * allow, deepest stage first; -1 if none. */
+static int greedy_pick_f(const greedy *g, int r, greedy_look *look) {
+  for (int k = 0; k < g->v; k++) {
+    int s = g->rank_stages[r][k];
+    double rf = greedy_f_ready(g, s);
+    if (isnan(rf) || g->nf[s] >= g->m)
+      continue;
+    if (g->cap[s] > 0 && g->nf[s] - g->nb[s] >= g->cap[s])
+      continue;
+    if (!greedy_f_allowed(g, s)) {
+      if (rf <= look->t + ZB_EPS && look->want_f < 0)
+        look->want_f = s; /* blocked by memory only: a W would help */
+      continue;
+    }
+    if (rf <= look->t + ZB_EPS)
+      return s;
+    if (rf < look->next)
+      look->next = rf;
+  }
+  return -1;
+}
+
+/* The stage of rank r with the most pending W (the first such stage in
+ * rank_stages order); -1 if none. Its oldest W runs next. */
+static int greedy_pick_w(const greedy *g, int r) {
+  int w_stage = -1, w_pending = 0;
+  for (int k = 0; k < g->v; k++) {
+    int s = g->rank_stages[r][k];
+    int pend = g->nb[s] - g->nw[s];
+    if (pend > w_pending) {
+      w_pending = pend;
+      w_stage = s;
+    }
+  }
+  return w_stage;
+}
+
+/* One decision of rank r at time t = d[r]: runs an op, or moves d[r] on to
+ * when new input can arrive (INFINITY: blocked until a neighbour wakes it). */
+static void greedy_step(greedy *g, rank_heap *h, zb_schedule *out, int r) {
+  greedy_look look = {.t = g->d[r], .next = INFINITY, .guess = INFINITY, .want_f = -1};
+  double t = look.t;
+  int s = greedy_pick_b(g, r, &look);
+  if (s >= 0) {
+    greedy_run(g, h, out, r, ZB_OP_B, s, t);
+    return;
+  }
+  s = greedy_pick_f(g, r, &look);
+  if (s >= 0) {
+    greedy_run(g, h, out, r, ZB_OP_F, s, t);
+    return;
+  }
+  int w_stage = greedy_pick_w(g, r);
+  /* An estimate is only a guess: a rank waits on one at most once between
+   * two of its ops, so two ranks guessing at each other cannot spin. */
+  bool use_guess = look.guess < look.next && !g->waited_guess[r];
+  double gap_end = use_guess ? look.guess : look.next;
+  double next = look.next;
+  if (w_stage >= 0) {
+    double tw = g->c->t_w[w_stage];
+    if (look.want_f >= 0 || isinf(gap_end) || gap_end - t >= tw - ZB_EPS || g->fill_small_gaps) {
+      greedy_run(g, h, out, r, ZB_OP_W, w_stage, t);
+      return;
+    }
+    if (use_guess) {
+      g->waited_guess[r] = true;
+      next = look.guess;
+    }
+  }
+  /* idle until the next known input, or block until a neighbour wakes us */
+  g->d[r] = next;
+  heap_update(h, r);
+}
+
+/* Where each stage runs: stage_rank[s], and per rank its stages deepest
+ * first (rank_stages). */
+static void greedy_place_stages(greedy *g) {
+  int *fill = zb_calloc((size_t)g->p, sizeof(int));
+  g->stage_rank = zb_malloc(sizeof(int) * (size_t)g->S);
+  g->rank_stages = zb_malloc(sizeof(int *) * (size_t)g->p);
+  for (int r = 0; r < g->p; r++)
+    g->rank_stages[r] = zb_malloc(sizeof(int) * (size_t)g->v);
+  for (int s = g->S - 1; s >= 0; s--) {
+    int r = zb_placement_rank(g->pl, g->p, g->v, s);
+    g->stage_rank[s] = r;
+    g->rank_stages[r][fill[r]++] = s;
+  }
+  free(fill);
+}
+
+/* Allocates the per-stage and per-rank state: nothing run yet. */
+static void greedy_init(greedy *g) {
+  size_t S = (size_t)g->S, p = (size_t)g->p, cells = S * (size_t)g->m;
+  greedy_place_stages(g);
+  g->nf = zb_calloc(S, sizeof(int));
+  g->nb = zb_calloc(S, sizeof(int));
+  g->nw = zb_calloc(S, sizeof(int));
+  g->f_end = zb_malloc(sizeof(double) * cells);
+  g->b_end = zb_malloc(sizeof(double) * cells);
+  for (size_t k = 0; k < cells; k++)
+    g->f_end[k] = g->b_end[k] = NAN;
+  g->e = zb_calloc(p, sizeof(double));
+  g->d = zb_calloc(p, sizeof(double));
+  g->mem = zb_calloc(p, sizeof(double));
+  g->first = zb_malloc(sizeof(double) * p);
+  g->left = zb_calloc(p, sizeof(int));
+  g->waited_guess = zb_calloc(p, sizeof(bool));
+  for (int r = 0; r < g->p; r++) {
+    g->first[r] = NAN;
+    g->left[r] = 3 * g->v * g->m;
+  }
+}
+
+static void greedy_free(greedy *g) {
+  for (int r = 0; r < g->p; r++)
+    free(g->rank_stages[r]);
+  free(g->rank_stages);
+  free(g->stage_rank);
+  free(g->nf);
+  free(g->nb);
+  free(g->nw);
+  free(g->f_end);
+  free(g->b_end);
+  free(g->e);
+  free(g->d);
+  free(g->mem);
+  free(g->first);
+  free(g->left);
+  free(g->waited_guess);
+}
+
+/* The heap of all ranks by decision time: the rank of stage 0 decides at
+ * 0, every other one waits for input. */
+static void greedy_heap_init(greedy *g, rank_heap *h) {
+  size_t p = (size_t)g->p;
+  *h = (rank_heap){.heap = zb_malloc(sizeof(int) * p), .pos = zb_malloc(sizeof(int) * p), .key = g->d};
+  for (int r = 0; r < g->p; r++) {
+    h->pos[r] = -1;
+    g->d[r] = r == g->stage_rank[0] ? 0 : INFINITY;
+    heap_push(h, r);
+  }
+}
+
+/* Every op ran as soon as its rank was free and its inputs had arrived
+ * (the greedy only idles until the next arrival), so these times are the
+ * ones zb_simulate would compute for the same lists. */
+static void greedy_score(const greedy *g, zb_objective obj, zb_plan_score *score) {
+  score->objective = obj;
+  score->makespan = score->span = 0;
+  for (int r = 0; r < g->p; r++) {
+    if (isnan(g->first[r]))
+      continue;
+    if (g->e[r] > score->makespan)
+      score->makespan = g->e[r];
+    if (g->e[r] - g->first[r] > score->span)
+      score->span = g->e[r] - g->first[r];
+  }
+}
+
+zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap,
+                            int w_policy, zb_objective obj, zb_plan_score *score) {
+  greedy g = {.p = p, .v = v, .m = m, .S = p * v, .pl = pl, .c = c, .cap = cap};
+  g.fill_small_gaps = w_policy == ZB_W_FILL_ALL;
+  g.cautious = w_policy == ZB_W_CAUTIOUS;
+  greedy_init(&g);
+  rank_heap h;
+  greedy_heap_init(&g, &h);
+  zb_schedule *out = zb_schedule_new(p, v, m, pl);
+  while (h.n > 0) {
+    int r = h.heap[0];
+    if (isinf(g.d[r])) { /* every remaining rank waits on another: stuck */
+      zb_schedule_free(out);
+      out = NULL;
+      break;
+    }
+    greedy_step(&g, &h, out, r);
+  }
+  if (out && score)
+    greedy_score(&g, obj, score);
+  greedy_free(&g);
+  free(h.heap);
+  free(h.pos);
+  return out;
+}
