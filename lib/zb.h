@@ -8,6 +8,8 @@
  * A schedule's way through it: generate (zb_plan.h, or read a CSV with
  * zb_format.h) -> lower (zb_lower.h: add SEND/RECV) -> validate
  * (zb_validate.h) -> simulate (zb_sim.h) -> write out (zb_format.h).
+ * zb_planner.h runs the first four as one call: what every planning
+ * caller (zbctl, the coordinator, tests, benchmarks) uses.
  * See docs/schedules.md for the vocabulary, families and models.
  */
 #ifndef ZB_H
@@ -19,7 +21,7 @@
 #include "zb_format.h"
 #include "zb_lower.h"
 #include "zb_plan.h"
-/* #include "zb_planner.h" (to come) */
+#include "zb_planner.h"
 #include "zb_schedule.h"
 #include "zb_sim.h"
 #include "zb_validate.h"
