@@ -22,9 +22,7 @@
  * for zb-h2 and zb-v are the best possible. */
 #include <stdarg.h>
 
-#include "zb_plan.h"
-#include "zb_sim.h"
-#include "zb_validate.h"
+#include "zb_planner.h"
 #include "zbtest.h"
 
 #define CF_EPS 1e-9
@@ -46,29 +44,22 @@ __attribute__((format(printf, 2, 3))) static void cf_fail(int *failures, const c
   va_end(ap);
 }
 
-/* Generates family f at (p, v, m) under unit rank-share costs, validates
- * it and simulates it. Returns the result (caller frees) or NULL after
- * reporting why. */
+/* Plans family f at (p, v, m) under unit rank-share costs (compute-only
+ * lists: the closed forms leave comm out), validated and simulated. Returns the result (caller frees) or NULL
+ * after reporting why. */
 static zb_sim_result *cf_run(zb_family f, int p, int v, int m) {
-  zb_rank_costs rc = zb_rank_costs_default();
-  zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
-  zb_plan_request req = {.family = f, .p = p, .v = v, .m = m, .costs = c};
-  zb_schedule *s = NULL;
-  zb_sim_result *r = NULL;
+  zb_planner_request req = {
+      .family = f, .p = p, .v = v, .m = m, .rank = zb_rank_costs_default(), .compute_only = true};
+  zb_planner_result pl;
   zb_diag d = {{0}};
-  zb_violation viol;
-  char buf[320] = "";
-  if (zb_plan_generate(&req, &s, &d) != ZB_OK) {
-    snprintf(buf, sizeof buf, "generate: %s", d.msg);
-  } else if (zb_validate(s, c, &viol) != ZB_OK) {
-    zb_violation_format(&viol, buf, sizeof buf);
-  } else if (zb_simulate(s, c, &r, &d) != ZB_OK) {
-    snprintf(buf, sizeof buf, "simulate: %s", d.msg);
+  zb_sim_result *r = NULL;
+  if (zb_planner_run(&req, &pl, &d) != ZB_OK)
+    fprintf(stderr, "  %s p=%d v=%d m=%d: %s\n", zb_family_name(f), p, v, m, d.msg);
+  else {
+    r = pl.sim;
+    pl.sim = NULL; /* kept past the result */
   }
-  if (!r)
-    fprintf(stderr, "  %s p=%d v=%d m=%d: %s\n", zb_family_name(f), p, v, m, buf);
-  zb_schedule_free(s);
-  zb_costs_free(c);
+  zb_planner_result_free(&pl);
   return r;
 }
 

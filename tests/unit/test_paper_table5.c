@@ -6,9 +6,7 @@
  * precision the paper prints. */
 #include <errno.h>
 
-#include "zb_plan.h"
-#include "zb_sim.h"
-#include "zb_validate.h"
+#include "zb_planner.h"
 #include "zbtest.h"
 
 enum {
@@ -126,22 +124,16 @@ static zb_costs *row_costs(const paper_row *r, double limit_p) {
 static double row_bubble(const paper_row *r, zb_family f, double limit_p) {
   int p = (int)r->v[COL_P], m = (int)r->v[COL_M];
   zb_costs *c = row_costs(r, limit_p);
-  zb_plan_request req = {.family = f, .p = p, .v = 1, .m = m, .costs = c, .objective = ZB_OBJ_SPAN};
-  zb_schedule *s = NULL;
-  zb_sim_result *sim = NULL;
+  zb_planner_request req = {
+      .family = f, .p = p, .v = 1, .m = m, .costs = c, .objective = ZB_OBJ_SPAN, .compute_only = true};
+  zb_planner_result pl;
   zb_diag d = {{0}};
-  zb_violation viol;
   double out = NAN;
-  if (zb_plan_generate(&req, &s, &d) != ZB_OK)
-    fprintf(stderr, "  %s %s m=%d: %s\n", r->model, zb_family_name(f), m, d.msg);
-  else if (zb_validate(s, c, &viol) != ZB_OK)
-    fprintf(stderr, "  %s %s m=%d: invalid: %s\n", r->model, zb_family_name(f), m, viol.detail);
-  else if (zb_simulate(s, c, &sim, &d) != ZB_OK)
+  if (zb_planner_run(&req, &pl, &d) != ZB_OK)
     fprintf(stderr, "  %s %s m=%d: %s\n", r->model, zb_family_name(f), m, d.msg);
   else
-    out = sim->bubble_ratio_paper;
-  zb_sim_result_free(sim);
-  zb_schedule_free(s);
+    out = pl.sim->bubble_ratio_paper;
+  zb_planner_result_free(&pl);
   zb_costs_free(c);
   return out;
 }
