@@ -1,4 +1,4 @@
-/* zb-auto's guarantees (DESIGN §3): on every shape and cost setting of a
+/* zb-auto's guarantees (docs/schedules.md, Families): on every shape and cost setting of a
  * grid it stays within its memory limit, validates, and its simulated
  * makespan is never worse than zb-h1's at limit 1p nor zb-h2's at limit 2p
  * on the same costs (equal, uneven, per-stage uneven, communication-heavy).

@@ -1,4 +1,4 @@
-/* The families' closed forms (DESIGN §3, README "Schedule families") at
+/* The families' closed forms (docs/schedules.md, Families) at
  * T_F = T_B = T_W = 1 for one rank's share, T_comm = 0 and the default
  * memory deltas (M_F = 1, M_B = M_W = -0.5), so one rank's work is 3m and
  * memory is in units of one rank's M_F (1F1B's peak is p). Each shape is

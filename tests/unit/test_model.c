@@ -192,7 +192,8 @@ static double fd_at(zb_model_stage *st, float *v, const uint8_t *tok, const floa
 }
 
 static int gc_compare(const char *what, const float *g, const float *fd, size_t n) {
-  double err = zbt_norm2(fd, g, n), ref = zbt_norm2(g, NULL, n), bound = GC_REL * ref + GC_ABS * sqrt((double)n);
+  double err = zbt_norm2(fd, g, n), ref = zbt_norm2(g, NULL, n),
+         bound = GC_REL * ref + GC_ABS * sqrt((double)n);
   if (getenv("ZB_TEST_VERBOSE"))
     printf("    %-28s |g| %.3e  |fd-g| %.3e  rel %.2e\n", what, ref, err, ref > 0 ? err / ref : 0.0);
   if (!(err <= bound)) {
@@ -332,7 +333,7 @@ static void pipe_free(pipe *p) {
   }
 }
 
-/* Whether op (F, B, W or BW) of (s, i) may run now (DESIGN §3's
+/* Whether op (F, B, W or BW) of (s, i) may run now (docs/schedules.md, Vocabulary:
  * dependencies) and has not run. */
 static int pipe_ready(const pipe *p, zb_op op, int s, int i) {
   int d = p->done[s][i];

@@ -2,7 +2,7 @@
  * its profiled costs, shapes and memory model, 1f1b, zb-h1 and zb-h2
  * reproduce the bubble rates it reports, and zb-auto at limits 1p and 2p
  * matches or beats its ZB-1p and ZB-2p rates. All figures are the paper's
- * bubble rate (bubble_ratio_paper, DESIGN §3), compared to 4 decimals, the
+ * bubble rate (bubble_ratio_paper, docs/schedules.md, Bubble definitions), compared to 4 decimals, the
  * precision the paper prints. */
 #include <errno.h>
 

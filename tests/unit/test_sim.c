@@ -3,7 +3,7 @@
  * bubble ratios, peak memory (raw and in units of the rank's M_F), comm and
  * FSDP actions taking no time, the fast path agreeing with the full one,
  * deadlocks and mismatched costs. Every expected number is derived in the
- * comments from the cost model of DESIGN §3: an op starts when its rank is
+ * comments from the cost model of docs/schedules.md: an op starts when its rank is
  * free and its inputs are there; an input from another rank arrives T_comm
  * after its producer ends, one from the same rank when the producer ends. */
 #include "zb_lower.h"
