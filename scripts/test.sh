@@ -13,7 +13,10 @@ usage: scripts/test.sh [--no-deps] [--only dev|asan] [-j N] [-- CTEST_ARGS...]
 Runs the tests the way CI does:
   1. scripts/install-deps.sh (installs missing Debian 12 packages; as a user
      that is not root it prints the apt-get command to run instead, and stops)
-  2. for each of the CMake presets dev (RelWithDebInfo, build/dev) and asan
+  2. lint: clang-format --dry-run --Werror on every C file, and
+     scripts/check-size.sh (no product file over 700 lines, no function
+     over 80)
+  3. for each of the CMake presets dev (RelWithDebInfo, build/dev) and asan
      (Debug + ZB_SANITIZE=ON, build/asan):
        cmake --preset P; cmake --build --preset P -j N;
        ctest --preset P -j N --output-on-failure [CTEST_ARGS]
@@ -62,6 +65,16 @@ summary=()
 total_pass=0
 total_fail=0
 failed=0
+
+echo
+echo "=== lint"
+mapfile -t c_files < <(git ls-files '*.c' '*.h')
+if clang-format --dry-run --Werror "${c_files[@]}" && scripts/check-size.sh; then
+  summary+=("lint: ok (clang-format, sizes)")
+else
+  summary+=("lint: FAILED (clang-format -i FILE fixes the style; scripts/check-size.sh lists the sizes)")
+  failed=1
+fi
 
 for p in "${presets[@]}"; do
   echo
