@@ -28,15 +28,6 @@ static bool op_of(Zb__V1__ActionKind k, zb_op *op) {
   }
 }
 
-static zb_err copy_str(char *dst, size_t cap, const char *src, const char *field, zb_diag *diag) {
-  if (!src)
-    src = "";
-  if (strlen(src) >= cap)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s: longer than %zu characters", field, cap - 1);
-  snprintf(dst, cap, "%s", src);
-  return ZB_OK;
-}
-
 /* Action i of the columns, checked against the shape. */
 static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_assignment *a, zb_action *out,
                             zb_diag *diag) {
@@ -49,12 +40,14 @@ static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_ass
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: stage %d is not one of %d", i,
                        x.stage, S);
   if (x.mb < 0 || x.mb >= a->microbatches)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: microbatch %d is not one of %d",
-                       i, x.mb, a->microbatches);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment.action_list[%zu]: microbatch %d is not one of %d", i, x.mb,
+                       a->microbatches);
   bool comm = zb_op_is_comm(x.op);
   if (comm ? x.peer < 0 || x.peer >= a->ranks || x.peer == a->rank : x.peer != -1)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: peer %d for %s on rank %d of %d",
-                       i, x.peer, zb_op_name(x.op), a->rank, a->ranks);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment.action_list[%zu]: peer %d for %s on rank %d of %d", i, x.peer,
+                       zb_op_name(x.op), a->rank, a->ranks);
   if (al->group_with_next[i] && !comm)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: a %s cannot open a group", i,
                        zb_op_name(x.op));
@@ -104,8 +97,9 @@ static zb_err decode_peers(const Zb__V1__Assignment *pb, zb_assignment *a, zb_di
   for (size_t k = 0; k < pb->n_peers; k++) {
     const Zb__V1__PeerAddress *p = pb->peers[k];
     if (p->rank < 0 || p->rank >= a->ranks || a->peer_addresses[p->rank])
-      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.peers[%zu]: rank %d is not a rank of %d or repeated",
-                         k, p->rank, a->ranks);
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "assignment.peers[%zu]: rank %d is not a rank of %d or repeated", k, p->rank,
+                         a->ranks);
     a->peer_addresses[p->rank] = zb_strdup(p->address ? p->address : "");
   }
   return ZB_OK;
@@ -131,7 +125,8 @@ static zb_err decode_costs(const Zb__V1__Assignment *pb, zb_assignment *a, zb_di
   if (pb->n_stages == 0) { /* the older form: every stage */
     if ((int)pb->n_stage_seconds != S || (int)pb->n_stage_m_f != S || (int)pb->n_stage_m_b != S ||
         (int)pb->n_stage_m_w != S)
-      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment: inconsistent stage tables (%d stages, %d ranks)",
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "assignment: inconsistent stage tables (%d stages, %d ranks)",
                          (int)pb->n_stage_seconds, a->ranks);
     for (int s = 0; s < S; s++) {
       Zb__V1__HostedStage h = {.stage = s,
@@ -156,10 +151,11 @@ static zb_err decode_costs(const Zb__V1__Assignment *pb, zb_assignment *a, zb_di
 /* The scalars and the shape. */
 static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
   zb_err err;
-  if ((err = copy_str(a->job_id, sizeof a->job_id, pb->job_id, "job_id", diag)) ||
-      (err = copy_str(a->schedule, sizeof a->schedule, pb->schedule, "schedule", diag)) ||
-      (err = copy_str(a->backend, sizeof a->backend, pb->backend, "backend", diag)) ||
-      (err = copy_str(a->transport, sizeof a->transport, pb->transport, "transport", diag)))
+  if ((err = zb_wire_copy_str(a->job_id, sizeof a->job_id, pb->job_id, "assignment.job_id", diag)) ||
+      (err = zb_wire_copy_str(a->schedule, sizeof a->schedule, pb->schedule, "assignment.schedule", diag)) ||
+      (err = zb_wire_copy_str(a->backend, sizeof a->backend, pb->backend, "assignment.backend", diag)) ||
+      (err =
+           zb_wire_copy_str(a->transport, sizeof a->transport, pb->transport, "assignment.transport", diag)))
     return err;
   if ((err = zb_family_parse(a->schedule, &a->family, diag)))
     return err;
@@ -175,7 +171,8 @@ static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_d
   if (a->ranks < 1 || a->ranks > DECODE_MAX_RANKS || a->rank < 0 || a->rank >= a->ranks)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.rank: rank %d of %d ranks", a->rank, a->ranks);
   if (a->chunks < 1 || (long long)a->chunks * a->ranks > DECODE_MAX_STAGES)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.chunks: %d chunks of %d ranks", a->chunks, a->ranks);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.chunks: %d chunks of %d ranks", a->chunks,
+                       a->ranks);
   if (a->microbatches < 1)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "assignment.microbatches: %d (the coordinator is older than this worker?)",

@@ -10,8 +10,7 @@
 #include "zb_format.h"
 #include "zb_job_state.h"
 
-/* Copies a proto string into a fixed field, refusing what does not fit. */
-static zb_err wire_copy(char *dst, size_t cap, const char *src, const char *field, zb_diag *diag) {
+zb_err zb_wire_copy_str(char *dst, size_t cap, const char *src, const char *field, zb_diag *diag) {
   if (!src)
     src = "";
   if (strlen(src) >= cap)
@@ -37,7 +36,8 @@ zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb
   if (pb->seed != 0)
     out->seed = (long long)pb->seed;
   zb_err err;
-  if (pb->data && pb->data[0] && (err = wire_copy(out->data, sizeof out->data, pb->data, "model.data", diag)))
+  if (pb->data && pb->data[0] &&
+      (err = zb_wire_copy_str(out->data, sizeof out->data, pb->data, "model.data", diag)))
     return err;
   if (pb->lr != 0)
     out->lr = pb->lr;
@@ -51,7 +51,8 @@ zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb
     out->eps = pb->eps;
   if (pb->clip_norm)
     out->clip_norm = pb->clip_norm->value;
-  if (pb->step && pb->step[0] && (err = wire_copy(out->step, sizeof out->step, pb->step, "model.step", diag)))
+  if (pb->step && pb->step[0] &&
+      (err = zb_wire_copy_str(out->step, sizeof out->step, pb->step, "model.step", diag)))
     return err;
   if (pb->inject_nan) {
     out->inject_nan = true;
@@ -60,16 +61,16 @@ zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb
   }
   out->checkpoint_every = pb->checkpoint_every;
   if (pb->checkpoint_dir && pb->checkpoint_dir[0] &&
-      (err = wire_copy(out->checkpoint_dir, sizeof out->checkpoint_dir, pb->checkpoint_dir,
-                       "model.checkpoint_dir", diag)))
+      (err = zb_wire_copy_str(out->checkpoint_dir, sizeof out->checkpoint_dir, pb->checkpoint_dir,
+                              "model.checkpoint_dir", diag)))
     return err;
   if (pb->dump_dir && pb->dump_dir[0] &&
-      (err = wire_copy(out->dump_dir, sizeof out->dump_dir, pb->dump_dir, "model.dump_dir", diag)))
+      (err = zb_wire_copy_str(out->dump_dir, sizeof out->dump_dir, pb->dump_dir, "model.dump_dir", diag)))
     return err;
   out->dump_every = pb->dump_every;
   if (pb->resume_from_job_id && pb->resume_from_job_id[0] &&
-      (err = wire_copy(out->resume_from, sizeof out->resume_from, pb->resume_from_job_id,
-                       "model.resume_from_job_id", diag)))
+      (err = zb_wire_copy_str(out->resume_from, sizeof out->resume_from, pb->resume_from_job_id,
+                              "model.resume_from_job_id", diag)))
     return err;
   return ZB_OK;
 }
@@ -113,8 +114,8 @@ void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {
   zb_job_spec_default(out);
   zb_err err;
-  if ((err = wire_copy(out->name, sizeof out->name, pb->name, "name", diag)) ||
-      (err = wire_copy(out->schedule, sizeof out->schedule, pb->schedule, "schedule", diag)))
+  if ((err = zb_wire_copy_str(out->name, sizeof out->name, pb->name, "name", diag)) ||
+      (err = zb_wire_copy_str(out->schedule, sizeof out->schedule, pb->schedule, "schedule", diag)))
     return err;
   out->ranks = pb->ranks;
   out->microbatches = pb->microbatches;
@@ -146,10 +147,10 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   if (pb->iterations != 0)
     out->iterations = pb->iterations;
   if (pb->backend && pb->backend[0] &&
-      (err = wire_copy(out->backend, sizeof out->backend, pb->backend, "backend", diag)))
+      (err = zb_wire_copy_str(out->backend, sizeof out->backend, pb->backend, "backend", diag)))
     goto fail;
   if (pb->transport && pb->transport[0] &&
-      (err = wire_copy(out->transport, sizeof out->transport, pb->transport, "transport", diag)))
+      (err = zb_wire_copy_str(out->transport, sizeof out->transport, pb->transport, "transport", diag)))
     goto fail;
   if (pb->bytes_per_activation != 0)
     out->bytes_per_activation = pb->bytes_per_activation;

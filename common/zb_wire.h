@@ -15,6 +15,10 @@
 #include "zb_jobspec.h"
 #include "zb_planner.h"
 
+/* Copies a proto string (NULL: "") into a fixed field of cap bytes;
+ * ZB_ERR_INVALID_ARG naming field when it does not fit. */
+zb_err zb_wire_copy_str(char *dst, size_t cap, const char *src, const char *field, zb_diag *diag);
+
 /* Proto → spec, with the wire's zero-means-default rules (JobSpec in
  * zb.proto) applied; then zb_job_spec_check(). diag names the field. */
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag);
@@ -54,6 +58,5 @@ void zb_wire_rank_actions_clear(Zb__V1__RankActions *ra);
 /* Parses a RankActions back into rank r's list of a schedule of shape (p,
  * v, m, placement) with peers filled; ZB_ERR_PARSE names the bad action. */
 zb_err zb_wire_rank_actions_parse(const Zb__V1__RankActions *ra, zb_schedule *s, zb_diag *diag);
-
 
 #endif

@@ -68,12 +68,16 @@ static long long spec_limit(coord *co, const zb_job_spec *spec, const coord_work
   return limit;
 }
 
-/* Names a limit in an error: the coordinator's setting or a worker's. */
-static void limit_name(const coord_worker *by, char *out, size_t cap) {
+/* Fails call with RESOURCE_EXHAUSTED: what, over which limit (the
+ * coordinator's setting or a worker's), and what to do. */
+static void fail_over_limit(zb_rpc_call *call, const char *what, long long limit, const coord_worker *by) {
+  char name[160];
   if (by)
-    snprintf(out, cap, "receive limit of worker %s (its --max-message-bytes)", by->id);
+    snprintf(name, sizeof name, "receive limit of worker %s (its --max-message-bytes)", by->id);
   else
-    snprintf(out, cap, "message limit (max_message_bytes)");
+    snprintf(name, sizeof name, "message limit (max_message_bytes)");
+  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "%s, over the %lld-byte %s; use fewer microbatches or ranks", what, limit, name);
 }
 
 /* Refuses a shape whose plan cannot fit before planning it: generating a
@@ -84,12 +88,10 @@ static bool plan_fits(zb_rpc_call *call, const zb_job_spec *spec, bool whole, lo
   double need = plan_min_bytes(spec, whole);
   if (need <= (double)limit)
     return true;
-  char name[160];
-  limit_name(by, name, sizeof name);
-  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-              "spec: %s of p=%d m=%d needs at least %.0f bytes, over the %lld-byte %s; use fewer "
-              "microbatches or ranks",
-              whole ? "the plan" : "one rank's plan", spec->ranks, spec->microbatches, need, limit, name);
+  char what[200];
+  snprintf(what, sizeof what, "spec: %s of p=%d m=%d needs at least %.0f bytes",
+           whole ? "the plan" : "one rank's plan", spec->ranks, spec->microbatches, need);
+  fail_over_limit(call, what, limit, by);
   return false;
 }
 
@@ -113,12 +115,10 @@ bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_s
   zb_assignment_measure(&src, &sz);
   if ((long long)sz.largest <= limit)
     return true;
-  char name[160];
-  limit_name(by, name, sizeof name);
-  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-              "%sschedule: the %s assignment of rank %d is %zu bytes, over the %lld-byte %s; use fewer "
-              "microbatches or ranks",
-              what, zb_family_name(plan->family), sz.largest_rank, sz.largest, limit, name);
+  char why[200];
+  snprintf(why, sizeof why, "%sschedule: the %s assignment of rank %d is %zu bytes", what,
+           zb_family_name(plan->family), sz.largest_rank, sz.largest);
+  fail_over_limit(call, why, limit, by);
   zb_planner_result_free(plan);
   return false;
 }
