@@ -189,8 +189,9 @@ static int memory_run(zb_family f, int p, int m, const zb_model_config *base, co
 
 static void memory_section(void) {
   enum { P = 4, M = 8 };
-  /* A shape where B frees more than W keeps (heads x T > 4h), as DESIGN
-   * §3's memory model assumes (M_B < 0). */
+  /* A shape where B frees more than W keeps (heads x T > 4h), as the
+   * default memory model assumes (M_B < 0; docs/schedules.md, Cost and
+   * memory model). */
   zb_model_config cfg = {
       .vocab = 256, .hidden = 32, .heads = 4, .layers = 16, .seq_len = 128, .batch = 1, .seed = 1};
   printf("\nmeasured peak activation bytes per rank against the plan: p=%d, m=%d; h=%d, %d heads, %d layers, "

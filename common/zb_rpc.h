@@ -1,5 +1,5 @@
 /* zb_rpc.h — gRPC C core with protobuf-c messages, for zb's daemons and
- * zbctl (see ../shared/notes/grpc-c-core.md).
+ * zbctl (docs/architecture.md, Threads; docs/wire.md, Protocol).
  *
  * Server: one completion-queue thread hands every event to the owner's
  * libuv loop with uv_async_send; all gRPC calls and every handler run on

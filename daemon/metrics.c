@@ -1,4 +1,4 @@
-/* Prometheus text at /metrics (DESIGN §6), served by libmicrohttpd's own
+/* Prometheus text at /metrics (docs/operations.md, Metrics), served by libmicrohttpd's own
  * thread. The loop renders the text from its state (every tick) into a
  * buffer under a lock; the HTTP thread only copies that buffer, so it
  * never touches coordinator state. */
@@ -195,43 +195,38 @@ static void family(zb_buf *b, const char *name, const char *type, const char *he
   zb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void coord_metrics_render(coord *co) {
-  coord_metrics *mx = co->metrics;
-  if (!mx)
-    return;
-  zb_buf b = ZB_BUF_INIT;
-  family(&b, "zb_build_info", "gauge", "Build of this zb-coordinator; the value is always 1.");
-  zb_buf_printf(&b, "zb_build_info{version=\"%s\"} 1\n", ZB_VERSION);
-
-  family(&b, "zb_jobs", "gauge", "Jobs known to the coordinator, by state.");
+/* The coordinator's own gauges and counters: build, jobs by state,
+ * workers, reports, and every job's iterations and throughput. */
+static void render_totals(coord *co, zb_buf *b) {
+  family(b, "zb_build_info", "gauge", "Build of this zb-coordinator; the value is always 1.");
+  zb_buf_printf(b, "zb_build_info{version=\"%s\"} 1\n", ZB_VERSION);
+  family(b, "zb_jobs", "gauge", "Jobs known to the coordinator, by state.");
   static const char *const states[] = {"pending", "running", "succeeded", "failed", "cancelled"};
   int counts[6] = {0};
   for (coord_job *j = co->jobs; j; j = j->next)
     if (j->row.state >= 1 && j->row.state <= 5)
       counts[j->row.state]++;
   for (int s = 1; s <= 5; s++)
-    zb_buf_printf(&b, "zb_jobs{state=\"%s\"} %d\n", states[s - 1], counts[s]);
-
-  family(&b, "zb_workers_attached", "gauge", "Workers with a live Attach stream.");
+    zb_buf_printf(b, "zb_jobs{state=\"%s\"} %d\n", states[s - 1], counts[s]);
+  family(b, "zb_workers_attached", "gauge", "Workers with a live Attach stream.");
   int attached = 0;
   for (coord_worker *w = co->workers; w; w = w->next)
     attached += w->attach != NULL;
-  zb_buf_printf(&b, "zb_workers_attached %d\n", attached);
-
-  family(&b, "zb_reports_total", "counter", "Report calls received from workers.");
-  zb_buf_printf(&b, "zb_reports_total %lld\n", mx->reports_total);
-
-  family(&b, "zb_job_iterations_total", "counter", "Iterations a job has completed on all ranks.");
+  zb_buf_printf(b, "zb_workers_attached %d\n", attached);
+  family(b, "zb_reports_total", "counter", "Report calls received from workers.");
+  zb_buf_printf(b, "zb_reports_total %lld\n", co->metrics->reports_total);
+  family(b, "zb_job_iterations_total", "counter", "Iterations a job has completed on all ranks.");
   for (coord_job *j = co->jobs; j; j = j->next)
-    zb_buf_printf(&b, "zb_job_iterations_total{job=\"%s\"} %d\n", j->row.id, j->row.iterations_done);
-
-  family(&b, "zb_job_samples_per_second", "gauge",
+    zb_buf_printf(b, "zb_job_iterations_total{job=\"%s\"} %d\n", j->row.id, j->row.iterations_done);
+  family(b, "zb_job_samples_per_second", "gauge",
          "Microbatches per second over the last iteration of a running job.");
   for (coord_job *j = co->jobs; j; j = j->next)
     if (j->row.state == ZB_JOB_RUNNING)
-      zb_buf_printf(&b, "zb_job_samples_per_second{job=\"%s\"} %.6g\n", j->row.id, j->samples_per_second);
+      zb_buf_printf(b, "zb_job_samples_per_second{job=\"%s\"} %.6g\n", j->row.id, j->samples_per_second);
+}
 
-  /* per-rank figures of running jobs, from their last iteration */
+/* Per-rank figures of running jobs, from their last iteration. */
+static void render_ranks(coord *co, zb_buf *b) {
   zb_buf bub = ZB_BUF_INIT, mem = ZB_BUF_INIT;
   for (coord_job *j = co->jobs; j; j = j->next) {
     if (j->row.state != ZB_JOB_RUNNING || !j->row.last)
@@ -248,37 +243,48 @@ void coord_metrics_render(coord *co) {
     }
     protobuf_c_message_free_unpacked(&it->base, NULL);
   }
-  family(&b, "zb_rank_bubble_ratio", "gauge", "Measured idle share of a rank's last iteration.");
+  family(b, "zb_rank_bubble_ratio", "gauge", "Measured idle share of a rank's last iteration.");
   if (bub.len)
-    zb_buf_append(&b, bub.data, bub.len);
-  family(&b, "zb_rank_peak_memory_bytes", "gauge", "Peak activation memory of a rank in its last iteration.");
+    zb_buf_append(b, bub.data, bub.len);
+  family(b, "zb_rank_peak_memory_bytes", "gauge", "Peak activation memory of a rank in its last iteration.");
   if (mem.len)
-    zb_buf_append(&b, mem.data, mem.len);
+    zb_buf_append(b, mem.data, mem.len);
   zb_buf_free(&bub);
   zb_buf_free(&mem);
+}
 
-  family(&b, "zb_op_duration_seconds", "histogram", "Duration of compute ops (F, B, W) by job and rank.");
+/* The two histograms: op durations by job, rank and op; plan times. */
+static void render_histograms(const coord_metrics *mx, zb_buf *b) {
+  family(b, "zb_op_duration_seconds", "histogram", "Duration of compute ops (F, B, W) by job and rank.");
   static const char *const ops[] = {"F", "B", "W"};
   for (int k = 0; k < mx->n_ops; k++) {
-    op_hist *h = &mx->ops[k];
+    const op_hist *h = &mx->ops[k];
     for (int q = 0; q < N_OP_BUCKETS; q++)
-      zb_buf_printf(&b, "zb_op_duration_seconds_bucket{job=\"%s\",rank=\"%d\",op=\"%s\",le=\"%g\"} %lld\n",
+      zb_buf_printf(b, "zb_op_duration_seconds_bucket{job=\"%s\",rank=\"%d\",op=\"%s\",le=\"%g\"} %lld\n",
                     h->job, h->rank, ops[h->op], op_buckets[q], h->counts[q]);
-    zb_buf_printf(&b, "zb_op_duration_seconds_bucket{job=\"%s\",rank=\"%d\",op=\"%s\",le=\"+Inf\"} %lld\n",
+    zb_buf_printf(b, "zb_op_duration_seconds_bucket{job=\"%s\",rank=\"%d\",op=\"%s\",le=\"+Inf\"} %lld\n",
                   h->job, h->rank, ops[h->op], h->count);
-    zb_buf_printf(&b, "zb_op_duration_seconds_sum{job=\"%s\",rank=\"%d\",op=\"%s\"} %.9g\n", h->job, h->rank,
+    zb_buf_printf(b, "zb_op_duration_seconds_sum{job=\"%s\",rank=\"%d\",op=\"%s\"} %.9g\n", h->job, h->rank,
                   ops[h->op], h->sum);
-    zb_buf_printf(&b, "zb_op_duration_seconds_count{job=\"%s\",rank=\"%d\",op=\"%s\"} %lld\n", h->job,
-                  h->rank, ops[h->op], h->count);
+    zb_buf_printf(b, "zb_op_duration_seconds_count{job=\"%s\",rank=\"%d\",op=\"%s\"} %lld\n", h->job, h->rank,
+                  ops[h->op], h->count);
   }
-
-  family(&b, "zb_plan_seconds", "histogram", "Time libzb took to generate a schedule.");
+  family(b, "zb_plan_seconds", "histogram", "Time libzb took to generate a schedule.");
   for (int q = 0; q < N_PLAN_BUCKETS; q++)
-    zb_buf_printf(&b, "zb_plan_seconds_bucket{le=\"%g\"} %lld\n", plan_buckets[q], mx->plan_counts[q]);
-  zb_buf_printf(&b, "zb_plan_seconds_bucket{le=\"+Inf\"} %lld\n", mx->plan_count);
-  zb_buf_printf(&b, "zb_plan_seconds_sum %.9g\n", mx->plan_sum);
-  zb_buf_printf(&b, "zb_plan_seconds_count %lld\n", mx->plan_count);
+    zb_buf_printf(b, "zb_plan_seconds_bucket{le=\"%g\"} %lld\n", plan_buckets[q], mx->plan_counts[q]);
+  zb_buf_printf(b, "zb_plan_seconds_bucket{le=\"+Inf\"} %lld\n", mx->plan_count);
+  zb_buf_printf(b, "zb_plan_seconds_sum %.9g\n", mx->plan_sum);
+  zb_buf_printf(b, "zb_plan_seconds_count %lld\n", mx->plan_count);
+}
 
+void coord_metrics_render(coord *co) {
+  coord_metrics *mx = co->metrics;
+  if (!mx)
+    return;
+  zb_buf b = ZB_BUF_INIT;
+  render_totals(co, &b);
+  render_ranks(co, &b);
+  render_histograms(mx, &b);
   pthread_mutex_lock(&mx->mu);
   free(mx->text);
   mx->text = b.data;

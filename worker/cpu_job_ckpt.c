@@ -107,19 +107,15 @@ static zb_err ckpt_candidates(cpu_job *cj, const char *from, int i, int32_t out[
   return err;
 }
 
-/* Loads job cj->resume_from's checkpoint into every hosted stage: the
- * last iteration that every stage of every rank holds. The ranks agree on
- * it along the chain 0 -> p-1 and back (like the optimizer's check), each
- * sending the iterations it could load (two int32, -1: none), intersected
- * on the way up; a rank that cannot read its files sends none, so all
- * fail together and it reports why. *k: the iteration loaded. */
-zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *diag) {
-  int32_t cand[2] = {-1, -1};
-  zb_err err = ZB_OK;
-  for (int i = 0; i < cj->n_stages && !err; i++) {
+/* The iterations every hosted stage of this rank holds a checkpoint of
+ * (two candidates, -1: none). */
+static zb_err resume_candidates(cpu_job *cj, int32_t cand[2], zb_diag *diag) {
+  cand[0] = cand[1] = -1;
+  for (int i = 0; i < cj->n_stages; i++) {
     int32_t got[2];
-    if ((err = ckpt_candidates(cj, cj->resume_from, i, got, diag)))
-      break;
+    zb_err err = ckpt_candidates(cj, cj->resume_from, i, got, diag);
+    if (err)
+      return err;
     if (i == 0) {
       cand[0] = got[0];
       cand[1] = got[1];
@@ -129,23 +125,73 @@ zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *diag) {
       if (cand[q] != got[0] && cand[q] != got[1])
         cand[q] = -1;
   }
-  /* three int32: the candidates and whether some rank failed to read */
-  int32_t mine[3] = {err ? -1 : cand[0], err ? -1 : cand[1], err ? 1 : 0}, msg[3];
+  return ZB_OK;
+}
+
+/* The ranks agree along the chain 0 -> p-1 and back: mine (the two
+ * candidates and whether some rank failed to read) is intersected on the
+ * way up and replaced by the last rank's on the way down. */
+static zb_err resume_agree(cpu_job *cj, zb_transport *tr, int32_t mine[3], zb_diag *diag) {
+  int32_t msg[3];
   zb_tag up = {.kind = ZB_OP_F, .stage = -2, .mb = 0}, down = {.kind = ZB_OP_B, .stage = -2, .mb = 0};
-  zb_diag tdiag = {{0}};
-  zb_err terr = ZB_OK;
-  if (cj->rank > 0 && !(terr = zb_transport_recv(tr, cj->rank - 1, up, msg, sizeof msg, &tdiag))) {
+  zb_err err = ZB_OK;
+  if (cj->rank > 0 && !(err = zb_transport_recv(tr, cj->rank - 1, up, msg, sizeof msg, diag))) {
     for (int q = 0; q < 2; q++)
       if (mine[q] != msg[0] && mine[q] != msg[1])
         mine[q] = -1;
     mine[2] |= msg[2];
   }
-  if (!terr && cj->rank < cj->nranks - 1 &&
-      !(terr = zb_transport_send(tr, cj->rank + 1, up, mine, sizeof mine, &tdiag)) &&
-      !(terr = zb_transport_recv(tr, cj->rank + 1, down, msg, sizeof msg, &tdiag)))
-    memcpy(mine, msg, sizeof mine);
-  if (!terr && cj->rank > 0)
-    terr = zb_transport_send(tr, cj->rank - 1, down, mine, sizeof mine, &tdiag);
+  if (!err && cj->rank < cj->nranks - 1 &&
+      !(err = zb_transport_send(tr, cj->rank + 1, up, mine, 3 * sizeof *mine, diag)) &&
+      !(err = zb_transport_recv(tr, cj->rank + 1, down, msg, sizeof msg, diag)))
+    memcpy(mine, msg, sizeof msg);
+  if (!err && cj->rank > 0)
+    err = zb_transport_send(tr, cj->rank - 1, down, mine, 3 * sizeof *mine, diag);
+  return err;
+}
+
+/* Loads iteration k's checkpoint (the file or its .prev) into every
+ * hosted stage, weights and AdamW state. */
+static zb_err resume_load(cpu_job *cj, int k, zb_diag *diag) {
+  zb_err err = ZB_OK;
+  for (int i = 0; i < cj->n_stages && !err; i++) {
+    uint64_t *sizes;
+    zb_ckpt c = ckpt_of(cj, cj->resume_from, i, &sizes);
+    float *mv = zb_malloc(sizeof(float) * 2 * (c.n ? c.n : 1));
+    c.params = cj->params[i];
+    c.m = mv;
+    c.v = mv + c.n;
+    char path[800];
+    ckpt_path(cj, cj->resume_from, cj->stages[i], false, path, sizeof path);
+    if (!(err = zb_ckpt_load(path, &c, diag)) && c.iteration != k) {
+      ckpt_path(cj, cj->resume_from, cj->stages[i], true, path, sizeof path);
+      err = zb_ckpt_load(path, &c, diag);
+    }
+    if (!err && c.iteration != k)
+      err =
+          zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                      "checkpoint '%s': iteration %d, expected %d (changed under us?)", path, c.iteration, k);
+    if (!err)
+      err = zb_adamw_set_state(cj->opt[i], c.steps, c.m, c.v, c.n, diag);
+    free(mv);
+    free(sizes);
+  }
+  return err;
+}
+
+/* Loads job cj->resume_from's checkpoint into every hosted stage: the
+ * last iteration that every stage of every rank holds. The ranks agree on
+ * it along the chain 0 -> p-1 and back (like the optimizer's check), each
+ * sending the iterations it could load (two int32, -1: none), intersected
+ * on the way up; a rank that cannot read its files sends none, so all
+ * fail together and it reports why. *k: the iteration loaded. */
+zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *diag) {
+  int32_t cand[2];
+  zb_err err = resume_candidates(cj, cand, diag);
+  /* a rank that cannot read its files sends none, so all fail together */
+  int32_t mine[3] = {err ? -1 : cand[0], err ? -1 : cand[1], err ? 1 : 0};
+  zb_diag tdiag = {{0}};
+  zb_err terr = resume_agree(cj, tr, mine, &tdiag);
   if (err)
     return err;
   if (terr)
@@ -159,37 +205,14 @@ zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *diag) {
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "resume from job %s: another rank cannot read its checkpoint", cj->resume_from);
   }
-  cand[0] = mine[0];
-  cand[1] = mine[1];
-  *k = cand[0] > cand[1] ? cand[0] : cand[1];
+  *k = mine[0] > mine[1] ? mine[0] : mine[1];
   if (*k < 0)
     return zb_diag_set(
         diag, ZB_ERR_INVALID_ARG,
         "resume from job %s: no iteration is checkpointed by every rank under %s/%s (or a rank "
         "could not read its files; see its error)",
         cj->resume_from, cj->ckpt_dir, cj->resume_from);
-  for (int i = 0; i < cj->n_stages && !err; i++) {
-    uint64_t *sizes;
-    zb_ckpt c = ckpt_of(cj, cj->resume_from, i, &sizes);
-    float *mv = zb_malloc(sizeof(float) * 2 * (c.n ? c.n : 1));
-    c.params = cj->params[i];
-    c.m = mv;
-    c.v = mv + c.n;
-    char path[800];
-    ckpt_path(cj, cj->resume_from, cj->stages[i], false, path, sizeof path);
-    if (!(err = zb_ckpt_load(path, &c, diag)) && c.iteration != *k) {
-      ckpt_path(cj, cj->resume_from, cj->stages[i], true, path, sizeof path);
-      err = zb_ckpt_load(path, &c, diag);
-    }
-    if (!err && c.iteration != *k)
-      err = zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                        "checkpoint '%s': iteration %d, expected %d (changed under us?)", path, c.iteration,
-                        *k);
-    if (!err)
-      err = zb_adamw_set_state(cj->opt[i], c.steps, c.m, c.v, c.n, diag);
-    free(mv);
-    free(sizes);
-  }
+  err = resume_load(cj, *k, diag);
   if (!err) {
     cj->completed = cj->saved = -1;
     ZB_INFO("job %s rank %d: resumed from job %s's checkpoint after iteration %d", cj->job_id, cj->rank,

@@ -1,0 +1,550 @@
+/* zb_rpc_server.c — the server side of the gRPC glue: one completion-queue
+ * thread per server takes gRPC's events and hands them to the libuv loop,
+ * which runs every handler; replies and stream writes go back through
+ * per-call op batches (one batch per RPC shape: a unary reply carries its
+ * message, status and close together). See docs/architecture.md, Threads.
+ */
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+#include "zb_log.h"
+#include "zb_rpc_internal.h"
+
+typedef enum rpc_tag_kind {
+  TAG_NEW_CALL,
+  TAG_UNKNOWN_CALL,
+  TAG_UNKNOWN_DONE,
+  TAG_CLOSE,
+  TAG_SEND,
+  TAG_STATUS,
+  TAG_SHUTDOWN
+} rpc_tag_kind;
+
+/* Every tag handed to gRPC points at one of these, embedded in its owner. */
+typedef struct rpc_tag {
+  rpc_tag_kind kind;
+  void *owner;
+} rpc_tag;
+
+/* One outstanding request for a registered method (re-armed on each call). */
+typedef struct method_slot {
+  rpc_tag tag;
+  zb_rpc_server *srv;
+  const zb_rpc_method *m;
+  void *registered;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+  grpc_byte_buffer *payload;
+} method_slot;
+
+/* The catch-all for methods we do not serve (else they hang to the
+ * client's deadline instead of getting UNIMPLEMENTED). */
+typedef struct unknown_slot {
+  rpc_tag tag, done_tag;
+  grpc_call *call;
+  grpc_call_details details;
+  grpc_metadata_array md;
+} unknown_slot;
+
+struct zb_rpc_call {
+  zb_rpc_server *srv;
+  grpc_call *call;
+  int refs;
+  char *peer;
+  rpc_tag close_tag, send_tag, status_tag;
+  int cancelled; /* written by RECV_CLOSE_ON_SERVER */
+  bool closed;   /* RECV_CLOSE completed */
+  bool ended;    /* we ended it, or the peer went away and on_close ran */
+  bool md_sent, send_busy, finishing;
+  bool close_posted; /* RECV_CLOSE_ON_SERVER is in flight or done */
+  grpc_status_code fin_code;
+  char *fin_details;
+  grpc_byte_buffer **queue;
+  int q_head, q_len, q_cap;
+  void (*on_close)(zb_rpc_call *, void *);
+  void *on_close_arg;
+  struct zb_rpc_call *prev, *next; /* the server's live calls */
+};
+
+typedef struct rpc_event {
+  void *tag;
+  int success;
+} rpc_event;
+
+struct zb_rpc_server {
+  uv_loop_t *loop;
+  uv_async_t async;
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  rpc_event *events; /* guarded by mu: handed from the CQ thread to the loop */
+  int n_events, cap_events;
+  bool cq_done; /* guarded by mu: the thread saw GRPC_QUEUE_SHUTDOWN */
+  const zb_rpc_method *methods;
+  int n_methods;
+  method_slot *slots;
+  unknown_slot unknown;
+  void *user;
+  zb_rpc_call *live;
+  bool shutting_down;
+  rpc_tag shutdown_tag;
+  void (*done)(void *);
+  void *done_arg;
+};
+
+static void *rpc_cq_thread(void *arg) {
+  zb_rpc_server *srv = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    pthread_mutex_lock(&srv->mu);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) {
+      srv->cq_done = true;
+    } else if (ev.type == GRPC_OP_COMPLETE) {
+      if (srv->n_events == srv->cap_events) {
+        srv->cap_events = srv->cap_events ? 2 * srv->cap_events : 64;
+        srv->events = zb_realloc(srv->events, sizeof *srv->events * (size_t)srv->cap_events);
+      }
+      srv->events[srv->n_events++] = (rpc_event){ev.tag, ev.success};
+    }
+    bool stop = srv->cq_done;
+    pthread_mutex_unlock(&srv->mu);
+    uv_async_send(&srv->async);
+    if (stop)
+      return NULL;
+  }
+}
+
+static void rpc_arm_slot(method_slot *sl) {
+  grpc_metadata_array_init(&sl->md);
+  sl->call = NULL;
+  sl->payload = NULL;
+  grpc_call_error e =
+      grpc_server_request_registered_call(sl->srv->server, sl->registered, &sl->call, &sl->deadline, &sl->md,
+                                          &sl->payload, sl->srv->cq, sl->srv->cq, &sl->tag);
+  if (e != GRPC_CALL_OK)
+    ZB_ERROR("rpc: cannot accept calls for %s (grpc_call_error %d)", sl->m->path, (int)e);
+}
+
+static void rpc_arm_unknown(zb_rpc_server *srv) {
+  unknown_slot *u = &srv->unknown;
+  grpc_call_details_init(&u->details);
+  grpc_metadata_array_init(&u->md);
+  u->call = NULL;
+  grpc_server_request_call(srv->server, &u->call, &u->details, &u->md, srv->cq, srv->cq, &u->tag);
+}
+
+static void rpc_call_unref(zb_rpc_call *c) {
+  if (--c->refs > 0)
+    return;
+  zb_rpc_server *srv = c->srv;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    srv->live = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  for (int k = 0; k < c->q_len; k++)
+    grpc_byte_buffer_destroy(c->queue[(c->q_head + k) % c->q_cap]);
+  free(c->queue);
+  free(c->fin_details);
+  gpr_free(c->peer);
+  grpc_call_unref(c->call);
+  free(c);
+}
+
+static void rpc_start(zb_rpc_call *c, const grpc_op *ops, size_t n, rpc_tag *tag) {
+  c->refs++;
+  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    ZB_ERROR("rpc: start_batch failed (grpc_call_error %d)", (int)e);
+    c->refs--;
+  }
+}
+
+/* A unary call's RECV_CLOSE_ON_SERVER rides in its final batch (one
+ * completion instead of two); a streaming call posted its own at start. */
+static void rpc_add_close(zb_rpc_call *c, grpc_op *ops, size_t *n) {
+  if (c->close_posted)
+    return;
+  c->close_posted = true;
+  c->closed = true; /* nothing waits on it: the call ends with this batch */
+  ops[*n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[*n].data.recv_close_on_server.cancelled = &c->cancelled;
+  (*n)++;
+}
+
+/* The first batch of a call carries the initial metadata. */
+static void rpc_add_initial_md(zb_rpc_call *c, grpc_op *ops, size_t *n) {
+  if (c->md_sent)
+    return;
+  c->md_sent = true;
+  ops[(*n)++].op = GRPC_OP_SEND_INITIAL_METADATA;
+}
+
+/* Ends the call: the last message (bb, may be NULL; destroyed here) and
+ * the status in one batch; gives up the handler's reference. */
+static void rpc_send_status(zb_rpc_call *c, grpc_byte_buffer *bb, grpc_status_code code,
+                            const char *details) {
+  grpc_slice det = grpc_slice_from_copied_string(details ? details : "");
+  grpc_op ops[4];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  rpc_add_initial_md(c, ops, &n);
+  if (bb) {
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = bb;
+  }
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = code;
+  ops[n++].data.send_status_from_server.status_details = &det;
+  rpc_add_close(c, ops, &n);
+  rpc_start(c, ops, n, &c->status_tag);
+  if (bb)
+    grpc_byte_buffer_destroy(bb); /* gRPC took the slices */
+  grpc_slice_unref(det);
+  c->ended = true;
+  rpc_call_unref(c); /* the handler's reference */
+}
+
+static void rpc_send_next(zb_rpc_call *c) {
+  if (c->send_busy || c->q_len == 0)
+    return;
+  grpc_byte_buffer *bb = c->queue[c->q_head];
+  c->q_head = (c->q_head + 1) % c->q_cap;
+  c->q_len--;
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  rpc_add_initial_md(c, ops, &n);
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = bb;
+  c->send_busy = true;
+  rpc_start(c, ops, n, &c->send_tag);
+  grpc_byte_buffer_destroy(bb); /* gRPC took the slices */
+}
+
+void zb_rpc_reply(zb_rpc_call *c, const ProtobufCMessage *msg) {
+  if (c->ended || c->finishing)
+    return;
+  rpc_send_status(c, rpc_pack(msg), GRPC_STATUS_OK, "");
+}
+
+void zb_rpc_fail(zb_rpc_call *c, grpc_status_code code, const char *fmt, ...) {
+  if (c->ended || c->finishing)
+    return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  /* drop what a stream had queued: the status says it all */
+  for (; c->q_len > 0; c->q_len--, c->q_head = (c->q_head + 1) % c->q_cap)
+    grpc_byte_buffer_destroy(c->queue[c->q_head]);
+  if (c->send_busy) {
+    c->finishing = true;
+    c->fin_code = code;
+    c->fin_details = zb_strdup(msg);
+    return;
+  }
+  rpc_send_status(c, NULL, code, msg);
+}
+
+void zb_rpc_stream_write(zb_rpc_call *c, const ProtobufCMessage *msg) {
+  if (c->ended || c->finishing)
+    return;
+  if (c->q_len == c->q_cap) {
+    int cap = c->q_cap ? 2 * c->q_cap : 8;
+    grpc_byte_buffer **q = zb_malloc(sizeof *q * (size_t)cap);
+    for (int k = 0; k < c->q_len; k++)
+      q[k] = c->queue[(c->q_head + k) % c->q_cap];
+    free(c->queue);
+    c->queue = q;
+    c->q_head = 0;
+    c->q_cap = cap;
+  }
+  c->queue[(c->q_head + c->q_len) % c->q_cap] = rpc_pack(msg);
+  c->q_len++;
+  rpc_send_next(c);
+}
+
+void zb_rpc_stream_finish(zb_rpc_call *c, grpc_status_code code, const char *details) {
+  if (c->ended || c->finishing)
+    return;
+  if (c->send_busy || c->q_len > 0) {
+    c->finishing = true;
+    c->fin_code = code;
+    c->fin_details = zb_strdup(details ? details : "");
+    return;
+  }
+  rpc_send_status(c, NULL, code, details);
+}
+
+void zb_rpc_call_on_close(zb_rpc_call *c, void (*cb)(zb_rpc_call *, void *), void *arg) {
+  c->on_close = cb;
+  c->on_close_arg = arg;
+}
+
+const char *zb_rpc_call_peer(const zb_rpc_call *c) {
+  return c->peer ? c->peer : "?";
+}
+int zb_rpc_call_queued(const zb_rpc_call *c) {
+  return c->q_len + (c->send_busy ? 1 : 0);
+}
+
+static void rpc_on_new_call(method_slot *sl) {
+  zb_rpc_server *srv = sl->srv;
+  grpc_call *call = sl->call;
+  grpc_byte_buffer *payload = sl->payload;
+  grpc_metadata_array_destroy(&sl->md);
+  if (!srv->shutting_down)
+    rpc_arm_slot(sl); /* re-arm first, so the next call is not kept waiting */
+
+  zb_rpc_call *c = zb_calloc(1, sizeof *c);
+  c->srv = srv;
+  c->call = call;
+  c->refs = 1; /* the handler's */
+  c->peer = grpc_call_get_peer(call);
+  c->close_tag = (rpc_tag){TAG_CLOSE, c};
+  c->send_tag = (rpc_tag){TAG_SEND, c};
+  c->status_tag = (rpc_tag){TAG_STATUS, c};
+  c->next = srv->live;
+  if (srv->live)
+    srv->live->prev = c;
+  srv->live = c;
+  if (sl->m->streaming) {
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    c->close_posted = true;
+    rpc_start(c, &close_op, 1, &c->close_tag);
+  }
+
+  if (!payload) { /* no message at all: the client gave up (deadline, cancel) before sending it */
+    ZB_DEBUG("rpc: %s from %s arrived without a request message", sl->m->path, zb_rpc_call_peer(c));
+    zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request: no %s message", sl->m->request->name);
+    return;
+  }
+  ProtobufCMessage *req = rpc_unpack(payload, sl->m->request);
+  grpc_byte_buffer_destroy(payload);
+  if (!req) {
+    ZB_WARN("rpc: %s from %s: request is not a valid %s", sl->m->path, zb_rpc_call_peer(c),
+            sl->m->request->name);
+    zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request is not a valid %s message", sl->m->request->name);
+    return;
+  }
+  sl->m->handler(c, req, srv->user);
+  protobuf_c_message_free_unpacked(req, NULL);
+  if (!sl->m->streaming && !c->ended && !c->finishing) /* a unary handler that forgot to answer */
+    zb_rpc_fail(c, GRPC_STATUS_INTERNAL, "%s: no answer", sl->m->path);
+}
+
+static void rpc_on_unknown_call(zb_rpc_server *srv) {
+  unknown_slot *u = &srv->unknown;
+  char *method = grpc_slice_to_c_string(u->details.method);
+  ZB_WARN("rpc: unknown method %s", method);
+  gpr_free(method);
+  grpc_call *call = u->call;
+  grpc_call_details_destroy(&u->details);
+  grpc_metadata_array_destroy(&u->md);
+  /* answer on the side; the call is unref'd when that completes */
+  static int cancelled_ignored;
+  grpc_slice det = grpc_slice_from_static_string("zb-coordinator does not serve this method");
+  grpc_op ops[3];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+  ops[1].data.send_status_from_server.status_details = &det;
+  ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[2].data.recv_close_on_server.cancelled = &cancelled_ignored;
+  u->done_tag = (rpc_tag){TAG_UNKNOWN_DONE, call};
+  /* one unknown call at a time: the slot re-arms once this one is done */
+  if (grpc_call_start_batch(call, ops, 3, &u->done_tag, NULL) != GRPC_CALL_OK) {
+    grpc_call_unref(call);
+    if (!srv->shutting_down)
+      rpc_arm_unknown(srv);
+  }
+}
+
+static void rpc_finish_shutdown(zb_rpc_server *srv);
+
+static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
+  switch (tag->kind) {
+  case TAG_NEW_CALL: {
+    method_slot *sl = tag->owner;
+    if (!success) { /* shutting down: the slot is not re-armed */
+      grpc_metadata_array_destroy(&sl->md);
+      return;
+    }
+    rpc_on_new_call(sl);
+    return;
+  }
+  case TAG_UNKNOWN_CALL:
+    if (!success) {
+      grpc_call_details_destroy(&srv->unknown.details);
+      grpc_metadata_array_destroy(&srv->unknown.md);
+      return;
+    }
+    rpc_on_unknown_call(srv);
+    return;
+  case TAG_UNKNOWN_DONE:
+    grpc_call_unref(tag->owner);
+    if (!srv->shutting_down)
+      rpc_arm_unknown(srv);
+    return;
+  case TAG_CLOSE: {
+    zb_rpc_call *c = tag->owner;
+    c->closed = true;
+    if (!c->ended) { /* the peer left before we ended the call */
+      c->ended = true;
+      if (c->on_close)
+        c->on_close(c, c->on_close_arg);
+      rpc_call_unref(c); /* the handler's */
+    }
+    rpc_call_unref(c);
+    return;
+  }
+  case TAG_SEND: {
+    zb_rpc_call *c = tag->owner;
+    c->send_busy = false;
+    if (!success) /* the peer is gone; RECV_CLOSE will tell */
+      for (; c->q_len > 0; c->q_len--, c->q_head = (c->q_head + 1) % c->q_cap)
+        grpc_byte_buffer_destroy(c->queue[c->q_head]);
+    if (c->q_len > 0)
+      rpc_send_next(c);
+    else if (c->finishing && !c->ended)
+      rpc_send_status(c, NULL, c->fin_code, c->fin_details);
+    rpc_call_unref(c);
+    return;
+  }
+  case TAG_STATUS: rpc_call_unref(tag->owner); return;
+  case TAG_SHUTDOWN: grpc_completion_queue_shutdown(srv->cq); return;
+  }
+}
+
+static void rpc_on_async(uv_async_t *h) {
+  zb_rpc_server *srv = h->data;
+  for (;;) {
+    pthread_mutex_lock(&srv->mu);
+    int n = srv->n_events;
+    rpc_event *evs = srv->events;
+    bool cq_done = srv->cq_done;
+    srv->events = NULL;
+    srv->n_events = srv->cap_events = 0;
+    pthread_mutex_unlock(&srv->mu);
+    for (int k = 0; k < n; k++)
+      rpc_handle(srv, evs[k].tag, evs[k].success);
+    free(evs);
+    if (n == 0) {
+      if (cq_done)
+        rpc_finish_shutdown(srv);
+      return;
+    }
+  }
+}
+
+zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_message_bytes,
+                           const zb_rpc_method *methods, int n_methods, void *user, zb_rpc_server **out,
+                           int *bound_port, zb_diag *diag) {
+  grpc_init();
+  zb_rpc_server *srv = zb_calloc(1, sizeof *srv);
+  srv->loop = loop;
+  srv->methods = methods;
+  srv->n_methods = n_methods;
+  srv->user = user;
+  pthread_mutex_init(&srv->mu, NULL);
+  grpc_arg args[2] = {
+      {.type = GRPC_ARG_INTEGER,
+       .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+       .value.integer = (int)max_message_bytes},
+      /* a second coordinator on the same port must fail, not share it */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+  };
+  grpc_channel_args ch_args = {.num_args = 2, .args = args};
+  srv->server = grpc_server_create(&ch_args, NULL);
+  srv->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+  srv->slots = zb_calloc((size_t)n_methods, sizeof *srv->slots);
+  for (int k = 0; k < n_methods; k++) {
+    method_slot *sl = &srv->slots[k];
+    sl->tag = (rpc_tag){TAG_NEW_CALL, sl};
+    sl->srv = srv;
+    sl->m = &methods[k];
+    sl->registered = grpc_server_register_method(srv->server, methods[k].path, NULL,
+                                                 GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+  }
+  srv->unknown.tag = (rpc_tag){TAG_UNKNOWN_CALL, srv};
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(srv->server, addr, creds);
+  grpc_server_credentials_release(creds);
+  if (port <= 0) {
+    grpc_server_destroy(srv->server);
+    grpc_completion_queue_shutdown(srv->cq);
+    while (grpc_completion_queue_next(srv->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN)
+      ;
+    grpc_completion_queue_destroy(srv->cq);
+    pthread_mutex_destroy(&srv->mu);
+    free(srv->slots);
+    free(srv);
+    grpc_shutdown();
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cannot listen on %s (address in use or invalid)", addr);
+  }
+  grpc_server_start(srv->server);
+  for (int k = 0; k < n_methods; k++)
+    rpc_arm_slot(&srv->slots[k]);
+  rpc_arm_unknown(srv);
+  uv_async_init(loop, &srv->async, rpc_on_async);
+  srv->async.data = srv;
+  pthread_create(&srv->thread, NULL, rpc_cq_thread, srv);
+  if (bound_port)
+    *bound_port = port;
+  *out = srv;
+  return ZB_OK;
+}
+
+void zb_rpc_server_shutdown(zb_rpc_server *srv, void (*done)(void *), void *arg) {
+  if (srv->shutting_down)
+    return;
+  srv->shutting_down = true;
+  srv->done = done;
+  srv->done_arg = arg;
+  srv->shutdown_tag = (rpc_tag){TAG_SHUTDOWN, srv};
+  grpc_server_shutdown_and_notify(srv->server, srv->cq, &srv->shutdown_tag);
+  grpc_server_cancel_all_calls(srv->server);
+}
+
+static void rpc_on_async_closed(uv_handle_t *h) {
+  zb_rpc_server *srv = h->data;
+  void (*done)(void *) = srv->done;
+  void *arg = srv->done_arg;
+  pthread_mutex_destroy(&srv->mu);
+  free(srv->events);
+  free(srv->slots);
+  free(srv);
+  grpc_shutdown();
+  if (done)
+    done(arg);
+}
+
+static void rpc_finish_shutdown(zb_rpc_server *srv) {
+  if (uv_is_closing((uv_handle_t *)&srv->async))
+    return;
+  pthread_join(srv->thread, NULL);
+  if (srv->live)
+    ZB_WARN("rpc: %s still referenced at shutdown", "a call");
+  grpc_server_destroy(srv->server);
+  grpc_completion_queue_destroy(srv->cq);
+  uv_close((uv_handle_t *)&srv->async, rpc_on_async_closed);
+}
