@@ -30,18 +30,13 @@
 #include <time.h>
 
 #include "zb_alloc.h"
+#include "zb_clock.h"
 #include "zb_model.h"
 #include "zb_plan.h"
 #include "zb_planner.h"
 #include "zb_sim.h"
 
 #define TRACE_CAP 4096
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double trace_flops(const zb_model_gemm *g, int n) {
   double f = 0;
@@ -52,13 +47,13 @@ static double trace_flops(const zb_model_gemm *g, int n) {
 
 /* Times one replay of the traced products with cblas_sgemm. */
 static double replay(const zb_model_gemm *g, int n, float *a, float *b, float *c) {
-  double t0 = now_s();
+  double t0 = zb_clock_s();
   for (int i = 0; i < n; i++)
     for (int r = 0; r < g[i].count; r++)
       cblas_sgemm(CblasRowMajor, g[i].trans_a ? CblasTrans : CblasNoTrans,
                   g[i].trans_b ? CblasTrans : CblasNoTrans, g[i].m, g[i].n, g[i].k, g[i].alpha, a, g[i].lda,
                   b, g[i].ldb, g[i].beta, c, g[i].ldc);
-  return now_s() - t0;
+  return zb_clock_s() - t0;
 }
 
 /* Largest buffer sizes (floats) any traced product reads or writes. */
@@ -311,15 +306,15 @@ int main(int argc, char **argv) {
 
     int64_t mb_after_f = 0, mb_after_b = 0;
     for (int r = 0; r < reps; r++) {
-      double t0 = now_s();
+      double t0 = zb_clock_s();
       zb_model_forward(st, 0, NULL, x, last ? tgt : NULL, last ? NULL : y, last ? &loss : NULL, NULL);
-      double t1 = now_s();
+      double t1 = zb_clock_s();
       mb_after_f = zb_model_mb_bytes(st, 0);
       zb_model_backward_b(st, 0, last ? NULL : dy, dx, NULL);
-      double t2 = now_s();
+      double t2 = zb_clock_s();
       mb_after_b = zb_model_mb_bytes(st, 0);
       zb_model_backward_w(st, 0, NULL);
-      double t3 = now_s(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
+      double t3 = zb_clock_s(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
       for (int op = 0; op < 3; op++)
         best[op] = t[op] < best[op] ? t[op] : best[op];
     }

@@ -95,12 +95,6 @@ typedef struct cell {
   char why[320];
 } cell;
 
-static double bench_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int bench_cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -319,7 +313,7 @@ static void bench_section_families(void) {
   size_t n = (size_t)np * BENCH_NM * ZB_FAMILY_COUNT_;
   cell *cells = zb_calloc(n, sizeof *cells);
   for (int s = 0; s < SET_COUNT; s++) {
-    double t0 = bench_now();
+    double t0 = zb_clock_s();
     int timeouts[ZB_FAMILY_COUNT_] = {0};
     for (int pi = 0; pi < np; pi++)
       for (int mi = 0; mi < BENCH_NM; mi++)
@@ -360,7 +354,7 @@ static void bench_section_families(void) {
       printf("\n");
     }
     bench_print_reasons(cells, np);
-    printf("  (setting %s took %.1f s)\n\n", bench_setting_names[s], bench_now() - t0);
+    printf("  (setting %s took %.1f s)\n\n", bench_setting_names[s], zb_clock_s() - t0);
   }
   free(cells);
 }
@@ -582,7 +576,7 @@ int main(int argc, char **argv) {
       bench_cfg.sections[k] = true;
 
   int cpu = bench_pin();
-  double t0 = bench_now();
+  double t0 = zb_clock_s();
   printf("zb_bench_plan: libzb schedule families; %s; %s; cell time limit %d s%s\n",
          bench_cfg.quick ? "--quick: p in {4, 8, 16}" : "p in {4, 8, 16, 32, 64}",
          cpu >= 0 ? "pinned to one CPU" : "not pinned (sched_setaffinity failed)", bench_cfg.cell_timeout_s,
@@ -605,6 +599,6 @@ int main(int argc, char **argv) {
     bench_section_margin();
   if (bench_cfg.sections[2])
     bench_section_speed();
-  printf("total %.1f s\n", bench_now() - t0);
+  printf("total %.1f s\n", zb_clock_s() - t0);
   return 0;
 }

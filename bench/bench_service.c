@@ -28,6 +28,7 @@
 
 #include "zb/v1/zb.pb-c.h"
 #include "zb_alloc.h"
+#include "zb_clock.h"
 #include "zb_job_plan.h"
 #include "zb_methods.h"
 #include "zb_rpc.h"
@@ -38,12 +39,6 @@ extern char **environ;
 #ifndef ZB_COORDINATOR_BIN
 #error "ZB_COORDINATOR_BIN must name the zb-coordinator binary"
 #endif
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -312,12 +307,12 @@ static void *reporter_main(void *arg) {
   atomic_fetch_add(r->ready, 1);
   Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
   req.worker_id = id;
-  double end = now_s() + r->seconds;
+  double end = zb_clock_s() + r->seconds;
   char det[128];
-  while (now_s() < end) {
+  while (zb_clock_s() < end) {
     ProtobufCMessage *resp = NULL;
-    if (zb_rpc_unary(c, ZB_METHOD_REPORT, &req.base, &zb__v1__report_response__descriptor, &resp, 5000,
-                     false, det, sizeof det) == GRPC_STATUS_OK) {
+    if (zb_rpc_unary(c, ZB_METHOD_REPORT, &req.base, &zb__v1__report_response__descriptor, &resp, 5000, false,
+                     det, sizeof det) == GRPC_STATUS_OK) {
       r->done++;
       protobuf_c_message_free_unpacked(resp, NULL);
     } else {
@@ -342,10 +337,10 @@ static void bench_ingest(bool quick) {
     rs[k] = (reporter){.addr = c.addr, .index = k, .seconds = seconds, .ready = &ready};
     pthread_create(&th[k], NULL, reporter_main, &rs[k]);
   }
-  double t0 = now_s();
+  double t0 = zb_clock_s();
   for (int k = 0; k < N; k++)
     pthread_join(th[k], NULL);
-  double elapsed = now_s() - t0;
+  double elapsed = zb_clock_s() - t0;
   long done = 0, failed = 0;
   for (int k = 0; k < N; k++) {
     done += rs[k].done;
@@ -369,7 +364,7 @@ static void bench_latency(bool quick) {
   int n = 0;
   for (int k = 0; k < jobs; k++) {
     zb_job_spec spec = bench_spec("1f1b", 4, 4, 0.001, 1);
-    double t0 = now_s();
+    double t0 = zb_clock_s();
     const char *id = submit(&c, &spec);
     double first = NAN, walls[1];
     if (id && watch(&c, id, walls, 1, &first) == ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED && isfinite(first))

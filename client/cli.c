@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "zb_alloc.h"
+#include "zb_file.h"
 #include "zbctl.h"
 
 static void cli_verror(const char *cmd, const char *fmt, va_list ap) {
@@ -157,36 +158,13 @@ bool cli_parse_doubles(const char *cmd, const char *flag, const char *s, int min
 }
 
 bool cli_read_file(const char *cmd, const char *path, char **data, size_t *len) {
-  bool is_stdin = strcmp(path, "-") == 0;
-  FILE *f = is_stdin ? stdin : fopen(path, "rb");
-  if (!f) {
-    cli_error(cmd, "cannot open '%s': %s", path, strerror(errno));
+  uint8_t *text;
+  zb_diag d;
+  if (zb_file_slurp("input", path, &text, len, &d) != ZB_OK) {
+    cli_error(cmd, "%s", d.msg);
     return false;
   }
-  size_t cap = 4096, n = 0;
-  char *buf = zb_malloc(cap);
-  for (;;) {
-    if (cap - n < 2) {
-      cap *= 2;
-      buf = zb_realloc(buf, cap);
-    }
-    size_t got = fread(buf + n, 1, cap - n - 1, f);
-    n += got;
-    if (got == 0)
-      break;
-  }
-  bool ok = !ferror(f);
-  if (!ok)
-    cli_error(cmd, "cannot read '%s': %s", path, strerror(errno));
-  if (!is_stdin)
-    fclose(f);
-  if (!ok) {
-    free(buf);
-    return false;
-  }
-  buf[n] = '\0';
-  *data = buf;
-  *len = n;
+  *data = (char *)text;
   return true;
 }
 
@@ -202,40 +180,10 @@ bool cli_write_output(const char *cmd, const char *path, const zb_buf *b) {
     }
     return true;
   }
-  size_t n = strlen(path);
-  char *tmp = zb_malloc(n + 5);
-  memcpy(tmp, path, n);
-  memcpy(tmp + n, ".tmp", 5);
-  bool ok = false;
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    cli_error(cmd, "cannot create '%s': %s", tmp, strerror(errno));
-    goto cleanup;
+  zb_diag d;
+  if (zb_file_write_atomic("output", path, b->data, b->len, &d) != ZB_OK) {
+    cli_error(cmd, "%s", d.msg);
+    return false;
   }
-  bool wrote = (b->len == 0 || fwrite(b->data, 1, b->len, f) == b->len) && fflush(f) == 0;
-  int saved = errno;
-  if (fclose(f) != 0 && wrote) {
-    wrote = false;
-    saved = errno;
-  }
-  if (!wrote) {
-    cli_error(cmd, "cannot write '%s': %s", tmp, strerror(saved));
-    remove(tmp);
-    goto cleanup;
-  }
-  if (rename(tmp, path) != 0) {
-    cli_error(cmd, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    remove(tmp);
-    goto cleanup;
-  }
-  ok = true;
-cleanup:
-  free(tmp);
-  return ok;
-}
-
-double cli_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+  return true;
 }

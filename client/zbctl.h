@@ -103,11 +103,8 @@ bool cli_parse_doubles(const char *cmd, const char *flag, const char *s, int min
 /* Reads the whole of path ("-": stdin) into a new NUL-terminated buffer
  * that the caller frees. */
 bool cli_read_file(const char *cmd, const char *path, char **data, size_t *len);
-/* Writes b to stdout (path NULL or "-"), or to path atomically: it writes
- * path.tmp, then renames it over path, so readers never see a part. */
+/* Writes b to stdout (path NULL or "-"), or to path atomically
+ * (zb_file_write_atomic), so readers never see a part. */
 bool cli_write_output(const char *cmd, const char *path, const zb_buf *b);
-
-/* Monotonic clock in seconds (for timing generation). */
-double cli_now(void);
 
 #endif

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "zb_clock.h"
+
 static atomic_int zb_log_level_now = ZB_LOG_INFO;
 static char zb_log_name[64] = "zb";
 
@@ -42,11 +44,11 @@ void zb_log(zb_log_level level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t ms = zb_clock_unix_ms();
+  time_t sec = (time_t)(ms / 1000);
   struct tm tm;
-  gmtime_r(&ts.tv_sec, &tm);
+  gmtime_r(&sec, &tm);
   static const char *const tags[] = {"DEBUG", "INFO ", "WARN ", "ERROR"};
   fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: %s\n", tm.tm_year + 1900, tm.tm_mon + 1,
-          tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, tags[level], zb_log_name, msg);
+          tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (long)(ms % 1000), tags[level], zb_log_name, msg);
 }

@@ -11,6 +11,7 @@
 
 #include "coordinator.h"
 #include "zb_alloc.h"
+#include "zb_file.h"
 #include "zb_log.h"
 
 #ifndef ZB_VERSION
@@ -39,36 +40,15 @@ static const char usage_text[] =
     "exits 0; SIGHUP reloads log_level and heartbeat_timeout_ms from --config\n"
     "(those given as flags keep the flags' values).\n";
 
-static bool read_text(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return false;
-  size_t cap = 4096, n = 0;
-  char *buf = zb_malloc(cap);
-  size_t got;
-  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += got;
-    if (cap - n - 1 == 0) {
-      cap *= 2;
-      buf = zb_realloc(buf, cap);
-    }
-  }
-  fclose(f);
-  buf[n] = 0;
-  *out = buf;
-  *len = n;
-  return true;
-}
-
 static bool load_config_file(const char *path, zb_coord_config *cfg) {
-  char *text;
+  uint8_t *text;
   size_t len;
-  if (!read_text(path, &text, &len)) {
-    fprintf(stderr, "zb-coordinator: cannot read config %s: %s\n", path, strerror(errno));
+  zb_diag d;
+  if (zb_file_slurp("config", path, &text, &len, &d) != ZB_OK) {
+    fprintf(stderr, "zb-coordinator: %s\n", d.msg);
     return false;
   }
-  zb_diag d;
-  zb_err err = zb_coord_config_parse(text, len, cfg, &d);
+  zb_err err = zb_coord_config_parse((const char *)text, len, cfg, &d);
   free(text);
   if (err) {
     fprintf(stderr, "zb-coordinator: %s: %s\n", path, d.msg);
@@ -238,12 +218,10 @@ static bool start_serving(coord *co, const char *port_file) {
   ZB_INFO("zb-coordinator %s: gRPC on port %d, metrics on port %d, data in %s", ZB_VERSION, co->grpc_port,
           co->metrics_port, co->cfg.data_dir);
   if (port_file) {
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", port_file);
-    FILE *f = fopen(tmp, "w");
-    if (!f || fprintf(f, "%d %d\n", co->grpc_port, co->metrics_port) < 0 || fclose(f) != 0 ||
-        rename(tmp, port_file)) {
-      ZB_ERROR("cannot write --port-file %s: %s", port_file, strerror(errno));
+    char ports[64];
+    int n = snprintf(ports, sizeof ports, "%d %d\n", co->grpc_port, co->metrics_port);
+    if (zb_file_write_atomic("--port-file", port_file, ports, (size_t)n, &d) != ZB_OK) {
+      ZB_ERROR("%s", d.msg);
       co->stopping = true;
       zb_rpc_server_shutdown(co->rpc, NULL, NULL);
       uv_run(co->loop, UV_RUN_DEFAULT);

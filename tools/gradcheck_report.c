@@ -6,19 +6,14 @@
 #include <stdio.h>
 
 #include "gradcheck.h"
+#include "zb_buf.h"
 
+/* A JSON string, escaped by libzb's one JSON writer (zb_buf.h). */
 static void json_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      printf("\\%c", ch);
-    else if (ch < 0x20)
-      printf("\\u%04x", ch);
-    else
-      putchar(ch);
-  }
-  putchar('"');
+  zb_buf b = ZB_BUF_INIT;
+  zb_buf_json_str(&b, s);
+  fwrite(b.data, 1, b.len, stdout);
+  zb_buf_free(&b);
 }
 
 /* A number, or null where it is unknown or not finite (JSON has no NaN). */

@@ -19,7 +19,8 @@ typedef enum zb_job_state {
 
 /* "PENDING", ...; "?" for a number that is no state. */
 static inline const char *zb_job_state_name(int state) {
-  static const char *const names[] = {"UNSPECIFIED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"};
+  static const char *const names[] = {"UNSPECIFIED", "PENDING", "RUNNING",
+                                      "SUCCEEDED",   "FAILED",  "CANCELLED"};
   return state >= 0 && state <= ZB_JOB_CANCELLED ? names[state] : "?";
 }
 

@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "zb_alloc.h"
+#include "zb_clock.h"
 #include "zb_executor.h"
 #include "zb_lower.h"
 #include "zb_plan.h"
@@ -46,12 +47,6 @@ static const char corpus[] =
     "and the gradient with respect to the weights, and fill the bubbles of one-forward-one-backward with "
     "the latter. Every stage keeps what its backward needs from the forward until its weight gradient ran; "
     "the memory a rank holds follows from the order of its operations.";
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_s(double s) {
   struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
@@ -304,9 +299,9 @@ static void ranks_run(ranks *rs) {
   pthread_t th[MAXP];
   for (int r = 0; r < rs->p; r++)
     pthread_create(&th[r], NULL, rank_main, &rs->c[r]);
-  double t0 = now_s();
+  double t0 = zb_clock_s();
   while (atomic_load(&rs->finished) < rs->p) {
-    if (now_s() - t0 >= WATCHDOG_S && !rs->watchdog_fired) {
+    if (zb_clock_s() - t0 >= WATCHDOG_S && !rs->watchdog_fired) {
       rs->watchdog_fired = true;
       atomic_store(&rs->stop, true);
     }
@@ -720,8 +715,10 @@ static zb_rank_costs profile_memory(void) {
       after_b = zb_model_mb_bytes(st, 0);
   }
   /* (CHECK returns from the function: count failures by hand here) */
-  if (!(after_f > 0 && after_b > 0 && zb_model_backward_w(st, 0, &d) == ZB_OK && zb_model_mb_bytes(st, 0) == 0)) {
-    fprintf(stderr, "  profile: F %lld B, then B %lld B, W: %s\n", (long long)after_f, (long long)after_b, d.msg);
+  if (!(after_f > 0 && after_b > 0 && zb_model_backward_w(st, 0, &d) == ZB_OK &&
+        zb_model_mb_bytes(st, 0) == 0)) {
+    fprintf(stderr, "  profile: F %lld B, then B %lld B, W: %s\n", (long long)after_f, (long long)after_b,
+            d.msg);
     zbt_failed_checks++;
   } else {
     rc.m_f = 1.0;
@@ -770,13 +767,14 @@ static bool run_memory(zb_family f, const zb_rank_costs *mem, int64_t *peak, dou
  * layers under every family: 8 of 32). zb-v's highest rank is within
  * MEM_TOL of 1f1b's, as the plan says (both p units). */
 static void test_memory_follows_plan(void) {
-  static const zb_family fams[] = {ZB_FAMILY_1F1B,  ZB_FAMILY_GPIPE,   ZB_FAMILY_INTERLEAVED_1F1B,
-                                   ZB_FAMILY_ZB_H1, ZB_FAMILY_ZB_H2,   ZB_FAMILY_ZB_AUTO,
-                                   ZB_FAMILY_ZB_V,  ZB_FAMILY_V_HALF,  ZB_FAMILY_V_MIN};
+  static const zb_family fams[] = {ZB_FAMILY_1F1B,  ZB_FAMILY_GPIPE,  ZB_FAMILY_INTERLEAVED_1F1B,
+                                   ZB_FAMILY_ZB_H1, ZB_FAMILY_ZB_H2,  ZB_FAMILY_ZB_AUTO,
+                                   ZB_FAMILY_ZB_V,  ZB_FAMILY_V_HALF, ZB_FAMILY_V_MIN};
   enum { NF = sizeof fams / sizeof fams[0] };
   zb_rank_costs mem = profile_memory();
   zb_model_config cfg = memory_model(8);
-  printf("    peak state bytes per rank (h %d, %d heads, %d layers, T %d, batch %d; p 4, m 8; profiled M_B %.3f, "
+  printf("    peak state bytes per rank (h %d, %d heads, %d layers, T %d, batch %d; p 4, m 8; profiled M_B "
+         "%.3f, "
          "M_W %.3f): measured / plan, as a ratio to rank 0 and to 1f1b's same rank\n",
          cfg.hidden, cfg.heads, cfg.layers, cfg.seq_len, cfg.batch, mem.m_b, mem.m_w);
   int64_t peak[NF][4];
@@ -795,9 +793,10 @@ static void test_memory_follows_plan(void) {
       printf(" r%d %9lld B %.3f/%.3f %.3f/%.3f", r, (long long)peak[i][r],
              (double)peak[i][r] / (double)peak[i][0], sim[i][r] / sim[i][0],
              (double)peak[i][r] / (double)peak[0][r], sim[i][r] / sim[0][r]);
-      CHECK_MSG(fabs(between - 1.0) <= MEM_TOL, "%s rank %d / rank 0: measured / plan = %.3f", name, r, between);
-      CHECK_MSG(fabs(across - 1.0) <= MEM_TOL, "%s rank %d / 1f1b rank %d: measured / plan = %.3f", name, r, r,
-                across);
+      CHECK_MSG(fabs(between - 1.0) <= MEM_TOL, "%s rank %d / rank 0: measured / plan = %.3f", name, r,
+                between);
+      CHECK_MSG(fabs(across - 1.0) <= MEM_TOL, "%s rank %d / 1f1b rank %d: measured / plan = %.3f", name, r,
+                r, across);
       worst = fmax(worst, fmax(fabs(between - 1.0), fabs(across - 1.0)));
     }
     printf("\n");

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "zb_alloc.h"
+#include "zb_clock.h"
 #include "zb_executor.h"
 #include "zb_lower.h"
 #include "zb_plan.h"
@@ -23,12 +24,6 @@
 #define MAXP 8
 #define ITERS 2
 #define WATCHDOG_S 30.0
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void sleep_s(double s) {
   struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (double)(time_t)s) * 1e9)};
@@ -167,9 +162,9 @@ static void ranks_run(ranks *rs, double stop_after_s) {
   pthread_t th[MAXP];
   for (int r = 0; r < rs->p; r++)
     pthread_create(&th[r], NULL, rank_main, &rs->c[r]);
-  double t0 = now_s();
+  double t0 = zb_clock_s();
   while (atomic_load(&rs->finished) < rs->p) {
-    double el = now_s() - t0;
+    double el = zb_clock_s() - t0;
     if (stop_after_s > 0 && el >= stop_after_s)
       atomic_store(rs->own_rank >= 0 ? &rs->own_stop : &rs->stop, true);
     if (el >= WATCHDOG_S) {
@@ -364,9 +359,9 @@ static void test_stop_mid_iteration(void) {
   ranks rs;
   CHECK(zbt_job_make(ZB_FAMILY_ZB_H1, 4, 8, &rc, &j));
   CHECK(ranks_init(&rs, &j, 1024, -1));
-  double t0 = now_s();
+  double t0 = zb_clock_s();
   ranks_run(&rs, 0.15);
-  double took = now_s() - t0;
+  double took = zb_clock_s() - t0;
   int stopped = 0, failed = 0, done = 0;
   for (int r = 0; r < 4; r++) {
     failed += rs.c[r].err == ZB_ERR_IO;
@@ -428,9 +423,9 @@ typedef struct pair {
 /* Raises the pair's stop flag after WATCHDOG_S unless the test is over. */
 static void *pair_watchdog(void *arg) {
   pair *pr = arg;
-  double t0 = now_s();
+  double t0 = zb_clock_s();
   while (!atomic_load(&pr->over)) {
-    if (now_s() - t0 >= WATCHDOG_S) {
+    if (zb_clock_s() - t0 >= WATCHDOG_S) {
       pr->watchdog_fired = true;
       atomic_store(&pr->stop, true);
       break;
@@ -624,10 +619,10 @@ typedef struct recv_arg {
 static void *recv_main(void *arg) {
   recv_arg *a = arg;
   unsigned char *buf = zb_malloc(a->len ? a->len : 1);
-  double t0 = now_s();
+  double t0 = zb_clock_s();
   a->err =
       zb_transport_recv(a->t, a->peer, (zb_tag){.kind = ZB_OP_B, .stage = 1, .mb = 0}, buf, a->len, &a->diag);
-  a->took = now_s() - t0;
+  a->took = zb_clock_s() - t0;
   free(buf);
   return NULL;
 }
@@ -707,9 +702,9 @@ static void test_connect_deadline_names_peer(void) {
   zb_transport_free(pr.t[1]);
   pr.t[1] = NULL;
   zb_diag d = {{0}};
-  double t0 = now_s();
+  double t0 = zb_clock_s();
   zb_err err = zb_transport_connect(pr.t[0], pr.addrs, NULL, 0.3, &d);
-  double took = now_s() - t0;
+  double took = zb_clock_s() - t0;
   pair_free(&pr);
   printf("  %s\n", d.msg);
   CHECK_EQ(err, ZB_ERR_IO);

@@ -61,7 +61,8 @@ void zb_file_abort(zb_file_writer *w) {
 
 zb_err zb_file_commit(zb_file_writer *w, zb_diag *diag) {
   uint64_t trailer = w->sum;
-  zb_file_write(w, &trailer, sizeof trailer);
+  if (!w->plain)
+    zb_file_write(w, &trailer, sizeof trailer);
   /* the data must be on disk before the rename makes it the file */
   if (!w->failed && fsync(w->fd) != 0) {
     w->failed = true;
@@ -129,26 +130,40 @@ void zb_file_close(zb_file_reader *r) {
 }
 
 zb_err zb_file_slurp(const char *what, const char *path, uint8_t **out, size_t *len, zb_diag *diag) {
-  FILE *f = fopen(path, "rb");
+  bool is_stdin = strcmp(path, "-") == 0;
+  FILE *f = is_stdin ? stdin : fopen(path, "rb");
   if (!f)
     return zb_diag_set(diag, ZB_ERR_IO, "%s: cannot open '%s': %s", what, path, strerror(errno));
   size_t cap = 1 << 16, n = 0;
   uint8_t *buf = zb_malloc(cap);
   size_t got;
-  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) { /* one byte kept for the NUL */
     n += got;
-    if (n == cap)
+    if (cap - n - 1 == 0)
       buf = zb_realloc(buf, cap *= 2);
   }
   bool failed = ferror(f);
-  fclose(f);
+  int saved = errno;
+  if (!is_stdin)
+    fclose(f);
   if (failed) {
     free(buf);
-    return zb_diag_set(diag, ZB_ERR_IO, "%s: cannot read '%s'", what, path);
+    return zb_diag_set(diag, ZB_ERR_IO, "%s: cannot read '%s': %s", what, path, strerror(saved));
   }
+  buf[n] = 0;
   *out = buf;
   *len = n;
   return ZB_OK;
+}
+
+zb_err zb_file_write_atomic(const char *what, const char *path, const void *data, size_t len, zb_diag *diag) {
+  zb_file_writer w;
+  zb_err err = zb_file_begin(&w, what, path, diag);
+  if (err)
+    return err;
+  w.plain = true;
+  zb_file_write(&w, data, len);
+  return zb_file_commit(&w, diag);
 }
 
 zb_err zb_file_mkdirs(const char *what, const char *dir, zb_diag *diag) {

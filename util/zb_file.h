@@ -1,7 +1,9 @@
-/* zb_file.h — the worker's checked, atomically written files (checkpoints,
- * gradient dumps): a writer that folds every byte into an FNV-1a checksum
- * and publishes the file only once it is complete and on disk, and a
- * reader that verifies the same checksum.
+/* zb_file.h — zb's one file module: whole-file reads, mkdir -p, and files
+ * written atomically. The checked files (checkpoints, gradient dumps) use
+ * a writer that folds every byte into an FNV-1a checksum and publishes the
+ * file only once it is complete and on disk, and a reader that verifies
+ * the same checksum; zb_file_write_atomic publishes plain bytes the same
+ * way (the coordinator's port file, zbctl's output files).
  *
  * A writer puts the bytes in PATH.tmp.PID in the same directory; commit
  * appends the checksum (uint64, native order) of every byte before it,
@@ -26,6 +28,7 @@
 typedef struct zb_file_writer {
   int fd;
   bool failed; /* a write failed; commit reports it */
+  bool plain;  /* no checksum trailer (zb_file_write_atomic) */
   int saved_errno;
   uint64_t sum;
   const char *what; /* borrowed: a string literal */
@@ -57,9 +60,14 @@ bool zb_file_read(zb_file_reader *r, void *p, size_t n);
 bool zb_file_check_end(zb_file_reader *r);
 void zb_file_close(zb_file_reader *r);
 
-/* Reads the whole file at path into an allocated buffer (*out, *len; the
- * caller frees *out). Messages start with `what` ("model.data"). */
+/* Reads the whole file at path ("-": standard input) into an allocated
+ * buffer (*out, *len; the caller frees *out), NUL-terminated past *len so
+ * text can be read as a string. Messages start with `what` ("model.data"). */
 zb_err zb_file_slurp(const char *what, const char *path, uint8_t **out, size_t *len, zb_diag *diag);
+
+/* Writes len bytes as the file at path, atomically (PATH.tmp.PID, fsync,
+ * rename, directory fsync): readers see the old file or the whole new one. */
+zb_err zb_file_write_atomic(const char *what, const char *path, const void *data, size_t len, zb_diag *diag);
 
 /* Creates dir and its missing parents (mkdir -p), mode 0755. */
 zb_err zb_file_mkdirs(const char *what, const char *dir, zb_diag *diag);
