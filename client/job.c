@@ -13,11 +13,11 @@
 #include <unistd.h>
 
 #include "zb_jobspec_yaml.h"
+#include "zb_methods.h"
 #include "zb_pbjson.h"
 #include "zb_rpc.h"
 #include "zb_wire.h"
 #include "zbctl.h"
-#include "zb_methods.h"
 
 enum {
   OPT_COORD = 1,
@@ -191,6 +191,30 @@ static int remote_call(const char *cmd, const remote_args *a, const char *method
   return ZBCTL_EXIT_OK;
 }
 
+/* Prints an answer as text; ctx is the command's. */
+typedef void (*print_fn)(const ProtobufCMessage *resp, const void *ctx);
+
+/* One call, its answer printed: as JSON with --json, else by print. */
+static int remote_show(const char *cmd, const remote_args *a, const char *method, const ProtobufCMessage *req,
+                       const ProtobufCMessageDescriptor *desc, print_fn print, const void *ctx) {
+  ProtobufCMessage *resp = NULL;
+  int rc = remote_call(cmd, a, method, req, desc, &resp);
+  if (rc)
+    return rc;
+  if (a->json)
+    print_json(resp);
+  else
+    print(resp, ctx);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return ZBCTL_EXIT_OK;
+}
+
+/* A SubmitJobResponse: the new job's id. */
+static void print_job_id(const ProtobufCMessage *resp, const void *ctx) {
+  (void)ctx;
+  printf("%s\n", ((const Zb__V1__SubmitJobResponse *)resp)->job_id);
+}
+
 static const char *state_short(Zb__V1__JobState s) {
   return zb_job_state_name((int)s);
 }
@@ -225,19 +249,11 @@ int zbctl_submit(const zbctl_command *cmd, int argc, char **argv) {
   Zb__V1__JobSpec pb;
   zb_wire_spec_to_pb(&spec, &pb);
   req.spec = &pb;
-  ProtobufCMessage *resp = NULL;
-  rc = remote_call("submit", &a, ZB_METHOD_SUBMIT_JOB, &req.base, &zb__v1__submit_job_response__descriptor,
-                   &resp);
+  rc = remote_show("submit", &a, ZB_METHOD_SUBMIT_JOB, &req.base, &zb__v1__submit_job_response__descriptor,
+                   print_job_id, NULL);
   zb_wire_spec_pb_clear(&pb);
   zb_job_spec_free(&spec);
-  if (rc)
-    return rc;
-  if (a.json)
-    print_json(resp);
-  else
-    printf("%s\n", ((Zb__V1__SubmitJobResponse *)resp)->job_id);
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return ZBCTL_EXIT_OK;
+  return rc;
 }
 
 /* ---- list / get ---- */
@@ -249,27 +265,23 @@ static void print_job_line(const Zb__V1__Job *j) {
          j->reason);
 }
 
+static void print_job_table(const ProtobufCMessage *resp, const void *ctx) {
+  (void)ctx;
+  const Zb__V1__ListJobsResponse *r = (const void *)resp;
+  printf("%-8s %-16s %-10s %-16s %5s %5s %11s %s\n", "ID", "NAME", "STATE", "SCHEDULE", "RANKS", "MB",
+         "ITERATIONS", "REASON");
+  for (size_t k = 0; k < r->n_jobs; k++)
+    print_job_line(r->jobs[k]);
+}
+
 int zbctl_list(const zbctl_command *cmd, int argc, char **argv) {
   remote_args a;
   int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, false, NULL, NULL);
   if (rc >= 0)
     return rc;
   Zb__V1__ListJobsRequest req = ZB__V1__LIST_JOBS_REQUEST__INIT;
-  ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("list", &a, ZB_METHOD_LIST_JOBS, &req.base, &zb__v1__list_jobs_response__descriptor,
-                        &resp)))
-    return rc;
-  Zb__V1__ListJobsResponse *r = (void *)resp;
-  if (a.json) {
-    print_json(resp);
-  } else {
-    printf("%-8s %-16s %-10s %-16s %5s %5s %11s %s\n", "ID", "NAME", "STATE", "SCHEDULE", "RANKS", "MB",
-           "ITERATIONS", "REASON");
-    for (size_t k = 0; k < r->n_jobs; k++)
-      print_job_line(r->jobs[k]);
-  }
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return ZBCTL_EXIT_OK;
+  return remote_show("list", &a, ZB_METHOD_LIST_JOBS, &req.base, &zb__v1__list_jobs_response__descriptor,
+                     print_job_table, NULL);
 }
 
 static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, bool bar,
@@ -282,6 +294,43 @@ static double job_tokens_per_sample(const Zb__V1__JobSpec *spec) {
   return (double)spec->model->batch * spec->model->seq_len;
 }
 
+/* A Job in full: shape, model, progress and its last iteration. */
+static void print_job(const ProtobufCMessage *resp, const void *ctx) {
+  (void)ctx;
+  const Zb__V1__Job *j = (const void *)resp;
+  char created[32], updated[32];
+  fmt_time(j->created_unix_ms, created, sizeof created);
+  fmt_time(j->updated_unix_ms, updated, sizeof updated);
+  const Zb__V1__JobSpec *s = j->spec;
+  printf("job        %s (%s)\nstate      %s: %s\nschedule   %s (submitted as %s)\n", j->id, s ? s->name : "?",
+         state_short(j->state), j->reason, j->schedule, s ? s->schedule : "?");
+  if (s)
+    printf("shape      p=%d m=%d chunks=%d; %d iterations; backend %s, transport %s, %lld bytes/activation\n",
+           s->ranks, s->microbatches, s->chunks, s->iterations, s->backend, s->transport,
+           (long long)s->bytes_per_activation);
+  if (s && s->model) {
+    const Zb__V1__ModelSpec *m = s->model;
+    printf("model      hidden %d, heads %d, layers %d, seq_len %d, batch %d, seed %llu; data %s\n"
+           "optimizer  AdamW lr %g, weight_decay %g, betas (%g, %g), eps %g; clip_norm %g, step %s\n",
+           m->hidden, m->heads, m->layers, m->seq_len, m->batch, (unsigned long long)m->seed, m->data, m->lr,
+           m->weight_decay ? m->weight_decay->value : 0, m->beta1 ? m->beta1->value : 0,
+           m->beta2 ? m->beta2->value : 0, m->eps, m->clip_norm ? m->clip_norm->value : 1.0,
+           m->step && m->step[0] ? m->step : "post-validated");
+    if (m->checkpoint_every > 0)
+      printf("checkpoint every %d iterations and on cancel, in %s/%s%s%s\n", m->checkpoint_every,
+             m->checkpoint_dir, j->id,
+             m->resume_from_job_id && m->resume_from_job_id[0] ? "; resumed from " : "",
+             m->resume_from_job_id ? m->resume_from_job_id : "");
+    if (m->dump_dir && m->dump_dir[0])
+      printf("dumps      iterations 0, %d, ... and the last, in %s/%s (check: zb-gradcheck %s/%s)\n",
+             m->dump_every > 0 ? m->dump_every : 1, m->dump_dir, j->id, m->dump_dir, j->id);
+  }
+  printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
+         s ? s->iterations : 0, created, updated);
+  if (j->last)
+    print_iteration(j->last, s ? s->iterations : 0, false, job_tokens_per_sample(s));
+}
+
 int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
   remote_args a;
   int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, true, NULL, NULL);
@@ -289,48 +338,7 @@ int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
     return rc;
   Zb__V1__GetJobRequest req = ZB__V1__GET_JOB_REQUEST__INIT;
   req.job_id = (char *)a.positional;
-  ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("get", &a, ZB_METHOD_GET_JOB, &req.base, &zb__v1__job__descriptor, &resp)))
-    return rc;
-  Zb__V1__Job *j = (void *)resp;
-  if (a.json) {
-    print_json(resp);
-  } else {
-    char created[32], updated[32];
-    fmt_time(j->created_unix_ms, created, sizeof created);
-    fmt_time(j->updated_unix_ms, updated, sizeof updated);
-    const Zb__V1__JobSpec *s = j->spec;
-    printf("job        %s (%s)\nstate      %s: %s\nschedule   %s (submitted as %s)\n", j->id,
-           s ? s->name : "?", state_short(j->state), j->reason, j->schedule, s ? s->schedule : "?");
-    if (s)
-      printf(
-          "shape      p=%d m=%d chunks=%d; %d iterations; backend %s, transport %s, %lld bytes/activation\n",
-          s->ranks, s->microbatches, s->chunks, s->iterations, s->backend, s->transport,
-          (long long)s->bytes_per_activation);
-    if (s && s->model) {
-      const Zb__V1__ModelSpec *m = s->model;
-      printf("model      hidden %d, heads %d, layers %d, seq_len %d, batch %d, seed %llu; data %s\n"
-             "optimizer  AdamW lr %g, weight_decay %g, betas (%g, %g), eps %g; clip_norm %g, step %s\n",
-             m->hidden, m->heads, m->layers, m->seq_len, m->batch, (unsigned long long)m->seed, m->data,
-             m->lr, m->weight_decay ? m->weight_decay->value : 0, m->beta1 ? m->beta1->value : 0,
-             m->beta2 ? m->beta2->value : 0, m->eps, m->clip_norm ? m->clip_norm->value : 1.0,
-             m->step && m->step[0] ? m->step : "post-validated");
-      if (m->checkpoint_every > 0)
-        printf("checkpoint every %d iterations and on cancel, in %s/%s%s%s\n", m->checkpoint_every,
-               m->checkpoint_dir, j->id,
-               m->resume_from_job_id && m->resume_from_job_id[0] ? "; resumed from " : "",
-               m->resume_from_job_id ? m->resume_from_job_id : "");
-      if (m->dump_dir && m->dump_dir[0])
-        printf("dumps      iterations 0, %d, ... and the last, in %s/%s (check: zb-gradcheck %s/%s)\n",
-               m->dump_every > 0 ? m->dump_every : 1, m->dump_dir, j->id, m->dump_dir, j->id);
-    }
-    printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
-           s ? s->iterations : 0, created, updated);
-    if (j->last)
-      print_iteration(j->last, s ? s->iterations : 0, false, job_tokens_per_sample(s));
-  }
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return ZBCTL_EXIT_OK;
+  return remote_show("get", &a, ZB_METHOD_GET_JOB, &req.base, &zb__v1__job__descriptor, print_job, NULL);
 }
 
 /* ---- watch ---- */
@@ -447,6 +455,12 @@ static bool cancel_opt(const char *cmd, int id, const char *val, void *ctx) {
   return true;
 }
 
+static void print_job_state(const ProtobufCMessage *resp, const void *ctx) {
+  (void)ctx;
+  const Zb__V1__Job *j = (const void *)resp;
+  printf("%s %s: %s\n", j->id, state_short(j->state), j->reason);
+}
+
 int zbctl_cancel(const zbctl_command *cmd, int argc, char **argv) {
   remote_args a;
   const char *reason = NULL;
@@ -457,16 +471,8 @@ int zbctl_cancel(const zbctl_command *cmd, int argc, char **argv) {
   Zb__V1__CancelJobRequest req = ZB__V1__CANCEL_JOB_REQUEST__INIT;
   req.job_id = (char *)a.positional;
   req.reason = (char *)(reason ? reason : "");
-  ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("cancel", &a, ZB_METHOD_CANCEL_JOB, &req.base, &zb__v1__job__descriptor, &resp)))
-    return rc;
-  Zb__V1__Job *j = (void *)resp;
-  if (a.json)
-    print_json(resp);
-  else
-    printf("%s %s: %s\n", j->id, state_short(j->state), j->reason);
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return ZBCTL_EXIT_OK;
+  return remote_show("cancel", &a, ZB_METHOD_CANCEL_JOB, &req.base, &zb__v1__job__descriptor, print_job_state,
+                     NULL);
 }
 
 /* ---- resume ---- */
@@ -478,16 +484,8 @@ int zbctl_resume(const zbctl_command *cmd, int argc, char **argv) {
     return rc;
   Zb__V1__SubmitJobRequest req = ZB__V1__SUBMIT_JOB_REQUEST__INIT;
   req.resume_from_job_id = (char *)a.positional;
-  ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("resume", &a, ZB_METHOD_SUBMIT_JOB, &req.base,
-                        &zb__v1__submit_job_response__descriptor, &resp)))
-    return rc;
-  if (a.json)
-    print_json(resp);
-  else
-    printf("%s\n", ((Zb__V1__SubmitJobResponse *)resp)->job_id);
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return ZBCTL_EXIT_OK;
+  return remote_show("resume", &a, ZB_METHOD_SUBMIT_JOB, &req.base, &zb__v1__submit_job_response__descriptor,
+                     print_job_id, NULL);
 }
 
 /* ---- update-schedule ---- */
@@ -508,6 +506,12 @@ static bool update_opt(const char *cmd, int id, const char *val, void *ctx) {
   else
     return false;
   return true;
+}
+
+static void print_update(const ProtobufCMessage *resp, const void *ctx) {
+  const update_opts *u = ctx;
+  const Zb__V1__UpdateScheduleResponse *r = (const void *)resp;
+  printf("%s: %s from iteration %d\n", r->job ? r->job->id : "?", u->schedule, r->from_iteration + 1);
 }
 
 int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv) {
@@ -547,18 +551,8 @@ int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv) {
     }
     req.mem_limit = x;
   }
-  ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("update-schedule", &a, ZB_METHOD_UPDATE_SCHEDULE, &req.base,
-                        &zb__v1__update_schedule_response__descriptor, &resp)))
-    return rc;
-  Zb__V1__UpdateScheduleResponse *r = (void *)resp;
-  if (a.json)
-    print_json(resp);
-  else
-    printf("%s: %s from iteration %d\n", r->job ? r->job->id : a.positional, u.schedule,
-           r->from_iteration + 1);
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return ZBCTL_EXIT_OK;
+  return remote_show("update-schedule", &a, ZB_METHOD_UPDATE_SCHEDULE, &req.base,
+                     &zb__v1__update_schedule_response__descriptor, print_update, &u);
 }
 
 /* ---- workers ---- */
@@ -572,34 +566,30 @@ static void join_list(char *out, size_t cap, char **items, size_t n) {
   }
 }
 
+static void print_workers(const ProtobufCMessage *resp, const void *ctx) {
+  (void)ctx;
+  const Zb__V1__ListWorkersResponse *r = (const void *)resp;
+  printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", "ID", "DATA ADDRESS", "STATE", "JOB", "RANK", "BACKENDS",
+         "TRANSPORTS");
+  for (size_t k = 0; k < r->n_workers; k++) {
+    Zb__V1__Worker *w = r->workers[k];
+    char rank[16], backends[128], transports[128];
+    snprintf(rank, sizeof rank, "%d", w->rank);
+    join_list(backends, sizeof backends, w->backends, w->n_backends);
+    join_list(transports, sizeof transports, w->transports, w->n_transports);
+    printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", w->id, w->data_address, w->state,
+           w->job_id[0] ? w->job_id : "-", w->rank >= 0 ? rank : "-", backends, transports);
+  }
+}
+
 int zbctl_workers(const zbctl_command *cmd, int argc, char **argv) {
   remote_args a;
   int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, false, NULL, NULL);
   if (rc >= 0)
     return rc;
   Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
-  ProtobufCMessage *resp = NULL;
-  if ((rc = remote_call("workers", &a, ZB_METHOD_LIST_WORKERS, &req.base,
-                        &zb__v1__list_workers_response__descriptor, &resp)))
-    return rc;
-  Zb__V1__ListWorkersResponse *r = (void *)resp;
-  if (a.json) {
-    print_json(resp);
-  } else {
-    printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", "ID", "DATA ADDRESS", "STATE", "JOB", "RANK", "BACKENDS",
-           "TRANSPORTS");
-    for (size_t k = 0; k < r->n_workers; k++) {
-      Zb__V1__Worker *w = r->workers[k];
-      char rank[16], backends[128], transports[128];
-      snprintf(rank, sizeof rank, "%d", w->rank);
-      join_list(backends, sizeof backends, w->backends, w->n_backends);
-      join_list(transports, sizeof transports, w->transports, w->n_transports);
-      printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", w->id, w->data_address, w->state,
-             w->job_id[0] ? w->job_id : "-", w->rank >= 0 ? rank : "-", backends, transports);
-    }
-  }
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return ZBCTL_EXIT_OK;
+  return remote_show("workers", &a, ZB_METHOD_LIST_WORKERS, &req.base,
+                     &zb__v1__list_workers_response__descriptor, print_workers, NULL);
 }
 
 /* ---- plan --remote ---- */
