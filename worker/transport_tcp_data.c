@@ -71,11 +71,34 @@ static zb_err tcp_check_header(tcp_transport *t, const tcp_op *op, zb_diag *diag
   return ZB_OK;
 }
 
+/* After a send or receive failed (errno): *retry for EINTR; ZB_OK without
+ * it when the socket would block (go on later); else op's connection has
+ * failed, named with what rank was doing. */
+static zb_err tcp_io_error(tcp_transport *t, const tcp_op *op, const char *doing, bool *retry,
+                           zb_diag *diag) {
+  *retry = errno == EINTR;
+  if (*retry || errno == EAGAIN || errno == EWOULDBLOCK)
+    return ZB_OK;
+  char tb[48], eb[96];
+  return zbtcp_fail(t, ZB_ERR_IO, diag, "connection to peer rank %d failed while rank %d was %s %s: %s",
+                    op->peer, t->rank, doing, zb_tag_format(op->tag, tb, sizeof tb),
+                    zbtcp_errstr(errno, eb, sizeof eb));
+}
+
+/* Advances op by n bytes moved; returns how many of them were payload
+ * (past the frame header). */
+static int64_t tcp_advance(tcp_op *op, size_t n, bool *moved) {
+  size_t before = op->done;
+  op->done += n;
+  *moved = true;
+  return op->done > TCP_FRAME ? (int64_t)(op->done - (before > TCP_FRAME ? before : TCP_FRAME)) : 0;
+}
+
 /* Moves bytes of op until it completes or the socket would block. */
 static zb_err tcp_step_recv(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *diag) {
   int fd = t->fds[op->peer];
   size_t total = TCP_FRAME + op->len;
-  char tb[48], eb[96];
+  char tb[48];
   while (op->done < total) {
     ssize_t n;
     if (op->done < TCP_FRAME)
@@ -89,24 +112,19 @@ static zb_err tcp_step_recv(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *
           t->rank, zb_tag_format(op->tag, tb, sizeof tb), op->done > TCP_FRAME ? op->done - TCP_FRAME : 0,
           op->len);
     if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK)
-        return ZB_OK;
-      return zbtcp_fail(t, ZB_ERR_IO, diag,
-                        "connection to peer rank %d failed while rank %d was receiving %s: %s", op->peer,
-                        t->rank, zb_tag_format(op->tag, tb, sizeof tb), zbtcp_errstr(errno, eb, sizeof eb));
+      bool retry;
+      zb_err err = tcp_io_error(t, op, "receiving", &retry, diag);
+      if (err || !retry)
+        return err;
+      continue;
     }
-    *moved = true;
     size_t before = op->done;
-    op->done += (size_t)n;
+    t->stats.bytes_received += tcp_advance(op, (size_t)n, moved);
     if (before < TCP_FRAME && op->done >= TCP_FRAME) {
       zb_err err = tcp_check_header(t, op, diag);
       if (err)
         return err;
     }
-    if (op->done > TCP_FRAME)
-      t->stats.bytes_received += (int64_t)(op->done - (before > TCP_FRAME ? before : TCP_FRAME));
   }
   t->stats.messages_received++;
   return ZB_OK;
@@ -115,7 +133,6 @@ static zb_err tcp_step_recv(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *
 static zb_err tcp_step_send(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *diag) {
   int fd = t->fds[op->peer];
   size_t total = TCP_FRAME + op->len;
-  char tb[48], eb[96];
   while (op->done < total) {
     struct iovec iov[2];
     int niov = 0;
@@ -127,19 +144,13 @@ static zb_err tcp_step_send(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
     ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK)
-        return ZB_OK;
-      return zbtcp_fail(t, ZB_ERR_IO, diag,
-                        "connection to peer rank %d failed while rank %d was sending %s: %s", op->peer,
-                        t->rank, zb_tag_format(op->tag, tb, sizeof tb), zbtcp_errstr(errno, eb, sizeof eb));
+      bool retry;
+      zb_err err = tcp_io_error(t, op, "sending", &retry, diag);
+      if (err || !retry)
+        return err;
+      continue;
     }
-    *moved = true;
-    size_t before = op->done;
-    op->done += (size_t)n;
-    if (op->done > TCP_FRAME)
-      t->stats.bytes_sent += (int64_t)(op->done - (before > TCP_FRAME ? before : TCP_FRAME));
+    t->stats.bytes_sent += tcp_advance(op, (size_t)n, moved);
   }
   t->stats.messages_sent++;
   return ZB_OK;
