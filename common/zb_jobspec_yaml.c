@@ -69,12 +69,9 @@ static zb_err job_mem_limit(const zb_yaml_walk *w, const yaml_node_t *n, zb_job_
 }
 
 static zb_err job_costs(const zb_yaml_walk *w, const yaml_node_t *n, zb_rank_costs *c, job_lines *lines) {
-  char buf[64], known[64];
-  if (n->type != YAML_MAPPING_NODE) {
-    zb_yaml_join_names(zb_cost_keys, ZB_CK_COUNT, known, sizeof known);
-    return zb_diag_set(w->diag, ZB_ERR_PARSE, "line %d: key 'costs': expected a mapping with keys %s, got %s",
-                       zb_yaml_line(n), known, zb_yaml_describe(n, buf, sizeof buf));
-  }
+  zb_err merr = zb_yaml_want_mapping(w, n, "costs", zb_cost_keys, ZB_CK_COUNT);
+  if (merr)
+    return merr;
   double *times[4] = {&c->t_f, &c->t_b, &c->t_w, &c->t_comm};
   for (const yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top; pair++) {
     int k = -1; /* set by map_key on success; gcc -O2 cannot see that */
@@ -124,13 +121,9 @@ static zb_err job_stage_costs(const zb_yaml_walk *w, const yaml_node_t *n, zb_jo
 /* model.inject_nan: a mapping {iteration, microbatch}, each defaulting to
  * 0; ranges against the job's shape are the checker's. */
 static zb_err model_inject_nan(const zb_yaml_walk *w, const yaml_node_t *n, zb_model_spec *m) {
-  char buf[64], known[64];
-  if (n->type != YAML_MAPPING_NODE) {
-    zb_yaml_join_names(zb_nan_keys, ZB_NK_COUNT, known, sizeof known);
-    return zb_diag_set(w->diag, ZB_ERR_PARSE,
-                       "line %d: key 'model.inject_nan': expected a mapping with keys %s, got %s",
-                       zb_yaml_line(n), known, zb_yaml_describe(n, buf, sizeof buf));
-  }
+  zb_err merr = zb_yaml_want_mapping(w, n, "model.inject_nan", zb_nan_keys, ZB_NK_COUNT);
+  if (merr)
+    return merr;
   m->inject_nan = true;
   m->nan_iteration = m->nan_microbatch = 0;
   int seen[ZB_NK_COUNT] = {0};
@@ -150,12 +143,9 @@ static zb_err model_inject_nan(const zb_yaml_walk *w, const yaml_node_t *n, zb_m
 /* model: a mapping of zb_model_keys; sizes are checked as integers here and
  * against their ranges (with the other rules) by the checker. */
 static zb_err job_model(const zb_yaml_walk *w, const yaml_node_t *n, zb_job_spec *s, job_lines *lines) {
-  char buf[64], known[256];
-  if (n->type != YAML_MAPPING_NODE) {
-    zb_yaml_join_names(zb_model_keys, ZB_MK_COUNT, known, sizeof known);
-    return zb_diag_set(w->diag, ZB_ERR_PARSE, "line %d: key 'model': expected a mapping with keys %s, got %s",
-                       zb_yaml_line(n), known, zb_yaml_describe(n, buf, sizeof buf));
-  }
+  zb_err merr = zb_yaml_want_mapping(w, n, "model", zb_model_keys, ZB_MK_COUNT);
+  if (merr)
+    return merr;
   s->has_model = true;
   zb_model_spec *m = &s->model;
   int *ints[] = {[ZB_MK_HIDDEN] = &m->hidden,

@@ -233,6 +233,16 @@ zb_err zb_yaml_map_key(const zb_yaml_walk *w, const yaml_node_t *key, const char
                      prefix, name, known);
 }
 
+zb_err zb_yaml_want_mapping(const zb_yaml_walk *w, const yaml_node_t *n, const char *key,
+                            const char *const *names, int count) {
+  char buf[64], known[256];
+  if (n->type == YAML_MAPPING_NODE)
+    return ZB_OK;
+  zb_yaml_join_names(names, count, known, sizeof known);
+  return zb_diag_set(w->diag, ZB_ERR_PARSE, "line %d: key '%s': expected a mapping with keys %s, got %s",
+                     zb_yaml_line(n), key, known, zb_yaml_describe(n, buf, sizeof buf));
+}
+
 zb_err zb_yaml_want_root_mapping(const zb_yaml_walk *w, const yaml_node_t *root, const char *what) {
   char buf[64];
   if (root->type != YAML_MAPPING_NODE)

@@ -76,6 +76,10 @@ void zb_yaml_join_names(const char *const *names, int n, char *buf, size_t size)
 zb_err zb_yaml_map_key(const zb_yaml_walk *w, const yaml_node_t *key, const char *const *names, int n,
                        const char *prefix, int *seen, int *index);
 /* The top node must be a mapping; what is expected goes into the message. */
+/* ZB_OK when n is a mapping; else a parse error naming key and the keys
+ * it takes ("line 4: key 'costs': expected a mapping with keys f, b, ..."). */
+zb_err zb_yaml_want_mapping(const zb_yaml_walk *w, const yaml_node_t *n, const char *key,
+                            const char *const *names, int count);
 zb_err zb_yaml_want_root_mapping(const zb_yaml_walk *w, const yaml_node_t *root, const char *what);
 
 #endif

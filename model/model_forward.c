@@ -7,6 +7,17 @@
 
 /* ---- blocks ----------------------------------------------------------- */
 
+/* LayerNorm of the stream st->ws_x into st->ws_a with block i's gain and
+ * shift (tensors w, b), keeping the normalised input and 1/std for B. */
+static void block_layernorm(zb_model_stage *st, mb_state *s, int i, int w, int b, float **xhat,
+                            float **rstd) {
+  size_t n = (size_t)st->n_tok, h = (size_t)st->cfg.hidden;
+  *xhat = model_takef(st, s, n * h);
+  *rstd = model_takef(st, s, n);
+  kernels_cpu_layernorm_fwd(st->ws_x, bparam(st, i, w), bparam(st, i, b), st->ws_a, *xhat, *rstd, st->n_tok,
+                            st->cfg.hidden);
+}
+
 /* F of block i on the stream st->ws_x, in place. */
 static void block_fwd(zb_model_stage *st, mb_state *s, int i) {
   const zb_model_config *c = &st->cfg;
@@ -16,10 +27,7 @@ static void block_fwd(zb_model_stage *st, mb_state *s, int i) {
   int hi = c->hidden;
   float *x = st->ws_x, *a = st->ws_a;
 
-  b->xhat1 = model_takef(st, s, n * h);
-  b->rstd1 = model_takef(st, s, n);
-  kernels_cpu_layernorm_fwd(x, bparam(st, i, BT_LN1_W), bparam(st, i, BT_LN1_B), a, b->xhat1, b->rstd1,
-                            st->n_tok, hi);
+  block_layernorm(st, s, i, BT_LN1_W, BT_LN1_B, &b->xhat1, &b->rstd1);
   b->qkv = model_takef(st, s, n * 3 * h);
   model_linear_fwd(st, a, bparam(st, i, BT_QKV_W), bparam(st, i, BT_QKV_B), b->qkv, hi, 3 * hi, 0);
   b->att = model_takef(st, s, att);
@@ -27,10 +35,7 @@ static void block_fwd(zb_model_stage *st, mb_state *s, int i) {
   model_attention_fwd(st, b->qkv, b->att, b->o);
   model_linear_fwd(st, b->o, bparam(st, i, BT_PROJ_W), bparam(st, i, BT_PROJ_B), x, hi, hi, 1);
 
-  b->xhat2 = model_takef(st, s, n * h);
-  b->rstd2 = model_takef(st, s, n);
-  kernels_cpu_layernorm_fwd(x, bparam(st, i, BT_LN2_W), bparam(st, i, BT_LN2_B), a, b->xhat2, b->rstd2,
-                            st->n_tok, hi);
+  block_layernorm(st, s, i, BT_LN2_W, BT_LN2_B, &b->xhat2, &b->rstd2);
   b->u = model_takef(st, s, n * 4 * h);
   model_linear_fwd(st, a, bparam(st, i, BT_FC1_W), bparam(st, i, BT_FC1_B), b->u, hi, 4 * hi, 0);
   b->gel = model_takef(st, s, n * 4 * h);
