@@ -16,7 +16,7 @@ zb_err zb_job_plan(const zb_job_spec *spec, zb_objective objective, zb_planner_r
                             .m = spec->microbatches,
                             .v = spec->chunks,
                             .rank = spec->costs,
-                            .stage_times = (const double (*)[3])spec->stage_costs,
+                            .stage_times = (const double(*)[3])spec->stage_costs,
                             .n_stage_times = spec->n_stage_costs,
                             .mem_limit = spec->mem_limit,
                             .objective = objective,

@@ -56,10 +56,10 @@
  *     checkpoint_every: 0       #   save weights + AdamW state every N iterations and on cancel
  *                               #     (default 0: off; 0..1000000)
  *     checkpoint_dir: /abs/path #   where (required, absolute, when checkpoint_every > 0): files
- *                               #     DIR/JOB_ID/rank<r>-stage<s>.ckpt (worker/zb_checkpoint.h)
+ *                               #     DIR/JOB_ID/rank<r>-stage<s>.ckpt (train/zb_checkpoint.h)
  *     dump_dir: /abs/path       #   testing aid, optional: each rank writes its stages' weights and
  *                               #     gradients of dumped iterations to DIR/JOB_ID/it<i>-stage<s>.dump
- *                               #     (worker/zb_dump.h; zb-gradcheck checks them)
+ *                               #     (train/zb_dump.h; zb-gradcheck checks them)
  *     dump_every: 1             #   dump iterations 0, N, 2N, ... and the last (default 1 with dump_dir)
  * A cpu job's bytes_per_activation is one activation of its model,
  * batch * seq_len * hidden * 4 bytes: left out it is derived, given it
@@ -85,7 +85,7 @@ typedef struct zb_model_spec {
   int checkpoint_every;     /* 0: off; N: save after iterations N-1, 2N-1, ... and on cancel */
   char checkpoint_dir[512]; /* absolute; required when checkpoint_every > 0 */
   char resume_from[64];     /* set by the coordinator only: the job whose checkpoints to load */
-  char dump_dir[512];       /* "" (off) or absolute: gradient dumps (worker/zb_dump.h) */
+  char dump_dir[512];       /* "" (off) or absolute: gradient dumps (train/zb_dump.h) */
   int dump_every;           /* 0 means 1 when dump_dir is set; requires dump_dir when > 0 */
 } zb_model_spec;
 

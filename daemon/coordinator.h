@@ -23,10 +23,10 @@
 #include "zb_assignment.h"
 #include "zb_buf.h"
 #include "zb_clock.h"
-#include "zb_utf8.h"
-#include "zb_rpc.h"
 #include "zb_job_plan.h"
+#include "zb_rpc.h"
 #include "zb_store.h"
+#include "zb_utf8.h"
 #include "zb_wire.h"
 
 typedef struct coord coord;

@@ -33,11 +33,8 @@ void job_release_workers(coord_job *j) {
 }
 
 zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan, int version, int first) {
-  zb_assignment_src src = {.job_id = j->row.id,
-                           .spec = &j->spec,
-                           .plan = plan,
-                           .plan_version = version,
-                           .first_iteration = first};
+  zb_assignment_src src = {
+      .job_id = j->row.id, .spec = &j->spec, .plan = plan, .plan_version = version, .first_iteration = first};
   if (j->ranks) {
     const char **addrs = zb_calloc((size_t)plan->p, sizeof(char *));
     for (int r = 0; r < plan->p; r++)
@@ -86,8 +83,8 @@ static bool job_fits_workers(coord *co, coord_job *j) {
     return true;
   char reason[256];
   snprintf(reason, sizeof reason,
-           "the assignment of rank %d is %zu bytes, over the %lld-byte receive limit of worker %s", sz.largest_rank,
-           sz.largest, limit, by ? by->id : "(the coordinator's max_message_bytes)");
+           "the assignment of rank %d is %zu bytes, over the %lld-byte receive limit of worker %s",
+           sz.largest_rank, sz.largest, limit, by ? by->id : "(the coordinator's max_message_bytes)");
   job_finish(co, j, ZB_JOB_FAILED, reason);
   return false;
 }

@@ -115,12 +115,14 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
   coord_iter_slot *slot = job_slot(j, req->iteration);
   if (!slot || slot->have[w->rank]) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
-                "iteration: rank %d already reported iteration %d or ran too far ahead", w->rank, req->iteration);
+                "iteration: rank %d already reported iteration %d or ran too far ahead", w->rank,
+                req->iteration);
     return false;
   }
   if (req->metrics->has_loss && w->rank != slot->loss_rank) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
-                "metrics.has_loss: rank %d does not compute the loss of iteration %d (%s)", w->rank, req->iteration,
+                "metrics.has_loss: rank %d does not compute the loss of iteration %d (%s)", w->rank,
+                req->iteration,
                 slot->loss_rank < 0 ? "the job trains no model" : "the last stage is on another rank");
     return false;
   }
@@ -148,7 +150,8 @@ static void report_failure(coord_job *j, const coord_worker *w, const char *erro
 
 /* The job of a report from w, or NULL after answering call: a heartbeat,
  * a late report of a job that ended, or one that is not w's. */
-static coord_job *report_job(coord *co, zb_rpc_call *call, coord_worker *w, const Zb__V1__ReportRequest *req) {
+static coord_job *report_job(coord *co, zb_rpc_call *call, coord_worker *w,
+                             const Zb__V1__ReportRequest *req) {
   Zb__V1__ReportResponse resp = ZB__V1__REPORT_RESPONSE__INIT;
   if (!req->job_id || !req->job_id[0]) { /* heartbeat */
     zb_rpc_reply(call, &resp.base);

@@ -23,7 +23,6 @@
 
 typedef struct zb_store zb_store;
 
-
 typedef struct zb_store_job {
   char id[64];
   char name[64];

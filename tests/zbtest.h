@@ -19,7 +19,7 @@ extern int zbt_failed_checks;
 
 #define ZBT_FAIL(...)                                                                                        \
   do {                                                                                                       \
-    fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__);                                                         \
+    fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__);                                                        \
     fprintf(stderr, __VA_ARGS__);                                                                            \
     fputc('\n', stderr);                                                                                     \
     zbt_failed_checks++;                                                                                     \
@@ -83,6 +83,7 @@ void zbt_remove_dir(const char *dir);
     static const zbt_case cases[] = {__VA_ARGS__};                                                           \
     return zbt_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);                                \
   }
-#define ZBT(fn) {#fn, fn}
+#define ZBT(fn)                                                                                              \
+  { #fn, fn }
 
 #endif

@@ -24,7 +24,8 @@ static bool decode_rank(const zb_assignment_src *src, int r, zbt_job *j) {
   uint8_t *buf = zb_malloc(n ? n : 1);
   protobuf_c_message_pack(&a.base, buf);
   zb_assignment_encode_clear(&a);
-  Zb__V1__Assignment *back = (Zb__V1__Assignment *)protobuf_c_message_unpack(&zb__v1__assignment__descriptor, NULL, n, buf);
+  Zb__V1__Assignment *back =
+      (Zb__V1__Assignment *)protobuf_c_message_unpack(&zb__v1__assignment__descriptor, NULL, n, buf);
   free(buf);
   zb_assignment got;
   zb_diag d = {{0}};

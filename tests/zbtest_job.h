@@ -18,9 +18,9 @@ typedef struct zbt_job {
   zb_family f;
   int p, v, m, S; /* ranks, chunks (the family's default), microbatches, stages */
   zb_placement placement;
-  zb_costs *costs;       /* as planned (every stage) */
-  zb_schedule *lowered;  /* every rank's list as decoded from its Assignment */
-  zb_sim_result *sim;    /* the planner's simulation */
+  zb_costs *costs;      /* as planned (every stage) */
+  zb_schedule *lowered; /* every rank's list as decoded from its Assignment */
+  zb_sim_result *sim;   /* the planner's simulation */
 } zbt_job;
 
 /* Plans family f at (p, m) with rank costs rc (NULL: zb_rank_costs_default)

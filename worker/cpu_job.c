@@ -63,8 +63,9 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
     if ((err = zb_file_slurp("model.data", ms->data, &cj->text, &cj->text_len, diag)))
       return err;
     if (cj->text_len < (size_t)ms->seq_len + 1)
-      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model.data: '%s' has %zu bytes; seq_len %d needs at least %d",
-                         ms->data, cj->text_len, ms->seq_len, ms->seq_len + 1);
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "model.data: '%s' has %zu bytes; seq_len %d needs at least %d", ms->data,
+                         cj->text_len, ms->seq_len, ms->seq_len + 1);
     cj->source = (zb_cpu_text){.text = cj->text, .len = cj->text_len, .seed = (uint64_t)ms->seed};
   }
   zb_cpu_backend_config bc = {
@@ -117,7 +118,8 @@ static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
         return err;
     }
   }
-  zb_step_mode mode = strcmp(ms->step, ZB_STEP_SYNCHRONOUS_NAME) == 0 ? ZB_STEP_SYNCHRONOUS : ZB_STEP_POST_VALIDATED;
+  zb_step_mode mode =
+      strcmp(ms->step, ZB_STEP_SYNCHRONOUS_NAME) == 0 ? ZB_STEP_SYNCHRONOUS : ZB_STEP_POST_VALIDATED;
   return zb_stepper_new(cj->n_stages, cj->opt, ms->clip_norm, mode, &cj->stepper, diag);
 }
 
@@ -137,8 +139,8 @@ zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop
   }
   ZB_INFO("job %s rank %d: cpu model h=%d heads=%d layers=%d seq_len=%d batch=%d; stages %s of %d, %zu "
           "parameters here; AdamW lr %g, clip_norm %g, %s step",
-          a->job_id, a->rank, ms->hidden, ms->heads, ms->layers, ms->seq_len, ms->batch, list, cj->total_stages,
-          params, ms->lr, ms->clip_norm, ms->step);
+          a->job_id, a->rank, ms->hidden, ms->heads, ms->layers, ms->seq_len, ms->batch, list,
+          cj->total_stages, params, ms->lr, ms->clip_norm, ms->step);
   return ZB_OK;
 }
 
@@ -148,7 +150,8 @@ static bool cpu_job_dumps(const cpu_job *cj, int iteration) {
 }
 
 /* Writes every hosted stage's dump of iteration (after its step). */
-static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *step, double loss, zb_diag *diag) {
+static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *step, double loss,
+                           zb_diag *diag) {
   const zb_model_spec *ms = &cj->model;
   zb_err err = ZB_OK;
   for (int i = 0; !err && i < cj->n_stages; i++) {
@@ -199,7 +202,7 @@ static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *ste
  * globally (zb_step.h; the reduction runs along the ranks over tr), then
  * the loss when this rank has the last stage. */
 zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
-                           zb_step_result *step, zb_diag *diag) {
+                    zb_step_result *step, zb_diag *diag) {
   zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
   bool dump = cpu_job_dumps(cj, iteration);
   for (int i = 0; dump && i < cj->n_stages; i++)

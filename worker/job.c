@@ -37,12 +37,14 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
   if (strcmp(a->backend, "cpu") == 0) {
 #ifdef ZB_WITH_CPU_BACKEND
     cpu_job *cj = &js->cj;
-    zb_err err = cj->be ? cpu_job_check_update(cj, a->sched, a->rank, diag) : cpu_job_open(cj, a, js->stop, diag);
+    zb_err err =
+        cj->be ? cpu_job_check_update(cj, a->sched, a->rank, diag) : cpu_job_open(cj, a, js->stop, diag);
     if (!err)
       *be = cj->be;
     return err;
 #else
-    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "backend cpu: this zb-worker was built without it (no OpenBLAS)");
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                       "backend cpu: this zb-worker was built without it (no OpenBLAS)");
 #endif
   }
   if (a->backend[0] && strcmp(a->backend, "sim") != 0)
@@ -50,7 +52,8 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
                        WORKER_BACKENDS);
   const zb_schedule *sched = a->sched;
   zb_sim_backend_config bc = {.costs = a->costs,
-                              .rank_mf = zb_costs_rank_mf(a->costs, sched->placement, sched->p, sched->v, a->rank),
+                              .rank_mf =
+                                  zb_costs_rank_mf(a->costs, sched->placement, sched->p, sched->v, a->rank),
                               .bytes_per_activation = (size_t)a->bytes_per_activation,
                               .stop = js->stop};
   zb_err err = zb_backend_sim_new(&bc, owned, diag);
@@ -90,8 +93,8 @@ static zb_err job_connect(job_state *js, zb_diag *diag) {
 
 /* Runs one iteration: for a cpu job, begin_iteration before it and the
  * optimizer step after it (*stepped says the step ran and fills *step). */
-static zb_err job_iteration(job_state *js, zb_executor *ex, zb_rank_iteration *it, bool *has_loss, double *loss,
-                            bool *stepped, zb_step_result *step, zb_diag *diag) {
+static zb_err job_iteration(job_state *js, zb_executor *ex, zb_rank_iteration *it, bool *has_loss,
+                            double *loss, bool *stepped, zb_step_result *step, zb_diag *diag) {
   *has_loss = false;
   *stepped = false;
   zb_err err = ZB_OK;
@@ -132,7 +135,8 @@ static zb_err job_after_step(job_state *js, zb_diag *diag) {
  * says stop, or an update takes over. */
 static zb_err job_run_plan(job_state *js, zb_executor *ex, zb_diag *diag) {
   const zb_assignment *a = js->a;
-  ZB_INFO("job %s rank %d: %s, iterations %d..%d", a->job_id, a->rank, a->schedule, js->next + 1, a->iterations);
+  ZB_INFO("job %s rank %d: %s, iterations %d..%d", a->job_id, a->rank, a->schedule, js->next + 1,
+          a->iterations);
   job_run jr = {.w = js->w, .a = a, .plan_version = a->plan_version};
   zb_err err = ZB_OK;
   bool go_on = true;
@@ -147,10 +151,10 @@ static zb_err job_run_plan(job_state *js, zb_executor *ex, zb_diag *diag) {
     if (has_loss)
       ZB_DEBUG("job %s iteration %d: loss %.6f", a->job_id, js->next, loss);
     if (stepped && (step.skipped || step.clipped))
-      ZB_DEBUG("job %s rank %d iteration %d: grad norm %g, step %s", a->job_id, a->rank, js->next, step.grad_norm,
-               step.skipped ? "skipped (non-finite)" : "clipped");
-    ZB_DEBUG("job %s rank %d iteration %d: %d comm groups, %d sends and receives", a->job_id, a->rank, js->next,
-             it.comm_groups, it.comm_actions);
+      ZB_DEBUG("job %s rank %d iteration %d: grad norm %g, step %s", a->job_id, a->rank, js->next,
+               step.grad_norm, step.skipped ? "skipped (non-finite)" : "clipped");
+    ZB_DEBUG("job %s rank %d iteration %d: %d comm groups, %d sends and receives", a->job_id, a->rank,
+             js->next, it.comm_groups, it.comm_actions);
     if (stepped && (err = job_after_step(js, diag)))
       break;
     js->next++;
@@ -218,8 +222,8 @@ static zb_err job_take_update(job_state *js, zb_diag *diag) {
   pthread_mutex_unlock(&w->mu);
   if (!u || u->first_iteration != js->next) {
     worker_assignment_free(u);
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stopped at iteration %d for a plan update that is not there",
-                       js->next);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "stopped at iteration %d for a plan update that is not there", js->next);
   }
   worker_assignment_free(js->owned);
   js->owned = u;

@@ -54,7 +54,6 @@ static const char usage_text[] =
     "                      refuses jobs whose assignments would not fit\n"
     "  --log-level L       debug, info, warn, error (default info)\n";
 
-
 static volatile sig_atomic_t got_signal;
 
 static void on_signal(int sig) {

@@ -26,7 +26,7 @@ report_result worker_report(worker *w, const Zb__V1__ReportRequest *req, char *w
 }
 
 bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, double loss,
-                             const zb_step_result *step) {
+                      const zb_step_result *step) {
   worker *w = jr->w;
   Zb__V1__RankIteration ri = ZB__V1__RANK_ITERATION__INIT;
   ri.rank = it->rank;

@@ -35,7 +35,8 @@ static zb_err round_trip(const zb_assignment_src *src, int r, zb_assignment *out
   uint8_t *buf = zb_malloc(n);
   protobuf_c_message_pack(&cmd.base, buf);
   zb_assignment_encode_clear(&a);
-  Zb__V1__Command *back = (Zb__V1__Command *)protobuf_c_message_unpack(&zb__v1__command__descriptor, NULL, n, buf);
+  Zb__V1__Command *back =
+      (Zb__V1__Command *)protobuf_c_message_unpack(&zb__v1__command__descriptor, NULL, n, buf);
   free(buf);
   *bytes = n;
   if (!back || back->kind_case != ZB__V1__COMMAND__KIND_ASSIGN)
@@ -53,10 +54,12 @@ static bool same_list(const zb_rank_list *want, const zb_rank_list *got, char *w
   }
   for (int i = 0; i < want->n; i++) {
     const zb_action *w = &want->actions[i], *g = &got->actions[i];
-    if (w->op != g->op || w->stage != g->stage || w->mb != g->mb || w->peer != g->peer || w->batch != g->batch) {
-      snprintf(why, len, "action %d: planned %s s%d mb%d peer %d group %d, decoded %s s%d mb%d peer %d group %d", i,
-               zb_op_name(w->op), w->stage, w->mb, w->peer, w->batch, zb_op_name(g->op), g->stage, g->mb, g->peer,
-               g->batch);
+    if (w->op != g->op || w->stage != g->stage || w->mb != g->mb || w->peer != g->peer ||
+        w->batch != g->batch) {
+      snprintf(why, len,
+               "action %d: planned %s s%d mb%d peer %d group %d, decoded %s s%d mb%d peer %d group %d", i,
+               zb_op_name(w->op), w->stage, w->mb, w->peer, w->batch, zb_op_name(g->op), g->stage, g->mb,
+               g->peer, g->batch);
       return false;
     }
   }
@@ -68,16 +71,17 @@ static bool check_rank(const zb_planner_result *pl, int r, const zb_assignment *
                        char *why, size_t len) {
   if (a->rank != r || a->ranks != pl->p || a->chunks != pl->v || a->microbatches != pl->m ||
       a->family != pl->family || a->iterations != 7 || a->bytes_per_activation != 4096) {
-    snprintf(why, len, "header: rank %d ranks %d chunks %d m %d", a->rank, a->ranks, a->chunks, a->microbatches);
+    snprintf(why, len, "header: rank %d ranks %d chunks %d m %d", a->rank, a->ranks, a->chunks,
+             a->microbatches);
     return false;
   }
   if (!same_list(&pl->lowered->ranks[r], &a->sched->ranks[r], why, len))
     return false;
   const zb_rank_list *l = &a->sched->ranks[r];
   for (int i = 0; i < l->n; i++) /* every peer it talks to has its address */
-    if (zb_op_is_comm(l->actions[i].op) && (!zb_assignment_peer(a, l->actions[i].peer) ||
-                                            strcmp(zb_assignment_peer(a, l->actions[i].peer),
-                                                   addrs[l->actions[i].peer]) != 0)) {
+    if (zb_op_is_comm(l->actions[i].op) &&
+        (!zb_assignment_peer(a, l->actions[i].peer) ||
+         strcmp(zb_assignment_peer(a, l->actions[i].peer), addrs[l->actions[i].peer]) != 0)) {
       snprintf(why, len, "no or wrong address for peer %d", l->actions[i].peer);
       return false;
     }
@@ -85,8 +89,8 @@ static bool check_rank(const zb_planner_result *pl, int r, const zb_assignment *
     bool hosted = zb_placement_rank(pl->placement, pl->p, pl->v, s) == r;
     double want_tf = hosted ? pl->costs->t_f[s] : 0, want_mb = hosted ? pl->costs->m_b[s] : 0;
     if (a->costs->t_f[s] != want_tf || a->costs->m_b[s] != want_mb) {
-      snprintf(why, len, "stage %d (%s): t_f %g m_b %g", s, hosted ? "hosted" : "not hosted", a->costs->t_f[s],
-               a->costs->m_b[s]);
+      snprintf(why, len, "stage %d (%s): t_f %g m_b %g", s, hosted ? "hosted" : "not hosted",
+               a->costs->t_f[s], a->costs->m_b[s]);
       return false;
     }
   }
@@ -118,7 +122,10 @@ static int round_trip_shape(zb_family f, int p, int v, int m, int *failures) {
     addrs[r] = zb_malloc(32);
     snprintf(addrs[r], 32, "10.0.%d.%d:%d", r / 200, r % 200, 7000 + r);
   }
-  zb_assignment_src src = {.job_id = "j-42", .spec = &spec, .plan = &pl, .addresses = (const char *const *)addrs,
+  zb_assignment_src src = {.job_id = "j-42",
+                           .spec = &spec,
+                           .plan = &pl,
+                           .addresses = (const char *const *)addrs,
                            .plan_version = 1};
   int groups = 0;
   for (int r = 0; r < p; r++) {
@@ -128,7 +135,8 @@ static int round_trip_shape(zb_family f, int p, int v, int m, int *failures) {
     char why[300] = "";
     zb_err err = round_trip(&src, r, &a, &bytes, &d);
     if (err || !check_rank(&pl, r, &a, (const char *const *)addrs, why, sizeof why)) {
-      fprintf(stderr, "  %s p=%d v=%d m=%d rank %d: %s\n", zb_family_name(f), p, pl.v, m, r, err ? d.msg : why);
+      fprintf(stderr, "  %s p=%d v=%d m=%d rank %d: %s\n", zb_family_name(f), p, pl.v, m, r,
+              err ? d.msg : why);
       (*failures)++;
     } else {
       groups += zb_comm_group_count(a.sched->ranks[r].actions, a.sched->ranks[r].n);
@@ -168,7 +176,8 @@ static void test_round_trip_every_family(void) {
     }
     zb_planner_result_free(&pl);
   }
-  printf("  %d shapes round-tripped, %d transport groups, %d batched actions in zb-v\n", shapes, groups, multi);
+  printf("  %d shapes round-tripped, %d transport groups, %d batched actions in zb-v\n", shapes, groups,
+         multi);
   CHECK_EQ(failures, 0);
   CHECK(shapes > 150);
   CHECK(multi > 0);
@@ -311,8 +320,8 @@ static void test_bad_assignments_refused(void) {
     if (keep)
       keep->n_peer = keep->n_kind;
     zb_assignment_encode_clear(&a);
-    CHECK_MSG(err != ZB_OK && strstr(d.msg, cases[k].expect), "%s: err %d, '%s' (expected '%s')", cases[k].name,
-              (int)err, d.msg, cases[k].expect);
+    CHECK_MSG(err != ZB_OK && strstr(d.msg, cases[k].expect), "%s: err %d, '%s' (expected '%s')",
+              cases[k].name, (int)err, d.msg, cases[k].expect);
   }
   zb_planner_result_free(&pl);
 }
@@ -327,7 +336,8 @@ static void sizes_at(zb_family f, int p, int m, zb_assignment_sizes *sz) {
   const char **addrs = zb_calloc((size_t)p, sizeof(char *));
   for (int r = 0; r < p; r++)
     addrs[r] = "worker-with-a-long-host-name.cluster.example:40123";
-  zb_assignment_src src = {.job_id = "j-1", .spec = &spec, .plan = &pl, .addresses = addrs, .plan_version = 1};
+  zb_assignment_src src = {
+      .job_id = "j-1", .spec = &spec, .plan = &pl, .addresses = addrs, .plan_version = 1};
   zb_assignment_measure(&src, sz);
   free(addrs);
   zb_planner_result_free(&pl);
@@ -343,8 +353,9 @@ static void test_bytes_linear_in_ranks(void) {
     zb_assignment_sizes sz[3];
     for (int i = 0; i < 3; i++) {
       sizes_at(fams[k], ps[i], 16, &sz[i]);
-      printf("  %s p=%4d m=16: total %9zu bytes (%.1f per rank), largest %zu (rank %d)\n", zb_family_name(fams[k]),
-             ps[i], sz[i].total, (double)sz[i].total / ps[i], sz[i].largest, sz[i].largest_rank);
+      printf("  %s p=%4d m=16: total %9zu bytes (%.1f per rank), largest %zu (rank %d)\n",
+             zb_family_name(fams[k]), ps[i], sz[i].total, (double)sz[i].total / ps[i], sz[i].largest,
+             sz[i].largest_rank);
       CHECK(sz[i].total > 0);
     }
     /* quadratic growth would be x4 and x16; rank and stage numbers past 127
@@ -352,8 +363,8 @@ static void test_bytes_linear_in_ranks(void) {
      * cheaper: the increments are what must be proportional */
     double r2 = (double)sz[1].total / (double)sz[0].total, r4 = (double)sz[2].total / (double)sz[0].total;
     double inc = (double)(sz[2].total - sz[1].total) / (double)(sz[1].total - sz[0].total);
-    CHECK_MSG(r2 < 2.2 && r4 < 4.4 && inc > 1.98 && inc < 2.02, "%s: total x%.3f at 2p, x%.3f at 4p, increments x%.3f",
-              zb_family_name(fams[k]), r2, r4, inc);
+    CHECK_MSG(r2 < 2.2 && r4 < 4.4 && inc > 1.98 && inc < 2.02,
+              "%s: total x%.3f at 2p, x%.3f at 4p, increments x%.3f", zb_family_name(fams[k]), r2, r4, inc);
     CHECK(sz[2].largest < sz[0].largest + 64); /* a rank's own share does not grow with p */
   }
 }
