@@ -83,8 +83,12 @@ static int peer_ranks(const zb_rank_list *l, int rank, int p, int **out) {
 static void encode_peers(const zb_assignment_src *src, int rank, Zb__V1__Assignment *a) {
   int *q = NULL;
   int n = peer_ranks(&src->plan->lowered->ranks[rank], rank, src->plan->p, &q);
-  Zb__V1__PeerAddress *pa = zb_malloc(sizeof *pa * (size_t)(n ? n : 1));
-  a->peers = zb_malloc(sizeof *a->peers * (size_t)(n ? n : 1));
+  if (n == 0) { /* a one-rank job talks to no one */
+    free(q);
+    return;
+  }
+  Zb__V1__PeerAddress *pa = zb_malloc(sizeof *pa * (size_t)n);
+  a->peers = zb_malloc(sizeof *a->peers * (size_t)n);
   a->n_peers = (size_t)n;
   for (int k = 0; k < n; k++) {
     zb__v1__peer_address__init(&pa[k]);

@@ -20,11 +20,22 @@ static double digits_total(double n) {
   return t;
 }
 
-/* A lower bound on the packed size of a shape's action lists: every
- * (stage, microbatch) has at least an F and a B. whole: all ranks' lists
- * as PyTorch strings (a PlanResponse: "<stage>F<mb>", framed by a tag and
- * a length byte); else the busiest rank's v stages as ActionList columns
- * (an Assignment: at least a byte per column per action). */
+/* Sum of the varint lengths of the zigzag-coded microbatches 0..m-1 (the
+ * ActionList's sint32 column). */
+static double zigzag_bytes_total(double m) {
+  double t = 0;
+  for (double lo = 0, hi = 64, len = 1; lo < m; lo = hi, hi *= 128, len++)
+    t += ((m < hi ? m : hi) - lo) * len;
+  return t;
+}
+
+/* A lower bound on the packed size of a shape's action lists. whole: all
+ * ranks' lists as PyTorch strings (a PlanResponse): every (stage,
+ * microbatch) has at least an F and a B, "<stage>F<mb>" framed by a tag
+ * and a length byte. Else the busiest rank's v stages as ActionList
+ * columns (an Assignment): with more than one rank every (stage,
+ * microbatch) also has a send or receive for F and for B, and each action
+ * takes at least a byte per column and its microbatch's varint. */
 static double plan_min_bytes(const zb_job_spec *spec, bool whole) {
   zb_family f;
   if (zb_family_parse(spec->schedule, &f, NULL) != ZB_OK)
@@ -32,7 +43,7 @@ static double plan_min_bytes(const zb_job_spec *spec, bool whole) {
   double v = spec->chunks > 0 ? spec->chunks : zb_family_default_chunks(f);
   double m = spec->microbatches;
   if (!whole)
-    return 2 * 5 * v * m;
+    return (spec->ranks > 1 ? 4 : 2) * v * (4 * m + zigzag_bytes_total(m));
   double stages = spec->ranks * v;
   return 2 * (3 * stages * m + digits_total(stages) * m + stages * digits_total(m));
 }

@@ -1,6 +1,6 @@
 /* test_assignment.c — the Assignment codec (common/zb_assignment.h): every
  * family's plan encoded per rank, packed as a Command, unpacked and
- * decoded again equals the planner's lowered list field by field (op,
+ * decoded again (p = 1..8) equals the planner's lowered list field by field (op,
  * stage, microbatch, peer, transport group), with the rank's peers'
  * addresses and its hosted stages' costs; the older all-ranks form still
  * decodes; bad messages are refused naming the field; and a job's total
@@ -153,7 +153,7 @@ static int round_trip_shape(zb_family f, int p, int v, int m, int *failures) {
 static void test_round_trip_every_family(void) {
   int failures = 0, shapes = 0, groups = 0, multi = 0;
   for (int f = 0; f < ZB_FAMILY_COUNT_; f++)
-    for (int p = 2; p <= 8; p++) {
+    for (int p = 1; p <= 8; p++) {
       bool inter = f == ZB_FAMILY_INTERLEAVED_1F1B;
       int ms[] = {p, 2 * p, 3 * p + 1};
       for (int v = inter ? 2 : 0; v <= (inter ? 4 : 0); v++)
