@@ -1,0 +1,139 @@
+/* zb_kernel_math.h — the model's per-element and per-row arithmetic, in
+ * one place for every device (docs/model.md, Devices). The host kernels
+ * (kernels_cpu.c), the CUDA kernels (kernels_cuda.cu) and the CPU stand-in
+ * of the CUDA launchers (tests/standin/) call these functions, so a formula
+ * has one source: the devices may differ in how they reduce a row (lanes
+ * on the host, a tree of threads on a GPU) but not in what they compute
+ * from the reduced values.
+ *
+ * Everything here is `static inline` and marked ZB_HD, which is
+ * `__host__ __device__` under nvcc and nothing elsewhere. No function
+ * touches memory beyond its arguments, allocates or blocks; none depends on
+ * <math.h> beyond sqrtf and sqrt, which both sides provide. Results are
+ * bit-identical on any host given the same inputs: nothing reassociates
+ * and nothing contracts (nvcc's default --fmad=true may fuse on a GPU;
+ * which is within the per-op tolerance the tests state).
+ */
+#ifndef ZB_KERNEL_MATH_H
+#define ZB_KERNEL_MATH_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define ZB_HD __host__ __device__
+#else
+#define ZB_HD
+#include <math.h>
+#endif
+
+/* LayerNorm's epsilon (inside the square root). */
+#define ZBM_LN_EPS 1e-5f
+
+/* e^x without libm, written so a compiler vectorises it (no call, no
+ * branch): Cody-Waite reduction x = n ln2 + r, a degree-6 polynomial for
+ * e^r (Cephes' coefficients; relative error about 1.5e-7 against expf) and
+ * 2^n built in the exponent bits. x is clamped to [-87, 88], so the result
+ * is finite and normal; NaN stays NaN. */
+ZB_HD static inline float zbm_exp(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  x = x > 88.0f ? 88.0f : x;
+  /* n = round(x / ln2) by the 1.5 * 2^23 trick (round to nearest even). */
+  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  n = n == n ? n : 0.0f;
+  union {
+    int32_t i;
+    float f;
+  } scale = {.i = ((int32_t)n + 127) * (1 << 23)};
+  return p * scale.f;
+}
+
+#define ZBM_GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define ZBM_GELU_K1 0.044715f
+
+/* GeLU, tanh form, as x * logistic(2z): 0.5 (1 + tanh z) = 1 / (1 + e^-2z)
+ * with z = sqrt(2/pi) (x + 0.044715 x^3). */
+ZB_HD static inline float zbm_gelu(float x) {
+  float z = ZBM_GELU_K0 * (x + ZBM_GELU_K1 * x * x * x);
+  return x / (1.0f + zbm_exp(-2.0f * z));
+}
+
+/* dout * gelu'(x): with s = 1 / (1 + e^-2z), d/dx [x s] = s + 2 x s (1-s) dz/dx. */
+ZB_HD static inline float zbm_gelu_grad(float x, float dout) {
+  float z = ZBM_GELU_K0 * (x + ZBM_GELU_K1 * x * x * x);
+  float s = 1.0f / (1.0f + zbm_exp(-2.0f * z));
+  float dz = ZBM_GELU_K0 * (1.0f + 3.0f * ZBM_GELU_K1 * x * x);
+  return dout * (s + 2.0f * x * s * (1.0f - s) * dz);
+}
+
+/* ---- LayerNorm, given a row's reductions ---- */
+
+/* 1/std of a row of h values from the sum of its centred squares. */
+ZB_HD static inline float zbm_ln_rstd(float centred_sumsq, int h) {
+  return 1.0f / sqrtf(centred_sumsq / (float)h + ZBM_LN_EPS);
+}
+
+/* The input gradient of one element: rstd * (dy g - mean(dy g) - xhat
+ * mean(dy g xhat)), given the two row means m1 = mean(dy g) and m2 =
+ * mean(dy g xhat). */
+ZB_HD static inline float zbm_ln_dx(float dy, float g, float xhat, float rstd, float m1, float m2) {
+  return rstd * (dy * g - m1 - xhat * m2);
+}
+
+/* ---- softmax and cross-entropy, given a row's reductions ---- */
+
+/* The causal softmax's backward for one element: p (dp - sum_j p_j dp_j). */
+ZB_HD static inline float zbm_softmax_bwd(float p, float dp, float dot) {
+  return p * (dp - dot);
+}
+
+/* -log p[target] of a row from its sum of e^(x - max) and its target's
+ * logit minus the max: exact even where p[target] underflows. In double,
+ * so the microbatch's mean keeps fp32's precision. */
+ZB_HD static inline double zbm_xent_loss(float exp_sum, float target_minus_max) {
+  return log((double)exp_sum) - (double)target_minus_max;
+}
+
+/* The logits' gradient of one element: scale (p - [j is the target]). */
+ZB_HD static inline float zbm_xent_grad(float p, int is_target, float scale) {
+  return (is_target ? p - 1.0f : p) * scale;
+}
+
+/* ---- AdamW, one element ---- */
+
+/* The step's constants (docs/model.md, Optimizer and step), computed once
+ * per step on the host: step t from 1. */
+typedef struct zbm_adamw_step {
+  double beta1, beta2, eps;
+  double step_size;  /* lr / (1 - beta1^t) */
+  double sqrt_bc2;   /* sqrt(1 - beta2^t) */
+  double shrink;     /* 1 - lr * weight_decay, applied where decay is on */
+  double grad_scale; /* clipping: every gradient times this (1: none) */
+} zbm_adamw_step;
+
+/* Updates one parameter and its fp32 moments in torch.optim.AdamW's order,
+ * in double, each stored value rounded once; the update reads the moments
+ * as stored (as an fp32 implementation does). */
+ZB_HD static inline void zbm_adamw(float *p, float *m, float *v, float grad, int decay,
+                                   const zbm_adamw_step *s) {
+  double g = (double)grad * s->grad_scale;
+  double mm = s->beta1 * (double)*m + (1 - s->beta1) * g;
+  double vv = s->beta2 * (double)*v + (1 - s->beta2) * g * g;
+  *m = (float)mm;
+  *v = (float)vv;
+  double x = (double)*p;
+  if (decay)
+    x *= s->shrink;
+  x -= s->step_size * (double)*m / (sqrt((double)*v) / s->sqrt_bc2 + s->eps);
+  *p = (float)x;
+}
+
+#endif
