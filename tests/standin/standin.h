@@ -1,0 +1,58 @@
+/* standin.h — internals shared by the parts of the CPU stand-in of the
+ * CUDA runtime, cuBLAS and NCCL (test-only; docs/model.md, The CPU
+ * stand-in). The stand-in implements, on the CPU, exactly the subset of
+ * those C APIs that the cuda device (model/device_cuda.c) and the nccl
+ * transport (worker/transport_nccl.c) call, so those files run unchanged
+ * in CI. It is linked only into test binaries, never into a product.
+ *
+ * Parts: cudart_standin.c (device memory, streams, events), cublas_standin.c
+ * (GEMMs in cuBLAS's column-major semantics), kernels_standin.c (the
+ * zbk_* launchers of model/zb_cuda_kernels.h as host loops over
+ * model/zb_kernel_math.h), nccl_standin.c (communicators and p2p between
+ * processes over sockets).
+ *
+ * Streams: each cudaStream_t is a thread that runs its queue in order; the
+ * legacy default stream (0) is one more. Work enqueued here runs there
+ * asynchronously; ZB_STANDIN_DELAY_US (environment; also
+ * standin_set_delay_us) delays every item, so a missing synchronisation
+ * reads stale data in a test instead of passing by luck.
+ */
+#ifndef ZB_STANDIN_H
+#define ZB_STANDIN_H
+
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* One item of a stream's work, run on the stream's thread. A result other
+ * than cudaSuccess is sticky: the stream is poisoned and the next
+ * synchronisation (cudaStreamSynchronize, cudaDeviceSynchronize,
+ * cudaStreamQuery, cudaEventSynchronize) returns it. */
+typedef cudaError_t (*standin_fn)(void *arg);
+
+/* Appends fn(arg) to stream s (0: the default stream); release(arg), when
+ * not NULL, runs after fn on the stream's thread. Returns at once:
+ * cudaErrorInvalidResourceHandle for a stream that does not exist. */
+cudaError_t standin_enqueue(cudaStream_t s, standin_fn fn, void *arg, void (*release)(void *arg));
+
+/* cudaSuccess when [p, p + bytes) lies inside one live device allocation;
+ * otherwise cudaErrorInvalidValue with a message naming `what`, the
+ * pointer and whether it is host memory, freed device memory or out of
+ * bounds (standin_last_error). bytes 0 checks p alone. */
+cudaError_t standin_check_device(const void *p, size_t bytes, const char *what);
+
+/* True when p points into a live device allocation. */
+bool standin_is_device(const void *p);
+
+/* Records the message of the last error the stand-in found (printed to
+ * stderr with the prefix "cuda stand-in: " as well), and reads it. */
+void standin_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *standin_last_error(void);
+
+/* The per-item delay of every stream, in microseconds (0: none). */
+void standin_set_delay_us(unsigned us);
+
+/* The name the stand-in's device reports (cudaGetDeviceProperties). */
+#define STANDIN_DEVICE_NAME "zb CPU stand-in (not a GPU)"
+
+#endif
