@@ -64,7 +64,8 @@ const char zbctl_get_help[] = "usage: zbctl get JOB_ID [--coordinator ADDR] [--o
 const char zbctl_watch_help[] =
     "usage: zbctl watch JOB_ID [--every N] [--coordinator ADDR] [--output text|json]\n"
     "\nStreams a job's events from its start: state changes and, per iteration,\n"
-    "the training loss and tokens/s (jobs that train a model: backend cpu) or\n"
+    "the training loss and tokens/s (jobs that train a model: backend cpu or\n"
+    "cuda) or\n"
     "samples/s, the measured and predicted bubble ratio (global) and peak memory\n"
     "per rank, with a progress bar. Exits when the job ends: 0 if it SUCCEEDED,\n"
     "1 otherwise. --output json prints one JSON event per line.\n"
@@ -73,7 +74,8 @@ const char zbctl_cancel_help[] =
     "usage: zbctl cancel JOB_ID [--reason TEXT] [--coordinator ADDR] [--output text|json]\n"
     "\nCancels a pending or running job; its workers are released.\n";
 const char zbctl_resume_help[] = "usage: zbctl resume JOB_ID [--coordinator ADDR] [--output text|json]\n"
-                                 "\nSubmits a new job with the spec of JOB_ID, a cpu job with checkpoints\n"
+                                 "\nSubmits a new job with the spec of JOB_ID, a cpu or cuda job with\n"
+                                 "checkpoints\n"
                                  "(model.checkpoint_every > 0) that was cancelled or failed: its ranks load\n"
                                  "the last iteration every rank checkpointed and go on from the next one\n"
                                  "(iterations keep their numbers). Prints the new job id.\n";
@@ -83,8 +85,12 @@ const char zbctl_update_help[] =
     "\nReplaces a running job's schedule. The new plan applies from an iteration\n"
     "boundary that no rank has reached yet (printed); no iteration is lost.\n"
     "--mem-limit takes 'Np' or a number of M_F units, as in the job spec.\n";
-const char zbctl_workers_help[] = "usage: zbctl workers [--coordinator ADDR] [--output text|json]\n"
-                                  "\nLists the attached workers: id, data address, state, job and rank.\n";
+const char zbctl_workers_help[] =
+    "usage: zbctl workers [--coordinator ADDR] [--output text|json]\n"
+    "\nLists the attached workers: id, data address, state, job and rank, backends\n"
+    "and transports, and the GPU each one reported (name, memory, compute\n"
+    "capability, CUDA driver; '-' for none; 'stand-in' marks the CPU stand-in\n"
+    "of the CUDA APIs that tests use).\n";
 
 /* Parses the common options plus `extra`; at most one positional. */
 static int remote_parse(const zbctl_command *cmd, int argc, char **argv, const cli_opt *extra, size_t n_extra,
@@ -289,7 +295,7 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
 /* Tokens in one microbatch of a job that trains a model (batch x seq_len);
  * 0 for other jobs. */
 static double job_tokens_per_sample(const Zb__V1__JobSpec *spec) {
-  if (!spec || !spec->model || strcmp(spec->backend, "cpu") != 0)
+  if (!spec || !spec->model || (strcmp(spec->backend, "cpu") != 0 && strcmp(spec->backend, "cuda") != 0))
     return 0;
   return (double)spec->model->batch * spec->model->seq_len;
 }
@@ -305,9 +311,10 @@ static void print_job(const ProtobufCMessage *resp, const void *ctx) {
   printf("job        %s (%s)\nstate      %s: %s\nschedule   %s (submitted as %s)\n", j->id, s ? s->name : "?",
          state_short(j->state), j->reason, j->schedule, s ? s->schedule : "?");
   if (s)
-    printf("shape      p=%d m=%d chunks=%d; %d iterations; backend %s, transport %s, %lld bytes/activation\n",
+    printf("shape      p=%d m=%d chunks=%d; %d iterations; backend %s, transport %s, precision %s, %lld "
+           "bytes/activation\n",
            s->ranks, s->microbatches, s->chunks, s->iterations, s->backend, s->transport,
-           (long long)s->bytes_per_activation);
+           s->precision && s->precision[0] ? s->precision : "fp32", (long long)s->bytes_per_activation);
   if (s && s->model) {
     const Zb__V1__ModelSpec *m = s->model;
     printf("model      hidden %d, heads %d, layers %d, seq_len %d, batch %d, seed %llu; data %s\n"
@@ -569,16 +576,18 @@ static void join_list(char *out, size_t cap, char **items, size_t n) {
 static void print_workers(const ProtobufCMessage *resp, const void *ctx) {
   (void)ctx;
   const Zb__V1__ListWorkersResponse *r = (const void *)resp;
-  printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", "ID", "DATA ADDRESS", "STATE", "JOB", "RANK", "BACKENDS",
-         "TRANSPORTS");
+  printf("%-16s %-22s %-5s %-8s %4s %-14s %-10s %s\n", "ID", "DATA ADDRESS", "STATE", "JOB", "RANK",
+         "BACKENDS", "TRANSPORTS", "GPU");
   for (size_t k = 0; k < r->n_workers; k++) {
     Zb__V1__Worker *w = r->workers[k];
     char rank[16], backends[128], transports[128];
     snprintf(rank, sizeof rank, "%d", w->rank);
     join_list(backends, sizeof backends, w->backends, w->n_backends);
     join_list(transports, sizeof transports, w->transports, w->n_transports);
-    printf("%-16s %-22s %-5s %-8s %4s %-10s %s\n", w->id, w->data_address, w->state,
-           w->job_id[0] ? w->job_id : "-", w->rank >= 0 ? rank : "-", backends, transports);
+    /* the GPU last and whole: the stand-in's name must stay readable */
+    printf("%-16s %-22s %-5s %-8s %4s %-14s %-10s %s\n", w->id, w->data_address, w->state,
+           w->job_id[0] ? w->job_id : "-", w->rank >= 0 ? rank : "-", backends, transports,
+           w->gpu && w->gpu[0] ? w->gpu : "-");
   }
 }
 

@@ -139,10 +139,11 @@ void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assign
   out->bytes_per_activation = spec->bytes_per_activation;
   out->backend = (char *)spec->backend;
   out->transport = (char *)spec->transport;
+  out->precision = (char *)spec->precision;
   out->action_list = zb_action_list_encode(&pl->lowered->ranks[rank]);
   encode_peers(src, rank, out);
   encode_stages(src, rank, out);
-  if (strcmp(spec->backend, "cpu") == 0) {
+  if (zb_job_spec_trains_model(spec)) {
     /* one block with the message first: encode_clear frees it by out->model */
     zb_wire_model_pb *block = zb_malloc(sizeof *block);
     zb_wire_model_to_pb(&spec->model, block);

@@ -10,7 +10,8 @@
  *   - the data addresses of the ranks it exchanges tensors with, and of
  *     rank +-1 (the cpu backend's optimizer reduces along the ranks);
  *   - the costs of the stages it hosts;
- *   - the job's scalars and, for a cpu job, the resolved model.
+ *   - the job's scalars (precision included) and, for a cpu or cuda job,
+ *     the resolved model.
  * The decoder still reads the older all-ranks form (action strings, peer
  * addresses by rank, costs of every stage) when action_list is absent;
  * action strings carry no groups, so every comm action of such a list is
@@ -31,10 +32,15 @@
 #include "zb_jobspec.h"
 #include "zb_planner.h"
 
+/* Bytes of an NCCL bootstrap id (nccl.h's NCCL_UNIQUE_ID_BYTES), as
+ * ReportRequest.nccl_unique_id and Command.nccl_id carry it (docs/wire.md,
+ * NCCL id exchange). The nccl transport checks that the two agree. */
+#define ZB_NCCL_ID_BYTES 128
+
 /* What the coordinator assigns from: the job, its plan and its workers. */
 typedef struct zb_assignment_src {
   const char *job_id;
-  const zb_job_spec *spec; /* iterations, backend, transport, bytes per activation, model */
+  const zb_job_spec *spec; /* iterations, backend, transport, precision, bytes per activation, model */
   const zb_planner_result *plan;
   const char *const *addresses; /* data address by rank (plan->p); NULL: not known yet */
   int plan_version;             /* 1, then +1 per schedule update */
@@ -72,12 +78,13 @@ typedef struct zb_assignment {
   int plan_version, first_iteration, iterations;
   long long bytes_per_activation;
   char backend[16], transport[16];
+  char precision[8]; /* "fp32" (also when the coordinator sent none), "tf32", "bf16" */
   /* p ranks, `chunks` stages each, m microbatches; only rank's list is
    * filled (peers and groups as planned) */
   zb_schedule *sched;
   zb_costs *costs;       /* all p*chunks stages; those rank does not host are zero */
   char **peer_addresses; /* by rank (ranks entries); NULL where not sent */
-  bool has_model;        /* a cpu job: model is resolved over the defaults */
+  bool has_model;        /* a cpu or cuda job: model is resolved over the defaults */
   zb_model_spec model;
 } zb_assignment;
 

@@ -148,6 +148,18 @@ static zb_err decode_costs(const Zb__V1__Assignment *pb, zb_assignment *a, zb_di
   return ZB_OK;
 }
 
+/* The GEMM precision: "" (a coordinator older than the field) is fp32. */
+static zb_err decode_precision(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
+  static const char *const names[] = {ZB_PRECISION_FP32_NAME, "tf32", "bf16"};
+  const char *p = pb->precision && pb->precision[0] ? pb->precision : ZB_PRECISION_FP32_NAME;
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+    if (strcmp(p, names[k]) == 0) {
+      snprintf(a->precision, sizeof a->precision, "%s", names[k]);
+      return ZB_OK;
+    }
+  return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.precision: '%.16s' is not fp32, tf32 or bf16", p);
+}
+
 /* The scalars and the shape. */
 static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
   zb_err err;
@@ -158,6 +170,8 @@ static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_d
            zb_wire_copy_str(a->transport, sizeof a->transport, pb->transport, "assignment.transport", diag)))
     return err;
   if ((err = zb_family_parse(a->schedule, &a->family, diag)))
+    return err;
+  if ((err = decode_precision(pb, a, diag)))
     return err;
   a->rank = pb->rank;
   a->ranks = pb->ranks;

@@ -23,7 +23,7 @@
 const char *const zb_job_keys[ZB_JK_COUNT] = {
     "name",  "ranks",       "microbatches", "schedule", "chunks",    "mem_limit",
     "costs", "stage_costs", "iterations",   "backend",  "transport", "bytes_per_activation",
-    "model"};
+    "model", "precision"};
 const char *const zb_cost_keys[ZB_CK_COUNT] = {"f", "b", "w", "comm", "mem"};
 const char *const zb_cost_fields[ZB_CK_COUNT] = {"costs.f", "costs.b", "costs.w", "costs.comm", "costs.mem"};
 const char *const zb_model_keys[ZB_MK_COUNT] = {
@@ -66,6 +66,7 @@ const zb_int_limit zb_nan_index_limit = {0, 1000000};
 static const char *const step_modes[] = {ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME};
 static const char *const backends[] = {"sim", "cpu", "cuda"};
 static const char *const transports[] = {"tcp", "nccl"};
+static const char *const precisions[] = {ZB_PRECISION_FP32_NAME, "tf32", "bf16"};
 
 static bool in_limit(long long v, const zb_int_limit *l) {
   return v >= l->min && v <= l->max;
@@ -80,6 +81,7 @@ void zb_job_spec_default(zb_job_spec *s) {
   s->iterations = 10;
   snprintf(s->backend, sizeof s->backend, "sim");
   snprintf(s->transport, sizeof s->transport, "tcp");
+  snprintf(s->precision, sizeof s->precision, "%s", ZB_PRECISION_FP32_NAME);
   s->bytes_per_activation = 65536;
   s->model = (zb_model_spec){.hidden = 64,
                              .heads = 4,
@@ -106,12 +108,16 @@ long long zb_model_spec_bytes_per_activation(const zb_model_spec *m) {
   return (long long)m->batch * m->seq_len * m->hidden * 4;
 }
 
-static bool is_cpu(const zb_job_spec *s) {
-  return memchr(s->backend, '\0', sizeof s->backend) && strcmp(s->backend, "cpu") == 0;
+static bool backend_is(const zb_job_spec *s, const char *name) {
+  return memchr(s->backend, '\0', sizeof s->backend) && strcmp(s->backend, name) == 0;
+}
+
+bool zb_job_spec_trains_model(const zb_job_spec *s) {
+  return backend_is(s, "cpu") || backend_is(s, "cuda");
 }
 
 void zb_job_spec_derive(zb_job_spec *s, bool bytes_given) {
-  if (!is_cpu(s))
+  if (!zb_job_spec_trains_model(s))
     return;
   zb_family fam;
   if (s->model.layers == 0 && memchr(s->schedule, '\0', sizeof s->schedule) &&
@@ -368,15 +374,15 @@ static zb_err check_model_dirs(const zb_model_spec *m, zb_job_fault *f) {
   return ZB_OK;
 }
 
-/* The model of a cpu job, and that only a cpu job has one. The coordinator
- * cannot build the model (it has no BLAS), so the model's and optimizer's
- * rules are mirrored here, where both ends check. */
+/* The model of a cpu or cuda job, and that only such a job has one. The
+ * coordinator cannot build the model (it has no BLAS), so the model's and
+ * optimizer's rules are mirrored here, where both ends check. */
 static zb_err check_model(const zb_job_spec *s, zb_job_fault *f) {
   const zb_model_spec *m = &s->model;
-  if (!is_cpu(s)) {
+  if (!zb_job_spec_trains_model(s)) {
     if (s->has_model)
-      return fault_set(f, ZB_JK_MODEL, -1, "model", "only a cpu job trains a model; backend is '%.15s'",
-                       s->backend);
+      return fault_set(f, ZB_JK_MODEL, -1, "model",
+                       "only a cpu or cuda job trains a model; backend is '%.15s'", s->backend);
     return ZB_OK;
   }
   zb_err err;
@@ -385,9 +391,28 @@ static zb_err check_model(const zb_job_spec *s, zb_job_fault *f) {
   long long bytes = zb_model_spec_bytes_per_activation(m);
   if (s->bytes_per_activation != bytes)
     return fault_set(f, ZB_JK_BYTES, -1, "bytes_per_activation",
-                     "%lld conflicts with the cpu model's %lld bytes per activation (batch %d x seq_len %d x "
+                     "%lld conflicts with the model's %lld bytes per activation (batch %d x seq_len %d x "
                      "hidden %d x 4); leave it out to derive it",
                      s->bytes_per_activation, bytes, m->batch, m->seq_len, m->hidden);
+  return ZB_OK;
+}
+
+/* What only the cuda backend has: NCCL, and GEMM precisions below fp32
+ * (the host computes fp32 whatever is asked: accepting tf32 there would
+ * claim a speed-up that never happens). */
+static zb_err check_device(const zb_job_spec *s, zb_job_fault *f) {
+  bool cuda = backend_is(s, "cuda");
+  if (!cuda && strcmp(s->transport, "nccl") == 0)
+    return fault_set(f, ZB_JK_TRANSPORT, -1, "transport",
+                     "nccl moves GPU memory and needs backend cuda; backend is '%.15s' (use tcp)",
+                     s->backend);
+  if (!terminated(s->precision, sizeof s->precision) || !one_of(s->precision, precisions, 3))
+    return fault_set(f, ZB_JK_PRECISION, -1, "precision", "must be one of fp32, tf32, bf16, got '%.7s'",
+                     s->precision);
+  if (!cuda && strcmp(s->precision, ZB_PRECISION_FP32_NAME) != 0)
+    return fault_set(f, ZB_JK_PRECISION, -1, "precision",
+                     "%s needs backend cuda (tensor cores); backend '%.15s' computes fp32 only", s->precision,
+                     s->backend);
   return ZB_OK;
 }
 
@@ -410,6 +435,8 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
   if (!terminated(s->transport, sizeof s->transport) || !one_of(s->transport, transports, 2))
     return fault_set(f, ZB_JK_TRANSPORT, -1, "transport", "must be one of tcp, nccl, got '%.15s'",
                      s->transport);
+  if ((err = check_device(s, f)))
+    return err;
   return check_model(s, f);
 }
 

@@ -33,9 +33,10 @@
  *     - [0.01, 0.012, 0.008]
  *   iterations: 10              # optional, default 10
  *   backend: sim                # optional: sim (default), cpu, cuda
- *   transport: tcp              # optional: tcp (default), nccl
- *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB (cpu: derived, see below)
- *   model:                      # optional, backend cpu only: the model it trains (zb_model_spec)
+ *   transport: tcp              # optional: tcp (default), nccl (backend cuda only)
+ *   precision: fp32             # optional: fp32 (default); tf32, bf16 (backend cuda only)
+ *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB (cpu, cuda: derived, see below)
+ *   model:                      # optional, backends cpu and cuda only: the model it trains (zb_model_spec)
  *     hidden: 64                #   width h (default 64, 1..65536), a multiple of heads
  *     heads: 4                  #   attention heads (default 4)
  *     layers: 8                 #   blocks over all stages (default ranks x chunks, 1..100000)
@@ -61,15 +62,16 @@
  *                               #     gradients of dumped iterations to DIR/JOB_ID/it<i>-stage<s>.dump
  *                               #     (train/zb_dump.h; zb-gradcheck checks them)
  *     dump_every: 1             #   dump iterations 0, N, 2N, ... and the last (default 1 with dump_dir)
- * A cpu job's bytes_per_activation is one activation of its model,
- * batch * seq_len * hidden * 4 bytes: left out it is derived, given it
- * must be exactly that.
+ * A job that trains the model (backend cpu or cuda: zb_job_spec_trains_model)
+ * has bytes_per_activation one activation of its model, batch * seq_len *
+ * hidden * 4 bytes (fp32 whatever the precision): left out it is derived,
+ * given it must be exactly that.
  */
 /* The text a cpu job trains on when its spec names none: present on every
  * Debian machine (base-files). */
 #define ZB_MODEL_DEFAULT_DATA "/usr/share/common-licenses/GPL-3"
 
-/* The built-in model of a cpu job and its AdamW settings (zb_model.h and
+/* The built-in model of a cpu or cuda job and its AdamW settings (zb_model.h and
  * zb_optimizer.h on the worker take these values). */
 typedef struct zb_model_spec {
   int hidden, heads;
@@ -103,10 +105,18 @@ typedef struct zb_job_spec {
   double (*stage_costs)[3];
   int iterations;
   char backend[16], transport[16];
+  char precision[8]; /* ZB_PRECISION_FP32_NAME (default), "tf32", "bf16" */
   long long bytes_per_activation;
-  bool has_model;      /* a model was given (only a cpu job may have one) */
-  zb_model_spec model; /* defaults unless given; used by cpu jobs */
+  bool has_model;      /* a model was given (only a cpu or cuda job may have one) */
+  zb_model_spec model; /* defaults unless given; used by cpu and cuda jobs */
 } zb_job_spec;
+
+#define ZB_PRECISION_FP32_NAME "fp32"
+
+/* Whether the job trains the built-in model: backend cpu or cuda. Such a
+ * job has a resolved model, derives bytes_per_activation from it and
+ * keeps its weights on its ranks (resume, schedule updates). */
+bool zb_job_spec_trains_model(const zb_job_spec *s);
 
 /* Fills the defaults (name empty; ranks, microbatches 0). */
 void zb_job_spec_default(zb_job_spec *s);
@@ -115,7 +125,7 @@ void zb_job_spec_default(zb_job_spec *s);
  * costs that zb_costs_check accepts, stage_costs count = ranks * chunks.
  * The message names the field as the YAML and proto do ("ranks", "costs.f"). */
 zb_err zb_job_spec_check(const zb_job_spec *s, zb_diag *diag);
-/* Fills what a cpu job derives from its other fields (nothing for other
+/* Fills what a cpu or cuda job derives from its other fields (nothing for other
  * backends): model.layers 0 becomes ranks x chunks (the family's default
  * chunks when 0), and bytes_per_activation becomes
  * zb_model_spec_bytes_per_activation() unless bytes_given (then the

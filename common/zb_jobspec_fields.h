@@ -24,6 +24,7 @@ typedef enum zb_job_key {
   ZB_JK_TRANSPORT,
   ZB_JK_BYTES,
   ZB_JK_MODEL,
+  ZB_JK_PRECISION,
   ZB_JK_COUNT
 } zb_job_key;
 

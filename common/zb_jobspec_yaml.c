@@ -214,6 +214,7 @@ static zb_err job_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_t *
     s->bytes_per_activation = bytes;
     return ZB_OK;
   case ZB_JK_MODEL: return job_model(w, v, s, lines);
+  case ZB_JK_PRECISION: return zb_yaml_get_string(w, v, "precision", s->precision, sizeof s->precision);
   case ZB_JK_COUNT: break;
   }
   return ZB_ERR_PARSE;

@@ -152,6 +152,9 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   if (pb->transport && pb->transport[0] &&
       (err = zb_wire_copy_str(out->transport, sizeof out->transport, pb->transport, "transport", diag)))
     goto fail;
+  if (pb->precision && pb->precision[0] &&
+      (err = zb_wire_copy_str(out->precision, sizeof out->precision, pb->precision, "precision", diag)))
+    goto fail;
   if (pb->bytes_per_activation != 0)
     out->bytes_per_activation = pb->bytes_per_activation;
   if (pb->model) {
@@ -201,8 +204,9 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->iterations = spec->iterations;
   pb->backend = (char *)spec->backend;
   pb->transport = (char *)spec->transport;
+  pb->precision = (char *)spec->precision;
   pb->bytes_per_activation = spec->bytes_per_activation;
-  if (spec->has_model || strcmp(spec->backend, "cpu") == 0) {
+  if (spec->has_model || zb_job_spec_trains_model(spec)) {
     /* one block: the message first, so pb_clear frees it by pb->model */
     zb_wire_model_pb *block = zb_malloc(sizeof *block);
     zb_wire_model_to_pb(&spec->model, block);

@@ -38,8 +38,8 @@ typedef struct zb_wire_model_pb {
   Zb__V1__NanInjection nan;
 } zb_wire_model_pb;
 void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out);
-/* Spec → proto (see ownership above). A cpu job's model is always sent,
- * resolved. */
+/* Spec → proto (see ownership above). A cpu or cuda job's model is always
+ * sent, resolved. */
 void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb);
 void zb_wire_spec_pb_clear(Zb__V1__JobSpec *pb);
 

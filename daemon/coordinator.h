@@ -37,7 +37,7 @@ typedef struct coord_worker {
   char id[64];
   char data_address[128];
   char hostname[64];
-  char gpu[128];
+  char gpu[256];                     /* AttachRequest.gpu, whole: the stand-in mark must survive */
   char backends[64], transports[64]; /* comma-separated */
   long long max_receive_bytes;       /* its gRPC receive limit (AttachRequest) */
   zb_rpc_call *attach;               /* the Attach stream; NULL when detached */
@@ -85,6 +85,10 @@ struct coord_job {
    * lost worker of the job caused it */
   int64_t fail_at_ms;
   char fail_reason[256];
+  /* an nccl job's bootstrap id, from rank 0's Report (memory only: a
+   * coordinator restart fails the running jobs anyway) */
+  bool has_nccl_id;
+  uint8_t nccl_id[ZB_NCCL_ID_BYTES];
   struct coord_job *next;
 };
 
@@ -174,13 +178,21 @@ void job_release_workers(coord_job *j);
  * address table is allocated when j has ranks (free it). */
 zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan, int version, int first);
 void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+/* Sends j's NCCL id (has_nccl_id) to every rank as Command.nccl_id. */
+void job_send_nccl_id(coord_job *j);
 
 /* workers.c */
 /* Periodic work: heartbeat timeouts, pings, pending jobs, metrics text. */
 void coord_tick(coord *co);
 coord_worker *worker_find(coord *co, const char *id);
-/* An attached worker that offers the job's backend and transport. */
+/* An attached worker that offers the job's backend and transport (and a
+ * GPU, for a job that needs one). */
 bool worker_can_run(const coord_worker *w, const zb_job_spec *spec);
+/* A cuda job: it runs only on workers that reported a GPU. */
+bool job_needs_gpu(const zb_job_spec *spec);
+/* The attached workers with a GPU able to run spec: their number, and
+ * their ids (the first 8, ", ..." after) into ids. */
+int workers_with_gpu(coord *co, const zb_job_spec *spec, char *ids, size_t cap);
 int workers_idle(coord *co, const zb_job_spec *spec);
 int workers_attached(coord *co);
 int workers_able(coord *co, const zb_job_spec *spec);

@@ -11,7 +11,7 @@
 #include "zb_log.h"
 
 static void worker_send(coord_worker *w, const Zb__V1__Command *cmd) {
-  if (w->attach)
+  if (w && w->attach)
     zb_rpc_stream_write(w->attach, &cmd->base);
 }
 
@@ -56,6 +56,18 @@ static void job_send_plan(coord_job *j, const zb_planner_result *plan, int versi
     zb_assignment_encode_clear(&a);
   }
   free((void *)src.addresses);
+}
+
+void job_send_nccl_id(coord_job *j) {
+  Zb__V1__NcclId id = ZB__V1__NCCL_ID__INIT;
+  id.job_id = j->row.id;
+  id.unique_id.data = j->nccl_id;
+  id.unique_id.len = sizeof j->nccl_id;
+  Zb__V1__Command cmd = ZB__V1__COMMAND__INIT;
+  cmd.kind_case = ZB__V1__COMMAND__KIND_NCCL_ID;
+  cmd.nccl_id = &id;
+  for (int r = 0; j->ranks && r < j->spec.ranks; r++)
+    worker_send(j->ranks[r], &cmd);
 }
 
 /* Gives j's ranks to idle workers in attach order. */
@@ -142,7 +154,7 @@ static bool update_allowed(zb_rpc_call *call, const coord_job *j, const Zb__V1__
   return true;
 }
 
-/* A cpu job's ranks keep their stages' weights and optimizer moments
+/* A cpu or cuda job's ranks keep their stages' weights and optimizer moments
  * across the switch; a plan that places stages elsewhere (another chunk
  * count or placement) would have to move them between ranks, and the
  * layers between stages. Refused rather than carried over: the simpler of
@@ -150,14 +162,15 @@ static bool update_allowed(zb_rpc_call *call, const coord_job *j, const Zb__V1__
  * (1f1b, zb-h1, zb-h2, zb-auto; or zb-v, v-half, v-min). */
 static bool update_keeps_stages(zb_rpc_call *call, const coord_job *j, const zb_planner_result *plan) {
   zb_placement was = j->plan.placement, now = plan->placement;
-  if (strcmp(j->spec.backend, "cpu") != 0 || (plan->v == j->plan.v && now == was))
+  if (!zb_job_spec_trains_model(&j->spec) || (plan->v == j->plan.v && now == was))
     return true;
   zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-              "schedule: job %s is a cpu job whose ranks hold their stages' weights and optimizer state; %s "
+              "schedule: job %s is a %s job whose ranks hold their stages' weights and optimizer state; %s "
               "places %d stage(s) per rank with %s placement where %s places %d with %s placement, so they "
               "would have to move between ranks: choose a schedule with the same chunks and placement",
-              j->row.id, zb_family_name(plan->family), plan->v, now == ZB_PLACE_V ? "V" : "loop",
-              zb_family_name(j->plan.family), j->plan.v, was == ZB_PLACE_V ? "V" : "loop");
+              j->row.id, j->spec.backend, zb_family_name(plan->family), plan->v,
+              now == ZB_PLACE_V ? "V" : "loop", zb_family_name(j->plan.family), j->plan.v,
+              was == ZB_PLACE_V ? "V" : "loop");
   return false;
 }
 

@@ -30,10 +30,12 @@ static Zb__V1__JobSpec *resume_spec(coord *co, zb_rpc_call *call, const char *id
                                                    : "has not ended (cancel it first)");
     return NULL;
   }
-  if (strcmp(old->spec.backend, "cpu") != 0 || old->spec.model.checkpoint_every <= 0) {
-    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "resume_from_job_id: job %s has no checkpoints (a cpu job with model.checkpoint_every > 0)",
-                id);
+  if (!zb_job_spec_trains_model(&old->spec) || old->spec.model.checkpoint_every <= 0) {
+    zb_rpc_fail(
+        call, GRPC_STATUS_FAILED_PRECONDITION,
+        "resume_from_job_id: job %s has no checkpoints (a cpu or cuda job with model.checkpoint_every "
+        "> 0)",
+        id);
     return NULL;
   }
   Zb__V1__JobSpec *pb = (Zb__V1__JobSpec *)protobuf_c_message_unpack(&zb__v1__job_spec__descriptor, NULL,
@@ -46,8 +48,26 @@ static Zb__V1__JobSpec *resume_spec(coord *co, zb_rpc_call *call, const char *id
   return pb;
 }
 
+/* Enough attached workers with a GPU for a cuda job; fails call naming the
+ * shortage and the GPU workers there are, when not. */
+static bool admit_gpu_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
+  char ids[160];
+  int n = workers_with_gpu(co, spec, ids, sizeof ids);
+  if (spec->ranks <= n)
+    return true;
+  zb_rpc_fail(
+      call, GRPC_STATUS_FAILED_PRECONDITION,
+      "spec.backend: backend cuda needs %d workers with a GPU and transport '%s'; %d of the %d attached "
+      "workers %s%s%s%s (zbctl workers shows each worker's GPU; a worker without one logs why)",
+      spec->ranks, spec->transport, n, workers_attached(co), n == 1 ? "has one" : "have one", n ? " (" : "",
+      ids, n ? ")" : "");
+  return false;
+}
+
 /* Enough attached workers able to run spec; fails call when not. */
 static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
+  if (job_needs_gpu(spec))
+    return admit_gpu_workers(co, call, spec);
   int attached = workers_attached(co);
   if (spec->ranks > attached) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,

@@ -74,7 +74,7 @@ static coord_iter_slot *job_slot(coord_job *j, int iteration) {
   snprintf(slot->schedule, sizeof slot->schedule, "%s", zb_family_name(pl->family));
   slot->predicted = pl->sim ? pl->sim->bubble_ratio : 0;
   slot->loss_rank = -1;
-  if (strcmp(j->spec.backend, "cpu") == 0)
+  if (zb_job_spec_trains_model(&j->spec))
     slot->loss_rank = zb_placement_rank(zb_family_placement(pl->family), pl->p, pl->v, pl->p * pl->v - 1);
   return slot;
 }
@@ -179,6 +179,36 @@ static coord_job *report_job(coord *co, zb_rpc_call *call, coord_worker *w,
   return j;
 }
 
+/* Rank 0's NCCL bootstrap id (docs/wire.md, NCCL id exchange): checked,
+ * kept on the job and sent to every rank; false after failing call. The
+ * same id again (a retried Report) is answered without a second fan-out. */
+static bool report_nccl_id(coord_job *j, zb_rpc_call *call, const coord_worker *w,
+                           const Zb__V1__ReportRequest *req) {
+  const ProtobufCBinaryData *id = &req->nccl_unique_id;
+  const char *why = NULL;
+  if (strcmp(j->spec.transport, "nccl") != 0)
+    why = "the job's transport is not nccl";
+  else if (w->rank != 0)
+    why = "only rank 0 makes the job's id";
+  else if (id->len != ZB_NCCL_ID_BYTES)
+    why = "not NCCL_UNIQUE_ID_BYTES (128) bytes";
+  else if (j->has_nccl_id && memcmp(j->nccl_id, id->data, ZB_NCCL_ID_BYTES) != 0)
+    why = "the job already has another id (one per job)";
+  if (why) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "nccl_unique_id: %zu bytes from rank %d of job %s (transport %s): %s", id->len, w->rank,
+                j->row.id, j->spec.transport, why);
+    return false;
+  }
+  if (j->has_nccl_id)
+    return true;
+  memcpy(j->nccl_id, id->data, ZB_NCCL_ID_BYTES);
+  j->has_nccl_id = true;
+  ZB_INFO("job %s: rank 0's NCCL id in; sent to its %d ranks", j->row.id, j->spec.ranks);
+  job_send_nccl_id(j);
+  return true;
+}
+
 void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__ReportRequest *req = (const void *)m;
@@ -203,6 +233,8 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     zb_rpc_reply(call, &resp.base);
     return;
   }
+  if (req->nccl_unique_id.len && !report_nccl_id(j, call, w, req))
+    return;
   if (req->metrics && !report_iteration(co, call, j, w, req))
     return;
   if (req->done && !j->rank_done[w->rank]) {

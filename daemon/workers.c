@@ -32,10 +32,31 @@ static bool worker_offers(const char *list, const char *name) {
   return false;
 }
 
-/* An attached worker that offers the job's backend and transport. */
+/* An attached worker that offers the job's backend and transport, and for
+ * a cuda job has reported a GPU: a worker that offers cuda without naming
+ * its device is not trusted with one (docs/operations.md, GPU workers). */
 bool worker_can_run(const coord_worker *w, const zb_job_spec *spec) {
   return w->attach && worker_offers(w->backends, spec->backend) &&
-         worker_offers(w->transports, spec->transport);
+         worker_offers(w->transports, spec->transport) && (!job_needs_gpu(spec) || w->gpu[0]);
+}
+
+bool job_needs_gpu(const zb_job_spec *spec) {
+  return strcmp(spec->backend, "cuda") == 0;
+}
+
+int workers_with_gpu(coord *co, const zb_job_spec *spec, char *ids, size_t cap) {
+  int n = 0;
+  ids[0] = 0;
+  for (coord_worker *w = co->workers; w; w = w->next)
+    if (worker_can_run(w, spec)) {
+      size_t len = strlen(ids);
+      if (n < 8)
+        snprintf(ids + len, cap - len, "%s%s", n ? ", " : "", w->id);
+      else if (n == 8)
+        snprintf(ids + len, cap - len, ", ...");
+      n++;
+    }
+  return n;
 }
 
 int workers_idle(coord *co, const zb_job_spec *spec) {

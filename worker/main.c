@@ -5,7 +5,8 @@
  *
  * Backends: sim (sleeps the planned op times), and cpu where it is built in
  * (ZB_WITH_CPU_BACKEND: OpenBLAS was found): the built-in model trained
- * with AdamW on each rank's own stages (cpu_job.h).
+ * with AdamW on each rank's own stages (cpu_job.h); cuda and the nccl
+ * transport where CUDA is built in and the --gpu device is there (gpu.c).
  *
  * This file is the main thread: flags, the Attach stream and its commands
  * (an Assignment is decoded here, so a bad one fails its rank at once),
@@ -35,12 +36,13 @@
 
 static const char usage_text[] =
     "usage: zb-worker [--coordinator ADDR] [--id ID] [--listen ADDR] [--heartbeat-ms N]\n"
-    "                 [--max-message-bytes N] [--log-level L] [--version] [--help]\n"
+    "                 [--max-message-bytes N] [--gpu N] [--log-level L] [--version] [--help]\n"
     "\n"
     "Attaches to zb-coordinator and runs the ranks it is assigned: compute on a\n"
-    "backend (sim; cpu, the built-in model with AdamW, when built with OpenBLAS),\n"
-    "activations and gradients to its neighbours over a transport (tcp here), a\n"
-    "report per iteration.\n"
+    "backend (sim; cpu, the built-in model with AdamW, when built with OpenBLAS;\n"
+    "cuda, the same model on a GPU, when built with CUDA and the GPU is there),\n"
+    "activations and gradients to its neighbours over a transport (tcp; nccl\n"
+    "with cuda), a report per iteration.\n"
     "\n"
     "  --coordinator ADDR  zb-coordinator's gRPC address (default 127.0.0.1:7070)\n"
     "  --id ID             worker id (default HOSTNAME-PID)\n"
@@ -52,6 +54,12 @@ static const char usage_text[] =
     "                      coordinator's max_message_bytes allows: every plan the\n"
     "                      coordinator can send); told to the coordinator, which\n"
     "                      refuses jobs whose assignments would not fit\n"
+    "  --gpu N             the CUDA device to use (default 0): an ordinal among the\n"
+    "                      devices CUDA_VISIBLE_DEVICES leaves visible, which the\n"
+    "                      CUDA runtime applies (CUDA_VISIBLE_DEVICES=3 --gpu 0 is\n"
+    "                      physical GPU 3); run one worker per GPU. Without a\n"
+    "                      device (or a build without CUDA) it offers no cuda\n"
+    "                      backend and says why in its log\n"
     "  --log-level L       debug, info, warn, error (default info)\n";
 
 static volatile sig_atomic_t got_signal;
@@ -145,6 +153,8 @@ static void on_assign(worker *w, const Zb__V1__Assignment *pb) {
 static void on_command(worker *w, Zb__V1__Command *cmd) {
   if (cmd->kind_case == ZB__V1__COMMAND__KIND_ASSIGN) {
     on_assign(w, cmd->assign);
+  } else if (cmd->kind_case == ZB__V1__COMMAND__KIND_NCCL_ID) {
+    worker_take_nccl_id(w, cmd->nccl_id);
   } else if (cmd->kind_case == ZB__V1__COMMAND__KIND_RELEASE_JOB_ID) {
     ZB_INFO("released from job %s", cmd->release_job_id);
     stop_running_job(w, cmd->release_job_id);
@@ -156,19 +166,25 @@ static void control_loop(worker *w, int heartbeat_ms) {
   int backoff_ms = 100;
   while (!got_signal) {
     Zb__V1__AttachRequest req = ZB__V1__ATTACH_REQUEST__INIT;
+    char *backends[3], *transports[2];
+    size_t nb = 0, nt = 0;
+    backends[nb++] = "sim";
 #ifdef ZB_WITH_CPU_BACKEND
-    char *backends[] = {"sim", "cpu"}, *transports[] = {"tcp"};
-#else
-    char *backends[] = {"sim"}, *transports[] = {"tcp"};
+    backends[nb++] = "cpu";
 #endif
+    transports[nt++] = "tcp";
+    if (w->has_cuda) { /* gpu.c found the device */
+      backends[nb++] = "cuda";
+      transports[nt++] = "nccl";
+    }
     req.worker_id = w->id;
     req.data_address = w->data_address;
-    req.n_backends = sizeof backends / sizeof backends[0];
+    req.n_backends = nb;
     req.backends = backends;
-    req.n_transports = 1;
+    req.n_transports = nt;
     req.transports = transports;
     req.hostname = w->hostname;
-    req.gpu = "";
+    req.gpu = w->gpu;
     req.max_receive_bytes = w->max_receive_bytes;
     zb_rpc_stream *st = zb_rpc_stream_open(w->rpc, ZB_METHOD_ATTACH, &req.base, 0, true);
     double last_beat = 0;
@@ -214,7 +230,7 @@ static void control_loop(worker *w, int heartbeat_ms) {
 typedef struct worker_flags {
   const char *coordinator, *listen, *id;
   int heartbeat_ms, level;
-  long long max_message_bytes;
+  long long max_message_bytes, gpu;
 } worker_flags;
 
 /* A number flag in [lo, hi]; false after saying why. */
@@ -237,6 +253,7 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
                                        {"listen", required_argument, NULL, 'l'},
                                        {"heartbeat-ms", required_argument, NULL, 'b'},
                                        {"max-message-bytes", required_argument, NULL, 'M'},
+                                       {"gpu", required_argument, NULL, 'g'},
                                        {"log-level", required_argument, NULL, 'L'},
                                        {"version", no_argument, NULL, 'V'},
                                        {"help", no_argument, NULL, 'h'},
@@ -255,6 +272,10 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
       break;
     case 'M':
       if (!flag_number("--max-message-bytes", optarg, 4096, 1073741824, &f->max_message_bytes))
+        return 2;
+      break;
+    case 'g':
+      if (!flag_number("--gpu", optarg, 0, 1023, &f->gpu))
         return 2;
       break;
     case 'L':
@@ -301,6 +322,7 @@ int main(int argc, char **argv) {
     ZB_ERROR("--listen %s: cannot pick a data port (%s)", listen, strerror(errno));
     return 1;
   }
+  worker_gpu_probe(&w, (int)f.gpu);
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);

@@ -6,9 +6,11 @@
  *                   time, on the job thread;
  *   report.c        Reports to the coordinator, from either thread;
  *   cpu_job.c       a cpu job's training state: model, optimizers, step,
- *   cpu_job_ckpt.c  dumps; its checkpoints and resume.
+ *   cpu_job_ckpt.c  dumps; its checkpoints and resume;
+ *   gpu.c           the GPU it offers (--gpu), probed at start;
+ *   nccl_id.c       an nccl job's bootstrap id through the coordinator.
  * The two threads share `worker` under its mutex: the next assignment, a
- * pending plan update and the running job's stop flag.
+ * pending plan update, the running job's stop flag and its NCCL id.
  */
 #ifndef ZB_WORKER_H
 #define ZB_WORKER_H
@@ -16,6 +18,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "zb/v1/zb.pb-c.h"
 #include "zb_assignment.h"
@@ -28,6 +31,9 @@ typedef struct worker {
   char data_address[128];
   char hostname[64];
   long long max_receive_bytes; /* the control channel's receive limit, told to the coordinator */
+  /* set once by worker_gpu_probe before the threads start */
+  bool has_cuda; /* offers backend cuda and transport nccl */
+  char gpu[256]; /* AttachRequest.gpu: "" without one */
   zb_rpc_client *rpc;
   atomic_bool shutdown;
   pthread_mutex_t mu;
@@ -37,6 +43,8 @@ typedef struct worker {
   zb_assignment *update;   /* a plan update for the running job */
   char running_job[64];    /* "" when idle */
   atomic_bool *job_stop;   /* the running job's stop flag */
+  char nccl_job[64];       /* the job whose NCCL id nccl_id holds; "" none */
+  uint8_t nccl_id[ZB_NCCL_ID_BYTES];
 } worker;
 
 /* Frees a heap-allocated decoded assignment; NULL is a no-op. */
@@ -66,6 +74,29 @@ typedef struct job_run {
  * at the next iteration. */
 bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, double loss,
                       const zb_step_result *step);
+
+/* gpu.c */
+/* Probes CUDA device `ordinal` (after CUDA_VISIBLE_DEVICES) where the
+ * worker is built with CUDA (ZB_WITH_CUDA): on success sets w->has_cuda and
+ * w->gpu ("NAME (79.6 GiB, cc 9.0, CUDA driver 13.0)"; the CPU stand-in's
+ * says "stand-in"); otherwise logs why once and offers no cuda. Without
+ * CUDA it does nothing. Call before the threads start. */
+void worker_gpu_probe(worker *w, int ordinal);
+
+/* nccl_id.c */
+/* Takes Command.nccl_id on the main thread: keeps the id for the job it
+ * names when that job is running or next, and wakes the job thread. */
+void worker_take_nccl_id(worker *w, const Zb__V1__NcclId *pb);
+/* The job thread's side of the exchange (docs/wire.md, NCCL id exchange):
+ * rank 0 reports `mine` (ZB_NCCL_ID_BYTES, made by ncclGetUniqueId; NULL on
+ * every other rank), then every rank waits for the coordinator's
+ * Command.nccl_id of a's job and copies it to out. Bounded by timeout_s and
+ * by *stop (and the worker's shutdown). ZB_ERR_INVALID_ARG when mine is
+ * given on a rank other than 0 or missing on rank 0; ZB_ERR_IO when the
+ * report fails, the wait times out or the job is stopped, naming which. */
+zb_err worker_nccl_exchange(worker *w, const zb_assignment *a, const uint8_t *mine,
+                            uint8_t out[ZB_NCCL_ID_BYTES], double timeout_s, atomic_bool *stop,
+                            zb_diag *diag);
 
 /* job.c */
 /* The job thread: runs each assignment w->next_job receives to its end. */

@@ -231,6 +231,7 @@ static void test_old_form_decodes(void) {
     CHECK(!l->actions[i].batch);
   }
   CHECK_EQ(got.chunks, 1);
+  CHECK_STREQ(got.precision, "fp32"); /* a coordinator older than the field */
   CHECK_STREQ(zb_assignment_peer(&got, 3), "d:4");
   CHECK_NEAR(got.costs->m_b[2], pl.costs->m_b[2], 0);
   zb_assignment_free(&got);
@@ -247,6 +248,9 @@ typedef struct bad_case {
   void (*breakit)(Zb__V1__Assignment *a);
 } bad_case;
 
+static void b_precision(Zb__V1__Assignment *a) {
+  a->precision = "fp8";
+}
 static void b_columns(Zb__V1__Assignment *a) {
   a->action_list->n_peer--;
 }
@@ -302,6 +306,7 @@ static void test_bad_assignments_refused(void) {
       {"peers", "assignment.peers[0]", b_peer_rank},
       {"stages", "assignment.stages[0]: stage 40", b_stage_costs},
       {"no list", "assignment.action_list: required", b_no_list},
+      {"precision", "assignment.precision: 'fp8'", b_precision},
   };
   zb_planner_result pl;
   CHECK(plan_shape(ZB_FAMILY_1F1B, 4, 0, 8, &pl));
@@ -323,6 +328,54 @@ static void test_bad_assignments_refused(void) {
     CHECK_MSG(err != ZB_OK && strstr(d.msg, cases[k].expect), "%s: err %d, '%s' (expected '%s')",
               cases[k].name, (int)err, d.msg, cases[k].expect);
   }
+  zb_planner_result_free(&pl);
+}
+
+/* A cuda job's Assignment carries what the cpu job's does (the resolved
+ * model) plus its transport and precision, through a packed Command. */
+static void test_cuda_job_fields(void) {
+  zb_planner_result pl;
+  CHECK(plan_shape(ZB_FAMILY_ZB_V, 2, 0, 4, &pl));
+  const char *precisions[] = {"fp32", "tf32", "bf16"};
+  for (int k = 0; k < 3; k++) {
+    zb_job_spec spec = spec_for("cuda");
+    snprintf(spec.transport, sizeof spec.transport, "nccl");
+    snprintf(spec.precision, sizeof spec.precision, "%s", precisions[k]);
+    spec.ranks = 2;
+    spec.microbatches = 4;
+    snprintf(spec.schedule, sizeof spec.schedule, "zb-v");
+    snprintf(spec.name, sizeof spec.name, "gpu");
+    spec.model.hidden = 32;
+    spec.model.batch = 3 + k;
+    zb_job_spec_derive(&spec, false);
+    zb_diag d = {{0}};
+    CHECK_MSG(zb_job_spec_check(&spec, &d) == ZB_OK, "%s", d.msg);
+    zb_assignment_src src = {.job_id = "j-5", .spec = &spec, .plan = &pl, .plan_version = 1};
+    zb_assignment a;
+    size_t bytes;
+    zb_err err = round_trip(&src, 1, &a, &bytes, &d);
+    CHECK_MSG(err == ZB_OK, "%s", d.msg);
+    CHECK_STREQ(a.backend, "cuda");
+    CHECK_STREQ(a.transport, "nccl");
+    CHECK_STREQ(a.precision, precisions[k]);
+    CHECK(a.has_model);
+    CHECK_EQ(a.model.hidden, 32);
+    CHECK_EQ(a.model.batch, 3 + k);
+    CHECK_EQ(a.model.layers, 4); /* ranks x chunks, resolved at the coordinator */
+    CHECK_EQ(a.bytes_per_activation, (long long)(3 + k) * 64 * 32 * 4);
+    zb_assignment_free(&a);
+    zb_job_spec_free(&spec);
+  }
+  /* a sim job carries no model, and fp32 */
+  zb_job_spec spec = spec_for("sim");
+  zb_assignment_src src = {.job_id = "j-6", .spec = &spec, .plan = &pl, .plan_version = 1};
+  zb_assignment a;
+  size_t bytes;
+  zb_diag d = {{0}};
+  CHECK_EQ(round_trip(&src, 0, &a, &bytes, &d), ZB_OK);
+  CHECK(!a.has_model);
+  CHECK_STREQ(a.precision, "fp32");
+  zb_assignment_free(&a);
   zb_planner_result_free(&pl);
 }
 
@@ -370,4 +423,4 @@ static void test_bytes_linear_in_ranks(void) {
 }
 
 ZBT_MAIN(ZBT(test_round_trip_every_family), ZBT(test_old_form_decodes), ZBT(test_bad_assignments_refused),
-         ZBT(test_bytes_linear_in_ranks))
+         ZBT(test_cuda_job_fields), ZBT(test_bytes_linear_in_ranks))

@@ -84,8 +84,9 @@ static void test_job_full_spec(void) {
                      "  - [0.07, 0.072, 0.068]\n"
                      "  - [0.08, 0.082, 0.078]\n"
                      "iterations: 25\n"
-                     "backend: cpu\n"
+                     "backend: cuda\n"
                      "transport: nccl\n"
+                     "precision: bf16\n"
                      "bytes_per_activation: 1048576\n"
                      "model:\n"
                      "  hidden: 256\n"
@@ -129,8 +130,9 @@ static void test_job_full_spec(void) {
   CHECK_NEAR(s.stage_costs[3][1], 0.042, 1e-15);
   CHECK_NEAR(s.stage_costs[7][2], 0.078, 1e-15);
   CHECK_EQ(s.iterations, 25);
-  CHECK_STREQ(s.backend, "cpu");
+  CHECK_STREQ(s.backend, "cuda");
   CHECK_STREQ(s.transport, "nccl");
+  CHECK_STREQ(s.precision, "bf16");
   CHECK_EQ(s.bytes_per_activation, 1048576); /* given, and equal to 4 x 256 x 256 x 4 */
   CHECK(s.has_model);
   CHECK_EQ(s.model.hidden, 256);
@@ -189,6 +191,7 @@ static void test_job_defaults(void) {
   CHECK_EQ(s.iterations, 10);
   CHECK_STREQ(s.backend, "sim");
   CHECK_STREQ(s.transport, "tcp");
+  CHECK_STREQ(s.precision, "fp32");
   CHECK_EQ(s.bytes_per_activation, 65536);
 
   /* A partial costs map keeps the defaults of the keys it leaves out. */
@@ -523,8 +526,8 @@ static void test_job_model_errors(void) {
   CHECK(job_fails(CPU "model:\n  batch: 2\nbytes_per_activation: 65536\n", ZB_ERR_INVALID_ARG, "line 8",
                   "65536", "32768", NULL));
   /* only cpu jobs take a model */
-  CHECK(job_fails(BASE "model:\n  hidden: 32\n", ZB_ERR_INVALID_ARG, "line 5", "'model'", "only a cpu job",
-                  "'sim'", NULL));
+  CHECK(job_fails(BASE "model:\n  hidden: 32\n", ZB_ERR_INVALID_ARG, "line 5", "'model'",
+                  "only a cpu or cuda job", "'sim'", NULL));
   /* keys, types */
   CHECK(job_fails(
       CPU "model:\n  hiden: 32\n", ZB_ERR_PARSE, "line 7", "unknown key 'model.hiden'",
@@ -593,6 +596,62 @@ static void test_job_model_errors(void) {
   zb_job_spec_free(&w);
 }
 
+/* backend cuda: a model like cpu's (derived the same way), the nccl
+ * transport and the precisions below fp32, which only cuda accepts. */
+static void test_job_cuda_rules(void) {
+  zb_job_spec s;
+  /* a cuda job trains the model: layers and bytes_per_activation derived as for cpu */
+  CHECK(job_ok(BASE "backend: cuda\ntransport: nccl\nmodel: {hidden: 32, batch: 2}\n", &s));
+  CHECK(zb_job_spec_trains_model(&s));
+  CHECK_EQ(s.model.layers, 4);
+  CHECK_EQ(s.bytes_per_activation, 2 * 64 * 32 * 4);
+  CHECK_STREQ(s.precision, "fp32");
+  /* with no model section too (every default), and over tcp (host staging) */
+  CHECK(job_ok(BASE "backend: cuda\nprecision: tf32\n", &s));
+  CHECK_EQ(s.bytes_per_activation, 4 * 64 * 64 * 4);
+  CHECK_STREQ(s.transport, "tcp");
+  CHECK_STREQ(s.precision, "tf32");
+  CHECK(job_ok(BASE "backend: cuda\nprecision: fp32\n", &s));
+  CHECK(job_ok(BASE "backend: cpu\nprecision: fp32\n", &s));
+  CHECK(!zb_job_spec_trains_model(&(zb_job_spec){.backend = "sim"}));
+  zb_job_spec_free(&s);
+  /* a given bytes_per_activation must match the cuda model's */
+  CHECK(job_fails(BASE "backend: cuda\nbytes_per_activation: 4096\n", ZB_ERR_INVALID_ARG, "line 6",
+                  "'bytes_per_activation'", "4096", "65536", NULL));
+  /* nccl needs cuda: refused for sim and cpu, naming both keys' values */
+  CHECK(job_fails(BASE "transport: nccl\n", ZB_ERR_INVALID_ARG, "line 5", "'transport'", "needs backend cuda",
+                  "'sim'", NULL));
+  CHECK(job_fails(BASE "backend: cpu\ntransport: nccl\n", ZB_ERR_INVALID_ARG, "line 6", "'transport'",
+                  "needs backend cuda", "'cpu'", NULL));
+  /* tf32 and bf16 need cuda; an unknown precision is named */
+  CHECK(job_fails(BASE "backend: cpu\nprecision: bf16\n", ZB_ERR_INVALID_ARG, "line 6", "'precision'",
+                  "bf16 needs backend cuda", "'cpu'", NULL));
+  CHECK(job_fails(BASE "precision: tf32\n", ZB_ERR_INVALID_ARG, "line 5", "'precision'",
+                  "tf32 needs backend cuda", "'sim'", NULL));
+  CHECK(job_fails(BASE "backend: cuda\nprecision: fp16\n", ZB_ERR_INVALID_ARG, "line 6", "'precision'",
+                  "fp32, tf32, bf16", "'fp16'", NULL));
+  CHECK(job_fails(BASE "backend: cuda\nprecision: [bf16]\n", ZB_ERR_PARSE, "line 6", "'precision'", NULL));
+  CHECK(job_fails(BASE "backend: cuda\nprecision: bfloat16-long\n", ZB_ERR_INVALID_ARG, "line 6",
+                  "'precision'", "at most 7 characters", NULL));
+  /* a spec filled by hand gets the same checks */
+  zb_job_spec h;
+  zb_job_spec_default(&h);
+  snprintf(h.name, sizeof h.name, "hand");
+  h.ranks = 2;
+  h.microbatches = 4;
+  snprintf(h.schedule, sizeof h.schedule, "1f1b");
+  snprintf(h.backend, sizeof h.backend, "cuda");
+  snprintf(h.transport, sizeof h.transport, "nccl");
+  zb_job_spec_derive(&h, false);
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_job_spec_check(&h, &d), ZB_OK);
+  CHECK_EQ(h.model.layers, 2);
+  memset(h.precision, 'x', sizeof h.precision); /* not terminated, as wire input may be */
+  CHECK_EQ(zb_job_spec_check(&h, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "'precision'"), "message: %s", d.msg);
+  zb_job_spec_free(&h);
+}
+
 static void test_job_failure_resets_out(void) {
   zb_job_spec s;
   CHECK(job_ok(BASE "iterations: 7\n", &s));
@@ -620,4 +679,4 @@ ZBT_MAIN(ZBT(test_job_full_spec), ZBT(test_job_defaults), ZBT(test_job_mem_limit
          ZBT(test_job_missing_required), ZBT(test_job_not_a_mapping_or_empty), ZBT(test_job_malformed_yaml),
          ZBT(test_job_stage_costs), ZBT(test_job_unknown_schedule), ZBT(test_job_shape_refused),
          ZBT(test_job_range_errors), ZBT(test_job_check_direct), ZBT(test_job_model_defaults_and_derived),
-         ZBT(test_job_model_errors), ZBT(test_job_failure_resets_out))
+         ZBT(test_job_model_errors), ZBT(test_job_cuda_rules), ZBT(test_job_failure_resets_out))
