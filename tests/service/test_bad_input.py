@@ -96,7 +96,8 @@ def test_bad_specs_over_grpc():
         expect(c, INVALID, ["iterations"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, iterations=-1)))
         # a backend no attached worker offers is refused, not run on another one
-        expect(c, grpc.StatusCode.FAILED_PRECONDITION, ["spec.backend", "'cuda'", "0 of the"], s.SubmitJob,
+        expect(c, grpc.StatusCode.FAILED_PRECONDITION,
+               ["spec.backend", "backend cuda needs 2 workers with a GPU", "0 of the"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, backend="cuda")))
         expect(c, INVALID, ["chunks"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, schedule="zb-v", chunks=3)))
