@@ -136,12 +136,12 @@ static zb_err nccl_wait_ready(nccl_transport *t, const char *what, double timeou
       async = r;
     if (async == ncclSuccess)
       return ZB_OK;
+    if (nccl_stopped(t)) /* first: a stop is the reason, whatever NCCL says next */
+      return nccl_fail(t, ZB_ERR_IO, diag, "stopped (stop flag raised) during nccl %s of rank %d", what,
+                       t->rank);
     if (async != ncclInProgress)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s failed: %s: %s", t->rank, what,
                        ncclGetErrorString(async), nccl_last(t->comm));
-    if (nccl_stopped(t))
-      return nccl_fail(t, ZB_ERR_IO, diag, "stopped (stop flag raised) during nccl %s of rank %d", what,
-                       t->rank);
     if (timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > timeout_s)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: %s timed out after %.1f s", t->rank,
                        t->nranks, what, timeout_s);
