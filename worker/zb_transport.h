@@ -181,4 +181,33 @@ typedef struct zb_tcp_config {
  * bad rank or address, ZB_ERR_IO when the address cannot be bound. */
 zb_err zb_transport_tcp_new(const zb_tcp_config *cfg, zb_transport **out, zb_diag *diag);
 
+/* ---- nccl: ncclSend/ncclRecv on a comm stream of its own ---- */
+
+/* The nccl transport (transport_nccl.c; docs/model.md, Transports) moves
+ * device buffers (the cuda backend's) with NCCL point-to-point; it never
+ * touches their bytes. Tags cannot travel in NCCL: only the local checks
+ * (peer, length) are made here, the tag check is the tcp transport's only;
+ * both ranks' lists come from one lowered plan, so they agree. Each
+ * group's ops are ordered after the compute stream's work (an event), and
+ * the compute stream waits for the group (another event), so a received
+ * buffer is ready for the next op. A group that does not complete within
+ * timeout_s fails naming its peers; any failure ncclCommAborts. */
+typedef struct zb_nccl_config {
+  int rank, nranks;
+  uint8_t unique_id[128];  /* an ncclUniqueId from rank 0's zb_transport_nccl_unique_id */
+  void *compute_stream;    /* the cudaStream_t to order after; NULL: the legacy default stream */
+  const atomic_bool *stop; /* may be NULL; borrowed */
+  double timeout_s;        /* bounds init and every group (<= 0: none; the stop flag still works) */
+} zb_nccl_config;
+
+/* Creates an nccl transport: its comm stream and events (the caller has
+ * made the compute device current). The communicator is made by connect().
+ * ZB_ERR_INVALID_ARG for a bad rank, ZB_ERR_IO when CUDA refuses. */
+zb_err zb_transport_nccl_new(const zb_nccl_config *cfg, zb_transport **out, zb_diag *diag);
+
+/* ncclGetUniqueId into out (rank 0 only; the calling process becomes
+ * NCCL's bootstrap root and must live until every rank has connected).
+ * ZB_ERR_IO when NCCL fails. */
+zb_err zb_transport_nccl_unique_id(uint8_t out[128], zb_diag *diag);
+
 #endif

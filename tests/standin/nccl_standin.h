@@ -1,0 +1,74 @@
+/* nccl_standin.h — the NCCL stand-in's private parts (test-only; docs/model.md,
+ * The CPU stand-in), shared by nccl_standin.c (communicators, groups, send
+ * and receive) and nccl_standin_boot.c (unique ids, the rendezvous root and
+ * the joining of a rank).
+ *
+ * A communicator of rank r is a tcp transport (worker/zb_transport.h) to
+ * every other rank: its framing, ordering per peer and direction, idle
+ * timeout and stop flag are the stand-in's p2p engine. One group of NCCL
+ * calls on one communicator becomes one stream item (standin_enqueue) that
+ * runs one transport group, so the calls progress together as in NCCL.
+ *
+ * The id (ncclUniqueId, 128 bytes): bytes 0..111 are the real libnccl's id
+ * (NCCL 2.28 fills bytes 0..35 at most: an 8-byte magic and a socket
+ * address; checked on this machine) or random bytes when the library
+ * cannot be loaded; bytes 112..127 are the stand-in's rendezvous:
+ *   "ZBSTNDIN" | IPv4 address (4, network order) | port (2, network order) | 0 0
+ * The transport session of every rank is the id's first 8 bytes.
+ *
+ * Locking: a communicator's mutex guards its state; the thread that runs
+ * a group holds no lock while it moves data (ncclCommAbort raises the
+ * abort flag, which the transport sees within 100 ms).
+ */
+#ifndef ZB_NCCL_STANDIN_H
+#define ZB_NCCL_STANDIN_H
+
+#include <nccl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "zb_transport.h"
+
+#define NCCLSI_TAIL 112 /* first byte of the stand-in's part of the id */
+#define NCCLSI_MAGIC "ZBSTNDIN"
+
+struct ncclComm {
+  int rank, nranks;
+  uint64_t session;
+  ncclUniqueId id;
+  atomic_bool aborted; /* the transport's stop flag */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;           /* the user's handle and every queued group */
+  bool running;       /* a group is moving data through tp */
+  bool init_running;  /* the joining thread has not finished */
+  bool init_joinable; /* init_thread is still to be joined */
+  pthread_t init_thread;
+  ncclResult_t async; /* ncclInProgress while joining; the first error after */
+  char last[256];     /* the message of that error */
+  zb_transport *tp;   /* NULL until joined and after abort/destroy */
+};
+
+/* Records msg as comm's error (the first one sticks) or, comm NULL, as the
+ * process's last error; returns res. */
+ncclResult_t ncclsi_error(ncclComm_t comm, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The stand-in's per-message timeout (ZB_STANDIN_NCCL_TIMEOUT_MS, default
+ * 10000 ms), in seconds. */
+double ncclsi_timeout_s(void);
+
+/* Joins comm to its communicator (rendezvous, then a connection to every
+ * other rank); the body of the init thread. Sets comm->async. */
+void *ncclsi_join(void *comm);
+
+/* Bytes of one element of dt (0: not a datatype), and its name. */
+size_t ncclsi_dt_size(ncclDataType_t dt);
+const char *ncclsi_dt_name(int dt);
+
+/* Drops one reference; the last frees comm. Call without comm->mu. */
+void ncclsi_unref(ncclComm_t comm);
+
+#endif

@@ -1,0 +1,207 @@
+/* test_transport_nccl.c — the nccl transport (worker/transport_nccl.c,
+ * the same source zb-worker builds) over the NCCL stand-in between forked
+ * ranks: tagged messages through zb_transport_* calls in groups and alone,
+ * ordering against the compute stream, the local checks, init and group
+ * timeouts naming the peer, abort and the stop flag.
+ */
+#include <stdint.h>
+
+#include "nccl_fork.h"
+#include "standin.h"
+#include "zb_transport.h"
+
+#define RCHECK(cond, ...)                                                                                    \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      fprintf(stderr, "%s:%d: rank %d: check failed: %s: ", __FILE__, __LINE__, rank, #cond);                \
+      fprintf(stderr, __VA_ARGS__);                                                                          \
+      fprintf(stderr, "\n");                                                                                 \
+      return 1;                                                                                              \
+    }                                                                                                        \
+  } while (0)
+
+enum { N = 2048 };
+static atomic_bool g_stop;
+
+static zb_transport *make(int rank, int n, const ncclUniqueId *id, cudaStream_t compute, double timeout_s) {
+  zb_nccl_config cfg = {
+      .rank = rank, .nranks = n, .compute_stream = compute, .stop = &g_stop, .timeout_s = timeout_s};
+  memcpy(cfg.unique_id, id, sizeof cfg.unique_id);
+  zb_transport *t = NULL;
+  zb_diag d;
+  if (zb_transport_nccl_new(&cfg, &t, &d) != ZB_OK)
+    fprintf(stderr, "rank %d: %s\n", rank, d.msg);
+  return t;
+}
+
+/* A compute-stream op: fills a device buffer late (after 50 ms), so a
+ * send not ordered after it would carry zeros. */
+typedef struct fill {
+  float *dev;
+  float base;
+} fill;
+
+static cudaError_t fill_late(void *arg) {
+  fill *f = arg;
+  nf_sleep_ms(50);
+  for (int i = 0; i < N; i++)
+    f->dev[i] = f->base + (float)i;
+  return cudaSuccess;
+}
+
+/* A compute-stream op: copies a received buffer out, so it reads what the
+ * transport ordered before it. */
+typedef struct grab {
+  const float *dev;
+  float *host;
+} grab;
+
+static cudaError_t grab_now(void *arg) {
+  grab *g = arg;
+  memcpy(g->host, g->dev, sizeof(float) * N);
+  return cudaSuccess;
+}
+
+static int rank_exchange(int rank, int n, const ncclUniqueId *id) {
+  cudaStream_t cs;
+  cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+  zb_transport *t = make(rank, n, id, cs, 10);
+  RCHECK(t, "new");
+  zb_diag d;
+  RCHECK(strcmp(zb_transport_address(t), "") == 0 && strcmp(zb_transport_name(t), "nccl") == 0,
+         "address/name");
+  RCHECK(zb_transport_connect(t, NULL, NULL, 10, &d) == ZB_OK, "%s", d.msg);
+  RCHECK(zb_transport_connect(t, NULL, NULL, 10, &d) == ZB_OK, "second connect: %s", d.msg);
+  float *sbuf, *rbuf, host[N];
+  cudaMalloc((void **)&sbuf, sizeof host);
+  cudaMalloc((void **)&rbuf, sizeof host);
+  int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  fill f = {sbuf, (float)(rank * 100000)};
+  grab g = {rbuf, host};
+  standin_enqueue(cs, fill_late, &f, NULL);
+  zb_transport_group_start(t);
+  RCHECK(zb_transport_send(t, right, (zb_tag){ZB_OP_F, rank, 1}, sbuf, sizeof host, &d) == ZB_OK, "%s",
+         d.msg);
+  RCHECK(zb_transport_recv(t, left, (zb_tag){ZB_OP_F, left, 1}, rbuf, sizeof host, &d) == ZB_OK, "%s", d.msg);
+  RCHECK(zb_transport_group_end(t, &d) == ZB_OK, "%s", d.msg);
+  standin_enqueue(cs, grab_now, &g, NULL);
+  cudaStreamSynchronize(cs);
+  for (int i = 0; i < N; i++)
+    RCHECK(host[i] == (float)(left * 100000 + i), "ring element %d: %g", i, (double)host[i]);
+  /* outside a group each call is its own group: the even rank sends first */
+  int partner = rank ^ 1;
+  zb_tag to = {ZB_OP_B, rank, 2}, from = {ZB_OP_B, partner, 2};
+  for (int k = 0; k < 2; k++) {
+    bool send_now = (rank % 2 == 0) == (k == 0);
+    zb_err err = send_now ? zb_transport_send(t, partner, to, sbuf, 6, &d) /* 6 bytes: ncclUint8 */
+                          : zb_transport_recv(t, partner, from, rbuf, 6, &d);
+    RCHECK(err == ZB_OK, "%s", d.msg);
+  }
+  cudaMemcpy(host, rbuf, 8, cudaMemcpyDeviceToHost);
+  RCHECK(host[0] == (float)(partner * 100000), "pair: %g", (double)host[0]);
+  zb_transport_stats st;
+  zb_transport_stats_get(t, &st);
+  RCHECK(st.bytes_sent == (int64_t)sizeof host + 6 && st.messages_sent == 2 && st.messages_received == 2,
+         "stats %lld %lld", (long long)st.bytes_sent, (long long)st.messages_sent);
+  /* local checks poison the transport */
+  RCHECK(zb_transport_send(t, rank, to, sbuf, 4, &d) == ZB_ERR_INVALID_ARG && strstr(d.msg, "peer rank"),
+         "%s", d.msg);
+  RCHECK(zb_transport_send(t, right, to, sbuf, 4, &d) == ZB_ERR_INVALID_ARG && strstr(d.msg, "failed before"),
+         "%s", d.msg);
+  zb_transport_free(t);
+  return 0;
+}
+
+/* Rank 1 never posts: rank 0's receive fails after the transport's 1 s
+ * timeout, naming rank 1 and the tag. */
+static int rank_idle(int rank, int n, const ncclUniqueId *id) {
+  zb_transport *t = make(rank, n, id, NULL, 1.0);
+  zb_diag d;
+  RCHECK(t && zb_transport_connect(t, NULL, NULL, 10, &d) == ZB_OK, "connect: %s", d.msg);
+  float *buf;
+  cudaMalloc((void **)&buf, 64);
+  if (rank == 1) {
+    nf_sleep_ms(2500);
+    zb_transport_free(t);
+    return 0;
+  }
+  double t0 = nf_now();
+  zb_err err = zb_transport_recv(t, 1, (zb_tag){ZB_OP_F, 0, 3}, buf, 64, &d);
+  double took = nf_now() - t0;
+  RCHECK(err == ZB_ERR_IO, "err %d", err);
+  RCHECK(strstr(d.msg, "group from rank 1 (recv F s0 mb3) did not complete within 1 s"), "%s", d.msg);
+  RCHECK(took > 0.9 && took < 2.0, "took %.2f s", took);
+  RCHECK(zb_transport_send(t, 1, (zb_tag){ZB_OP_F, 0, 4}, buf, 64, &d) == ZB_ERR_IO &&
+             strstr(d.msg, "failed before"),
+         "%s", d.msg);
+  zb_transport_free(t);
+  return 0;
+}
+
+/* Rank 1 aborts while rank 0 waits on it: rank 0 fails promptly (not by
+ * its 20 s timeout) naming rank 1; rank 1's later calls fail with why. */
+static int rank_abort(int rank, int n, const ncclUniqueId *id) {
+  zb_transport *t = make(rank, n, id, NULL, 20);
+  zb_diag d;
+  RCHECK(t && zb_transport_connect(t, NULL, NULL, 10, &d) == ZB_OK, "connect: %s", d.msg);
+  float *buf;
+  cudaMalloc((void **)&buf, 64);
+  if (rank == 1) {
+    nf_sleep_ms(300);
+    zb_transport_abort(t, "test abort");
+    RCHECK(zb_transport_send(t, 0, (zb_tag){ZB_OP_F, 1, 0}, buf, 64, &d) == ZB_ERR_IO &&
+               strstr(d.msg, "test abort"),
+           "%s", d.msg);
+    zb_transport_free(t);
+    return 0;
+  }
+  double t0 = nf_now();
+  zb_err err = zb_transport_recv(t, 1, (zb_tag){ZB_OP_F, 0, 0}, buf, 64, &d);
+  RCHECK(err == ZB_ERR_IO && strstr(d.msg, "rank 1"), "err %d: %s", err, d.msg);
+  RCHECK(nf_now() - t0 < 3, "took %.2f s", nf_now() - t0);
+  zb_transport_free(t);
+  return 0;
+}
+
+/* Rank 1 never joins: rank 0's connect times out after 1 s and says so;
+ * then the stop flag ends a fresh transport's connect at once. */
+static int rank_init_timeout(int rank, int n, const ncclUniqueId *id) {
+  if (rank == 1)
+    return 0;
+  zb_transport *t = make(rank, n, id, NULL, 1.0);
+  zb_diag d;
+  double t0 = nf_now();
+  RCHECK(t && zb_transport_connect(t, NULL, NULL, 0, &d) == ZB_ERR_IO, "connect succeeded alone");
+  RCHECK(strstr(d.msg, "init") && strstr(d.msg, "timed out after 1.0 s"), "%s", d.msg);
+  RCHECK(nf_now() - t0 < 2, "took %.2f s", nf_now() - t0);
+  zb_transport_free(t);
+  t = make(rank, n, id, NULL, 30);
+  atomic_store(&g_stop, true);
+  RCHECK(zb_transport_connect(t, NULL, NULL, 0, &d) == ZB_ERR_IO && strstr(d.msg, "stopped"), "%s", d.msg);
+  zb_transport_free(t);
+  return 0;
+}
+
+static int run(int n, nf_rank_fn fn, const char *name) {
+  int status[NF_MAX];
+  double t0 = nf_now();
+  int bad = nf_run(n, fn, 60, status);
+  fprintf(stderr, "%s with %d ranks: %d rank(s) failed, %.2f s\n", name, n, bad, nf_now() - t0);
+  return bad;
+}
+
+int main(void) {
+  setenv("ZB_STANDIN_NCCL_TIMEOUT_MS", "20000", 1); /* the transport's own timeouts must fire first */
+  int fails = run(2, rank_exchange, "exchange");
+  fails += run(4, rank_exchange, "exchange");
+  fails += run(2, rank_idle, "idle timeout");
+  fails += run(2, rank_abort, "abort");
+  fails += run(2, rank_init_timeout, "init timeout");
+  uint8_t id[128];
+  zb_diag d;
+  int rank = -1;
+  RCHECK(zb_transport_nccl_unique_id(id, &d) == ZB_OK && memcmp(id + 112, "ZBSTNDIN", 8) == 0,
+         "unique id: %s", d.msg);
+  fprintf(stderr, "%s\n", fails ? "FAILED" : "all passed");
+  return fails ? 1 : 0;
+}

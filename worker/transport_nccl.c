@@ -1,0 +1,423 @@
+/* transport_nccl.c — the nccl transport (zb_transport.h; docs/model.md,
+ * Transports): every zb_transport call maps onto NCCL 2.28 point-to-point
+ * on a comm stream of the transport's own.
+ *
+ *   connect    non-blocking ncclCommInitRankConfig (config.blocking = 0),
+ *              polled with ncclCommGetAsyncError until ncclSuccess, bounded
+ *              by the timeout and the stop flag. NCCL connects peers lazily,
+ *              so addresses and peers are ignored; a second call is a no-op.
+ *   send/recv  one ncclSend/ncclRecv of len bytes: ncclFloat with len / 4
+ *              elements when len % 4 == 0 (every activation and gradient),
+ *              else ncclUint8 with len elements. Both ends derive the same
+ *              (count, datatype) from the same len, as NCCL requires.
+ *   group      ncclGroupStart ... ncclGroupEnd around the recorded ops;
+ *              outside a group each call is a group of its own.
+ *
+ * Ordering with the compute stream (docs/model.md, Transports): before a
+ * group the comm stream waits on an event recorded on the compute stream,
+ * so a send reads finished data and a receive does not overwrite a buffer
+ * the compute stream still reads; after it the compute stream waits on the
+ * comm stream's completion event, so received data is ready for the next
+ * op. group_end also returns only when that event has completed: it polls
+ * cudaEventQuery every millisecond, with ncclCommGetAsyncError, the stop
+ * flag and the timeout (no progress figure exists in NCCL, so the timeout
+ * counts from group_end).
+ *
+ * Tags cannot travel in NCCL: the tag check of zb_transport.h is the tcp
+ * transport's only; here peer and length are checked locally, and tags
+ * name the ops in errors.
+ *
+ * Failure: any error ncclCommAborts the communicator (peers blocked on this
+ * rank then fail too) and poisons the transport: every later call returns
+ * the first error. abort(why) does the same on purpose.
+ *
+ * Threads: one thread uses a transport at a time (zb_transport.h); the stop
+ * flag may be raised from any. Buffers are device pointers that must stay
+ * valid until group_end returns.
+ *
+ * NCCL/CUDA calls: ncclGetUniqueId, ncclCommInitRankConfig,
+ * ncclCommGetAsyncError, ncclCommAbort, ncclCommDestroy, ncclGroupStart,
+ * ncclGroupEnd, ncclSend, ncclRecv, ncclGetErrorString, ncclGetLastError;
+ * cudaStreamCreateWithFlags, cudaStreamDestroy, cudaEventCreateWithFlags,
+ * cudaEventDestroy, cudaEventRecord, cudaStreamWaitEvent, cudaEventQuery,
+ * cudaGetErrorString.
+ */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "zb_alloc.h"
+#include "zb_clock.h"
+#include "zb_transport.h"
+
+#define NCCL_POLL_NS 1000000L /* 1 ms between polls of a running group or init */
+
+typedef struct nccl_op {
+  bool is_send;
+  int peer;
+  zb_tag tag;
+  void *buf;
+  size_t len;
+} nccl_op;
+
+typedef struct nccl_transport {
+  int rank, nranks;
+  ncclUniqueId id;
+  cudaStream_t compute, comm_stream;
+  cudaEvent_t ready, done; /* compute -> comm, comm -> compute */
+  const atomic_bool *stop;
+  double timeout_s;
+  ncclComm_t comm; /* NULL until connect(), and after an abort */
+  int depth;
+  nccl_op *ops;
+  int n_ops, cap_ops;
+  zb_err failed; /* ZB_OK while healthy */
+  char failure[sizeof(((zb_diag *)0)->msg)];
+  zb_transport_stats stats;
+} nccl_transport;
+
+static bool nccl_stopped(const nccl_transport *t) {
+  return t->stop && atomic_load(t->stop);
+}
+
+static void nccl_sleep_poll(void) {
+  struct timespec ts = {0, NCCL_POLL_NS};
+  nanosleep(&ts, NULL);
+}
+
+/* NCCL's own last message for comm (may be NULL) or "" . */
+static const char *nccl_last(ncclComm_t comm) {
+  const char *s = ncclGetLastError(comm);
+  return s ? s : "";
+}
+
+/* Records the failure, aborts the communicator (peers fail promptly) and
+ * drops the recorded ops; returns err set in diag. */
+static zb_err nccl_fail(nccl_transport *t, zb_err err, zb_diag *diag, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static zb_err nccl_fail(nccl_transport *t, zb_err err, zb_diag *diag, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t->failure, sizeof t->failure, fmt, ap);
+  va_end(ap);
+  t->failed = err;
+  if (t->comm) {
+    ncclCommAbort(t->comm);
+    t->comm = NULL;
+  }
+  t->n_ops = 0;
+  t->depth = 0;
+  return zb_diag_set(diag, err, "%s", t->failure);
+}
+
+static zb_err nccl_failed_before(const nccl_transport *t, zb_diag *diag) {
+  return zb_diag_set(diag, t->failed, "transport failed before: %s", t->failure);
+}
+
+/* The smaller positive of two timeouts (<= 0: none). */
+static double nccl_bound(double a, double b) {
+  if (a <= 0)
+    return b;
+  return b <= 0 || a < b ? a : b;
+}
+
+/* Waits until the non-blocking communicator's pending work (init, or the
+ * enqueueing of a group) is done: ncclCommGetAsyncError leaves
+ * ncclInProgress. Fails on an error, the stop flag or timeout_s. */
+static zb_err nccl_wait_ready(nccl_transport *t, const char *what, double timeout_s, zb_diag *diag) {
+  int64_t start = zb_clock_ns();
+  for (;;) {
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(t->comm, &async);
+    if (r != ncclSuccess)
+      async = r;
+    if (async == ncclSuccess)
+      return ZB_OK;
+    if (nccl_stopped(t)) /* first: a stop is the reason, whatever NCCL says next */
+      return nccl_fail(t, ZB_ERR_IO, diag, "stopped (stop flag raised) during nccl %s of rank %d", what,
+                       t->rank);
+    if (async != ncclInProgress)
+      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s failed: %s: %s", t->rank, what,
+                       ncclGetErrorString(async), nccl_last(t->comm));
+    if (timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > timeout_s)
+      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: %s timed out after %.1f s", t->rank,
+                       t->nranks, what, timeout_s);
+    nccl_sleep_poll();
+  }
+}
+
+static zb_err nccl_connect(void *self, const char *const *addresses, const bool *peers, double timeout_s,
+                           zb_diag *diag) {
+  (void)addresses; /* NCCL finds its peers through the unique id */
+  (void)peers;
+  nccl_transport *t = self;
+  if (t->failed)
+    return nccl_failed_before(t, diag);
+  if (t->comm)
+    return ZB_OK; /* additive and idempotent: NCCL connects every peer lazily */
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t comm = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, t->nranks, t->id, t->rank, &cfg);
+  t->comm = comm;
+  if (r != ncclSuccess && r != ncclInProgress)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: ncclCommInitRankConfig: %s: %s", t->rank,
+                     t->nranks, ncclGetErrorString(r), nccl_last(comm));
+  return nccl_wait_ready(t, "init (ncclCommInitRankConfig)", nccl_bound(timeout_s, t->timeout_s), diag);
+}
+
+/* ---- groups ---- */
+
+/* "to rank 2 (send F s1 mb3), from rank 0 (recv B s3 mb1)" for the
+ * group's ops, as far as they fit. */
+static const char *nccl_describe(const nccl_transport *t, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < t->n_ops && used + 1 < len; i++) {
+    const nccl_op *op = &t->ops[i];
+    char tb[48];
+    int n =
+        snprintf(buf + used, len - used, "%s%s rank %d (%s %s)", i ? ", " : "", op->is_send ? "to" : "from",
+                 op->peer, op->is_send ? "send" : "recv", zb_tag_format(op->tag, tb, sizeof tb));
+    if (n < 0)
+      break;
+    used += (size_t)n;
+  }
+  return buf;
+}
+
+/* Enqueues the recorded ops as one NCCL group on the comm stream, ordered
+ * after the compute stream's work. */
+static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
+  cudaError_t ce = cudaEventRecord(t->ready, t->compute);
+  if (ce == cudaSuccess)
+    ce = cudaStreamWaitEvent(t->comm_stream, t->ready, 0);
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering after the compute stream: %s", t->rank,
+                     cudaGetErrorString(ce));
+  ncclResult_t r = ncclGroupStart();
+  int bad = -1;
+  for (int i = 0; i < t->n_ops && r == ncclSuccess; i++) {
+    const nccl_op *op = &t->ops[i];
+    bool words = op->len % 4 == 0;
+    size_t count = words ? op->len / 4 : op->len;
+    ncclDataType_t dt = words ? ncclFloat : ncclUint8;
+    r = op->is_send ? ncclSend(op->buf, count, dt, op->peer, t->comm, t->comm_stream)
+                    : ncclRecv(op->buf, count, dt, op->peer, t->comm, t->comm_stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+      bad = i;
+    else
+      r = ncclSuccess;
+  }
+  ncclResult_t re = ncclGroupEnd(); /* always closes the group it opened */
+  char tb[48];
+  if (bad >= 0)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s %s %s rank %d: %s: %s", t->rank,
+                     t->ops[bad].is_send ? "ncclSend" : "ncclRecv",
+                     zb_tag_format(t->ops[bad].tag, tb, sizeof tb), t->ops[bad].is_send ? "to" : "from",
+                     t->ops[bad].peer, ncclGetErrorString(r), nccl_last(t->comm));
+  if (r != ncclSuccess || (re != ncclSuccess && re != ncclInProgress))
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ncclGroup: %s: %s", t->rank,
+                     ncclGetErrorString(r != ncclSuccess ? r : re), nccl_last(t->comm));
+  if (re == ncclInProgress) { /* a non-blocking comm may still be enqueueing */
+    zb_err err = nccl_wait_ready(t, "ncclGroupEnd", t->timeout_s, diag);
+    if (err)
+      return err;
+  }
+  ce = cudaEventRecord(t->done, t->comm_stream);
+  if (ce == cudaSuccess)
+    ce = cudaStreamWaitEvent(t->compute, t->done, 0);
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering the compute stream after the group: %s",
+                     t->rank, cudaGetErrorString(ce));
+  return ZB_OK;
+}
+
+/* Polls the launched group until its completion event fires, failing on
+ * an NCCL or CUDA error, the stop flag or the timeout, naming its peers. */
+static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
+  int64_t start = zb_clock_ns();
+  char ops[160];
+  for (;;) {
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(t->comm, &async);
+    if (r != ncclSuccess)
+      async = r;
+    if (async != ncclSuccess && async != ncclInProgress)
+      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s failed: %s: %s", t->rank,
+                       nccl_describe(t, ops, sizeof ops), ncclGetErrorString(async), nccl_last(t->comm));
+    cudaError_t q = cudaEventQuery(t->done);
+    if (q == cudaSuccess && async == ncclSuccess)
+      return ZB_OK;
+    if (q != cudaSuccess && q != cudaErrorNotReady)
+      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s: comm stream failed: %s", t->rank,
+                       nccl_describe(t, ops, sizeof ops), cudaGetErrorString(q));
+    if (nccl_stopped(t))
+      return nccl_fail(t, ZB_ERR_IO, diag, "stopped (stop flag raised) while rank %d waited for group %s",
+                       t->rank, nccl_describe(t, ops, sizeof ops));
+    if (t->timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > t->timeout_s)
+      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s did not complete within %.0f s", t->rank,
+                       nccl_describe(t, ops, sizeof ops), t->timeout_s);
+    nccl_sleep_poll();
+  }
+}
+
+/* Runs the recorded ops as one group and accounts them. */
+static zb_err nccl_run(nccl_transport *t, zb_diag *diag) {
+  if (t->n_ops == 0)
+    return ZB_OK;
+  zb_err err = nccl_launch(t, diag);
+  if (!err)
+    err = nccl_wait_group(t, diag);
+  if (err)
+    return err;
+  for (int i = 0; i < t->n_ops; i++) {
+    const nccl_op *op = &t->ops[i];
+    if (op->is_send) {
+      t->stats.bytes_sent += (int64_t)op->len;
+      t->stats.messages_sent++;
+    } else {
+      t->stats.bytes_received += (int64_t)op->len;
+      t->stats.messages_received++;
+    }
+  }
+  t->n_ops = 0;
+  return ZB_OK;
+}
+
+static zb_err nccl_post(nccl_transport *t, bool is_send, int peer, zb_tag tag, void *buf, size_t len,
+                        zb_diag *diag) {
+  char tb[48];
+  const char *what = is_send ? "send" : "recv";
+  if (t->failed)
+    return nccl_failed_before(t, diag);
+  if (peer < 0 || peer >= t->nranks || peer == t->rank)
+    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "nccl %s %s: peer rank %d is not another rank of 0..%d",
+                     what, zb_tag_format(tag, tb, sizeof tb), peer, t->nranks - 1);
+  if (!t->comm)
+    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag,
+                     "nccl %s %s to/from rank %d: not connected (call connect first)", what,
+                     zb_tag_format(tag, tb, sizeof tb), peer);
+  if (tag.kind != ZB_OP_F && tag.kind != ZB_OP_B)
+    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "tag kind must be F or B, not %s", zb_op_name(tag.kind));
+  if (len == 0 || !buf)
+    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "nccl %s %s with rank %d: %s", what,
+                     zb_tag_format(tag, tb, sizeof tb), peer, len == 0 ? "empty message" : "no buffer");
+  if (t->n_ops == t->cap_ops) {
+    t->cap_ops = t->cap_ops ? 2 * t->cap_ops : 8;
+    t->ops = zb_realloc(t->ops, sizeof *t->ops * (size_t)t->cap_ops);
+  }
+  t->ops[t->n_ops++] = (nccl_op){.is_send = is_send, .peer = peer, .tag = tag, .buf = buf, .len = len};
+  return t->depth > 0 ? ZB_OK : nccl_run(t, diag);
+}
+
+static zb_err nccl_send(void *self, int peer, zb_tag tag, const void *buf, size_t len, zb_diag *diag) {
+  return nccl_post(self, true, peer, tag, (void *)(uintptr_t)buf, len, diag);
+}
+
+static zb_err nccl_recv(void *self, int peer, zb_tag tag, void *buf, size_t len, zb_diag *diag) {
+  return nccl_post(self, false, peer, tag, buf, len, diag);
+}
+
+static void nccl_group_start(void *self) {
+  ((nccl_transport *)self)->depth++;
+}
+
+static zb_err nccl_group_end(void *self, zb_diag *diag) {
+  nccl_transport *t = self;
+  if (t->failed)
+    return nccl_failed_before(t, diag);
+  if (t->depth == 0)
+    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "group_end without group_start");
+  if (--t->depth > 0)
+    return ZB_OK;
+  return nccl_run(t, diag);
+}
+
+/* ---- life cycle ---- */
+
+static const char *nccl_address(void *self) {
+  (void)self;
+  return ""; /* NCCL finds peers through the unique id */
+}
+
+static void nccl_stats(void *self, zb_transport_stats *out) {
+  *out = ((nccl_transport *)self)->stats;
+}
+
+static void nccl_abort(void *self, const char *why) {
+  nccl_transport *t = self;
+  if (!t->failed)
+    nccl_fail(t, ZB_ERR_IO, NULL, "rank %d aborted: %s", t->rank, why ? why : "no reason given");
+}
+
+static void nccl_free(void *self) {
+  nccl_transport *t = self;
+  if (t->comm)
+    ncclCommDestroy(t->comm); /* every group completed: nothing is pending */
+  if (t->ready)
+    cudaEventDestroy(t->ready);
+  if (t->done)
+    cudaEventDestroy(t->done);
+  if (t->comm_stream)
+    cudaStreamDestroy(t->comm_stream);
+  free(t->ops);
+  free(t);
+}
+
+static const zb_transport_ops nccl_ops = {
+    .name = "nccl",
+    .address = nccl_address,
+    .connect = nccl_connect,
+    .group_start = nccl_group_start,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .group_end = nccl_group_end,
+    .stats = nccl_stats,
+    .abort = nccl_abort,
+    .free = nccl_free,
+};
+
+zb_err zb_transport_nccl_new(const zb_nccl_config *cfg, zb_transport **out, zb_diag *diag) {
+  if (cfg->nranks < 1 || cfg->rank < 0 || cfg->rank >= cfg->nranks)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "nccl transport: rank %d is not in 0..%d", cfg->rank,
+                       cfg->nranks - 1);
+  _Static_assert(sizeof(ncclUniqueId) == sizeof cfg->unique_id, "ncclUniqueId is 128 bytes");
+  nccl_transport *t = zb_calloc(1, sizeof *t);
+  t->rank = cfg->rank;
+  t->nranks = cfg->nranks;
+  memcpy(&t->id, cfg->unique_id, sizeof t->id);
+  t->compute = (cudaStream_t)cfg->compute_stream;
+  t->stop = cfg->stop;
+  t->timeout_s = cfg->timeout_s;
+  const char *step = "cudaStreamCreateWithFlags";
+  cudaError_t ce = cudaStreamCreateWithFlags(&t->comm_stream, cudaStreamNonBlocking);
+  if (ce == cudaSuccess) {
+    step = "cudaEventCreateWithFlags";
+    ce = cudaEventCreateWithFlags(&t->ready, cudaEventDisableTiming);
+  }
+  if (ce == cudaSuccess)
+    ce = cudaEventCreateWithFlags(&t->done, cudaEventDisableTiming);
+  if (ce != cudaSuccess) {
+    zb_diag_set(diag, ZB_ERR_IO, "nccl transport: rank %d: %s: %s", cfg->rank, step, cudaGetErrorString(ce));
+    nccl_free(t);
+    return ZB_ERR_IO;
+  }
+  zb_transport *h = zb_calloc(1, sizeof *h);
+  h->ops = &nccl_ops;
+  h->self = t;
+  *out = h;
+  return ZB_OK;
+}
+
+zb_err zb_transport_nccl_unique_id(uint8_t out[128], zb_diag *diag) {
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess)
+    return zb_diag_set(diag, ZB_ERR_IO, "ncclGetUniqueId: %s: %s", ncclGetErrorString(r), nccl_last(NULL));
+  memcpy(out, &id, sizeof id);
+  return ZB_OK;
+}
