@@ -303,8 +303,12 @@ static void attention_mode(zb_model_config cfg, int full, int reps, attn_times *
   cfg.attn_full = full;
   *t = (attn_times){1e30, 1e30, 1e30, 1e30};
   zb_model_stage *st = NULL;
-  if (zb_model_stage_new(&cfg, 1, 3, &st, NULL) != ZB_OK || strcmp(zb_model_device(st)->ops->name, "host") != 0)
-    return; /* the attention is timed on host buffers */
+  if (zb_model_stage_new(&cfg, 1, 3, &st, NULL) != ZB_OK)
+    return;
+  if (strcmp(zb_model_device(st)->ops->name, "host") != 0) { /* attention is timed on host buffers */
+    zb_model_stage_free(st);
+    return;
+  }
   size_t na = zb_model_act_numel(st);
   float *x = zb_malloc(na * sizeof(float)), *y = zb_malloc(na * sizeof(float));
   float *dy = zb_malloc(na * sizeof(float)), *dx = zb_malloc(na * sizeof(float));
