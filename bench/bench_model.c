@@ -20,6 +20,12 @@
  * predicted peak memory (libzb's simulator, in units of a rank's M_F):
  * the ratios between ranks and between schedules should agree within 10%.
  *
+ * A third section compares causal attention computed in full (attn_full:
+ * both T x T products per head) with the causal skip (only the row blocks
+ * on and below the diagonal): F and B of a middle stage in each mode, the
+ * attention part of each timed alone (model_attention_fwd/bwd on the same
+ * shapes, internal to zbmodel), its share of the op, and the speed-ups.
+ *
  * It prints; it never fails on a slow result.
  */
 #include <cblas.h>
@@ -29,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model_internal.h" /* model_attention_fwd/bwd, for the attention section */
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_model.h"
@@ -250,6 +257,104 @@ static void memory_section(void) {
   }
 }
 
+/* Best times of F, B and of the attention inside each, for one mode. */
+typedef struct attn_times {
+  double f, b, attn_f, attn_b;
+} attn_times;
+
+static double best_of(double a, double b) {
+  return a < b ? a : b;
+}
+
+/* Times the attention of one block alone on the stage's device buffers. */
+static void time_attention(zb_model_stage *st, int reps, attn_times *t) {
+  const zb_model_config *c = zb_model_stage_config(st);
+  size_t n = (size_t)c->batch * c->seq_len, h = (size_t)c->hidden;
+  size_t att = (size_t)c->batch * c->heads * c->seq_len * c->seq_len;
+  float *qkv0 = zb_malloc(n * 3 * h * sizeof(float)), *qkv = zb_malloc(n * 3 * h * sizeof(float));
+  float *p = zb_malloc(att * sizeof(float)), *o = zb_malloc(n * h * sizeof(float));
+  float *dout = zb_malloc(n * h * sizeof(float));
+  for (size_t i = 0; i < n * 3 * h; i++)
+    qkv0[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+  for (size_t i = 0; i < n * h; i++)
+    dout[i] = (float)((i * 40503u) % 1000) / 1000.0f - 0.5f;
+  for (int r = 0; r < reps + 1; r++) { /* the first round warms up */
+    memcpy(qkv, qkv0, n * 3 * h * sizeof(float));
+    model_begin(st);
+    double t0 = zb_clock_s();
+    model_attention_fwd(st, qkv, p, o);
+    double t1 = zb_clock_s();
+    model_attention_bwd(st, qkv, p, dout);
+    double t2 = zb_clock_s();
+    if (r > 0) {
+      t->attn_f = best_of(t->attn_f, t1 - t0);
+      t->attn_b = best_of(t->attn_b, t2 - t1);
+    }
+  }
+  free(qkv0);
+  free(qkv);
+  free(p);
+  free(o);
+  free(dout);
+}
+
+/* F and B of a middle stage (2 of its blocks' attention included). */
+static void attention_mode(zb_model_config cfg, int full, int reps, attn_times *t) {
+  cfg.attn_full = full;
+  *t = (attn_times){1e30, 1e30, 1e30, 1e30};
+  zb_model_stage *st = NULL;
+  if (zb_model_stage_new(&cfg, 1, 3, &st, NULL) != ZB_OK)
+    return;
+  if (strcmp(zb_model_device(st)->ops->name, "host") != 0) { /* attention is timed on host buffers */
+    zb_model_stage_free(st);
+    return;
+  }
+  size_t na = zb_model_act_numel(st);
+  float *x = zb_malloc(na * sizeof(float)), *y = zb_malloc(na * sizeof(float));
+  float *dy = zb_malloc(na * sizeof(float)), *dx = zb_malloc(na * sizeof(float));
+  for (size_t i = 0; i < na; i++) {
+    x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    dy[i] = (float)((i * 40503u) % 1000) / 1000.0f - 0.5f;
+  }
+  for (int r = 0; r < reps + 1; r++) {
+    double t0 = zb_clock_s();
+    zb_model_forward(st, 0, NULL, x, NULL, y, NULL, NULL);
+    double t1 = zb_clock_s();
+    zb_model_backward_b(st, 0, dy, dx, NULL);
+    double t2 = zb_clock_s();
+    zb_model_backward_w(st, 0, NULL);
+    if (r > 0) {
+      t->f = best_of(t->f, t1 - t0);
+      t->b = best_of(t->b, t2 - t1);
+    }
+  }
+  time_attention(st, reps, t);
+  int blocks = zb_model_n_tensors(st) / BT_COUNT; /* a middle stage holds blocks only */
+  t->attn_f *= blocks;
+  t->attn_b *= blocks;
+  free(x);
+  free(y);
+  free(dy);
+  free(dx);
+  zb_model_stage_free(st);
+}
+
+static void attention_section(const zb_model_config *cfg, int reps) {
+  attn_times m[2];
+  attention_mode(*cfg, 1, reps, &m[0]);
+  attention_mode(*cfg, 0, reps, &m[1]);
+  printf("\ncausal attention, middle stage: full T x T products (attn_full) against the causal skip "
+         "(row blocks of %d)\n",
+         cfg->seq_len < 32 ? cfg->seq_len : 32);
+  printf("%-6s %9s %9s %7s %9s %9s %7s\n", "mode", "F ms", "attn ms", "share", "B ms", "attn ms", "share");
+  static const char *const names[2] = {"full", "skip"};
+  for (int i = 0; i < 2; i++)
+    printf("%-6s %9.2f %9.2f %6.1f%% %9.2f %9.2f %6.1f%%\n", names[i], m[i].f * 1e3, m[i].attn_f * 1e3,
+           100.0 * m[i].attn_f / m[i].f, m[i].b * 1e3, m[i].attn_b * 1e3, 100.0 * m[i].attn_b / m[i].b);
+  printf("speed-up of the skip: attention F %.2fx, B %.2fx; whole F %.2fx, B %.2fx\n",
+         m[0].attn_f / m[1].attn_f, m[0].attn_b / m[1].attn_b, m[0].f / m[1].f, m[0].b / m[1].b);
+}
+
 int main(int argc, char **argv) {
   int reps = arg_int(argc, argv, "--reps", 5), threads = arg_int(argc, argv, "--threads", 1);
   int layers = arg_int(argc, argv, "--layers", 2);
@@ -362,6 +467,7 @@ int main(int argc, char **argv) {
     free(tgt);
     zb_model_stage_free(st);
   }
+  attention_section(&cfg, reps);
   memory_section();
   return 0;
 }

@@ -1,3 +1,8 @@
+/* kernels_cpu.c — the host's element-wise and row kernels (kernels_cpu.h).
+ * The arithmetic of an element is zb_kernel_math.h's (one source with the
+ * CUDA kernels); reductions run in 8 lanes so the compiler vectorises them.
+ * Built with -O3 -fno-trapping-math (model/CMakeLists.txt); nothing
+ * reassociates or contracts, so results are the same at any -O level. */
 #include "kernels_cpu.h"
 
 #include <math.h>
@@ -60,7 +65,7 @@ void kernels_cpu_layernorm_fwd(const float *x, const float *g, const float *b, f
     /* Centre first: the variance of centred values does not cancel. */
     for (int c = 0; c < h; c++)
       hr[c] = xr[c] - mean;
-    float rs = 1.0f / sqrtf(dot(hr, hr, h) / (float)h + KERNELS_CPU_LN_EPS);
+    float rs = zbm_ln_rstd(dot(hr, hr, h), h);
     rstd[r] = rs;
     for (int c = 0; c < h; c++) {
       hr[c] *= rs;
@@ -103,7 +108,7 @@ void kernels_cpu_layernorm_bwd_acc(const float *dy, const float *xhat, const flo
     }
     float m1 = s1 / (float)h, m2 = s2 / (float)h, rs = rstd[r];
     for (c = 0; c < h; c++)
-      xr[c] += rs * (dr[c] * g[c] - m1 - hr[c] * m2);
+      xr[c] += zbm_ln_dx(dr[c], g[c], hr[c], rs, m1, m2);
   }
 }
 
@@ -134,109 +139,118 @@ void kernels_cpu_col_sums_acc(const float *dy, float *db, int n, int cols) {
   }
 }
 
-/* expf for the kernels' hot loops, written so the compiler vectorises it
- * (no libm call, no branch): Cody-Waite range reduction x = n ln2 + r, a
- * degree-6 polynomial for e^r (Cephes' coefficients, max relative error
- * about 1.5e-7 against expf), and 2^n built in the exponent bits. Inputs
- * are clamped to [-87, 88], so the result is finite and normal (e^-87 >
- * FLT_MIN); NaN stays NaN (the polynomial carries it; n is zeroed first
- * so the int conversion stays defined). */
-static inline float kexp(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 88.0f ? 88.0f : x;
-  /* n = round(x / ln2) by the 1.5 * 2^23 trick (round to nearest even). */
-  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  n = n == n ? n : 0.0f;
-  union {
-    int32_t i;
-    float f;
-  } scale = {.i = ((int32_t)n + 127) << 23};
-  return p * scale.f;
-}
-
-#define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_K1 0.044715f
-
-/* GeLU's tanh form rewritten with the logistic function: 0.5 (1 + tanh(z))
- * = 1 / (1 + e^-2z), one exp and one division per element. */
 void kernels_cpu_gelu_fwd(const float *restrict u, float *restrict out, size_t len) {
-  for (size_t i = 0; i < len; i++) {
-    float x = u[i];
-    float z = GELU_K0 * (x + GELU_K1 * x * x * x);
-    out[i] = x / (1.0f + kexp(-2.0f * z));
-  }
+  for (size_t i = 0; i < len; i++)
+    out[i] = zbm_gelu(u[i]);
 }
 
-/* d/dx [x s(x)] with s = 1 / (1 + e^-2z): s + 2 x s (1 - s) dz/dx. */
 void kernels_cpu_gelu_bwd_inplace(const float *restrict dout, float *restrict u, size_t len) {
-  for (size_t i = 0; i < len; i++) {
-    float x = u[i];
-    float z = GELU_K0 * (x + GELU_K1 * x * x * x);
-    float s = 1.0f / (1.0f + kexp(-2.0f * z));
-    float dz = GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x);
-    u[i] = dout[i] * (s + 2.0f * x * s * (1.0f - s) * dz);
-  }
+  for (size_t i = 0; i < len; i++)
+    u[i] = zbm_gelu_grad(u[i], dout[i]);
 }
 
 /* x[j] <- e^(x[j] - mx) over n entries; returns their sum. */
 static float exp_sum(float *restrict x, int n, float mx) {
   for (int j = 0; j < n; j++)
-    x[j] = kexp(x[j] - mx);
+    x[j] = zbm_exp(x[j] - mx);
   return row_sum(x, n);
 }
 
-void kernels_cpu_softmax_causal(float *s, int t) {
-  for (int i = 0; i < t; i++) {
-    float *restrict row = s + (size_t)i * t;
-    float inv = 1.0f / exp_sum(row, i + 1, row_max(row, i + 1));
-    for (int j = 0; j <= i; j++)
-      row[j] *= inv;
-    for (int j = i + 1; j < t; j++)
-      row[j] = 0.0f;
-  }
+void kernels_cpu_softmax_causal(float *s, int t, int count) {
+  for (int m = 0; m < count; m++)
+    for (int i = 0; i < t; i++) {
+      float *restrict row = s + ((size_t)m * t + i) * t;
+      float inv = 1.0f / exp_sum(row, i + 1, row_max(row, i + 1));
+      for (int j = 0; j <= i; j++)
+        row[j] *= inv;
+      for (int j = i + 1; j < t; j++)
+        row[j] = 0.0f;
+    }
 }
 
-void kernels_cpu_softmax_causal_bwd(const float *p, float *dp, int t) {
-  for (int i = 0; i < t; i++) {
-    const float *restrict pr = p + (size_t)i * t;
-    float *restrict dr = dp + (size_t)i * t;
-    float d = dot(pr, dr, i + 1);
-    for (int j = 0; j <= i; j++)
-      dr[j] = pr[j] * (dr[j] - d);
-    for (int j = i + 1; j < t; j++)
-      dr[j] = 0.0f;
-  }
+void kernels_cpu_softmax_causal_bwd(const float *p, float *dp, int t, int count) {
+  for (int m = 0; m < count; m++)
+    for (int i = 0; i < t; i++) {
+      const float *restrict pr = p + ((size_t)m * t + i) * t;
+      float *restrict dr = dp + ((size_t)m * t + i) * t;
+      float d = dot(pr, dr, i + 1);
+      for (int j = 0; j <= i; j++)
+        dr[j] = zbm_softmax_bwd(pr[j], dr[j], d);
+      for (int j = i + 1; j < t; j++)
+        dr[j] = 0.0f;
+    }
 }
 
-double kernels_cpu_softmax_xent_fwd(float *logits, const uint8_t *targets, int n, int v) {
-  double loss = 0.0;
+void kernels_cpu_xent_fwd(float *logits, const uint8_t *targets, double *row_loss, int n, int v) {
   for (int r = 0; r < n; r++) {
     float *restrict row = logits + (size_t)r * v;
     float mx = row_max(row, v);
-    /* -log p[target] = log(sum) - (logit[target] - max): exact even where p underflows. */
     float lt = row[targets[r]] - mx;
     float sum = exp_sum(row, v, mx), inv = 1.0f / sum;
     for (int j = 0; j < v; j++)
       row[j] *= inv;
-    loss += log((double)sum) - (double)lt;
+    row_loss[r] = zbm_xent_loss(sum, lt);
   }
-  return loss;
 }
 
-void kernels_cpu_softmax_xent_bwd(float *probs, const uint8_t *targets, int n, int v, float scale) {
+void kernels_cpu_xent_bwd(float *probs, const uint8_t *targets, int n, int v, float scale) {
   for (int r = 0; r < n; r++) {
-    float *row = probs + (size_t)r * v;
-    row[targets[r]] -= 1.0f;
+    float *restrict row = probs + (size_t)r * v;
+    int tg = targets[r];
     for (int j = 0; j < v; j++)
-      row[j] *= scale;
+      row[j] = zbm_xent_grad(row[j], j == tg, scale);
   }
+}
+
+void kernels_cpu_embed_fwd(const float *emb, const float *pos, const uint8_t *tokens, float *x, int n, int h,
+                           int t) {
+  for (int r = 0; r < n; r++) {
+    const float *restrict e = emb + (size_t)tokens[r] * h, *restrict p = pos + (size_t)(r % t) * h;
+    float *restrict xr = x + (size_t)r * h;
+    for (int k = 0; k < h; k++)
+      xr[k] = e[k] + p[k];
+  }
+}
+
+void kernels_cpu_embed_bwd_acc(const float *dx, const uint8_t *tokens, float *demb, float *dpos, int n, int h,
+                               int t) {
+  for (int r = 0; r < n; r++) {
+    const float *d = dx + (size_t)r * h;
+    float *e = demb + (size_t)tokens[r] * h, *p = dpos + (size_t)(r % t) * h;
+    for (int k = 0; k < h; k++) {
+      e[k] += d[k];
+      p[k] += d[k];
+    }
+  }
+}
+
+void kernels_cpu_adamw(float *p, float *m, float *v, const float *g, const uint8_t *decay, size_t n,
+                       const zbm_adamw_step *step) {
+  for (size_t i = 0; i < n; i++)
+    zbm_adamw(&p[i], &m[i], &v[i], g[i], decay[i], step);
+}
+
+void kernels_cpu_add(float *restrict y, const float *restrict x, float alpha, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    y[i] += alpha * x[i];
+}
+
+void kernels_cpu_scale(float *x, float alpha, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    x[i] *= alpha;
+}
+
+void kernels_cpu_sumsq(const float *restrict x, size_t n, double *out, int *nonfinite) {
+  double s[LANES] = {0};
+  size_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      s[l] += (double)x[j + l] * (double)x[j + l];
+  double sum = 0.0;
+  for (int l = 0; l < LANES; l++)
+    sum += s[l];
+  for (; j < n; j++)
+    sum += (double)x[j] * (double)x[j];
+  *out = sum;
+  *nonfinite = !isfinite(sum);
 }

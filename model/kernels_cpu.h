@@ -1,9 +1,12 @@
-/* kernels_cpu.h — the model's element-wise and row-wise kernels on the CPU
- * (plain C; matrix products go to CBLAS in model.c). Internal to zbmodel.
+/* kernels_cpu.h — the model's element-wise and row-wise kernels on the
+ * host: the compute behind the host device's ops (device_host.c; matrix
+ * products go to CBLAS there). Internal to zbmodel. The per-element
+ * arithmetic is zb_kernel_math.h's, shared with the CUDA kernels; what is
+ * here is how the host walks rows (8-lane reductions, so loops vectorise).
  *
  * Shapes are row-major: n rows of `cols` floats. The caller owns every
- * buffer; nothing here allocates or blocks. Kernels that end in _acc add to
- * their output instead of overwriting it.
+ * buffer; nothing here allocates, blocks or fails. Kernels that end in
+ * _acc add to their output instead of overwriting it.
  */
 #ifndef KERNELS_CPU_H
 #define KERNELS_CPU_H
@@ -11,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KERNELS_CPU_LN_EPS 1e-5f
+#include "zb_kernel_math.h"
 
 /* LayerNorm forward: xhat = (x - mean) * rstd per row, y = xhat * g + b.
  * Keeps xhat [n, h] and rstd [n] for the backward pass. */
@@ -21,8 +24,8 @@ void kernels_cpu_layernorm_fwd(const float *x, const float *g, const float *b, f
 /* y = xhat * g + b: LayerNorm's output again from what F kept. */
 void kernels_cpu_layernorm_affine(const float *xhat, const float *g, const float *b, float *y, int n, int h);
 
-/* LayerNorm input gradient, added to dx: with dxhat = dy * g,
- * dx += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) per row. */
+/* LayerNorm input gradient, added to dx: zbm_ln_dx per element with the
+ * row means of dy g and dy g xhat. */
 void kernels_cpu_layernorm_bwd_acc(const float *dy, const float *xhat, const float *rstd, const float *g,
                                    float *dx, int n, int h);
 
@@ -43,20 +46,42 @@ void kernels_cpu_gelu_fwd(const float *u, float *out, size_t len);
  * pre-activation's gradient. */
 void kernels_cpu_gelu_bwd_inplace(const float *dout, float *u, size_t len);
 
-/* In place on the [t, t] score matrix of one head: row i becomes
- * softmax(s[i, 0..i]) followed by zeros (the causal mask). */
-void kernels_cpu_softmax_causal(float *s, int t);
+/* In place on count [t, t] score matrices (stride t*t): row i becomes
+ * softmax(s[i, 0..i]) followed by zeros (the causal mask). Entries above
+ * the diagonal are not read. */
+void kernels_cpu_softmax_causal(float *s, int t, int count);
 
-/* In place on dp [t, t]: ds = p * (dp - sum_j p * dp) per row, the masked
- * entries zero. */
-void kernels_cpu_softmax_causal_bwd(const float *p, float *dp, int t);
+/* In place on count dp [t, t]: ds = p * (dp - sum_j p * dp) per row on and
+ * below the diagonal, zero above it (not read there). */
+void kernels_cpu_softmax_causal_bwd(const float *p, float *dp, int t, int count);
 
-/* In place: logits [n, v] become softmax probabilities; returns the sum over
- * rows of -log p[target] (in double, so the microbatch mean keeps fp32's
- * precision). */
-double kernels_cpu_softmax_xent_fwd(float *logits, const uint8_t *targets, int n, int v);
+/* In place: logits [n, v] become softmax probabilities; row_loss[r] =
+ * -log p[target[r]] in double. */
+void kernels_cpu_xent_fwd(float *logits, const uint8_t *targets, double *row_loss, int n, int v);
 
 /* In place: probs [n, v] become scale * (probs - onehot(target)). */
-void kernels_cpu_softmax_xent_bwd(float *probs, const uint8_t *targets, int n, int v, float scale);
+void kernels_cpu_xent_bwd(float *probs, const uint8_t *targets, int n, int v, float scale);
+
+/* x[r] = emb[tokens[r]] + pos[r % t], rows of h. */
+void kernels_cpu_embed_fwd(const float *emb, const float *pos, const uint8_t *tokens, float *x, int n, int h,
+                           int t);
+
+/* demb[tokens[r]] += dx[r]; dpos[r % t] += dx[r], rows in order. */
+void kernels_cpu_embed_bwd_acc(const float *dx, const uint8_t *tokens, float *demb, float *dpos, int n, int h,
+                               int t);
+
+/* One AdamW step (zbm_adamw) over n parameters; decay[i] is 0 or 1. */
+void kernels_cpu_adamw(float *p, float *m, float *v, const float *g, const uint8_t *decay, size_t n,
+                       const zbm_adamw_step *step);
+
+/* y += alpha * x. */
+void kernels_cpu_add(float *y, const float *x, float alpha, size_t n);
+
+/* x *= alpha. */
+void kernels_cpu_scale(float *x, float alpha, size_t n);
+
+/* Sum of squares in double; *nonfinite = 1 when any element is NaN or
+ * infinite (the double sum of finite floats' squares cannot overflow). */
+void kernels_cpu_sumsq(const float *x, size_t n, double *out, int *nonfinite);
 
 #endif

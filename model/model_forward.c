@@ -1,8 +1,8 @@
 /* model_forward.c — F of a model stage: embeddings on the first stage,
- * the blocks, and the loss on the last (zb_model.h). */
+ * the blocks, and the loss on the last (zb_model.h), every step an op of
+ * the stage's device (docs/model.md, Devices). */
 #include <string.h>
 
-#include "kernels_cpu.h"
 #include "model_internal.h"
 
 /* ---- blocks ----------------------------------------------------------- */
@@ -14,8 +14,8 @@ static void block_layernorm(zb_model_stage *st, mb_state *s, int i, int w, int b
   size_t n = (size_t)st->n_tok, h = (size_t)st->cfg.hidden;
   *xhat = model_takef(st, s, n * h);
   *rstd = model_takef(st, s, n);
-  kernels_cpu_layernorm_fwd(st->ws_x, bparam(st, i, w), bparam(st, i, b), st->ws_a, *xhat, *rstd, st->n_tok,
-                            st->cfg.hidden);
+  MODEL_DEV(st, layernorm_fwd, st->ws_x, bparam(st, i, w), bparam(st, i, b), st->ws_a, *xhat, *rstd,
+            st->n_tok, st->cfg.hidden);
 }
 
 /* F of block i on the stream st->ws_x, in place. */
@@ -39,7 +39,7 @@ static void block_fwd(zb_model_stage *st, mb_state *s, int i) {
   b->u = model_takef(st, s, n * 4 * h);
   model_linear_fwd(st, a, bparam(st, i, BT_FC1_W), bparam(st, i, BT_FC1_B), b->u, hi, 4 * hi, 0);
   b->gel = model_takef(st, s, n * 4 * h);
-  kernels_cpu_gelu_fwd(b->u, b->gel, n * 4 * h);
+  MODEL_DEV(st, gelu_fwd, b->u, b->gel, n * 4 * h);
   model_linear_fwd(st, b->gel, bparam(st, i, BT_FC2_W), bparam(st, i, BT_FC2_B), x, 4 * hi, hi, 1);
 }
 
@@ -51,8 +51,35 @@ static zb_err check_tokens(const zb_model_stage *st, const uint8_t *ids, const c
   return ZB_OK;
 }
 
-zb_err zb_model_forward(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
-                        const uint8_t *targets, float *y, float *loss, zb_diag *diag) {
+/* The last stage's head: final LayerNorm, logits, and the loss. Per-row
+ * losses are computed on the device, copied to the host (one sync) and
+ * summed there in row order, in double. */
+static void head_fwd(zb_model_stage *st, mb_state *s, const uint8_t *targets, float *loss) {
+  const zb_model_config *c = &st->cfg;
+  size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
+  s->xhatf = model_takef(st, s, n * h);
+  s->rstdf = model_takef(st, s, n);
+  MODEL_DEV(st, layernorm_fwd, st->ws_x, tparam(st, st->t_lnf), tparam(st, st->t_lnf + 1), st->ws_a, s->xhatf,
+            s->rstdf, st->n_tok, c->hidden);
+  s->probs = model_takef(st, s, n * (size_t)c->vocab);
+  model_mm(st, 0, 1, st->n_tok, c->vocab, c->hidden, 1.0f, st->ws_a, c->hidden, tparam(st, st->t_head),
+           c->hidden, 0.0f, s->probs, c->vocab);
+  s->targets = model_take(st, s, n);
+  model_copy(st, s->targets, targets, n, ZB_COPY_H2D);
+  MODEL_DEV(st, xent_fwd, s->probs, s->targets, st->ws_loss, st->n_tok, c->vocab);
+  model_copy(st, st->h_loss, st->ws_loss, n * sizeof(double), ZB_COPY_D2H);
+  if (st->err == ZB_OK)
+    st->err = st->dev->ops->sync(st->dev->self, &st->ediag);
+  if (st->err != ZB_OK)
+    return;
+  double sum = 0.0;
+  for (size_t r = 0; r < n; r++)
+    sum += st->h_loss[r];
+  *loss = (float)(sum / (double)n);
+}
+
+static zb_err check_forward_args(const zb_model_stage *st, const uint8_t *tokens, const float *x,
+                                 const uint8_t *targets, const float *y, const float *loss, zb_diag *diag) {
   if (st->is_first ? !tokens || x : tokens || !x)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stage %d: F takes %s", st->stage,
                        st->is_first ? "tokens, not x" : "x, not tokens");
@@ -64,41 +91,51 @@ zb_err zb_model_forward(zb_model_stage *st, int mb, const uint8_t *tokens, const
   if ((tokens && (err = check_tokens(st, tokens, "tokens", diag)) != ZB_OK) ||
       (targets && (err = check_tokens(st, targets, "targets", diag)) != ZB_OK))
     return err;
-  mb_state *s = NULL;
-  if ((err = model_mb_create(st, mb, &s, diag)) != ZB_OK)
-    return err;
+  return ZB_OK;
+}
 
+/* F with x and y in memory of kind `io` relative to the device: host
+ * (ZB_COPY_H2D: the public API) or device (ZB_COPY_D2D). */
+static zb_err forward(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
+                      const uint8_t *targets, float *y, float *loss, zb_copy_kind io, zb_diag *diag) {
+  zb_err err = check_forward_args(st, tokens, x, targets, y, loss, diag);
+  mb_state *s = NULL;
+  if (err != ZB_OK || (err = model_mb_create(st, mb, &s, diag)) != ZB_OK)
+    return err;
+  model_begin(st);
   const zb_model_config *c = &st->cfg;
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
-  float *xs = st->ws_x;
   if (st->is_first) {
     s->tokens = model_take(st, s, n);
-    memcpy(s->tokens, tokens, n);
-    const float *emb = st->tensors[st->t_embed].param, *pos = st->tensors[st->t_pos].param;
-    for (size_t r = 0; r < n; r++) {
-      const float *e = emb + tokens[r] * h, *p = pos + (r % (size_t)c->seq_len) * h;
-      for (size_t k = 0; k < h; k++)
-        xs[r * h + k] = e[k] + p[k];
-    }
+    model_copy(st, s->tokens, tokens, n, ZB_COPY_H2D);
+    MODEL_DEV(st, embed_fwd, tparam(st, st->t_embed), tparam(st, st->t_pos), s->tokens, st->ws_x, st->n_tok,
+              c->hidden, c->seq_len);
   } else {
-    memcpy(xs, x, n * h * sizeof(float));
+    model_copy(st, st->ws_x, x, n * h * sizeof(float), io);
   }
   for (int i = 0; i < st->n_layers; i++)
     block_fwd(st, s, i);
   if (st->is_last) {
-    s->xhatf = model_takef(st, s, n * h);
-    s->rstdf = model_takef(st, s, n);
-    kernels_cpu_layernorm_fwd(xs, st->tensors[st->t_lnf].param, st->tensors[st->t_lnf + 1].param, st->ws_a,
-                              s->xhatf, s->rstdf, st->n_tok, c->hidden);
-    s->probs = model_takef(st, s, n * (size_t)c->vocab);
-    model_mm(st, 0, 1, st->n_tok, c->vocab, c->hidden, 1.0f, st->ws_a, c->hidden,
-             st->tensors[st->t_head].param, c->hidden, 0.0f, s->probs, c->vocab);
-    s->targets = model_take(st, s, n);
-    memcpy(s->targets, targets, n);
-    *loss = (float)(kernels_cpu_softmax_xent_fwd(s->probs, targets, st->n_tok, c->vocab) / (double)n);
+    head_fwd(st, s, targets, loss);
   } else {
-    memcpy(y, xs, n * h * sizeof(float));
+    model_copy(st, y, st->ws_x, n * h * sizeof(float), io == ZB_COPY_H2D ? ZB_COPY_D2H : ZB_COPY_D2D);
+    if (io == ZB_COPY_H2D && !st->host && st->err == ZB_OK)
+      st->err = st->dev->ops->sync(st->dev->self, &st->ediag);
+  }
+  if (st->err != ZB_OK) {
+    model_mb_destroy(st, mb);
+    return model_end(st, diag);
   }
   s->phase = PHASE_F;
   return ZB_OK;
+}
+
+zb_err zb_model_forward(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
+                        const uint8_t *targets, float *y, float *loss, zb_diag *diag) {
+  return forward(st, mb, tokens, x, targets, y, loss, ZB_COPY_H2D, diag);
+}
+
+zb_err zb_model_forward_dev(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
+                            const uint8_t *targets, float *y, float *loss, zb_diag *diag) {
+  return forward(st, mb, tokens, x, targets, y, loss, ZB_COPY_D2D, diag);
 }

@@ -3,11 +3,15 @@
  *   model_stage.c     parameters (layout, initialisation), the stage's
  *                     lifetime and its accessors;
  *   model_state.c     per-microbatch state and its memory accounting;
- *   model_math.c      matrix products (through CBLAS, traced), linear
- *                     layers and attention;
+ *   model_math.c      matrix products (through the device, traced),
+ *                     linear layers and attention;
  *   model_forward.c   F;
  *   model_backward.c  B (input gradients) and W (weight gradients).
- * The element-wise kernels are in kernels_cpu.c.
+ * Every buffer the model computes on is memory of the stage's device and
+ * every computation is one of its ops (zb_device.h; docs/model.md,
+ * Devices). A device error is sticky within a public call: the first one
+ * is kept in st->err / st->ediag, later ops are skipped (MODEL_DEV), and
+ * the call returns it.
  *
  * What each op keeps, per block (N = batch * seq_len tokens, h hidden):
  *   F keeps  xhat1, rstd1, qkv, att (softmax probabilities), o (attention
@@ -28,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zb_device.h"
 #include "zb_model.h"
 
 /* A block's tensors, in table order. */
@@ -73,6 +78,13 @@ typedef struct mb_state {
 
 struct zb_model_stage {
   zb_model_config cfg;
+  zb_device *dev; /* cfg.device, or the private host device */
+  int own_dev;    /* dev was created by the stage */
+  int host;       /* dev is the host device: mirrors are the device memory */
+  zb_err err;     /* the first device error of the current call */
+  zb_diag ediag;
+  int attn_block; /* rows per causal row block (T when attn_full) */
+
   int stage, n_stages, first_layer, n_layers;
   int is_first, is_last;
   int n_tok;  /* N = batch * seq_len */
@@ -80,7 +92,8 @@ struct zb_model_stage {
 
   zb_model_tensor *tensors;
   int n_tensors;
-  float *params, *grads;
+  float *params, *grads;     /* host: tensors' param/grad; the device buffers or their mirror */
+  float *d_params, *d_grads; /* device */
   size_t n_params;
   int t_embed, t_pos, t_block0, t_lnf, t_head; /* table indices; -1 where absent */
 
@@ -91,22 +104,51 @@ struct zb_model_stage {
   int cache_n, cache_cap;
   int64_t cache_bytes;
 
-  float *ws_x;    /* [N, h] the residual stream in F, its gradient in B */
-  float *ws_a;    /* [N, h] LayerNorm outputs; the attention output's gradient */
-  float *ws_big;  /* [N, 4h] gelu output's gradient */
-  float *ws_tt;   /* [T, T] one head's score gradient */
-  float *ws_head; /* [T, 3d] one head's dQ | dK | dV */
+  /* workspace, device memory */
+  float *ws_x;     /* [N, h] the residual stream in F, its gradient in B */
+  float *ws_a;     /* [N, h] LayerNorm outputs; the attention output's gradient */
+  float *ws_big;   /* [N, 4h] gelu output's gradient */
+  float *ws_tt;    /* [heads, T, T] one sequence's score gradients */
+  float *ws_head;  /* [T, 3h] one sequence's dQ | dK | dV, laid out as qkv */
+  double *ws_loss; /* [N] per-row losses (last stage) */
+  double *h_loss;  /* [N] host copy of ws_loss */
 
   zb_model_gemm *trace;
   int trace_cap, trace_n;
 };
 
-/* A block's parameter and gradient tensors (k: BT_*). */
+/* Tensor i's parameters and gradient in device memory (the host pointers
+ * in the table are the mirror; offsets agree). */
+static inline float *tparam(const zb_model_stage *st, int i) {
+  return st->d_params + (st->tensors[i].param - st->params);
+}
+static inline float *tgrad(const zb_model_stage *st, int i) {
+  return st->d_grads + (st->tensors[i].grad - st->grads);
+}
+/* A block's parameter and gradient tensors on the device (k: BT_*). */
 static inline float *bparam(const zb_model_stage *st, int blk, int k) {
-  return st->tensors[st->t_block0 + blk * BT_COUNT + k].param;
+  return tparam(st, st->t_block0 + blk * BT_COUNT + k);
 }
 static inline float *bgrad(const zb_model_stage *st, int blk, int k) {
-  return st->tensors[st->t_block0 + blk * BT_COUNT + k].grad;
+  return tgrad(st, st->t_block0 + blk * BT_COUNT + k);
+}
+
+/* Issues device op `op` unless an earlier one of this call failed; the
+ * first error stays in st->err and st->ediag. */
+#define MODEL_DEV(st, op, ...)                                                                               \
+  do {                                                                                                       \
+    if ((st)->err == ZB_OK)                                                                                  \
+      (st)->err = (st)->dev->ops->op((st)->dev->self, __VA_ARGS__, &(st)->ediag);                            \
+  } while (0)
+
+/* Starts a public call's error scope / ends it: returns st->err, with its
+ * message in diag. */
+static inline void model_begin(zb_model_stage *st) {
+  st->err = ZB_OK;
+  st->ediag.msg[0] = 0;
+}
+static inline zb_err model_end(zb_model_stage *st, zb_diag *diag) {
+  return st->err == ZB_OK ? ZB_OK : zb_diag_set(diag, st->err, "%s", st->ediag.msg);
 }
 
 /* ---- microbatch state (model_state.c) ---- */
@@ -126,6 +168,8 @@ void model_dropf(zb_model_stage *st, mb_state *s, float **p, size_t numel);
 
 /* ---- matrix products, linear layers, attention (model_math.c) ---- */
 
+/* One (batched) product through the device; traced as batch calls. */
+void model_gemm(zb_model_stage *st, const zb_gemm *g);
 void model_mm(zb_model_stage *st, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
               const float *b, int ldb, float beta, float *c, int ldc);
 void model_linear_fwd(zb_model_stage *st, const float *x, const float *w, const float *b, float *y, int in,
@@ -133,6 +177,9 @@ void model_linear_fwd(zb_model_stage *st, const float *x, const float *w, const 
 void model_linear_bwd_input(zb_model_stage *st, const float *dy, const float *w, float *dx, int in, int out);
 void model_linear_bwd_weight(zb_model_stage *st, const float *dy, const float *x, float *dw, float *db,
                              int in, int out);
+/* Copies bytes between device buffers (D2D), or between a device buffer
+ * and caller memory (H2D / D2H); sticky like MODEL_DEV. */
+void model_copy(zb_model_stage *st, void *dst, const void *src, size_t bytes, zb_copy_kind kind);
 void model_attention_fwd(zb_model_stage *st, const float *qkv, float *att, float *o);
 void model_attention_bwd(zb_model_stage *st, float *qkv, const float *att, const float *dout);
 

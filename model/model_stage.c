@@ -1,6 +1,7 @@
 /* model_stage.c — a model stage's parameters (table layout and seeded
- * initialisation), its creation and freeing, and its accessors
- * (zb_model.h; the layout is in model_internal.h). */
+ * initialisation), its creation and freeing on its device, its accessors
+ * and the host mirror of a non-host device's parameters and gradients
+ * (zb_model.h; the layout is in model_internal.h; docs/model.md, Devices). */
 #include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -10,6 +11,11 @@
 
 #include "model_internal.h"
 #include "zb_alloc.h"
+
+/* Query rows per block of the causal attention (model_math.c): small
+ * enough that the skipped upper triangle is most of it at the usual T,
+ * large enough that each product stays efficient. */
+#define MODEL_ATTN_BLOCK 32
 
 const char *const model_block_tensor_names[BT_COUNT] = {
     "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
@@ -82,6 +88,19 @@ static void add_spec(tensor_spec *specs, int *n, const char *name, int rows, int
   s->std = std;
 }
 
+/* Device memory for the stage's own buffers (parameters, workspace); NULL
+ * and st->err set when the device cannot allocate. */
+static void *dev_alloc(zb_model_stage *st, size_t bytes) {
+  void *p = NULL;
+  MODEL_DEV(st, alloc, bytes, &p);
+  return st->err == ZB_OK ? p : NULL;
+}
+
+static void dev_free(zb_model_stage *st, void *p) {
+  if (p)
+    st->dev->ops->free(st->dev->self, p);
+}
+
 /* Builds the tensor table and the flat parameter and gradient arrays. */
 static void build_tensors(zb_model_stage *st) {
   const zb_model_config *c = &st->cfg;
@@ -122,8 +141,22 @@ static void build_tensors(zb_model_stage *st) {
   st->n_tensors = n;
   st->n_params = total;
   st->tensors = zb_calloc(n ? (size_t)n : 1, sizeof *st->tensors);
-  st->params = zb_calloc(total ? total : 1, sizeof(float));
-  st->grads = zb_calloc(total ? total : 1, sizeof(float));
+  size_t bytes = (total ? total : 1) * sizeof(float);
+  st->d_params = dev_alloc(st, bytes);
+  st->d_grads = dev_alloc(st, bytes);
+  MODEL_DEV(st, zero, st->d_grads, bytes);
+  if (st->host) { /* the device memory is host memory: no mirror */
+    st->params = st->d_params;
+    st->grads = st->d_grads;
+  } else {
+    st->params = zb_calloc(total ? total : 1, sizeof(float));
+    st->grads = zb_calloc(total ? total : 1, sizeof(float));
+  }
+  if (st->err != ZB_OK) { /* the stage is freed; the table stays empty */
+    st->n_tensors = 0;
+    free(specs);
+    return;
+  }
   size_t off = 0;
   for (int i = 0; i < n; i++) {
     zb_model_tensor *t = &st->tensors[i];
@@ -137,6 +170,8 @@ static void build_tensors(zb_model_stage *st) {
     init_tensor(t, c->seed, specs[i].kind, specs[i].std);
   }
   free(specs);
+  if (!st->host)
+    MODEL_DEV(st, copy, st->d_params, st->params, total * sizeof(float), ZB_COPY_H2D);
 }
 
 /* ---- the stage -------------------------------------------------------- */
@@ -168,6 +203,22 @@ static zb_err check_config(const zb_model_config *c, zb_diag *diag) {
   return ZB_OK;
 }
 
+/* The stage's workspace (model_internal.h), on the device. */
+static void alloc_workspace(zb_model_stage *st) {
+  const zb_model_config *c = &st->cfg;
+  size_t n = (size_t)st->n_tok, h = (size_t)c->hidden, count = (size_t)st->n_layers;
+  size_t big = count ? n * 4 * h : 1, tt = count ? (size_t)c->heads * c->seq_len * c->seq_len : 1;
+  size_t head = count ? (size_t)c->seq_len * 3 * h : 1, loss = st->is_last ? n : 1;
+  st->ws_x = dev_alloc(st, n * h * sizeof(float));
+  st->ws_a = dev_alloc(st, n * h * sizeof(float));
+  st->ws_big = dev_alloc(st, big * sizeof(float));
+  st->ws_tt = dev_alloc(st, tt * sizeof(float));
+  st->ws_head = dev_alloc(st, head * sizeof(float));
+  st->ws_loss = dev_alloc(st, loss * sizeof(double));
+  st->h_loss = zb_malloc(loss * sizeof(double));
+  st->workspace_bytes = (int64_t)((2 * n * h + big + tt + head) * sizeof(float) + loss * sizeof(double));
+}
+
 zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, zb_model_stage **out,
                           zb_diag *diag) {
   if (!cfg || !out)
@@ -196,17 +247,25 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
   st->is_last = stage == n_stages - 1;
   st->nan_mb = -1;
   st->n_tok = c.batch * c.seq_len;
+  st->attn_block = c.attn_full || c.seq_len < MODEL_ATTN_BLOCK ? c.seq_len : MODEL_ATTN_BLOCK;
+  if (c.device) {
+    st->dev = c.device;
+  } else if ((err = zb_device_host_new(&st->dev, diag)) != ZB_OK) {
+    free(st);
+    return err;
+  } else {
+    st->own_dev = 1;
+    st->cfg.device = st->dev;
+  }
+  st->host = strcmp(st->dev->ops->name, "host") == 0;
+  model_begin(st);
   build_tensors(st);
-
-  size_t n = (size_t)st->n_tok, h = (size_t)c.hidden;
-  size_t big = count ? n * 4 * h : 1, tt = count ? (size_t)c.seq_len * c.seq_len : 1;
-  st->ws_x = zb_malloc(n * h * sizeof(float));
-  st->ws_a = zb_malloc(n * h * sizeof(float));
-  st->ws_big = zb_malloc(big * sizeof(float));
-  size_t head = count ? (size_t)c.seq_len * 3 * (size_t)(c.hidden / c.heads) : 1;
-  st->ws_tt = zb_malloc(tt * sizeof(float));
-  st->ws_head = zb_malloc(head * sizeof(float));
-  st->workspace_bytes = (int64_t)((2 * n * h + big + tt + head) * sizeof(float));
+  alloc_workspace(st);
+  if (st->err != ZB_OK) {
+    err = model_end(st, diag);
+    zb_model_stage_free(st);
+    return err;
+  }
   *out = st;
   return ZB_OK;
 }
@@ -219,13 +278,17 @@ void zb_model_stage_free(zb_model_stage *st) {
   free(st->cache);
   free(st->mbs);
   free(st->tensors);
-  free(st->params);
-  free(st->grads);
-  free(st->ws_x);
-  free(st->ws_a);
-  free(st->ws_big);
-  free(st->ws_tt);
-  free(st->ws_head);
+  if (!st->host) {
+    free(st->params);
+    free(st->grads);
+  }
+  void *dev_bufs[] = {st->d_params, st->d_grads, st->ws_x,    st->ws_a,
+                      st->ws_big,   st->ws_tt,   st->ws_head, st->ws_loss};
+  for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
+    dev_free(st, dev_bufs[i]);
+  free(st->h_loss);
+  if (st->own_dev)
+    zb_device_free(st->dev);
   free(st);
 }
 
@@ -272,9 +335,15 @@ float *zb_model_grads(zb_model_stage *st) {
 zb_err zb_model_get_params(const zb_model_stage *st, float *dst, size_t n) {
   if (n != st->n_params || (n && !dst))
     return ZB_ERR_INVALID_ARG;
-  if (n)
+  if (!n)
+    return ZB_OK;
+  if (st->host) {
     memcpy(dst, st->params, n * sizeof(float));
-  return ZB_OK;
+    return ZB_OK;
+  }
+  zb_diag d;
+  zb_err err = st->dev->ops->copy(st->dev->self, dst, st->d_params, n * sizeof(float), ZB_COPY_D2H, &d);
+  return err != ZB_OK ? err : st->dev->ops->sync(st->dev->self, &d);
 }
 
 zb_err zb_model_set_params(zb_model_stage *st, const float *src, size_t n) {
@@ -282,10 +351,38 @@ zb_err zb_model_set_params(zb_model_stage *st, const float *src, size_t n) {
     return ZB_ERR_INVALID_ARG;
   if (n)
     memcpy(st->params, src, n * sizeof(float));
-  return ZB_OK;
+  return zb_model_push_params(st, NULL);
 }
 
 void zb_model_zero_grads(zb_model_stage *st) {
-  if (st->n_params)
+  if (!st->n_params)
+    return;
+  if (!st->host)
     memset(st->grads, 0, st->n_params * sizeof(float));
+  zb_diag d; /* a failure poisons the device: the next op reports it */
+  (void)st->dev->ops->zero(st->dev->self, st->d_grads, st->n_params * sizeof(float), &d);
+}
+
+zb_err zb_model_pull(zb_model_stage *st, zb_diag *diag) {
+  if (st->host || !st->n_params)
+    return ZB_OK;
+  model_begin(st);
+  size_t bytes = st->n_params * sizeof(float);
+  model_copy(st, st->params, st->d_params, bytes, ZB_COPY_D2H);
+  model_copy(st, st->grads, st->d_grads, bytes, ZB_COPY_D2H);
+  if (st->err == ZB_OK)
+    st->err = st->dev->ops->sync(st->dev->self, &st->ediag);
+  return model_end(st, diag);
+}
+
+zb_err zb_model_push_params(zb_model_stage *st, zb_diag *diag) {
+  if (st->host || !st->n_params)
+    return ZB_OK;
+  model_begin(st);
+  model_copy(st, st->d_params, st->params, st->n_params * sizeof(float), ZB_COPY_H2D);
+  return model_end(st, diag);
+}
+
+zb_device *zb_model_device(const zb_model_stage *st) {
+  return st->dev;
 }

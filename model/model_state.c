@@ -1,7 +1,8 @@
 /* model_state.c — per-microbatch state of a model stage: what F keeps for
  * B and W, the cache its buffers go back to, and the byte accounting the
  * memory stats report (zb_model.h; the state is described in
- * model_internal.h). */
+ * model_internal.h). State buffers are memory of the stage's device; the
+ * accounting counts the bytes asked for, whatever the device is. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,31 +34,40 @@ static void *cache_get(zb_model_stage *st, size_t bytes) {
       void *p = st->cache[i].p;
       st->cache[i] = st->cache[--st->cache_n];
       st->cache_bytes -= (int64_t)bytes;
-      ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+      if (st->host)
+        ASAN_UNPOISON_MEMORY_REGION(p, bytes);
       return p;
     }
-  return zb_malloc(bytes);
+  void *p = NULL;
+  if (st->err == ZB_OK)
+    st->err = st->dev->ops->alloc(st->dev->self, bytes, &p, &st->ediag);
+  return st->err == ZB_OK ? p : NULL;
 }
 
 static void cache_put(zb_model_stage *st, void *p, size_t bytes) {
   /* Held + cached never exceeds the peak of held: the cache costs no memory
    * a schedule's peak does not already need. */
   if (st->state_bytes + st->cache_bytes + (int64_t)bytes > st->peak_bytes) {
-    free(p);
+    st->dev->ops->free(st->dev->self, p);
     return;
   }
   if (st->cache_n == st->cache_cap) {
     st->cache_cap = st->cache_cap ? 2 * st->cache_cap : 32;
     st->cache = zb_realloc(st->cache, (size_t)st->cache_cap * sizeof *st->cache);
   }
-  ASAN_POISON_MEMORY_REGION(p, bytes);
+  if (st->host)
+    ASAN_POISON_MEMORY_REGION(p, bytes);
   st->cache[st->cache_n++] = (cached_buf){p, bytes};
   st->cache_bytes += (int64_t)bytes;
 }
 
+/* NULL (and st->err set) when the device cannot allocate; then nothing is
+ * counted and the ops that would use it are skipped. */
 void *model_take(zb_model_stage *st, mb_state *s, size_t bytes) {
-  account(st, s, (int64_t)bytes);
-  return cache_get(st, bytes);
+  void *p = cache_get(st, bytes);
+  if (p)
+    account(st, s, (int64_t)bytes);
+  return p;
 }
 float *model_takef(zb_model_stage *st, mb_state *s, size_t numel) {
   return model_take(st, s, numel * sizeof(float));
@@ -169,8 +179,9 @@ void zb_model_reset_peak(zb_model_stage *st) {
 
 void zb_model_release_cache(zb_model_stage *st) {
   for (int i = 0; i < st->cache_n; i++) {
-    ASAN_UNPOISON_MEMORY_REGION(st->cache[i].p, st->cache[i].bytes);
-    free(st->cache[i].p);
+    if (st->host)
+      ASAN_UNPOISON_MEMORY_REGION(st->cache[i].p, st->cache[i].bytes);
+    st->dev->ops->free(st->dev->self, st->cache[i].p);
   }
   st->cache_n = 0;
   st->cache_bytes = 0;

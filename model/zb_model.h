@@ -1,7 +1,9 @@
 /* zb_model.h — the worker's built-in model (see docs/model.md): a decoder stack of
  * transformer-style blocks split into pipeline stages, with the backward
- * pass split into B (input gradient) and W (weight gradient). fp32 on the
- * CPU; matrix products through CBLAS (OpenBLAS).
+ * pass split into B (input gradient) and W (weight gradient). fp32, on a
+ * device (zb_device.h): the host (CBLAS and kernels_cpu.c) unless the
+ * config names another. Every buffer the model computes on is memory of
+ * that device and every computation one of its ops.
  *
  * The model, over all stages:
  *   h0 = embed[token] + pos_embed[t]                       (first stage)
@@ -14,10 +16,12 @@
  * (relative error about 1.5e-7 against expf; the softmaxes use it too).
  * The embedding and the LM head are separate tensors (not tied), so no
  * parameter lives on two stages. Linear layers compute y = x W^T + b with W
- * stored [out, in] row-major. Results are deterministic: an op computes
- * the same bits on any partition and at -O0 as at -O3 (the kernels neither
- * reassociate nor contract); accumulated gradients depend on the order of
- * the W ops only through fp32 rounding.
+ * stored [out, in] row-major. Causal attention computes, per block of
+ * query rows, only the products on and below the diagonal (attn_full: the
+ * whole T x T products, for comparison). Results are deterministic on the
+ * host device: an op computes the same bits on any partition and at -O0
+ * as at -O3 (the kernels neither reassociate nor contract); accumulated
+ * gradients depend on the order of the W ops only through fp32 rounding.
  *
  * Ops on (stage, microbatch), each microbatch's state independent of the
  * others (keyed by mb, any number in flight):
@@ -32,10 +36,19 @@
  *
  * Ownership: a zb_model_stage is created by zb_model_stage_new() and owned
  * by the caller, who frees it with zb_model_stage_free() (NULL is a no-op).
- * It owns its parameters, gradients, per-microbatch states and workspace;
- * pointers it hands out (tensors, parameter arrays) stay valid until it is
- * freed. It borrows no caller memory after a call returns: F copies what it
- * keeps from its inputs. One thread uses a stage at a time (different
+ * It owns its parameters, gradients, per-microbatch states and workspace
+ * (device memory); pointers it hands out (tensors, parameter arrays) stay
+ * valid until it is freed. It borrows cfg->device (which must outlive it)
+ * and no caller memory after a call returns: F copies what it keeps from
+ * its inputs.
+ *
+ * Host access. Tensors' param/grad and zb_model_params/zb_model_grads are
+ * host memory: on the host device they are the device buffers themselves;
+ * on another device they are a mirror, filled by zb_model_pull() and sent
+ * back by zb_model_push_params(). Inputs and outputs of F and B (tokens,
+ * x, targets, y, dy, dx) are host memory; on an asynchronous device F and
+ * B wait for the outputs they copy out (y, dx), and the last stage's F
+ * synchronises once, for the loss. One thread uses a stage at a time (different
  * stages may run on different threads at once); no function blocks other
  * than for its own computation.
  *
@@ -51,17 +64,21 @@
 
 #include "zb_err.h"
 
+typedef struct zb_device zb_device; /* zb_device.h */
+
 /* The whole model's shape; every stage of a partition gets the same one. */
 typedef struct zb_model_config {
-  int vocab;        /* token ids 0..vocab-1; 0 means 256 (bytes) */
-  int hidden;       /* h; a multiple of heads */
-  int heads;        /* attention heads */
-  int layers;       /* transformer blocks over all stages (0 allowed) */
-  int seq_len;      /* T: tokens per sequence */
-  int batch;        /* sequences per microbatch */
-  uint64_t seed;    /* parameter initialisation, per global tensor */
-  float loss_scale; /* dL/dloss that the last stage's B starts from; 0 means 1
-                       (1/m makes the accumulated gradient that of the mean over m microbatches) */
+  int vocab;         /* token ids 0..vocab-1; 0 means 256 (bytes) */
+  int hidden;        /* h; a multiple of heads */
+  int heads;         /* attention heads */
+  int layers;        /* transformer blocks over all stages (0 allowed) */
+  int seq_len;       /* T: tokens per sequence */
+  int batch;         /* sequences per microbatch */
+  uint64_t seed;     /* parameter initialisation, per global tensor */
+  float loss_scale;  /* dL/dloss that the last stage's B starts from; 0 means 1
+                        (1/m makes the accumulated gradient that of the mean over m microbatches) */
+  zb_device *device; /* borrowed, outlives the stage; NULL: the stage creates and owns a host device */
+  int attn_full;     /* benchmarks and tests only: compute attention's full T x T products */
 } zb_model_config;
 
 typedef struct zb_model_stage zb_model_stage;
@@ -85,8 +102,9 @@ typedef struct zb_model_mem {
   int64_t cached_bytes;     /* freed state buffers kept for reuse; state + cached <= peak */
 } zb_model_mem;
 
-/* One matrix product as issued to cblas_sgemm (row-major), for benchmarks
- * that time the same shapes alone. count: identical consecutive calls. */
+/* One matrix product as issued to the device (row-major), for benchmarks
+ * that time the same shapes alone. count: identical consecutive products
+ * (a batched product of batch b counts b). */
 typedef struct zb_model_gemm {
   int trans_a, trans_b; /* 0 or 1 */
   int m, n, k, lda, ldb, ldc;
@@ -138,6 +156,14 @@ size_t zb_model_act_numel(const zb_model_stage *st);
 zb_err zb_model_forward(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
                         const uint8_t *targets, float *y, float *loss, zb_diag *diag);
 
+/* F and B with x, y, dy and dx in memory of the stage's device (tokens
+ * and targets stay host memory): no copy through the host and no wait for
+ * the outputs, which are ready in stream order. Same as zb_model_forward
+ * and zb_model_backward_b on the host device. */
+zb_err zb_model_forward_dev(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
+                            const uint8_t *targets, float *y, float *loss, zb_diag *diag);
+zb_err zb_model_backward_b_dev(zb_model_stage *st, int mb, const float *dy, float *dx, zb_diag *diag);
+
 /* B of microbatch mb: from dy [act_numel] (the gradient of F's output; NULL
  * on the last stage, which starts from loss_scale) computes dx [act_numel],
  * the gradient of F's input (NULL on the first stage, whose input is
@@ -167,17 +193,29 @@ const zb_model_tensor *zb_model_tensor_at(const zb_model_stage *st, int i);
 const zb_model_tensor *zb_model_find_tensor(const zb_model_stage *st, const char *name);
 
 /* All parameters (and gradients) of the stage as one contiguous array, in
- * tensor order; n_params floats each. */
+ * tensor order; n_params floats each. Host memory (the mirror on a
+ * non-host device: see Host access above). */
 size_t zb_model_n_params(const zb_model_stage *st);
 float *zb_model_params(zb_model_stage *st);
 float *zb_model_grads(zb_model_stage *st);
 
-/* Copies all parameters out of / into the stage (n must be n_params). */
+/* Copies all parameters out of the device / into the mirror and the
+ * device (n must be n_params). */
 zb_err zb_model_get_params(const zb_model_stage *st, float *dst, size_t n);
 zb_err zb_model_set_params(zb_model_stage *st, const float *src, size_t n);
 
-/* Sets every gradient to zero. */
+/* Sets every gradient to zero (device and mirror). */
 void zb_model_zero_grads(zb_model_stage *st);
+
+/* The device the stage computes on (cfg->device or its own host device). */
+zb_device *zb_model_device(const zb_model_stage *st);
+
+/* Non-host devices: device parameters and gradients -> the host mirror,
+ * waiting for the copies (zb_model_pull); mirror parameters -> device
+ * (zb_model_push_params, after a host-side update). No-ops on the host
+ * device. A device failure is ZB_ERR_IO with its message. */
+zb_err zb_model_pull(zb_model_stage *st, zb_diag *diag);
+zb_err zb_model_push_params(zb_model_stage *st, zb_diag *diag);
 
 /* Memory held now and at the peak. */
 void zb_model_mem_stats(const zb_model_stage *st, zb_model_mem *out);
