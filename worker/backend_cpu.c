@@ -1,154 +1,20 @@
-/* backend_cpu.c — the cpu compute backend: the built-in model's F, B and W
- * on the stages a rank hosts, with the activations and gradients the
- * transport carries kept in per-(kind, stage, microbatch) slots
- * (zb_backend.h, "cpu"). Synchronous: submit runs the op's math and
- * returns; sync has nothing to wait for. */
+/* backend_cpu.c — the model backends: the built-in model's F, B and W on
+ * the stages a rank hosts, over a device (zb_device.h), with the
+ * activations and gradients the transport carries kept in per-(kind,
+ * stage, microbatch) slots (zb_backend.h, "cpu" and "cuda"). On the host
+ * device ("cpu") submit runs the op's math and returns; on a CUDA device
+ * ("cuda") it enqueues on the device's stream, sync waits, and ops are
+ * timed with device events. With a host transport (tcp) a device backend
+ * stages every message through host memory (docs/model.md, Backends). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_cpu_internal.h"
 #include "zb_alloc.h"
-#include "zb_backend.h"
-#include "zb_clock.h"
 
-/* Slot kinds, one per comm action. */
-enum { SLOT_SEND_F, SLOT_RECV_F, SLOT_SEND_B, SLOT_RECV_B, SLOT_KINDS };
-
-/* One activation or gradient buffer. epoch: the backend's iteration serial
- * when it was last written (by F or B) or handed to the transport for a
- * receive; 0 means never, so a slot from an earlier iteration is never
- * mistaken for this one's. */
-typedef struct cpu_slot {
-  float *buf;
-  uint64_t epoch;
-} cpu_slot;
-
-typedef struct cpu_stage {
-  int index; /* global stage index */
-  zb_model_stage *st;
-  cpu_slot *slots[SLOT_KINDS]; /* indexed by mb, cap entries each */
-  int cap;
-} cpu_stage;
-
-typedef struct cpu_backend {
-  int rank, total;
-  cpu_stage *stages; /* ascending by index */
-  int n;
-  int *local; /* [total]: position in stages, or -1 when another rank hosts it */
-  zb_model_config model;
-  size_t act_numel, act_bytes;
-  zb_cpu_data data;
-  const atomic_bool *stop;
-  bool nan_on; /* the inject_nan test hook */
-  int64_t nan_iteration;
-  int nan_mb;
-
-  int64_t iteration; /* what the data source samples */
-  uint64_t epoch;    /* bumped by every begin_iteration; slots compare against it */
-  uint8_t *tokens, *targets;
-  float *losses; /* per mb: the last stage's loss, valid where loss_epoch == epoch */
-  uint64_t *loss_epoch;
-  int loss_cap;
-
-  zb_backend_stats acc; /* busy of the current interval */
-  int64_t mem, peak;    /* state bytes of the whole rank; peak of the interval */
-  int64_t peak_ever;
-  int64_t slot_bytes;
-} cpu_backend;
-
-static const zb_backend_ops cpu_ops;
-
-/* ---- the data ----------------------------------------------------------- */
-
-static uint64_t cpu_mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-zb_err zb_backend_cpu_text_fill(void *ud, int64_t iteration, int mb, int batch, int seq_len, uint8_t *tokens,
-                                uint8_t *targets, zb_diag *diag) {
-  const zb_cpu_text *t = ud;
-  if (!t || !t->text || seq_len < 1 || batch < 1 || t->len < (size_t)seq_len + 1)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "text data: %zu bytes of text cannot give windows of %d+1 bytes",
-                       t && t->text ? t->len : 0, seq_len);
-  /* Offsets 0 .. len-seq_len-1 leave room for the target of the window's
-   * last byte. */
-  uint64_t windows = (uint64_t)(t->len - (size_t)seq_len);
-  for (int j = 0; j < batch; j++) {
-    uint64_t key = cpu_mix(cpu_mix(cpu_mix(t->seed) ^ (uint64_t)iteration) ^ (uint64_t)(uint32_t)mb);
-    size_t off = (size_t)(cpu_mix(key ^ (uint64_t)j) % windows);
-    memcpy(tokens + (size_t)j * (size_t)seq_len, t->text + off, (size_t)seq_len);
-    memcpy(targets + (size_t)j * (size_t)seq_len, t->text + off + 1, (size_t)seq_len);
-  }
-  return ZB_OK;
-}
-
-/* Fills b->tokens and b->targets for mb of the current iteration. */
-static zb_err cpu_fill(cpu_backend *b, int stage, int mb, zb_diag *diag) {
-  zb_err err = b->data.fill(b->data.ud, b->iteration, mb, b->model.batch, b->model.seq_len, b->tokens,
-                            b->targets, diag);
-  if (err && diag) {
-    char inner[sizeof diag->msg];
-    memcpy(inner, diag->msg, sizeof inner);
-    zb_diag_set(diag, err, "cpu backend: data for stage %d mb %d of iteration %lld: %s", stage, mb,
-                (long long)b->iteration, inner);
-  }
-  return err;
-}
-
-/* ---- slots -------------------------------------------------------------- */
-
-/* Grows every slot array of cs (and the loss arrays) to hold mb. */
-static void cpu_grow(cpu_backend *b, cpu_stage *cs, int mb) {
-  if (mb >= cs->cap) {
-    int cap = cs->cap ? cs->cap : 8;
-    while (cap <= mb)
-      cap *= 2;
-    for (int k = 0; k < SLOT_KINDS; k++) {
-      cs->slots[k] = zb_realloc(cs->slots[k], sizeof(cpu_slot) * (size_t)cap);
-      memset(cs->slots[k] + cs->cap, 0, sizeof(cpu_slot) * (size_t)(cap - cs->cap));
-    }
-    cs->cap = cap;
-  }
-  if (mb >= b->loss_cap) {
-    int cap = b->loss_cap ? b->loss_cap : 8;
-    while (cap <= mb)
-      cap *= 2;
-    b->losses = zb_realloc(b->losses, sizeof(float) * (size_t)cap);
-    b->loss_epoch = zb_realloc(b->loss_epoch, sizeof(uint64_t) * (size_t)cap);
-    memset(b->loss_epoch + b->loss_cap, 0, sizeof(uint64_t) * (size_t)(cap - b->loss_cap));
-    b->loss_cap = cap;
-  }
-}
-
-/* The slot of (kind, cs, mb), its buffer allocated. */
-static cpu_slot *cpu_slot_get(cpu_backend *b, cpu_stage *cs, int kind, int mb) {
-  cpu_grow(b, cs, mb);
-  cpu_slot *s = &cs->slots[kind][mb];
-  if (!s->buf) {
-    s->buf = zb_calloc(b->act_numel, sizeof(float));
-    b->slot_bytes += (int64_t)b->act_bytes;
-  }
-  return s;
-}
-
-/* An input slot that must have been written (or received into) in the
- * current iteration; what: the missing producer, for the message. */
-static zb_err cpu_input(cpu_backend *b, cpu_stage *cs, int kind, int mb, const char *op, int stage,
-                        const char *what, const float **out, zb_diag *diag) {
-  cpu_slot *s = cpu_slot_get(b, cs, kind, mb);
-  if (s->epoch != b->epoch)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "cpu backend: %s of stage %d mb %d before its input: %s has not happened in this "
-                       "iteration",
-                       op, stage, mb, what);
-  *out = s->buf;
-  return ZB_OK;
-}
+static const zb_backend_ops cpu_ops, cuda_ops;
 
 /* ---- ops ---------------------------------------------------------------- */
 
@@ -159,11 +25,11 @@ static cpu_stage *cpu_hosted(const cpu_backend *b, int stage) {
 }
 
 /* Prefixes a model error with the backend's name. */
-static zb_err cpu_model_err(zb_err err, zb_diag *diag) {
+static zb_err cpu_model_err(const cpu_backend *b, zb_err err, zb_diag *diag) {
   if (err && diag) {
     char inner[sizeof diag->msg];
     memcpy(inner, diag->msg, sizeof inner);
-    zb_diag_set(diag, err, "cpu backend: %s", inner);
+    zb_diag_set(diag, err, "%s backend: %s", cpu_name(b), inner);
   }
   return err;
 }
@@ -210,14 +76,19 @@ static zb_err cpu_forward(cpu_backend *b, cpu_stage *cs, int mb, zb_diag *diag) 
   }
   if (err)
     return err;
-  cpu_slot *out = last ? NULL : cpu_slot_get(b, cs, SLOT_SEND_F, mb);
+  cpu_slot *out = NULL;
+  if (!last && (err = cpu_slot_get(b, cs, SLOT_SEND_F, mb, &out, diag)))
+    return err;
   y = out ? out->buf : NULL;
-  int64_t t0 = zb_clock_ns();
+  int t;
+  if ((err = cpu_time_start(b, ZB_OP_F, &t, diag)))
+    return err;
   err = zb_model_forward(cs->st, mb, first ? b->tokens : NULL, x, last ? b->targets : NULL, y,
                          last ? &loss : NULL, diag);
-  b->acc.busy_f += (double)(zb_clock_ns() - t0) * 1e-9;
+  if (!err)
+    err = cpu_time_end(b, t, diag);
   if (err)
-    return cpu_model_err(err, diag);
+    return cpu_model_err(b, err, diag);
   if (out)
     out->epoch = b->epoch;
   if (last) {
@@ -241,33 +112,42 @@ static zb_err cpu_backward_b(cpu_backend *b, cpu_stage *cs, int mb, const char *
     if (err)
       return err;
   }
-  cpu_slot *out = first ? NULL : cpu_slot_get(b, cs, SLOT_SEND_B, mb);
-  int64_t t0 = zb_clock_ns();
+  cpu_slot *out = NULL;
+  if (!first && (err = cpu_slot_get(b, cs, SLOT_SEND_B, mb, &out, diag)))
+    return err;
+  int t;
+  if ((err = cpu_time_start(b, ZB_OP_B, &t, diag)))
+    return err;
   err = zb_model_backward_b(cs->st, mb, dy, out ? out->buf : NULL, diag);
-  b->acc.busy_b += (double)(zb_clock_ns() - t0) * 1e-9;
+  if (!err)
+    err = cpu_time_end(b, t, diag);
   if (err)
-    return cpu_model_err(err, diag);
+    return cpu_model_err(b, err, diag);
   if (out)
     out->epoch = b->epoch;
   return ZB_OK;
 }
 
 static zb_err cpu_backward_w(cpu_backend *b, cpu_stage *cs, int mb, zb_diag *diag) {
-  int64_t t0 = zb_clock_ns();
-  zb_err err = zb_model_backward_w(cs->st, mb, diag);
-  b->acc.busy_w += (double)(zb_clock_ns() - t0) * 1e-9;
-  return cpu_model_err(err, diag);
+  int t;
+  zb_err err = cpu_time_start(b, ZB_OP_W, &t, diag);
+  if (err)
+    return err;
+  err = zb_model_backward_w(cs->st, mb, diag);
+  if (!err)
+    err = cpu_time_end(b, t, diag);
+  return cpu_model_err(b, err, diag);
 }
 
 static zb_err cpu_submit(void *self, zb_op op, int stage, int mb, zb_diag *diag) {
   cpu_backend *b = self;
   if (!zb_op_is_compute(op))
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu backend: %s is not a compute op", zb_op_name(op));
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s backend: %s is not a compute op", cpu_name(b),
+                       zb_op_name(op));
   cpu_stage *cs = cpu_hosted(b, stage);
   if (!cs || mb < 0)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "cpu backend: %s of stage %d mb %d: rank %d does not host it", zb_op_name(op), stage,
-                       mb, b->rank);
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s backend: %s of stage %d mb %d: rank %d does not host it",
+                       cpu_name(b), zb_op_name(op), stage, mb, b->rank);
   if (b->stop && atomic_load(b->stop))
     return zb_diag_set(diag, ZB_ERR_IO, "stopped (stop flag raised) before a compute op");
   zb_model_reset_peak(cs->st); /* so cpu_account sees this op's own high-water mark */
@@ -286,51 +166,78 @@ static zb_err cpu_submit(void *self, zb_op op, int stage, int mb, zb_diag *diag)
 }
 
 static zb_err cpu_sync(void *self, zb_diag *diag) {
-  (void)self;
-  (void)diag;
-  return ZB_OK;
+  cpu_backend *b = self;
+  return dev_sync(b->dev, diag);
+}
+
+/* The slot kind that comm action `comm` of stage cs uses, or -1 (the first
+ * stage receives no activation, the last sends none, ...). */
+static int cpu_comm_kind(const cpu_stage *cs, zb_op comm) {
+  int first = zb_model_stage_is_first(cs->st), last = zb_model_stage_is_last(cs->st);
+  switch (comm) {
+  case ZB_OP_SEND_F: return last ? -1 : SLOT_SEND_F;
+  case ZB_OP_RECV_F: return first ? -1 : SLOT_RECV_F;
+  case ZB_OP_SEND_B: return first ? -1 : SLOT_SEND_B;
+  case ZB_OP_RECV_B: return last ? -1 : SLOT_RECV_B;
+  default: return -2;
+  }
+}
+
+/* A SEND's bytes as the transport reads them: the slot itself, or (when
+ * staging) its host copy, made now and waited for. */
+static zb_err cpu_send_view(cpu_backend *b, cpu_slot *s, void **out, zb_diag *diag) {
+  if (!b->staging) {
+    *out = s->buf;
+    return ZB_OK;
+  }
+  zb_err err = dev_copy(b->dev, s->host, s->buf, b->act_bytes, ZB_COPY_D2H, diag);
+  if (!err)
+    err = dev_sync(b->dev, diag);
+  *out = s->host;
+  return err;
 }
 
 static zb_err cpu_buffer(void *self, zb_op comm, int stage, int mb, size_t len, void **out, zb_diag *diag) {
   cpu_backend *b = self;
   if (len != b->act_bytes)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "cpu backend: bytes_per_activation is %zu but one activation of this model is %zu "
+                       "%s backend: bytes_per_activation is %zu but one activation of this model is %zu "
                        "bytes (batch %d x seq_len %d x hidden %d x 4); set the job's bytes_per_activation "
                        "to %zu",
-                       len, b->act_bytes, b->model.batch, b->model.seq_len, b->model.hidden, b->act_bytes);
+                       cpu_name(b), len, b->act_bytes, b->model.batch, b->model.seq_len, b->model.hidden,
+                       b->act_bytes);
   cpu_stage *cs = cpu_hosted(b, stage);
   if (!cs || mb < 0)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "cpu backend: %s of stage %d mb %d: rank %d does not host it", zb_op_name(comm), stage,
-                       mb, b->rank);
-  int first = zb_model_stage_is_first(cs->st), last = zb_model_stage_is_last(cs->st), kind;
-  switch (comm) {
-  case ZB_OP_SEND_F: kind = last ? -1 : SLOT_SEND_F; break;
-  case ZB_OP_RECV_F: kind = first ? -1 : SLOT_RECV_F; break;
-  case ZB_OP_SEND_B: kind = first ? -1 : SLOT_SEND_B; break;
-  case ZB_OP_RECV_B: kind = last ? -1 : SLOT_RECV_B; break;
-  default: return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cpu backend: %s has no buffer", zb_op_name(comm));
-  }
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s backend: %s of stage %d mb %d: rank %d does not host it",
+                       cpu_name(b), zb_op_name(comm), stage, mb, b->rank);
+  int kind = cpu_comm_kind(cs, comm);
+  if (kind == -2)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s backend: %s has no buffer", cpu_name(b),
+                       zb_op_name(comm));
   if (kind < 0)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "cpu backend: %s of stage %d: the %s stage has no such message", zb_op_name(comm),
-                       stage, first ? "first" : "last");
-  cpu_slot *s = cpu_slot_get(b, cs, kind, mb);
+                       "%s backend: %s of stage %d: the %s stage has no such message", cpu_name(b),
+                       zb_op_name(comm), stage, zb_model_stage_is_first(cs->st) ? "first" : "last");
+  cpu_slot *s;
+  zb_err err = cpu_slot_get(b, cs, kind, mb, &s, diag);
+  if (err)
+    return err;
   if (kind == SLOT_SEND_F || kind == SLOT_SEND_B) {
     if (s->epoch != b->epoch) /* sending what this iteration has not computed */
       return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                         "cpu backend: %s of stage %d mb %d before its %s has run in this iteration",
-                         zb_op_name(comm), stage, mb, kind == SLOT_SEND_F ? "F" : "B");
-  } else {
-    s->epoch = b->epoch; /* the transport fills it before the group ends */
+                         "%s backend: %s of stage %d mb %d before its %s has run in this iteration",
+                         cpu_name(b), zb_op_name(comm), stage, mb, kind == SLOT_SEND_F ? "F" : "B");
+    return cpu_send_view(b, s, out, diag);
   }
-  *out = s->buf;
+  s->epoch = b->epoch; /* the transport fills it before the group ends */
+  s->staged_in = b->staging;
+  *out = b->staging ? (void *)s->host : (void *)s->buf;
   return ZB_OK;
 }
 
 static void cpu_take_stats(void *self, zb_backend_stats *out) {
   cpu_backend *b = self;
+  cpu_time_collect(b);
   *out = b->acc;
   out->mem_bytes = b->mem;
   out->peak_bytes = b->peak;
@@ -344,11 +251,17 @@ static void cpu_free(void *self) {
     cpu_stage *cs = &b->stages[i];
     zb_model_stage_free(cs->st);
     for (int k = 0; k < SLOT_KINDS; k++) {
-      for (int mb = 0; mb < cs->cap; mb++)
-        free(cs->slots[k][mb].buf);
+      for (int mb = 0; mb < cs->cap; mb++) {
+        if (cs->slots[k][mb].buf)
+          dev_release(b->dev, cs->slots[k][mb].buf);
+        free(cs->slots[k][mb].host);
+      }
       free(cs->slots[k]);
     }
   }
+  cpu_time_free(b);
+  if (b->own_dev)
+    zb_device_free(b->dev);
   free(b->stages);
   free(b->local);
   free(b->tokens);
@@ -360,6 +273,17 @@ static void cpu_free(void *self) {
 
 static const zb_backend_ops cpu_ops = {
     .name = "cpu",
+    .submit = cpu_submit,
+    .sync = cpu_sync,
+    .buffer = cpu_buffer,
+    .take_stats = cpu_take_stats,
+    .free = cpu_free,
+};
+
+/* The same backend over a CUDA device: the model's ops are enqueued on its
+ * stream, so submit returns early and sync waits. */
+static const zb_backend_ops cuda_ops = {
+    .name = "cuda",
     .submit = cpu_submit,
     .sync = cpu_sync,
     .buffer = cpu_buffer,
@@ -402,6 +326,18 @@ static zb_err cpu_check(const zb_cpu_backend_config *cfg, zb_diag *diag) {
   return ZB_OK;
 }
 
+/* The backend's device: the caller's (borrowed), or a host device of its own. */
+static zb_err cpu_device(cpu_backend *b, const zb_cpu_backend_config *cfg, zb_diag *diag) {
+  if (cfg->device) {
+    b->dev = cfg->device;
+    b->cuda = strcmp(cfg->device->ops->name, "host") != 0;
+    b->staging = b->cuda && cfg->host_transport;
+    return ZB_OK;
+  }
+  b->own_dev = true;
+  return zb_device_host_new(&b->dev, diag);
+}
+
 static int cpu_cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
   return (x > y) - (x < y);
@@ -429,12 +365,16 @@ zb_err zb_backend_cpu_new(const zb_cpu_backend_config *cfg, zb_backend **out, zb
   b->local = zb_malloc(sizeof(int) * (size_t)b->total);
   for (int s = 0; s < b->total; s++)
     b->local[s] = -1;
+  if ((err = cpu_device(b, cfg, diag)))
+    goto fail;
+  zb_model_config mc = cfg->model;
+  mc.device = b->dev;
   for (int i = 0; i < cfg->n_stages; i++) {
     cpu_stage *cs = &b->stages[i];
     cs->index = order[i];
-    err = zb_model_stage_new(&cfg->model, cs->index, b->total, &cs->st, diag);
+    err = zb_model_stage_new(&mc, cs->index, b->total, &cs->st, diag);
     if (err) {
-      err = cpu_model_err(err, diag);
+      err = cpu_model_err(b, err, diag);
       goto fail;
     }
     b->n++;
@@ -449,7 +389,7 @@ zb_err zb_backend_cpu_new(const zb_cpu_backend_config *cfg, zb_backend **out, zb
   b->epoch = 1;
   free(order);
   zb_backend *h = zb_calloc(1, sizeof *h);
-  h->ops = &cpu_ops;
+  h->ops = b->cuda ? &cuda_ops : &cpu_ops;
   h->self = b;
   *out = h;
   return ZB_OK;
@@ -459,9 +399,9 @@ fail:
   return err;
 }
 
-/* b's state when it is a cpu backend, else NULL. */
+/* b's state when it is a model backend (cpu or cuda), else NULL. */
 static cpu_backend *cpu_of(const zb_backend *b) {
-  return b && b->ops == &cpu_ops ? b->self : NULL;
+  return b && (b->ops == &cpu_ops || b->ops == &cuda_ops) ? b->self : NULL;
 }
 
 zb_err zb_backend_cpu_begin_iteration(zb_backend *h, int64_t iteration, zb_diag *diag) {

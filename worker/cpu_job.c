@@ -81,6 +81,8 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
                 .seed = (uint64_t)ms->seed,
                 .loss_scale = 1.0f / (float)cj->microbatches},
       .data = {cj->text ? zb_backend_cpu_text_fill : NULL, &cj->source},
+      .device = cj->device,
+      .host_transport = cj->host_transport,
       .stop = cj->stop,
       .inject_nan = {ms->inject_nan, ms->nan_iteration, ms->nan_microbatch},
   };
@@ -125,7 +127,7 @@ static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
 
 zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop, zb_diag *diag) {
   if (!a->has_model)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment: a cpu job without a model");
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment: a %s job without a model", a->backend);
   size_t params = 0;
   zb_err err;
   if ((err = cpu_job_settings(cj, a, stop, diag)) || (err = cpu_job_backend(cj, a, diag)) ||
@@ -137,9 +139,9 @@ zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop
     size_t len = strlen(list);
     snprintf(list + len, sizeof list - len, "%s%d", i ? "," : "", cj->stages[i]);
   }
-  ZB_INFO("job %s rank %d: cpu model h=%d heads=%d layers=%d seq_len=%d batch=%d; stages %s of %d, %zu "
+  ZB_INFO("job %s rank %d: %s model h=%d heads=%d layers=%d seq_len=%d batch=%d; stages %s of %d, %zu "
           "parameters here; AdamW lr %g, clip_norm %g, %s step",
-          a->job_id, a->rank, ms->hidden, ms->heads, ms->layers, ms->seq_len, ms->batch, list,
+          a->job_id, a->rank, a->backend, ms->hidden, ms->heads, ms->layers, ms->seq_len, ms->batch, list,
           cj->total_stages, params, ms->lr, ms->clip_norm, ms->step);
   return ZB_OK;
 }
@@ -205,11 +207,20 @@ zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss
                     zb_step_result *step, zb_diag *diag) {
   zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
   bool dump = cpu_job_dumps(cj, iteration);
-  for (int i = 0; dump && i < cj->n_stages; i++)
+  zb_err err = ZB_OK;
+  /* The step runs on the host view of the weights (docs/model.md, Devices):
+   * on a device, gradients and weights come over first and the weights
+   * go back after. No copies on the host device. */
+  for (int i = 0; !err && i < cj->n_stages; i++)
+    err = zb_model_pull(zb_backend_cpu_stage(cj->be, i, NULL), diag);
+  for (int i = 0; !err && dump && i < cj->n_stages; i++)
     memcpy(cj->before[i], cj->params[i],
            sizeof(float) * zb_model_n_params(zb_backend_cpu_stage(cj->be, i, NULL)));
-  zb_err err = zb_stepper_step(cj->stepper, cj->params, (const float *const *)cj->grads, zb_step_reduce_chain,
-                               &chain, step, diag);
+  if (!err)
+    err = zb_stepper_step(cj->stepper, cj->params, (const float *const *)cj->grads, zb_step_reduce_chain,
+                          &chain, step, diag);
+  for (int i = 0; !err && i < cj->n_stages; i++)
+    err = zb_model_push_params(zb_backend_cpu_stage(cj->be, i, NULL), diag);
   if (err)
     return err;
   *has_loss = false;

@@ -23,6 +23,11 @@
  * across plan updates: the backend (its stages hold the weights and
  * gradients), one AdamW per hosted stage, and the text it samples. */
 typedef struct cpu_job {
+  /* Set by the caller before cpu_job_open: the device of a cuda job
+   * (borrowed; NULL: the host, a cpu job) and whether its transport moves
+   * host memory (tcp), so messages are staged through the host. */
+  zb_device *device;
+  bool host_transport;
   zb_backend *be;
   zb_adamw **opt; /* per hosted stage, in the backend's (ascending) order */
   zb_stepper *stepper;

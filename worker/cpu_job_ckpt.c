@@ -173,6 +173,8 @@ static zb_err resume_load(cpu_job *cj, int k, zb_diag *diag) {
                       "checkpoint '%s': iteration %d, expected %d (changed under us?)", path, c.iteration, k);
     if (!err)
       err = zb_adamw_set_state(cj->opt[i], c.steps, c.m, c.v, c.n, diag);
+    if (!err) /* the weights were read into the host view; a device needs them too */
+      err = zb_model_push_params(zb_backend_cpu_stage(cj->be, i, NULL), diag);
     free(mv);
     free(sizes);
   }

@@ -127,7 +127,15 @@ typedef struct zb_sim_backend_config {
  * not block. ZB_ERR_INVALID_ARG when the costs are missing or negative. */
 zb_err zb_backend_sim_new(const zb_sim_backend_config *cfg, zb_backend **out, zb_diag *diag);
 
-/* ---- cpu: the model's math on the CPU ---- */
+/* ---- cpu and cuda: the model's math on a device ---- */
+
+/* "cuda" is the same backend over a CUDA device (zb_device_cuda_new):
+ * submit() enqueues the op on the device's stream and returns, sync()
+ * waits for the stream, busy times come from device events around each
+ * op, and every zb_backend_cpu_* function below applies to it as well.
+ * Its slots are device memory (an nccl transport reads and writes them
+ * directly) unless host_transport is set. What follows says "cpu" for
+ * both. */
 
 /* The cpu backend runs the built-in model (zb_model.h, docs/model.md) on the
  * stages a rank hosts: one zb_model_stage per hosted stage, F/B/W/BW on the
@@ -186,6 +194,7 @@ zb_err zb_backend_sim_new(const zb_sim_backend_config *cfg, zb_backend **out, zb
  * from zb_backend_cpu_stage, tensors and arrays from zb_model) stay valid
  * until it is freed. */
 
+#include "zb_device.h"
 #include "zb_model.h" /* the cpu backend's config names the model */
 
 /* Fills tokens and targets (batch*seq_len bytes each, token ids below the
@@ -229,7 +238,15 @@ typedef struct zb_cpu_backend_config {
   /* The whole model (every rank must pass the same one); loss_scale 1/m
    * for the mean over an iteration's m microbatches. */
   zb_model_config model;
-  zb_cpu_data data;        /* tokens and targets for the first and the last stage */
+  zb_cpu_data data; /* tokens and targets for the first and the last stage */
+  /* The device the model runs on (zb_device.h; borrowed, must outlive the
+   * backend): NULL gives the backend a host device of its own (backend
+   * "cpu"); a CUDA device makes it backend "cuda". */
+  zb_device *device;
+  /* With a device: the transport moves host memory (tcp), so buffer()
+   * hands out host copies and the backend copies across, synchronously
+   * for a SEND and before the consuming op for a RECV. */
+  bool host_transport;
   int threads;             /* CBLAS threads, process-wide; <= 0 leaves the setting (1 by default) */
   const atomic_bool *stop; /* may be NULL; borrowed, must outlive the backend */
   /* A testing aid: when on, B of microbatch mb on the last stage in
