@@ -10,6 +10,7 @@
 #include "cpu_job.h"
 #include "worker.h"
 #include "zb_alloc.h"
+#include "zb_device.h"
 #include "zb_log.h"
 
 #ifdef ZB_WITH_CPU_BACKEND
@@ -25,7 +26,8 @@ typedef struct job_state {
   zb_transport *tr;
   const zb_assignment *a; /* the plan running now (the first or an update) */
   zb_assignment *owned;   /* an update taken over from the worker */
-  cpu_job cj;             /* a cpu job's weights and optimizer state, across plans */
+  cpu_job cj;             /* a cpu or cuda job's weights and optimizer state, across plans */
+  zb_device *dev;         /* a cuda job's device (owned); NULL otherwise */
   int next;               /* the next iteration to run */
 } job_state;
 
@@ -34,9 +36,11 @@ typedef struct job_state {
 static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb_diag *diag) {
   const zb_assignment *a = js->a;
   *be = *owned = NULL;
-  if (strcmp(a->backend, "cpu") == 0) {
+  if (strcmp(a->backend, "cpu") == 0 || strcmp(a->backend, "cuda") == 0) {
 #ifdef ZB_WITH_CPU_BACKEND
     cpu_job *cj = &js->cj;
+    cj->device = js->dev;
+    cj->host_transport = strcmp(zb_transport_name(js->tr), "nccl") != 0;
     zb_err err =
         cj->be ? cpu_job_check_update(cj, a->sched, a->rank, diag) : cpu_job_open(cj, a, js->stop, diag);
     if (!err)
@@ -44,7 +48,7 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
     return err;
 #else
     return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
-                       "backend cpu: this zb-worker was built without it (no OpenBLAS)");
+                       "backend %s: this zb-worker was built without the model (no OpenBLAS)", a->backend);
 #endif
   }
   if (a->backend[0] && strcmp(a->backend, "sim") != 0)
@@ -70,7 +74,7 @@ static zb_err job_connect(job_state *js, zb_diag *diag) {
   const zb_rank_list *l = &a->sched->ranks[a->rank];
   bool *peers = zb_calloc((size_t)a->ranks, sizeof(bool));
   zb_executor_peers(l->actions, l->n, a->ranks, peers);
-  if (strcmp(a->backend, "cpu") == 0) {
+  if (strcmp(a->backend, "cpu") == 0 || strcmp(a->backend, "cuda") == 0) {
     if (a->rank > 0)
       peers[a->rank - 1] = true;
     if (a->rank + 1 < a->ranks)
@@ -240,15 +244,28 @@ static uint64_t job_session(const char *job_id) {
 
 /* Runs one assignment (and the updates that follow) to its end. Returns
  * an error message in diag when the rank failed (not when stopped). */
-static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *stop, zb_diag *diag) {
-  job_state js = {.w = w, .stop = stop, .a = first, .next = first->first_iteration};
+/* The job's transport: nccl (through the coordinator's id exchange), or
+ * tcp on the worker's data address. */
+static zb_err job_transport(job_state *js, const zb_assignment *first, atomic_bool *stop, zb_diag *diag) {
+  if (strcmp(first->transport, "nccl") == 0)
+    return worker_nccl_transport(js->w, first, js->dev, stop, &js->tr, diag);
   zb_tcp_config tc = {.rank = first->rank,
                       .nranks = first->ranks,
-                      .listen = w->data_address,
+                      .listen = js->w->data_address,
                       .session = job_session(first->job_id),
                       .stop = stop,
                       .idle_timeout_s = 30};
-  zb_err err = zb_transport_tcp_new(&tc, &js.tr, diag);
+  return zb_transport_tcp_new(&tc, &js->tr, diag);
+}
+
+/* Runs one assignment (and the updates that follow) to its end. Returns
+ * an error message in diag when the rank failed (not when stopped). */
+static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *stop, zb_diag *diag) {
+  job_state js = {.w = w, .stop = stop, .a = first, .next = first->first_iteration};
+  /* the device first: an nccl transport orders its stream after the device's */
+  zb_err err = worker_cuda_device(w, first, &js.dev, diag);
+  if (!err)
+    err = job_transport(&js, first, stop, diag);
   while (!err && js.next < js.a->iterations && !atomic_load(stop)) {
     err = job_plan_run(&js, diag);
     if (err || js.next >= js.a->iterations || atomic_load(stop))
@@ -267,7 +284,10 @@ static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *st
   cpu_job_close(cj);
 #endif
   worker_assignment_free(js.owned);
+  if (js.tr && err)
+    zb_transport_abort(js.tr, diag->msg); /* peers blocked on this rank fail now */
   zb_transport_free(js.tr);
+  zb_device_free(js.dev);
   return err;
 }
 

@@ -322,6 +322,7 @@ int main(int argc, char **argv) {
     ZB_ERROR("--listen %s: cannot pick a data port (%s)", listen, strerror(errno));
     return 1;
   }
+  w.gpu_ordinal = (int)f.gpu;
   worker_gpu_probe(&w, (int)f.gpu);
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGTERM, &sa, NULL);

@@ -32,8 +32,9 @@ typedef struct worker {
   char hostname[64];
   long long max_receive_bytes; /* the control channel's receive limit, told to the coordinator */
   /* set once by worker_gpu_probe before the threads start */
-  bool has_cuda; /* offers backend cuda and transport nccl */
-  char gpu[256]; /* AttachRequest.gpu: "" without one */
+  bool has_cuda;   /* offers backend cuda and transport nccl */
+  int gpu_ordinal; /* --gpu: the CUDA device cuda jobs run on */
+  char gpu[256];   /* AttachRequest.gpu: "" without one */
   zb_rpc_client *rpc;
   atomic_bool shutdown;
   pthread_mutex_t mu;
@@ -82,6 +83,20 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
  * says "stand-in"); otherwise logs why once and offers no cuda. Without
  * CUDA it does nothing. Call before the threads start. */
 void worker_gpu_probe(worker *w, int ordinal);
+
+/* cuda_job.c: a cuda job's device and an nccl job's transport (the one
+ * place job.c depends on ZB_WITH_CUDA). */
+struct zb_device;
+/* The device of a cuda job (w->gpu_ordinal, a's precision), made before
+ * the transport; *out stays NULL for other backends. The caller frees it
+ * with zb_device_free after the backend. ZB_ERR_UNSUPPORTED without CUDA. */
+zb_err worker_cuda_device(worker *w, const zb_assignment *a, struct zb_device **out, zb_diag *diag);
+/* The transport of an nccl job: rank 0 makes the NCCL id, the coordinator
+ * hands it to every rank (worker_nccl_exchange), then each rank creates
+ * its transport ordered after dev's stream. ZB_ERR_UNSUPPORTED without
+ * CUDA. */
+zb_err worker_nccl_transport(worker *w, const zb_assignment *a, struct zb_device *dev, atomic_bool *stop,
+                             zb_transport **out, zb_diag *diag);
 
 /* nccl_id.c */
 /* Takes Command.nccl_id on the main thread: keeps the id for the job it
