@@ -33,6 +33,22 @@
 #define ZB_VERSION "unknown"
 #endif
 
+#ifdef ZB_WITH_CUDA
+#include "zb_device.h"
+
+/* Logs what CUDA device 0 is, or why there is none (built with ZB_CUDA). */
+static void log_cuda_device(void) {
+  zb_device_info info;
+  zb_diag diag = {{0}};
+  if (zb_device_cuda_probe(0, &info, &diag) != ZB_OK)
+    ZB_INFO("no CUDA device: %s", diag.msg);
+  else
+    ZB_INFO("CUDA device 0: %s%s, %.1f GiB, compute capability %d.%d, driver %d", info.name,
+            info.standin ? " (stand-in)" : "", (double)info.total_bytes / (1 << 30), info.cc_major,
+            info.cc_minor, info.driver_version);
+}
+#endif
+
 static const char usage_text[] =
     "usage: zb-worker [--coordinator ADDR] [--id ID] [--listen ADDR] [--heartbeat-ms N]\n"
     "                 [--max-message-bytes N] [--log-level L] [--version] [--help]\n"
@@ -311,6 +327,9 @@ int main(int argc, char **argv) {
   pthread_t jt;
   pthread_create(&jt, NULL, job_thread, &w);
   ZB_INFO("zb-worker %s: coordinator %s, data address %s", ZB_VERSION, coordinator, w.data_address);
+#ifdef ZB_WITH_CUDA
+  log_cuda_device();
+#endif
   control_loop(&w, heartbeat_ms);
   ZB_INFO("signal %d: stopping", (int)got_signal);
   atomic_store(&w.shutdown, true);
