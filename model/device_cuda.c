@@ -1,0 +1,663 @@
+/* device_cuda.c — the CUDA device of zb_device.h (docs/model.md, Devices):
+ * one non-blocking compute stream, a cuBLAS handle bound to it, a caching
+ * allocator, events from the runtime, and the project's kernels through the
+ * zbk_* launchers of zb_cuda_kernels.h.
+ *
+ * It calls only a small subset of the CUDA runtime and cuBLAS, so that the
+ * same file runs against the real libraries (products) and against the CPU
+ * stand-in of them (tests/standin/, test binaries): cudaGetDeviceCount,
+ * cudaSetDevice, cudaGetDeviceProperties, cudaDriverGetVersion,
+ * cudaStreamCreateWithFlags, cudaStreamDestroy, cudaStreamSynchronize,
+ * cudaMalloc, cudaFree, cudaMemcpyAsync, cudaMemcpy2DAsync, cudaMemsetAsync,
+ * cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventElapsedTime,
+ * cudaGetErrorString, cudaGetLastError; cublasCreate, cublasDestroy,
+ * cublasSetStream, cublasSetMathMode, cublasGemmStridedBatchedEx.
+ *
+ * Allocator: blocks from cudaMalloc are rounded up to a size class (512
+ * bytes, then four classes per power of two) and, when given back, kept in
+ * that class's free list for the next request of the class. `current` and
+ * `peak` count the bytes asked for, exactly; `cached` counts the (rounded)
+ * bytes of the free blocks. Reusing a block at once is safe because every
+ * op runs on the one stream, in order: whatever used the block before is
+ * queued ahead of whatever uses it next. When cudaMalloc runs out, the free
+ * blocks go back to CUDA and the request is tried once more.
+ *
+ * Threads: one thread at a time (zb_device.h); each call makes the device
+ * current on the calling thread first, so the thread may change between
+ * calls. Errors: a CUDA or cuBLAS failure names the call and the library's
+ * message and poisons the device (every later call returns the first
+ * error); a bad argument is ZB_ERR_INVALID_ARG and does not poison.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_cuda_kernels.h"
+#include "zb_device.h"
+
+/* tests/standin/standin.h's STANDIN_DEVICE_NAME: the stand-in says so. */
+#define STANDIN_NAME "zb CPU stand-in (not a GPU)"
+
+#define N_CLASSES 224 /* class 0: up to 512 bytes; 4 per power of two up to 2^63 */
+#define MAX_BYTES ((size_t)1 << 62)
+
+typedef struct live_block {
+  void *p; /* NULL: empty slot */
+  size_t asked, size;
+} live_block;
+
+typedef struct free_list {
+  void **p;
+  int n, cap;
+} free_list;
+
+struct zb_device_event {
+  cudaEvent_t ev;
+};
+
+typedef struct cuda_dev {
+  int ordinal;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  zb_precision precision;
+  zb_err err; /* poisoned when not ZB_OK */
+  char err_msg[256];
+  zb_device_info info;
+  live_block *live; /* open addressing, linear probing; cap a power of two */
+  size_t live_cap, live_n;
+  free_list free[N_CLASSES];
+  zb_device_mem mem;
+} cuda_dev;
+
+/* ---- errors ---- */
+
+static zb_err fail(cuda_dev *d, zb_diag *diag, zb_err err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static zb_err fail(cuda_dev *d, zb_diag *diag, zb_err err, const char *fmt, ...) {
+  if (d->err == ZB_OK) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->err_msg, sizeof d->err_msg, fmt, ap);
+    va_end(ap);
+    d->err = err;
+  }
+  return zb_diag_set(diag, d->err, "%s", d->err_msg);
+}
+
+static zb_err cuda_ok(cuda_dev *d, zb_diag *diag, cudaError_t e, const char *call) {
+  if (e == cudaSuccess)
+    return ZB_OK;
+  return fail(d, diag, ZB_ERR_IO, "cuda device %d: %s: %s (error %d)", d->ordinal, call,
+              cudaGetErrorString(e), (int)e);
+}
+
+static const char *cublas_status_name(cublasStatus_t s) {
+  switch (s) {
+  case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+  case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+  case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+  case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "an unknown cuBLAS status";
+}
+
+static zb_err cublas_ok(cuda_dev *d, zb_diag *diag, cublasStatus_t s, const char *call) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return ZB_OK;
+  return fail(d, diag, ZB_ERR_IO, "cuda device %d: %s: %s (status %d)", d->ordinal, call,
+              cublas_status_name(s), (int)s);
+}
+
+/* Every call starts here: the first error again, or the device made
+ * current on this thread. */
+static zb_err enter(cuda_dev *d, zb_diag *diag) {
+  if (d->err != ZB_OK)
+    return zb_diag_set(diag, d->err, "%s", d->err_msg);
+  return cuda_ok(d, diag, cudaSetDevice(d->ordinal), "cudaSetDevice");
+}
+
+static zb_err bad_arg(zb_diag *diag, const char *op, const char *what) {
+  return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cuda device: %s: %s", op, what);
+}
+
+/* ---- the caching allocator ---- */
+
+/* Rounds bytes up to its class's size; *cls gets the class. */
+static size_t size_class(size_t bytes, int *cls) {
+  if (bytes <= 512) {
+    *cls = 0;
+    return 512;
+  }
+  int k = 63 - __builtin_clzll((unsigned long long)(bytes - 1)); /* 2^k < bytes <= 2^(k+1) */
+  size_t step = (size_t)1 << (k - 2);
+  size_t r = (bytes + step - 1) / step * step; /* 5..8 steps */
+  *cls = 1 + (k - 9) * 4 + (int)(r / step - 5);
+  return r;
+}
+
+static size_t live_slot(const cuda_dev *d, const void *p) {
+  uintptr_t h = (uintptr_t)p;
+  h ^= h >> 17;
+  h *= 0x9e3779b97f4a7c15ull;
+  return (size_t)(h >> 20) & (d->live_cap - 1);
+}
+
+static bool live_put(cuda_dev *d, void *p, size_t asked, size_t size) {
+  if ((d->live_n + 1) * 2 > d->live_cap) {
+    size_t old_cap = d->live_cap, cap = old_cap ? old_cap * 2 : 64;
+    live_block *old = d->live, *tab = calloc(cap, sizeof *tab);
+    if (!tab)
+      return false;
+    d->live = tab;
+    d->live_cap = cap;
+    d->live_n = 0;
+    for (size_t i = 0; i < old_cap; i++)
+      if (old[i].p)
+        live_put(d, old[i].p, old[i].asked, old[i].size);
+    free(old);
+  }
+  size_t i = live_slot(d, p);
+  while (d->live[i].p)
+    i = (i + 1) & (d->live_cap - 1);
+  d->live[i] = (live_block){p, asked, size};
+  d->live_n++;
+  return true;
+}
+
+/* Removes p's entry (backward-shift deletion keeps probe chains whole). */
+static bool live_take(cuda_dev *d, void *p, live_block *out) {
+  if (!d->live_cap)
+    return false;
+  size_t mask = d->live_cap - 1, i = live_slot(d, p);
+  while (d->live[i].p != p) {
+    if (!d->live[i].p)
+      return false;
+    i = (i + 1) & mask;
+  }
+  *out = d->live[i];
+  for (size_t j = (i + 1) & mask; d->live[j].p; j = (j + 1) & mask) {
+    size_t home = live_slot(d, d->live[j].p);
+    /* entry j may move to the hole at i unless its home lies in (i, j] */
+    if (((j - home) & mask) >= ((j - i) & mask)) {
+      d->live[i] = d->live[j];
+      i = j;
+    }
+  }
+  d->live[i].p = NULL;
+  d->live_n--;
+  return true;
+}
+
+/* Gives every cached block back to CUDA. */
+static void release_cache(cuda_dev *d) {
+  for (int c = 0; c < N_CLASSES; c++) {
+    for (int i = 0; i < d->free[c].n; i++)
+      cudaFree(d->free[c].p[i]);
+    d->free[c].n = 0;
+  }
+  d->mem.cached = 0;
+}
+
+static zb_err dev_alloc(void *self, size_t bytes, void **out, zb_diag *diag) {
+  cuda_dev *d = self;
+  if (!out || bytes > MAX_BYTES)
+    return bad_arg(diag, "alloc", !out ? "no output pointer" : "more than 2^62 bytes asked for");
+  *out = NULL;
+  zb_err err = enter(d, diag);
+  if (err)
+    return err;
+  int cls;
+  size_t size = size_class(bytes, &cls);
+  void *p = NULL;
+  free_list *fl = &d->free[cls];
+  if (fl->n > 0) {
+    p = fl->p[--fl->n];
+    d->mem.cached -= (int64_t)size;
+  } else {
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError(); /* not sticky: clear it, free the cache, try again */
+      release_cache(d);
+      e = cudaMalloc(&p, size);
+    }
+    if (e != cudaSuccess)
+      return fail(d, diag, ZB_ERR_IO,
+                  "cuda device %d: cudaMalloc of %zu bytes (%lld in use, %lld cached): %s", d->ordinal, size,
+                  (long long)d->mem.current, (long long)d->mem.cached, cudaGetErrorString(e));
+  }
+  if (!live_put(d, p, bytes, size)) {
+    cudaFree(p);
+    return fail(d, diag, ZB_ERR_IO, "cuda device %d: out of host memory for the allocator's table",
+                d->ordinal);
+  }
+  d->mem.current += (int64_t)bytes;
+  if (d->mem.current > d->mem.peak)
+    d->mem.peak = d->mem.current;
+  *out = p;
+  return ZB_OK;
+}
+
+static void dev_free(void *self, void *p) {
+  cuda_dev *d = self;
+  live_block b;
+  if (!p)
+    return;
+  if (!live_take(d, p, &b)) {
+    /* a caller's bug; poisoning makes the next call report it */
+    fail(d, NULL, ZB_ERR_INVALID_ARG, "cuda device %d: free of %p, which this device did not hand out",
+         d->ordinal, p);
+    return;
+  }
+  int cls;
+  size_class(b.size, &cls);
+  free_list *fl = &d->free[cls];
+  if (fl->n == fl->cap) {
+    int cap = fl->cap ? fl->cap * 2 : 8;
+    void **np = realloc(fl->p, (size_t)cap * sizeof *np);
+    if (!np) { /* cannot cache it: give it back to CUDA (cudaFree waits for the device) */
+      cudaFree(p);
+      d->mem.current -= (int64_t)b.asked;
+      return;
+    }
+    fl->p = np;
+    fl->cap = cap;
+  }
+  fl->p[fl->n++] = p;
+  d->mem.current -= (int64_t)b.asked;
+  d->mem.cached += (int64_t)b.size;
+}
+
+static void dev_mem(void *self, zb_device_mem *out) {
+  *out = ((cuda_dev *)self)->mem;
+}
+
+static void dev_reset_peak(void *self) {
+  cuda_dev *d = self;
+  d->mem.peak = d->mem.current;
+}
+
+/* ---- copies, sync ---- */
+
+static zb_err dev_copy(void *self, void *dst, const void *src, size_t bytes, zb_copy_kind kind,
+                       zb_diag *diag) {
+  cuda_dev *d = self;
+  static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                              cudaMemcpyDeviceToDevice};
+  if ((unsigned)kind > ZB_COPY_D2D)
+    return bad_arg(diag, "copy", "unknown copy kind");
+  zb_err err = enter(d, diag);
+  if (err || bytes == 0)
+    return err;
+  if (!dst || !src)
+    return bad_arg(diag, "copy", "NULL buffer");
+  return cuda_ok(d, diag, cudaMemcpyAsync(dst, src, bytes, kinds[kind], d->stream), "cudaMemcpyAsync");
+}
+
+static zb_err dev_copy_2d(void *self, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                          size_t rows, zb_diag *diag) {
+  cuda_dev *d = self;
+  if (width > dpitch || width > spitch)
+    return bad_arg(diag, "copy_2d", "row width larger than a pitch");
+  zb_err err = enter(d, diag);
+  if (err || width == 0 || rows == 0)
+    return err;
+  return cuda_ok(
+      d, diag, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, d->stream),
+      "cudaMemcpy2DAsync");
+}
+
+static zb_err dev_zero(void *self, void *p, size_t bytes, zb_diag *diag) {
+  cuda_dev *d = self;
+  zb_err err = enter(d, diag);
+  if (err || bytes == 0)
+    return err;
+  return cuda_ok(d, diag, cudaMemsetAsync(p, 0, bytes, d->stream), "cudaMemsetAsync");
+}
+
+static zb_err dev_sync(void *self, zb_diag *diag) {
+  cuda_dev *d = self;
+  zb_err err = enter(d, diag);
+  if (err)
+    return err;
+  return cuda_ok(d, diag, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
+}
+
+static void dev_info(void *self, zb_device_info *out) {
+  *out = ((cuda_dev *)self)->info;
+}
+
+static void *dev_stream(void *self) {
+  return (void *)((cuda_dev *)self)->stream;
+}
+
+/* ---- events ---- */
+
+static zb_err dev_event_new(void *self, zb_device_event **out, zb_diag *diag) {
+  cuda_dev *d = self;
+  if (!out)
+    return bad_arg(diag, "event_new", "no output pointer");
+  *out = NULL;
+  zb_err err = enter(d, diag);
+  if (err)
+    return err;
+  zb_device_event *e = calloc(1, sizeof *e);
+  if (!e)
+    return fail(d, diag, ZB_ERR_IO, "cuda device %d: out of host memory for an event", d->ordinal);
+  if ((err = cuda_ok(d, diag, cudaEventCreate(&e->ev), "cudaEventCreate"))) {
+    free(e);
+    return err;
+  }
+  *out = e;
+  return ZB_OK;
+}
+
+static void dev_event_free(void *self, zb_device_event *e) {
+  (void)self;
+  if (e) {
+    cudaEventDestroy(e->ev);
+    free(e);
+  }
+}
+
+static zb_err dev_event_record(void *self, zb_device_event *e, zb_diag *diag) {
+  cuda_dev *d = self;
+  if (!e)
+    return bad_arg(diag, "event_record", "NULL event");
+  zb_err err = enter(d, diag);
+  return err ? err : cuda_ok(d, diag, cudaEventRecord(e->ev, d->stream), "cudaEventRecord");
+}
+
+static zb_err dev_event_elapsed_ms(void *self, zb_device_event *start, zb_device_event *end, float *ms,
+                                   zb_diag *diag) {
+  cuda_dev *d = self;
+  if (!start || !end || !ms)
+    return bad_arg(diag, "event_elapsed_ms", "NULL event or output");
+  zb_err err = enter(d, diag);
+  return err ? err : cuda_ok(d, diag, cudaEventElapsedTime(ms, start->ev, end->ev), "cudaEventElapsedTime");
+}
+
+/* ---- gemm ---- */
+
+static zb_err gemm_check(const zb_gemm *g, zb_diag *diag) {
+  if (!g || g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
+    return bad_arg(diag, "gemm", "negative shape or batch < 1");
+  int a_cols = g->trans_a ? g->m : g->k, b_cols = g->trans_b ? g->k : g->n;
+  if (g->lda < (a_cols > 1 ? a_cols : 1) || g->ldb < (b_cols > 1 ? b_cols : 1) ||
+      g->ldc < (g->n > 1 ? g->n : 1))
+    return bad_arg(diag, "gemm", "a leading dimension is smaller than its matrix's row");
+  if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0)
+    return bad_arg(diag, "gemm", "negative batch stride");
+  return ZB_OK;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a
+ * row-major matrix read column-major is its transpose, so cuBLAS gets B
+ * first, n and m swapped, the same transposes and the same leading
+ * dimensions. */
+static zb_err dev_gemm(void *self, const zb_gemm *g, zb_diag *diag) {
+  cuda_dev *d = self;
+  zb_err err = gemm_check(g, diag);
+  if (err || (err = enter(d, diag)) || g->m == 0 || g->n == 0)
+    return err;
+  static const cublasComputeType_t compute[] = {CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_COMPUTE_32F_FAST_TF32,
+                                                CUBLAS_COMPUTE_32F_FAST_16BF};
+  cublasStatus_t s = cublasGemmStridedBatchedEx(
+      d->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->n, g->m,
+      g->k, &g->alpha, g->b, CUDA_R_32F, g->ldb, g->stride_b, g->a, CUDA_R_32F, g->lda, g->stride_a, &g->beta,
+      g->c, CUDA_R_32F, g->ldc, g->stride_c, g->batch, compute[d->precision], CUBLAS_GEMM_DEFAULT);
+  return cublas_ok(d, diag, s, "cublasGemmStridedBatchedEx");
+}
+
+static zb_err dev_set_precision(void *self, zb_precision p, zb_diag *diag) {
+  cuda_dev *d = self;
+  if ((unsigned)p > ZB_PRECISION_BF16)
+    return bad_arg(diag, "set_precision", "unknown precision");
+  zb_err err = enter(d, diag);
+  if (!err)
+    d->precision = p;
+  return err;
+}
+
+/* ---- kernels: check the shape, make the device current, launch ---- */
+
+#define LAUNCH(op, ok_shape, launch)                                                                         \
+  do {                                                                                                       \
+    cuda_dev *d_ = self;                                                                                     \
+    if (!(ok_shape))                                                                                         \
+      return bad_arg(diag, op, "negative size");                                                             \
+    zb_err e_ = enter(d_, diag);                                                                             \
+    return e_ ? e_ : cuda_ok(d_, diag, launch, "zbk_" op);                                                   \
+  } while (0)
+#define S(self) (((cuda_dev *)(self))->stream)
+
+static zb_err k_embed_fwd(void *self, const float *emb, const float *pos, const uint8_t *tokens, float *x,
+                          int n, int h, int t, zb_diag *diag) {
+  LAUNCH("embed_fwd", n >= 0 && h >= 0 && t > 0, zbk_embed_fwd(S(self), emb, pos, tokens, x, n, h, t));
+}
+
+static zb_err k_embed_bwd_acc(void *self, const float *dx, const uint8_t *tokens, float *demb, float *dpos,
+                              int n, int h, int t, zb_diag *diag) {
+  LAUNCH("embed_bwd_acc", n >= 0 && h >= 0 && t > 0,
+         zbk_embed_bwd_acc(S(self), dx, tokens, demb, dpos, n, h, t));
+}
+
+static zb_err k_layernorm_fwd(void *self, const float *x, const float *g, const float *b, float *y,
+                              float *xhat, float *rstd, int n, int h, zb_diag *diag) {
+  LAUNCH("layernorm_fwd", n >= 0 && h >= 0, zbk_layernorm_fwd(S(self), x, g, b, y, xhat, rstd, n, h));
+}
+
+static zb_err k_layernorm_affine(void *self, const float *xhat, const float *g, const float *b, float *y,
+                                 int n, int h, zb_diag *diag) {
+  LAUNCH("layernorm_affine", n >= 0 && h >= 0, zbk_layernorm_affine(S(self), xhat, g, b, y, n, h));
+}
+
+static zb_err k_layernorm_bwd_acc(void *self, const float *dy, const float *xhat, const float *rstd,
+                                  const float *g, float *dx, int n, int h, zb_diag *diag) {
+  LAUNCH("layernorm_bwd_acc", n >= 0 && h >= 0, zbk_layernorm_bwd_acc(S(self), dy, xhat, rstd, g, dx, n, h));
+}
+
+static zb_err k_layernorm_param_grads_acc(void *self, const float *dy, const float *xhat, float *dg,
+                                          float *db, int n, int h, zb_diag *diag) {
+  LAUNCH("layernorm_param_grads_acc", n >= 0 && h >= 0,
+         zbk_layernorm_param_grads_acc(S(self), dy, xhat, dg, db, n, h));
+}
+
+static zb_err k_bias_add(void *self, float *y, const float *b, int n, int cols, zb_diag *diag) {
+  LAUNCH("bias_add", n >= 0 && cols >= 0, zbk_bias_add(S(self), y, b, n, cols));
+}
+
+static zb_err k_col_sums_acc(void *self, const float *dy, float *db, int n, int cols, zb_diag *diag) {
+  LAUNCH("col_sums_acc", n >= 0 && cols >= 0, zbk_col_sums_acc(S(self), dy, db, n, cols));
+}
+
+static zb_err k_gelu_fwd(void *self, const float *u, float *out, size_t len, zb_diag *diag) {
+  LAUNCH("gelu_fwd", true, zbk_gelu_fwd(S(self), u, out, len));
+}
+
+static zb_err k_gelu_bwd_inplace(void *self, const float *dout, float *u, size_t len, zb_diag *diag) {
+  LAUNCH("gelu_bwd_inplace", true, zbk_gelu_bwd_inplace(S(self), dout, u, len));
+}
+
+static zb_err k_softmax_causal(void *self, float *s, int t, int count, zb_diag *diag) {
+  LAUNCH("softmax_causal", t >= 0 && count >= 0, zbk_softmax_causal(S(self), s, t, count));
+}
+
+static zb_err k_softmax_causal_bwd(void *self, const float *p, float *dp, int t, int count, zb_diag *diag) {
+  LAUNCH("softmax_causal_bwd", t >= 0 && count >= 0, zbk_softmax_causal_bwd(S(self), p, dp, t, count));
+}
+
+static zb_err k_xent_fwd(void *self, float *logits, const uint8_t *targets, double *row_loss, int n, int v,
+                         zb_diag *diag) {
+  LAUNCH("xent_fwd", n >= 0 && v >= 0, zbk_xent_fwd(S(self), logits, targets, row_loss, n, v));
+}
+
+static zb_err k_xent_bwd(void *self, float *probs, const uint8_t *targets, int n, int v, float scale,
+                         zb_diag *diag) {
+  LAUNCH("xent_bwd", n >= 0 && v >= 0, zbk_xent_bwd(S(self), probs, targets, n, v, scale));
+}
+
+static zb_err k_adamw(void *self, float *p, float *m, float *v, const float *g, const uint8_t *decay,
+                      size_t n, const zbm_adamw_step *step, zb_diag *diag) {
+  LAUNCH("adamw", step != NULL, zbk_adamw(S(self), p, m, v, g, decay, n, *step));
+}
+
+static zb_err k_add(void *self, float *y, const float *x, float alpha, size_t n, zb_diag *diag) {
+  LAUNCH("add", true, zbk_add(S(self), y, x, alpha, n));
+}
+
+static zb_err k_scale(void *self, float *x, float alpha, size_t n, zb_diag *diag) {
+  LAUNCH("scale", true, zbk_scale(S(self), x, alpha, n));
+}
+
+static zb_err k_sumsq(void *self, const float *x, size_t n, double *out, int *nonfinite_out, zb_diag *diag) {
+  LAUNCH("sumsq", out != NULL && nonfinite_out != NULL, zbk_sumsq(S(self), x, n, out, nonfinite_out));
+}
+
+/* ---- creation ---- */
+
+static void dev_destroy(void *self) {
+  cuda_dev *d = self;
+  if (!d)
+    return;
+  cudaSetDevice(d->ordinal);
+  if (d->stream)
+    cudaStreamSynchronize(d->stream);
+  release_cache(d);
+  for (size_t i = 0; i < d->live_cap; i++) /* blocks the caller never gave back */
+    if (d->live[i].p)
+      cudaFree(d->live[i].p);
+  for (int c = 0; c < N_CLASSES; c++)
+    free(d->free[c].p);
+  free(d->live);
+  if (d->blas)
+    cublasDestroy(d->blas);
+  if (d->stream)
+    cudaStreamDestroy(d->stream);
+  free(d);
+}
+
+static const zb_device_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = dev_alloc,
+    .free = dev_free,
+    .copy = dev_copy,
+    .copy_2d = dev_copy_2d,
+    .zero = dev_zero,
+    .sync = dev_sync,
+    .mem = dev_mem,
+    .reset_peak = dev_reset_peak,
+    .info = dev_info,
+    .stream = dev_stream,
+    .event_new = dev_event_new,
+    .event_free = dev_event_free,
+    .event_record = dev_event_record,
+    .event_elapsed_ms = dev_event_elapsed_ms,
+    .gemm = dev_gemm,
+    .set_precision = dev_set_precision,
+    .embed_fwd = k_embed_fwd,
+    .embed_bwd_acc = k_embed_bwd_acc,
+    .layernorm_fwd = k_layernorm_fwd,
+    .layernorm_affine = k_layernorm_affine,
+    .layernorm_bwd_acc = k_layernorm_bwd_acc,
+    .layernorm_param_grads_acc = k_layernorm_param_grads_acc,
+    .bias_add = k_bias_add,
+    .col_sums_acc = k_col_sums_acc,
+    .gelu_fwd = k_gelu_fwd,
+    .gelu_bwd_inplace = k_gelu_bwd_inplace,
+    .softmax_causal = k_softmax_causal,
+    .softmax_causal_bwd = k_softmax_causal_bwd,
+    .xent_fwd = k_xent_fwd,
+    .xent_bwd = k_xent_bwd,
+    .adamw = k_adamw,
+    .add = k_add,
+    .scale = k_scale,
+    .sumsq = k_sumsq,
+    .destroy = dev_destroy,
+};
+
+zb_err zb_device_cuda_probe(int ordinal, zb_device_info *out, zb_diag *diag) {
+  if (!out)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cuda probe: no output");
+  memset(out, 0, sizeof *out);
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "cudaGetDeviceCount: %s (error %d)", cudaGetErrorString(e),
+                       (int)e);
+  if (ordinal < 0 || ordinal >= count)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "CUDA device %d: out of range (%d visible%s)", ordinal,
+                       count, getenv("CUDA_VISIBLE_DEVICES") ? " under CUDA_VISIBLE_DEVICES" : "");
+  struct cudaDeviceProp prop;
+  if ((e = cudaGetDeviceProperties(&prop, ordinal)) != cudaSuccess)
+    return zb_diag_set(diag, ZB_ERR_IO, "cudaGetDeviceProperties(%d): %s (error %d)", ordinal,
+                       cudaGetErrorString(e), (int)e);
+  int driver = 0;
+  if ((e = cudaDriverGetVersion(&driver)) != cudaSuccess)
+    return zb_diag_set(diag, ZB_ERR_IO, "cudaDriverGetVersion: %s (error %d)", cudaGetErrorString(e), (int)e);
+  size_t len = strnlen(prop.name, sizeof prop.name); /* names are shorter than 128; cut if not */
+  len = len < sizeof out->name ? len : sizeof out->name - 1;
+  memcpy(out->name, prop.name, len);
+  out->name[len] = '\0';
+  out->total_bytes = (int64_t)prop.totalGlobalMem;
+  out->cc_major = prop.major;
+  out->cc_minor = prop.minor;
+  out->driver_version = driver;
+  out->standin = strcmp(out->name, STANDIN_NAME) == 0;
+  return ZB_OK;
+}
+
+/* The stream, then cuBLAS on it; d is freed by the caller on failure. */
+static zb_err cuda_dev_start(cuda_dev *d, zb_diag *diag) {
+  zb_err err = cuda_ok(d, diag, cudaSetDevice(d->ordinal), "cudaSetDevice");
+  if (!err)
+    err = cuda_ok(d, diag, cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags");
+  if (!err && (err = cublas_ok(d, diag, cublasCreate(&d->blas), "cublasCreate")))
+    d->blas = NULL;
+  if (!err)
+    err = cublas_ok(d, diag, cublasSetStream(d->blas, d->stream), "cublasSetStream");
+  /* fp32 products stay fp32 (TF32 off) unless set_precision asks */
+  if (!err)
+    err = cublas_ok(d, diag, cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  return err;
+}
+
+zb_err zb_device_cuda_new(const zb_cuda_device_config *cfg, zb_device **out, zb_diag *diag) {
+  if (!cfg || !out || (unsigned)cfg->precision > ZB_PRECISION_BF16)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cuda device: %s",
+                       !cfg || !out ? "no config or output" : "unknown precision");
+  *out = NULL;
+  zb_device_info info;
+  zb_err err = zb_device_cuda_probe(cfg->ordinal, &info, diag);
+  if (err)
+    return err;
+  cuda_dev *d = calloc(1, sizeof *d);
+  zb_device *dev = calloc(1, sizeof *dev);
+  if (!d || !dev) {
+    free(d);
+    free(dev);
+    return zb_diag_set(diag, ZB_ERR_IO, "cuda device: out of host memory");
+  }
+  d->ordinal = cfg->ordinal;
+  d->precision = cfg->precision;
+  d->info = info;
+  if ((err = cuda_dev_start(d, diag))) {
+    dev_destroy(d);
+    free(dev);
+    return err;
+  }
+  dev->ops = &cuda_ops;
+  dev->self = d;
+  *out = dev;
+  return ZB_OK;
+}

@@ -1,0 +1,525 @@
+/* kernels_cuda.cu — the model's element-wise and row ops on a GPU: the
+ * zbk_* launchers of zb_cuda_kernels.h (docs/model.md, Devices). The
+ * per-element arithmetic is zb_kernel_math.h's, shared with the host and
+ * the CPU stand-in; only how a row is reduced differs here.
+ *
+ * Shapes of the kernels:
+ *   - element-wise ops: a grid-stride loop over size_t indices, at most
+ *     ZBK_MAX_BLOCKS blocks, so any length (beyond 2^31 too) is covered;
+ *   - row ops (LayerNorm, softmax, cross-entropy): one block per row, rows
+ *     taken grid-stride by block (so more than 65535 rows work), reductions
+ *     by warp shuffles and one shared-memory pass across warps; the order
+ *     of a reduction depends only on the block size, so results are
+ *     deterministic;
+ *   - column sums (bias and LayerNorm parameter gradients): 32-column tiles
+ *     in x, chunks of ZBK_COL_CHUNK rows in y; a tile's partial sums meet
+ *     in shared memory and go to the output with atomicAdd when there is
+ *     more than one chunk (so, for n > ZBK_COL_CHUNK rows, the last bits
+ *     depend on the order of the atomics), with a plain add otherwise;
+ *   - embed_bwd_acc: atomicAdd per element, since tokens and positions
+ *     repeat within a microbatch;
+ *   - sumsq: one block of 1024 threads reduces the whole vector in double,
+ *     deterministic and with no scratch memory (the interface passes none);
+ *     it reads at one SM's bandwidth, which suits a once-per-step norm.
+ *
+ * Threads: launchers may be called from any host thread; each enqueues on
+ * the given stream and returns cudaGetLastError() after the launch. Errors:
+ * a negative count is cudaErrorInvalidValue (the device checks its
+ * arguments first); a zero count launches nothing.
+ */
+#include <stdint.h>
+
+#include "zb_cuda_kernels.h"
+#include "zb_kernel_math.h"
+
+#define ZBK_THREADS 256
+#define ZBK_MAX_BLOCKS 65535u
+#define ZBK_COL_CHUNK 256
+#define ZBK_SUMSQ_THREADS 1024
+
+namespace {
+
+/* ---- launch shapes ---- */
+
+unsigned elementwise_blocks(size_t len) {
+  size_t b = (len + ZBK_THREADS - 1) / ZBK_THREADS;
+  return b > ZBK_MAX_BLOCKS ? ZBK_MAX_BLOCKS : (unsigned)b;
+}
+
+unsigned row_blocks(size_t rows) {
+  return rows > ZBK_MAX_BLOCKS ? ZBK_MAX_BLOCKS : (unsigned)rows;
+}
+
+/* Threads for a row of `cols`: whole warps, 32 to 256. */
+unsigned row_threads(size_t cols) {
+  size_t t = (cols + 31) / 32 * 32;
+  return t < 32 ? 32 : t > 256 ? 256 : (unsigned)t;
+}
+
+__device__ size_t grid_start() {
+  return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+__device__ size_t grid_step() {
+  return (size_t)blockDim.x * gridDim.x;
+}
+
+/* ---- block reductions: every thread gets the result ---- */
+
+template <typename T> __device__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+/* sh holds 32 values; the leading barrier keeps a previous reduction's
+ * readers ahead of this one's writers. blockDim.x is a multiple of 32. */
+template <typename T> __device__ T block_sum(T v, T *sh) {
+  v = warp_sum(v);
+  unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0)
+    sh[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < (blockDim.x >> 5) ? sh[lane] : (T)0);
+}
+
+__device__ float block_max(float v, float *sh) {
+  v = warp_max(v);
+  unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0)
+    sh[warp] = v;
+  __syncthreads();
+  return warp_max(lane < (blockDim.x >> 5) ? sh[lane] : -INFINITY);
+}
+
+/* ---- element-wise ---- */
+
+__global__ void embed_fwd_k(const float *emb, const float *pos, const uint8_t *tokens, float *x, size_t len,
+                            int h, int t) {
+  for (size_t i = grid_start(); i < len; i += grid_step()) {
+    size_t r = i / (size_t)h, c = i % (size_t)h;
+    x[i] = emb[(size_t)tokens[r] * h + c] + pos[(r % (size_t)t) * h + c];
+  }
+}
+
+__global__ void embed_bwd_acc_k(const float *dx, const uint8_t *tokens, float *demb, float *dpos, size_t len,
+                                int h, int t) {
+  for (size_t i = grid_start(); i < len; i += grid_step()) {
+    size_t r = i / (size_t)h, c = i % (size_t)h;
+    atomicAdd(&demb[(size_t)tokens[r] * h + c], dx[i]);
+    atomicAdd(&dpos[(r % (size_t)t) * h + c], dx[i]);
+  }
+}
+
+/* y = x * g + b per column, or y = x + b without g (bias_add: in place, y == x). */
+__global__ void affine_k(const float *x, const float *g, const float *b, float *y, size_t len, int cols) {
+  for (size_t i = grid_start(); i < len; i += grid_step()) {
+    size_t c = i % (size_t)cols;
+    y[i] = g ? x[i] * g[c] + b[c] : x[i] + b[c];
+  }
+}
+
+__global__ void gelu_fwd_k(const float *u, float *out, size_t len) {
+  for (size_t i = grid_start(); i < len; i += grid_step())
+    out[i] = zbm_gelu(u[i]);
+}
+
+__global__ void gelu_bwd_k(const float *dout, float *u, size_t len) {
+  for (size_t i = grid_start(); i < len; i += grid_step())
+    u[i] = zbm_gelu_grad(u[i], dout[i]);
+}
+
+__global__ void xent_bwd_k(float *probs, const uint8_t *targets, size_t len, int v, float scale) {
+  for (size_t i = grid_start(); i < len; i += grid_step()) {
+    size_t r = i / (size_t)v, j = i % (size_t)v;
+    probs[i] = zbm_xent_grad(probs[i], j == (size_t)targets[r], scale);
+  }
+}
+
+__global__ void adamw_k(float *p, float *m, float *v, const float *g, const uint8_t *decay, size_t len,
+                        zbm_adamw_step step) {
+  for (size_t i = grid_start(); i < len; i += grid_step())
+    zbm_adamw(&p[i], &m[i], &v[i], g[i], decay[i] != 0, &step);
+}
+
+__global__ void add_k(float *y, const float *x, float alpha, size_t len) {
+  for (size_t i = grid_start(); i < len; i += grid_step())
+    y[i] += alpha * x[i];
+}
+
+__global__ void scale_k(float *x, float alpha, size_t len) {
+  for (size_t i = grid_start(); i < len; i += grid_step())
+    x[i] *= alpha;
+}
+
+/* ---- row ops: one block per row ---- */
+
+__global__ void layernorm_fwd_k(const float *x, const float *g, const float *b, float *y, float *xhat,
+                                float *rstd, int n, int h) {
+  __shared__ float sh[32];
+  for (int r = blockIdx.x; r < n; r += gridDim.x) {
+    const float *xr = x + (size_t)r * h;
+    float *hr = xhat + (size_t)r * h, *yr = y + (size_t)r * h;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < h; c += blockDim.x)
+      s += xr[c];
+    float mean = block_sum(s, sh) / (float)h;
+    /* centre first: the variance of centred values does not cancel */
+    float q = 0.0f;
+    for (int c = threadIdx.x; c < h; c += blockDim.x) {
+      float d = xr[c] - mean;
+      q += d * d;
+    }
+    float rs = zbm_ln_rstd(block_sum(q, sh), h);
+    if (threadIdx.x == 0)
+      rstd[r] = rs;
+    for (int c = threadIdx.x; c < h; c += blockDim.x) {
+      float xh = (xr[c] - mean) * rs;
+      hr[c] = xh;
+      yr[c] = xh * g[c] + b[c];
+    }
+  }
+}
+
+__global__ void layernorm_bwd_acc_k(const float *dy, const float *xhat, const float *rstd, const float *g,
+                                    float *dx, int n, int h) {
+  __shared__ float sh[32];
+  for (int r = blockIdx.x; r < n; r += gridDim.x) {
+    const float *dr = dy + (size_t)r * h, *hr = xhat + (size_t)r * h;
+    float *xr = dx + (size_t)r * h;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int c = threadIdx.x; c < h; c += blockDim.x) {
+      float dxh = dr[c] * g[c];
+      s1 += dxh;
+      s2 += dxh * hr[c];
+    }
+    float m1 = block_sum(s1, sh) / (float)h;
+    float m2 = block_sum(s2, sh) / (float)h;
+    float rs = rstd[r];
+    for (int c = threadIdx.x; c < h; c += blockDim.x)
+      xr[c] += zbm_ln_dx(dr[c], g[c], hr[c], rs, m1, m2);
+  }
+}
+
+/* Row `row` of length len: e^(x - max) in place, scaled by 1/sum; returns
+ * the sum and the max (every thread). */
+__device__ float softmax_row(float *row, int len, float *sh, float *max_out) {
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < len; j += blockDim.x)
+    mx = row[j] > mx ? row[j] : mx;
+  mx = block_max(mx, sh);
+  float s = 0.0f;
+  for (int j = threadIdx.x; j < len; j += blockDim.x) {
+    float e = zbm_exp(row[j] - mx);
+    row[j] = e;
+    s += e;
+  }
+  float sum = block_sum(s, sh), inv = 1.0f / sum;
+  for (int j = threadIdx.x; j < len; j += blockDim.x)
+    row[j] *= inv;
+  *max_out = mx;
+  return sum;
+}
+
+/* rows = count * t rows of t; row i of its matrix keeps i + 1 entries */
+__global__ void softmax_causal_k(float *s, int t, size_t rows) {
+  __shared__ float sh[32];
+  for (size_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float *row = s + r * (size_t)t;
+    int keep = (int)(r % (size_t)t) + 1;
+    float mx;
+    softmax_row(row, keep, sh, &mx);
+    for (int j = keep + threadIdx.x; j < t; j += blockDim.x)
+      row[j] = 0.0f;
+  }
+}
+
+__global__ void softmax_causal_bwd_k(const float *p, float *dp, int t, size_t rows) {
+  __shared__ float sh[32];
+  for (size_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *pr = p + r * (size_t)t;
+    float *dr = dp + r * (size_t)t;
+    int keep = (int)(r % (size_t)t) + 1;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < keep; j += blockDim.x)
+      s += pr[j] * dr[j];
+    float dot = block_sum(s, sh);
+    for (int j = threadIdx.x; j < t; j += blockDim.x)
+      dr[j] = j < keep ? zbm_softmax_bwd(pr[j], dr[j], dot) : 0.0f;
+  }
+}
+
+__global__ void xent_fwd_k(float *logits, const uint8_t *targets, double *row_loss, int n, int v) {
+  __shared__ float sh[32];
+  for (int r = blockIdx.x; r < n; r += gridDim.x) {
+    float *row = logits + (size_t)r * v;
+    /* thread 0 alone needs the target's logit; it reads it before the
+     * first barrier of softmax_row, so before any thread overwrites it */
+    float target_logit = 0.0f;
+    if (threadIdx.x == 0) {
+      int tg = targets[r];
+      target_logit = tg < v ? row[tg] : NAN; /* a target out of range: NaN loss */
+    }
+    float mx, sum = softmax_row(row, v, sh, &mx);
+    if (threadIdx.x == 0)
+      row_loss[r] = zbm_xent_loss(sum, target_logit - mx);
+  }
+}
+
+/* ---- column sums: 32-column tiles x ZBK_COL_CHUNK-row chunks ---- */
+
+/* db[c] += sum_r dy[r, c], and dg[c] += sum_r dy[r, c] xhat[r, c] when xhat
+ * is given. Block (32, 8). */
+__global__ void col_sums_k(const float *dy, const float *xhat, float *dg, float *db, int n, int cols) {
+  __shared__ float sd[8][33], sg[8][33];
+  int c = blockIdx.x * 32 + threadIdx.x;
+  int chunks = (n + ZBK_COL_CHUNK - 1) / ZBK_COL_CHUNK;
+  for (int k = blockIdx.y; k < chunks; k += gridDim.y) {
+    int r0 = k * ZBK_COL_CHUNK, r1 = r0 + ZBK_COL_CHUNK < n ? r0 + ZBK_COL_CHUNK : n;
+    float d = 0.0f, gsum = 0.0f;
+    if (c < cols)
+      for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+        size_t i = (size_t)r * cols + c;
+        d += dy[i];
+        if (xhat)
+          gsum += dy[i] * xhat[i];
+      }
+    __syncthreads(); /* the previous chunk's readers are done */
+    sd[threadIdx.y][threadIdx.x] = d;
+    sg[threadIdx.y][threadIdx.x] = gsum;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+      for (int y = 1; y < 8; y++) {
+        d += sd[y][threadIdx.x];
+        gsum += sg[y][threadIdx.x];
+      }
+      if (chunks == 1) {
+        db[c] += d;
+        if (xhat)
+          dg[c] += gsum;
+      } else {
+        atomicAdd(&db[c], d);
+        if (xhat)
+          atomicAdd(&dg[c], gsum);
+      }
+    }
+  }
+}
+
+/* ---- sumsq: one block, double ---- */
+
+__global__ void sumsq_k(const float *x, size_t len, double *out, int *nonfinite) {
+  __shared__ double sh[32];
+  __shared__ int bad;
+  if (threadIdx.x == 0)
+    bad = 0;
+  double s = 0.0;
+  int nf = 0;
+  for (size_t i = threadIdx.x; i < len; i += blockDim.x) {
+    float v = x[i];
+    nf |= !isfinite(v);
+    s += (double)v * (double)v;
+  }
+  __syncthreads();
+  if (nf)
+    bad = 1; /* benign race: every writer stores 1 */
+  double total = block_sum(s, sh);
+  if (threadIdx.x == 0) {
+    *out = total;
+    *nonfinite = bad;
+  }
+}
+
+/* Shared by every launcher: the status of the launch just made. */
+cudaError_t launched(void) {
+  return cudaGetLastError();
+}
+
+} // namespace
+
+/* ---- launchers ---- */
+
+extern "C" {
+
+cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, const uint8_t *tokens, float *x,
+                          int n, int h, int t) {
+  if (n < 0 || h < 0 || t <= 0)
+    return cudaErrorInvalidValue;
+  size_t len = (size_t)n * (size_t)h;
+  if (len == 0)
+    return cudaSuccess;
+  embed_fwd_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(emb, pos, tokens, x, len, h, t);
+  return launched();
+}
+
+cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *tokens, float *demb,
+                              float *dpos, int n, int h, int t) {
+  if (n < 0 || h < 0 || t <= 0)
+    return cudaErrorInvalidValue;
+  size_t len = (size_t)n * (size_t)h;
+  if (len == 0)
+    return cudaSuccess;
+  embed_bwd_acc_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(dx, tokens, demb, dpos, len, h, t);
+  return launched();
+}
+
+cudaError_t zbk_layernorm_fwd(cudaStream_t s, const float *x, const float *g, const float *b, float *y,
+                              float *xhat, float *rstd, int n, int h) {
+  if (n < 0 || h < 0)
+    return cudaErrorInvalidValue;
+  if (n == 0 || h == 0)
+    return cudaSuccess;
+  layernorm_fwd_k<<<row_blocks((size_t)n), row_threads((size_t)h), 0, s>>>(x, g, b, y, xhat, rstd, n, h);
+  return launched();
+}
+
+cudaError_t zbk_layernorm_affine(cudaStream_t s, const float *xhat, const float *g, const float *b, float *y,
+                                 int n, int h) {
+  if (n < 0 || h < 0)
+    return cudaErrorInvalidValue;
+  size_t len = (size_t)n * (size_t)h;
+  if (len == 0)
+    return cudaSuccess;
+  affine_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(xhat, g, b, y, len, h);
+  return launched();
+}
+
+cudaError_t zbk_layernorm_bwd_acc(cudaStream_t s, const float *dy, const float *xhat, const float *rstd,
+                                  const float *g, float *dx, int n, int h) {
+  if (n < 0 || h < 0)
+    return cudaErrorInvalidValue;
+  if (n == 0 || h == 0)
+    return cudaSuccess;
+  layernorm_bwd_acc_k<<<row_blocks((size_t)n), row_threads((size_t)h), 0, s>>>(dy, xhat, rstd, g, dx, n, h);
+  return launched();
+}
+
+static cudaError_t col_sums(cudaStream_t s, const float *dy, const float *xhat, float *dg, float *db, int n,
+                            int cols) {
+  if (n < 0 || cols < 0)
+    return cudaErrorInvalidValue;
+  if (n == 0 || cols == 0)
+    return cudaSuccess;
+  unsigned chunks = (unsigned)((n + ZBK_COL_CHUNK - 1) / ZBK_COL_CHUNK);
+  dim3 grid((unsigned)((cols + 31) / 32), chunks > ZBK_MAX_BLOCKS ? ZBK_MAX_BLOCKS : chunks);
+  col_sums_k<<<grid, dim3(32, 8), 0, s>>>(dy, xhat, dg, db, n, cols);
+  return launched();
+}
+
+cudaError_t zbk_layernorm_param_grads_acc(cudaStream_t s, const float *dy, const float *xhat, float *dg,
+                                          float *db, int n, int h) {
+  return col_sums(s, dy, xhat, dg, db, n, h);
+}
+
+cudaError_t zbk_bias_add(cudaStream_t s, float *y, const float *b, int n, int cols) {
+  if (n < 0 || cols < 0)
+    return cudaErrorInvalidValue;
+  size_t len = (size_t)n * (size_t)cols;
+  if (len == 0)
+    return cudaSuccess;
+  affine_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(y, nullptr, b, y, len, cols);
+  return launched();
+}
+
+cudaError_t zbk_col_sums_acc(cudaStream_t s, const float *dy, float *db, int n, int cols) {
+  return col_sums(s, dy, nullptr, nullptr, db, n, cols);
+}
+
+cudaError_t zbk_gelu_fwd(cudaStream_t s, const float *u, float *out, size_t len) {
+  if (len == 0)
+    return cudaSuccess;
+  gelu_fwd_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(u, out, len);
+  return launched();
+}
+
+cudaError_t zbk_gelu_bwd_inplace(cudaStream_t s, const float *dout, float *u, size_t len) {
+  if (len == 0)
+    return cudaSuccess;
+  gelu_bwd_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(dout, u, len);
+  return launched();
+}
+
+cudaError_t zbk_softmax_causal(cudaStream_t s, float *p, int t, int count) {
+  if (t < 0 || count < 0)
+    return cudaErrorInvalidValue;
+  size_t rows = (size_t)count * (size_t)t;
+  if (rows == 0)
+    return cudaSuccess;
+  softmax_causal_k<<<row_blocks(rows), row_threads((size_t)t), 0, s>>>(p, t, rows);
+  return launched();
+}
+
+cudaError_t zbk_softmax_causal_bwd(cudaStream_t s, const float *p, float *dp, int t, int count) {
+  if (t < 0 || count < 0)
+    return cudaErrorInvalidValue;
+  size_t rows = (size_t)count * (size_t)t;
+  if (rows == 0)
+    return cudaSuccess;
+  softmax_causal_bwd_k<<<row_blocks(rows), row_threads((size_t)t), 0, s>>>(p, dp, t, rows);
+  return launched();
+}
+
+cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, double *row_loss, int n,
+                         int v) {
+  if (n < 0 || v < 0)
+    return cudaErrorInvalidValue;
+  if (n == 0 || v == 0)
+    return cudaSuccess;
+  xent_fwd_k<<<row_blocks((size_t)n), row_threads((size_t)v), 0, s>>>(logits, targets, row_loss, n, v);
+  return launched();
+}
+
+cudaError_t zbk_xent_bwd(cudaStream_t s, float *probs, const uint8_t *targets, int n, int v, float scale) {
+  if (n < 0 || v < 0)
+    return cudaErrorInvalidValue;
+  size_t len = (size_t)n * (size_t)v;
+  if (len == 0)
+    return cudaSuccess;
+  xent_bwd_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(probs, targets, len, v, scale);
+  return launched();
+}
+
+cudaError_t zbk_adamw(cudaStream_t s, float *p, float *m, float *v, const float *g, const uint8_t *decay,
+                      size_t n, zbm_adamw_step step) {
+  if (n == 0)
+    return cudaSuccess;
+  adamw_k<<<elementwise_blocks(n), ZBK_THREADS, 0, s>>>(p, m, v, g, decay, n, step);
+  return launched();
+}
+
+cudaError_t zbk_add(cudaStream_t s, float *y, const float *x, float alpha, size_t n) {
+  if (n == 0)
+    return cudaSuccess;
+  add_k<<<elementwise_blocks(n), ZBK_THREADS, 0, s>>>(y, x, alpha, n);
+  return launched();
+}
+
+cudaError_t zbk_scale(cudaStream_t s, float *x, float alpha, size_t n) {
+  if (n == 0)
+    return cudaSuccess;
+  scale_k<<<elementwise_blocks(n), ZBK_THREADS, 0, s>>>(x, alpha, n);
+  return launched();
+}
+
+/* Both outputs are written whatever n is: for n == 0 by two memsets (no
+ * kernel launch). */
+cudaError_t zbk_sumsq(cudaStream_t s, const float *x, size_t n, double *out, int *nonfinite) {
+  if (n == 0) {
+    cudaError_t e = cudaMemsetAsync(out, 0, sizeof *out, s);
+    return e != cudaSuccess ? e : cudaMemsetAsync(nonfinite, 0, sizeof *nonfinite, s);
+  }
+  sumsq_k<<<1, ZBK_SUMSQ_THREADS, 0, s>>>(x, n, out, nonfinite);
+  return launched();
+}
+
+} // extern "C"

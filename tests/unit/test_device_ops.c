@@ -1,0 +1,573 @@
+/* test_device_ops.c — every op of zb_device_ops on the CUDA device against
+ * the host device (docs/model.md, Devices), over odd shapes: n = 1, 7, 33
+ * rows; h = 3, 64, 129 columns; t = 1, 5, 17 positions; v = 5, 256; batched
+ * GEMMs with transposes, leading dimensions wider than the rows, batch
+ * strides, head-like column blocks, alpha and beta other than 1 and 0.
+ *
+ * The rule: an output element passes when
+ *     |got - want| <= 1e-5 * max(|want|, 1),
+ * i.e. 1e-5 relative, with the inputs' own scale (uniform in [-1, 1]) as
+ * the floor under values near zero, where a reduction in another order
+ * (a tree of threads instead of lanes, atomics, FMA) can differ by more
+ * than 1e-5 of a tiny result. The program prints, per op, the number of
+ * cases and the largest error under that rule, and fails if any exceeds
+ * 1e-5. Inputs that an op must not read (above a causal diagonal) are NaN.
+ *
+ * The device under test is zb_device_cuda_new(ordinal 0): the real runtime
+ * on a GPU (ctest label gpu), or the CPU stand-in of the CUDA APIs when the
+ * binary is linked against it. Without a device it prints why and exits 77
+ * (ctest's SKIP_RETURN_CODE). Any device error ends the run with exit 1.
+ * Single-threaded; everything it allocates it frees.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_device.h"
+
+#define TOL 1e-5
+
+typedef struct stat {
+  const char *op;
+  int cases;
+  double max_err;
+  char worst[80];
+} stat;
+
+typedef struct ctx {
+  zb_device *dev[2]; /* 0: host (reference), 1: under test */
+  stat stats[40];
+  int n_stats;
+  uint64_t rng;
+} ctx;
+
+/* a buffer on both devices */
+typedef struct dbuf {
+  void *p[2];
+  size_t bytes;
+} dbuf;
+
+static void must(zb_err err, const zb_diag *diag, const char *what, int dev) {
+  if (err) {
+    fprintf(stderr, "test_device_ops: %s on the %s device: %s: %s\n", what, dev ? "tested" : "host",
+            zb_strerror(err), diag->msg);
+    exit(1);
+  }
+}
+
+#define ON_BOTH(c, call_name, expr)                                                                          \
+  for (int i_ = 0; i_ < 2; i_++) {                                                                           \
+    zb_device *dv = (c)->dev[i_];                                                                            \
+    int i = i_;                                                                                              \
+    zb_diag dg_ = {{0}};                                                                                     \
+    (void)i;                                                                                                 \
+    must((expr), &dg_, call_name, i_);                                                                       \
+  }
+#define DIAG (&dg_)
+
+static float frand(ctx *c) {
+  c->rng = c->rng * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(c->rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+static float *rand_floats(ctx *c, size_t n, float scale) {
+  float *x = malloc((n ? n : 1) * sizeof *x);
+  for (size_t i = 0; i < n; i++)
+    x[i] = frand(c) * scale;
+  return x;
+}
+
+static uint8_t *rand_bytes(ctx *c, size_t n, int below) {
+  uint8_t *x = malloc(n ? n : 1);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (uint8_t)(((frand(c) + 1.0f) * 0.5f) * (float)below) % below;
+  return x;
+}
+
+static dbuf up(ctx *c, const void *src, size_t bytes) {
+  dbuf b = {.bytes = bytes};
+  ON_BOTH(c, "alloc", dv->ops->alloc(dv->self, bytes, &b.p[i], DIAG));
+  if (bytes)
+    ON_BOTH(c, "copy H2D", dv->ops->copy(dv->self, b.p[i], src, bytes, ZB_COPY_H2D, DIAG));
+  return b;
+}
+
+static void release(ctx *c, dbuf *b) {
+  for (int i = 0; i < 2; i++)
+    c->dev[i]->ops->free(c->dev[i]->self, b->p[i]);
+}
+
+/* both copies of b, back on the host, after both devices synced */
+static void down(ctx *c, const dbuf *b, void *want, void *got) {
+  void *dst[2] = {want, got};
+  ON_BOTH(c, "copy D2H", dv->ops->copy(dv->self, dst[i], b->p[i], b->bytes, ZB_COPY_D2H, DIAG));
+  ON_BOTH(c, "sync", dv->ops->sync(dv->self, DIAG));
+}
+
+static stat *stat_of(ctx *c, const char *op) {
+  for (int i = 0; i < c->n_stats; i++)
+    if (strcmp(c->stats[i].op, op) == 0)
+      return &c->stats[i];
+  stat *s = &c->stats[c->n_stats++];
+  memset(s, 0, sizeof *s);
+  s->op = op;
+  return s;
+}
+
+static void record(ctx *c, const char *op, double err, const char *desc) {
+  stat *s = stat_of(c, op);
+  s->cases++;
+  if (s->cases == 1 || !(err <= s->max_err)) { /* a NaN error counts as the worst */
+    s->max_err = err;
+    snprintf(s->worst, sizeof s->worst, "%s", desc);
+  }
+}
+
+static double err_of(double got, double want) {
+  double d = fabs(got - want), floor_ = fabs(want) > 1.0 ? fabs(want) : 1.0;
+  if (isnan(got) != isnan(want))
+    return INFINITY;
+  return isnan(got) ? 0.0 : d / floor_;
+}
+
+/* compares n floats of b on both devices under the rule */
+static void cmp(ctx *c, const char *op, const dbuf *b, size_t n, const char *desc) {
+  float *want = malloc(b->bytes ? b->bytes : 1), *got = malloc(b->bytes ? b->bytes : 1);
+  down(c, b, want, got);
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double e = err_of(got[i], want[i]);
+    worst = e > worst || isnan(e) ? e : worst;
+  }
+  record(c, op, worst, desc);
+  free(want);
+  free(got);
+}
+
+static void cmp_doubles(ctx *c, const char *op, const dbuf *b, size_t n, const char *desc) {
+  double *want = malloc(b->bytes), *got = malloc(b->bytes);
+  down(c, b, want, got);
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double e = err_of(got[i], want[i]);
+    worst = e > worst ? e : worst;
+  }
+  record(c, op, worst, desc);
+  free(want);
+  free(got);
+}
+
+/* ---- GEMM ---- */
+
+typedef struct gemm_case {
+  bool ta, tb;
+  int m, n, k, pad_a, pad_b, pad_c, batch;
+  int64_t extra_stride; /* added to each operand's packed stride */
+  float alpha, beta;
+  int heads; /* > 0: C_i is a column block of one wide C (stride = n, ldc = n * batch) */
+} gemm_case;
+
+static void run_gemm(ctx *c, const gemm_case *gc) {
+  int a_rows = gc->ta ? gc->k : gc->m, a_cols = gc->ta ? gc->m : gc->k;
+  int b_rows = gc->tb ? gc->n : gc->k, b_cols = gc->tb ? gc->k : gc->n;
+  zb_gemm g = {.trans_a = gc->ta,
+               .trans_b = gc->tb,
+               .m = gc->m,
+               .n = gc->n,
+               .k = gc->k,
+               .alpha = gc->alpha,
+               .beta = gc->beta,
+               .lda = a_cols + gc->pad_a,
+               .ldb = b_cols + gc->pad_b,
+               .batch = gc->batch};
+  g.stride_a = (int64_t)a_rows * g.lda + gc->extra_stride;
+  g.stride_b = (int64_t)b_rows * g.ldb + gc->extra_stride;
+  size_t c_elems;
+  if (gc->heads) {
+    g.ldc = gc->n * gc->batch + gc->pad_c;
+    g.stride_c = gc->n;
+    c_elems = (size_t)gc->m * (size_t)g.ldc;
+  } else {
+    g.ldc = gc->n + gc->pad_c;
+    g.stride_c = (int64_t)gc->m * g.ldc + gc->extra_stride;
+    c_elems = (size_t)g.stride_c * (size_t)gc->batch;
+  }
+  size_t na = (size_t)g.stride_a * (size_t)gc->batch, nb = (size_t)g.stride_b * (size_t)gc->batch;
+  float *ha = rand_floats(c, na, 1.0f), *hb = rand_floats(c, nb, 1.0f), *hc = rand_floats(c, c_elems, 1.0f);
+  dbuf a = up(c, ha, na * 4), b = up(c, hb, nb * 4), cc = up(c, hc, c_elems * 4);
+  ON_BOTH(c, "gemm", (g.a = a.p[i], g.b = b.p[i], g.c = cc.p[i], dv->ops->gemm(dv->self, &g, DIAG)));
+  char desc[80];
+  snprintf(desc, sizeof desc, "%c%c m%d n%d k%d b%d a%g b%g%s", gc->ta ? 'T' : 'N', gc->tb ? 'T' : 'N', gc->m,
+           gc->n, gc->k, gc->batch, gc->alpha, gc->beta, gc->heads ? " heads" : "");
+  cmp(c, "gemm", &cc, c_elems, desc);
+  release(c, &a);
+  release(c, &b);
+  release(c, &cc);
+  free(ha);
+  free(hb);
+  free(hc);
+}
+
+static void test_gemm(ctx *c) {
+  static const gemm_case cases[] = {
+      {false, false, 7, 33, 5, 0, 0, 0, 1, 0, 1.0f, 0.0f, 0},
+      {false, false, 1, 1, 1, 0, 0, 0, 1, 0, 1.0f, 0.0f, 0},
+      {true, false, 33, 7, 129, 3, 0, 5, 1, 0, 0.5f, 0.25f, 0},
+      {false, true, 17, 64, 33, 0, 2, 0, 1, 0, -1.5f, 1.0f, 0},
+      {true, true, 5, 3, 64, 1, 1, 1, 1, 0, 2.0f, -0.75f, 0},
+      {false, false, 7, 5, 3, 2, 3, 4, 3, 11, 0.5f, 0.5f, 0},
+      {true, false, 17, 17, 64, 0, 0, 0, 4, 7, 1.0f, 0.0f, 0},
+      {false, true, 17, 17, 16, 0, 0, 0, 4, 0, 0.125f, 0.0f, 0},
+      {false, true, 5, 16, 17, 0, 0, 0, 4, 0, 1.0f, 1.0f, 1},
+      {false, false, 129, 33, 7, 0, 0, 0, 2, 0, 1.0f, 0.0f, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    run_gemm(c, &cases[i]);
+}
+
+/* ---- element-wise and row ops ---- */
+
+static const int NS[] = {1, 7, 33}, HS[] = {3, 64, 129}, TS[] = {1, 5, 17}, VS[] = {5, 256};
+#define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+static void test_embed(ctx *c, int n, int h, int t, int vocab) {
+  float *he = rand_floats(c, (size_t)vocab * h, 1.0f), *hp = rand_floats(c, (size_t)t * h, 1.0f);
+  float *hx = rand_floats(c, (size_t)n * h, 1.0f);
+  uint8_t *tok = rand_bytes(c, (size_t)n, vocab);
+  dbuf e = up(c, he, (size_t)vocab * h * 4), p = up(c, hp, (size_t)t * h * 4),
+       x = up(c, hx, (size_t)n * h * 4);
+  dbuf tk = up(c, tok, (size_t)n);
+  char desc[80];
+  snprintf(desc, sizeof desc, "n%d h%d t%d vocab%d", n, h, t, vocab);
+  ON_BOTH(c, "embed_fwd", dv->ops->embed_fwd(dv->self, e.p[i], p.p[i], tk.p[i], x.p[i], n, h, t, DIAG));
+  cmp(c, "embed_fwd", &x, (size_t)n * h, desc);
+  /* x now serves as dx; demb, dpos accumulate onto their random contents */
+  ON_BOTH(c, "embed_bwd_acc",
+          dv->ops->embed_bwd_acc(dv->self, x.p[i], tk.p[i], e.p[i], p.p[i], n, h, t, DIAG));
+  cmp(c, "embed_bwd_acc demb", &e, (size_t)vocab * h, desc);
+  cmp(c, "embed_bwd_acc dpos", &p, (size_t)t * h, desc);
+  release(c, &e);
+  release(c, &p);
+  release(c, &x);
+  release(c, &tk);
+  free(he);
+  free(hp);
+  free(hx);
+  free(tok);
+}
+
+static void test_layernorm(ctx *c, int n, int h) {
+  size_t nh = (size_t)n * h;
+  float *hx = rand_floats(c, nh, 2.0f), *hg = rand_floats(c, (size_t)h, 1.0f),
+        *hb = rand_floats(c, (size_t)h, 1.0f);
+  float *hdy = rand_floats(c, nh, 1.0f), *hacc = rand_floats(c, nh, 1.0f);
+  dbuf x = up(c, hx, nh * 4), g = up(c, hg, (size_t)h * 4), b = up(c, hb, (size_t)h * 4);
+  dbuf y = up(c, hx, nh * 4), xh = up(c, hx, nh * 4), rs = up(c, hx, (size_t)n * 4);
+  dbuf dy = up(c, hdy, nh * 4), dx = up(c, hacc, nh * 4), dg = up(c, hg, (size_t)h * 4),
+       db = up(c, hb, (size_t)h * 4);
+  char desc[80];
+  snprintf(desc, sizeof desc, "n%d h%d", n, h);
+  ON_BOTH(c, "layernorm_fwd",
+          dv->ops->layernorm_fwd(dv->self, x.p[i], g.p[i], b.p[i], y.p[i], xh.p[i], rs.p[i], n, h, DIAG));
+  cmp(c, "layernorm_fwd y", &y, nh, desc);
+  cmp(c, "layernorm_fwd xhat", &xh, nh, desc);
+  cmp(c, "layernorm_fwd rstd", &rs, (size_t)n, desc);
+  ON_BOTH(c, "layernorm_affine",
+          dv->ops->layernorm_affine(dv->self, xh.p[i], g.p[i], b.p[i], x.p[i], n, h, DIAG));
+  cmp(c, "layernorm_affine", &x, nh, desc);
+  ON_BOTH(c, "layernorm_bwd_acc",
+          dv->ops->layernorm_bwd_acc(dv->self, dy.p[i], xh.p[i], rs.p[i], g.p[i], dx.p[i], n, h, DIAG));
+  cmp(c, "layernorm_bwd_acc", &dx, nh, desc);
+  ON_BOTH(c, "layernorm_param_grads_acc",
+          dv->ops->layernorm_param_grads_acc(dv->self, dy.p[i], xh.p[i], dg.p[i], db.p[i], n, h, DIAG));
+  cmp(c, "layernorm_param_grads dg", &dg, (size_t)h, desc);
+  cmp(c, "layernorm_param_grads db", &db, (size_t)h, desc);
+  dbuf *all[] = {&x, &g, &b, &y, &xh, &rs, &dy, &dx, &dg, &db};
+  for (int i = 0; i < COUNT(all); i++)
+    release(c, all[i]);
+  free(hx);
+  free(hg);
+  free(hb);
+  free(hdy);
+  free(hacc);
+}
+
+static void test_bias_gelu(ctx *c, int n, int cols) {
+  size_t len = (size_t)n * cols;
+  float *hy = rand_floats(c, len, 3.0f), *hb = rand_floats(c, (size_t)cols, 1.0f),
+        *hd = rand_floats(c, len, 1.0f);
+  dbuf y = up(c, hy, len * 4), b = up(c, hb, (size_t)cols * 4), d = up(c, hd, len * 4),
+       o = up(c, hd, len * 4);
+  char desc[80];
+  snprintf(desc, sizeof desc, "n%d cols%d", n, cols);
+  ON_BOTH(c, "bias_add", dv->ops->bias_add(dv->self, y.p[i], b.p[i], n, cols, DIAG));
+  cmp(c, "bias_add", &y, len, desc);
+  ON_BOTH(c, "col_sums_acc", dv->ops->col_sums_acc(dv->self, d.p[i], b.p[i], n, cols, DIAG));
+  cmp(c, "col_sums_acc", &b, (size_t)cols, desc);
+  ON_BOTH(c, "gelu_fwd", dv->ops->gelu_fwd(dv->self, y.p[i], o.p[i], len, DIAG));
+  cmp(c, "gelu_fwd", &o, len, desc);
+  ON_BOTH(c, "gelu_bwd_inplace", dv->ops->gelu_bwd_inplace(dv->self, d.p[i], y.p[i], len, DIAG));
+  cmp(c, "gelu_bwd_inplace", &y, len, desc);
+  ON_BOTH(c, "add", dv->ops->add(dv->self, y.p[i], d.p[i], -0.375f, len, DIAG));
+  cmp(c, "add", &y, len, desc);
+  ON_BOTH(c, "scale", dv->ops->scale(dv->self, y.p[i], 1.75f, len, DIAG));
+  cmp(c, "scale", &y, len, desc);
+  release(c, &y);
+  release(c, &b);
+  release(c, &d);
+  release(c, &o);
+  free(hy);
+  free(hb);
+  free(hd);
+}
+
+/* NaN above each diagonal: the op must not read there */
+static float *causal_input(ctx *c, int t, int count, float scale) {
+  float *s = rand_floats(c, (size_t)t * t * count, scale);
+  for (int m = 0; m < count; m++)
+    for (int i = 0; i < t; i++)
+      for (int j = i + 1; j < t; j++)
+        s[((size_t)m * t + i) * t + j] = NAN;
+  return s;
+}
+
+static void test_softmax(ctx *c, int t, int count) {
+  size_t len = (size_t)t * t * count;
+  float *hs = causal_input(c, t, count, 4.0f), *hd = causal_input(c, t, count, 1.0f);
+  dbuf s = up(c, hs, len * 4), d = up(c, hd, len * 4);
+  char desc[80];
+  snprintf(desc, sizeof desc, "t%d count%d", t, count);
+  ON_BOTH(c, "softmax_causal", dv->ops->softmax_causal(dv->self, s.p[i], t, count, DIAG));
+  cmp(c, "softmax_causal", &s, len, desc);
+  ON_BOTH(c, "softmax_causal_bwd", dv->ops->softmax_causal_bwd(dv->self, s.p[i], d.p[i], t, count, DIAG));
+  cmp(c, "softmax_causal_bwd", &d, len, desc);
+  release(c, &s);
+  release(c, &d);
+  free(hs);
+  free(hd);
+}
+
+static void test_xent(ctx *c, int n, int v) {
+  size_t len = (size_t)n * v;
+  float *hl = rand_floats(c, len, 6.0f);
+  uint8_t *tg = rand_bytes(c, (size_t)n, v);
+  double *zero = calloc((size_t)n, sizeof *zero);
+  dbuf l = up(c, hl, len * 4), t = up(c, tg, (size_t)n), loss = up(c, zero, (size_t)n * sizeof(double));
+  char desc[80];
+  snprintf(desc, sizeof desc, "n%d v%d", n, v);
+  ON_BOTH(c, "xent_fwd", dv->ops->xent_fwd(dv->self, l.p[i], t.p[i], loss.p[i], n, v, DIAG));
+  cmp(c, "xent_fwd probs", &l, len, desc);
+  cmp_doubles(c, "xent_fwd row_loss", &loss, (size_t)n, desc);
+  ON_BOTH(c, "xent_bwd", dv->ops->xent_bwd(dv->self, l.p[i], t.p[i], n, v, 1.0f / (float)n, DIAG));
+  cmp(c, "xent_bwd", &l, len, desc);
+  release(c, &l);
+  release(c, &t);
+  release(c, &loss);
+  free(hl);
+  free(tg);
+  free(zero);
+}
+
+static void test_adamw_sumsq(ctx *c, size_t n, bool poison_one) {
+  float *hp = rand_floats(c, n, 1.0f), *hm = rand_floats(c, n, 0.1f), *hv = rand_floats(c, n, 0.01f);
+  float *hg = rand_floats(c, n, 1.0f);
+  for (size_t i = 0; i < n; i++)
+    hv[i] = fabsf(hv[i]);
+  uint8_t *dec = rand_bytes(c, n, 2);
+  if (poison_one)
+    hg[n / 2] = INFINITY;
+  dbuf p = up(c, hp, n * 4), m = up(c, hm, n * 4), v = up(c, hv, n * 4), g = up(c, hg, n * 4),
+       d = up(c, dec, n);
+  double zero[2] = {0};
+  dbuf out = up(c, zero, sizeof(double)), nf = up(c, zero, sizeof(int));
+  char desc[80];
+  snprintf(desc, sizeof desc, "n%zu%s", n, poison_one ? " +inf" : "");
+  ON_BOTH(c, "sumsq", dv->ops->sumsq(dv->self, g.p[i], n, out.p[i], nf.p[i], DIAG));
+  cmp_doubles(c, "sumsq", &out, 1, desc);
+  int flags[2];
+  down(c, &nf, &flags[0], &flags[1]);
+  record(c, "sumsq nonfinite", flags[0] == flags[1] && flags[0] == (int)poison_one ? 0.0 : INFINITY, desc);
+  if (!poison_one) {
+    zbm_adamw_step st = {.beta1 = 0.9,
+                         .beta2 = 0.999,
+                         .eps = 1e-8,
+                         .step_size = 1e-3 / (1 - 0.9 * 0.9 * 0.9),
+                         .sqrt_bc2 = sqrt(1 - 0.999 * 0.999 * 0.999),
+                         .shrink = 1 - 1e-3 * 0.1,
+                         .grad_scale = 0.5};
+    ON_BOTH(c, "adamw", dv->ops->adamw(dv->self, p.p[i], m.p[i], v.p[i], g.p[i], d.p[i], n, &st, DIAG));
+    cmp(c, "adamw p", &p, n, desc);
+    cmp(c, "adamw m", &m, n, desc);
+    cmp(c, "adamw v", &v, n, desc);
+  }
+  dbuf *all[] = {&p, &m, &v, &g, &d, &out, &nf};
+  for (int i = 0; i < COUNT(all); i++)
+    release(c, all[i]);
+  free(hp);
+  free(hm);
+  free(hv);
+  free(hg);
+  free(dec);
+}
+
+/* ---- memory: copies, zero, accounting, events ---- */
+
+static void test_copies(ctx *c) {
+  float *h = rand_floats(c, 7 * 33, 1.0f);
+  dbuf src = up(c, h, 7 * 33 * 4), dst = up(c, h, 7 * 33 * 4);
+  ON_BOTH(c, "zero", dv->ops->zero(dv->self, dst.p[i], 7 * 33 * 4, DIAG));
+  /* 5 rows of 9 floats from pitch 33 floats at column 2 to pitch 11 at column 1 */
+  ON_BOTH(c, "copy_2d",
+          dv->ops->copy_2d(dv->self, (float *)dst.p[i] + 1, 11 * 4, (float *)src.p[i] + 2, 33 * 4, 9 * 4, 5,
+                           DIAG));
+  cmp(c, "zero + copy_2d", &dst, 7 * 33, "5 rows x 9 of pitch 33 to pitch 11");
+  ON_BOTH(c, "copy D2D", dv->ops->copy(dv->self, dst.p[i], src.p[i], 7 * 33 * 4, ZB_COPY_D2D, DIAG));
+  float *got = malloc(7 * 33 * 4), *want = malloc(7 * 33 * 4);
+  down(c, &dst, want, got);
+  record(c, "copy H2D/D2D/D2H",
+         memcmp(got, h, 7 * 33 * 4) == 0 && memcmp(want, h, 7 * 33 * 4) == 0 ? 0.0 : INFINITY,
+         "7 x 33 floats, bit-exact");
+  release(c, &src);
+  release(c, &dst);
+  free(h);
+  free(got);
+  free(want);
+}
+
+/* The allocator's figures on the tested device: byte-exact current and
+ * peak of the sizes asked for; a freed block is cached and reused. */
+static void test_mem(ctx *c) {
+  zb_device *d = c->dev[1];
+  zb_diag diag = {{0}};
+  zb_device_mem m0, m;
+  d->ops->mem(d->self, &m0);
+  d->ops->reset_peak(d->self);
+  void *a, *b;
+  must(d->ops->alloc(d->self, 1000, &a, &diag), &diag, "alloc", 1);
+  must(d->ops->alloc(d->self, 3, &b, &diag), &diag, "alloc", 1);
+  zb_device_mem m1;
+  d->ops->mem(d->self, &m1);
+  bool ok = m1.current == m0.current + 1003 && m1.peak == m0.current + 1003;
+  d->ops->free(d->self, a);
+  d->ops->mem(d->self, &m);
+  ok = ok && m.current == m0.current + 3 && m.peak == m0.current + 1003 && m.cached >= m1.cached + 1000;
+  void *again;
+  must(d->ops->alloc(d->self, 999, &again, &diag), &diag, "alloc", 1);
+  d->ops->mem(d->self, &m);
+  /* the block just cached came back */
+  ok = ok && again == a && m.cached == m1.cached && m.current == m0.current + 1002;
+  d->ops->free(d->self, again);
+  d->ops->free(d->self, b);
+  d->ops->reset_peak(d->self);
+  d->ops->mem(d->self, &m);
+  ok = ok && m.current == m0.current && m.peak == m0.current;
+  record(c, "alloc accounting", ok ? 0.0 : INFINITY, "1000 + 3 bytes, free, 999 reuses");
+}
+
+static void test_events(ctx *c) {
+  zb_device *d = c->dev[1];
+  zb_diag diag = {{0}};
+  zb_device_event *e0, *e1;
+  must(d->ops->event_new(d->self, &e0, &diag), &diag, "event_new", 1);
+  must(d->ops->event_new(d->self, &e1, &diag), &diag, "event_new", 1);
+  float *h = rand_floats(c, 1 << 16, 1.0f);
+  void *buf;
+  must(d->ops->alloc(d->self, 4 << 16, &buf, &diag), &diag, "alloc", 1);
+  must(d->ops->event_record(d->self, e0, &diag), &diag, "event_record", 1);
+  must(d->ops->copy(d->self, buf, h, 4 << 16, ZB_COPY_H2D, &diag), &diag, "copy", 1);
+  must(d->ops->scale(d->self, buf, 2.0f, 1 << 16, &diag), &diag, "scale", 1);
+  must(d->ops->event_record(d->self, e1, &diag), &diag, "event_record", 1);
+  must(d->ops->sync(d->self, &diag), &diag, "sync", 1);
+  float ms = -1.0f;
+  must(d->ops->event_elapsed_ms(d->self, e0, e1, &ms, &diag), &diag, "event_elapsed_ms", 1);
+  record(c, "events", ms >= 0.0f && ms < 60000.0f ? 0.0 : INFINITY, "copy + scale between two events");
+  d->ops->free(d->self, buf);
+  d->ops->event_free(d->self, e0);
+  d->ops->event_free(d->self, e1);
+  free(h);
+}
+
+/* A second tested device, poisoned by freeing a pointer it never handed
+ * out: every later call returns that error. */
+static void test_poison(ctx *c) {
+  zb_device *d;
+  zb_diag diag = {{0}};
+  zb_cuda_device_config cfg = {.ordinal = 0, .precision = ZB_PRECISION_FP32};
+  must(zb_device_cuda_new(&cfg, &d, &diag), &diag, "zb_device_cuda_new", 1);
+  static int not_device;
+  d->ops->free(d->self, &not_device);
+  zb_err e1 = d->ops->sync(d->self, &diag);
+  bool named = strstr(diag.msg, "did not hand out") != NULL;
+  void *p = NULL;
+  zb_err e2 = d->ops->alloc(d->self, 16, &p, &diag);
+  record(c, "poisoned after an error", e1 == ZB_ERR_INVALID_ARG && e2 == e1 && named && !p ? 0.0 : INFINITY,
+         "free of a foreign pointer, then sync and alloc");
+  zb_device_free(d);
+}
+
+static void run_all(ctx *c) {
+  test_gemm(c);
+  for (int a = 0; a < COUNT(NS); a++)
+    for (int b = 0; b < COUNT(HS); b++) {
+      test_layernorm(c, NS[a], HS[b]);
+      test_bias_gelu(c, NS[a], HS[b]);
+      for (int t = 0; t < COUNT(TS); t++)
+        for (int v = 0; v < COUNT(VS); v++)
+          test_embed(c, NS[a], HS[b], TS[t], VS[v]);
+    }
+  for (int t = 0; t < COUNT(TS); t++)
+    for (int n = 1; n <= 3; n += 2)
+      test_softmax(c, TS[t], n);
+  for (int a = 0; a < COUNT(NS); a++)
+    for (int v = 0; v < COUNT(VS); v++)
+      test_xent(c, NS[a], VS[v]);
+  static const size_t lens[] = {1, 7, 33 * 129, 100003};
+  for (int i = 0; i < COUNT(lens); i++) {
+    test_adamw_sumsq(c, lens[i], false);
+    test_adamw_sumsq(c, lens[i], true);
+  }
+  test_copies(c);
+  test_mem(c);
+  test_events(c);
+  test_poison(c);
+}
+
+int main(void) {
+  ctx c = {.rng = 12345};
+  zb_diag diag = {{0}};
+  zb_cuda_device_config cfg = {.ordinal = 0, .precision = ZB_PRECISION_FP32};
+  zb_err err = zb_device_cuda_new(&cfg, &c.dev[1], &diag);
+  if (err == ZB_ERR_UNSUPPORTED) {
+    printf("test_device_ops: no CUDA device (%s); skipping\n", diag.msg);
+    return 77;
+  }
+  must(err, &diag, "zb_device_cuda_new", 1);
+  must(zb_device_host_new(&c.dev[0], &diag), &diag, "zb_device_host_new", 0);
+  zb_device_info info;
+  c.dev[1]->ops->info(c.dev[1]->self, &info);
+  printf("device under test: %s%s (cc %d.%d, driver %d); reference: host\n", info.name,
+         info.standin ? " [stand-in]" : "", info.cc_major, info.cc_minor, info.driver_version);
+  printf("rule: |got - want| <= %g * max(|want|, 1) per element\n\n", TOL);
+  run_all(&c);
+  int failed = 0;
+  printf("%-28s %6s %12s  %s\n", "op", "cases", "max error", "worst case");
+  for (int i = 0; i < c.n_stats; i++) {
+    stat *s = &c.stats[i];
+    bool ok = s->max_err <= TOL;
+    failed += !ok;
+    printf("%-28s %6d %12.3g  %s%s\n", s->op, s->cases, s->max_err, s->worst, ok ? "" : "  FAIL");
+  }
+  zb_device_mem m;
+  c.dev[1]->ops->mem(c.dev[1]->self, &m);
+  if (m.current != 0) {
+    printf("the tested device still holds %lld bytes after every buffer went back: FAIL\n",
+           (long long)m.current);
+    failed++;
+  }
+  zb_device_free(c.dev[0]);
+  zb_device_free(c.dev[1]);
+  printf("\n%s: %d of %d ops over the tolerance\n", failed ? "FAIL" : "ok", failed, c.n_stats);
+  return failed ? 1 : 0;
+}
