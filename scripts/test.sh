@@ -20,8 +20,12 @@ Runs the tests the way CI does:
      (Debug + ZB_SANITIZE=ON, build/asan):
        cmake --preset P; cmake --build --preset P -j N;
        ctest --preset P -j N --output-on-failure [CTEST_ARGS]
-Both builds run even when the first fails. Prints a summary with the test
-counts of both and exits non-zero if any configure, build or test failed.
+     The GPU path (ZB_CUDA) is AUTO: built when nvcc, CUDA and NCCL are
+     found; with CI=true it is ON, so a CI machine without them fails.
+  4. preset nocuda (ZB_CUDA=OFF, build/nocuda): configure and build only,
+     proving a machine without CUDA still builds everything else.
+All builds run even when one fails. Prints a summary with the test
+counts and exits non-zero if any configure, build or test failed.
 
   --no-deps        skip step 1
   --only dev|asan  build and test one preset only
@@ -76,10 +80,14 @@ else
   failed=1
 fi
 
+cuda_flag=()
+if [[ ${CI:-} == true ]]; then
+  cuda_flag=(-DZB_CUDA=ON)
+fi
 for p in "${presets[@]}"; do
   echo
   echo "=== [$p] configure"
-  if ! cmake --preset "$p"; then
+  if ! cmake --preset "$p" "${cuda_flag[@]}"; then
     summary+=("$p: configure FAILED")
     failed=1
     continue
@@ -111,6 +119,20 @@ for p in "${presets[@]}"; do
     summary+=("$p: ctest ok ($counts)")
   fi
 done
+
+if [[ ${#presets[@]} -eq 2 ]]; then
+  echo
+  echo "=== [nocuda] configure and build (ZB_CUDA=OFF)"
+  log=build/nocuda.log
+  mkdir -p build
+  if { cmake --preset nocuda && cmake --build --preset nocuda -j "$jobs"; } >"$log" 2>&1; then
+    summary+=("nocuda: build ok (ZB_CUDA=OFF)")
+  else
+    tail -n 40 "$log"
+    summary+=("nocuda: build FAILED (ZB_CUDA=OFF; see $log)")
+    failed=1
+  fi
+fi
 
 echo
 echo "=== test.sh summary"
