@@ -63,7 +63,7 @@ find_path(ZB_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/loca
 find_library(ZB_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/local/cuda/lib
              DOC "libnccl")
 if(NOT ZB_NCCL_INCLUDE_DIR OR NOT ZB_NCCL_LIBRARY)
-  list(APPEND zb_cuda_missing "NCCL (nccl.h and libnccl; set ZB_NCCL_INCLUDE_DIR and ZB_NCCL_LIBRARY)")
+  list(APPEND zb_cuda_missing "NCCL (nccl.h and libnccl: set ZB_NCCL_INCLUDE_DIR and ZB_NCCL_LIBRARY)")
 endif()
 
 if(zb_cuda_missing)

@@ -318,6 +318,8 @@ static zb_err dev_copy_2d(void *self, void *dst, size_t dpitch, const void *src,
 
 static zb_err dev_zero(void *self, void *p, size_t bytes, zb_diag *diag) {
   cuda_dev *d = self;
+  if (!p && bytes)
+    return bad_arg(diag, "zero", "NULL buffer");
   zb_err err = enter(d, diag);
   if (err || bytes == 0)
     return err;
