@@ -158,7 +158,9 @@ static float rnd(float x, rounding r) {
   return r == ROUND_TF32 ? round_mantissa(x, 10) : r == ROUND_BF16 ? round_mantissa(x, 7) : x;
 }
 
-static int imax(int a, int b) { return a > b ? a : b; }
+static int imax(int a, int b) {
+  return a > b ? a : b;
+}
 
 /* One product: op(A) packed column-major m x k, then for each column j of
  * C, acc[i] = sum_p op(A)(i,p) op(B)(p,j) in order of p. */
@@ -167,8 +169,8 @@ static void gemm_one(const gemm_job *g, const float *A, const float *B, float *C
   if (read_ab)
     for (int p = 0; p < g->k; p++)
       for (int i = 0; i < g->m; i++)
-        ap[(size_t)p * g->m + i] = rnd(g->ta == CUBLAS_OP_N ? A[i + (size_t)p * g->lda] : A[p + (size_t)i * g->lda],
-                                       g->round);
+        ap[(size_t)p * g->m + i] =
+            rnd(g->ta == CUBLAS_OP_N ? A[i + (size_t)p * g->lda] : A[p + (size_t)i * g->lda], g->round);
   for (int j = 0; j < g->n; j++) {
     for (int i = 0; i < g->m; i++)
       acc[i] = 0.0f;
@@ -210,20 +212,22 @@ static bool range_ok(const float *p, int rows, int cols, int ld, long long strid
   return standin_check_device(p + lo, (size_t)(hi - lo) * sizeof(float), what) == cudaSuccess;
 }
 
-static bool op_ok(cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
+static bool op_ok(cublasOperation_t op) {
+  return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C;
+}
 
 /* The documented argument checks, then the ranges, then the enqueue. */
 static cublasStatus_t gemm_submit(cublasHandle_t h, gemm_job g, const float *alpha, const float *beta) {
   if (!handle_ok(h, g.api))
     return CUBLAS_STATUS_NOT_INITIALIZED;
   int arows = g.ta == CUBLAS_OP_N ? g.m : g.k, brows = g.tb == CUBLAS_OP_N ? g.k : g.n;
-  const char *bad = !op_ok(g.ta) || !op_ok(g.tb)        ? "unknown cublasOperation_t"
-                    : g.m < 0 || g.n < 0 || g.k < 0     ? "negative m, n or k"
-                    : g.batch < 0                       ? "negative batchCount"
-                    : g.lda < imax(1, arows)            ? "lda below the rows of A as stored"
-                    : g.ldb < imax(1, brows)            ? "ldb below the rows of B as stored"
-                    : g.ldc < imax(1, g.m)              ? "ldc below m"
-                    : !alpha || !beta                   ? "NULL alpha or beta"
+  const char *bad = !op_ok(g.ta) || !op_ok(g.tb)    ? "unknown cublasOperation_t"
+                    : g.m < 0 || g.n < 0 || g.k < 0 ? "negative m, n or k"
+                    : g.batch < 0                   ? "negative batchCount"
+                    : g.lda < imax(1, arows)        ? "lda below the rows of A as stored"
+                    : g.ldb < imax(1, brows)        ? "ldb below the rows of B as stored"
+                    : g.ldc < imax(1, g.m)          ? "ldc below m"
+                    : !alpha || !beta               ? "NULL alpha or beta"
                     : standin_is_device(alpha) || standin_is_device(beta) ? "alpha or beta in device memory "
                                                                             "(the pointer mode is host)"
                                                                           : NULL;
@@ -239,8 +243,9 @@ static cublasStatus_t gemm_submit(cublasHandle_t h, gemm_job g, const float *alp
   g.ta = g.ta == CUBLAS_OP_C ? CUBLAS_OP_T : g.ta; /* real data: conjugate transpose is transpose */
   g.tb = g.tb == CUBLAS_OP_C ? CUBLAS_OP_T : g.tb;
   bool read_ab = g.alpha != 0.0f && g.k > 0;
-  if ((read_ab && (!range_ok(g.a, arows, g.ta == CUBLAS_OP_N ? g.k : g.m, g.lda, g.sa, g.batch, g.api, "A") ||
-                   !range_ok(g.b, brows, g.tb == CUBLAS_OP_N ? g.n : g.k, g.ldb, g.sb, g.batch, g.api, "B"))) ||
+  if ((read_ab &&
+       (!range_ok(g.a, arows, g.ta == CUBLAS_OP_N ? g.k : g.m, g.lda, g.sa, g.batch, g.api, "A") ||
+        !range_ok(g.b, brows, g.tb == CUBLAS_OP_N ? g.n : g.k, g.ldb, g.sb, g.batch, g.api, "B"))) ||
       !range_ok(g.c, g.m, g.n, g.ldc, g.sc, g.batch, g.api, "C"))
     return CUBLAS_STATUS_INVALID_VALUE;
   gemm_job *j = malloc(sizeof *j);
@@ -262,11 +267,23 @@ static rounding mode_rounding(cublasHandle_t h) {
   return base == CUBLAS_TF32_TENSOR_OP_MATH ? ROUND_TF32 : ROUND_NONE;
 }
 
-cublasStatus_t CUBLASWINAPI cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
-                                        int m, int n, int k, const float *alpha, const float *A, int lda,
-                                        const float *B, int ldb, const float *beta, float *C, int ldc) {
-  gemm_job g = {.api = "cublasSgemm", .ta = transa, .tb = transb, .m = m, .n = n, .k = k, .batch = 1,
-                .a = A, .b = B, .c = C, .lda = lda, .ldb = ldb, .ldc = ldc};
+cublasStatus_t CUBLASWINAPI cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
+                                        cublasOperation_t transb, int m, int n, int k, const float *alpha,
+                                        const float *A, int lda, const float *B, int ldb, const float *beta,
+                                        float *C, int ldc) {
+  gemm_job g = {.api = "cublasSgemm",
+                .ta = transa,
+                .tb = transb,
+                .m = m,
+                .n = n,
+                .k = k,
+                .batch = 1,
+                .a = A,
+                .b = B,
+                .c = C,
+                .lda = lda,
+                .ldb = ldb,
+                .ldc = ldc};
   if (handle_ok(handle, g.api))
     g.round = mode_rounding(handle);
   return gemm_submit(handle, g, alpha, beta);
@@ -278,9 +295,22 @@ cublasStatus_t CUBLASWINAPI cublasSgemmStridedBatched(cublasHandle_t handle, cub
                                                       long long int strideA, const float *B, int ldb,
                                                       long long int strideB, const float *beta, float *C,
                                                       int ldc, long long int strideC, int batchCount) {
-  gemm_job g = {.api = "cublasSgemmStridedBatched", .ta = transa, .tb = transb, .m = m, .n = n, .k = k,
-                .batch = batchCount, .a = A, .b = B, .c = C, .lda = lda, .ldb = ldb, .ldc = ldc,
-                .sa = strideA, .sb = strideB, .sc = strideC};
+  gemm_job g = {.api = "cublasSgemmStridedBatched",
+                .ta = transa,
+                .tb = transb,
+                .m = m,
+                .n = n,
+                .k = k,
+                .batch = batchCount,
+                .a = A,
+                .b = B,
+                .c = C,
+                .lda = lda,
+                .ldb = ldb,
+                .ldc = ldc,
+                .sa = strideA,
+                .sb = strideB,
+                .sc = strideC};
   if (handle_ok(handle, g.api))
     g.round = mode_rounding(handle);
   return gemm_submit(handle, g, alpha, beta);
@@ -289,12 +319,25 @@ cublasStatus_t CUBLASWINAPI cublasSgemmStridedBatched(cublasHandle_t handle, cub
 cublasStatus_t CUBLASWINAPI cublasGemmStridedBatchedEx(
     cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
     const void *alpha, const void *A, cudaDataType Atype, int lda, long long int strideA, const void *B,
-    cudaDataType Btype, int ldb, long long int strideB, const void *beta, void *C, cudaDataType Ctype, int ldc,
-    long long int strideC, int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    cudaDataType Btype, int ldb, long long int strideB, const void *beta, void *C, cudaDataType Ctype,
+    int ldc, long long int strideC, int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
   const char *api = "cublasGemmStridedBatchedEx";
-  gemm_job g = {.api = api, .ta = transa, .tb = transb, .m = m, .n = n, .k = k, .batch = batchCount,
-                .a = A, .b = B, .c = C, .lda = lda, .ldb = ldb, .ldc = ldc,
-                .sa = strideA, .sb = strideB, .sc = strideC};
+  gemm_job g = {.api = api,
+                .ta = transa,
+                .tb = transb,
+                .m = m,
+                .n = n,
+                .k = k,
+                .batch = batchCount,
+                .a = A,
+                .b = B,
+                .c = C,
+                .lda = lda,
+                .ldb = ldb,
+                .ldc = ldc,
+                .sa = strideA,
+                .sb = strideB,
+                .sc = strideC};
   if (!handle_ok(handle, api))
     return CUBLAS_STATUS_NOT_INITIALIZED;
   if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) {
@@ -303,18 +346,10 @@ cublasStatus_t CUBLASWINAPI cublasGemmStridedBatchedEx(
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   switch (computeType) {
-  case CUBLAS_COMPUTE_32F:
-    g.round = mode_rounding(handle);
-    break;
-  case CUBLAS_COMPUTE_32F_PEDANTIC:
-    g.round = ROUND_NONE;
-    break;
-  case CUBLAS_COMPUTE_32F_FAST_TF32:
-    g.round = ROUND_TF32;
-    break;
-  case CUBLAS_COMPUTE_32F_FAST_16BF:
-    g.round = ROUND_BF16;
-    break;
+  case CUBLAS_COMPUTE_32F: g.round = mode_rounding(handle); break;
+  case CUBLAS_COMPUTE_32F_PEDANTIC: g.round = ROUND_NONE; break;
+  case CUBLAS_COMPUTE_32F_FAST_TF32: g.round = ROUND_TF32; break;
+  case CUBLAS_COMPUTE_32F_FAST_16BF: g.round = ROUND_BF16; break;
   default:
     standin_error("%s: compute type %d is not supported by the stand-in", api, (int)computeType);
     return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -329,52 +364,32 @@ cublasStatus_t CUBLASWINAPI cublasGemmStridedBatchedEx(
 
 const char *CUBLASWINAPI cublasGetStatusName(cublasStatus_t status) {
   switch (status) {
-  case CUBLAS_STATUS_SUCCESS:
-    return "CUBLAS_STATUS_SUCCESS";
-  case CUBLAS_STATUS_NOT_INITIALIZED:
-    return "CUBLAS_STATUS_NOT_INITIALIZED";
-  case CUBLAS_STATUS_ALLOC_FAILED:
-    return "CUBLAS_STATUS_ALLOC_FAILED";
-  case CUBLAS_STATUS_INVALID_VALUE:
-    return "CUBLAS_STATUS_INVALID_VALUE";
-  case CUBLAS_STATUS_ARCH_MISMATCH:
-    return "CUBLAS_STATUS_ARCH_MISMATCH";
-  case CUBLAS_STATUS_MAPPING_ERROR:
-    return "CUBLAS_STATUS_MAPPING_ERROR";
-  case CUBLAS_STATUS_EXECUTION_FAILED:
-    return "CUBLAS_STATUS_EXECUTION_FAILED";
-  case CUBLAS_STATUS_INTERNAL_ERROR:
-    return "CUBLAS_STATUS_INTERNAL_ERROR";
-  case CUBLAS_STATUS_NOT_SUPPORTED:
-    return "CUBLAS_STATUS_NOT_SUPPORTED";
-  case CUBLAS_STATUS_LICENSE_ERROR:
-    return "CUBLAS_STATUS_LICENSE_ERROR";
+  case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+  case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+  case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+  case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
   }
   return "CUBLAS_STATUS_UNKNOWN";
 }
 
 const char *CUBLASWINAPI cublasGetStatusString(cublasStatus_t status) {
   switch (status) {
-  case CUBLAS_STATUS_SUCCESS:
-    return "success";
-  case CUBLAS_STATUS_NOT_INITIALIZED:
-    return "the library was not initialized";
-  case CUBLAS_STATUS_ALLOC_FAILED:
-    return "the resource allocation failed";
-  case CUBLAS_STATUS_INVALID_VALUE:
-    return "an invalid numeric value was used as an argument";
-  case CUBLAS_STATUS_ARCH_MISMATCH:
-    return "an absent device architectural feature is required";
-  case CUBLAS_STATUS_MAPPING_ERROR:
-    return "an access to GPU memory space failed";
-  case CUBLAS_STATUS_EXECUTION_FAILED:
-    return "the GPU program failed to execute";
-  case CUBLAS_STATUS_INTERNAL_ERROR:
-    return "an internal operation failed";
-  case CUBLAS_STATUS_NOT_SUPPORTED:
-    return "the functionality requested is not supported";
-  case CUBLAS_STATUS_LICENSE_ERROR:
-    return "error detected trying to check the license";
+  case CUBLAS_STATUS_SUCCESS: return "success";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+  case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+  case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+  case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+  case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+  case CUBLAS_STATUS_LICENSE_ERROR: return "error detected trying to check the license";
   }
   return "unknown error";
 }

@@ -105,18 +105,16 @@ cudaError_t standin_check_device(const void *p, size_t bytes, const char *what) 
   mem_kind k = classify(p, &a);
   pthread_mutex_unlock(&g_mem);
   switch (k) {
-  case MEM_DEVICE:
-    return check_bounds(p, bytes, &a, what);
-  case MEM_FREED:
-    return freed_error(p, &a, what);
+  case MEM_DEVICE: return check_bounds(p, bytes, &a, what);
+  case MEM_FREED: return freed_error(p, &a, what);
   case MEM_PINNED:
     standin_error("%s: %p is pinned host memory (cudaMallocHost), not device memory", what, p);
     return cudaErrorInvalidValue;
-  case MEM_HOST:
-    break;
+  case MEM_HOST: break;
   }
-  standin_error("%s: %p is host memory, not a device allocation (host pointer where a device pointer belongs)",
-                what, p);
+  standin_error(
+      "%s: %p is host memory, not a device allocation (host pointer where a device pointer belongs)", what,
+      p);
   return cudaErrorInvalidValue;
 }
 
@@ -135,12 +133,9 @@ cudaError_t standin_check_host(const void *p, size_t bytes, const char *what) {
                   "belongs)",
                   what, p);
     return cudaErrorInvalidValue;
-  case MEM_FREED:
-    return freed_error(p, &a, what);
-  case MEM_PINNED:
-    return check_bounds(p, bytes, &a, what);
-  case MEM_HOST:
-    break;
+  case MEM_FREED: return freed_error(p, &a, what);
+  case MEM_PINNED: return check_bounds(p, bytes, &a, what);
+  case MEM_HOST: break;
   }
   return cudaSuccess;
 }
@@ -208,9 +203,13 @@ static cudaError_t alloc_kind(void **out, size_t size, mem_kind kind, const char
   return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void **devPtr, size_t size) { return alloc_kind(devPtr, size, MEM_DEVICE, "cudaMalloc"); }
+cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  return alloc_kind(devPtr, size, MEM_DEVICE, "cudaMalloc");
+}
 
-cudaError_t cudaMallocHost(void **ptr, size_t size) { return alloc_kind(ptr, size, MEM_PINNED, "cudaMallocHost"); }
+cudaError_t cudaMallocHost(void **ptr, size_t size) {
+  return alloc_kind(ptr, size, MEM_PINNED, "cudaMallocHost");
+}
 
 /* Under g_mem: the live allocation based exactly at p, removed from the table. */
 static cudaError_t take_live(void *p, mem_kind kind, const char *what, alloc *out) {
@@ -304,22 +303,17 @@ static cudaError_t copy_run(void *arg) {
 
 static const char *kind_name(enum cudaMemcpyKind k) {
   switch (k) {
-  case cudaMemcpyHostToHost:
-    return "HostToHost";
-  case cudaMemcpyHostToDevice:
-    return "HostToDevice";
-  case cudaMemcpyDeviceToHost:
-    return "DeviceToHost";
-  case cudaMemcpyDeviceToDevice:
-    return "DeviceToDevice";
-  default:
-    return "Default";
+  case cudaMemcpyHostToHost: return "HostToHost";
+  case cudaMemcpyHostToDevice: return "HostToDevice";
+  case cudaMemcpyDeviceToHost: return "DeviceToHost";
+  case cudaMemcpyDeviceToDevice: return "DeviceToDevice";
+  default: return "Default";
   }
 }
 
 /* Checks one side of a copy: `dev` says which memory the kind promises. */
-static cudaError_t check_side(const void *p, size_t bytes, bool dev, const char *api, enum cudaMemcpyKind kind,
-                              const char *side) {
+static cudaError_t check_side(const void *p, size_t bytes, bool dev, const char *api,
+                              enum cudaMemcpyKind kind, const char *side) {
   char what[96];
   snprintf(what, sizeof what, "%s(%s) %s", api, kind_name(kind), side);
   return dev ? standin_check_device(p, bytes, what) : standin_check_host(p, bytes, what);
@@ -330,18 +324,10 @@ static cudaError_t check_copy(void *dst, size_t dst_extent, const void *src, siz
                               enum cudaMemcpyKind kind, const char *api) {
   bool ddev, sdev;
   switch (kind) {
-  case cudaMemcpyHostToHost:
-    ddev = sdev = false;
-    break;
-  case cudaMemcpyHostToDevice:
-    ddev = true, sdev = false;
-    break;
-  case cudaMemcpyDeviceToHost:
-    ddev = false, sdev = true;
-    break;
-  case cudaMemcpyDeviceToDevice:
-    ddev = sdev = true;
-    break;
+  case cudaMemcpyHostToHost: ddev = sdev = false; break;
+  case cudaMemcpyHostToDevice: ddev = true, sdev = false; break;
+  case cudaMemcpyDeviceToHost: ddev = false, sdev = true; break;
+  case cudaMemcpyDeviceToDevice: ddev = sdev = true; break;
   case cudaMemcpyDefault: {
     alloc a;
     pthread_mutex_lock(&g_mem);
@@ -373,7 +359,8 @@ static cudaError_t enqueue_copy(const copy_job *j, cudaStream_t s) {
   return e;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t s) {
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = check_copy(dst, count, src, count, kind, "cudaMemcpyAsync");
@@ -396,7 +383,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                               size_t height, enum cudaMemcpyKind kind, cudaStream_t s) {
   if (width > dpitch || width > spitch) {
-    standin_error("cudaMemcpy2DAsync: width %zu exceeds a pitch (dpitch %zu, spitch %zu)", width, dpitch, spitch);
+    standin_error("cudaMemcpy2DAsync: width %zu exceeds a pitch (dpitch %zu, spitch %zu)", width, dpitch,
+                  spitch);
     return standin_set_last(cudaErrorInvalidPitchValue);
   }
   if (width == 0 || height == 0)

@@ -93,8 +93,10 @@ static void read_env(void) {
     char *end;
     unsigned long v = strtoul(s, &end, 10);
     if (*end || v > 10000000ul)
-      fprintf(stderr, "cuda stand-in: ZB_STANDIN_DELAY_US='%s' is not a delay in microseconds (0..10000000); "
-                      "ignored\n", s);
+      fprintf(stderr,
+              "cuda stand-in: ZB_STANDIN_DELAY_US='%s' is not a delay in microseconds (0..10000000); "
+              "ignored\n",
+              s);
     else
       atomic_store(&g_delay_us, (unsigned)v);
   }
@@ -136,7 +138,9 @@ const char *standin_last_error(void) {
   return t_msg;
 }
 
-bool standin_is_active(void) { return true; }
+bool standin_is_active(void) {
+  return true;
+}
 
 /* ---- streams ---- */
 
@@ -254,7 +258,9 @@ static cudaError_t resolve(cudaStream_t h, struct CUstream_st **out) {
   return cudaErrorInvalidResourceHandle;
 }
 
-static bool blocking(const struct CUstream_st *s) { return s != g_default && !(s->flags & cudaStreamNonBlocking); }
+static bool blocking(const struct CUstream_st *s) {
+  return s != g_default && !(s->flags & cudaStreamNonBlocking);
+}
 
 /* Adds (o, o's last item) to the list when o has work still to do. */
 static void add_dep(dep *d, int *n, const struct CUstream_st *o) {
@@ -325,7 +331,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
   return standin_set_last(e);
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t *out) { return cudaStreamCreateWithFlags(out, cudaStreamDefault); }
+cudaError_t cudaStreamCreate(cudaStream_t *out) {
+  return cudaStreamCreateWithFlags(out, cudaStreamDefault);
+}
 
 /* Waits for its queued work (CUDA returns at once and releases the stream
  * later; waiting here is the same to every caller), then frees it. */
@@ -444,7 +452,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t *out) { return cudaEventCreateWithFlags(out, cudaEventDefault); }
+cudaError_t cudaEventCreate(cudaEvent_t *out) {
+  return cudaEventCreateWithFlags(out, cudaEventDefault);
+}
 
 /* Markers in flight keep the event's memory until they ran. */
 cudaError_t cudaEventDestroy(cudaEvent_t ev) {

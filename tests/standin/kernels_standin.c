@@ -76,7 +76,9 @@ static float tree_max(float *buf, size_t n) {
   return buf[0];
 }
 
-static float *scratch(size_t n) { return malloc(pow2(n ? n : 1) * sizeof(float)); }
+static float *scratch(size_t n) {
+  return malloc(pow2(n ? n : 1) * sizeof(float));
+}
 
 static cudaError_t no_memory(const char *name) {
   standin_error("%s: out of host memory for the stand-in's scratch", name);
@@ -106,11 +108,11 @@ static cudaError_t bad_shape(const char *api, const char *why) {
   return standin_set_last(cudaErrorInvalidValue);
 }
 
-#define CHECK(expr)                                                                                         \
-  do {                                                                                                      \
-    cudaError_t e_ = (expr);                                                                                \
-    if (e_ != cudaSuccess)                                                                                  \
-      return standin_set_last(e_);                                                                          \
+#define CHECK(expr)                                                                                          \
+  do {                                                                                                       \
+    cudaError_t e_ = (expr);                                                                                 \
+    if (e_ != cudaSuccess)                                                                                   \
+      return standin_set_last(e_);                                                                           \
   } while (0)
 
 /* ---- embedding ---- */
@@ -150,8 +152,8 @@ cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, co
   CHECK(dev(api, "pos", pos, tr * h, sizeof(float)));
   CHECK(dev(api, "tokens", tokens, (size_t)n, 1));
   CHECK(dev(api, "x", x, (size_t)n * h, sizeof(float)));
-  return launch(s, embed_fwd_run, &(kjob){.name = api, .a = emb, .b = pos, .bytes = tokens, .o1 = x, .n = n,
-                                          .h = h, .t = t});
+  return launch(s, embed_fwd_run,
+                &(kjob){.name = api, .a = emb, .b = pos, .bytes = tokens, .o1 = x, .n = n, .h = h, .t = t});
 }
 
 static cudaError_t embed_bwd_run(void *arg) {
@@ -170,8 +172,8 @@ static cudaError_t embed_bwd_run(void *arg) {
   return cudaSuccess;
 }
 
-cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *tokens, float *demb, float *dpos,
-                              int n, int h, int t) {
+cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *tokens, float *demb,
+                              float *dpos, int n, int h, int t) {
   const char *api = "zbk_embed_bwd_acc";
   if (n < 0 || h < 0 || t <= 0)
     return bad_shape(api, "n, h must be >= 0 and t > 0");
@@ -182,8 +184,9 @@ cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *to
   CHECK(dev(api, "tokens", tokens, (size_t)n, 1));
   CHECK(dev(api, "demb", demb, (size_t)h, sizeof(float)));
   CHECK(dev(api, "dpos", dpos, tr * h, sizeof(float)));
-  return launch(s, embed_bwd_run, &(kjob){.name = api, .a = dx, .bytes = tokens, .o1 = demb, .o2 = dpos,
-                                          .n = n, .h = h, .t = t});
+  return launch(
+      s, embed_bwd_run,
+      &(kjob){.name = api, .a = dx, .bytes = tokens, .o1 = demb, .o2 = dpos, .n = n, .h = h, .t = t});
 }
 
 /* ---- LayerNorm ---- */
@@ -228,8 +231,9 @@ cudaError_t zbk_layernorm_fwd(cudaStream_t s, const float *x, const float *g, co
   CHECK(dev(api, "y", y, nh, sizeof(float)));
   CHECK(dev(api, "xhat", xhat, nh, sizeof(float)));
   CHECK(dev(api, "rstd", rstd, (size_t)n, sizeof(float)));
-  return launch(s, ln_fwd_run, &(kjob){.name = api, .a = x, .b = g, .c = b, .o1 = y, .o2 = xhat, .o3 = rstd,
-                                       .n = n, .h = h});
+  return launch(
+      s, ln_fwd_run,
+      &(kjob){.name = api, .a = x, .b = g, .c = b, .o1 = y, .o2 = xhat, .o3 = rstd, .n = n, .h = h});
 }
 
 static cudaError_t ln_affine_run(void *arg) {
@@ -293,12 +297,13 @@ cudaError_t zbk_layernorm_bwd_acc(cudaStream_t s, const float *dy, const float *
   CHECK(dev(api, "rstd", rstd, (size_t)n, sizeof(float)));
   CHECK(dev(api, "g", g, (size_t)h, sizeof(float)));
   CHECK(dev(api, "dx", dx, nh, sizeof(float)));
-  return launch(s, ln_bwd_run, &(kjob){.name = api, .a = dy, .b = xhat, .c = rstd, .d = g, .o1 = dx, .n = n,
-                                       .h = h});
+  return launch(s, ln_bwd_run,
+                &(kjob){.name = api, .a = dy, .b = xhat, .c = rstd, .d = g, .o1 = dx, .n = n, .h = h});
 }
 
 /* out[c] += tree over rows of f(r, c), f = a (b == NULL) or a * b. */
-static cudaError_t col_tree_acc(const char *name, const float *a, const float *b, float *out, int n, int cols) {
+static cudaError_t col_tree_acc(const char *name, const float *a, const float *b, float *out, int n,
+                                int cols) {
   float *buf = scratch((size_t)n);
   if (!buf)
     return no_memory(name);
@@ -331,7 +336,8 @@ cudaError_t zbk_layernorm_param_grads_acc(cudaStream_t s, const float *dy, const
   CHECK(dev(api, "xhat", xhat, nh, sizeof(float)));
   CHECK(dev(api, "dg", dg, (size_t)h, sizeof(float)));
   CHECK(dev(api, "db", db, (size_t)h, sizeof(float)));
-  return launch(s, ln_param_run, &(kjob){.name = api, .a = dy, .b = xhat, .o1 = dg, .o2 = db, .n = n, .h = h});
+  return launch(s, ln_param_run,
+                &(kjob){.name = api, .a = dy, .b = xhat, .o1 = dg, .o2 = db, .n = n, .h = h});
 }
 
 /* ---- bias and column sums ---- */
@@ -509,7 +515,8 @@ static cudaError_t xent_fwd_run(void *arg) {
   return e;
 }
 
-cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, double *row_loss, int n, int v) {
+cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, double *row_loss, int n,
+                         int v) {
   const char *api = "zbk_xent_fwd";
   if (n < 0 || v < 0)
     return bad_shape(api, "n and v must be >= 0");
@@ -518,8 +525,8 @@ cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, 
   CHECK(dev(api, "logits", logits, (size_t)n * v, sizeof(float)));
   CHECK(dev(api, "targets", targets, (size_t)n, 1));
   CHECK(dev(api, "row_loss", row_loss, (size_t)n, sizeof(double)));
-  return launch(s, xent_fwd_run, &(kjob){.name = api, .o1 = logits, .bytes = targets, .dout = row_loss, .n = n,
-                                         .h = v});
+  return launch(s, xent_fwd_run,
+                &(kjob){.name = api, .o1 = logits, .bytes = targets, .dout = row_loss, .n = n, .h = v});
 }
 
 static cudaError_t xent_bwd_run(void *arg) {
@@ -544,8 +551,8 @@ cudaError_t zbk_xent_bwd(cudaStream_t s, float *probs, const uint8_t *targets, i
     return cudaSuccess;
   CHECK(dev(api, "probs", probs, (size_t)n * v, sizeof(float)));
   CHECK(dev(api, "targets", targets, (size_t)n, 1));
-  return launch(s, xent_bwd_run, &(kjob){.name = api, .o1 = probs, .bytes = targets, .n = n, .h = v,
-                                         .alpha = scale});
+  return launch(s, xent_bwd_run,
+                &(kjob){.name = api, .o1 = probs, .bytes = targets, .n = n, .h = v, .alpha = scale});
 }
 
 /* ---- optimizer and vector ops ---- */
@@ -557,8 +564,8 @@ static cudaError_t adamw_run(void *arg) {
   return cudaSuccess;
 }
 
-cudaError_t zbk_adamw(cudaStream_t s, float *p, float *m, float *v, const float *g, const uint8_t *decay, size_t n,
-                      zbm_adamw_step step) {
+cudaError_t zbk_adamw(cudaStream_t s, float *p, float *m, float *v, const float *g, const uint8_t *decay,
+                      size_t n, zbm_adamw_step step) {
   const char *api = "zbk_adamw";
   if (n == 0)
     return cudaSuccess;
@@ -567,8 +574,9 @@ cudaError_t zbk_adamw(cudaStream_t s, float *p, float *m, float *v, const float 
   CHECK(dev(api, "v", v, n, sizeof(float)));
   CHECK(dev(api, "g", g, n, sizeof(float)));
   CHECK(dev(api, "decay", decay, n, 1));
-  return launch(s, adamw_run, &(kjob){.name = api, .o1 = p, .o2 = m, .o3 = v, .a = g, .bytes = decay, .len = n,
-                                      .step = step});
+  return launch(
+      s, adamw_run,
+      &(kjob){.name = api, .o1 = p, .o2 = m, .o3 = v, .a = g, .bytes = decay, .len = n, .step = step});
 }
 
 static cudaError_t add_run(void *arg) {

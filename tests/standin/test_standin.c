@@ -24,7 +24,9 @@ static void *dalloc(size_t bytes) {
   return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
 }
 
-static bool has(const char *needle) { return strstr(standin_last_error(), needle) != NULL; }
+static bool has(const char *needle) {
+  return strstr(standin_last_error(), needle) != NULL;
+}
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
@@ -169,7 +171,8 @@ static void test_read_without_sync(void) {
       int stale = 0;
       for (int i = 0; i < N; i++)
         stale += out[i] != in[i] * 2;
-      CHECK_MSG(stale == N, "read without sync saw %d of %d stale values; the delay knob did not delay", stale, N);
+      CHECK_MSG(stale == N, "read without sync saw %d of %d stale values; the delay knob did not delay",
+                stale, N);
       CHECK(cudaStreamQuery(s) == cudaErrorNotReady);
     }
     CHECK(cudaStreamSynchronize(s) == cudaSuccess);
@@ -416,7 +419,8 @@ typedef struct shape {
 
 /* Checks C (as computed) against the loop in double over the inputs as
  * stored: C0 is C before the call. */
-static int compare(const shape *s, const float *A, const float *B, const float *C0, const float *C, int keep) {
+static int compare(const shape *s, const float *A, const float *B, const float *C0, const float *C,
+                   int keep) {
   int bad = 0;
   for (int q = 0; q < s->batch; q++)
     for (int j = 0; j < s->n; j++)
@@ -465,12 +469,16 @@ static int run_shape(cublasHandle_t h, const shape *s) {
       st |= cublasSgemm(h, s->ta, s->tb, s->m, s->n, s->k, &s->alpha, dA + q * s->sa, s->lda, dB + q * s->sb,
                         s->ldb, &s->beta, dC + q * s->sc, s->ldc);
     if (api == 1)
-      st = cublasSgemmStridedBatched(h, s->ta, s->tb, s->m, s->n, s->k, &s->alpha, dA, s->lda, s->sa, dB, s->ldb,
-                                     s->sb, &s->beta, dC, s->ldc, s->sc, s->batch);
+      st = cublasSgemmStridedBatched(h, s->ta, s->tb, s->m, s->n, s->k, &s->alpha, dA, s->lda, s->sa, dB,
+                                     s->ldb, s->sb, &s->beta, dC, s->ldc, s->sc, s->batch);
     if (api == 2)
-      st = cublasGemmStridedBatchedEx(h, s->ta, s->tb, s->m, s->n, s->k, &s->alpha, dA, CUDA_R_32F, s->lda, s->sa,
-                                      dB, CUDA_R_32F, s->ldb, s->sb, &s->beta, dC, CUDA_R_32F, s->ldc, s->sc,
-                                      s->batch, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+      st = cublasGemmStridedBatchedEx(h, s->ta, s->tb, s->m, s->n, s->k, &s->alpha, dA, CUDA_R_32F, s->lda,
+                                      s->sa, dB, CUDA_R_32F, s->ldb, s->sb, &s->beta, dC, CUDA_R_32F, s->ldc,
+                                      s->sc, s->batch, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT);
+    /* the handle's stream is non-blocking: cudaMemcpy does not wait for it */
+    cudaStream_t hs;
+    cublasGetStream(h, &hs);
+    cudaStreamSynchronize(hs);
     cudaMemcpy(C, dC, nc * 4, cudaMemcpyDeviceToHost);
     bad += st != CUBLAS_STATUS_SUCCESS ? 1000000 : compare(s, A, B, C0, C, 23);
   }
@@ -492,9 +500,14 @@ static void test_cublas_vs_loop(void) {
     for (int t = 0; t < 4; t++)
       for (int pad = 0; pad < 2; pad++)
         for (int batch = 1; batch <= 3; batch += 2) {
-          shape s = {.ta = t & 1 ? CUBLAS_OP_T : CUBLAS_OP_N, .tb = t & 2 ? CUBLAS_OP_T : CUBLAS_OP_N,
-                     .m = dims[d][0], .n = dims[d][1], .k = dims[d][2], .batch = batch,
-                     .alpha = ab[(d + t) % 4][0], .beta = ab[(d + t + pad) % 4][1]};
+          shape s = {.ta = t & 1 ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     .tb = t & 2 ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     .m = dims[d][0],
+                     .n = dims[d][1],
+                     .k = dims[d][2],
+                     .batch = batch,
+                     .alpha = ab[(d + t) % 4][0],
+                     .beta = ab[(d + t + pad) % 4][1]};
           s.lda = (s.ta == CUBLAS_OP_N ? s.m : s.k) + pad * 3;
           s.ldb = (s.tb == CUBLAS_OP_N ? s.k : s.n) + pad * 2;
           s.ldc = s.m + pad;
@@ -502,8 +515,8 @@ static void test_cublas_vs_loop(void) {
           s.sb = (long long)s.ldb * (s.tb == CUBLAS_OP_N ? s.n : s.k) + pad;
           s.sc = (long long)s.ldc * s.n + pad * 7;
           int bad = run_shape(h, &s);
-          CHECK_MSG(bad == 0, "m %d n %d k %d ta %d tb %d lda %d batch %d alpha %g beta %g: %d wrong", s.m, s.n,
-                    s.k, s.ta, s.tb, s.lda, s.batch, s.alpha, s.beta, bad);
+          CHECK_MSG(bad == 0, "m %d n %d k %d ta %d tb %d lda %d batch %d alpha %g beta %g: %d wrong", s.m,
+                    s.n, s.k, s.ta, s.tb, s.lda, s.batch, s.alpha, s.beta, bad);
           shapes++;
         }
   CHECK_EQ(shapes, 96);
@@ -528,7 +541,8 @@ static void test_cublas_reduced_precision(void) {
   static const struct {
     cublasComputeType_t ct;
     int keep;
-  } modes[] = {{CUBLAS_COMPUTE_32F, 23}, {CUBLAS_COMPUTE_32F_FAST_TF32, 10}, {CUBLAS_COMPUTE_32F_FAST_16BF, 7}};
+  } modes[] = {
+      {CUBLAS_COMPUTE_32F, 23}, {CUBLAS_COMPUTE_32F_FAST_TF32, 10}, {CUBLAS_COMPUTE_32F_FAST_16BF, 7}};
   float got[3];
   for (int m = 0; m < 3; m++) {
     CHECK(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 1, 1, K, &one, dA, CUDA_R_32F, K, 0, dB,
@@ -537,7 +551,8 @@ static void test_cublas_reduced_precision(void) {
     cudaMemcpy(&c, dC, 4, cudaMemcpyDeviceToHost);
     float want = 0;
     for (int i = 0; i < K; i++)
-      want += (modes[m].keep < 23 ? ref_round(a[i], modes[m].keep) * ref_round(b[i], modes[m].keep) : a[i] * b[i]);
+      want += (modes[m].keep < 23 ? ref_round(a[i], modes[m].keep) * ref_round(b[i], modes[m].keep)
+                                  : a[i] * b[i]);
     CHECK_NEAR(c, want, 1e-6 * K);
     got[m] = c;
   }
@@ -578,11 +593,11 @@ static void test_cublas_refusals(void) {
   CHECK(cublasSgemmStridedBatched(h, N, N, 4, 3, 2, &one, d, 4, 8, d, 2, 6, &zero, d + 32, 4, 12, 3) ==
         CUBLAS_STATUS_INVALID_VALUE);
   CHECK(has("cublasSgemmStridedBatched C") && has("out of bounds"));
-  CHECK(cublasGemmStridedBatchedEx(h, N, N, 4, 3, 2, &one, d, CUDA_R_16F, 4, 8, d, CUDA_R_32F, 2, 6, &zero, d + 32,
-                                   CUDA_R_32F, 4, 12, 1, CUBLAS_COMPUTE_32F,
+  CHECK(cublasGemmStridedBatchedEx(h, N, N, 4, 3, 2, &one, d, CUDA_R_16F, 4, 8, d, CUDA_R_32F, 2, 6, &zero,
+                                   d + 32, CUDA_R_32F, 4, 12, 1, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
-  CHECK(cublasGemmStridedBatchedEx(h, N, N, 4, 3, 2, &one, d, CUDA_R_32F, 4, 8, d, CUDA_R_32F, 2, 6, &zero, d + 32,
-                                   CUDA_R_32F, 4, 12, 1, CUBLAS_COMPUTE_16F,
+  CHECK(cublasGemmStridedBatchedEx(h, N, N, 4, 3, 2, &one, d, CUDA_R_32F, 4, 8, d, CUDA_R_32F, 2, 6, &zero,
+                                   d + 32, CUDA_R_32F, 4, 12, 1, CUBLAS_COMPUTE_16F,
                                    CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
   cudaStream_t s = (cudaStream_t)0;
   CHECK(cublasGetStream(h, &s) == CUBLAS_STATUS_SUCCESS && s == NULL);
@@ -592,7 +607,7 @@ static void test_cublas_refusals(void) {
   CHECK(cudaFree(d) == cudaSuccess);
 }
 
-ZBT_MAIN(ZBT(test_device_info), ZBT(test_host_device_mixup), ZBT(test_wrong_copy_kind), ZBT(test_out_of_bounds),
-         ZBT(test_use_after_free), ZBT(test_read_without_sync), ZBT(test_streams), ZBT(test_events),
-         ZBT(test_stream_wait_event), ZBT(test_sticky_errors), ZBT(test_memset_and_2d), ZBT(test_cublas_vs_loop),
-         ZBT(test_cublas_reduced_precision), ZBT(test_cublas_refusals))
+ZBT_MAIN(ZBT(test_device_info), ZBT(test_host_device_mixup), ZBT(test_wrong_copy_kind),
+         ZBT(test_out_of_bounds), ZBT(test_use_after_free), ZBT(test_read_without_sync), ZBT(test_streams),
+         ZBT(test_events), ZBT(test_stream_wait_event), ZBT(test_sticky_errors), ZBT(test_memset_and_2d),
+         ZBT(test_cublas_vs_loop), ZBT(test_cublas_reduced_precision), ZBT(test_cublas_refusals))
