@@ -31,8 +31,13 @@
 typedef cudaError_t (*standin_fn)(void *arg);
 
 /* Appends fn(arg) to stream s (0: the default stream); release(arg), when
- * not NULL, runs after fn on the stream's thread. Returns at once:
- * cudaErrorInvalidResourceHandle for a stream that does not exist. */
+ * not NULL, runs after fn on the stream's thread (also when fn is skipped
+ * because the stream was poisoned). Returns at once:
+ * cudaErrorInvalidResourceHandle for a stream that does not exist, the
+ * stream's sticky error once it is poisoned. On an error nothing was
+ * enqueued and the caller still owns arg (release is not called). fn may
+ * block as long as it needs: the stream runs nothing else meanwhile and
+ * cudaStreamQuery answers cudaErrorNotReady; other streams go on. */
 cudaError_t standin_enqueue(cudaStream_t s, standin_fn fn, void *arg, void (*release)(void *arg));
 
 /* cudaSuccess when [p, p + bytes) lies inside one live device allocation;
@@ -51,6 +56,9 @@ const char *standin_last_error(void);
 
 /* The per-item delay of every stream, in microseconds (0: none). */
 void standin_set_delay_us(unsigned us);
+
+/* True: this process runs on the stand-in (for tests and logs). */
+bool standin_is_active(void);
 
 /* The name the stand-in's device reports (cudaGetDeviceProperties). */
 #define STANDIN_DEVICE_NAME "zb CPU stand-in (not a GPU)"

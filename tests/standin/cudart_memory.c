@@ -1,0 +1,420 @@
+/* cudart_memory.c — the CPU stand-in of the CUDA runtime's memory calls
+ * (test-only; docs/model.md, The CPU stand-in): cudaMalloc/cudaFree,
+ * pinned host memory, copies and memsets, with every pointer checked.
+ *
+ * Device memory is host memory the stand-in tracks: a sorted table of live
+ * allocations (device, and pinned host from cudaMallocHost), so any
+ * pointer is classified as device, pinned, freed device or plain host.
+ * cudaMalloc fills new memory with 0xff bytes (NaN as floats): a program
+ * that reads memory it never wrote sees garbage, as on a GPU. cudaFree
+ * waits for the device (as CUDA's does), poisons the memory the same way
+ * and keeps it in a quarantine (the newest QUARANTINE_MAX frees, up to
+ * QUARANTINE_BYTES), so a later use names the freed allocation instead of
+ * landing in a new one. Copies and memsets run on their stream; cudaMemcpy
+ * and cudaMemset go to the legacy default stream, cudaMemcpy then waits.
+ *
+ * Errors: a bad pointer, wrong cudaMemcpyKind, use after free or range
+ * past an allocation is cudaErrorInvalidValue with a message naming it
+ * (standin_last_error, and stderr). Threads: g_mem guards the tables.
+ */
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "standin_internal.h"
+
+#define DEVICE_BYTES ((size_t)16 << 30)
+#define QUARANTINE_MAX 1024
+#define QUARANTINE_BYTES ((size_t)256 << 20)
+
+typedef enum mem_kind { MEM_HOST, MEM_DEVICE, MEM_PINNED, MEM_FREED } mem_kind;
+
+typedef struct alloc {
+  char *base;
+  size_t size;
+  mem_kind kind;
+} alloc;
+
+static pthread_mutex_t g_mem = PTHREAD_MUTEX_INITIALIZER;
+static alloc *g_live; /* sorted by base */
+static size_t g_nlive, g_caplive, g_device_bytes;
+static alloc g_freed[QUARANTINE_MAX]; /* ring, oldest at g_freed_head */
+static size_t g_freed_head, g_nfreed, g_freed_bytes;
+
+/* Under g_mem: index of the live allocation holding p, or -1. */
+static long find_live(const char *p) {
+  size_t lo = 0, hi = g_nlive;
+  while (lo < hi) { /* first base > p */
+    size_t mid = (lo + hi) / 2;
+    if (g_live[mid].base <= p)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo == 0)
+    return -1;
+  const alloc *a = &g_live[lo - 1];
+  return p < a->base + a->size ? (long)(lo - 1) : -1;
+}
+
+/* Under g_mem: what p points into; *a receives the allocation. */
+static mem_kind classify(const void *vp, alloc *a) {
+  const char *p = vp;
+  long i = find_live(p);
+  if (i >= 0) {
+    *a = g_live[i];
+    return a->kind;
+  }
+  for (size_t k = g_nfreed; k-- > 0;) {
+    const alloc *f = &g_freed[(g_freed_head + k) % QUARANTINE_MAX];
+    if (p >= f->base && p < f->base + f->size) {
+      *a = *f;
+      return MEM_FREED;
+    }
+  }
+  return MEM_HOST;
+}
+
+/* Checks [p, p+bytes) against the allocation a it lies in. */
+static cudaError_t check_bounds(const char *p, size_t bytes, const alloc *a, const char *what) {
+  size_t room = (size_t)(a->base + a->size - p);
+  if (bytes <= room)
+    return cudaSuccess;
+  standin_error("%s: [%p, +%zu bytes) runs %zu bytes past the end of the %s allocation [%p, +%zu) "
+                "(out of bounds)",
+                what, (const void *)p, bytes, bytes - room, a->kind == MEM_DEVICE ? "device" : "pinned host",
+                (void *)a->base, a->size);
+  return cudaErrorInvalidValue;
+}
+
+static cudaError_t freed_error(const void *p, const alloc *a, const char *what) {
+  standin_error("%s: %p is in device memory [%p, +%zu) already freed by cudaFree (use after free)", what, p,
+                (void *)a->base, a->size);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t standin_check_device(const void *p, size_t bytes, const char *what) {
+  if (!p) {
+    standin_error("%s: NULL where device memory belongs", what);
+    return cudaErrorInvalidValue;
+  }
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  mem_kind k = classify(p, &a);
+  pthread_mutex_unlock(&g_mem);
+  switch (k) {
+  case MEM_DEVICE: return check_bounds(p, bytes, &a, what);
+  case MEM_FREED: return freed_error(p, &a, what);
+  case MEM_PINNED:
+    standin_error("%s: %p is pinned host memory (cudaMallocHost), not device memory", what, p);
+    return cudaErrorInvalidValue;
+  case MEM_HOST: break;
+  }
+  standin_error(
+      "%s: %p is host memory, not a device allocation (host pointer where a device pointer belongs)", what,
+      p);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t standin_check_host(const void *p, size_t bytes, const char *what) {
+  if (!p) {
+    standin_error("%s: NULL where host memory belongs", what);
+    return cudaErrorInvalidValue;
+  }
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  mem_kind k = classify(p, &a);
+  pthread_mutex_unlock(&g_mem);
+  switch (k) {
+  case MEM_DEVICE:
+    standin_error("%s: %p is device memory where host memory belongs (device pointer where a host pointer "
+                  "belongs)",
+                  what, p);
+    return cudaErrorInvalidValue;
+  case MEM_FREED: return freed_error(p, &a, what);
+  case MEM_PINNED: return check_bounds(p, bytes, &a, what);
+  case MEM_HOST: break;
+  }
+  return cudaSuccess;
+}
+
+bool standin_is_device(const void *p) {
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  bool dev = p && classify(p, &a) == MEM_DEVICE;
+  pthread_mutex_unlock(&g_mem);
+  return dev;
+}
+
+/* ---- allocation ---- */
+
+/* Under g_mem. */
+static bool insert_live(alloc a) {
+  if (g_nlive == g_caplive) {
+    size_t cap = g_caplive ? 2 * g_caplive : 256;
+    alloc *n = realloc(g_live, cap * sizeof *n);
+    if (!n)
+      return false;
+    g_live = n;
+    g_caplive = cap;
+  }
+  size_t i = 0;
+  while (i < g_nlive && g_live[i].base < a.base)
+    i++;
+  memmove(g_live + i + 1, g_live + i, (g_nlive - i) * sizeof *g_live);
+  g_live[i] = a;
+  g_nlive++;
+  return true;
+}
+
+static cudaError_t alloc_kind(void **out, size_t size, mem_kind kind, const char *what) {
+  if (!out) {
+    standin_error("%s: NULL result pointer", what);
+    return standin_set_last(cudaErrorInvalidValue);
+  }
+  *out = NULL;
+  if (size == 0)
+    return cudaSuccess;
+  pthread_mutex_lock(&g_mem);
+  size_t used = g_device_bytes;
+  pthread_mutex_unlock(&g_mem);
+  bool room = kind != MEM_DEVICE || size <= DEVICE_BYTES - used;
+  /* 256-byte alignment, as cudaMalloc guarantees; the table keeps the exact size. */
+  char *p = room && size <= SIZE_MAX - 255 ? aligned_alloc(256, (size + 255) & ~(size_t)255) : NULL;
+  if (!p) {
+    standin_error("%s(%zu bytes): out of memory (%zu of %zu device bytes in use)", what, size, used,
+                  DEVICE_BYTES);
+    return standin_set_last(cudaErrorMemoryAllocation);
+  }
+  if (kind == MEM_DEVICE)
+    memset(p, 0xff, size);
+  pthread_mutex_lock(&g_mem);
+  bool ok = insert_live((alloc){p, size, kind});
+  if (ok && kind == MEM_DEVICE)
+    g_device_bytes += size;
+  pthread_mutex_unlock(&g_mem);
+  if (!ok) {
+    free(p);
+    return standin_set_last(cudaErrorMemoryAllocation);
+  }
+  *out = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  return alloc_kind(devPtr, size, MEM_DEVICE, "cudaMalloc");
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t size) {
+  return alloc_kind(ptr, size, MEM_PINNED, "cudaMallocHost");
+}
+
+/* Under g_mem: the live allocation based exactly at p, removed from the table. */
+static cudaError_t take_live(void *p, mem_kind kind, const char *what, alloc *out) {
+  alloc a;
+  mem_kind k = classify(p, &a);
+  if (k == MEM_FREED)
+    return freed_error(p, &a, what);
+  if (k != kind || a.base != (char *)p) {
+    standin_error("%s: %p is not the start of a live %s allocation (%s)", what, p,
+                  kind == MEM_DEVICE ? "device (cudaMalloc)" : "pinned host (cudaMallocHost)",
+                  k == MEM_HOST     ? "host memory"
+                  : k == MEM_DEVICE ? "device memory"
+                  : k == MEM_PINNED ? "pinned host memory"
+                                    : "inside an allocation");
+    return cudaErrorInvalidValue;
+  }
+  long i = find_live(p);
+  memmove(g_live + i, g_live + i + 1, (g_nlive - (size_t)i - 1) * sizeof *g_live);
+  g_nlive--;
+  if (g_nlive == 0) {
+    free(g_live);
+    g_live = NULL;
+    g_caplive = 0;
+  }
+  *out = a;
+  return cudaSuccess;
+}
+
+/* Under g_mem: keeps a freed device allocation, poisoned, so a later use is named. */
+static void quarantine(alloc a) {
+  memset(a.base, 0xff, a.size);
+  while (g_nfreed > 0 && (g_nfreed == QUARANTINE_MAX || g_freed_bytes + a.size > QUARANTINE_BYTES)) {
+    alloc *old = &g_freed[g_freed_head];
+    free(old->base);
+    g_freed_bytes -= old->size;
+    g_freed_head = (g_freed_head + 1) % QUARANTINE_MAX;
+    g_nfreed--;
+  }
+  g_freed[(g_freed_head + g_nfreed) % QUARANTINE_MAX] = a;
+  g_nfreed++;
+  g_freed_bytes += a.size;
+}
+
+cudaError_t cudaFree(void *devPtr) {
+  if (!devPtr)
+    return cudaSuccess;
+  cudaError_t e = cudaDeviceSynchronize(); /* cudaFree waits for the device */
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  cudaError_t fe = take_live(devPtr, MEM_DEVICE, "cudaFree", &a);
+  if (fe == cudaSuccess) {
+    g_device_bytes -= a.size;
+    quarantine(a);
+  }
+  pthread_mutex_unlock(&g_mem);
+  return standin_set_last(fe != cudaSuccess ? fe : e);
+}
+
+cudaError_t cudaFreeHost(void *ptr) {
+  if (!ptr)
+    return cudaSuccess;
+  cudaError_t e = cudaDeviceSynchronize();
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  cudaError_t fe = take_live(ptr, MEM_PINNED, "cudaFreeHost", &a);
+  pthread_mutex_unlock(&g_mem);
+  if (fe == cudaSuccess)
+    free(a.base);
+  return standin_set_last(fe != cudaSuccess ? fe : e);
+}
+
+/* ---- copies ---- */
+
+typedef struct copy_job {
+  char *dst;
+  const char *src;
+  size_t dpitch, spitch, width, rows;
+  int value; /* memset: the byte; -1 for a copy */
+} copy_job;
+
+static cudaError_t copy_run(void *arg) {
+  const copy_job *j = arg;
+  for (size_t r = 0; r < j->rows; r++) {
+    if (j->value >= 0)
+      memset(j->dst + r * j->dpitch, j->value, j->width);
+    else
+      memcpy(j->dst + r * j->dpitch, j->src + r * j->spitch, j->width);
+  }
+  return cudaSuccess;
+}
+
+static const char *kind_name(enum cudaMemcpyKind k) {
+  switch (k) {
+  case cudaMemcpyHostToHost: return "HostToHost";
+  case cudaMemcpyHostToDevice: return "HostToDevice";
+  case cudaMemcpyDeviceToHost: return "DeviceToHost";
+  case cudaMemcpyDeviceToDevice: return "DeviceToDevice";
+  default: return "Default";
+  }
+}
+
+/* Checks one side of a copy: `dev` says which memory the kind promises. */
+static cudaError_t check_side(const void *p, size_t bytes, bool dev, const char *api,
+                              enum cudaMemcpyKind kind, const char *side) {
+  char what[96];
+  snprintf(what, sizeof what, "%s(%s) %s", api, kind_name(kind), side);
+  return dev ? standin_check_device(p, bytes, what) : standin_check_host(p, bytes, what);
+}
+
+/* Validates a (2D) copy; the extents are the bytes each side spans. */
+static cudaError_t check_copy(void *dst, size_t dst_extent, const void *src, size_t src_extent,
+                              enum cudaMemcpyKind kind, const char *api) {
+  bool ddev, sdev;
+  switch (kind) {
+  case cudaMemcpyHostToHost: ddev = sdev = false; break;
+  case cudaMemcpyHostToDevice: ddev = true, sdev = false; break;
+  case cudaMemcpyDeviceToHost: ddev = false, sdev = true; break;
+  case cudaMemcpyDeviceToDevice: ddev = sdev = true; break;
+  case cudaMemcpyDefault: {
+    alloc a;
+    pthread_mutex_lock(&g_mem);
+    mem_kind dk = dst ? classify(dst, &a) : MEM_HOST, sk = src ? classify(src, &a) : MEM_HOST;
+    pthread_mutex_unlock(&g_mem);
+    /* a freed pointer is checked as device memory, so it is named */
+    ddev = dk == MEM_DEVICE || dk == MEM_FREED;
+    sdev = sk == MEM_DEVICE || sk == MEM_FREED;
+    break;
+  }
+  default:
+    standin_error("%s: %d is not a cudaMemcpyKind", api, (int)kind);
+    return cudaErrorInvalidMemcpyDirection;
+  }
+  cudaError_t e = check_side(dst, dst_extent, ddev, api, kind, "destination");
+  if (e == cudaSuccess)
+    e = check_side(src, src_extent, sdev, api, kind, "source");
+  return e;
+}
+
+static cudaError_t enqueue_copy(const copy_job *j, cudaStream_t s) {
+  copy_job *c = malloc(sizeof *c);
+  if (!c)
+    return cudaErrorMemoryAllocation;
+  *c = *j;
+  cudaError_t e = standin_enqueue(s, copy_run, c, free);
+  if (e != cudaSuccess)
+    free(c);
+  return e;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t s) {
+  if (count == 0)
+    return cudaSuccess;
+  cudaError_t e = check_copy(dst, count, src, count, kind, "cudaMemcpyAsync");
+  if (e == cudaSuccess)
+    e = enqueue_copy(&(copy_job){dst, src, count, count, count, 1, -1}, s);
+  return standin_set_last(e);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+  if (count == 0)
+    return cudaSuccess;
+  cudaError_t e = check_copy(dst, count, src, count, kind, "cudaMemcpy");
+  if (e == cudaSuccess)
+    e = enqueue_copy(&(copy_job){dst, src, count, count, count, 1, -1}, 0);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(0);
+  return standin_set_last(e);
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                              size_t height, enum cudaMemcpyKind kind, cudaStream_t s) {
+  if (width > dpitch || width > spitch) {
+    standin_error("cudaMemcpy2DAsync: width %zu exceeds a pitch (dpitch %zu, spitch %zu)", width, dpitch,
+                  spitch);
+    return standin_set_last(cudaErrorInvalidPitchValue);
+  }
+  if (width == 0 || height == 0)
+    return cudaSuccess;
+  if (height - 1 > (SIZE_MAX - width) / dpitch || height - 1 > (SIZE_MAX - width) / spitch) {
+    standin_error("cudaMemcpy2DAsync: %zu rows overflow the address space", height);
+    return standin_set_last(cudaErrorInvalidValue);
+  }
+  size_t dext = (height - 1) * dpitch + width, sext = (height - 1) * spitch + width;
+  cudaError_t e = check_copy(dst, dext, src, sext, kind, "cudaMemcpy2DAsync");
+  if (e == cudaSuccess)
+    e = enqueue_copy(&(copy_job){dst, src, dpitch, spitch, width, height, -1}, s);
+  return standin_set_last(e);
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t s) {
+  if (count == 0)
+    return cudaSuccess;
+  cudaError_t e = standin_check_device(p, count, "cudaMemsetAsync");
+  if (e == cudaSuccess)
+    e = enqueue_copy(&(copy_job){p, NULL, count, count, count, 1, value & 0xff}, s);
+  return standin_set_last(e);
+}
+
+/* Asynchronous with respect to the host for device memory, as in CUDA. */
+cudaError_t cudaMemset(void *p, int value, size_t count) {
+  if (count == 0)
+    return cudaSuccess;
+  cudaError_t e = standin_check_device(p, count, "cudaMemset");
+  if (e == cudaSuccess)
+    e = enqueue_copy(&(copy_job){p, NULL, count, count, count, 1, value & 0xff}, 0);
+  return standin_set_last(e);
+}
