@@ -83,8 +83,8 @@ static zb_err cpu_forward(cpu_backend *b, cpu_stage *cs, int mb, zb_diag *diag) 
   int t;
   if ((err = cpu_time_start(b, ZB_OP_F, &t, diag)))
     return err;
-  err = zb_model_forward(cs->st, mb, first ? b->tokens : NULL, x, last ? b->targets : NULL, y,
-                         last ? &loss : NULL, diag);
+  err = zb_model_forward_dev(cs->st, mb, first ? b->tokens : NULL, x, last ? b->targets : NULL, y,
+                             last ? &loss : NULL, diag);
   if (!err)
     err = cpu_time_end(b, t, diag);
   if (err)
@@ -118,7 +118,7 @@ static zb_err cpu_backward_b(cpu_backend *b, cpu_stage *cs, int mb, const char *
   int t;
   if ((err = cpu_time_start(b, ZB_OP_B, &t, diag)))
     return err;
-  err = zb_model_backward_b(cs->st, mb, dy, out ? out->buf : NULL, diag);
+  err = zb_model_backward_b_dev(cs->st, mb, dy, out ? out->buf : NULL, diag);
   if (!err)
     err = cpu_time_end(b, t, diag);
   if (err)

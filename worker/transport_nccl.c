@@ -59,9 +59,16 @@ typedef struct nccl_op {
   bool is_send;
   int peer;
   zb_tag tag;
-  void *buf;
+  void *buf;  /* what NCCL reads or writes: the caller's device buffer, or a bounce */
+  void *host; /* the caller's buffer when it is host memory; NULL otherwise */
   size_t len;
 } nccl_op;
+
+/* A device buffer that host messages go through (by op slot, kept). */
+typedef struct nccl_bounce {
+  void *p;
+  size_t cap;
+} nccl_bounce;
 
 typedef struct nccl_transport {
   int rank, nranks;
@@ -73,6 +80,7 @@ typedef struct nccl_transport {
   ncclComm_t comm; /* NULL until connect(), and after an abort */
   int depth;
   nccl_op *ops;
+  nccl_bounce *bounce; /* cap_ops entries */
   int n_ops, cap_ops;
   zb_err failed; /* ZB_OK while healthy */
   char failure[sizeof(((zb_diag *)0)->msg)];
@@ -189,6 +197,51 @@ static const char *nccl_describe(const nccl_transport *t, char *buf, size_t len)
   return buf;
 }
 
+/* Host messages (the optimizer's reductions, docs/model.md, Optimizer and
+ * step) go through a device bounce buffer, since NCCL moves device memory
+ * only: sends are copied in before the group (sends true), receives out
+ * after it (false), both on the comm stream. */
+static cudaError_t nccl_stage_host(nccl_transport *t, bool sends) {
+  for (int i = 0; i < t->n_ops; i++) {
+    const nccl_op *op = &t->ops[i];
+    if (!op->host || op->is_send != sends)
+      continue;
+    cudaError_t ce =
+        sends ? cudaMemcpyAsync(op->buf, op->host, op->len, cudaMemcpyHostToDevice, t->comm_stream)
+              : cudaMemcpyAsync(op->host, op->buf, op->len, cudaMemcpyDeviceToHost, t->comm_stream);
+    if (ce != cudaSuccess)
+      return ce;
+  }
+  return cudaSuccess;
+}
+
+/* Points op at a device buffer: buf itself, or (host memory) op slot i's
+ * bounce buffer, grown to len. */
+static cudaError_t nccl_place(nccl_transport *t, int i, nccl_op *op, void *buf) {
+  struct cudaPointerAttributes attr;
+  memset(&attr, 0, sizeof attr);
+  cudaError_t ce = cudaPointerGetAttributes(&attr, buf);
+  if (ce != cudaSuccess)
+    return ce;
+  if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) {
+    op->buf = buf;
+    return cudaSuccess;
+  }
+  nccl_bounce *b = &t->bounce[i];
+  if (b->cap < op->len) {
+    if (b->p && (ce = cudaFree(b->p)) != cudaSuccess)
+      return ce;
+    b->p = NULL;
+    b->cap = 0;
+    if ((ce = cudaMalloc(&b->p, op->len)) != cudaSuccess)
+      return ce;
+    b->cap = op->len;
+  }
+  op->host = buf;
+  op->buf = b->p;
+  return cudaSuccess;
+}
+
 /* Enqueues the recorded ops as one NCCL group on the comm stream, ordered
  * after the compute stream's work. */
 static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
@@ -197,6 +250,9 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
     ce = cudaStreamWaitEvent(t->comm_stream, t->ready, 0);
   if (ce != cudaSuccess)
     return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering after the compute stream: %s", t->rank,
+                     cudaGetErrorString(ce));
+  if ((ce = nccl_stage_host(t, true)) != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: staging a host message: %s", t->rank,
                      cudaGetErrorString(ce));
   ncclResult_t r = ncclGroupStart();
   int bad = -1;
@@ -227,7 +283,9 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
     if (err)
       return err;
   }
-  ce = cudaEventRecord(t->done, t->comm_stream);
+  ce = nccl_stage_host(t, false);
+  if (ce == cudaSuccess)
+    ce = cudaEventRecord(t->done, t->comm_stream);
   if (ce == cudaSuccess)
     ce = cudaStreamWaitEvent(t->compute, t->done, 0);
   if (ce != cudaSuccess)
@@ -307,10 +365,19 @@ static zb_err nccl_post(nccl_transport *t, bool is_send, int peer, zb_tag tag, v
     return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "nccl %s %s with rank %d: %s", what,
                      zb_tag_format(tag, tb, sizeof tb), peer, len == 0 ? "empty message" : "no buffer");
   if (t->n_ops == t->cap_ops) {
-    t->cap_ops = t->cap_ops ? 2 * t->cap_ops : 8;
-    t->ops = zb_realloc(t->ops, sizeof *t->ops * (size_t)t->cap_ops);
+    int cap = t->cap_ops ? 2 * t->cap_ops : 8;
+    t->ops = zb_realloc(t->ops, sizeof *t->ops * (size_t)cap);
+    t->bounce = zb_realloc(t->bounce, sizeof *t->bounce * (size_t)cap);
+    memset(t->bounce + t->cap_ops, 0, sizeof *t->bounce * (size_t)(cap - t->cap_ops));
+    t->cap_ops = cap;
   }
-  t->ops[t->n_ops++] = (nccl_op){.is_send = is_send, .peer = peer, .tag = tag, .buf = buf, .len = len};
+  nccl_op *op = &t->ops[t->n_ops];
+  *op = (nccl_op){.is_send = is_send, .peer = peer, .tag = tag, .len = len};
+  cudaError_t ce = nccl_place(t, t->n_ops, op, buf);
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl %s %s with rank %d: a device buffer for it: %s", what,
+                     zb_tag_format(tag, tb, sizeof tb), peer, cudaGetErrorString(ce));
+  t->n_ops++;
   return t->depth > 0 ? ZB_OK : nccl_run(t, diag);
 }
 
@@ -364,6 +431,10 @@ static void nccl_free(void *self) {
     cudaEventDestroy(t->done);
   if (t->comm_stream)
     cudaStreamDestroy(t->comm_stream);
+  for (int i = 0; i < t->cap_ops; i++)
+    if (t->bounce[i].p)
+      cudaFree(t->bounce[i].p);
+  free(t->bounce);
   free(t->ops);
   free(t);
 }

@@ -148,6 +148,36 @@ bool standin_is_device(const void *p) {
   return dev;
 }
 
+/* What CUDA says of a pointer: device (a live allocation), host (pinned
+ * by cudaMallocHost) or unregistered (plain host memory, CUDA 11 and
+ * later); a freed device pointer is an error, as in CUDA. */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr) {
+  if (!attributes)
+    return cudaErrorInvalidValue;
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  mem_kind k = ptr ? classify(ptr, &a) : MEM_HOST;
+  pthread_mutex_unlock(&g_mem);
+  memset(attributes, 0, sizeof *attributes);
+  switch (k) {
+  case MEM_DEVICE:
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->devicePointer = (void *)(uintptr_t)ptr;
+    return cudaSuccess;
+  case MEM_PINNED:
+    attributes->type = cudaMemoryTypeHost;
+    attributes->hostPointer = attributes->devicePointer = (void *)(uintptr_t)ptr;
+    return cudaSuccess;
+  case MEM_FREED:
+    standin_error("cudaPointerGetAttributes: %p was freed (use after free)", ptr);
+    return cudaErrorInvalidValue;
+  case MEM_HOST: break;
+  }
+  attributes->type = cudaMemoryTypeUnregistered;
+  attributes->device = -2;
+  return cudaSuccess;
+}
+
 /* ---- allocation ---- */
 
 /* Under g_mem. */

@@ -126,6 +126,7 @@ void ncclsi_unref(ncclComm_t c) {
   if (!last)
     return;
   zb_transport_free(c->tp);
+  zb_transport_free(c->ack);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   free(c);
@@ -205,10 +206,11 @@ static void comm_close(ncclComm_t c) {
   if (join)
     pthread_join(c->init_thread, NULL);
   pthread_mutex_lock(&c->mu);
-  zb_transport *tp = c->tp;
-  c->tp = NULL;
+  zb_transport *tp = c->tp, *ack = c->ack;
+  c->tp = c->ack = NULL;
   pthread_mutex_unlock(&c->mu);
   zb_transport_free(tp);
+  zb_transport_free(ack);
   ncclsi_unref(c);
 }
 

@@ -48,7 +48,11 @@ struct ncclComm {
   pthread_t init_thread;
   ncclResult_t async; /* ncclInProgress while joining; the first error after */
   char last[256];     /* the message of that error */
-  zb_transport *tp;   /* NULL until joined and after abort/destroy */
+  zb_transport *tp;   /* the data; NULL until joined and after abort/destroy */
+  /* The acknowledgements, on connections of their own: on tp they would
+   * queue behind (or ahead of) the peer's data of another group, which
+   * NCCL's independent send and receive channels never wait for. */
+  zb_transport *ack;
 };
 
 /* Records msg as comm's error (the first one sticks) or, comm NULL, as the

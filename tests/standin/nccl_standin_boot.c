@@ -29,7 +29,7 @@
 #include "zb_clock.h"
 
 #define RV_MAGIC 0x5652425au /* "ZBRV" */
-#define RV_ADDR_MAX 96
+#define RV_ADDR_MAX 200      /* "DATA,ACK": two host:port */
 #define RV_ROOT_LIFE_S 600.0 /* a root nobody completes gives up */
 
 static void put32(unsigned char *p, uint32_t v) {
@@ -301,8 +301,19 @@ static ncclResult_t rv_join(ncclComm_t c, const char *mine, char **addrs) {
   return ncclSuccess;
 }
 
-void *ncclsi_join(void *arg) {
-  ncclComm_t c = arg;
+/* Splits "DATA,ACK" (one rank's two listening addresses) in place;
+ * returns the ACK part, or NULL when the entry is malformed. */
+static char *rv_split(char *both) {
+  char *comma = both ? strchr(both, ',') : NULL;
+  if (!comma)
+    return NULL;
+  *comma = '\0';
+  return comma + 1;
+}
+
+/* The two transports of a communicator (data and acknowledgements), and
+ * one listening address for both: "DATA,ACK". */
+static ncclResult_t join_transports(ncclComm_t c, zb_transport **tp, char *both, size_t len) {
   const char *host = getenv("ZB_STANDIN_NCCL_HOST");
   char listen[80];
   snprintf(listen, sizeof listen, "%s:0", host && *host ? host : "127.0.0.1");
@@ -312,31 +323,59 @@ void *ncclsi_join(void *arg) {
                        .session = c->session,
                        .stop = &c->aborted,
                        .idle_timeout_s = ncclsi_timeout_s()};
-  zb_transport *tp = NULL;
   zb_diag d;
-  char **addrs = calloc((size_t)c->nranks, sizeof *addrs);
+  for (int k = 0; k < 2; k++) {
+    cfg.session = c->session ^ (uint64_t)k; /* an ack connection never passes for a data one */
+    if (zb_transport_tcp_new(&cfg, &tp[k], &d) != ZB_OK)
+      return ncclsi_error(c, ncclSystemError, "init: rank %d: %s", c->rank, d.msg);
+  }
+  snprintf(both, len, "%s,%s", zb_transport_address(tp[0]), zb_transport_address(tp[1]));
+  return ncclSuccess;
+}
+
+/* Connects both transports to every rank, from the joined address table. */
+static ncclResult_t join_connect(ncclComm_t c, zb_transport **tp, char **addrs) {
+  char **acks = calloc((size_t)c->nranks, sizeof *acks);
   ncclResult_t res = ncclSuccess;
-  if (zb_transport_tcp_new(&cfg, &tp, &d) != ZB_OK)
-    res = ncclsi_error(c, ncclSystemError, "init: rank %d: %s", c->rank, d.msg);
+  for (int q = 0; q < c->nranks && !res; q++)
+    if (!(acks[q] = rv_split(addrs[q])))
+      res = ncclsi_error(c, ncclSystemError, "init: rank %d: rank %d's address '%s' is not DATA,ACK", c->rank,
+                         q, addrs[q]);
+  zb_diag d;
+  for (int k = 0; k < 2 && !res; k++)
+    if (zb_transport_connect(tp[k], (const char *const *)(k ? acks : addrs), NULL, 0, &d) != ZB_OK)
+      res = ncclsi_error(c, atomic_load(&c->aborted) ? ncclInvalidUsage : ncclRemoteError,
+                         "init: rank %d: %s", c->rank, d.msg);
+  free(acks);
+  return res;
+}
+
+void *ncclsi_join(void *arg) {
+  ncclComm_t c = arg;
+  zb_transport *tp[2] = {NULL, NULL};
+  char both[RV_ADDR_MAX];
+  char **addrs = calloc((size_t)c->nranks, sizeof *addrs);
+  ncclResult_t res = join_transports(c, tp, both, sizeof both);
   if (!res)
-    res = rv_join(c, zb_transport_address(tp), addrs);
-  if (!res && zb_transport_connect(tp, (const char *const *)addrs, NULL, 0, &d) != ZB_OK)
-    res = ncclsi_error(c, atomic_load(&c->aborted) ? ncclInvalidUsage : ncclRemoteError, "init: rank %d: %s",
-                       c->rank, d.msg);
+    res = rv_join(c, both, addrs);
+  if (!res)
+    res = join_connect(c, tp, addrs);
   for (int q = 0; q < c->nranks; q++)
     free(addrs[q]);
   free(addrs);
   pthread_mutex_lock(&c->mu);
   if (!res) {
-    c->tp = tp;
-    tp = NULL;
+    c->tp = tp[0];
+    c->ack = tp[1];
+    tp[0] = tp[1] = NULL;
     if (c->async == ncclInProgress)
       c->async = ncclSuccess;
   }
   c->init_running = false;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
-  zb_transport_free(tp);
+  zb_transport_free(tp[0]);
+  zb_transport_free(tp[1]);
   if (!res)
     fprintf(stderr, "nccl stand-in: rank %d of %d joined (CPU stand-in over tcp, not NCCL)\n", c->rank,
             c->nranks);

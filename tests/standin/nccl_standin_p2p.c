@@ -55,13 +55,18 @@ static void item_failed(p2p_item *it, zb_err err, const char *msg) {
   int peer = -1, stage = 0, mb = 0;
   unsigned long long bytes = 0;
   const char *got = strstr(msg, "got message ");
+  char kind = 0;
+  /* A data message (F) or a credit (B) whose count or datatype differ: the
+   * receiver of data, or the sender of the data whose credit came back. */
   if (err == ZB_ERR_INVALID_SCHEDULE && got &&
-      sscanf(got, "got message F s%d mb%d (%llu bytes) from peer rank %d", &stage, &mb, &bytes, &peer) == 4) {
+      sscanf(got, "got message %c s%d mb%d (%llu bytes) from peer rank %d", &kind, &stage, &mb, &bytes,
+             &peer) == 5) {
+    bool credit = kind == 'B';
     for (int i = 0; i < it->n; i++)
-      if (!it->ops[i].is_send && it->ops[i].peer == peer) {
-        size_t sz = ncclsi_dt_size(stage);
-        ncclsi_error(c, ncclInvalidUsage, "rank %d: %s does not match the peer's ncclSend of %llu x %s",
-                     c->rank, op_name(&it->ops[i], on, sizeof on), sz ? bytes / sz : bytes,
+      if (it->ops[i].is_send == credit && it->ops[i].peer == peer) {
+        size_t sz = ncclsi_dt_size(stage), count = credit ? (size_t)(uint32_t)mb : sz ? bytes / sz : bytes;
+        ncclsi_error(c, ncclInvalidUsage, "rank %d: %s does not match the peer's %s of %zu x %s", c->rank,
+                     op_name(&it->ops[i], on, sizeof on), credit ? "ncclRecv" : "ncclSend", count,
                      ncclsi_dt_name(stage));
         return;
       }
@@ -83,11 +88,16 @@ static void item_failed(p2p_item *it, zb_err err, const char *msg) {
   ncclsi_error(c, ncclRemoteError, "rank %d: %s", c->rank, msg);
 }
 
-/* Runs one phase of an item as one transport group: the data (ack false)
- * or the acknowledgements (ack true): each receiver acknowledges each
- * message once the data phase has received all of them, so a send
- * completes only when its match was posted, and an unmatched send is found
- * by the idle timeout like an unmatched receive. */
+/* Runs one phase of an item as one transport group: the credits (ack
+ * true), then the data (ack false). Each receiver first sends a credit per
+ * posted receive, on connections of their own, and each sender waits for
+ * one per send: a send completes only once its match was posted (the
+ * blocking semantics the lowered schedules assume, docs/schedules.md), and
+ * an unmatched send is found by the idle timeout like an unmatched
+ * receive. Credits travel when the receive is posted, not when the
+ * receiver's whole group is done: NCCL's sends do not wait for the rest of
+ * the peer's group either. The credit carries the count and datatype, so a
+ * mismatch is found before any data moves. */
 static zb_err item_phase(zb_transport *tp, const p2p_item *it, bool ack, zb_diag *d) {
   zb_err err = ZB_OK;
   zb_transport_group_start(tp);
@@ -113,14 +123,14 @@ static cudaError_t item_run(void *arg) {
   bool skip = atomic_load(&c->aborted) || c->async != ncclSuccess || !c->tp;
   if (!skip)
     c->running = true;
-  zb_transport *tp = c->tp;
+  zb_transport *tp = c->tp, *ack = c->ack;
   pthread_mutex_unlock(&c->mu);
   if (skip)
     return cudaSuccess; /* like NCCL's kernels after an abort: nothing moves, the stream goes on */
   zb_diag d = {{0}};
-  zb_err err = item_phase(tp, it, false, &d);
+  zb_err err = item_phase(ack, it, true, &d);
   if (!err)
-    err = item_phase(tp, it, true, &d);
+    err = item_phase(tp, it, false, &d);
   if (err && !atomic_load(&c->aborted))
     item_failed(it, err, d.msg);
   pthread_mutex_lock(&c->mu);

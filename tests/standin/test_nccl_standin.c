@@ -152,7 +152,9 @@ static int rank_unmatched(int rank, int n, const ncclUniqueId *id) {
   return 0;
 }
 
-/* Rank 0 sends 64 floats, rank 1 receives 32: rank 1's error names both. */
+/* Rank 0 sends 64 floats, rank 1 receives 32: the sender finds it when the
+ * receiver's credit arrives (before any data moves) and names both; the
+ * receiver sees its peer fail. */
 static int rank_mismatch(int rank, int n, const ncclUniqueId *id) {
   ncclComm_t c = join(rank, n, id);
   RCHECK(c, "init");
@@ -164,13 +166,13 @@ static int rank_mismatch(int rank, int n, const ncclUniqueId *id) {
   ncclResult_t a = settle(c, NULL, 5);
   RCHECK(a != ncclSuccess && a != ncclInProgress, "no error: %d", a);
   const char *msg = ncclGetLastError(c);
-  if (rank == 1) {
-    RCHECK(a == ncclInvalidUsage, "async %d", a);
-    RCHECK(strstr(msg, "ncclRecv of 32 x ncclFloat32 from peer 0") &&
-               strstr(msg, "ncclSend of 64 x ncclFloat32"),
+  if (rank == 0) {
+    RCHECK(a == ncclInvalidUsage, "async %d: %s", a, msg);
+    RCHECK(strstr(msg, "ncclSend of 64 x ncclFloat32 to peer 1") &&
+               strstr(msg, "ncclRecv of 32 x ncclFloat32"),
            "message: %s", msg);
   } else {
-    RCHECK(a == ncclRemoteError, "sender's async %d: %s", a, msg);
+    RCHECK(a == ncclRemoteError, "receiver's async %d: %s", a, msg);
   }
   ncclCommAbort(c);
   return 0;

