@@ -34,7 +34,6 @@
 #define ZB_VERSION "unknown"
 #endif
 
-
 static const char usage_text[] =
     "usage: zb-worker [--coordinator ADDR] [--id ID] [--listen ADDR] [--heartbeat-ms N]\n"
     "                 [--max-message-bytes N] [--gpu N] [--log-level L] [--version] [--help]\n"

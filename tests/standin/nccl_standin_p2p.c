@@ -174,6 +174,9 @@ static ncclResult_t group_flush(void) {
     }
   }
   g_n = 0;
+  free(g_ops); /* thread-local: a thread that ends must not leave it behind */
+  g_ops = NULL;
+  g_cap = 0;
   return res;
 }
 
