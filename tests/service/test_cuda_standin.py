@@ -10,8 +10,10 @@ coordinator).
 
 - zbctl workers shows each worker's GPU, and says "stand-in";
 - every family at (p, m) = (2, 3) and (4, 8): the pipelined gradients equal
-  the unpipelined cpu model's within 1e-5 (zb-gradcheck on the ranks' dumps),
-  and the ranks' measured peak memory follows the plan's within 10%;
+  the unpipelined cpu model's within 1e-5 (zb-gradcheck on the ranks' dumps);
+- the peak memory each rank's device allocator measured is within 10% of
+  the plan's accounting (the model's per-stage bytes summed in the rank's
+  list order);
 - a worker killed mid-job fails the job naming its rank within the
   heartbeat timeout.
 """
@@ -96,6 +98,75 @@ def test_every_family_matches_the_unpipelined_model():
     print("%-17s %3s %3s %12s %12s" % ("family", "p", "m", "grad rel err", "loss rel err"))
     for row in table:
         print("%-17s %3d %3d %12.3g %12.3g" % row)
+
+
+# ---- memory: the allocator's peak against the plan's accounting ----
+
+MEM_MODEL = dict(hidden=32, heads=2, layers=8, seq_len=16, batch=2, seed=5)
+VOCAB = 256
+
+
+def stage_deltas(stage, stages):
+    """Bytes one microbatch's state of `stage` holds after F, and the change
+    B makes, from the model's layout (docs/model.md, F, B, W): per block F
+    keeps xhat1, rstd1, qkv, att, o, xhat2, rstd2, u, gel; B drops rstd1,
+    att, rstd2 and adds da1, dproj, da2, dfc2 (dqkv and dfc1 reuse qkv and
+    u). The first stage adds the tokens (F) and the embedding sum's
+    gradient (B); the last the final LayerNorm, the probabilities and the
+    targets (F) and the LayerNorm's input gradient less its rstd (B). W
+    frees everything."""
+    h, t, b, heads = MEM_MODEL["hidden"], MEM_MODEL["seq_len"], MEM_MODEL["batch"], MEM_MODEL["heads"]
+    n, L = b * t, MEM_MODEL["layers"]
+    blocks = (stage + 1) * L // stages - stage * L // stages
+    att = b * heads * t * t
+    f = blocks * 4 * (14 * n * h + 2 * n + att)
+    d = blocks * 4 * (4 * n * h - 2 * n - att)
+    if stage == 0:
+        f += n
+        d += 4 * n * h
+    if stage == stages - 1:
+        f += 4 * (n * h + n + n * VOCAB) + n
+        d += 4 * (n * h - n)
+    return f, d
+
+
+def planned_peak(actions, stages):
+    """The plan's accounting in bytes: the running sum of the compute ops'
+    deltas in the rank's list order, and its maximum. A fused BW is B then
+    W, so it holds B's state for a moment."""
+    held = peak = 0
+    F, B, W, BW = (zb_pb2.ACTION_KIND_F, zb_pb2.ACTION_KIND_B, zb_pb2.ACTION_KIND_W, zb_pb2.ACTION_KIND_BW)
+    for kind, stage in zip(actions.kind, actions.stage):
+        if kind not in (F, B, W, BW):
+            continue
+        f, d = stage_deltas(stage, stages)
+        for delta in {F: [f], B: [d], W: [-(f + d)], BW: [d, -(f + d)]}[kind]:
+            held += delta
+            peak = max(peak, held)
+    return peak
+
+
+def test_peak_memory_follows_the_plan():
+    rows = []
+    with Cluster(workers=4, name="cuda-mem") as c:
+        for family in ("1f1b", "zb-h1", "zb-h2", "zb-v", "v-half"):
+            p, m = 4, 8
+            js = zb_pb2.JobSpec(name="mem-" + family, ranks=p, microbatches=m, schedule=family, iterations=2,
+                                backend="cuda", transport="nccl", model=zb_pb2.ModelSpec(**MEM_MODEL))
+            plan = c.stub.Plan(zb_pb2.PlanRequest(spec=js, with_action_lists=True), timeout=30 * SLOW)
+            stages = p * chunks_of(family)
+            jid = c.submit(js)
+            job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
+            measured = {r.rank: r.peak_memory_bytes for r in job.last.ranks}
+            for rank in range(p):
+                want = planned_peak(plan.action_lists[rank], stages)
+                got = measured[rank]
+                rows.append((family, rank, got, want, got / want))
+                assert abs(got - want) <= 0.10 * want, (family, rank, got, want)
+    print("peak memory per rank, the cuda device's allocator against the plan's accounting (bytes):")
+    print("%-8s %4s %10s %10s %6s" % ("family", "rank", "measured", "planned", "ratio"))
+    for row in rows:
+        print("%-8s %4d %10d %10d %6.3f" % row)
 
 
 def test_killed_worker_fails_the_job_naming_its_rank():
