@@ -100,6 +100,41 @@ def test_every_family_matches_the_unpipelined_model():
         print("%-17s %3d %3d %12.3g %12.3g" % row)
 
 
+def test_tcp_transport_stages_through_the_host():
+    """backend cuda with transport tcp: messages are staged through host
+    memory, and the gradients are as exact as over nccl."""
+    with Cluster(workers=4, name="cuda-tcp") as c:
+        dump_dir = os.path.join(c.dir, "dumps")
+        for family in ("1f1b", "zb-v", "interleaved-1f1b"):
+            js = spec(family, 4, 8, dump_dir)
+            js.transport = "tcp"
+            jid = c.submit(js)
+            c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
+            rc, results, err = gradcheck(os.path.join(dump_dir, jid))
+            assert rc == 0, "%s over tcp: zb-gradcheck exit %d\n%s" % (family, rc, err)
+            for r in results:
+                assert r["ok"] and r["max_rel_err"] <= GRAD_TOL, (family, r)
+
+
+def test_precision_reaches_the_gemms():
+    """precision bf16 and tf32 make cuBLAS round the products' inputs (the
+    stand-in rounds as the tensor cores would), so their losses move away
+    from fp32's by about the rounding, while fp32 stays exact."""
+    losses = {}
+    with Cluster(workers=2, name="cuda-precision") as c:
+        for precision in ("fp32", "tf32", "bf16"):
+            js = spec("1f1b", 2, 4, "", iterations=3)
+            js.precision = precision
+            jid = c.submit(js)
+            job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+            assert job.last.has_loss, job
+            losses[precision] = job.last.loss
+    rel = {p: abs(losses[p] - losses["fp32"]) / abs(losses["fp32"]) for p in ("tf32", "bf16")}
+    print("loss after 3 iterations: %s; relative to fp32: %s" % (losses, rel))
+    assert 0 < rel["tf32"] < 1e-2, rel
+    assert 0 < rel["bf16"] < 5e-2 and rel["bf16"] > rel["tf32"], rel
+
+
 # ---- memory: the allocator's peak against the plan's accounting ----
 
 MEM_MODEL = dict(hidden=32, heads=2, layers=8, seq_len=16, batch=2, seed=5)
