@@ -1,5 +1,5 @@
 """The GPU path through the service, on the CPU stand-in of CUDA, cuBLAS
-and NCCL (docs/model.md, The CPU stand-in): real zb-coordinator and four
+and NCCL (and, with ZB_CUDA_REAL=1, the same suite on real GPUs) (docs/model.md, The CPU stand-in): real zb-coordinator and four
 real worker processes built from zb-worker's own sources but linked against
 the stand-in (zb-worker-standin, test-only), each running backend cuda
 (model/device_cuda.c over the stand-in's cudart and cuBLAS, the CUDA
@@ -20,11 +20,44 @@ coordinator).
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import time
 
 import zbsvc
-from zbsvc import SLOW, STATE, Cluster, zb_pb2
+from zbsvc import SLOW, STATE, zb_pb2
+
+# ZB_CUDA_REAL=1 runs the same suite with the product zb-worker on real
+# GPUs (ctest label gpu): one worker per GPU (--gpu k), shapes up to the
+# number of GPUs (NCCL refuses two ranks on one device); fewer than two
+# GPUs is a skip (exit 77).
+REAL = os.environ.get("ZB_CUDA_REAL") == "1"
+
+
+def gpu_count():
+    if not shutil.which("nvidia-smi"):
+        return 0
+    cp = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in cp.stdout.splitlines()) if cp.returncode == 0 else 0
+
+
+N_GPUS = gpu_count() if REAL else 0
+if REAL and N_GPUS < 2:
+    print("test_cuda_standin on real GPUs: %d GPU(s) here, the suite needs at least 2; skipped" % N_GPUS)
+    sys.exit(77)
+
+
+def Cluster(workers=4, **kw):
+    """A zbsvc.Cluster; on real GPUs no more workers than GPUs, each on its own."""
+    if REAL:
+        workers = min(workers, N_GPUS)
+        kw["worker_args"] = lambda k: ["--gpu", str(k)]
+    return zbsvc.Cluster(workers=workers, **kw)
+
+
+def ranks_fit(p):
+    return not REAL or p <= N_GPUS
 
 GRAD_TOL = 1e-5
 FAMILIES = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v", "v-half", "v-min"]
@@ -66,11 +99,11 @@ def test_workers_show_the_stand_in_gpu():
         ws = c.list_workers()
         assert len(ws) == 2, ws
         for w in ws:
-            assert "stand-in" in w.gpu, w
+            assert ("stand-in" not in w.gpu and w.gpu) if REAL else "stand-in" in w.gpu, w
             assert "cuda" in list(w.backends) and "nccl" in list(w.transports), w
         out = c.zbctl("workers")
         assert out.returncode == 0, out.stderr
-        assert out.stdout.count("stand-in") == 2, out.stdout
+        assert out.stdout.count("stand-in") == (0 if REAL else 2), out.stdout
 
 
 def test_every_family_matches_the_unpipelined_model():
@@ -78,7 +111,7 @@ def test_every_family_matches_the_unpipelined_model():
     with Cluster(workers=4, name="cuda-grads") as c:
         dump_dir = os.path.join(c.dir, "dumps")
         for family in FAMILIES:
-            for p, m0 in SHAPES:
+            for p, m0 in [sh for sh in SHAPES if ranks_fit(sh[0])]:
                 m = microbatches(family, p, m0)
                 jid = c.submit(spec(family, p, m, dump_dir))
                 job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
@@ -103,10 +136,11 @@ def test_every_family_matches_the_unpipelined_model():
 def test_tcp_transport_stages_through_the_host():
     """backend cuda with transport tcp: messages are staged through host
     memory, and the gradients are as exact as over nccl."""
-    with Cluster(workers=4, name="cuda-tcp") as c:
+    p = 4 if ranks_fit(4) else 2
+    with Cluster(workers=p, name="cuda-tcp") as c:
         dump_dir = os.path.join(c.dir, "dumps")
         for family in ("1f1b", "zb-v", "interleaved-1f1b"):
-            js = spec(family, 4, 8, dump_dir)
+            js = spec(family, p, 8, dump_dir)
             js.transport = "tcp"
             jid = c.submit(js)
             c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
@@ -183,9 +217,9 @@ def planned_peak(actions, stages):
 
 def test_peak_memory_follows_the_plan():
     rows = []
-    with Cluster(workers=4, name="cuda-mem") as c:
+    p, m = (4, 8) if ranks_fit(4) else (2, 4)
+    with Cluster(workers=p, name="cuda-mem") as c:
         for family in ("1f1b", "zb-h1", "zb-h2", "zb-v", "v-half"):
-            p, m = 4, 8
             js = zb_pb2.JobSpec(name="mem-" + family, ranks=p, microbatches=m, schedule=family, iterations=2,
                                 backend="cuda", transport="nccl", model=zb_pb2.ModelSpec(**MEM_MODEL))
             plan = c.stub.Plan(zb_pb2.PlanRequest(spec=js, with_action_lists=True), timeout=30 * SLOW)
@@ -205,17 +239,19 @@ def test_peak_memory_follows_the_plan():
 
 
 def test_killed_worker_fails_the_job_naming_its_rank():
-    with Cluster(workers=4, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, name="cuda-kill") as c:
-        jid = c.submit(spec("zb-h1", 4, 8, "", iterations=100000))
+    p = 4 if ranks_fit(4) else 2
+    with Cluster(workers=p, heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS, name="cuda-kill") as c:
+        jid = c.submit(spec("zb-h1", p, 8, "", iterations=100000))
         c.wait_iterations(jid, 1, timeout=120)
-        wid = c.worker_of_rank(jid, 2)
+        victim = p // 2
+        wid = c.worker_of_rank(jid, victim)
         t0 = time.monotonic()
         c.workers[wid].kill()
         limit = HEARTBEAT_TIMEOUT_MS / 1000 + SLACK_S
         job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=limit * SLOW)
         elapsed = time.monotonic() - t0
         assert elapsed < limit * SLOW, elapsed
-        assert job.reason.startswith("rank 2 "), job.reason
+        assert job.reason.startswith("rank %d " % victim), job.reason
         print("FAILED after %.2f s: %s" % (elapsed, job.reason))
         c.assert_serving()
 
