@@ -235,12 +235,26 @@ static zb_err cpu_buffer(void *self, zb_op comm, int stage, int mb, size_t len, 
   return ZB_OK;
 }
 
+/* A device backend's peak from its allocator: the bytes above what is not
+ * microbatch state (the model keeps no cache of its own there), then a new
+ * interval. The cpu backend reports the model's count, which its own cache
+ * would otherwise blur. */
+static int64_t cpu_device_peak(cpu_backend *b) {
+  zb_device_mem m;
+  b->dev->ops->mem(b->dev->self, &m);
+  int64_t peak = m.peak - b->dev_base - b->slot_grown;
+  b->dev->ops->reset_peak(b->dev->self);
+  b->dev_base = m.current - b->mem;
+  b->slot_grown = 0;
+  return peak;
+}
+
 static void cpu_take_stats(void *self, zb_backend_stats *out) {
   cpu_backend *b = self;
   cpu_time_collect(b);
   *out = b->acc;
   out->mem_bytes = b->mem;
-  out->peak_bytes = b->peak;
+  out->peak_bytes = b->cuda ? cpu_device_peak(b) : b->peak;
   memset(&b->acc, 0, sizeof b->acc);
   b->peak = b->mem;
 }
@@ -387,6 +401,12 @@ zb_err zb_backend_cpu_new(const zb_cpu_backend_config *cfg, zb_backend **out, zb
   b->tokens = zb_malloc(nt);
   b->targets = zb_malloc(nt);
   b->epoch = 1;
+  if (b->cuda) { /* what is not microbatch state: parameters, gradients, workspace */
+    zb_device_mem m;
+    b->dev->ops->mem(b->dev->self, &m);
+    b->dev_base = m.current;
+    b->dev->ops->reset_peak(b->dev->self);
+  }
   free(order);
   zb_backend *h = zb_calloc(1, sizeof *h);
   h->ops = b->cuda ? &cuda_ops : &cpu_ops;

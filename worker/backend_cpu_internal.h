@@ -65,6 +65,12 @@ typedef struct cpu_backend {
   cpu_timed *timed; /* events of the ops since the last take_stats; pool grows, kept */
   int n_timed, cap_timed;
 
+  /* cuda: the device allocator's bytes that are not microbatch state
+   * (parameters, gradients, workspace, slots) at the interval's start, and
+   * the slot bytes allocated since, so peak - base - grown is the states'
+   * peak as the allocator saw it (docs/model.md, Memory accounting) */
+  int64_t dev_base, slot_grown;
+
   zb_backend_stats acc; /* busy of the current interval */
   int64_t mem, peak;    /* state bytes of the whole rank; peak of the interval */
   int64_t peak_ever;

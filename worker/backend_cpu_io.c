@@ -150,6 +150,7 @@ zb_err cpu_slot_get(cpu_backend *b, cpu_stage *cs, int kind, int mb, cpu_slot **
     }
     s->buf = p;
     b->slot_bytes += (int64_t)b->act_bytes;
+    b->slot_grown += (int64_t)b->act_bytes;
   }
   if (b->staging && !s->host)
     s->host = zb_calloc(b->act_numel, sizeof(float));

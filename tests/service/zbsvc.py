@@ -174,8 +174,9 @@ class Cluster:
     """zb-coordinator plus N zb-workers on loopback (see the module doc)."""
 
     def __init__(self, workers=4, heartbeat_timeout_ms=1500, max_message_bytes=None, coordinator_args=(),
-                 name=None):
+                 name=None, worker_args=None):
         self.n_workers = workers
+        self.worker_args = worker_args  # k -> extra flags of worker k (e.g. its --gpu), or None
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.max_message_bytes = max_message_bytes
         self.coordinator_args = list(coordinator_args)
@@ -196,7 +197,7 @@ class Cluster:
         try:
             self.start_coordinator()
             for k in range(self.n_workers):
-                self.start_worker("w%d" % k)
+                self.start_worker("w%d" % k, extra=self.worker_args(k) if self.worker_args else ())
             self.wait_workers(self.n_workers)
         except BaseException:
             self.__exit__(*sys.exc_info())
