@@ -1,6 +1,7 @@
-/* zb_transport.h — point-to-point transports behind one vtable (docs/architecture.md):
- * tcp now, nccl later. The semantics follow NCCL's so the executor does not
- * care which one it has:
+/* zb_transport.h — point-to-point transports behind one vtable
+ * (docs/model.md, Transports): tcp (host memory over sockets) and nccl
+ * (device memory through NCCL). The semantics follow NCCL's so the
+ * executor does not care which one it has:
  *   - connect() once per job (ncclCommInitRank for nccl); it is additive, so
  *     a plan update that adds peers calls it again with the new set.
  *   - send()/recv() of one tagged message of len bytes to/from a peer rank.
@@ -14,8 +15,10 @@
  *     (NCCL: "executed in order"). Groups nest; the outermost end runs them.
  *     Buffers must stay valid until group_end() returns.
  *   - Tags: every message carries (kind F or B, sending stage, microbatch)
- *     and its length; the receiver states what it expects and a mismatch is
- *     an error naming both, never a silent corruption.
+ *     and its length; the receiver states what it expects. tcp sends them
+ *     and a mismatch is an error naming both, never a silent corruption;
+ *     NCCL carries no tags, so nccl relies on the two ranks' lists agreeing
+ *     (the planner validates them) and checks what it can locally.
  *
  * Failure and cancellation: a failed or cancelled call poisons the
  * transport, like ncclCommAbort: it shuts down every connection at once, so

@@ -12,9 +12,9 @@ workers; docs/wire.md, NCCL id exchange):
   nccl, and a second, different id for the same job (the first stays).
 
 The GPU workers here are this test speaking the worker's side of zb.v1
-over gRPC (an Attach stream and Reports), because no zb-worker on these
-machines finds a GPU; the end-to-end exchange between real zb-workers
-runs once the CPU stand-in of CUDA gives them one."""
+over gRPC (an Attach stream and Reports), so that the coordinator's
+refusals can be provoked; the end-to-end exchange between worker processes
+(zb-worker-standin, on the CPU stand-in of CUDA) is test_cuda_standin.py's."""
 
 import queue
 import threading
