@@ -179,8 +179,8 @@ static int parse(int argc, char **argv, gpu_opts *o) {
       {"gpu", 1, 0, 'g'},    {"hidden", 1, 0, 'h'}, {"heads", 1, 0, 'a'},        {"seq", 1, 0, 's'},
       {"batch", 1, 0, 'b'},  {"vocab", 1, 0, 'v'},  {"reps", 1, 0, 'r'},         {"precision", 1, 0, 'p'},
       {"layers", 1, 0, 'l'}, {"shapes", 0, 0, 'S'}, {"nccl-max-mib", 1, 0, 'n'}, {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+  int c, li = 0;
+  while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
     if (c == 'S') {
       o->shapes = true;
       continue;
@@ -201,7 +201,7 @@ static int parse(int argc, char **argv, gpu_opts *o) {
     char *end;
     long v = strtol(optarg, &end, 10);
     if (*end || v < (c == 'g' ? 0 : 1) || v > (1 << 20))
-      return fprintf(stderr, "zb_bench_gpu: bad number '%s' for --%s\n", optarg, argv[optind - 1] + 2), 2;
+      return fprintf(stderr, "zb_bench_gpu: bad number '%s' for --%s\n", optarg, lo[li].name), 2;
     int *f[] = {&o->gpu,   &o->hidden, &o->heads,  &o->seq,         &o->batch,
                 &o->vocab, &o->reps,   &o->layers, &o->nccl_max_mib};
     *f[strchr("ghasbvrln", c) - "ghasbvrln"] = (int)v;

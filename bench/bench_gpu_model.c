@@ -28,7 +28,7 @@
 #include "zb_alloc.h"
 #include "zb_model.h"
 
-#define TRACE_CAP 4096
+#define TRACE_CAP 65536 /* distinct products per op: the causal skip issues a few per row block */
 
 enum { OP_F, OP_B, OP_W, N_OPS };
 

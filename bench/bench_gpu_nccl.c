@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench_gpu.h"
@@ -233,8 +234,8 @@ void gpu_bench_nccl(const gpu_opts *o, int n_gpus) {
     pthread_join(th[i], NULL);
   for (int i = 0; i < 2; i++)
     if (p.err[i][0]) {
-      snprintf(d.msg, sizeof d.msg, "rank %d: %s", i, p.err[i]);
-      gpu_die("NCCL", &d);
+      fprintf(stderr, "zb_bench_gpu: NCCL: rank %d: %s\n", i, p.err[i]);
+      exit(1);
     }
   print_results(&p, o);
   pthread_mutex_destroy(&p.mu);

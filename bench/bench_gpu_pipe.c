@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench_gpu.h"
@@ -193,8 +194,8 @@ static pipe_figures measure(const gpu_opts *o, const zb_planner_result *pl, cons
     pthread_join(th[q], NULL);
   for (int q = 0; q < p; q++)
     if (r[q].err[0] && strncmp(r[q].err, "(after", 6) != 0) {
-      snprintf(d.msg, sizeof d.msg, "%s, rank %d: %s", zb_family_name(pl->family), q, r[q].err);
-      gpu_die("pipeline", &d);
+      fprintf(stderr, "zb_bench_gpu: pipeline %s: rank %d: %s\n", zb_family_name(pl->family), q, r[q].err);
+      exit(1);
     }
   pipe_figures f = summarise(r, p, j.iterations);
   for (int q = 0; q < p; q++)
