@@ -1,37 +1,37 @@
 /* bench_gpu.c — zb_bench_gpu: what a GPU gives the model (docs/model.md,
- * Devices), measured on the real CUDA runtime, cuBLAS and NCCL.
+ * Devices and Transports), measured on the real CUDA runtime, cuBLAS and
+ * NCCL (or, built as the test-only zb_bench_gpu_standin, on the CPU
+ * stand-in, where only the output's form means anything).
  *
  *   zb_bench_gpu [--gpu 0] [--hidden 1024] [--heads 16] [--seq 1024]
- *                [--batch 8] [--vocab 256] [--reps 20]
- *                [--precision fp32|tf32|bf16] [--nccl-max-mib 256]
+ *                [--batch 8] [--vocab 256] [--layers 2] [--reps 20]
+ *                [--precision fp32|tf32|bf16] [--nccl-max-mib 256] [--shapes]
  *
- * Sections:
- *   1. cuBLAS: TFLOP/s of every matrix product shape of one transformer
- *      layer's F, B (input gradients) and W (weight gradients) and of the
- *      LM head, for one microbatch of batch x seq tokens, through the CUDA
- *      device's gemm (zb_device.h: cublasGemmStridedBatchedEx), timed with
- *      the device's events over --reps runs after one warm-up. FLOPs are
- *      2*m*n*k*batch; the attention products are counted in full.
- *   2. NCCL: send/recv GB/s from GPU --gpu to the next visible GPU, one
- *      process driving both (ncclCommInitAll), sizes from 1 MiB to
- *      --nccl-max-mib; with fewer than two GPUs it says so.
+ * Sections (bench_gpu.h names the files):
+ *   1. F, B and W of one model stage (a middle and a last one of --layers
+ *      blocks, one microbatch of batch x seq tokens) on GPU --gpu, timed
+ *      with the device's events, best of --reps after a traced warm-up,
+ *      beside cuBLAS replaying exactly the products each op issued, and
+ *      the ratio (the issue's target: >= 70%).
+ *   2. NCCL send/recv GB/s through zb's nccl transport beside a plain
+ *      ncclSend/ncclRecv loop of the same sizes, GPU --gpu to the next one,
+ *      two ranks as two threads; with fewer than two GPUs it says so.
+ *   3. zb-v against 1f1b (p = the visible GPUs, m = 2p): the bubble
+ *      predicted by libzb's simulator from section 1's op times, and, with
+ *      two GPUs or more, measured by running each rank's lowered list with
+ *      the worker's executor over the cuda backend and the nccl transport.
+ *   --shapes adds a table of every product shape of one layer through the
+ *   device's gemm (FLOPs 2*m*n*k*batch, attention counted in full).
  * Without a CUDA device it prints why and exits 0: there is nothing to
- * measure. It prints; it never fails on a slow result. Exit 1 on a device
- * or NCCL error, 2 on a bad flag.
+ * measure. It prints; it never fails on a slow result. Exit 1 on a device,
+ * NCCL or planner error, 2 on a bad flag.
  */
 #include <getopt.h>
-#include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "zb_clock.h"
-#include "zb_device.h"
-
-typedef struct opts {
-  int gpu, hidden, heads, seq, batch, vocab, reps, nccl_max_mib;
-  zb_precision precision;
-} opts;
+#include "bench_gpu.h"
 
 typedef struct shape {
   const char *name;
@@ -39,14 +39,27 @@ typedef struct shape {
   int m, n, k, batch;
 } shape;
 
-static void die(const char *what, const zb_diag *diag) {
+_Noreturn void gpu_die(const char *what, const zb_diag *diag) {
   fprintf(stderr, "zb_bench_gpu: %s: %s\n", what, diag->msg);
   exit(1);
 }
 
+int gpu_count(void) {
+  zb_device_info info;
+  int n = 0;
+  while (n < 1024 && zb_device_cuda_probe(n, &info, NULL) == ZB_OK)
+    n++;
+  return n;
+}
+
+const char *gpu_precision_name(zb_precision p) {
+  static const char *const names[] = {"fp32 (TF32 off)", "tf32", "bf16"};
+  return names[p];
+}
+
 /* The products of one layer (row-major, as the model stores them) and of
  * the LM head, for N = batch * seq tokens, d = hidden / heads. */
-static int layer_shapes(const opts *o, shape *s) {
+static int layer_shapes(const gpu_opts *o, shape *s) {
   int h = o->hidden, N = o->batch * o->seq, T = o->seq, d = o->hidden / o->heads, bh = o->batch * o->heads;
   struct {
     const char *name;
@@ -77,17 +90,17 @@ static int layer_shapes(const opts *o, shape *s) {
 
 /* Allocates n floats on dev, filled from a host pattern (not zeros: the
  * power a product draws depends on its data). */
-static float *dev_floats(zb_device *dev, size_t n) {
+float *gpu_dev_floats(zb_device *dev, size_t n) {
   zb_diag diag = {{0}};
   void *p;
   if (dev->ops->alloc(dev->self, n * sizeof(float), &p, &diag))
-    die("alloc", &diag);
+    gpu_die("alloc", &diag);
   float *h = malloc(n * sizeof *h);
   for (size_t i = 0; i < n; i++)
     h[i] = (float)((i * 2654435761u) % 1000u) * 1e-3f - 0.5f;
   if (dev->ops->copy(dev->self, p, h, n * sizeof(float), ZB_COPY_H2D, &diag) ||
       dev->ops->sync(dev->self, &diag))
-    die("copy", &diag);
+    gpu_die("copy", &diag);
   free(h);
   return p;
 }
@@ -96,7 +109,7 @@ static double time_gemm(zb_device *dev, const zb_gemm *g, int reps) {
   zb_diag diag = {{0}};
   zb_device_event *e0, *e1;
   if (dev->ops->event_new(dev->self, &e0, &diag) || dev->ops->event_new(dev->self, &e1, &diag))
-    die("event_new", &diag);
+    gpu_die("event_new", &diag);
   zb_err err = dev->ops->gemm(dev->self, g, &diag); /* warm-up: cuBLAS picks and loads its kernel */
   err = err ? err : dev->ops->event_record(dev->self, e0, &diag);
   for (int r = 0; r < reps && !err; r++)
@@ -106,13 +119,13 @@ static double time_gemm(zb_device *dev, const zb_gemm *g, int reps) {
   float ms = 0;
   err = err ? err : dev->ops->event_elapsed_ms(dev->self, e0, e1, &ms, &diag);
   if (err)
-    die("gemm", &diag);
+    gpu_die("gemm", &diag);
   dev->ops->event_free(dev->self, e0);
   dev->ops->event_free(dev->self, e1);
   return (double)ms / reps;
 }
 
-static void bench_gemms(zb_device *dev, const opts *o) {
+static void bench_gemms(zb_device *dev, const gpu_opts *o) {
   shape s[24];
   int n = layer_shapes(o, s);
   size_t na = 0, nb = 0, nc = 0;
@@ -123,11 +136,10 @@ static void bench_gemms(zb_device *dev, const opts *o) {
     nb = b > nb ? b : nb;
     nc = c > nc ? c : nc;
   }
-  float *a = dev_floats(dev, na), *b = dev_floats(dev, nb), *c = dev_floats(dev, nc);
-  static const char *prec[] = {"fp32 (TF32 off)", "tf32", "bf16"};
-  printf("cuBLAS through the CUDA device, %s; hidden %d, %d heads, seq %d, batch %d, vocab %d; mean of %d "
-         "runs\n",
-         prec[o->precision], o->hidden, o->heads, o->seq, o->batch, o->vocab, o->reps);
+  float *a = gpu_dev_floats(dev, na), *b = gpu_dev_floats(dev, nb), *c = gpu_dev_floats(dev, nc);
+  printf("every product shape of one layer through the device's gemm, %s; hidden %d, %d heads, seq %d, "
+         "batch %d, vocab %d; mean of %d runs\n",
+         gpu_precision_name(o->precision), o->hidden, o->heads, o->seq, o->batch, o->vocab, o->reps);
   printf("  %-18s %2s %7s %7s %7s %6s %10s %9s\n", "product", "op", "m", "n", "k", "batch", "ms", "TFLOP/s");
   double total_flops = 0, total_ms = 0;
   for (int i = 0; i < n; i++) {
@@ -162,77 +174,17 @@ static void bench_gemms(zb_device *dev, const opts *o) {
   dev->ops->free(dev->self, c);
 }
 
-#define NCCL_OK(call)                                                                                        \
-  do {                                                                                                       \
-    ncclResult_t r_ = (call);                                                                                \
-    if (r_ != ncclSuccess) {                                                                                 \
-      fprintf(stderr, "zb_bench_gpu: %s: %s\n", #call, ncclGetErrorString(r_));                              \
-      exit(1);                                                                                               \
-    }                                                                                                        \
-  } while (0)
-
-/* One send from dev[0] to dev[1] of `bytes`, reps times; seconds per send. */
-static double time_sendrecv(zb_device *dev[2], ncclComm_t comm[2], void *buf[2], size_t bytes, int reps) {
-  zb_diag diag = {{0}};
-  double t0 = 0;
-  for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
-    if (r == 0)
-      t0 = zb_clock_s();
-    NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclSend(buf[0], bytes, ncclChar, 1, comm[0], dev[0]->ops->stream(dev[0]->self)));
-    NCCL_OK(ncclRecv(buf[1], bytes, ncclChar, 0, comm[1], dev[1]->ops->stream(dev[1]->self)));
-    NCCL_OK(ncclGroupEnd());
-    if (r == -1 || r == reps - 1)
-      for (int i = 0; i < 2; i++)
-        if (dev[i]->ops->sync(dev[i]->self, &diag))
-          die("sync", &diag);
-  }
-  return (zb_clock_s() - t0) / reps;
-}
-
-static void bench_nccl(zb_device *dev0, const opts *o) {
-  zb_device_info info;
-  zb_diag diag = {{0}};
-  int version = 0;
-  NCCL_OK(ncclGetVersion(&version));
-  if (zb_device_cuda_probe(o->gpu + 1, &info, &diag) != ZB_OK) {
-    printf("NCCL %d send/recv: needs a second GPU after GPU %d (%s); not measured\n", version, o->gpu,
-           diag.msg);
-    return;
-  }
-  zb_device *dev[2] = {dev0, NULL};
-  zb_cuda_device_config cfg = {.ordinal = o->gpu + 1, .precision = ZB_PRECISION_FP32};
-  if (zb_device_cuda_new(&cfg, &dev[1], &diag))
-    die("zb_device_cuda_new", &diag);
-  ncclComm_t comm[2];
-  int devs[2] = {o->gpu, o->gpu + 1};
-  NCCL_OK(ncclCommInitAll(comm, 2, devs));
-  size_t max = (size_t)o->nccl_max_mib << 20;
-  void *buf[2];
-  for (int i = 0; i < 2; i++)
-    if (dev[i]->ops->alloc(dev[i]->self, max, &buf[i], &diag))
-      die("alloc", &diag);
-  printf("NCCL %d send/recv, GPU %d -> GPU %d (%s), one process; mean of %d sends\n", version, o->gpu,
-         o->gpu + 1, info.name, o->reps);
-  printf("  %12s %10s %9s\n", "bytes", "ms", "GB/s");
-  for (size_t bytes = (size_t)1 << 20; bytes <= max; bytes *= 4) {
-    double s = time_sendrecv(dev, comm, buf, bytes, o->reps);
-    printf("  %12zu %10.3f %9.2f\n", bytes, s * 1e3, (double)bytes / s / 1e9);
-  }
-  for (int i = 0; i < 2; i++) {
-    dev[i]->ops->free(dev[i]->self, buf[i]);
-    ncclCommDestroy(comm[i]);
-  }
-  zb_device_free(dev[1]);
-}
-
-static int parse(int argc, char **argv, opts *o) {
+static int parse(int argc, char **argv, gpu_opts *o) {
   static const struct option lo[] = {
-      {"gpu", 1, 0, 'g'},          {"hidden", 1, 0, 'h'}, {"heads", 1, 0, 'a'}, {"seq", 1, 0, 's'},
-      {"batch", 1, 0, 'b'},        {"vocab", 1, 0, 'v'},  {"reps", 1, 0, 'r'},  {"precision", 1, 0, 'p'},
-      {"nccl-max-mib", 1, 0, 'n'}, {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+      {"gpu", 1, 0, 'g'},    {"hidden", 1, 0, 'h'}, {"heads", 1, 0, 'a'},        {"seq", 1, 0, 's'},
+      {"batch", 1, 0, 'b'},  {"vocab", 1, 0, 'v'},  {"reps", 1, 0, 'r'},         {"precision", 1, 0, 'p'},
+      {"layers", 1, 0, 'l'}, {"shapes", 0, 0, 'S'}, {"nccl-max-mib", 1, 0, 'n'}, {0, 0, 0, 0}};
+  int c, li = 0;
+  while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
+    if (c == 'S') {
+      o->shapes = true;
+      continue;
+    }
     if (c == 'p') {
       if (strcmp(optarg, "fp32") == 0)
         o->precision = ZB_PRECISION_FP32;
@@ -249,27 +201,29 @@ static int parse(int argc, char **argv, opts *o) {
     char *end;
     long v = strtol(optarg, &end, 10);
     if (*end || v < (c == 'g' ? 0 : 1) || v > (1 << 20))
-      return fprintf(stderr, "zb_bench_gpu: bad number '%s'\n", optarg), 2;
-    int *f[] = {&o->gpu, &o->hidden, &o->heads, &o->seq, &o->batch, &o->vocab, &o->reps, &o->nccl_max_mib};
-    *f[strchr("ghasbvrn", c) - "ghasbvrn"] = (int)v;
+      return fprintf(stderr, "zb_bench_gpu: bad number '%s' for --%s\n", optarg, lo[li].name), 2;
+    int *f[] = {&o->gpu,   &o->hidden, &o->heads,  &o->seq,         &o->batch,
+                &o->vocab, &o->reps,   &o->layers, &o->nccl_max_mib};
+    *f[strchr("ghasbvrln", c) - "ghasbvrln"] = (int)v;
   }
   if (optind < argc || o->hidden % o->heads)
     return fprintf(stderr, "zb_bench_gpu: %s\n",
-                   optind < argc ? "unexpected argument" : "heads must divide hidden"),
+                   optind < argc ? "unexpected argument" : "--heads must divide --hidden"),
            2;
   return 0;
 }
 
 int main(int argc, char **argv) {
-  opts o = {.gpu = 0,
-            .hidden = 1024,
-            .heads = 16,
-            .seq = 1024,
-            .batch = 8,
-            .vocab = 256,
-            .reps = 20,
-            .nccl_max_mib = 256,
-            .precision = ZB_PRECISION_FP32};
+  gpu_opts o = {.gpu = 0,
+                .hidden = 1024,
+                .heads = 16,
+                .seq = 1024,
+                .batch = 8,
+                .vocab = 256,
+                .layers = 2,
+                .reps = 20,
+                .nccl_max_mib = 256,
+                .precision = ZB_PRECISION_FP32};
   int rc = parse(argc, argv, &o);
   if (rc)
     return rc;
@@ -282,13 +236,22 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (err)
-    die("zb_device_cuda_new", &diag);
+    gpu_die("zb_device_cuda_new", &diag);
   zb_device_info info;
   dev->ops->info(dev->self, &info);
-  printf("GPU %d: %s, %.1f GiB, compute capability %d.%d, driver %d\n\n", o.gpu, info.name,
+  int n_gpus = gpu_count();
+  printf("GPU %d of %d: %s, %.1f GiB, compute capability %d.%d, driver %d\n", o.gpu, n_gpus, info.name,
          (double)info.total_bytes / (1 << 30), info.cc_major, info.cc_minor, info.driver_version);
-  bench_gemms(dev, &o);
-  bench_nccl(dev, &o);
-  zb_device_free(dev);
+  if (info.standin)
+    printf("stand-in: this is the CPU stand-in of CUDA, cuBLAS and NCCL (a test build); its timings mean "
+           "nothing\n");
+  printf("\n");
+  gpu_block_times block;
+  gpu_bench_model(dev, &o, &block);
+  if (o.shapes)
+    bench_gemms(dev, &o);
+  zb_device_free(dev); /* the next sections make one device per rank */
+  gpu_bench_nccl(&o, n_gpus);
+  gpu_bench_pipeline(&o, n_gpus, &block);
   return 0;
 }

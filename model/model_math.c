@@ -12,12 +12,26 @@
 /* ---- matrix products -------------------------------------------------- */
 
 static void trace_add(zb_model_stage *st, const zb_gemm *g) {
-  zb_model_gemm t = {g->trans_a, g->trans_b, g->m,     g->n,    g->k,    g->lda,
-                     g->ldb,     g->ldc,     g->alpha, g->beta, g->batch};
+  zb_model_gemm t = {.trans_a = g->trans_a,
+                     .trans_b = g->trans_b,
+                     .m = g->m,
+                     .n = g->n,
+                     .k = g->k,
+                     .lda = g->lda,
+                     .ldb = g->ldb,
+                     .ldc = g->ldc,
+                     .alpha = g->alpha,
+                     .beta = g->beta,
+                     .count = g->batch,
+                     .batch = g->batch,
+                     .stride_a = g->batch > 1 ? g->stride_a : 0,
+                     .stride_b = g->batch > 1 ? g->stride_b : 0,
+                     .stride_c = g->batch > 1 ? g->stride_c : 0};
   zb_model_gemm *last = st->trace_n > 0 && st->trace_n <= st->trace_cap ? &st->trace[st->trace_n - 1] : NULL;
   if (last && last->trans_a == t.trans_a && last->trans_b == t.trans_b && last->m == t.m && last->n == t.n &&
       last->k == t.k && last->lda == t.lda && last->ldb == t.ldb && last->ldc == t.ldc &&
-      last->alpha == t.alpha && last->beta == t.beta)
+      last->alpha == t.alpha && last->beta == t.beta && last->batch == t.batch &&
+      last->stride_a == t.stride_a && last->stride_b == t.stride_b && last->stride_c == t.stride_c)
     last->count += t.count;
   else if (st->trace_n++ < st->trace_cap)
     st->trace[st->trace_n - 1] = t;

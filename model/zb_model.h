@@ -104,12 +104,16 @@ typedef struct zb_model_mem {
 
 /* One matrix product as issued to the device (row-major), for benchmarks
  * that time the same shapes alone. count: identical consecutive products
- * (a batched product of batch b counts b). */
+ * (a batched product of batch b counts b); batch and the strides are those
+ * of each device call (zb_gemm), so count / batch calls replay exactly
+ * what the op issued (consecutive calls merge only when all of it agrees). */
 typedef struct zb_model_gemm {
   int trans_a, trans_b; /* 0 or 1 */
   int m, n, k, lda, ldb, ldc;
   float alpha, beta;
   int count;
+  int batch;                            /* products per device call; count is a multiple of it */
+  int64_t stride_a, stride_b, stride_c; /* elements between the products of one call */
 } zb_model_gemm;
 
 /* Layers of stage `stage` of n_stages for a model of `layers` blocks:

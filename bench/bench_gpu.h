@@ -1,0 +1,63 @@
+/* bench_gpu.h — the parts of zb_bench_gpu (bench_gpu.c) shared by its
+ * sections: the options, the model stage's measured op times, and one
+ * function per section (docs/model.md, Devices and Transports).
+ *
+ *   bench_gpu.c        options, the device, the cuBLAS shape table (--shapes)
+ *   bench_gpu_model.c  F, B and W of one model stage beside cuBLAS replaying
+ *                      the products each op issued
+ *   bench_gpu_nccl.c   the nccl transport beside a plain ncclSend/ncclRecv
+ *                      loop, two ranks as two threads on two GPUs
+ *   bench_gpu_pipe.c   zb-v against 1f1b: predicted from the measured op
+ *                      times, and measured with the executor over the cuda
+ *                      backend and the nccl transport (ranks as threads)
+ *
+ * Threads: main's thread runs every section; the nccl and pipeline
+ * sections start one thread per rank and join them before returning.
+ * Errors: a device, NCCL or planner failure prints what failed and exits 1
+ * (gpu_die); a slow result is printed, never a failure.
+ */
+#ifndef ZB_BENCH_GPU_H
+#define ZB_BENCH_GPU_H
+
+#include <stdbool.h>
+
+#include "zb_device.h"
+
+typedef struct gpu_opts {
+  int gpu, hidden, heads, seq, batch, vocab, layers, reps, nccl_max_mib;
+  zb_precision precision;
+  bool shapes; /* print the per-shape cuBLAS table too */
+} gpu_opts;
+
+/* Seconds of F, B and W of one transformer block (a middle stage's time
+ * over its blocks), as measured on the device. */
+typedef struct gpu_block_times {
+  double f, b, w;
+} gpu_block_times;
+
+/* Prints "zb_bench_gpu: what: msg" to stderr and exits 1. */
+_Noreturn void gpu_die(const char *what, const zb_diag *diag);
+
+/* n floats of device memory filled from a fixed non-zero pattern (the
+ * power a product draws depends on its data); synchronises. Exits on
+ * failure. The caller frees with dev->ops->free. */
+float *gpu_dev_floats(zb_device *dev, size_t n);
+
+/* Visible CUDA devices (probed from ordinal 0 up; 0 without any). */
+int gpu_count(void);
+
+/* "fp32 (TF32 off)", "tf32" or "bf16". */
+const char *gpu_precision_name(zb_precision p);
+
+/* Section 1: F, B, W of a middle and a last stage of o->layers blocks on
+ * dev beside the cuBLAS replay of their products; fills *block. */
+void gpu_bench_model(zb_device *dev, const gpu_opts *o, gpu_block_times *block);
+
+/* Section 2: needs GPUs o->gpu and o->gpu + 1 (n_gpus visible). */
+void gpu_bench_nccl(const gpu_opts *o, int n_gpus);
+
+/* Section 3: zb-v against 1f1b, predicted from *block; measured when
+ * n_gpus >= 2 (one rank per GPU). */
+void gpu_bench_pipeline(const gpu_opts *o, int n_gpus, const gpu_block_times *block);
+
+#endif
