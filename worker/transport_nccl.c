@@ -91,8 +91,14 @@ static bool nccl_stopped(const nccl_transport *t) {
   return t->stop && atomic_load(t->stop);
 }
 
-static void nccl_sleep_poll(void) {
-  struct timespec ts = {0, NCCL_POLL_NS};
+/* Waits before the next poll: 5 us, doubling to NCCL_POLL_NS, so a group
+ * of small messages (tens of microseconds on a GPU) is not held to a 1 ms
+ * floor, and a long one costs ~1000 polls a second. *wait_ns starts at 0. */
+static void nccl_sleep_poll(long *wait_ns) {
+  *wait_ns = *wait_ns ? *wait_ns * 2 : 5000L;
+  if (*wait_ns > NCCL_POLL_NS)
+    *wait_ns = NCCL_POLL_NS;
+  struct timespec ts = {0, *wait_ns};
   nanosleep(&ts, NULL);
 }
 
@@ -137,6 +143,7 @@ static double nccl_bound(double a, double b) {
  * ncclInProgress. Fails on an error, the stop flag or timeout_s. */
 static zb_err nccl_wait_ready(nccl_transport *t, const char *what, double timeout_s, zb_diag *diag) {
   int64_t start = zb_clock_ns();
+  long wait_ns = 0;
   for (;;) {
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(t->comm, &async);
@@ -153,7 +160,7 @@ static zb_err nccl_wait_ready(nccl_transport *t, const char *what, double timeou
     if (timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > timeout_s)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: %s timed out after %.1f s", t->rank,
                        t->nranks, what, timeout_s);
-    nccl_sleep_poll();
+    nccl_sleep_poll(&wait_ns);
   }
 }
 
@@ -299,6 +306,7 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
 static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
   int64_t start = zb_clock_ns();
   char ops[160];
+  long wait_ns = 0;
   for (;;) {
     ncclResult_t async = ncclSuccess;
     ncclResult_t r = ncclCommGetAsyncError(t->comm, &async);
@@ -319,7 +327,7 @@ static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
     if (t->timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > t->timeout_s)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s did not complete within %.0f s", t->rank,
                        nccl_describe(t, ops, sizeof ops), t->timeout_s);
-    nccl_sleep_poll();
+    nccl_sleep_poll(&wait_ns);
   }
 }
 
