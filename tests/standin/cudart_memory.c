@@ -389,13 +389,56 @@ static cudaError_t enqueue_copy(const copy_job *j, cudaStream_t s) {
   return e;
 }
 
+/* A copy whose source bytes were taken when it was issued (owns them). */
+static void snapshot_free(void *arg) {
+  copy_job *c = arg;
+  free((void *)(uintptr_t)c->src);
+  free(c);
+}
+
+/* True when p is pageable host memory: neither device memory nor pinned. */
+static bool pageable(const void *p) {
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  mem_kind k = p ? classify(p, &a) : MEM_HOST;
+  pthread_mutex_unlock(&g_mem);
+  return k == MEM_HOST;
+}
+
+/* cudaMemcpyAsync with CUDA's documented behaviour for pageable host
+ * memory: from it to the device, the source is consumed before the call
+ * returns (here: copied aside, then written in stream order); from the
+ * device to it, the call returns once the copy has completed. Pinned memory
+ * (cudaMallocHost) is fully asynchronous, so a missing synchronisation
+ * reads stale data there, which the delay knob makes certain. */
+static cudaError_t copy_async(void *dst, const void *src, size_t count, cudaStream_t s) {
+  bool from_pageable = pageable(src) && !pageable(dst), to_pageable = pageable(dst) && !pageable(src);
+  if (from_pageable) {
+    copy_job *c = malloc(sizeof *c);
+    void *snap = malloc(count);
+    if (!c || !snap) {
+      free(c);
+      free(snap);
+      return cudaErrorMemoryAllocation;
+    }
+    memcpy(snap, src, count);
+    *c = (copy_job){dst, snap, count, count, count, 1, -1};
+    cudaError_t e = standin_enqueue(s, copy_run, c, snapshot_free);
+    if (e != cudaSuccess)
+      snapshot_free(c);
+    return e;
+  }
+  cudaError_t e = enqueue_copy(&(copy_job){dst, src, count, count, count, 1, -1}, s);
+  return e == cudaSuccess && to_pageable ? cudaStreamSynchronize(s) : e;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t s) {
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = check_copy(dst, count, src, count, kind, "cudaMemcpyAsync");
   if (e == cudaSuccess)
-    e = enqueue_copy(&(copy_job){dst, src, count, count, count, 1, -1}, s);
+    e = copy_async(dst, src, count, s);
   return standin_set_last(e);
 }
 

@@ -150,12 +150,15 @@ static void test_use_after_free(void) {
   cudaGetLastError();
 }
 
-/* The delay knob: a program that reads a D2H result without synchronising
- * sees stale data (asserted, so the knob is shown to work), and with the
- * synchronisation it reads the right values. */
+/* The delay knob: a program that reads a D2H result in pinned memory
+ * without synchronising sees stale data (asserted, so the knob is shown to
+ * work), and with the synchronisation it reads the right values. (Into
+ * pageable memory CUDA's cudaMemcpyAsync returns once the copy is done:
+ * test_pageable_copies.) */
 static void test_read_without_sync(void) {
   enum { N = 64 };
-  float in[N], out[N];
+  float in[N], *out = NULL;
+  CHECK(cudaMallocHost((void **)&out, N * sizeof *out) == cudaSuccess && out);
   for (int i = 0; i < N; i++)
     in[i] = (float)i + 1;
   float *d = dalloc(sizeof in);
@@ -164,9 +167,9 @@ static void test_read_without_sync(void) {
   CHECK(cudaMemcpy(d, in, sizeof in, cudaMemcpyHostToDevice) == cudaSuccess);
   standin_set_delay_us(30000);
   for (int round = 0; round < 2; round++) {
-    memset(out, 0, sizeof out);
+    memset(out, 0, N * sizeof *out);
     CHECK(zbk_scale(s, d, 2.0f, N) == cudaSuccess);
-    CHECK(cudaMemcpyAsync(out, d, sizeof out, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+    CHECK(cudaMemcpyAsync(out, d, N * sizeof *out, cudaMemcpyDeviceToHost, s) == cudaSuccess);
     if (round == 0) { /* the missing sync: the result is not there yet */
       int stale = 0;
       for (int i = 0; i < N; i++)
@@ -184,7 +187,33 @@ static void test_read_without_sync(void) {
   CHECK(cudaStreamDestroy(s) == cudaSuccess);
   CHECK(cudaStreamSynchronize(s) == cudaErrorInvalidResourceHandle);
   CHECK(cudaFree(d) == cudaSuccess);
+  CHECK(cudaFreeHost(out) == cudaSuccess);
   cudaGetLastError();
+}
+
+/* Pageable host memory, as CUDA documents it: cudaMemcpyAsync to the
+ * device has consumed the source when it returns (changing or freeing it
+ * after is safe), and to the host it returns once the copy is done; both
+ * under the delay knob, so neither passes by luck. */
+static void test_pageable_copies(void) {
+  enum { N = 32 };
+  float *in = malloc(N * sizeof *in), out[N];
+  float *d = dalloc(N * sizeof *in);
+  cudaStream_t s;
+  CHECK(in && d && cudaStreamCreate(&s) == cudaSuccess);
+  for (int i = 0; i < N; i++)
+    in[i] = (float)i;
+  standin_set_delay_us(20000);
+  CHECK(cudaMemcpyAsync(d, in, N * sizeof *in, cudaMemcpyHostToDevice, s) == cudaSuccess);
+  for (int i = 0; i < N; i++)
+    in[i] = -1.0f; /* after the call: must not reach the device */
+  free(in);
+  CHECK(cudaMemcpyAsync(out, d, sizeof out, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  for (int i = 0; i < N; i++) /* no synchronisation: the call itself waited */
+    CHECK_NEAR(out[i], (float)i, 0);
+  standin_set_delay_us(0);
+  CHECK(cudaStreamDestroy(s) == cudaSuccess);
+  CHECK(cudaFree(d) == cudaSuccess);
 }
 
 /* ---- streams ---- */
@@ -608,6 +637,7 @@ static void test_cublas_refusals(void) {
 }
 
 ZBT_MAIN(ZBT(test_device_info), ZBT(test_host_device_mixup), ZBT(test_wrong_copy_kind),
-         ZBT(test_out_of_bounds), ZBT(test_use_after_free), ZBT(test_read_without_sync), ZBT(test_streams),
-         ZBT(test_events), ZBT(test_stream_wait_event), ZBT(test_sticky_errors), ZBT(test_memset_and_2d),
-         ZBT(test_cublas_vs_loop), ZBT(test_cublas_reduced_precision), ZBT(test_cublas_refusals))
+         ZBT(test_out_of_bounds), ZBT(test_use_after_free), ZBT(test_read_without_sync),
+         ZBT(test_pageable_copies), ZBT(test_streams), ZBT(test_events), ZBT(test_stream_wait_event),
+         ZBT(test_sticky_errors), ZBT(test_memset_and_2d), ZBT(test_cublas_vs_loop),
+         ZBT(test_cublas_reduced_precision), ZBT(test_cublas_refusals))
