@@ -332,6 +332,13 @@ float *zb_model_grads(zb_model_stage *st) {
   return st->grads;
 }
 
+float *zb_model_device_params(zb_model_stage *st) {
+  return st->d_params;
+}
+float *zb_model_device_grads(zb_model_stage *st) {
+  return st->d_grads;
+}
+
 zb_err zb_model_get_params(const zb_model_stage *st, float *dst, size_t n) {
   if (n != st->n_params || (n && !dst))
     return ZB_ERR_INVALID_ARG;

@@ -203,6 +203,12 @@ size_t zb_model_n_params(const zb_model_stage *st);
 float *zb_model_params(zb_model_stage *st);
 float *zb_model_grads(zb_model_stage *st);
 
+/* The same arrays in the stage's device memory (on the host device, the
+ * same pointers as zb_model_params / zb_model_grads): what a device-side
+ * optimizer step (train/zb_step_device.h) updates in place. */
+float *zb_model_device_params(zb_model_stage *st);
+float *zb_model_device_grads(zb_model_stage *st);
+
 /* Copies all parameters out of the device / into the mirror and the
  * device (n must be n_params). */
 zb_err zb_model_get_params(const zb_model_stage *st, float *dst, size_t n);

@@ -58,6 +58,13 @@ zb_err zb_adamw_set_decay(zb_adamw *o, size_t offset, size_t count, bool decay, 
   return ZB_OK;
 }
 
+void zb_adamw_coefs(const zb_adamw_config *c, int64_t t, double *step_size, double *sqrt_bc2,
+                    double *shrink) {
+  *step_size = c->lr / (1 - pow(c->beta1, (double)t));
+  *sqrt_bc2 = sqrt(1 - pow(c->beta2, (double)t));
+  *shrink = 1 - c->lr * c->weight_decay;
+}
+
 void zb_adamw_step(zb_adamw *o, float *params, const float *grads) {
   zb_adamw_step_scaled(o, params, grads, 1.0);
 }
@@ -66,9 +73,8 @@ void zb_adamw_step_scaled(zb_adamw *o, float *params, const float *grads, double
   const zb_adamw_config *c = &o->cfg;
   o->t++;
   double b1 = c->beta1, b2 = c->beta2;
-  double step_size = c->lr / (1 - pow(b1, (double)o->t));
-  double sqrt_bc2 = sqrt(1 - pow(b2, (double)o->t));
-  double shrink = 1 - c->lr * c->weight_decay;
+  double step_size, sqrt_bc2, shrink;
+  zb_adamw_coefs(c, o->t, &step_size, &sqrt_bc2, &shrink);
   for (size_t i = 0; i < o->n; i++) {
     /* in double: scale 1 leaves g exact, so the unscaled step is this one */
     double g = (double)grads[i] * scale;
@@ -84,6 +90,14 @@ void zb_adamw_step_scaled(zb_adamw *o, float *params, const float *grads, double
     p -= step_size * (double)o->m[i] / (sqrt((double)o->v[i]) / sqrt_bc2 + c->eps);
     params[i] = (float)p;
   }
+}
+
+const zb_adamw_config *zb_adamw_config_of(const zb_adamw *o) {
+  return &o->cfg;
+}
+
+const uint8_t *zb_adamw_decay_mask(const zb_adamw *o) {
+  return o->decay;
 }
 
 size_t zb_adamw_size(const zb_adamw *o) {

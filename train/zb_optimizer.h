@@ -66,6 +66,17 @@ void zb_adamw_step(zb_adamw *o, float *params, const float *grads);
  * zb_adamw_step. */
 void zb_adamw_step_scaled(zb_adamw *o, float *params, const float *grads, double scale);
 
+/* The config, and the decay mask: n bytes, 1 where decay is on (borrowed
+ * from o, valid until it is freed). A device step (zb_step_device.h)
+ * uploads the mask and steps with the same coefficients. */
+const zb_adamw_config *zb_adamw_config_of(const zb_adamw *o);
+const uint8_t *zb_adamw_decay_mask(const zb_adamw *o);
+
+/* The per-step coefficients of step t (counted from 1), as every AdamW
+ * step here computes them, in double: step_size = lr / (1 - beta1^t),
+ * sqrt_bc2 = sqrt(1 - beta2^t), shrink = 1 - lr * weight_decay. */
+void zb_adamw_coefs(const zb_adamw_config *c, int64_t t, double *step_size, double *sqrt_bc2, double *shrink);
+
 /* The number of parameters, and of steps taken so far. */
 size_t zb_adamw_size(const zb_adamw *o);
 int64_t zb_adamw_steps(const zb_adamw *o);

@@ -22,9 +22,16 @@
  * transport (zb_step_reduce_chain, worker/zb_step_chain.h), a test's may be
  * local.
  *
+ * What is stepped is a target (zb_step_target): zb_stepper_new's own host
+ * target steps zb_adamw over host arrays (a cpu job); zb_stepper_new_target
+ * takes another, such as the device target of zb_step_device.h (a cuda
+ * job, stepping on the device). The decision, post-validation and
+ * rollback above are the same code for both.
+ *
  * Ownership: zb_stepper_new() gives the caller a zb_stepper, freed with
- * zb_stepper_free() (NULL is a no-op). It borrows the optimizers, which
- * must outlive it; it owns its rollback copies. One thread at a time.
+ * zb_stepper_free() (NULL is a no-op). It borrows the optimizers (or the
+ * target), which must outlive it; the host target's rollback copies are
+ * its own. One thread at a time.
  *
  * Results: zb_err from lib/zb_err.h; the reduction's errors pass through.
  */
@@ -64,6 +71,27 @@ typedef struct zb_step_result {
 
 typedef struct zb_stepper zb_stepper;
 
+/* What a stepper steps: every stage this rank hosts, with its optimizer
+ * state. Errors (a device's) are returned with diag set; after one the
+ * stepper returns it and the state is whatever the target left. */
+typedef struct zb_step_target_ops {
+  /* this rank's partial: squared gradients summed in double, stage by
+   * stage in order, and whether every gradient is finite */
+  zb_err (*partial)(void *self, zb_step_partial *out, zb_diag *diag);
+  /* keeps what a rollback needs: parameters, moments and step counts */
+  zb_err (*save)(void *self, zb_diag *diag);
+  /* puts back, bit for bit, what the last save kept */
+  zb_err (*restore)(void *self, zb_diag *diag);
+  /* one AdamW step of every stage with the gradients times coef (in
+   * double; coef 1 is the unscaled step) */
+  zb_err (*step)(void *self, double coef, zb_diag *diag);
+} zb_step_target_ops;
+
+typedef struct zb_step_target {
+  const zb_step_target_ops *ops;
+  void *self;
+} zb_step_target;
+
 /* A stepper for n stages with one optimizer each (opt[i] borrowed), clip
  * norm clip_norm (0: no clipping; finite, >= 0). ZB_ERR_INVALID_ARG for a
  * bad clip_norm or mode. */
@@ -71,12 +99,26 @@ zb_err zb_stepper_new(int n, zb_adamw *const *opt, double clip_norm, zb_step_mod
                       zb_diag *diag);
 void zb_stepper_free(zb_stepper *s);
 
-/* This rank's partial over grads[i][0..size of opt[i]). */
+/* A stepper over *target (copied; target->self borrowed), clip_norm and
+ * mode as for zb_stepper_new. Rollback (post-validated) uses the target's
+ * save and restore; a synchronous stepper never calls them. */
+zb_err zb_stepper_new_target(const zb_step_target *target, double clip_norm, zb_step_mode mode,
+                             zb_stepper **out, zb_diag *diag);
+
+/* This rank's partial over grads[i][0..size of opt[i]) (a stepper from
+ * zb_stepper_new). */
 zb_step_partial zb_step_local(const zb_stepper *s, const float *const *grads);
 
-/* Takes the step on params[i] from grads[i] (i < n), reducing with fn.
- * On an error from fn nothing was stepped (post-validated: rolled back). */
+/* Takes the step on params[i] from grads[i] (i < n), reducing with fn (a
+ * stepper from zb_stepper_new; ZB_ERR_INVALID_ARG for another). On an
+ * error from fn nothing was stepped (post-validated: rolled back). */
 zb_err zb_stepper_step(zb_stepper *s, float *const *params, const float *const *grads, zb_step_reduce_fn fn,
                        void *arg, zb_step_result *out, zb_diag *diag);
+
+/* The same on the target's own parameters and gradients (a stepper from
+ * zb_stepper_new_target; ZB_ERR_INVALID_ARG for another). An error of the
+ * target is returned as it is; on an error from fn the optimistic step
+ * was rolled back. */
+zb_err zb_stepper_run(zb_stepper *s, zb_step_reduce_fn fn, void *arg, zb_step_result *out, zb_diag *diag);
 
 #endif

@@ -89,6 +89,30 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
   return zb_backend_cpu_new(&bc, &cj->be, diag);
 }
 
+/* A cuda job's stepper: the device target over the stages' device
+ * weights and gradients (docs/model.md, Optimizer and step), its moments
+ * and backups on the device outside the backend's accounting. */
+static zb_err cpu_job_device_stepper(cpu_job *cj, zb_step_mode mode, zb_diag *diag) {
+  float **dp = zb_calloc((size_t)(cj->n_stages ? cj->n_stages : 1), sizeof *dp);
+  const float **dg = zb_calloc((size_t)(cj->n_stages ? cj->n_stages : 1), sizeof *dg);
+  for (int i = 0; i < cj->n_stages; i++) {
+    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    dp[i] = zb_model_device_params(st);
+    dg[i] = zb_model_device_grads(st);
+  }
+  zb_err err = zb_step_device_new(cj->device, cj->n_stages, cj->opt, dp, dg, mode == ZB_STEP_POST_VALIDATED,
+                                  &cj->dstep, diag);
+  free(dp);
+  free(dg);
+  if (err)
+    return err;
+  zb_step_target t = zb_step_device_target(cj->dstep);
+  if ((err = zb_stepper_new_target(&t, cj->model.clip_norm, mode, &cj->stepper, diag)))
+    return err;
+  zb_backend_cpu_rebase_mem(cj->be);
+  return ZB_OK;
+}
+
 /* One AdamW per hosted stage and the stepper over them; *params counts
  * the parameters here. */
 static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
@@ -122,6 +146,8 @@ static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
   }
   zb_step_mode mode =
       strcmp(ms->step, ZB_STEP_SYNCHRONOUS_NAME) == 0 ? ZB_STEP_SYNCHRONOUS : ZB_STEP_POST_VALIDATED;
+  if (cj->device)
+    return cpu_job_device_stepper(cj, mode, diag);
   return zb_stepper_new(cj->n_stages, cj->opt, ms->clip_norm, mode, &cj->stepper, diag);
 }
 
@@ -203,14 +229,30 @@ static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *ste
 /* After an iteration's W ops: the step on every hosted stage, checked
  * globally (zb_step.h; the reduction runs along the ranks over tr), then
  * the loss when this rank has the last stage. */
-zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
-                    zb_step_result *step, zb_diag *diag) {
-  zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
-  bool dump = cpu_job_dumps(cj, iteration);
+/* A cuda job's step, on the device: nothing comes to the host but the
+ * check's partial, except on a dump iteration, which needs the weights
+ * before and after the step and the gradients in the host views. */
+static zb_err cpu_job_step_device(cpu_job *cj, zb_step_chain *chain, bool dump, zb_step_result *step,
+                                  zb_diag *diag) {
   zb_err err = ZB_OK;
-  /* The step runs on the host view of the weights (docs/model.md, Devices):
-   * on a device, gradients and weights come over first and the weights
-   * go back after. No copies on the host device. */
+  for (int i = 0; !err && dump && i < cj->n_stages; i++) {
+    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    if (!(err = zb_model_pull(st, diag)))
+      memcpy(cj->before[i], cj->params[i], sizeof(float) * zb_model_n_params(st));
+  }
+  if (!err)
+    err = zb_stepper_run(cj->stepper, zb_step_reduce_chain, chain, step, diag);
+  for (int i = 0; !err && dump && i < cj->n_stages; i++)
+    err = zb_model_pull(zb_backend_cpu_stage(cj->be, i, NULL), diag);
+  return err;
+}
+
+/* A cpu job's step, on the host view of the weights, which is the host
+ * device's memory: pull and push are no-ops there (docs/model.md,
+ * Optimizer and step). */
+static zb_err cpu_job_step_host(cpu_job *cj, zb_step_chain *chain, bool dump, zb_step_result *step,
+                                zb_diag *diag) {
+  zb_err err = ZB_OK;
   for (int i = 0; !err && i < cj->n_stages; i++)
     err = zb_model_pull(zb_backend_cpu_stage(cj->be, i, NULL), diag);
   for (int i = 0; !err && dump && i < cj->n_stages; i++)
@@ -218,9 +260,21 @@ zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss
            sizeof(float) * zb_model_n_params(zb_backend_cpu_stage(cj->be, i, NULL)));
   if (!err)
     err = zb_stepper_step(cj->stepper, cj->params, (const float *const *)cj->grads, zb_step_reduce_chain,
-                          &chain, step, diag);
+                          chain, step, diag);
   for (int i = 0; !err && i < cj->n_stages; i++)
     err = zb_model_push_params(zb_backend_cpu_stage(cj->be, i, NULL), diag);
+  return err;
+}
+
+zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
+                    zb_step_result *step, zb_diag *diag) {
+  zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
+  bool dump = cpu_job_dumps(cj, iteration);
+  zb_err err = ZB_OK;
+  if (cj->dstep)
+    err = cpu_job_step_device(cj, &chain, dump, step, diag);
+  else
+    err = cpu_job_step_host(cj, &chain, dump, step, diag);
   if (err)
     return err;
   *has_loss = false;
@@ -260,6 +314,7 @@ zb_err cpu_job_check_update(const cpu_job *cj, const zb_schedule *sched, int ran
 
 void cpu_job_close(cpu_job *cj) {
   zb_stepper_free(cj->stepper);
+  zb_step_device_free(cj->dstep); /* before the backend: its device outlives both */
   for (int i = 0; cj->before && i < cj->n_stages; i++)
     free(cj->before[i]);
   free(cj->before);

@@ -1,7 +1,8 @@
 /* cpu_job.h — what a cpu job keeps on this rank from its first iteration
  * to its last, across plan updates (docs/model.md, Optimizer and step):
  * the cpu backend (its stages hold the weights and gradients), one AdamW
- * per hosted stage, the global step with its check, the text it samples,
+ * per hosted stage, the global step with its check (on the device for a
+ * cuda job, zb_step_device.h), the text it samples,
  * gradient dumps, and checkpoints with resume (cpu_job_ckpt.c).
  *
  * Ownership: a cpu_job is the job thread's; cpu_job_close frees what it
@@ -17,6 +18,7 @@
 #include "zb_backend.h"
 #include "zb_optimizer.h"
 #include "zb_step.h"
+#include "zb_step_device.h"
 #include "zb_transport.h"
 
 /* What a cpu job keeps on this rank from its first iteration to its last,
@@ -31,6 +33,10 @@ typedef struct cpu_job {
   zb_backend *be;
   zb_adamw **opt; /* per hosted stage, in the backend's (ascending) order */
   zb_stepper *stepper;
+  /* a cuda job's step on the device (moments there too); NULL: the host
+   * step over params (a cpu job). With it the host views below and opt's
+   * moments are filled only when needed: dumps, checkpoints. */
+  zb_step_device *dstep;
   float **params, **grads; /* per hosted stage, into the backend's stages */
   int rank, nranks;
   int *stages, n_stages, total_stages, microbatches;

@@ -38,6 +38,17 @@ static zb_ckpt ckpt_of(const cpu_job *cj, const char *job_id, int i, uint64_t **
   return c;
 }
 
+/* A cuda job steps on the device (zb_step_device.h): its weights and
+ * moments come to the host views and optimizers, which the files are
+ * written from, for a checkpoint only. zb_model_pull brings the gradients
+ * too: one extra copy per checkpoint. */
+static zb_err ckpt_pull(cpu_job *cj, zb_diag *diag) {
+  zb_err err = ZB_OK;
+  for (int i = 0; cj->dstep && !err && i < cj->n_stages; i++)
+    err = zb_model_pull(zb_backend_cpu_stage(cj->be, i, NULL), diag);
+  return err || !cj->dstep ? err : zb_step_device_pull_state(cj->dstep, diag);
+}
+
 /* Saves every hosted stage after iteration `iteration` (the state now). */
 zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
   if (cj->saved == iteration)
@@ -45,6 +56,8 @@ zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
   char dir[700];
   snprintf(dir, sizeof dir, "%s/%s", cj->ckpt_dir, cj->job_id);
   zb_err err = zb_file_mkdirs("checkpoint", dir, diag);
+  if (!err)
+    err = ckpt_pull(cj, diag);
   for (int i = 0; !err && i < cj->n_stages; i++) {
     uint64_t *sizes;
     zb_ckpt c = ckpt_of(cj, cj->job_id, i, &sizes);
@@ -178,6 +191,8 @@ static zb_err resume_load(cpu_job *cj, int k, zb_diag *diag) {
     free(mv);
     free(sizes);
   }
+  if (!err && cj->dstep) /* a device step keeps the moments there too */
+    err = zb_step_device_push_state(cj->dstep, diag);
   return err;
 }
 
