@@ -15,14 +15,21 @@ coordinator).
   the plan's accounting (the model's per-stage bytes summed in the rank's
   list order);
 - a worker killed mid-job fails the job naming its rank within the
-  heartbeat timeout.
+  heartbeat timeout;
+- checkpoints of a cuda job, whose optimizer steps on the device (its
+  moments live there): cancelled mid-run, `zbctl resume` finishes it with
+  the losses of an uninterrupted run and its final weights, bit for bit.
 """
 
+import glob
 import json
 import os
+import re
+import signal
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import zbsvc
@@ -254,6 +261,74 @@ def test_killed_worker_fails_the_job_naming_its_rank():
         assert job.reason.startswith("rank %d " % victim), job.reason
         print("FAILED after %.2f s: %s" % (elapsed, job.reason))
         c.assert_serving()
+
+
+CKPT_ITERATIONS = 16
+
+
+def ckpt_spec(name, ckdir):
+    """A cuda job that checkpoints every 2 iterations and dumps its first
+    and last iteration (the final weights)."""
+    js = spec("zb-v", 2, 4, os.path.join(ckdir, "dumps"), iterations=CKPT_ITERATIONS)
+    js.name = name
+    js.model.checkpoint_every = 2
+    js.model.checkpoint_dir = ckdir
+    js.model.dump_every = CKPT_ITERATIONS
+    return js
+
+
+def test_checkpoint_resume_matches_uninterrupted():
+    """The device step's moments and step count go to the checkpoint and
+    come back on resume: without them the resumed losses would differ."""
+    ckdir = tempfile.mkdtemp(prefix="zb-ckpt-cuda-")
+    try:
+        with Cluster(workers=2, name="cuda-ckpt") as c:
+            ref = c.submit(ckpt_spec("reference", ckdir))
+            c.wait_state(ref, STATE.JOB_STATE_SUCCEEDED, timeout=180)
+            want = {it.iteration: it.loss for it in zbsvc.iteration_events(c.events(ref)) if it.has_loss}
+            assert sorted(want) == list(range(CKPT_ITERATIONS)), sorted(want)
+            c.wait_workers(2)
+
+            jid = c.submit(ckpt_spec("interrupted", ckdir))
+            c.wait_iterations(jid, 4, timeout=120)
+            frozen = c.workers[c.worker_of_rank(jid, 1)]
+            frozen.signal(signal.SIGSTOP)  # so it cannot race to its end
+            try:
+                done = c.get(jid).iterations_done
+                assert done < CKPT_ITERATIONS - 2, done
+                c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="interrupted"), timeout=10)
+            finally:
+                frozen.signal(signal.SIGCONT)
+            c.wait_state(jid, STATE.JOB_STATE_CANCELLED, timeout=30)
+            c.wait_workers(2)
+
+            def ended():
+                logs = "".join(w.log_text() for w in c.workers.values())
+                return all(re.search(r"job %s rank %d(: stopped| failed)" % (jid, r), logs) for r in (0, 1))
+
+            zbsvc.wait_until("both ranks of %s ended" % jid, ended, 30)
+            files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ckdir, jid, "*.ckpt")))
+            assert files == ["rank0-stage0.ckpt", "rank0-stage3.ckpt", "rank1-stage1.ckpt",
+                             "rank1-stage2.ckpt"], files
+            cp = c.zbctl("resume", jid)
+            assert cp.returncode == 0, cp.stderr
+            new = cp.stdout.strip()
+            job = c.wait_state(new, STATE.JOB_STATE_SUCCEEDED, timeout=180)
+            assert job.iterations_done == CKPT_ITERATIONS, job
+            got = {it.iteration: it.loss for it in zbsvc.iteration_events(c.events(new)) if it.has_loss}
+            first = min(got)
+            print("cuda job cancelled after %d iterations; resumed at iteration %d" % (done, first))
+            assert 1 <= first <= done + 1, (first, done)
+            assert sorted(got) == list(range(first, CKPT_ITERATIONS)), sorted(got)
+            diff = [(i, got[i], want[i]) for i in got if got[i] != want[i]]
+            assert not diff, diff  # bit for bit
+            dumps = os.path.join(ckdir, "dumps")
+            a, b = (zbsvc.read_dumps(dumps, j, CKPT_ITERATIONS - 1) for j in (ref, new))
+            assert zbsvc.weights_differ(a, b) == [], "final weights differ"
+            assert zbsvc.weights_differ(a, b, "before") == [], "weights before the last step differ"
+            c.assert_serving()
+    finally:
+        shutil.rmtree(ckdir, ignore_errors=True)
 
 
 if __name__ == "__main__":
