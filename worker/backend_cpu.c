@@ -479,16 +479,6 @@ zb_model_stage *zb_backend_cpu_find_stage(zb_backend *h, int stage) {
   return cs ? cs->st : NULL;
 }
 
-void zb_backend_cpu_rebase_mem(zb_backend *h) {
-  cpu_backend *b = cpu_of(h);
-  if (!b || !b->cuda)
-    return;
-  zb_device_mem m;
-  b->dev->ops->mem(b->dev->self, &m);
-  b->dev_base = m.current - b->mem - b->slot_grown;
-  b->dev->ops->reset_peak(b->dev->self);
-}
-
 zb_err zb_backend_cpu_mem(const zb_backend *h, zb_cpu_backend_mem *out, zb_diag *diag) {
   const cpu_backend *b = cpu_of(h);
   if (!b)

@@ -90,8 +90,9 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
 }
 
 /* A cuda job's stepper: the device target over the stages' device
- * weights and gradients (docs/model.md, Optimizer and step), its moments
- * and backups on the device outside the backend's accounting. */
+ * weights and gradients (docs/model.md, Optimizer and step). Its moments
+ * and backups are fixed device bytes, allocated before the first
+ * iteration, whose fresh stats interval leaves them out of the peak. */
 static zb_err cpu_job_device_stepper(cpu_job *cj, zb_step_mode mode, zb_diag *diag) {
   float **dp = zb_calloc((size_t)(cj->n_stages ? cj->n_stages : 1), sizeof *dp);
   const float **dg = zb_calloc((size_t)(cj->n_stages ? cj->n_stages : 1), sizeof *dg);
@@ -107,10 +108,7 @@ static zb_err cpu_job_device_stepper(cpu_job *cj, zb_step_mode mode, zb_diag *di
   if (err)
     return err;
   zb_step_target t = zb_step_device_target(cj->dstep);
-  if ((err = zb_stepper_new_target(&t, cj->model.clip_norm, mode, &cj->stepper, diag)))
-    return err;
-  zb_backend_cpu_rebase_mem(cj->be);
-  return ZB_OK;
+  return zb_stepper_new_target(&t, cj->model.clip_norm, mode, &cj->stepper, diag);
 }
 
 /* One AdamW per hosted stage and the stepper over them; *params counts

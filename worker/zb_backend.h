@@ -310,12 +310,4 @@ typedef struct zb_cpu_backend_mem {
 /* Fills *out; ZB_ERR_INVALID_ARG when b is not a cpu backend. Does not block. */
 zb_err zb_backend_cpu_mem(const zb_backend *b, zb_cpu_backend_mem *out, zb_diag *diag);
 
-/* A device backend ("cuda"): the bytes its device holds now, less the
- * microbatch states, become what is not state, and the device's peak
- * starts again. Call it after allocating per-job buffers on the backend's
- * device outside the backend (the device optimizer step's moments and
- * backups) and before the first iteration, so the measured peak stays the
- * states' alone (docs/model.md, Memory accounting). A no-op otherwise. */
-void zb_backend_cpu_rebase_mem(zb_backend *b);
-
 #endif
