@@ -242,11 +242,25 @@ static zb_err cpu_buffer(void *self, zb_op comm, int stage, int mb, size_t len, 
 static int64_t cpu_device_peak(cpu_backend *b) {
   zb_device_mem m;
   b->dev->ops->mem(b->dev->self, &m);
-  int64_t peak = m.peak - b->dev_base - b->slot_grown;
+  int64_t peak = m.peak - b->dev_base > b->dev_peak ? m.peak - b->dev_base : b->dev_peak;
   b->dev->ops->reset_peak(b->dev->self);
   b->dev_base = m.current - b->mem;
-  b->slot_grown = 0;
+  b->dev_peak = 0;
   return peak;
+}
+
+void cpu_device_slot_alloc(cpu_backend *b, size_t bytes, bool done) {
+  if (!b->cuda)
+    return;
+  if (!done) { /* the stretch before the slot: its states' peak */
+    zb_device_mem m;
+    b->dev->ops->mem(b->dev->self, &m);
+    if (m.peak - b->dev_base > b->dev_peak)
+      b->dev_peak = m.peak - b->dev_base;
+    return;
+  }
+  b->dev->ops->reset_peak(b->dev->self);
+  b->dev_base += (int64_t)bytes;
 }
 
 static void cpu_take_stats(void *self, zb_backend_stats *out) {

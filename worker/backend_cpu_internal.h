@@ -66,10 +66,11 @@ typedef struct cpu_backend {
   int n_timed, cap_timed;
 
   /* cuda: the device allocator's bytes that are not microbatch state
-   * (parameters, gradients, workspace, slots) at the interval's start, and
-   * the slot bytes allocated since, so peak - base - grown is the states'
-   * peak as the allocator saw it (docs/model.md, Memory accounting) */
-  int64_t dev_base, slot_grown;
+   * (parameters, gradients, workspace, slots, optimizer state), so its peak
+   * less dev_base is the states' peak (docs/model.md, Memory accounting);
+   * a slot allocated within the interval closes a stretch, whose states'
+   * peak dev_peak keeps, and joins the base */
+  int64_t dev_base, dev_peak;
 
   zb_backend_stats acc; /* busy of the current interval */
   int64_t mem, peak;    /* state bytes of the whole rank; peak of the interval */
@@ -102,6 +103,11 @@ static inline zb_err dev_sync(zb_device *d, zb_diag *diag) {
 }
 
 /* ---- backend_cpu_io.c ---- */
+
+/* cuda: a slot of `bytes` is allocated between a call with done false
+ * (the states' peak so far is kept) and one with done true (the slot
+ * joins what is not microbatch state). */
+void cpu_device_slot_alloc(cpu_backend *b, size_t bytes, bool done);
 
 /* Fills b->tokens and b->targets for mb of the current iteration. */
 zb_err cpu_fill(cpu_backend *b, int stage, int mb, zb_diag *diag);

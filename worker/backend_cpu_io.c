@@ -140,6 +140,7 @@ zb_err cpu_slot_get(cpu_backend *b, cpu_stage *cs, int kind, int mb, cpu_slot **
   cpu_slot *s = &cs->slots[kind][mb];
   if (!s->buf) {
     void *p = NULL;
+    cpu_device_slot_alloc(b, b->act_bytes, false);
     zb_err err = dev_alloc(b->dev, b->act_bytes, &p, diag);
     if (!err)
       err = dev_zero(b->dev, p, b->act_bytes, diag);
@@ -150,7 +151,7 @@ zb_err cpu_slot_get(cpu_backend *b, cpu_stage *cs, int kind, int mb, cpu_slot **
     }
     s->buf = p;
     b->slot_bytes += (int64_t)b->act_bytes;
-    b->slot_grown += (int64_t)b->act_bytes;
+    cpu_device_slot_alloc(b, b->act_bytes, true);
   }
   if (b->staging && !s->host)
     s->host = zb_calloc(b->act_numel, sizeof(float));

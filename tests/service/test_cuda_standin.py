@@ -232,13 +232,17 @@ def test_peak_memory_follows_the_plan():
             plan = c.stub.Plan(zb_pb2.PlanRequest(spec=js, with_action_lists=True), timeout=30 * SLOW)
             stages = p * chunks_of(family)
             jid = c.submit(js)
-            job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
-            measured = {r.rank: r.peak_memory_bytes for r in job.last.ranks}
-            for rank in range(p):
-                want = planned_peak(plan.action_lists[rank], stages)
-                got = measured[rank]
-                rows.append((family, rank, got, want, got / want))
-                assert abs(got - want) <= 0.10 * want, (family, rank, got, want)
+            c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
+            its = zbsvc.iteration_events(c.events(jid))
+            assert len(its) == 2, its
+            for it in its:  # iteration 0 too, whose slots are allocated as it runs
+                measured = {r.rank: r.peak_memory_bytes for r in it.ranks}
+                for rank in range(p):
+                    want = planned_peak(plan.action_lists[rank], stages)
+                    got = measured[rank]
+                    if it is its[-1]:
+                        rows.append((family, rank, got, want, got / want))
+                    assert abs(got - want) <= 0.10 * want, (family, it.iteration, rank, got, want)
     print("peak memory per rank, the cuda device's allocator against the plan's accounting (bytes):")
     print("%-8s %4s %10s %10s %6s" % ("family", "rank", "measured", "planned", "ratio"))
     for row in rows:
