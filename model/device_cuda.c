@@ -119,11 +119,18 @@ static zb_err cublas_ok(cuda_dev *d, zb_diag *diag, cublasStatus_t s, const char
 }
 
 /* Every call starts here: the first error again, or the device made
- * current on this thread. */
+ * current on this thread. An error another call left as this thread's last
+ * error (a polling transport's "not ready", a failed call its caller
+ * handled) is cleared, since a launch's status is read with
+ * cudaGetLastError (zbk_*) and cuBLAS may read it too; a sticky error
+ * cannot be cleared and is reported by the next call. */
 static zb_err enter(cuda_dev *d, zb_diag *diag) {
   if (d->err != ZB_OK)
     return zb_diag_set(diag, d->err, "%s", d->err_msg);
-  return cuda_ok(d, diag, cudaSetDevice(d->ordinal), "cudaSetDevice");
+  zb_err err = cuda_ok(d, diag, cudaSetDevice(d->ordinal), "cudaSetDevice");
+  if (!err)
+    (void)cudaGetLastError();
+  return err;
 }
 
 static zb_err bad_arg(zb_diag *diag, const char *op, const char *what) {

@@ -318,7 +318,12 @@ __global__ void col_sums_k(const float *dy, const float *xhat, float *dg, float 
 
 /* ---- sumsq: one block, double ---- */
 
-__global__ void sumsq_k(const float *x, size_t len, double *out, int *nonfinite) {
+/* __launch_bounds__: a launch of 1024 threads fails
+ * (cudaErrorLaunchOutOfResources) if the kernel uses more than 64
+ * registers; this holds the compiler to that whatever the flags (18 today,
+ * 48 under -G). */
+__global__ void __launch_bounds__(ZBK_SUMSQ_THREADS)
+    sumsq_k(const float *x, size_t len, double *out, int *nonfinite) {
   __shared__ double sh[32];
   __shared__ int bad;
   if (threadIdx.x == 0)

@@ -91,7 +91,10 @@ typedef struct zb_device_ops {
 
   /* ---- memory ---- */
   zb_err (*alloc)(void *self, size_t bytes, void **out, zb_diag *diag);
-  void (*free)(void *self, void *p); /* stream-ordered: safe while ops that use p are queued */
+  /* stream-ordered: safe while ops of this device's stream that use p are
+   * queued; work on another stream (a transport's) must have completed, or
+   * this stream must wait on it, before p is freed */
+  void (*free)(void *self, void *p);
   zb_err (*copy)(void *self, void *dst, const void *src, size_t bytes, zb_copy_kind kind, zb_diag *diag);
   /* rows of `width` bytes, from src (pitch spitch) to dst (pitch dpitch), device to device */
   zb_err (*copy_2d)(void *self, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,

@@ -121,8 +121,9 @@ zb_err cpu_slot_get(cpu_backend *b, cpu_stage *cs, int kind, int mb, cpu_slot **
 zb_err cpu_input(cpu_backend *b, cpu_stage *cs, int kind, int mb, const char *op, int stage, const char *what,
                  const float **out, zb_diag *diag);
 /* Op timing with device events: start records before an op of kind F, B
- * or W (*t: its index), end after it; collect adds the durations to the
- * busy times (after a sync) and starts over; free releases the events. */
+ * or W (*t: its index), end after it (only then does the op count; ops are
+ * never nested); collect adds the durations to the busy times (after a
+ * sync) and starts over; free releases the events. */
 zb_err cpu_time_start(cpu_backend *b, zb_op kind, int *t, zb_diag *diag);
 zb_err cpu_time_end(cpu_backend *b, int t, zb_diag *diag);
 void cpu_time_collect(cpu_backend *b);

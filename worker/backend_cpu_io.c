@@ -12,7 +12,11 @@
 /* ---- op timing: device events, read after sync ---------------------------- */
 
 /* Records the start of an op of kind F, B or W; *t is its index for
- * cpu_time_end. The pool of events grows on demand and is kept. */
+ * cpu_time_end. The pool of events grows on demand and is kept. The op
+ * counts only once cpu_time_end recorded its end: an op that failed in
+ * between leaves no pair whose end was never recorded (on a GPU
+ * cudaEventElapsedTime refuses such a pair, which would poison the
+ * device) or was recorded for an earlier op (a negative time). */
 zb_err cpu_time_start(cpu_backend *b, zb_op kind, int *t, zb_diag *diag) {
   zb_device *d = b->dev;
   if (b->n_timed == b->cap_timed) {
@@ -30,12 +34,15 @@ zb_err cpu_time_start(cpu_backend *b, zb_op kind, int *t, zb_diag *diag) {
   if ((err = d->ops->event_record(d->self, e->start, diag)))
     return err;
   e->kind = kind;
-  *t = b->n_timed++;
+  *t = b->n_timed;
   return ZB_OK;
 }
 
 zb_err cpu_time_end(cpu_backend *b, int t, zb_diag *diag) {
-  return b->dev->ops->event_record(b->dev->self, b->timed[t].end, diag);
+  zb_err err = b->dev->ops->event_record(b->dev->self, b->timed[t].end, diag);
+  if (!err)
+    b->n_timed = t + 1;
+  return err;
 }
 
 /* Adds the timed ops' durations to the busy times (the caller synced). */

@@ -32,15 +32,18 @@
  * the first error. abort(why) does the same on purpose.
  *
  * Threads: one thread uses a transport at a time (zb_transport.h); the stop
- * flag may be raised from any. Buffers are device pointers that must stay
- * valid until group_end returns.
+ * flag may be raised from any. Every entry first makes the CUDA device that
+ * was current at creation current again, since NCCL binds a communicator to
+ * the device current at init and the calling thread may change. Buffers
+ * must stay valid until group_end returns.
  *
  * NCCL/CUDA calls: ncclGetUniqueId, ncclCommInitRankConfig,
  * ncclCommGetAsyncError, ncclCommAbort, ncclCommDestroy, ncclGroupStart,
  * ncclGroupEnd, ncclSend, ncclRecv, ncclGetErrorString, ncclGetLastError;
  * cudaStreamCreateWithFlags, cudaStreamDestroy, cudaEventCreateWithFlags,
  * cudaEventDestroy, cudaEventRecord, cudaStreamWaitEvent, cudaEventQuery,
- * cudaGetErrorString.
+ * cudaStreamSynchronize, cudaGetDevice, cudaSetDevice, cudaPeekAtLastError,
+ * cudaGetLastError, cudaGetErrorString.
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -72,6 +75,7 @@ typedef struct nccl_bounce {
 
 typedef struct nccl_transport {
   int rank, nranks;
+  int device; /* the CUDA device current at creation */
   ncclUniqueId id;
   cudaStream_t compute, comm_stream;
   cudaEvent_t ready, done; /* compute -> comm, comm -> compute */
@@ -131,6 +135,15 @@ static zb_err nccl_failed_before(const nccl_transport *t, zb_diag *diag) {
   return zb_diag_set(diag, t->failed, "transport failed before: %s", t->failure);
 }
 
+/* Makes the transport's device current on the calling thread. */
+static zb_err nccl_enter(nccl_transport *t, zb_diag *diag) {
+  cudaError_t ce = cudaSetDevice(t->device);
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: cudaSetDevice(%d): %s", t->rank, t->device,
+                     cudaGetErrorString(ce));
+  return ZB_OK;
+}
+
 /* The smaller positive of two timeouts (<= 0: none). */
 static double nccl_bound(double a, double b) {
   if (a <= 0)
@@ -173,6 +186,9 @@ static zb_err nccl_connect(void *self, const char *const *addresses, const bool 
     return nccl_failed_before(t, diag);
   if (t->comm)
     return ZB_OK; /* additive and idempotent: NCCL connects every peer lazily */
+  zb_err err = nccl_enter(t, diag);
+  if (err)
+    return err;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclComm_t comm = NULL;
@@ -206,9 +222,14 @@ static const char *nccl_describe(const nccl_transport *t, char *buf, size_t len)
 
 /* Host messages (the optimizer's reductions, docs/model.md, Optimizer and
  * step) go through a device bounce buffer, since NCCL moves device memory
- * only: sends are copied in before the group (sends true), receives out
- * after it (false), both on the comm stream. */
+ * only: sends are copied in on the comm stream before the group (sends
+ * true); receives are copied out after the group has completed (false),
+ * then waited for. Not before: into pageable memory cudaMemcpyAsync returns
+ * only once the copy is done, so a copy queued behind a receive would block
+ * this thread, out of reach of the timeout and the stop flag, for as long
+ * as the peer does not send. */
 static cudaError_t nccl_stage_host(nccl_transport *t, bool sends) {
+  bool any = false;
   for (int i = 0; i < t->n_ops; i++) {
     const nccl_op *op = &t->ops[i];
     if (!op->host || op->is_send != sends)
@@ -218,8 +239,9 @@ static cudaError_t nccl_stage_host(nccl_transport *t, bool sends) {
               : cudaMemcpyAsync(op->host, op->buf, op->len, cudaMemcpyDeviceToHost, t->comm_stream);
     if (ce != cudaSuccess)
       return ce;
+    any = true;
   }
-  return cudaSuccess;
+  return any && !sends ? cudaStreamSynchronize(t->comm_stream) : cudaSuccess;
 }
 
 /* Points op at a device buffer: buf itself, or (host memory) op slot i's
@@ -290,9 +312,7 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
     if (err)
       return err;
   }
-  ce = nccl_stage_host(t, false);
-  if (ce == cudaSuccess)
-    ce = cudaEventRecord(t->done, t->comm_stream);
+  ce = cudaEventRecord(t->done, t->comm_stream);
   if (ce == cudaSuccess)
     ce = cudaStreamWaitEvent(t->compute, t->done, 0);
   if (ce != cudaSuccess)
@@ -318,6 +338,10 @@ static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
     cudaError_t q = cudaEventQuery(t->done);
     if (q == cudaSuccess && async == ncclSuccess)
       return ZB_OK;
+    /* "not ready" may stay behind as the thread's last error, which the
+     * next kernel launch's cudaGetLastError (or cuBLAS) would report */
+    if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
+      (void)cudaGetLastError();
     if (q != cudaSuccess && q != cudaErrorNotReady)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s: comm stream failed: %s", t->rank,
                        nccl_describe(t, ops, sizeof ops), cudaGetErrorString(q));
@@ -335,11 +359,17 @@ static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
 static zb_err nccl_run(nccl_transport *t, zb_diag *diag) {
   if (t->n_ops == 0)
     return ZB_OK;
-  zb_err err = nccl_launch(t, diag);
+  zb_err err = nccl_enter(t, diag);
+  if (!err)
+    err = nccl_launch(t, diag);
   if (!err)
     err = nccl_wait_group(t, diag);
   if (err)
     return err;
+  cudaError_t ce = nccl_stage_host(t, false);
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: copying a received host message out: %s", t->rank,
+                     cudaGetErrorString(ce));
   for (int i = 0; i < t->n_ops; i++) {
     const nccl_op *op = &t->ops[i];
     if (op->is_send) {
@@ -379,6 +409,9 @@ static zb_err nccl_post(nccl_transport *t, bool is_send, int peer, zb_tag tag, v
     memset(t->bounce + t->cap_ops, 0, sizeof *t->bounce * (size_t)(cap - t->cap_ops));
     t->cap_ops = cap;
   }
+  zb_err err = nccl_enter(t, diag);
+  if (err)
+    return err;
   nccl_op *op = &t->ops[t->n_ops];
   *op = (nccl_op){.is_send = is_send, .peer = peer, .tag = tag, .len = len};
   cudaError_t ce = nccl_place(t, t->n_ops, op, buf);
@@ -431,6 +464,7 @@ static void nccl_abort(void *self, const char *why) {
 
 static void nccl_free(void *self) {
   nccl_transport *t = self;
+  cudaSetDevice(t->device);
   if (t->comm)
     ncclCommDestroy(t->comm); /* every group completed: nothing is pending */
   if (t->ready)
@@ -472,8 +506,12 @@ zb_err zb_transport_nccl_new(const zb_nccl_config *cfg, zb_transport **out, zb_d
   t->compute = (cudaStream_t)cfg->compute_stream;
   t->stop = cfg->stop;
   t->timeout_s = cfg->timeout_s;
-  const char *step = "cudaStreamCreateWithFlags";
-  cudaError_t ce = cudaStreamCreateWithFlags(&t->comm_stream, cudaStreamNonBlocking);
+  const char *step = "cudaGetDevice";
+  cudaError_t ce = cudaGetDevice(&t->device);
+  if (ce == cudaSuccess) {
+    step = "cudaStreamCreateWithFlags";
+    ce = cudaStreamCreateWithFlags(&t->comm_stream, cudaStreamNonBlocking);
+  }
   if (ce == cudaSuccess) {
     step = "cudaEventCreateWithFlags";
     ce = cudaEventCreateWithFlags(&t->ready, cudaEventDisableTiming);

@@ -15,7 +15,11 @@
  * stream are skipped (markers and waits still run, so nothing hangs),
  * every synchronisation on it returns the error, and the error is also
  * the device's sticky error (cudaDeviceSynchronize, cudaGetLastError).
- * The last API error is per host thread, as in CUDA.
+ * The last API error is per host thread, as in CUDA. A query's "not ready"
+ * (cudaStreamQuery, cudaEventQuery) is recorded as the last error too: CUDA
+ * may leave it there (PyTorch clears it after every query), and then the
+ * next launch's cudaGetLastError reports it, so a caller that polls must
+ * clear it and the stand-in shows one that forgets.
  *
  * Threads: one mutex (g_mu) guards streams, events and queues; items run
  * without it. g_progress is broadcast whenever an item completes.
@@ -391,7 +395,7 @@ cudaError_t cudaStreamQuery(cudaStream_t h) {
   if (e == cudaSuccess)
     e = s->sticky != cudaSuccess ? s->sticky : s->completed < s->enqueued ? cudaErrorNotReady : cudaSuccess;
   pthread_mutex_unlock(&g_mu);
-  return e == cudaErrorNotReady ? e : standin_set_last(e);
+  return standin_set_last(e); /* "not ready" too: see the header */
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
@@ -545,7 +549,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
   if (e == cudaSuccess && !event_done(ev))
     e = cudaErrorNotReady;
   pthread_mutex_unlock(&g_mu);
-  return e == cudaErrorNotReady ? e : standin_set_last(e);
+  return standin_set_last(e); /* "not ready" too: see the header */
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {

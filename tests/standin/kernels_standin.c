@@ -6,7 +6,8 @@
  *
  * A launcher checks its sizes and every device range it will touch (as
  * standin_check_device names them; cudaErrorInvalidValue), copies its
- * arguments and enqueues the loop on stream s, returning at once. Row and
+ * arguments and enqueues the loop on stream s, returning at once with what
+ * cudaGetLastError says then, as a real launch's status is read. Row and
  * column reductions are pairwise trees over a power-of-two width padded
  * with the identity, the order a GPU block's shared-memory reduction
  * takes, not the host kernels' lane order. What a launcher cannot check
@@ -91,9 +92,13 @@ static cudaError_t launch(cudaStream_t s, standin_fn fn, const kjob *k) {
     return standin_set_last(cudaErrorMemoryAllocation);
   *j = *k;
   cudaError_t e = standin_enqueue(s, fn, j, free);
-  if (e != cudaSuccess)
+  if (e != cudaSuccess) {
     free(j);
-  return standin_set_last(e);
+    return standin_set_last(e);
+  }
+  /* kernels_cuda.cu's launchers return cudaGetLastError() after the launch,
+   * which also reports an error an earlier call left on this thread */
+  return cudaGetLastError();
 }
 
 /* Checks a device range of `count` elements of `size` bytes. */

@@ -127,6 +127,8 @@ static void test_out_of_bounds(void) {
   CHECK(cudaMemcpy2DAsync(d, 4, host, 16, 8, 3, cudaMemcpyHostToDevice, 0) == cudaErrorInvalidPitchValue);
   CHECK(cudaMemsetAsync(d + 39, 0, 2, 0) == cudaErrorInvalidValue);
   CHECK(zbk_gelu_fwd(0, (float *)d, (float *)d, 11) == cudaErrorInvalidValue && has("zbk_gelu_fwd"));
+  /* a launch's status is cudaGetLastError's, so the refusal is still there */
+  CHECK(zbk_gelu_fwd(0, (float *)d, (float *)d, 10) == cudaErrorInvalidValue);
   CHECK(zbk_gelu_fwd(0, (float *)d, (float *)d, 10) == cudaSuccess);
   CHECK(cudaDeviceSynchronize() == cudaSuccess);
   CHECK(cudaFree(d) == cudaSuccess);
@@ -177,6 +179,7 @@ static void test_read_without_sync(void) {
       CHECK_MSG(stale == N, "read without sync saw %d of %d stale values; the delay knob did not delay",
                 stale, N);
       CHECK(cudaStreamQuery(s) == cudaErrorNotReady);
+      CHECK(cudaGetLastError() == cudaErrorNotReady); /* left behind, as CUDA may: cleared */
     }
     CHECK(cudaStreamSynchronize(s) == cudaSuccess);
     for (int i = 0; i < N; i++)

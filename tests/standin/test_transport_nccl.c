@@ -1,8 +1,9 @@
 /* test_transport_nccl.c — the nccl transport (worker/transport_nccl.c,
  * the same source zb-worker builds) over the NCCL stand-in between forked
  * ranks: tagged messages through zb_transport_* calls in groups and alone,
- * ordering against the compute stream, the local checks, init and group
- * timeouts naming the peer, abort and the stop flag.
+ * ordering against the compute stream, host messages through bounce
+ * buffers, the local checks, init and group timeouts naming the peer,
+ * abort and the stop flag.
  */
 #include <stdint.h>
 
@@ -138,6 +139,41 @@ static int rank_idle(int rank, int n, const ncclUniqueId *id) {
   return 0;
 }
 
+/* Host messages (the optimizer's reductions) go through bounce buffers:
+ * both ranks swap host doubles in one group; then rank 0 receives a host
+ * message rank 1 never sends, which must fail by the transport's 1 s
+ * timeout, not block in the copy out of the bounce buffer (into pageable
+ * memory cudaMemcpyAsync waits for the receive ahead of it). */
+static int rank_host(int rank, int n, const ncclUniqueId *id) {
+  zb_transport *t = make(rank, n, id, NULL, 1.0);
+  zb_diag d;
+  RCHECK(t && zb_transport_connect(t, NULL, NULL, 10, &d) == ZB_OK, "connect: %s", d.msg);
+  int peer = 1 - rank;
+  double mine[4], theirs[4] = {0};
+  for (int i = 0; i < 4; i++)
+    mine[i] = 10.0 * rank + i + 0.5;
+  zb_transport_group_start(t);
+  RCHECK(zb_transport_send(t, peer, (zb_tag){ZB_OP_F, rank, 0}, mine, sizeof mine, &d) == ZB_OK, "%s", d.msg);
+  RCHECK(zb_transport_recv(t, peer, (zb_tag){ZB_OP_F, peer, 0}, theirs, sizeof theirs, &d) == ZB_OK, "%s",
+         d.msg);
+  RCHECK(zb_transport_group_end(t, &d) == ZB_OK, "%s", d.msg);
+  for (int i = 0; i < 4; i++)
+    RCHECK(theirs[i] == 10.0 * peer + i + 0.5, "host element %d: %g", i, theirs[i]);
+  RCHECK(cudaGetLastError() == cudaSuccess, "a completed group left an error behind");
+  if (rank == 1) {
+    nf_sleep_ms(2500);
+    zb_transport_free(t);
+    return 0;
+  }
+  double t0 = nf_now();
+  zb_err err = zb_transport_recv(t, 1, (zb_tag){ZB_OP_F, 1, 1}, theirs, sizeof theirs, &d);
+  double took = nf_now() - t0;
+  RCHECK(err == ZB_ERR_IO && strstr(d.msg, "did not complete within 1 s"), "err %d: %s", err, d.msg);
+  RCHECK(took > 0.9 && took < 2.0, "took %.2f s", took);
+  zb_transport_free(t);
+  return 0;
+}
+
 /* Rank 1 aborts while rank 0 waits on it: rank 0 fails promptly (not by
  * its 20 s timeout) naming rank 1; rank 1's later calls fail with why. */
 static int rank_abort(int rank, int n, const ncclUniqueId *id) {
@@ -195,6 +231,7 @@ int main(void) {
   int fails = run(2, rank_exchange, "exchange");
   fails += run(4, rank_exchange, "exchange");
   fails += run(2, rank_idle, "idle timeout");
+  fails += run(2, rank_host, "host messages");
   fails += run(2, rank_abort, "abort");
   fails += run(2, rank_init_timeout, "init timeout");
   uint8_t id[128];

@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime.h>
+
 #include "zb_device.h"
 
 #define TOL 1e-5
@@ -507,6 +509,41 @@ static void test_poison(ctx *c) {
   zb_device_free(d);
 }
 
+/* An error another call left on this thread (here cudaSetDevice(-1); a
+ * transport's cudaEventQuery may leave "not ready") is not the failure of
+ * the next launch, whose status is read with cudaGetLastError: the ops
+ * after it run. */
+static void test_stale_error(ctx *c) {
+  zb_device *d = c->dev[1];
+  zb_diag diag = {{0}};
+  float h[4] = {1, 2, 3, 4}, back[4] = {0};
+  void *buf;
+  must(d->ops->alloc(d->self, sizeof h, &buf, &diag), &diag, "alloc", 1);
+  must(d->ops->copy(d->self, buf, h, sizeof h, ZB_COPY_H2D, &diag), &diag, "copy", 1);
+  bool left = cudaSetDevice(-1) != cudaSuccess; /* the last error is now set */
+  zb_err e1 = d->ops->scale(d->self, buf, 2.0f, 4, &diag);
+  zb_gemm g = {.m = 1,
+               .n = 1,
+               .k = 1,
+               .alpha = 3.0f,
+               .a = buf,
+               .lda = 1,
+               .b = buf,
+               .ldb = 1,
+               .c = (float *)buf + 3,
+               .ldc = 1,
+               .batch = 1};
+  (void)cudaSetDevice(-1);
+  zb_err e2 = e1 ? e1 : d->ops->gemm(d->self, &g, &diag);
+  zb_err e3 = e2 ? e2 : d->ops->copy(d->self, back, buf, sizeof back, ZB_COPY_D2H, &diag);
+  zb_err e4 = e3 ? e3 : d->ops->sync(d->self, &diag);
+  if (e4)
+    fprintf(stderr, "test_device_ops: after a stale error: %s\n", diag.msg);
+  record(c, "stale error not a launch's", left && !e4 && back[0] == 2.0f && back[3] == 12.0f ? 0.0 : INFINITY,
+         "cudaSetDevice(-1), then scale, gemm");
+  d->ops->free(d->self, buf);
+}
+
 static void run_all(ctx *c) {
   test_gemm(c);
   for (int a = 0; a < COUNT(NS); a++)
@@ -531,6 +568,7 @@ static void run_all(ctx *c) {
   test_copies(c);
   test_mem(c);
   test_events(c);
+  test_stale_error(c);
   test_poison(c);
 }
 
