@@ -418,7 +418,10 @@ static zb_err dev_gemm(void *self, const zb_gemm *g, zb_diag *diag) {
   zb_err err = gemm_check(g, diag);
   if (err || (err = enter(d, diag)) || g->m == 0 || g->n == 0)
     return err;
-  static const cublasComputeType_t compute[] = {CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_COMPUTE_32F_FAST_TF32,
+  /* fp32: CUBLAS_COMPUTE_32F under CUBLAS_DEFAULT_MATH never uses TF32
+   * (only NVIDIA_TF32_OVERRIDE=1 in the environment would); the pedantic
+   * type is documented as slower and meant for testing. */
+  static const cublasComputeType_t compute[] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32,
                                                 CUBLAS_COMPUTE_32F_FAST_16BF};
   cublasStatus_t s = cublasGemmStridedBatchedEx(
       d->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->n, g->m,
