@@ -396,9 +396,14 @@ static void test_sticky_errors(void) {
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s) == cudaSuccess);
   log_n = 0;
+  atomic_store(&released, 0);
+  /* closed gate first: the failing item must not run (and poison the
+   * stream, which refuses further work) before the later item is queued */
+  atomic_store(&gate, 0);
+  CHECK(standin_enqueue(s, wait_gate, NULL, NULL) == cudaSuccess);
   CHECK(standin_enqueue(s, fail_item, NULL, NULL) == cudaSuccess);
   CHECK(standin_enqueue(s, log_item, NULL, count_release) == cudaSuccess);
-  atomic_store(&released, 0);
+  atomic_store(&gate, 1);
   CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
   CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress); /* sticky */
   CHECK_EQ(log_n, 0);                                         /* later work was skipped */
