@@ -144,7 +144,8 @@ static int rank_unmatched(int rank, int n, const ncclUniqueId *id) {
   ncclResult_t a = settle(c, NULL, 2.5);
   double took = nf_now() - t0;
   RCHECK(a == ncclSystemError, "async %d (%s), want ncclSystemError", a, ncclGetErrorString(a));
-  RCHECK(took >= 0.7 && took < 2.0, "reported after %.2f s (timeout 0.8 s)", took);
+  RCHECK(took >= 0.7 && took < 6.0, "reported after %.2f s (timeout 0.8 s; slack for a loaded machine)",
+         took);
   const char *msg = ncclGetLastError(c);
   RCHECK(strstr(msg, "ncclSend of 64 x ncclFloat32 to peer 1") && strstr(msg, "unmatched"), "message: %s",
          msg);
@@ -193,7 +194,7 @@ static int rank_killed(int rank, int n, const ncclUniqueId *id) {
   RCHECK(ncclSend(d, 1 << 20, ncclFloat, 1, c, NULL) == ncclSuccess, "send");
   ncclResult_t a = settle(c, NULL, 5);
   RCHECK(a == ncclRemoteError, "async %d: %s", a, ncclGetLastError(c));
-  RCHECK(nf_now() - t0 < 3, "took %.2f s", nf_now() - t0);
+  RCHECK(nf_now() - t0 < 8, "took %.2f s (the timeout is 20 s)", nf_now() - t0);
   ncclCommAbort(c);
   return 0;
 }
@@ -213,7 +214,7 @@ static int rank_abort(int rank, int n, const ncclUniqueId *id) {
     double t0 = nf_now();
     ncclResult_t a = settle(c, s, 5);
     RCHECK(a == ncclRemoteError, "async %d: %s", a, ncclGetLastError(c));
-    RCHECK(nf_now() - t0 < 3, "took %.2f s", nf_now() - t0);
+    RCHECK(nf_now() - t0 < 8, "took %.2f s (the timeout is 20 s)", nf_now() - t0);
     ncclCommAbort(c);
     return 0;
   }
@@ -221,7 +222,7 @@ static int rank_abort(int rank, int n, const ncclUniqueId *id) {
   double t0 = nf_now();
   RCHECK(ncclCommAbort(c) == ncclSuccess, "abort");
   RCHECK(cudaStreamSynchronize(s) == cudaSuccess, "stream");
-  RCHECK(nf_now() - t0 < 1, "abort took %.2f s", nf_now() - t0);
+  RCHECK(nf_now() - t0 < 5, "abort took %.2f s", nf_now() - t0);
   return 0;
 }
 

@@ -131,7 +131,7 @@ static int rank_idle(int rank, int n, const ncclUniqueId *id) {
   double took = nf_now() - t0;
   RCHECK(err == ZB_ERR_IO, "err %d", err);
   RCHECK(strstr(d.msg, "group from rank 1 (recv F s0 mb3) did not complete within 1 s"), "%s", d.msg);
-  RCHECK(took > 0.9 && took < 2.0, "took %.2f s", took);
+  RCHECK(took > 0.9 && took < 6.0, "took %.2f s (timeout 1 s; slack for a loaded machine)", took);
   RCHECK(zb_transport_send(t, 1, (zb_tag){ZB_OP_F, 0, 4}, buf, 64, &d) == ZB_ERR_IO &&
              strstr(d.msg, "failed before"),
          "%s", d.msg);
@@ -169,7 +169,7 @@ static int rank_host(int rank, int n, const ncclUniqueId *id) {
   zb_err err = zb_transport_recv(t, 1, (zb_tag){ZB_OP_F, 1, 1}, theirs, sizeof theirs, &d);
   double took = nf_now() - t0;
   RCHECK(err == ZB_ERR_IO && strstr(d.msg, "did not complete within 1 s"), "err %d: %s", err, d.msg);
-  RCHECK(took > 0.9 && took < 2.0, "took %.2f s", took);
+  RCHECK(took > 0.9 && took < 6.0, "took %.2f s (timeout 1 s; slack for a loaded machine)", took);
   zb_transport_free(t);
   return 0;
 }
@@ -194,7 +194,7 @@ static int rank_abort(int rank, int n, const ncclUniqueId *id) {
   double t0 = nf_now();
   zb_err err = zb_transport_recv(t, 1, (zb_tag){ZB_OP_F, 0, 0}, buf, 64, &d);
   RCHECK(err == ZB_ERR_IO && strstr(d.msg, "rank 1"), "err %d: %s", err, d.msg);
-  RCHECK(nf_now() - t0 < 3, "took %.2f s", nf_now() - t0);
+  RCHECK(nf_now() - t0 < 8, "took %.2f s (the timeout is 20 s)", nf_now() - t0);
   zb_transport_free(t);
   return 0;
 }
@@ -209,7 +209,7 @@ static int rank_init_timeout(int rank, int n, const ncclUniqueId *id) {
   double t0 = nf_now();
   RCHECK(t && zb_transport_connect(t, NULL, NULL, 0, &d) == ZB_ERR_IO, "connect succeeded alone");
   RCHECK(strstr(d.msg, "init") && strstr(d.msg, "timed out after 1.0 s"), "%s", d.msg);
-  RCHECK(nf_now() - t0 < 2, "took %.2f s", nf_now() - t0);
+  RCHECK(nf_now() - t0 < 6, "took %.2f s (timeout 1 s; slack for a loaded machine)", nf_now() - t0);
   zb_transport_free(t);
   t = make(rank, n, id, NULL, 30);
   atomic_store(&g_stop, true);
