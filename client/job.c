@@ -290,6 +290,21 @@ int zbctl_list(const zbctl_command *cmd, int argc, char **argv) {
                      print_job_table, NULL);
 }
 
+/* The share of each rank's wall time its ops waited for a CPU core (busy
+ * time, not bubble), when any rank measured some. */
+static void print_cpu_wait(const Zb__V1__IterationMetrics *it) {
+  bool any = false;
+  for (size_t r = 0; r < it->n_ranks; r++)
+    any |= it->ranks[r]->cpu_wait_seconds > 0;
+  if (!any)
+    return;
+  printf("\n  waiting for a CPU (of wall):");
+  for (size_t r = 0; r < it->n_ranks; r++) {
+    const Zb__V1__RankIteration *ri = it->ranks[r];
+    printf(" r%d:%.3f", ri->rank, ri->wall_seconds > 0 ? ri->cpu_wait_seconds / ri->wall_seconds : 0.0);
+  }
+}
+
 static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, bool bar,
                             double tokens_per_sample);
 /* Tokens in one microbatch of a job that trains a model (batch x seq_len);
@@ -384,6 +399,7 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
   printf("\n  rank bubble:");
   for (size_t r = 0; r < it->n_ranks; r++)
     printf(" r%d:%.3f", it->ranks[r]->rank, it->ranks[r]->bubble_ratio);
+  print_cpu_wait(it);
   printf("\n");
 }
 

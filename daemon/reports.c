@@ -102,6 +102,7 @@ static void report_copy(Zb__V1__RankIteration *ri, int rank, const Zb__V1__RankI
   ri->has_grad_norm = m->has_grad_norm;
   ri->comm_groups = m->comm_groups;
   ri->comm_actions = m->comm_actions;
+  ri->cpu_wait_seconds = m->cpu_wait_seconds;
 }
 
 /* A rank's iteration figures into their slot; false after failing call. */

@@ -28,7 +28,8 @@ typedef struct cpu_slot {
 /* One timed op: device events around it, summed by take_stats after sync. */
 typedef struct cpu_timed {
   zb_device_event *start, *end;
-  zb_op kind; /* F, B or W */
+  zb_op kind;             /* F, B or W */
+  int64_t cpu_start, cpu; /* host device: the thread's CPU time at the start, then the op's */
 } cpu_timed;
 
 typedef struct cpu_stage {

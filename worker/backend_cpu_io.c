@@ -5,11 +5,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend_cpu_internal.h"
 #include "zb_alloc.h"
 
 /* ---- op timing: device events, read after sync ---------------------------- */
+
+/* CPU time the calling thread has used, in ns. */
+static int64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+    return 0;
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* Records the start of an op of kind F, B or W; *t is its index for
  * cpu_time_end. The pool of events grows on demand and is kept. The op
@@ -34,18 +43,25 @@ zb_err cpu_time_start(cpu_backend *b, zb_op kind, int *t, zb_diag *diag) {
   if ((err = d->ops->event_record(d->self, e->start, diag)))
     return err;
   e->kind = kind;
+  e->cpu_start = b->cuda ? 0 : thread_cpu_ns();
   *t = b->n_timed;
   return ZB_OK;
 }
 
 zb_err cpu_time_end(cpu_backend *b, int t, zb_diag *diag) {
   zb_err err = b->dev->ops->event_record(b->dev->self, b->timed[t].end, diag);
-  if (!err)
+  if (!err) {
+    b->timed[t].cpu = b->cuda ? 0 : thread_cpu_ns() - b->timed[t].cpu_start;
     b->n_timed = t + 1;
+  }
   return err;
 }
 
-/* Adds the timed ops' durations to the busy times (the caller synced). */
+/* Adds the timed ops' durations to the busy times (the caller synced). On
+ * the host an op's wall time less its thread's CPU time is time it was
+ * runnable without a core (docs/model.md, Backends): cpu_wait. With more
+ * than one CBLAS thread the helpers' CPU time is not the caller's, and
+ * cpu_wait overstates; the worker runs one. */
 void cpu_time_collect(cpu_backend *b) {
   for (int i = 0; i < b->n_timed; i++) {
     cpu_timed *e = &b->timed[i];
@@ -54,6 +70,8 @@ void cpu_time_collect(cpu_backend *b) {
     if (b->dev->ops->event_elapsed_ms(b->dev->self, e->start, e->end, &ms, &d))
       continue; /* not reached: the sync before take_stats failed, and reported it */
     double s = (double)ms * 1e-3;
+    if (!b->cuda && s > (double)e->cpu * 1e-9)
+      b->acc.cpu_wait += s - (double)e->cpu * 1e-9;
     if (e->kind == ZB_OP_F)
       b->acc.busy_f += s;
     else if (e->kind == ZB_OP_B)

@@ -234,6 +234,7 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
   r.bytes_sent = ts1.bytes_sent - ts0.bytes_sent;
   r.peak_memory = e->rank_mf > 0 ? peak / e->rank_mf : peak;
   r.peak_memory_bytes = bs.peak_bytes >= 0 ? bs.peak_bytes : (int64_t)llround(r.peak_memory * (double)e->bpa);
+  r.cpu_wait_seconds = bs.cpu_wait;
   r.comm_seconds = comm;
   r.comm_groups = groups;
   r.comm_actions = comm_actions;

@@ -40,6 +40,7 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
   ri.peak_memory_bytes = it->peak_memory_bytes;
   ri.bubble_ratio = it->bubble_ratio;
   ri.start_monotonic_seconds = it->start_seconds;
+  ri.cpu_wait_seconds = it->cpu_wait_seconds;
   ri.comm_groups = it->comm_groups;
   ri.comm_actions = it->comm_actions;
   ri.has_loss = has_loss;

@@ -45,6 +45,10 @@ typedef struct zb_backend_stats {
    * ratio of the configured (or profiled) T_B : T_W of its stage; all of it
    * counts as B when both are zero. */
   double busy_f, busy_b, busy_w;
+  /* Seconds the ops were runnable but had no core: their wall time less
+   * the thread CPU time they used (the cpu backend; 0 where not measured).
+   * Part of the busy times above, not idle. */
+  double cpu_wait;
   int64_t mem_bytes;  /* bytes held now; -1 when the backend does not track memory */
   int64_t peak_bytes; /* highest mem_bytes over the interval; -1 when untracked */
 } zb_backend_stats;

@@ -62,6 +62,7 @@ typedef struct zb_rank_iteration {
   int32_t iteration;
   double start_seconds, end_seconds; /* CLOCK_MONOTONIC, comparable across ranks of a host */
   double comm_seconds;               /* time spent waiting in transport groups */
+  double cpu_wait_seconds;           /* of the busy time: runnable without a core (zb_backend_stats) */
   int32_t comm_groups;               /* transport groups posted (zb_comm_group_count of the list) */
   int32_t comm_actions;              /* sends and receives in them */
 } zb_rank_iteration;

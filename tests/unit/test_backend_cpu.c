@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "zb_alloc.h"
 #include "zb_clock.h"
@@ -441,6 +442,74 @@ static void test_local_handoff(void) {
   zb_backend_free(b);
 }
 
+/* ---- waiting for a CPU --------------------------------------------------- */
+
+static atomic_bool spin_on;
+
+static void *spin(void *arg) {
+  (void)arg;
+  while (atomic_load(&spin_on))
+    ;
+  return NULL;
+}
+
+/* Runs F then BW of m microbatches on a one-stage backend; *bs: the stats
+ * after. */
+static void run_ops(zb_backend *b, int m, int iteration, zb_backend_stats *bs) {
+  zb_diag d = {{0}};
+  memset(bs, 0, sizeof *bs);
+  CHECK(zb_backend_cpu_begin_iteration(b, iteration, &d) == ZB_OK);
+  for (int i = 0; i < m; i++)
+    CHECK_MSG(zb_backend_submit(b, ZB_OP_F, 0, i, &d) == ZB_OK, "%s", d.msg);
+  for (int i = 0; i < m; i++)
+    CHECK_MSG(zb_backend_submit(b, ZB_OP_BW, 0, i, &d) == ZB_OK, "%s", d.msg);
+  CHECK(zb_backend_sync(b, &d) == ZB_OK);
+  zb_backend_take_stats(b, bs);
+}
+
+/* The ops' wall time less their thread CPU time is reported as cpu_wait, a
+ * part of the busy time: within it always, and most of it when twice as
+ * many spinning threads as cores compete with the ops for the CPU. */
+static void test_cpu_wait(void) {
+  const int m = 4;
+  zb_model_config cfg = tiny_model(2, m);
+  cfg.hidden = 256; /* ops of tens of ms, longer than a scheduler's time slice */
+  cfg.heads = 4;
+  cfg.seq_len = 128;
+  cfg.batch = 4;
+  zb_cpu_text t = text_source();
+  int stage = 0;
+  zb_cpu_backend_config bc = {.stages = &stage,
+                              .n_stages = 1,
+                              .total_stages = 1,
+                              .model = cfg,
+                              .data = {zb_backend_cpu_text_fill, &t}};
+  zb_backend *b = NULL;
+  zb_diag d = {{0}};
+  CHECK_MSG(zb_backend_cpu_new(&bc, &b, &d) == ZB_OK, "%s", d.msg);
+  zb_backend_stats quiet, busy_cpu;
+  run_ops(b, m, 0, &quiet);
+  double busy = quiet.busy_f + quiet.busy_b + quiet.busy_w;
+  CHECK_MSG(quiet.cpu_wait >= 0 && quiet.cpu_wait <= busy, "cpu_wait %g of busy %g", quiet.cpu_wait, busy);
+
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = (int)(cores > 0 && cores < 64 ? 2 * cores : 8);
+  pthread_t th[128];
+  atomic_store(&spin_on, true);
+  for (int i = 0; i < n; i++)
+    CHECK(pthread_create(&th[i], NULL, spin, NULL) == 0);
+  run_ops(b, m, 1, &busy_cpu);
+  atomic_store(&spin_on, false);
+  for (int i = 0; i < n; i++)
+    pthread_join(th[i], NULL);
+  busy = busy_cpu.busy_f + busy_cpu.busy_b + busy_cpu.busy_w;
+  printf("cpu_wait: %.4f s of %.4f s busy alone; %.4f s of %.4f s beside %d spinning threads on %ld cores\n",
+         quiet.cpu_wait, quiet.busy_f + quiet.busy_b + quiet.busy_w, busy_cpu.cpu_wait, busy, n, cores);
+  CHECK_MSG(busy_cpu.cpu_wait > 0.2 * busy && busy_cpu.cpu_wait <= busy, "cpu_wait %g of busy %g",
+            busy_cpu.cpu_wait, busy);
+  zb_backend_free(b);
+}
+
 /* ---- errors ---------------------------------------------------------- */
 
 static void test_errors(void) {
@@ -813,4 +882,4 @@ static void test_memory_follows_plan(void) {
 }
 
 ZBT_MAIN(ZBT(test_text_source), ZBT(test_local_handoff), ZBT(test_errors), ZBT(test_wrong_bpa_executor),
-         ZBT(test_families), ZBT(test_next_iteration_data), ZBT(test_memory_follows_plan))
+         ZBT(test_families), ZBT(test_next_iteration_data), ZBT(test_memory_follows_plan), ZBT(test_cpu_wait))
