@@ -25,9 +25,7 @@ model.checkpoint_dir, zbctl resume; train/zb_checkpoint.h).
 
 import glob
 import os
-import re
 import shutil
-import signal
 import tempfile
 
 import zbsvc
@@ -77,23 +75,7 @@ def test_cancel_resume_matches_uninterrupted():
 
             jid = c.submit(spec("interrupted", ckdir))
             c.wait_iterations(jid, 5)
-            frozen = c.workers[c.worker_of_rank(jid, 1)]
-            frozen.signal(signal.SIGSTOP)
-            try:
-                done = c.get(jid).iterations_done
-                assert done < ITERATIONS - 2, done  # the freeze came in time
-                c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="interrupted"), timeout=10)
-            finally:
-                frozen.signal(signal.SIGCONT)
-            c.wait_state(jid, STATE.JOB_STATE_CANCELLED, timeout=30)
-            c.wait_workers(2)
-            # the cancel saves run after the release: wait for both ranks to end
-            # (stopped, or failed when its peer had gone first: it saves either way)
-            def ended():
-                logs = "".join(w.log_text() for w in c.workers.values())
-                return all(re.search(r"job %s rank %d(: stopped| failed)" % (jid, r), logs) for r in (0, 1))
-
-            zbsvc.wait_until("both ranks of %s ended" % jid, ended, 30)
+            done = zbsvc.interrupt(c, jid, ITERATIONS - 2)  # the cancel saves run after the release
             files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ckdir, jid, "*.ckpt")))
             assert files == ["rank0-stage0.ckpt", "rank0-stage3.ckpt", "rank1-stage1.ckpt",
                              "rank1-stage2.ckpt"], files

@@ -22,10 +22,7 @@ coordinator).
 """
 
 import glob
-import json
 import os
-import re
-import signal
 import shutil
 import subprocess
 import sys
@@ -93,14 +90,6 @@ def spec(family, p, m, dump_dir, iterations=ITERATIONS):
                           iterations=iterations, backend="cuda", transport="nccl", model=model(dump_dir))
 
 
-def gradcheck(job_dir):
-    cp = subprocess.run(zbsvc._WRAP + [GRADCHECK, "--json", "--tolerance", repr(GRAD_TOL), job_dir],
-                        capture_output=True, text=True, timeout=120 * SLOW)
-    assert not zbsvc.sanitizer_report(cp.stderr), cp.stderr
-    lines = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
-    return cp.returncode, lines, cp.stderr
-
-
 def test_workers_show_the_stand_in_gpu():
     with Cluster(workers=2, name="cuda-workers") as c:
         ws = c.list_workers()
@@ -123,14 +112,9 @@ def test_every_family_matches_the_unpipelined_model():
                 jid = c.submit(spec(family, p, m, dump_dir))
                 job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
                 assert job.iterations_done == ITERATIONS, job
-                rc, results, err = gradcheck(os.path.join(dump_dir, jid))
                 where = "%s p=%d m=%d (job %s)" % (family, p, m, jid)
-                assert rc == 0, "%s: zb-gradcheck exit %d\n%s" % (where, rc, err)
-                assert [r["iteration"] for r in results] == list(range(ITERATIONS)), (where, results)
-                for r in results:
-                    assert r["ok"] and r["job_id"] == jid, (where, r)
-                    assert r["stages"] == p * chunks_of(family) and r["microbatches"] == m, (where, r)
-                    assert r["max_rel_err"] <= GRAD_TOL and r["loss_rel_err"] <= GRAD_TOL, (where, r)
+                results = zbsvc.check_gradcheck(GRADCHECK, os.path.join(dump_dir, jid), jid, p * chunks_of(family),
+                                                m, ITERATIONS, GRAD_TOL, where)
                 table.append((family, p, m, max(r["max_rel_err"] for r in results),
                               max(r["loss_rel_err"] for r in results)))
     print("gradient check, backend cuda + transport nccl on the stand-in (worst over %d iterations):"
@@ -151,10 +135,8 @@ def test_tcp_transport_stages_through_the_host():
             js.transport = "tcp"
             jid = c.submit(js)
             c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
-            rc, results, err = gradcheck(os.path.join(dump_dir, jid))
-            assert rc == 0, "%s over tcp: zb-gradcheck exit %d\n%s" % (family, rc, err)
-            for r in results:
-                assert r["ok"] and r["max_rel_err"] <= GRAD_TOL, (family, r)
+            zbsvc.check_gradcheck(GRADCHECK, os.path.join(dump_dir, jid), jid, p * chunks_of(family), 8,
+                                  ITERATIONS, GRAD_TOL, "%s over tcp (job %s)" % (family, jid))
 
 
 def test_precision_reaches_the_gemms():
@@ -295,22 +277,7 @@ def test_checkpoint_resume_matches_uninterrupted():
 
             jid = c.submit(ckpt_spec("interrupted", ckdir))
             c.wait_iterations(jid, 4, timeout=120)
-            frozen = c.workers[c.worker_of_rank(jid, 1)]
-            frozen.signal(signal.SIGSTOP)  # so it cannot race to its end
-            try:
-                done = c.get(jid).iterations_done
-                assert done < CKPT_ITERATIONS - 2, done
-                c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="interrupted"), timeout=10)
-            finally:
-                frozen.signal(signal.SIGCONT)
-            c.wait_state(jid, STATE.JOB_STATE_CANCELLED, timeout=30)
-            c.wait_workers(2)
-
-            def ended():
-                logs = "".join(w.log_text() for w in c.workers.values())
-                return all(re.search(r"job %s rank %d(: stopped| failed)" % (jid, r), logs) for r in (0, 1))
-
-            zbsvc.wait_until("both ranks of %s ended" % jid, ended, 30)
+            done = zbsvc.interrupt(c, jid, CKPT_ITERATIONS - 2)
             files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ckdir, jid, "*.ckpt")))
             assert files == ["rank0-stage0.ckpt", "rank0-stage3.ckpt", "rank1-stage1.ckpt",
                              "rank1-stage2.ckpt"], files

@@ -16,6 +16,7 @@ a sanitizer report: a leak or UB at exit fails the test that caused it.
 """
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -420,6 +421,54 @@ _DUMP_TENSOR = struct.Struct("=48sii")
 _DUMP_FIELDS = ("iteration", "stage", "n_stages", "rank", "microbatches", "vocab", "hidden", "heads", "layers",
                 "seq_len", "batch", "flags")
 DUMP_HAS_LOSS, DUMP_CLIPPED, DUMP_SKIPPED = 1, 2, 4
+
+
+def gradcheck(binary, job_dir, tolerance):
+    """Runs zb-gradcheck --json on a job's dumps: (exit status, its result
+    lines, stderr)."""
+    cp = subprocess.run(_WRAP + [binary, "--json", "--tolerance", repr(tolerance), job_dir], capture_output=True,
+                        text=True, timeout=120 * SLOW)
+    assert not sanitizer_report(cp.stderr), cp.stderr
+    lines = [json.loads(line) for line in cp.stdout.splitlines() if line.startswith("{")]
+    return cp.returncode, lines, cp.stderr
+
+
+def check_gradcheck(binary, job_dir, job_id, stages, microbatches, iterations, tolerance, where):
+    """zb-gradcheck passes on every dumped iteration of the job within
+    tolerance (gradients per tensor and the loss, relative); its results."""
+    rc, results, err = gradcheck(binary, job_dir, tolerance)
+    assert rc == 0, "%s: zb-gradcheck exit %d\n%s" % (where, rc, err)
+    assert [r["iteration"] for r in results] == list(range(iterations)), (where, results)
+    for r in results:
+        assert r["ok"] and r["job_id"] == job_id, (where, r)
+        assert r["stages"] == stages and r["microbatches"] == microbatches, (where, r)
+        assert r["max_rel_err"] <= tolerance and r["loss_rel_err"] <= tolerance, (where, r)
+    return results
+
+
+def interrupt(c, job_id, max_done):
+    """Cancels a running 2-rank job with rank 1's worker frozen (so it
+    cannot race to its end; fewer than max_done iterations done), and waits
+    until both ranks ended (their cancel-time checkpoints are written).
+    Returns the iterations done when it was frozen."""
+    frozen = c.workers[c.worker_of_rank(job_id, 1)]
+    frozen.signal(signal.SIGSTOP)
+    try:
+        done = c.get(job_id).iterations_done
+        assert done < max_done, done  # the freeze came in time
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=job_id, reason="interrupted"), timeout=10 * SLOW)
+    finally:
+        frozen.signal(signal.SIGCONT)
+    c.wait_state(job_id, STATE.JOB_STATE_CANCELLED, timeout=30)
+    c.wait_workers(2)
+
+    # stopped, or failed when its peer had gone first: it saves either way
+    def ended():
+        logs = "".join(w.log_text() for w in c.workers.values())
+        return all(re.search(r"job %s rank %d(: stopped| failed)" % (job_id, r), logs) for r in (0, 1))
+
+    wait_until("both ranks of %s ended" % job_id, ended, 30)
+    return done
 
 
 def read_dump(path):
