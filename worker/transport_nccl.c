@@ -106,6 +106,13 @@ static void nccl_sleep_poll(long *wait_ns) {
   nanosleep(&ts, NULL);
 }
 
+/* The communicator's asynchronous state (ncclInProgress, ncclSuccess or its
+ * error), or the query's own failure. */
+static ncclResult_t nccl_async(const nccl_transport *t) {
+  ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(t->comm, &async);
+  return r != ncclSuccess ? r : async;
+}
+
 /* NCCL's own last message for comm (may be NULL) or "" . */
 static const char *nccl_last(ncclComm_t comm) {
   const char *s = ncclGetLastError(comm);
@@ -158,10 +165,7 @@ static zb_err nccl_wait_ready(nccl_transport *t, const char *what, double timeou
   int64_t start = zb_clock_ns();
   long wait_ns = 0;
   for (;;) {
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(t->comm, &async);
-    if (r != ncclSuccess)
-      async = r;
+    ncclResult_t async = nccl_async(t);
     if (async == ncclSuccess)
       return ZB_OK;
     if (nccl_stopped(t)) /* first: a stop is the reason, whatever NCCL says next */
@@ -328,10 +332,7 @@ static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
   char ops[160];
   long wait_ns = 0;
   for (;;) {
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(t->comm, &async);
-    if (r != ncclSuccess)
-      async = r;
+    ncclResult_t async = nccl_async(t);
     if (async != ncclSuccess && async != ncclInProgress)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s failed: %s: %s", t->rank,
                        nccl_describe(t, ops, sizeof ops), ncclGetErrorString(async), nccl_last(t->comm));

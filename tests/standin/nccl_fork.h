@@ -21,6 +21,18 @@
 
 typedef int (*nf_rank_fn)(int rank, int n, const ncclUniqueId *id);
 
+/* In a rank's function (a variable `rank` in scope): fails the rank, exit
+ * status 1, with the condition and a printf-style message. */
+#define RCHECK(cond, ...)                                                                                    \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      fprintf(stderr, "%s:%d: rank %d: check failed: %s: ", __FILE__, __LINE__, rank, #cond);                \
+      fprintf(stderr, __VA_ARGS__);                                                                          \
+      fprintf(stderr, "\n");                                                                                 \
+      return 1;                                                                                              \
+    }                                                                                                        \
+  } while (0)
+
 static inline double nf_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

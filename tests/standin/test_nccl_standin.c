@@ -12,16 +12,6 @@
 #include "nccl_fork.h"
 #include "standin.h"
 
-#define RCHECK(cond, ...)                                                                                    \
-  do {                                                                                                       \
-    if (!(cond)) {                                                                                           \
-      fprintf(stderr, "%s:%d: rank %d: check failed: %s: ", __FILE__, __LINE__, rank, #cond);                \
-      fprintf(stderr, __VA_ARGS__);                                                                          \
-      fprintf(stderr, "\n");                                                                                 \
-      return 1;                                                                                              \
-    }                                                                                                        \
-  } while (0)
-
 /* Non-blocking init polled to completion (ranks >= 2 of 4 use the blocking
  * call, so both paths run). */
 static ncclComm_t join(int rank, int n, const ncclUniqueId *id) {

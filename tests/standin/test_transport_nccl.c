@@ -11,16 +11,6 @@
 #include "standin.h"
 #include "zb_transport.h"
 
-#define RCHECK(cond, ...)                                                                                    \
-  do {                                                                                                       \
-    if (!(cond)) {                                                                                           \
-      fprintf(stderr, "%s:%d: rank %d: check failed: %s: ", __FILE__, __LINE__, rank, #cond);                \
-      fprintf(stderr, __VA_ARGS__);                                                                          \
-      fprintf(stderr, "\n");                                                                                 \
-      return 1;                                                                                              \
-    }                                                                                                        \
-  } while (0)
-
 enum { N = 2048 };
 static atomic_bool g_stop;
 
