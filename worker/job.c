@@ -251,7 +251,8 @@ static zb_err job_transport(job_state *js, const zb_assignment *first, atomic_bo
     return worker_nccl_transport(js->w, first, js->dev, stop, &js->tr, diag);
   zb_tcp_config tc = {.rank = first->rank,
                       .nranks = first->ranks,
-                      .listen = js->w->data_address,
+                      .has_listener = true,
+                      .listener_fd = js->w->data_fd,
                       .session = job_session(first->job_id),
                       .stop = stop,
                       .idle_timeout_s = 30};

@@ -13,14 +13,12 @@
  * heartbeats. The job thread is job.c's; see worker.h. */
 #include <errno.h>
 #include <getopt.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +27,7 @@
 #include "zb_clock.h"
 #include "zb_log.h"
 #include "zb_methods.h"
+#include "zb_transport.h"
 
 #ifndef ZB_VERSION
 #define ZB_VERSION "unknown"
@@ -73,28 +72,19 @@ void worker_sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Picks the data port once: bind port 0, read it, release it. The
- * transport binds it again per job (SO_REUSEADDR), so the address the
- * coordinator knows stays valid across jobs. */
-static bool pick_data_address(const char *listen, char *out, size_t len) {
+/* Opens the data port once, for the worker's life: every job's tcp
+ * transport accepts on this socket, so the address the coordinator knows
+ * stays this worker's (releasing it between jobs let another process take
+ * the port). Advertises --listen's host with the bound port. */
+static bool open_data_port(worker *w, const char *listen) {
   const char *colon = strrchr(listen, ':');
-  if (!colon)
+  zb_diag d = {{0}};
+  int port = 0;
+  if (!colon || zb_tcp_listen(listen, &w->data_fd, &port, &d) != ZB_OK) {
+    ZB_ERROR("--listen %s: %s", listen, colon ? d.msg : "expected host:port");
     return false;
-  int port = atoi(colon + 1);
-  if (port == 0) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &sl)) {
-      if (fd >= 0)
-        close(fd);
-      return false;
-    }
-    port = ntohs(sa.sin_port);
-    close(fd);
   }
-  snprintf(out, len, "%.*s:%d", (int)(colon - listen), listen, port);
+  snprintf(w->data_address, sizeof w->data_address, "%.*s:%d", (int)(colon - listen), listen, port);
   return true;
 }
 
@@ -318,10 +308,9 @@ int main(int argc, char **argv) {
   char name[80];
   snprintf(name, sizeof name, "worker %s", w.id);
   zb_log_init(name, (zb_log_level)level);
-  if (!pick_data_address(listen, w.data_address, sizeof w.data_address)) {
-    ZB_ERROR("--listen %s: cannot pick a data port (%s)", listen, strerror(errno));
+  w.data_fd = -1;
+  if (!open_data_port(&w, listen))
     return 1;
-  }
   w.gpu_ordinal = (int)f.gpu;
   worker_gpu_probe(&w, (int)f.gpu);
   struct sigaction sa = {.sa_handler = on_signal};
@@ -343,6 +332,7 @@ int main(int argc, char **argv) {
   pthread_mutex_unlock(&w.mu);
   pthread_join(jt, NULL);
   zb_rpc_client_free(w.rpc);
+  close(w.data_fd);
   pthread_mutex_destroy(&w.mu);
   pthread_cond_destroy(&w.cv);
   return 0;

@@ -125,7 +125,7 @@ static void tcp_free(void *self) {
   for (int q = 0; q < t->nranks; q++)
     if (t->fds[q] >= 0)
       close(t->fds[q]);
-  if (t->listen_fd >= 0)
+  if (t->listen_fd >= 0 && t->owns_listener)
     close(t->listen_fd);
   free(t->fds);
   free(t->ops);
@@ -149,15 +149,20 @@ static const zb_transport_ops tcp_ops = {
     .free = tcp_free,
 };
 
-/* Binds and listens on the first of the resolved addresses that works. */
-static zb_err tcp_listen(tcp_transport *t, const char *addr, zb_diag *diag) {
+static int sockaddr_port(const struct sockaddr_storage *ss) {
+  if (ss->ss_family == AF_INET6)
+    return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+  return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+}
+
+zb_err zb_tcp_listen(const char *addr, int *fd_out, int *port, zb_diag *diag) {
   struct addrinfo *ai = NULL;
   int rc = zbtcp_resolve(addr, true, &ai);
   if (rc != 0)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "rank %d: listen address \"%s\": %s", t->rank, addr,
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "listen address \"%s\": %s", addr,
                        rc == EAI_NONAME ? "expected host:port" : gai_strerror(rc));
-  int e = 0;
-  for (struct addrinfo *a = ai; a; a = a->ai_next) {
+  int e = 0, lfd = -1;
+  for (struct addrinfo *a = ai; a && lfd < 0; a = a->ai_next) {
     int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
     if (fd < 0) {
       e = errno;
@@ -166,7 +171,7 @@ static zb_err tcp_listen(tcp_transport *t, const char *addr, zb_diag *diag) {
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0 && zbtcp_set_nonblocking(fd) == 0) {
-      t->listen_fd = fd;
+      lfd = fd;
       break;
     }
     e = errno;
@@ -174,11 +179,36 @@ static zb_err tcp_listen(tcp_transport *t, const char *addr, zb_diag *diag) {
   }
   freeaddrinfo(ai);
   char eb[96];
-  if (t->listen_fd < 0)
-    return zb_diag_set(diag, ZB_ERR_IO, "rank %d: cannot listen on %s: %s", t->rank, addr,
-                       zbtcp_errstr(e, eb, sizeof eb));
+  if (lfd < 0)
+    return zb_diag_set(diag, ZB_ERR_IO, "cannot listen on %s: %s", addr, zbtcp_errstr(e, eb, sizeof eb));
   struct sockaddr_storage ss;
   socklen_t sl = sizeof ss;
+  if (getsockname(lfd, (struct sockaddr *)&ss, &sl) < 0) {
+    e = errno;
+    close(lfd);
+    return zb_diag_set(diag, ZB_ERR_IO, "getsockname on %s: %s", addr, zbtcp_errstr(e, eb, sizeof eb));
+  }
+  *fd_out = lfd;
+  *port = sockaddr_port(&ss);
+  return ZB_OK;
+}
+
+/* The transport's listening socket: the caller's (borrowed), or its own
+ * bound on cfg->listen. */
+static zb_err tcp_listen(tcp_transport *t, const zb_tcp_config *cfg, zb_diag *diag) {
+  if (cfg->has_listener) {
+    t->listen_fd = cfg->listener_fd;
+  } else {
+    int port;
+    zb_diag d = {{0}};
+    zb_err err = zb_tcp_listen(cfg->listen, &t->listen_fd, &port, &d);
+    if (err)
+      return zb_diag_set(diag, err, "rank %d: %s", t->rank, d.msg);
+    t->owns_listener = true;
+  }
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  char eb[96];
   if (getsockname(t->listen_fd, (struct sockaddr *)&ss, &sl) < 0)
     return zb_diag_set(diag, ZB_ERR_IO, "rank %d: getsockname: %s", t->rank,
                        zbtcp_errstr(errno, eb, sizeof eb));
@@ -190,7 +220,7 @@ zb_err zb_transport_tcp_new(const zb_tcp_config *cfg, zb_transport **out, zb_dia
   if (cfg->nranks < 1 || cfg->rank < 0 || cfg->rank >= cfg->nranks)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "tcp transport: rank %d is not in 0..%d", cfg->rank,
                        cfg->nranks - 1);
-  if (!cfg->listen)
+  if (!cfg->listen && !cfg->has_listener)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "tcp transport: no listen address");
   tcp_transport *t = zb_calloc(1, sizeof *t);
   t->rank = cfg->rank;
@@ -207,7 +237,7 @@ zb_err zb_transport_tcp_new(const zb_tcp_config *cfg, zb_transport **out, zb_dia
   t->pfd_peer = zb_calloc(p + 1, sizeof(int));
   t->send_head = zb_calloc(p, sizeof(int));
   t->recv_head = zb_calloc(p, sizeof(int));
-  zb_err err = tcp_listen(t, cfg->listen, diag);
+  zb_err err = tcp_listen(t, cfg, diag);
   if (err) {
     tcp_free(t);
     return err;

@@ -51,6 +51,7 @@ typedef struct tcp_transport {
   const atomic_bool *stop;
   double idle_timeout_s;
   int listen_fd;
+  bool owns_listener; /* false: the caller's (zb_tcp_config.has_listener) */
   char address[96];
   int *fds; /* by rank; -1 when not connected */
   int depth;

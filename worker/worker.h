@@ -29,6 +29,7 @@
 typedef struct worker {
   char id[64];
   char data_address[128];
+  int data_fd; /* the listening data port, open for the worker's life */
   char hostname[64];
   long long max_receive_bytes; /* the control channel's receive limit, told to the coordinator */
   /* set once by worker_gpu_probe before the threads start */

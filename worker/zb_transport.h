@@ -167,8 +167,14 @@ const char *zb_tag_format(zb_tag tag, char *buf, size_t len);
 typedef struct zb_tcp_config {
   int rank, nranks;
   /* "host:port" to listen on; port 0 picks a free one; host empty, "*" or
-   * "0.0.0.0" for every interface; "[::1]:0" for IPv6. */
+   * "0.0.0.0" for every interface; "[::1]:0" for IPv6. Ignored when
+   * has_listener is set. */
   const char *listen;
+  /* A socket from zb_tcp_listen that the caller keeps across transports
+   * (a worker's data port, bound once for its life, so no other process
+   * can take the port between two jobs). Borrowed: never closed here. */
+  bool has_listener;
+  int listener_fd;
   /* Both ends of a connection must agree (a job/plan id), so a connection
    * left over from another job is refused in the handshake. */
   uint64_t session;
@@ -177,6 +183,12 @@ typedef struct zb_tcp_config {
    * ZB_ERR_IO (<= 0: wait as long as it takes; the stop flag still works). */
   double idle_timeout_s;
 } zb_tcp_config;
+
+/* Binds and listens on the first resolved address of addr ("host:port",
+ * as zb_tcp_config.listen) that works: *fd is a non-blocking listening
+ * socket the caller owns; *port its bound port. ZB_ERR_INVALID_ARG for a
+ * bad address, ZB_ERR_IO when it cannot be bound. */
+zb_err zb_tcp_listen(const char *addr, int *fd, int *port, zb_diag *diag);
 
 /* Creates a tcp transport listening on cfg->listen (bound before it
  * returns; zb_transport_address() tells where). Caller owns *out. Does not

@@ -1,11 +1,14 @@
 """Process lifecycle: --help and --version exit 0, bad flags exit 2 with
 a message, SIGTERM stops zb-coordinator (exit 0, also with workers, a
 running job and a live watcher) and zb-worker (exit 0), a second
-coordinator on a taken port fails to start."""
+coordinator on a taken port fails to start, a worker holds its data port
+for its whole life (no other process can take it between jobs) and one
+started on a taken data port fails to start."""
 
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 
@@ -137,6 +140,33 @@ def test_second_coordinator_on_a_taken_port_fails():
             cp = run([zbsvc.COORDINATOR, "--listen", "127.0.0.1:0", "--metrics-listen",
                       "127.0.0.1:%d" % c.metrics_port, "--data-dir", os.path.join(d, "data2")])
             assert cp.returncode == 1 and "metrics_listen" in cp.stderr, (cp.returncode, cp.stderr)
+        c.assert_serving()
+
+
+def port_is_taken(address):
+    host, port = address.rsplit(":", 1)
+    with socket.socket() as s:
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return True
+    return False
+
+
+def test_worker_holds_its_data_port_between_jobs():
+    with Cluster(workers=2, name="dataport") as c:
+        addrs = sorted(w.data_address for w in c.wait_workers(2))
+        assert all(port_is_taken(a) for a in addrs), ("a data port is free while its worker is idle", addrs)
+        for _ in range(2):  # two jobs on the same ports: the second reuses the listeners
+            jid = c.submit(job_spec(ranks=2, microbatches=4, iterations=3))
+            job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED)
+            assert job.state == STATE.JOB_STATE_SUCCEEDED, job
+            ws = c.wait_workers(2)
+            assert sorted(w.data_address for w in ws) == addrs, ws
+            assert all(port_is_taken(a) for a in addrs), ("a data port was released after a job", addrs)
+        # a third worker told to listen on a taken data port says so and exits
+        cp = run([zbsvc.WORKER, "--coordinator", c.address, "--id", "w-taken", "--listen", addrs[0]])
+        assert cp.returncode == 1 and "--listen" in cp.stderr and "in use" in cp.stderr, (cp.returncode, cp.stderr)
         c.assert_serving()
 
 
