@@ -6,6 +6,7 @@
  *   zb_bench_gpu [--gpu 0] [--hidden 1024] [--heads 16] [--seq 1024]
  *                [--batch 8] [--vocab 256] [--layers 2] [--reps 20]
  *                [--precision fp32|tf32|bf16] [--nccl-max-mib 256] [--shapes]
+ *                [--attn-block N]
  *
  * Sections (bench_gpu.h names the files):
  *   1. F, B and W of one model stage (a middle and a last one of --layers
@@ -20,6 +21,8 @@
  *      predicted by libzb's simulator from section 1's op times, and, with
  *      two GPUs or more, measured by running each rank's lowered list with
  *      the worker's executor over the cuda backend and the nccl transport.
+ *   --attn-block N sets the query rows per causal attention block (default:
+ *   the device's choice, zb_device_ops.attn_block).
  *   --shapes adds a table of every product shape of one layer through the
  *   device's gemm (FLOPs 2*m*n*k*batch, attention counted in full).
  * Without a CUDA device it prints why and exits 0: there is nothing to
@@ -178,7 +181,8 @@ static int parse(int argc, char **argv, gpu_opts *o) {
   static const struct option lo[] = {
       {"gpu", 1, 0, 'g'},    {"hidden", 1, 0, 'h'}, {"heads", 1, 0, 'a'},        {"seq", 1, 0, 's'},
       {"batch", 1, 0, 'b'},  {"vocab", 1, 0, 'v'},  {"reps", 1, 0, 'r'},         {"precision", 1, 0, 'p'},
-      {"layers", 1, 0, 'l'}, {"shapes", 0, 0, 'S'}, {"nccl-max-mib", 1, 0, 'n'}, {0, 0, 0, 0}};
+      {"layers", 1, 0, 'l'}, {"shapes", 0, 0, 'S'}, {"nccl-max-mib", 1, 0, 'n'}, {"attn-block", 1, 0, 'k'},
+      {0, 0, 0, 0}};
   int c, li = 0;
   while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
     if (c == 'S') {
@@ -202,9 +206,9 @@ static int parse(int argc, char **argv, gpu_opts *o) {
     long v = strtol(optarg, &end, 10);
     if (*end || v < (c == 'g' ? 0 : 1) || v > (1 << 20))
       return fprintf(stderr, "zb_bench_gpu: bad number '%s' for --%s\n", optarg, lo[li].name), 2;
-    int *f[] = {&o->gpu,   &o->hidden, &o->heads,  &o->seq,         &o->batch,
-                &o->vocab, &o->reps,   &o->layers, &o->nccl_max_mib};
-    *f[strchr("ghasbvrln", c) - "ghasbvrln"] = (int)v;
+    int *f[] = {&o->gpu,   &o->hidden, &o->heads,  &o->seq,          &o->batch,
+                &o->vocab, &o->reps,   &o->layers, &o->nccl_max_mib, &o->attn_block};
+    *f[strchr("ghasbvrlnk", c) - "ghasbvrlnk"] = (int)v;
   }
   if (optind < argc || o->hidden % o->heads)
     return fprintf(stderr, "zb_bench_gpu: %s\n",

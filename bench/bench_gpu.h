@@ -25,6 +25,7 @@
 
 typedef struct gpu_opts {
   int gpu, hidden, heads, seq, batch, vocab, layers, reps, nccl_max_mib;
+  int attn_block; /* query rows per causal attention block; 0: the device's */
   zb_precision precision;
   bool shapes; /* print the per-shape cuBLAS table too */
 } gpu_opts;

@@ -49,7 +49,8 @@ static void stage_open(zb_device *dev, const gpu_opts *o, int stage, stage_run *
                          .seq_len = o->seq,
                          .batch = o->batch,
                          .seed = 1,
-                         .device = dev};
+                         .device = dev,
+                         .attn_block = o->attn_block};
   zb_diag d = {{0}};
   memset(r, 0, sizeof *r);
   r->dev = dev;
@@ -274,9 +275,9 @@ static void bench_stage(zb_device *dev, const gpu_opts *o, int stage, double t[N
 void gpu_bench_model(zb_device *dev, const gpu_opts *o, gpu_block_times *block) {
   printf(
       "1. model stage on the CUDA device, %s: %d blocks, hidden %d, %d heads, seq %d, batch %d (%d tokens), "
-      "vocab %d; best of %d\n",
+      "vocab %d; attention blocks of %d query rows; best of %d\n",
       gpu_precision_name(o->precision), o->layers, o->hidden, o->heads, o->seq, o->batch, o->batch * o->seq,
-      o->vocab, o->reps);
+      o->vocab, o->attn_block > 0 ? o->attn_block : dev->ops->attn_block, o->reps);
   printf("   op: the model's op, timed with device events; cuBLAS: the products that op issued, replayed "
          "alone\n");
   printf("%-7s %-2s %10s %6s %10s %9s %11s %9s %9s\n", "stage", "op", "GFLOP", "gemms", "op ms", "TFLOP/s",

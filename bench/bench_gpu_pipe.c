@@ -176,7 +176,8 @@ static pipe_figures measure(const gpu_opts *o, const zb_planner_result *pl, cons
                           .seq_len = o->seq,
                           .batch = o->batch,
                           .seed = 1,
-                          .loss_scale = 1.0f / (float)pl->m},
+                          .loss_scale = 1.0f / (float)pl->m,
+                          .attn_block = o->attn_block},
                 .text = *text,
                 .iterations = 1 + o->reps};
   atomic_init(&j.stop, false);

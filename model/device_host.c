@@ -315,6 +315,7 @@ static void h_destroy(void *self) {
 
 static const zb_device_ops host_ops = {
     .name = "host",
+    .attn_block = 32, /* OpenBLAS: 32-row products are still efficient */
     .alloc = h_alloc,
     .free = h_free,
     .copy = h_copy,

@@ -11,13 +11,14 @@
  *     by warp shuffles and one shared-memory pass across warps; the order
  *     of a reduction depends only on the block size, so results are
  *     deterministic;
- *   - column sums (bias and LayerNorm parameter gradients): 32-column tiles
- *     in x, chunks of ZBK_COL_CHUNK rows in y; a tile's partial sums meet
- *     in shared memory and go to the output with atomicAdd when there is
- *     more than one chunk (so, for n > ZBK_COL_CHUNK rows, the last bits
- *     depend on the order of the atomics), with a plain add otherwise;
- *   - embed_bwd_acc: atomicAdd per element, since tokens and positions
- *     repeat within a microbatch;
+ *   - column sums (bias and LayerNorm parameter gradients): one block of
+ *     8 x 128 threads per 8-column tile walks all rows, and the 128 partial
+ *     sums of a column meet in a fixed tree in shared memory;
+ *   - embed_bwd_acc: each output element (a token's or a position's row)
+ *     is owned by one thread that adds its rows in row order, the host's
+ *     order, so the result is the host's bit for bit.
+ * No kernel uses atomics: every result depends only on its inputs and the
+ * launch shape, so two runs agree bit for bit (docs/model.md, Devices).
  *   - sumsq: one block of 1024 threads reduces the whole vector in double,
  *     deterministic and with no scratch memory (the interface passes none);
  *     it reads at one SM's bandwidth, which suits a once-per-step norm.
@@ -34,7 +35,8 @@
 
 #define ZBK_THREADS 256
 #define ZBK_MAX_BLOCKS 65535u
-#define ZBK_COL_CHUNK 256
+#define ZBK_COL_TILE 8
+#define ZBK_COL_ROWS 128 /* a power of two: the tree halves it */
 #define ZBK_SUMSQ_THREADS 1024
 
 namespace {
@@ -112,12 +114,37 @@ __global__ void embed_fwd_k(const float *emb, const float *pos, const uint8_t *t
   }
 }
 
-__global__ void embed_bwd_acc_k(const float *dx, const uint8_t *tokens, float *demb, float *dpos, size_t len,
-                                int h, int t) {
+/* demb[v, :] += dx[r, :] over the rows r whose token is v (grid y), in row
+ * order. Every block reads the tokens (one broadcast load per row); only
+ * token v's rows of dx. A token that never occurs leaves its row untouched
+ * (rows past the vocabulary are never addressed). */
+__global__ void embed_bwd_tok_k(const float *dx, const uint8_t *tokens, float *demb, int n, int h) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x, v = blockIdx.y;
+  if (c >= h)
+    return;
+  float acc = 0.0f;
+  bool hit = false;
+  for (int r = 0; r < n; r++)
+    if (tokens[r] == v) {
+      if (!hit)
+        acc = demb[(size_t)v * h + c];
+      hit = true;
+      acc += dx[(size_t)r * h + c];
+    }
+  if (hit)
+    demb[(size_t)v * h + c] = acc;
+}
+
+/* dpos[p, :] += dx[r, :] over the rows r = p, p + t, ... (position p of
+ * every sequence), in row order. */
+__global__ void embed_bwd_pos_k(const float *dx, float *dpos, int n, int h, int t) {
+  size_t len = (size_t)t * h;
   for (size_t i = grid_start(); i < len; i += grid_step()) {
-    size_t r = i / (size_t)h, c = i % (size_t)h;
-    atomicAdd(&demb[(size_t)tokens[r] * h + c], dx[i]);
-    atomicAdd(&dpos[(r % (size_t)t) * h + c], dx[i]);
+    size_t p = i / (size_t)h, c = i % (size_t)h;
+    float acc = dpos[i];
+    for (size_t r = p; r < (size_t)n; r += (size_t)t)
+      acc += dx[r * h + c];
+    dpos[i] = acc;
   }
 }
 
@@ -279,40 +306,38 @@ __global__ void xent_fwd_k(float *logits, const uint8_t *targets, double *row_lo
 /* ---- column sums: 32-column tiles x ZBK_COL_CHUNK-row chunks ---- */
 
 /* db[c] += sum_r dy[r, c], and dg[c] += sum_r dy[r, c] xhat[r, c] when xhat
- * is given. Block (32, 8). */
-__global__ void col_sums_k(const float *dy, const float *xhat, float *dg, float *db, int n, int cols) {
-  __shared__ float sd[8][33], sg[8][33];
-  int c = blockIdx.x * 32 + threadIdx.x;
-  int chunks = (n + ZBK_COL_CHUNK - 1) / ZBK_COL_CHUNK;
-  for (int k = blockIdx.y; k < chunks; k += gridDim.y) {
-    int r0 = k * ZBK_COL_CHUNK, r1 = r0 + ZBK_COL_CHUNK < n ? r0 + ZBK_COL_CHUNK : n;
-    float d = 0.0f, gsum = 0.0f;
-    if (c < cols)
-      for (int r = r0 + threadIdx.y; r < r1; r += 8) {
-        size_t i = (size_t)r * cols + c;
-        d += dy[i];
-        if (xhat)
-          gsum += dy[i] * xhat[i];
-      }
-    __syncthreads(); /* the previous chunk's readers are done */
-    sd[threadIdx.y][threadIdx.x] = d;
-    sg[threadIdx.y][threadIdx.x] = gsum;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
-      for (int y = 1; y < 8; y++) {
-        d += sd[y][threadIdx.x];
-        gsum += sg[y][threadIdx.x];
-      }
-      if (chunks == 1) {
-        db[c] += d;
-        if (xhat)
-          dg[c] += gsum;
-      } else {
-        atomicAdd(&db[c], d);
-        if (xhat)
-          atomicAdd(&dg[c], gsum);
-      }
+ * is given. Block (ZBK_COL_TILE, ZBK_COL_ROWS), one per tile of columns:
+ * thread y sums rows y, y + ZBK_COL_ROWS, ... (a warp reads 4 rows of 8
+ * adjacent floats, whole 32-byte sectors), then the partials of a column
+ * meet in a fixed tree in shared memory. Narrow tiles give h / 8 blocks,
+ * enough to fill the GPU without splitting rows across blocks (which
+ * would need atomics or scratch). */
+__global__ void __launch_bounds__(ZBK_COL_TILE *ZBK_COL_ROWS)
+    col_sums_k(const float *dy, const float *xhat, float *dg, float *db, int n, int cols) {
+  __shared__ float sd[ZBK_COL_ROWS][ZBK_COL_TILE + 1], sg[ZBK_COL_ROWS][ZBK_COL_TILE + 1];
+  int x = threadIdx.x, y = threadIdx.y, c = blockIdx.x * ZBK_COL_TILE + x;
+  float d = 0.0f, gsum = 0.0f;
+  if (c < cols)
+    for (int r = y; r < n; r += ZBK_COL_ROWS) {
+      size_t i = (size_t)r * cols + c;
+      d += dy[i];
+      if (xhat)
+        gsum += dy[i] * xhat[i];
     }
+  sd[y][x] = d;
+  sg[y][x] = gsum;
+  __syncthreads();
+  for (int half = ZBK_COL_ROWS / 2; half > 0; half /= 2) {
+    if (y < half) {
+      sd[y][x] += sd[y + half][x];
+      sg[y][x] += sg[y + half][x];
+    }
+    __syncthreads();
+  }
+  if (y == 0 && c < cols) {
+    db[c] += sd[0][x];
+    if (xhat)
+      dg[c] += sg[0][x];
   }
 }
 
@@ -374,7 +399,12 @@ cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *to
   size_t len = (size_t)n * (size_t)h;
   if (len == 0)
     return cudaSuccess;
-  embed_bwd_acc_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(dx, tokens, demb, dpos, len, h, t);
+  dim3 tok_grid((unsigned)((h + ZBK_THREADS - 1) / ZBK_THREADS), 256);
+  embed_bwd_tok_k<<<tok_grid, ZBK_THREADS, 0, s>>>(dx, tokens, demb, n, h);
+  cudaError_t e = launched();
+  if (e != cudaSuccess)
+    return e;
+  embed_bwd_pos_k<<<elementwise_blocks((size_t)t * h), ZBK_THREADS, 0, s>>>(dx, dpos, n, h, t);
   return launched();
 }
 
@@ -415,9 +445,8 @@ static cudaError_t col_sums(cudaStream_t s, const float *dy, const float *xhat, 
     return cudaErrorInvalidValue;
   if (n == 0 || cols == 0)
     return cudaSuccess;
-  unsigned chunks = (unsigned)((n + ZBK_COL_CHUNK - 1) / ZBK_COL_CHUNK);
-  dim3 grid((unsigned)((cols + 31) / 32), chunks > ZBK_MAX_BLOCKS ? ZBK_MAX_BLOCKS : chunks);
-  col_sums_k<<<grid, dim3(32, 8), 0, s>>>(dy, xhat, dg, db, n, cols);
+  col_sums_k<<<(unsigned)((cols + ZBK_COL_TILE - 1) / ZBK_COL_TILE), dim3(ZBK_COL_TILE, ZBK_COL_ROWS), 0, s>>>(
+      dy, xhat, dg, db, n, cols);
   return launched();
 }
 

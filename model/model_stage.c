@@ -12,11 +12,6 @@
 #include "model_internal.h"
 #include "zb_alloc.h"
 
-/* Query rows per block of the causal attention (model_math.c): small
- * enough that the skipped upper triangle is most of it at the usual T,
- * large enough that each product stays efficient. */
-#define MODEL_ATTN_BLOCK 32
-
 const char *const model_block_tensor_names[BT_COUNT] = {
     "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
     "ln2.weight", "ln2.bias", "mlp.fc1.weight",  "mlp.fc1.bias",  "mlp.fc2.weight",   "mlp.fc2.bias",
@@ -247,7 +242,6 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
   st->is_last = stage == n_stages - 1;
   st->nan_mb = -1;
   st->n_tok = c.batch * c.seq_len;
-  st->attn_block = c.attn_full || c.seq_len < MODEL_ATTN_BLOCK ? c.seq_len : MODEL_ATTN_BLOCK;
   if (c.device) {
     st->dev = c.device;
   } else if ((err = zb_device_host_new(&st->dev, diag)) != ZB_OK) {
@@ -258,6 +252,8 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
     st->cfg.device = st->dev;
   }
   st->host = strcmp(st->dev->ops->name, "host") == 0;
+  int block = c.attn_block > 0 ? c.attn_block : st->dev->ops->attn_block;
+  st->attn_block = c.attn_full || c.seq_len < block ? c.seq_len : block;
   model_begin(st);
   build_tensors(st);
   alloc_workspace(st);

@@ -88,6 +88,10 @@ typedef struct zb_device_event zb_device_event;
 
 typedef struct zb_device_ops {
   const char *name; /* "host", "cuda" */
+  /* Query rows per block of the causal attention (model_math.c) that suit
+   * this device's GEMMs: small blocks skip more of the masked triangle,
+   * large ones make fewer, larger products (docs/model.md, Devices). */
+  int attn_block;
 
   /* ---- memory ---- */
   zb_err (*alloc)(void *self, size_t bytes, void **out, zb_diag *diag);

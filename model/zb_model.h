@@ -79,6 +79,7 @@ typedef struct zb_model_config {
                         (1/m makes the accumulated gradient that of the mean over m microbatches) */
   zb_device *device; /* borrowed, outlives the stage; NULL: the stage creates and owns a host device */
   int attn_full;     /* benchmarks and tests only: compute attention's full T x T products */
+  int attn_block;    /* benchmarks and tests only: query rows per causal block; 0: the device's */
 } zb_model_config;
 
 typedef struct zb_model_stage zb_model_stage;

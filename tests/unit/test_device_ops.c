@@ -260,6 +260,68 @@ static void test_embed(ctx *c, int n, int h, int t, int vocab) {
   free(tok);
 }
 
+/* Whether n floats at device pointer p of the tested device equal want
+ * bit for bit. */
+static bool bits_equal(ctx *c, void *p, const float *want, size_t n) {
+  float *got = malloc(n * sizeof *got);
+  zb_diag dg = {{0}};
+  zb_device *d = c->dev[1];
+  must(d->ops->copy(d->self, got, p, n * sizeof *got, ZB_COPY_D2H, &dg), &dg, "copy D2H", 1);
+  must(d->ops->sync(d->self, &dg), &dg, "sync", 1);
+  bool same = memcmp(got, want, n * sizeof *got) == 0;
+  free(got);
+  return same;
+}
+
+/* Reductions whose terms meet at one output (the embedding gradient's
+ * repeated tokens and positions, column sums over many rows) must not
+ * depend on timing: the embedding backward adds each output's rows in row
+ * order, as the host does, so it equals the host bit for bit; the column
+ * sums give the same bits on a second run. Vocabulary 5 over 4099 rows
+ * puts ~800 terms on each token's row; 4099 rows are 16 row chunks and
+ * more. Only a GPU can fail this (the stand-in runs kernels in order). */
+static void test_determinism(ctx *c) {
+  int n = 4099, h = 129, t = 17, vocab = 5;
+  size_t nh = (size_t)n * h;
+  float *hx = rand_floats(c, nh, 1.0f), *he = rand_floats(c, (size_t)vocab * h, 1.0f),
+        *hp = rand_floats(c, (size_t)t * h, 1.0f), *hg = rand_floats(c, (size_t)h, 1.0f);
+  uint8_t *tok = rand_bytes(c, (size_t)n, vocab);
+  dbuf x = up(c, hx, nh * 4), e = up(c, he, (size_t)vocab * h * 4), p = up(c, hp, (size_t)t * h * 4),
+       tk = up(c, tok, (size_t)n);
+  ON_BOTH(c, "embed_bwd_acc",
+          dv->ops->embed_bwd_acc(dv->self, x.p[i], tk.p[i], e.p[i], p.p[i], n, h, t, DIAG));
+  float *want_e = malloc((size_t)vocab * h * 4), *want_p = malloc((size_t)t * h * 4),
+        *scratch = malloc(nh * 4);
+  down(c, &e, want_e, scratch);
+  down(c, &p, want_p, scratch);
+  bool same =
+      bits_equal(c, e.p[1], want_e, (size_t)vocab * h) && bits_equal(c, p.p[1], want_p, (size_t)t * h);
+  record(c, "embed_bwd_acc bits = host", same ? 0.0 : INFINITY, "n4099 h129 t17 vocab5");
+  /* column sums twice from the same accumulators: the same bits */
+  dbuf g1 = up(c, hg, (size_t)h * 4), b1 = up(c, hg, (size_t)h * 4), g2 = up(c, hg, (size_t)h * 4),
+       b2 = up(c, hg, (size_t)h * 4);
+  zb_device *d = c->dev[1];
+  zb_diag dg = {{0}};
+  must(d->ops->layernorm_param_grads_acc(d->self, x.p[1], x.p[1], g1.p[1], b1.p[1], n, h, &dg), &dg,
+       "layernorm_param_grads_acc", 1);
+  must(d->ops->layernorm_param_grads_acc(d->self, x.p[1], x.p[1], g2.p[1], b2.p[1], n, h, &dg), &dg,
+       "layernorm_param_grads_acc", 1);
+  float *first = malloc((size_t)h * 4);
+  must(d->ops->copy(d->self, first, g1.p[1], (size_t)h * 4, ZB_COPY_D2H, &dg), &dg, "copy D2H", 1);
+  must(d->ops->sync(d->self, &dg), &dg, "sync", 1);
+  same = bits_equal(c, g2.p[1], first, (size_t)h);
+  must(d->ops->copy(d->self, first, b1.p[1], (size_t)h * 4, ZB_COPY_D2H, &dg), &dg, "copy D2H", 1);
+  must(d->ops->sync(d->self, &dg), &dg, "sync", 1);
+  same = same && bits_equal(c, b2.p[1], first, (size_t)h);
+  record(c, "col sums run to run", same ? 0.0 : INFINITY, "n4099 h129, twice");
+  dbuf *all[] = {&x, &e, &p, &tk, &g1, &b1, &g2, &b2};
+  for (int i = 0; i < COUNT(all); i++)
+    release(c, all[i]);
+  void *hs[] = {hx, he, hp, hg, tok, want_e, want_p, scratch, first};
+  for (int i = 0; i < COUNT(hs); i++)
+    free(hs[i]);
+}
+
 static void test_layernorm(ctx *c, int n, int h) {
   size_t nh = (size_t)n * h;
   float *hx = rand_floats(c, nh, 2.0f), *hg = rand_floats(c, (size_t)h, 1.0f),
@@ -565,6 +627,7 @@ static void run_all(ctx *c) {
     test_adamw_sumsq(c, lens[i], false);
     test_adamw_sumsq(c, lens[i], true);
   }
+  test_determinism(c);
   test_copies(c);
   test_mem(c);
   test_events(c);
