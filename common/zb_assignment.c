@@ -8,7 +8,7 @@
 #include "zb_alloc.h"
 #include "zb_wire.h"
 
-static Zb__V1__ActionKind kind_of(zb_op op) {
+Zb__V1__ActionKind zb_action_kind_of(zb_op op) {
   switch (op) {
   case ZB_OP_F: return ZB__V1__ACTION_KIND__ACTION_KIND_F;
   case ZB_OP_B: return ZB__V1__ACTION_KIND__ACTION_KIND_B;
@@ -34,7 +34,7 @@ Zb__V1__ActionList *zb_action_list_encode(const zb_rank_list *l) {
   al->group_with_next = zb_malloc(sizeof *al->group_with_next * room);
   for (size_t i = 0; i < n; i++) {
     const zb_action *a = &l->actions[i];
-    al->kind[i] = kind_of(a->op);
+    al->kind[i] = zb_action_kind_of(a->op);
     al->stage[i] = a->stage;
     al->microbatch[i] = a->mb;
     al->peer[i] = zb_op_is_comm(a->op) ? a->peer : -1;
@@ -140,6 +140,7 @@ void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assign
   out->backend = (char *)spec->backend;
   out->transport = (char *)spec->transport;
   out->precision = (char *)spec->precision;
+  out->trace_every = spec->trace_every;
   out->action_list = zb_action_list_encode(&pl->lowered->ranks[rank]);
   encode_peers(src, rank, out);
   encode_stages(src, rank, out);

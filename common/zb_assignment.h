@@ -63,6 +63,12 @@ typedef struct zb_assignment_sizes {
 } zb_assignment_sizes;
 void zb_assignment_measure(const zb_assignment_src *src, zb_assignment_sizes *out);
 
+/* libzb's op as the wire's ActionKind (UNSPECIFIED for FSDP and empty
+ * ops), and back (false for a kind that is none of F, B, W, BW, SEND_*,
+ * RECV_*). */
+Zb__V1__ActionKind zb_action_kind_of(zb_op op);
+bool zb_action_op_of(Zb__V1__ActionKind k, zb_op *op);
+
 /* A rank's lowered list as ActionList columns, groups included (also what
  * PlanResponse.action_lists carries); allocated, freed by
  * zb_action_list_free (NULL is a no-op). */
@@ -79,6 +85,7 @@ typedef struct zb_assignment {
   long long bytes_per_activation;
   char backend[16], transport[16];
   char precision[8]; /* "fp32" (also when the coordinator sent none), "tf32", "bf16" */
+  int trace_every;   /* timelines of iterations 0, N, 2N, ...; 0: none */
   /* p ranks, `chunks` stages each, m microbatches; only rank's list is
    * filled (peers and groups as planned) */
   zb_schedule *sched;

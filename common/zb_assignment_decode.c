@@ -14,7 +14,7 @@
  * spec's own limits are far below them. */
 enum { DECODE_MAX_RANKS = 1 << 16, DECODE_MAX_STAGES = 1 << 20 };
 
-static bool op_of(Zb__V1__ActionKind k, zb_op *op) {
+bool zb_action_op_of(Zb__V1__ActionKind k, zb_op *op) {
   switch (k) {
   case ZB__V1__ACTION_KIND__ACTION_KIND_F: *op = ZB_OP_F; return true;
   case ZB__V1__ACTION_KIND__ACTION_KIND_B: *op = ZB_OP_B; return true;
@@ -33,7 +33,7 @@ static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_ass
                             zb_diag *diag) {
   int S = a->ranks * a->chunks;
   zb_action x = {.stage = al->stage[i], .mb = al->microbatch[i], .peer = al->peer[i]};
-  if (!op_of(al->kind[i], &x.op))
+  if (!zb_action_op_of(al->kind[i], &x.op))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: unknown kind %d", i,
                        (int)al->kind[i]);
   if (x.stage < 0 || x.stage >= S)
@@ -182,6 +182,7 @@ static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_d
   a->first_iteration = pb->first_iteration;
   a->iterations = pb->iterations;
   a->bytes_per_activation = pb->bytes_per_activation;
+  a->trace_every = pb->trace_every > 0 ? pb->trace_every : 0;
   if (a->ranks < 1 || a->ranks > DECODE_MAX_RANKS || a->rank < 0 || a->rank >= a->ranks)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.rank: rank %d of %d ranks", a->rank, a->ranks);
   if (a->chunks < 1 || (long long)a->chunks * a->ranks > DECODE_MAX_STAGES)

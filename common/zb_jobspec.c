@@ -23,7 +23,7 @@
 const char *const zb_job_keys[ZB_JK_COUNT] = {
     "name",  "ranks",       "microbatches", "schedule", "chunks",    "mem_limit",
     "costs", "stage_costs", "iterations",   "backend",  "transport", "bytes_per_activation",
-    "model", "precision"};
+    "model", "precision",   "trace_every"};
 const char *const zb_cost_keys[ZB_CK_COUNT] = {"f", "b", "w", "comm", "mem"};
 const char *const zb_cost_fields[ZB_CK_COUNT] = {"costs.f", "costs.b", "costs.w", "costs.comm", "costs.mem"};
 const char *const zb_model_keys[ZB_MK_COUNT] = {
@@ -48,6 +48,7 @@ const zb_int_limit zb_job_limits[ZB_JK_COUNT] = {
     [ZB_JK_CHUNKS] = {0, 1024},
     [ZB_JK_ITERATIONS] = {1, 1000000},
     [ZB_JK_BYTES] = {0, 1073741824},
+    [ZB_JK_TRACE_EVERY] = {0, 1000000},
 };
 /* The model's sizes: generous bounds; check_model_sizes adds the products'
  * limits. */
@@ -83,6 +84,7 @@ void zb_job_spec_default(zb_job_spec *s) {
   snprintf(s->transport, sizeof s->transport, "tcp");
   snprintf(s->precision, sizeof s->precision, "%s", ZB_PRECISION_FP32_NAME);
   s->bytes_per_activation = 65536;
+  s->trace_every = 10;
   s->model = (zb_model_spec){.hidden = 64,
                              .heads = 4,
                              .layers = 0,
@@ -427,7 +429,8 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
                      s->mem_limit);
   if ((err = check_costs(s, f)) || (err = check_stage_costs(s, v, f)) ||
       (err = check_int(f, ZB_JK_ITERATIONS, s->iterations)) ||
-      (err = check_int(f, ZB_JK_BYTES, s->bytes_per_activation)))
+      (err = check_int(f, ZB_JK_BYTES, s->bytes_per_activation)) ||
+      (err = check_int(f, ZB_JK_TRACE_EVERY, s->trace_every)))
     return err;
   if (!terminated(s->backend, sizeof s->backend) || !one_of(s->backend, backends, 3))
     return fault_set(f, ZB_JK_BACKEND, -1, "backend", "must be one of sim, cpu, cuda, got '%.15s'",

@@ -36,6 +36,8 @@
  *   transport: tcp              # optional: tcp (default), nccl (backend cuda only)
  *   precision: fp32             # optional: fp32 (default); tf32, bf16 (backend cuda only)
  *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB (cpu, cuda: derived, see below)
+ *   trace_every: 10             # optional: per-op timelines of iterations 0, N, 2N, ... (default 10;
+ *                               #   0: none; 1..1000000)
  *   model:                      # optional, backends cpu and cuda only: the model it trains (zb_model_spec)
  *     hidden: 64                #   width h (default 64, 1..65536), a multiple of heads
  *     heads: 4                  #   attention heads (default 4)
@@ -107,6 +109,7 @@ typedef struct zb_job_spec {
   char backend[16], transport[16];
   char precision[8]; /* ZB_PRECISION_FP32_NAME (default), "tf32", "bf16" */
   long long bytes_per_activation;
+  int trace_every;     /* timelines of iterations 0, N, 2N, ... (default 10); 0: none */
   bool has_model;      /* a model was given (only a cpu or cuda job may have one) */
   zb_model_spec model; /* defaults unless given; used by cpu and cuda jobs */
 } zb_job_spec;

@@ -25,6 +25,7 @@ typedef enum zb_job_key {
   ZB_JK_BYTES,
   ZB_JK_MODEL,
   ZB_JK_PRECISION,
+  ZB_JK_TRACE_EVERY,
   ZB_JK_COUNT
 } zb_job_key;
 
@@ -75,7 +76,7 @@ typedef struct zb_int_limit {
 } zb_int_limit;
 
 /* Indexed by key; set for the integer keys only: ranks, microbatches,
- * chunks, iterations, bytes_per_activation; the model's sizes, seed,
+ * chunks, iterations, bytes_per_activation, trace_every; the model's sizes, seed,
  * checkpoint_every and dump_every. */
 extern const zb_int_limit zb_job_limits[ZB_JK_COUNT];
 extern const zb_int_limit zb_model_limits[ZB_MK_COUNT];

@@ -215,6 +215,8 @@ static zb_err job_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_t *
     return ZB_OK;
   case ZB_JK_MODEL: return job_model(w, v, s, lines);
   case ZB_JK_PRECISION: return zb_yaml_get_string(w, v, "precision", s->precision, sizeof s->precision);
+  case ZB_JK_TRACE_EVERY:
+    return get_int32(w, v, "trace_every", &zb_job_limits[ZB_JK_TRACE_EVERY], &s->trace_every);
   case ZB_JK_COUNT: break;
   }
   return ZB_ERR_PARSE;

@@ -157,6 +157,9 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
     goto fail;
   if (pb->bytes_per_activation != 0)
     out->bytes_per_activation = pb->bytes_per_activation;
+  /* proto: 0 is the default, -1 none; the checker refuses other negatives */
+  if (pb->trace_every != 0)
+    out->trace_every = pb->trace_every == -1 ? 0 : pb->trace_every;
   if (pb->model) {
     out->has_model = true;
     if ((err = zb_wire_model_from_pb(pb->model, &out->model, diag)))
@@ -206,6 +209,7 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->transport = (char *)spec->transport;
   pb->precision = (char *)spec->precision;
   pb->bytes_per_activation = spec->bytes_per_activation;
+  pb->trace_every = spec->trace_every > 0 ? spec->trace_every : -1;
   if (spec->has_model || zb_job_spec_trains_model(spec)) {
     /* one block: the message first, so pb_clear frees it by pb->model */
     zb_wire_model_pb *block = zb_malloc(sizeof *block);

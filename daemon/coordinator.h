@@ -54,7 +54,7 @@ typedef struct coord_iter_slot {
   bool *have;
   Zb__V1__RankIteration *ranks;
   char schedule[32];
-  double predicted;
+  double predicted, predicted_paper;
   int loss_rank; /* the rank hosting the last stage of a cpu job's plan; -1: no loss */
 } coord_iter_slot;
 
@@ -155,6 +155,8 @@ void on_get_job(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 void on_list_jobs(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 void on_cancel(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+/* GetIteration: one completed iteration's figures, timelines included, from the store. */
+void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 
 /* admission.c */
 /* Plans spec for a job (what: "spec" or "schedule", the field that errors

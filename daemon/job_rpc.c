@@ -272,3 +272,55 @@ void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   j->watchers = w;
   zb_rpc_call_on_close(call, watcher_closed, w);
 }
+
+/* Whether stored event ev is the iteration req asks for (-1: one with
+ * aligned timelines); its metrics unpacked into *out when it is. */
+static bool event_is_iteration(const zb_store_event *ev, int want, Zb__V1__IterationMetrics **out) {
+  if (!ev->iteration)
+    return false;
+  Zb__V1__IterationMetrics *it = (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(
+      &zb__v1__iteration_metrics__descriptor, NULL, ev->iteration_len, ev->iteration);
+  if (it && (want < 0 ? it->aligned : it->iteration == want)) {
+    *out = it;
+    return true;
+  }
+  if (it)
+    protobuf_c_message_free_unpacked(&it->base, NULL);
+  return false;
+}
+
+void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__GetIterationRequest *req = (const void *)m;
+  coord_job *j = job_lookup(co, call, req->job_id);
+  if (!j)
+    return;
+  if (req->iteration < -1) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "iteration: %d is not an iteration (>= 0, or -1: the last traced)", req->iteration);
+    return;
+  }
+  zb_store_event *evs = NULL;
+  int n = 0;
+  zb_diag d;
+  if (zb_store_list_events(co->store, j->row.id, 0, &evs, &n, &d) != ZB_OK) {
+    zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "store: %s", d.msg);
+    return;
+  }
+  Zb__V1__IterationMetrics *it = NULL;
+  for (int k = n - 1; k >= 0 && !event_is_iteration(&evs[k], req->iteration, &it); k--)
+    ;
+  zb_store_events_free(evs, n);
+  if (!it) {
+    if (req->iteration < 0)
+      zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND,
+                  "iteration: job %s has no traced iteration yet (trace_every %d)", j->row.id,
+                  j->spec.trace_every);
+    else
+      zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "iteration: job %s has not completed iteration %d (%d done)",
+                  j->row.id, req->iteration, j->row.iterations_done);
+    return;
+  }
+  zb_rpc_reply(call, &it->base);
+  protobuf_c_message_free_unpacked(&it->base, NULL);
+}

@@ -11,6 +11,7 @@
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_log.h"
+#include "zb_timeline_pb.h"
 
 coord_job *job_find(coord *co, const char *id) {
   for (coord_job *j = co->jobs; j; j = j->next)
@@ -80,6 +81,8 @@ static void job_runtime_free(coord_job *j) {
   zb_planner_result_free(&j->plan);
   zb_planner_result_free(&j->next_plan);
   for (int k = 0; k < COORD_ITER_SLOTS; k++) {
+    for (int r = 0; j->slots[k].ranks && r < j->spec.ranks; r++)
+      zb_timeline_pb_free(j->slots[k].ranks[r].timeline);
     free(j->slots[k].have);
     free(j->slots[k].ranks);
     j->slots[k].have = NULL;

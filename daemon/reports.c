@@ -10,6 +10,40 @@
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_log.h"
+#include "zb_timeline_pb.h"
+
+/* A sampled iteration whose every rank sent a timeline: the timelines on
+ * the coordinator's clock (each rank's start plus its worker's offset),
+ * summarised with the simulator's definitions into it and the ranks'
+ * span_* figures. A timeline that does not decode leaves it unaligned. */
+static void iteration_align(coord_iter_slot *slot, int p, Zb__V1__IterationMetrics *it) {
+  zb_tl_rank *ranks = zb_calloc((size_t)p, sizeof *ranks);
+  bool ok = true;
+  for (int r = 0; r < p && ok; r++) {
+    const Zb__V1__RankIteration *ri = &slot->ranks[r];
+    zb_tl_op *ops = NULL;
+    ok = ri->timeline &&
+         zb_timeline_decode(ri->timeline, ri->start_monotonic_seconds + ri->clock_offset_seconds, &ops,
+                            &ranks[r].n, NULL) == ZB_OK;
+    ranks[r].ops = ops;
+  }
+  zb_tl_summary s = {0};
+  if (ok && zb_timeline_summarize(ranks, p, &s, NULL) == ZB_OK && s.span > 0) {
+    it->aligned = true;
+    it->span_seconds = s.span;
+    it->bubble_ratio = s.bubble_ratio;
+    it->bubble_ratio_paper = s.bubble_ratio_paper;
+    for (int r = 0; r < p; r++) {
+      slot->ranks[r].span_compute_seconds = s.compute[r];
+      slot->ranks[r].span_comm_seconds = s.comm[r];
+      slot->ranks[r].span_idle_seconds = s.idle[r];
+    }
+  }
+  zb_tl_summary_free(&s);
+  for (int r = 0; r < p; r++)
+    free((void *)ranks[r].ops);
+  free(ranks);
+}
 
 /* All p ranks reported iteration slot->iteration: one event. */
 static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slot) {
@@ -30,6 +64,8 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
   it.samples_per_second = wall > 0 ? j->spec.microbatches / wall : 0;
   it.bubble_ratio = wall > 0 ? 1 - busy / (p * wall) : 0;
   it.predicted_bubble_ratio = slot->predicted;
+  it.predicted_bubble_ratio_paper = slot->predicted_paper;
+  iteration_align(slot, p, &it);
   it.n_ranks = (size_t)p;
   it.ranks = ptrs;
   for (int r = 0; r < p && !it.has_loss; r++) /* on_report let only the last stage's rank set one */
@@ -58,6 +94,10 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
   snprintf(j->row.reason, sizeof j->row.reason, "iteration %d done", slot->iteration);
   job_event(co, j, &it);
   free(ptrs);
+  for (int r = 0; r < p; r++) {
+    zb_timeline_pb_free(slot->ranks[r].timeline);
+    slot->ranks[r].timeline = NULL;
+  }
   slot->iteration = -1;
 }
 
@@ -73,6 +113,7 @@ static coord_iter_slot *job_slot(coord_job *j, int iteration) {
   const zb_planner_result *pl = j->switch_at >= 0 && iteration >= j->switch_at ? &j->next_plan : &j->plan;
   snprintf(slot->schedule, sizeof slot->schedule, "%s", zb_family_name(pl->family));
   slot->predicted = pl->sim ? pl->sim->bubble_ratio : 0;
+  slot->predicted_paper = pl->sim ? pl->sim->bubble_ratio_paper : 0;
   slot->loss_rank = -1;
   if (zb_job_spec_trains_model(&j->spec))
     slot->loss_rank = zb_placement_rank(zb_family_placement(pl->family), pl->p, pl->v, pl->p * pl->v - 1);
@@ -103,6 +144,10 @@ static void report_copy(Zb__V1__RankIteration *ri, int rank, const Zb__V1__RankI
   ri->comm_groups = m->comm_groups;
   ri->comm_actions = m->comm_actions;
   ri->cpu_wait_seconds = m->cpu_wait_seconds;
+  ri->comm_wait_seconds = m->comm_wait_seconds;
+  ri->clock_offset_seconds = m->clock_offset_seconds;
+  ri->clock_rtt_seconds = m->clock_rtt_seconds;
+  ri->timeline = zb_timeline_pb_copy(m->timeline);
 }
 
 /* A rank's iteration figures into their slot; false after failing call. */
@@ -127,6 +172,14 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
                 slot->loss_rank < 0 ? "the job trains no model" : "the last stage is on another rank");
     return false;
   }
+  zb_diag d = {{0}};
+  zb_tl_op *ops = NULL;
+  int n_ops = 0;
+  if (req->metrics->timeline && zb_timeline_decode(req->metrics->timeline, 0, &ops, &n_ops, &d) != ZB_OK) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "metrics.%s", d.msg);
+    return false;
+  }
+  free(ops);
   Zb__V1__RankIteration *ri = &slot->ranks[w->rank];
   report_copy(ri, w->rank, req->metrics);
   slot->have[w->rank] = true;
@@ -149,13 +202,24 @@ static void report_failure(coord_job *j, const coord_worker *w, const char *erro
   j->fail_at_ms = zb_clock_unix_ms() + COORD_FAIL_GRACE_MS;
 }
 
+/* Answers a report; when it carried the worker's send time, with the
+ * coordinator's receive time t2 and now (docs/wire.md, Timelines). */
+static void report_reply(zb_rpc_call *call, Zb__V1__ReportResponse *resp, const Zb__V1__ReportRequest *req,
+                         double t2) {
+  if (req->sent_seconds > 0) {
+    resp->received_seconds = t2;
+    resp->replied_seconds = zb_clock_s();
+  }
+  zb_rpc_reply(call, &resp->base);
+}
+
 /* The job of a report from w, or NULL after answering call: a heartbeat,
  * a late report of a job that ended, or one that is not w's. */
-static coord_job *report_job(coord *co, zb_rpc_call *call, coord_worker *w,
-                             const Zb__V1__ReportRequest *req) {
+static coord_job *report_job(coord *co, zb_rpc_call *call, coord_worker *w, const Zb__V1__ReportRequest *req,
+                             double t2) {
   Zb__V1__ReportResponse resp = ZB__V1__REPORT_RESPONSE__INIT;
   if (!req->job_id || !req->job_id[0]) { /* heartbeat */
-    zb_rpc_reply(call, &resp.base);
+    report_reply(call, &resp, req, t2);
     return NULL;
   }
   coord_job *j = job_find(co, req->job_id);
@@ -165,7 +229,7 @@ static coord_job *report_job(coord *co, zb_rpc_call *call, coord_worker *w,
   }
   if (j->row.state != ZB_JOB_RUNNING || w->job != j) {
     resp.stop = true;
-    zb_rpc_reply(call, &resp.base);
+    report_reply(call, &resp, req, t2);
     return NULL;
   }
   if (req->rank != w->rank) {
@@ -212,6 +276,7 @@ static bool report_nccl_id(coord_job *j, zb_rpc_call *call, const coord_worker *
 
 void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
+  double t2 = zb_clock_s();
   const Zb__V1__ReportRequest *req = (const void *)m;
   coord_metrics_count_report(co);
   Zb__V1__ReportResponse resp = ZB__V1__REPORT_RESPONSE__INIT;
@@ -225,13 +290,13 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     return;
   }
   w->last_seen_ms = zb_clock_unix_ms();
-  coord_job *j = report_job(co, call, w, req);
+  coord_job *j = report_job(co, call, w, req, t2);
   if (!j)
     return;
   if (req->error && req->error[0]) {
     report_failure(j, w, req->error);
     resp.stop = true;
-    zb_rpc_reply(call, &resp.base);
+    report_reply(call, &resp, req, t2);
     return;
   }
   if (req->nccl_unique_id.len && !report_nccl_id(j, call, w, req))
@@ -249,5 +314,5 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     resp.stop = true;
     coord_start_pending(co);
   }
-  zb_rpc_reply(call, &resp.base);
+  report_reply(call, &resp, req, t2);
 }

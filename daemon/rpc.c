@@ -29,6 +29,7 @@ const zb_rpc_method coord_methods[] = {
     {ZB_METHOD_UPDATE_SCHEDULE, &zb__v1__update_schedule_request__descriptor, on_update_schedule, false},
     {ZB_METHOD_LIST_WORKERS, &zb__v1__list_workers_request__descriptor, on_list_workers, false},
     {ZB_METHOD_PLAN, &zb__v1__plan_request__descriptor, on_plan, false},
+    {ZB_METHOD_GET_ITERATION, &zb__v1__get_iteration_request__descriptor, on_get_iteration, false},
     {ZB_METHOD_ATTACH, &zb__v1__attach_request__descriptor, on_attach, true},
     {ZB_METHOD_REPORT, &zb__v1__report_request__descriptor, on_report, false},
     {ZB_METHOD_HEALTH_CHECK, &grpc__health__v1__health_check_request__descriptor, on_health, false},

@@ -24,6 +24,7 @@
 #include "zb_planner.h"
 #include "zb_schedule.h"
 #include "zb_sim.h"
+#include "zb_timeline.h"
 #include "zb_validate.h"
 
 #endif

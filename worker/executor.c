@@ -21,6 +21,9 @@ struct zb_executor {
   zb_backend *backend;
   zb_transport *transport;
   void **bufs; /* scratch: the buffers of one group */
+  int trace_every;
+  zb_tl_op *tl; /* the sampled iteration's ops: one per action at most */
+  int tl_n;
 };
 
 /* Prefixes diag's message with where it happened; returns err. */
@@ -109,6 +112,9 @@ zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_tr
   e->backend = backend;
   e->transport = transport;
   e->bufs = zb_calloc((size_t)e->n + 1, sizeof(void *));
+  e->trace_every = cfg->trace_every > 0 ? cfg->trace_every : 0;
+  if (e->trace_every)
+    e->tl = zb_calloc((size_t)e->n + 1, sizeof *e->tl);
   /* the rank's M_F: m_f summed over the distinct stages it computes */
   bool *seen = zb_calloc((size_t)e->costs->n_stages, sizeof(bool));
   for (int i = 0; i < e->n; i++)
@@ -125,6 +131,7 @@ void zb_executor_free(zb_executor *e) {
   if (!e)
     return;
   free(e->actions);
+  free(e->tl);
   free(e->bufs);
   zb_costs_free(e->costs);
   free(e);
@@ -166,47 +173,88 @@ static zb_err exec_group(zb_executor *e, int i, int j, int *at, zb_diag *diag) {
   return zb_transport_group_end(e->transport, diag);
 }
 
+/* Appends an op of a sampled iteration (times in ns from its start). */
+static void tl_push(zb_executor *e, const zb_action *a, int group_size, int64_t t0, int64_t t1) {
+  e->tl[e->tl_n++] = (zb_tl_op){.op = a->op,
+                                .stage = a->stage,
+                                .mb = a->mb,
+                                .group_size = group_size,
+                                .start = (double)t0 * 1e-9,
+                                .end = (double)t1 * 1e-9};
+}
+
+/* Runs compute action a; on a sampled iteration (trace) waits for it and
+ * records it, times from base. */
+static zb_err exec_compute(zb_executor *e, const zb_action *a, bool trace, int64_t base, zb_diag *diag) {
+  int64_t t0 = trace ? zb_clock_ns() : 0;
+  zb_err err = zb_backend_submit(e->backend, a->op, a->stage, a->mb, diag);
+  if (!err && trace)
+    err = zb_backend_sync(e->backend, diag);
+  if (!err && trace)
+    tl_push(e, a, 0, t0 - base, zb_clock_ns() - base);
+  return err;
+}
+
+/* What one iteration's walk adds up, for its zb_rank_iteration. */
+typedef struct exec_tally {
+  double mem, peak, comm; /* plan-accounted memory now and at most; seconds in groups */
+  int32_t groups, comm_actions;
+} exec_tally;
+
+/* Posts the group that starts at action i and waits for it; *next is the
+ * action after it (or, on failure, the one to blame). */
+static zb_err exec_comm(zb_executor *e, int i, bool trace, int64_t base, exec_tally *t, int *next,
+                        zb_diag *diag) {
+  int j = zb_comm_group_end(e->actions, e->n, i), at;
+  int64_t c0 = zb_clock_ns();
+  zb_err err = exec_group(e, i, j, &at, diag);
+  int64_t c1 = zb_clock_ns();
+  t->comm += (double)(c1 - c0) * 1e-9;
+  if (trace && !err)
+    tl_push(e, &e->actions[i], j - i + 1, c0 - base, c1 - base);
+  t->groups++;
+  t->comm_actions += j - i + 1;
+  *next = err ? at : j + 1;
+  return err;
+}
+
+/* Walks the list once; *failed_at is the action to blame on failure. */
+static zb_err exec_walk(zb_executor *e, bool trace, int64_t start, exec_tally *t, int *failed_at,
+                        zb_diag *diag) {
+  int i = 0;
+  zb_err err = ZB_OK;
+  while (i < e->n && !err) {
+    const zb_action *a = &e->actions[i];
+    if (exec_stopped(e)) {
+      err = zb_diag_set(diag, ZB_ERR_IO, "stopped (stop flag raised)");
+    } else if (zb_op_is_compute(a->op)) {
+      err = exec_compute(e, a, trace, start, diag);
+      if (!err) {
+        t->mem += zb_costs_mem(e->costs, a->op, a->stage);
+        t->peak = t->mem > t->peak ? t->mem : t->peak;
+        i++;
+      }
+    } else if (zb_op_is_comm(a->op)) {
+      err = exec_comm(e, i, trace, start, t, &i, diag);
+    } else {
+      i++; /* FSDP and empty actions take no time here */
+    }
+  }
+  *failed_at = i;
+  return err;
+}
+
 zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteration *out, zb_diag *diag) {
   zb_backend_stats bs;
   zb_transport_stats ts0, ts1;
   zb_backend_take_stats(e->backend, &bs); /* start a fresh interval */
   zb_transport_stats_get(e->transport, &ts0);
-  double mem = 0, peak = 0, comm = 0;
-  int32_t groups = 0, comm_actions = 0;
+  exec_tally t = {0};
+  bool trace = e->trace_every > 0 && iteration % e->trace_every == 0;
+  e->tl_n = 0;
   int64_t start = zb_clock_ns();
-  zb_err err = ZB_OK;
-  int i = 0;
-  while (i < e->n) {
-    const zb_action *a = &e->actions[i];
-    if (exec_stopped(e)) {
-      err = zb_diag_set(diag, ZB_ERR_IO, "stopped (stop flag raised)");
-      break;
-    }
-    if (zb_op_is_compute(a->op)) {
-      err = zb_backend_submit(e->backend, a->op, a->stage, a->mb, diag);
-      if (err)
-        break;
-      mem += zb_costs_mem(e->costs, a->op, a->stage);
-      if (mem > peak)
-        peak = mem;
-      i++;
-    } else if (zb_op_is_comm(a->op)) {
-      int j = zb_comm_group_end(e->actions, e->n, i);
-      int64_t c0 = zb_clock_ns();
-      int at;
-      err = exec_group(e, i, j, &at, diag);
-      comm += (double)(zb_clock_ns() - c0) * 1e-9;
-      groups++;
-      comm_actions += j - i + 1;
-      if (err) {
-        i = at;
-        break;
-      }
-      i = j + 1;
-    } else {
-      i++; /* FSDP and empty actions take no time here */
-    }
-  }
+  int i;
+  zb_err err = exec_walk(e, trace, start, &t, &i, diag);
   if (!err) {
     i = -1;
     err = zb_backend_sync(e->backend, diag);
@@ -232,12 +280,14 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
   r.idle_seconds = idle > 0 ? idle : 0;
   r.bubble_ratio = r.wall_seconds > 0 ? r.idle_seconds / r.wall_seconds : 0;
   r.bytes_sent = ts1.bytes_sent - ts0.bytes_sent;
-  r.peak_memory = e->rank_mf > 0 ? peak / e->rank_mf : peak;
+  r.peak_memory = e->rank_mf > 0 ? t.peak / e->rank_mf : t.peak;
   r.peak_memory_bytes = bs.peak_bytes >= 0 ? bs.peak_bytes : (int64_t)llround(r.peak_memory * (double)e->bpa);
   r.cpu_wait_seconds = bs.cpu_wait;
-  r.comm_seconds = comm;
-  r.comm_groups = groups;
-  r.comm_actions = comm_actions;
+  r.comm_seconds = t.comm;
+  r.comm_groups = t.groups;
+  r.comm_actions = t.comm_actions;
+  r.timeline = trace ? e->tl : NULL;
+  r.n_timeline = trace ? e->tl_n : 0;
   *out = r;
   return ZB_OK;
 }

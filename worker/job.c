@@ -205,7 +205,8 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
                            .n_actions = l->n,
                            .costs = a->costs,
                            .bytes_per_activation = (size_t)a->bytes_per_activation,
-                           .stop = js->stop};
+                           .stop = js->stop,
+                           .trace_every = a->trace_every};
   if (!err)
     err = zb_executor_new(&ec, be, js->tr, &ex, diag);
   if (!err)

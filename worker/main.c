@@ -311,6 +311,12 @@ int main(int argc, char **argv) {
   w.data_fd = -1;
   if (!open_data_port(&w, listen))
     return 1;
+  const char *skew = getenv("ZB_TEST_CLOCK_SKEW_SECONDS"); /* a test knob: a worker on a skewed clock */
+  if (skew && skew[0]) {
+    w.clock_skew = strtod(skew, NULL);
+    ZB_WARN("ZB_TEST_CLOCK_SKEW_SECONDS: this worker's reported times are %+.3f s off its clock",
+            w.clock_skew);
+  }
   w.gpu_ordinal = (int)f.gpu;
   worker_gpu_probe(&w, (int)f.gpu);
   struct sigaction sa = {.sa_handler = on_signal};

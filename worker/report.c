@@ -6,10 +6,24 @@
 #include "worker.h"
 #include "zb_log.h"
 #include "zb_methods.h"
+#include "zb_timeline_pb.h"
 
-report_result worker_report(worker *w, const Zb__V1__ReportRequest *req, char *why, size_t why_len) {
+/* A round trip of a report whose answer carries the coordinator's times:
+ * one sample of its clock against ours (docs/wire.md, Timelines). */
+static void clock_sample(worker *w, double t1, const Zb__V1__ReportResponse *resp) {
+  if (resp->received_seconds <= 0)
+    return; /* an older coordinator */
+  double t4 = worker_clock(w);
+  pthread_mutex_lock(&w->mu);
+  zb_clock_offset_add(&w->clock, t1, resp->received_seconds, resp->replied_seconds, t4);
+  pthread_mutex_unlock(&w->mu);
+}
+
+report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, size_t why_len) {
   ProtobufCMessage *resp = NULL;
   char details[256];
+  double t1 = worker_clock(w);
+  req->sent_seconds = t1;
   grpc_status_code st =
       zb_rpc_unary(w->rpc, ZB_METHOD_REPORT, &req->base, &zb__v1__report_response__descriptor, &resp, 5000,
                    false, details, sizeof details);
@@ -20,6 +34,7 @@ report_result worker_report(worker *w, const Zb__V1__ReportRequest *req, char *w
       snprintf(why, why_len, "%s: %s", zb_rpc_status_name(st), details);
     return REPORT_FAILED;
   }
+  clock_sample(w, t1, (const Zb__V1__ReportResponse *)resp);
   bool stop = ((Zb__V1__ReportResponse *)resp)->stop;
   protobuf_c_message_free_unpacked(resp, NULL);
   return stop ? REPORT_STOP : REPORT_OK;
@@ -39,7 +54,13 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
   ri.peak_memory = it->peak_memory;
   ri.peak_memory_bytes = it->peak_memory_bytes;
   ri.bubble_ratio = it->bubble_ratio;
-  ri.start_monotonic_seconds = it->start_seconds;
+  ri.start_monotonic_seconds = it->start_seconds + w->clock_skew;
+  ri.comm_wait_seconds = it->comm_seconds;
+  pthread_mutex_lock(&w->mu);
+  zb_clock_offset_get(&w->clock, &ri.clock_offset_seconds, &ri.clock_rtt_seconds);
+  pthread_mutex_unlock(&w->mu);
+  if (it->timeline)
+    ri.timeline = zb_timeline_encode(it->timeline, it->n_timeline);
   ri.cpu_wait_seconds = it->cpu_wait_seconds;
   ri.comm_groups = it->comm_groups;
   ri.comm_actions = it->comm_actions;
@@ -60,6 +81,7 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
   req.metrics = &ri;
   char why[300];
   report_result rr = worker_report(w, &req, why, sizeof why);
+  zb_timeline_pb_free(ri.timeline);
   if (rr == REPORT_STOP) {
     atomic_store(w->job_stop, true);
     return false;

@@ -25,6 +25,12 @@ const char *zbtcp_errstr(int e, char *buf, size_t len) {
   return buf;
 }
 
+void zbtcp_set_buffers(int fd) {
+  int n = TCP_SOCKET_BUFFER;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &n, sizeof n);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &n, sizeof n);
+}
+
 int zbtcp_set_nonblocking(int fd) {
   int fl = fcntl(fd, F_GETFL, 0);
   return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
@@ -170,6 +176,7 @@ zb_err zb_tcp_listen(const char *addr, int *fd_out, int *port, zb_diag *diag) {
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    zbtcp_set_buffers(fd); /* accepted connections inherit them */
     if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0 && zbtcp_set_nonblocking(fd) == 0) {
       lfd = fd;
       break;

@@ -34,6 +34,7 @@
 #define TCP_POLL_MS 100 /* the longest a wait goes without looking at the stop flag */
 #define TCP_BACKOFF_MIN_NS 10000000LL
 #define TCP_BACKOFF_MAX_NS 500000000LL
+#define TCP_SOCKET_BUFFER (4 << 20)
 
 typedef struct tcp_op {
   bool is_send;
@@ -98,6 +99,12 @@ static inline bool tcp_stopped(const tcp_transport *t) {
 /* strerror_r of e into buf. */
 const char *zbtcp_errstr(int e, char *buf, size_t len);
 int zbtcp_set_nonblocking(int fd);
+/* Socket buffers of TCP_SOCKET_BUFFER bytes each way (the kernel caps them
+ * at net.core.wmem_max/rmem_max), set before listen or connect so the
+ * window scales: a send of an activation then completes at once, without
+ * waiting for the receiver to reach its RECV, as the simulator assumes
+ * (docs/model.md, Transports). Best effort. */
+void zbtcp_set_buffers(int fd);
 /* getaddrinfo of "host:port" (host may be "[v6]", empty or "*" when
  * passive); EAI_NONAME for a malformed address. */
 int zbtcp_resolve(const char *addr, bool passive, struct addrinfo **out);

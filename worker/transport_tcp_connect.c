@@ -82,6 +82,7 @@ static void hs_dial(tcp_hs *h) {
     hs_retry(h, zbtcp_errstr(errno, eb, sizeof eb));
     return;
   }
+  zbtcp_set_buffers(h->fd);
   h->done = 0;
   if (connect(h->fd, ai->ai_addr, ai->ai_addrlen) == 0)
     h->st = HS_WRITE;

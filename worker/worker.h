@@ -22,9 +22,11 @@
 
 #include "zb/v1/zb.pb-c.h"
 #include "zb_assignment.h"
+#include "zb_clock.h"
 #include "zb_executor.h"
 #include "zb_rpc.h"
 #include "zb_step.h"
+#include "zb_timeline.h"
 
 typedef struct worker {
   char id[64];
@@ -47,7 +49,17 @@ typedef struct worker {
   atomic_bool *job_stop;   /* the running job's stop flag */
   char nccl_job[64];       /* the job whose NCCL id nccl_id holds; "" none */
   uint8_t nccl_id[ZB_NCCL_ID_BYTES];
+  zb_clock_offset clock; /* the coordinator's clock against ours, from report round trips */
+  /* set once at start: added to every time the worker reports (its
+   * clock), so tests can give one worker a skewed clock
+   * (ZB_TEST_CLOCK_SKEW_SECONDS) */
+  double clock_skew;
 } worker;
+
+/* The worker's clock in seconds: CLOCK_MONOTONIC plus the test skew. */
+static inline double worker_clock(const worker *w) {
+  return zb_clock_s() + w->clock_skew;
+}
 
 /* Frees a heap-allocated decoded assignment; NULL is a no-op. */
 void worker_assignment_free(zb_assignment *a);
@@ -58,7 +70,7 @@ typedef enum report_result { REPORT_OK, REPORT_STOP, REPORT_FAILED } report_resu
 /* Sends one Report. REPORT_STOP: the coordinator asked the rank to stop;
  * REPORT_FAILED: the call failed (the coordinator refused it, or did not
  * answer in time), with the status in why when given. */
-report_result worker_report(worker *w, const Zb__V1__ReportRequest *req, char *why, size_t why_len);
+report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, size_t why_len);
 /* Reports that rank of job_id ended: failed with error, or done (NULL). */
 void worker_report_end(worker *w, const char *job_id, int rank, const char *error);
 

@@ -24,6 +24,12 @@
  *               stages in the list), so 1F1B's rank 0 peaks at p;
  *   peak_memory_bytes  the backend's peak when it tracks memory, else
  *               peak_memory x bytes_per_activation.
+ *   timeline    on sampled iterations (trace_every): when each compute op
+ *               and each transport group (post to completion) ran, in run
+ *               order, seconds from the iteration's start. The backend is
+ *               synced after each compute op of such an iteration, so an
+ *               asynchronous backend's op ends when its work does; the two
+ *               clock reads per op are all a synchronous backend pays.
  *
  * Ownership: the caller owns the zb_executor (zb_executor_free, NULL is a
  * no-op). The action list and costs are copied; the backend, transport and
@@ -45,6 +51,7 @@
 
 #include "zb_backend.h"
 #include "zb_schedule.h"
+#include "zb_timeline.h"
 #include "zb_transport.h"
 
 /* One rank's measurements of one iteration; the first fields mirror
@@ -65,6 +72,11 @@ typedef struct zb_rank_iteration {
   double cpu_wait_seconds;           /* of the busy time: runnable without a core (zb_backend_stats) */
   int32_t comm_groups;               /* transport groups posted (zb_comm_group_count of the list) */
   int32_t comm_actions;              /* sends and receives in them */
+  /* Sampled iterations only (else NULL, 0): ops in run order, start and
+   * end in seconds from start_seconds. Owned by the executor; valid until
+   * its next iteration. */
+  const zb_tl_op *timeline;
+  int n_timeline;
 } zb_rank_iteration;
 
 typedef struct zb_executor_config {
@@ -77,6 +89,7 @@ typedef struct zb_executor_config {
   const zb_costs *costs;
   size_t bytes_per_activation; /* payload of every SEND/RECV */
   const atomic_bool *stop;     /* may be NULL; borrowed */
+  int trace_every;             /* timelines of iterations 0, N, 2N, ...; 0: none */
 } zb_executor_config;
 
 typedef struct zb_executor zb_executor;

@@ -78,9 +78,10 @@ def sanitizer_report(text):
 class Proc:
     """One child process; stdout and stderr go to a log file."""
 
-    def __init__(self, name, argv, log_dir):
+    def __init__(self, name, argv, log_dir, env=None):
         self.name = name
         self.argv = argv
+        self.env = dict(os.environ, **env) if env else None
         self.log_path = os.path.join(log_dir, name + ".log")
         self.expect_clean_exit = True  # False once the test killed it on purpose
         self.rc = None
@@ -91,7 +92,7 @@ class Proc:
             log.write(("=== start: %s\n" % " ".join(self.argv)).encode())
             log.flush()
             self.p = subprocess.Popen(_WRAP + self.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                      stderr=subprocess.STDOUT)
+                                      stderr=subprocess.STDOUT, env=self.env)
         self.rc = None
 
     @property
@@ -281,11 +282,12 @@ class Cluster:
     def address(self):
         return "127.0.0.1:%d" % self.port
 
-    def start_worker(self, wid, port=None, extra=()):
-        """Starts zb-worker --id wid against the current coordinator address."""
+    def start_worker(self, wid, port=None, extra=(), env=None):
+        """Starts zb-worker --id wid against the current coordinator address
+        (env: variables added to the test's own)."""
         argv = [WORKER, "--coordinator", "127.0.0.1:%d" % (port or self.port), "--id", wid, "--heartbeat-ms",
                 "200"] + list(extra)
-        p = Proc("worker-" + wid, argv, self.dir)
+        p = Proc("worker-" + wid, argv, self.dir, env=env)
         self.workers[wid] = p
         self.procs.append(p)
         return p

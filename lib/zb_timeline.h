@@ -1,0 +1,73 @@
+/* zb_timeline.h — measured per-op timelines of one iteration, every rank's
+ * placed on one clock, summarised with the simulator's definitions
+ * (docs/schedules.md, Bubble definitions), so that a measured bubble and a
+ * predicted one mean the same thing.
+ *
+ * Each rank lists what it ran, in order: compute ops (F, B, W, BW) and
+ * transport groups (a SEND_* or RECV_* op standing for the group). Pure:
+ * no I/O, no clock of its own; the caller aligns the times.
+ */
+#ifndef ZB_TIMELINE_H
+#define ZB_TIMELINE_H
+
+#include <stdbool.h>
+
+#include "zb_err.h"
+#include "zb_schedule.h"
+
+typedef struct zb_tl_op {
+  zb_op op;          /* F, B, W, BW; or SEND_F/RECV_F/SEND_B/RECV_B for a transport group */
+  int stage, mb;     /* of the op, or of the group's first action */
+  int group_size;    /* actions in a transport group; 0 for compute */
+  double start, end; /* seconds on the common clock, end >= start */
+} zb_tl_op;
+
+typedef struct zb_tl_rank {
+  const zb_tl_op *ops; /* borrowed */
+  int n;
+} zb_tl_rank;
+
+/* What one iteration's timelines say. Per-rank arrays have p entries and
+ * are owned (zb_tl_summary_free). */
+typedef struct zb_tl_summary {
+  int p;
+  double start, end;         /* first compute start, last compute end, over all ranks */
+  double span;               /* end - start: the simulator's makespan */
+  double max_span;           /* S_max: the longest first-to-last compute span of a rank */
+  double bubble_ratio;       /* 1 - sum busy / (p * span) */
+  double bubble_ratio_paper; /* (S_max - busy_max) / S_max */
+  double *compute;           /* per rank: seconds of compute ops */
+  double *comm;              /* per rank: seconds in transport groups */
+  double *idle;              /* per rank: span - compute - comm, never below 0 */
+  int *compute_ops, *groups; /* per rank: how many of each */
+} zb_tl_summary;
+
+/* Summarises p ranks' timelines into *out (which the caller frees with
+ * zb_tl_summary_free, also after a failure). ZB_ERR_INVALID_ARG when p < 1,
+ * an op ends before it starts or a time is not finite, naming the rank and
+ * op; a run with no compute op at all has span 0 and bubble 0. */
+zb_err zb_timeline_summarize(const zb_tl_rank *ranks, int p, zb_tl_summary *out, zb_diag *diag);
+
+void zb_tl_summary_free(zb_tl_summary *s);
+
+/* ---- clock offsets ----
+ * Another clock's offset from ours, NTP-style: a round trip sends at t1
+ * (our clock), arrives at t2 and is answered at t3 (theirs), and is back
+ * at t4 (ours). Its offset (theirs - ours) is ((t2 - t1) + (t3 - t4)) / 2,
+ * wrong by at most half its delay (t4 - t1) - (t3 - t2), so the estimate
+ * is the sample of least delay among the last ZB_CLOCK_SAMPLES. */
+#define ZB_CLOCK_SAMPLES 16
+
+typedef struct zb_clock_offset {
+  double offset[ZB_CLOCK_SAMPLES], delay[ZB_CLOCK_SAMPLES];
+  int n, next;
+} zb_clock_offset; /* zero-initialised: no sample */
+
+/* Adds one round trip; false (and nothing added) when a time is not
+ * finite or it ran backwards (t4 < t1, t3 < t2, or a negative delay). */
+bool zb_clock_offset_add(zb_clock_offset *c, double t1, double t2, double t3, double t4);
+
+/* The estimate and its sample's delay; false before any sample. */
+bool zb_clock_offset_get(const zb_clock_offset *c, double *offset, double *delay);
+
+#endif
