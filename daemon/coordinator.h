@@ -26,6 +26,7 @@
 #include "zb_job_plan.h"
 #include "zb_rpc.h"
 #include "zb_store.h"
+#include "zb_timeline.h"
 #include "zb_utf8.h"
 #include "zb_wire.h"
 
@@ -89,6 +90,11 @@ struct coord_job {
    * coordinator restart fails the running jobs anyway) */
   bool has_nccl_id;
   uint8_t nccl_id[ZB_NCCL_ID_BYTES];
+  /* costs learned from sampled iterations (learn.c); NULL before the
+   * first (memory only, like the plan) */
+  zb_costs *learned;
+  int learned_iterations;
+  double *slowdown; /* by rank, from the last sampled iteration (NULL before one) */
   struct coord_job *next;
 };
 
@@ -203,6 +209,21 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 
 /* reports.c */
 void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+
+/* learn.c */
+/* A rank whose compute over the plan's is this many times the median
+ * rank's is a straggler. */
+#define COORD_STRAGGLER_RATIO 1.2
+/* One aligned iteration of plan pl (its timelines ranks, their summary s):
+ * folds its op times into j->learned, re-simulates pl under them into
+ * it's predicted figures, sets each rank's slowdown (ris, by rank) and
+ * it->straggler_ranks (an array in *stragglers, which the caller frees
+ * once the event is out). */
+void job_learn(coord_job *j, const zb_planner_result *pl, const zb_tl_rank *ranks, const zb_tl_summary *s,
+               Zb__V1__RankIteration *ris, Zb__V1__IterationMetrics *it, int32_t **stragglers);
+/* j's learned costs as a message (protobuf_c_message_free_unpacked frees
+ * it), or NULL before any. */
+Zb__V1__LearnedCosts *job_learned_pb(const coord_job *j);
 
 /* metrics.c */
 zb_err coord_metrics_start(coord *co, zb_diag *diag);

@@ -134,6 +134,7 @@ void job_pb(const coord_job *j, Zb__V1__Job *out) {
   if (j->row.last)
     out->last = (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(&zb__v1__iteration_metrics__descriptor,
                                                                       NULL, j->row.last_len, j->row.last);
+  out->learned = job_learned_pb(j);
 }
 
 void job_pb_clear(Zb__V1__Job *pb) {
@@ -141,6 +142,8 @@ void job_pb_clear(Zb__V1__Job *pb) {
     protobuf_c_message_free_unpacked(&pb->spec->base, NULL);
   if (pb->last)
     protobuf_c_message_free_unpacked(&pb->last->base, NULL);
+  if (pb->learned)
+    protobuf_c_message_free_unpacked(&pb->learned->base, NULL);
 }
 
 coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
@@ -203,6 +206,8 @@ void coord_free_state(coord *co) {
       w = wn;
     }
     job_runtime_free(j);
+    zb_costs_free(j->learned); /* kept past the run: zbctl get shows it */
+    free(j->slowdown);
     zb_job_spec_free(&j->spec);
     free(j->row.spec);
     free(j->row.last);

@@ -225,6 +225,33 @@ static void render_totals(coord *co, zb_buf *b) {
       zb_buf_printf(b, "zb_job_samples_per_second{job=\"%s\"} %.6g\n", j->row.id, j->samples_per_second);
 }
 
+/* Per-rank slowdown of running jobs, from their last sampled iteration
+ * (learn.c): the ratio, and 1 for a straggler. */
+static void render_slowdowns(coord *co, zb_buf *b) {
+  zb_buf ratio = ZB_BUF_INIT, flag = ZB_BUF_INIT;
+  for (coord_job *j = co->jobs; j; j = j->next) {
+    if (j->row.state != ZB_JOB_RUNNING || !j->slowdown)
+      continue;
+    for (int r = 0; r < j->spec.ranks; r++) {
+      zb_buf_printf(&ratio, "zb_rank_slowdown_ratio{job=\"%s\",rank=\"%d\"} %.6g\n", j->row.id, r,
+                    j->slowdown[r]);
+      zb_buf_printf(&flag, "zb_rank_straggler{job=\"%s\",rank=\"%d\"} %d\n", j->row.id, r,
+                    j->slowdown[r] > COORD_STRAGGLER_RATIO);
+    }
+  }
+  family(b, "zb_rank_slowdown_ratio", "gauge",
+         "A rank's compute time over the plan's, against the median rank's, in its job's last sampled "
+         "iteration.");
+  if (ratio.len)
+    zb_buf_append(b, ratio.data, ratio.len);
+  family(b, "zb_rank_straggler", "gauge",
+         "1 when a rank's slowdown ratio exceeds 1.2 (a straggler), else 0.");
+  if (flag.len)
+    zb_buf_append(b, flag.data, flag.len);
+  zb_buf_free(&ratio);
+  zb_buf_free(&flag);
+}
+
 /* Per-rank figures of running jobs, from their last iteration. */
 static void render_ranks(coord *co, zb_buf *b) {
   zb_buf bub = ZB_BUF_INIT, mem = ZB_BUF_INIT;
@@ -251,6 +278,7 @@ static void render_ranks(coord *co, zb_buf *b) {
     zb_buf_append(b, mem.data, mem.len);
   zb_buf_free(&bub);
   zb_buf_free(&mem);
+  render_slowdowns(co, b);
 }
 
 /* The two histograms: op durations by job, rank and op; plan times. */

@@ -16,7 +16,11 @@
  * the coordinator's clock (each rank's start plus its worker's offset),
  * summarised with the simulator's definitions into it and the ranks'
  * span_* figures. A timeline that does not decode leaves it unaligned. */
-static void iteration_align(coord_iter_slot *slot, int p, Zb__V1__IterationMetrics *it) {
+static void iteration_align(coord_job *j, coord_iter_slot *slot, Zb__V1__IterationMetrics *it,
+                            int32_t **stragglers) {
+  int p = j->spec.ranks;
+  const zb_planner_result *pl =
+      j->switch_at >= 0 && slot->iteration >= j->switch_at ? &j->next_plan : &j->plan;
   zb_tl_rank *ranks = zb_calloc((size_t)p, sizeof *ranks);
   bool ok = true;
   for (int r = 0; r < p && ok; r++) {
@@ -38,6 +42,7 @@ static void iteration_align(coord_iter_slot *slot, int p, Zb__V1__IterationMetri
       slot->ranks[r].span_comm_seconds = s.comm[r];
       slot->ranks[r].span_idle_seconds = s.idle[r];
     }
+    job_learn(j, pl, ranks, &s, slot->ranks, it, stragglers);
   }
   zb_tl_summary_free(&s);
   for (int r = 0; r < p; r++)
@@ -65,7 +70,8 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
   it.bubble_ratio = wall > 0 ? 1 - busy / (p * wall) : 0;
   it.predicted_bubble_ratio = slot->predicted;
   it.predicted_bubble_ratio_paper = slot->predicted_paper;
-  iteration_align(slot, p, &it);
+  int32_t *stragglers = NULL;
+  iteration_align(j, slot, &it, &stragglers);
   it.n_ranks = (size_t)p;
   it.ranks = ptrs;
   for (int r = 0; r < p && !it.has_loss; r++) /* on_report let only the last stage's rank set one */
@@ -94,6 +100,7 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
   snprintf(j->row.reason, sizeof j->row.reason, "iteration %d done", slot->iteration);
   job_event(co, j, &it);
   free(ptrs);
+  free(stragglers);
   for (int r = 0; r < p; r++) {
     zb_timeline_pb_free(slot->ranks[r].timeline);
     slot->ranks[r].timeline = NULL;

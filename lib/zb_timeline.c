@@ -117,3 +117,140 @@ bool zb_clock_offset_get(const zb_clock_offset *c, double *offset, double *delay
   *delay = c->delay[best];
   return true;
 }
+
+/* ---- costs ---- */
+
+typedef struct tl_acc {
+  double *sum_f, *sum_b, *sum_w;
+  int *n_f, *n_b, *n_w;
+} tl_acc;
+
+static void acc_op(tl_acc *a, const zb_costs *prior, const zb_tl_op *o) {
+  double d = o->end - o->start;
+  int s = o->stage;
+  if (o->op == ZB_OP_F) {
+    a->sum_f[s] += d;
+    a->n_f[s]++;
+  } else if (o->op == ZB_OP_B) {
+    a->sum_b[s] += d;
+    a->n_b[s]++;
+  } else if (o->op == ZB_OP_W) {
+    a->sum_w[s] += d;
+    a->n_w[s]++;
+  } else if (o->op == ZB_OP_BW) {
+    double tb = prior->t_b[s], tw = prior->t_w[s], share = tb + tw > 0 ? tb / (tb + tw) : 1.0;
+    a->sum_b[s] += d * share;
+    a->n_b[s]++;
+    a->sum_w[s] += d * (1 - share);
+    a->n_w[s]++;
+  }
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Producers' ends and ranks by (stage, mb): F outputs and B/BW outputs. */
+typedef struct tl_ends {
+  int n_stages, m;
+  double *f_end, *b_end;
+  int *f_rank, *b_rank;
+} tl_ends;
+
+static void ends_fill(const zb_tl_rank *ranks, int p, tl_ends *e) {
+  size_t n = (size_t)e->n_stages * (size_t)e->m;
+  e->f_end = zb_malloc(sizeof(double) * n);
+  e->b_end = zb_malloc(sizeof(double) * n);
+  e->f_rank = zb_malloc(sizeof(int) * n);
+  e->b_rank = zb_malloc(sizeof(int) * n);
+  for (size_t i = 0; i < n; i++) {
+    e->f_end[i] = e->b_end[i] = NAN;
+    e->f_rank[i] = e->b_rank[i] = -1;
+  }
+  for (int r = 0; r < p; r++)
+    for (int i = 0; i < ranks[r].n; i++) {
+      const zb_tl_op *o = &ranks[r].ops[i];
+      size_t k = (size_t)o->stage * (size_t)e->m + (size_t)o->mb;
+      if (o->op == ZB_OP_F) {
+        e->f_end[k] = o->end;
+        e->f_rank[k] = r;
+      } else if (o->op == ZB_OP_B || o->op == ZB_OP_BW) {
+        e->b_end[k] = o->end;
+        e->b_rank[k] = r;
+      }
+    }
+}
+
+/* Latency samples: inputs from another rank that a rank waited for. */
+static int comm_samples(const zb_tl_rank *ranks, int p, const tl_ends *e, double *out) {
+  int n = 0;
+  for (int r = 0; r < p; r++) {
+    double prev_end = NAN;
+    for (int i = 0; i < ranks[r].n; i++) {
+      const zb_tl_op *o = &ranks[r].ops[i];
+      if (!zb_op_is_compute(o->op))
+        continue;
+      int ps = o->op == ZB_OP_F ? o->stage - 1 : o->op == ZB_OP_W ? -1 : o->stage + 1;
+      if (ps >= 0 && ps < e->n_stages) {
+        size_t k = (size_t)ps * (size_t)e->m + (size_t)o->mb;
+        double pe = o->op == ZB_OP_F ? e->f_end[k] : e->b_end[k];
+        int pr = o->op == ZB_OP_F ? e->f_rank[k] : e->b_rank[k];
+        if (pr >= 0 && pr != r && !isnan(pe) && (isnan(prev_end) || prev_end < pe))
+          out[n++] = o->start > pe ? o->start - pe : 0;
+      }
+      prev_end = o->end;
+    }
+  }
+  return n;
+}
+
+zb_err zb_timeline_costs(const zb_tl_rank *ranks, int p, const zb_costs *prior, zb_tl_costs *out,
+                         zb_diag *diag) {
+  memset(out, 0, sizeof *out);
+  int S = prior->n_stages, m = 1, total = 0;
+  for (int r = 0; r < p; r++)
+    for (int i = 0; i < ranks[r].n; i++) {
+      const zb_tl_op *o = &ranks[r].ops[i];
+      if (o->stage < 0 || o->stage >= S || o->mb < 0)
+        return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "timeline of rank %d, op %d: stage %d mb %d (%d stages)",
+                           r, i, o->stage, o->mb, S);
+      m = o->mb + 1 > m ? o->mb + 1 : m;
+      total++;
+    }
+  out->n_stages = S;
+  out->t_f = zb_malloc(sizeof(double) * (size_t)S);
+  out->t_b = zb_malloc(sizeof(double) * (size_t)S);
+  out->t_w = zb_malloc(sizeof(double) * (size_t)S);
+  tl_acc a = {zb_calloc((size_t)S, sizeof(double)), zb_calloc((size_t)S, sizeof(double)),
+              zb_calloc((size_t)S, sizeof(double)), zb_calloc((size_t)S, sizeof(int)),
+              zb_calloc((size_t)S, sizeof(int)),    zb_calloc((size_t)S, sizeof(int))};
+  for (int r = 0; r < p; r++)
+    for (int i = 0; i < ranks[r].n; i++)
+      acc_op(&a, prior, &ranks[r].ops[i]);
+  for (int s = 0; s < S; s++) {
+    out->t_f[s] = a.n_f[s] ? a.sum_f[s] / a.n_f[s] : NAN;
+    out->t_b[s] = a.n_b[s] ? a.sum_b[s] / a.n_b[s] : NAN;
+    out->t_w[s] = a.n_w[s] ? a.sum_w[s] / a.n_w[s] : NAN;
+  }
+  tl_ends e = {.n_stages = S, .m = m};
+  ends_fill(ranks, p, &e);
+  double *samples = zb_malloc(sizeof(double) * (size_t)(total + 1));
+  out->comm_samples = comm_samples(ranks, p, &e, samples);
+  qsort(samples, (size_t)out->comm_samples, sizeof(double), cmp_double);
+  out->t_comm = out->comm_samples ? samples[out->comm_samples / 2] : NAN;
+  void *bufs[] = {a.sum_f, a.sum_b, a.sum_w,  a.n_f,    a.n_b,  a.n_w,
+                  e.f_end, e.b_end, e.f_rank, e.b_rank, samples};
+  for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+    free(bufs[k]);
+  return ZB_OK;
+}
+
+void zb_tl_costs_free(zb_tl_costs *c) {
+  if (!c)
+    return;
+  free(c->t_f);
+  free(c->t_b);
+  free(c->t_w);
+  memset(c, 0, sizeof *c);
+}

@@ -50,6 +50,27 @@ zb_err zb_timeline_summarize(const zb_tl_rank *ranks, int p, zb_tl_summary *out,
 
 void zb_tl_summary_free(zb_tl_summary *s);
 
+/* ---- costs learned from a timeline ----
+ * What one iteration's timelines show of the cost model (docs/schedules.md,
+ * Cost and memory model), by stage: the mean duration of its F, B and W
+ * ops (a fused BW split in the ratio of prior's T_B : T_W), and the
+ * transfer latency T_comm: the median, over the inputs a rank waited for
+ * (its previous compute op ended before the producer's on another rank),
+ * of the consumer's start less the producer's end (0 at least). */
+typedef struct zb_tl_costs {
+  int n_stages;
+  double *t_f, *t_b, *t_w; /* by stage; NAN where the iteration ran no such op */
+  double t_comm;           /* NAN without a sample */
+  int comm_samples;
+} zb_tl_costs;
+
+/* Fills *out (free with zb_tl_costs_free, also after a failure) from p
+ * ranks' timelines of a plan with prior->n_stages stages. ZB_ERR_INVALID_ARG
+ * when an op names a stage outside them or a negative microbatch. */
+zb_err zb_timeline_costs(const zb_tl_rank *ranks, int p, const zb_costs *prior, zb_tl_costs *out,
+                         zb_diag *diag);
+void zb_tl_costs_free(zb_tl_costs *c);
+
 /* ---- clock offsets ----
  * Another clock's offset from ours, NTP-style: a round trip sends at t1
  * (our clock), arrives at t2 and is answered at t3 (theirs), and is back

@@ -29,6 +29,7 @@ typedef struct sim_backend {
   unsigned char *send_buf, *recv_buf;
   zb_backend_stats acc; /* busy of the current interval */
   double mem, peak;     /* in units of costs' memory deltas */
+  double time_scale;
 } sim_backend;
 
 /* Sleeps until the absolute monotonic time `deadline_ns`: sleeps in slices
@@ -61,7 +62,7 @@ static zb_err sim_submit(void *self, zb_op op, int stage, int mb, zb_diag *diag)
   if (stage < 0 || stage >= b->costs->n_stages || mb < 0)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "sim backend: %s stage %d mb %d out of range (%d stages)",
                        zb_op_name(op), stage, mb, b->costs->n_stages);
-  double t = zb_costs_time(b->costs, op, stage);
+  double t = zb_costs_time(b->costs, op, stage) * b->time_scale;
   int64_t start = zb_clock_ns();
   zb_err err = sim_wait_until(b, start + (int64_t)llround(t * 1e9), diag);
   double took = (double)(zb_clock_ns() - start) * 1e-9;
@@ -145,6 +146,7 @@ zb_err zb_backend_sim_new(const zb_sim_backend_config *cfg, zb_backend **out, zb
       return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "sim backend: stage %d has a negative or NaN op time", s);
   sim_backend *b = zb_calloc(1, sizeof *b);
   b->costs = zb_costs_clone(c);
+  b->time_scale = cfg->time_scale > 0 ? cfg->time_scale : 1.0;
   b->rank_mf = cfg->rank_mf > 0 ? cfg->rank_mf : 1.0;
   b->bpa = cfg->bytes_per_activation;
   b->stop = cfg->stop;

@@ -59,7 +59,8 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
                               .rank_mf =
                                   zb_costs_rank_mf(a->costs, sched->placement, sched->p, sched->v, a->rank),
                               .bytes_per_activation = (size_t)a->bytes_per_activation,
-                              .stop = js->stop};
+                              .stop = js->stop,
+                              .time_scale = js->w->sim_slowdown};
   zb_err err = zb_backend_sim_new(&bc, owned, diag);
   *be = *owned;
   return err;

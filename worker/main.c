@@ -317,6 +317,11 @@ int main(int argc, char **argv) {
     ZB_WARN("ZB_TEST_CLOCK_SKEW_SECONDS: this worker's reported times are %+.3f s off its clock",
             w.clock_skew);
   }
+  const char *slow = getenv("ZB_TEST_SIM_SLOWDOWN"); /* a test knob: a slow rank */
+  if (slow && slow[0]) {
+    w.sim_slowdown = strtod(slow, NULL);
+    ZB_WARN("ZB_TEST_SIM_SLOWDOWN: sim ops take %.2f times their configured time", w.sim_slowdown);
+  }
   w.gpu_ordinal = (int)f.gpu;
   worker_gpu_probe(&w, (int)f.gpu);
   struct sigaction sa = {.sa_handler = on_signal};

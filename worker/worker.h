@@ -54,6 +54,7 @@ typedef struct worker {
    * clock), so tests can give one worker a skewed clock
    * (ZB_TEST_CLOCK_SKEW_SECONDS) */
   double clock_skew;
+  double sim_slowdown; /* test knob ZB_TEST_SIM_SLOWDOWN: sim ops take this many times longer */
 } worker;
 
 /* The worker's clock in seconds: CLOCK_MONOTONIC plus the test skew. */

@@ -123,6 +123,9 @@ typedef struct zb_sim_backend_config {
   double rank_mf;
   size_t bytes_per_activation; /* size of the buffers buffer() hands out */
   const atomic_bool *stop;     /* may be NULL; borrowed, must outlive the backend */
+  /* Every op takes this many times its configured time (<= 0: 1): a test
+   * knob for a slow rank (zb-worker's ZB_TEST_SIM_SLOWDOWN). */
+  double time_scale;
 } zb_sim_backend_config;
 
 /* Creates a sim backend. Ops sleep to an absolute CLOCK_MONOTONIC deadline

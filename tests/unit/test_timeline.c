@@ -175,5 +175,36 @@ static void test_clock_offset(void) {
   CHECK_NEAR(off, 1.0, 1e-9);
 }
 
-ZBT_MAIN(ZBT(test_clock_offset), ZBT(test_timeline_equals_the_simulator), ZBT(test_offsets_taken_out),
-         ZBT(test_comm_is_not_busy), ZBT(test_bad_times_refused))
+/* A simulated run with T_F:T_B:T_W = 1:1.2:0.8 and T_comm 0.05: the learned per-stage
+ * times are the planned ones exactly (fused BW split by the prior's
+ * ratio), T_comm is the simulator's latency, and a stage out of range is
+ * refused. */
+static void test_costs_from_a_timeline(void) {
+  zb_family fams[] = {ZB_FAMILY_ZB_H1, ZB_FAMILY_1F1B, ZB_FAMILY_ZB_V};
+  for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+    zb_planner_result pl = {0};
+    CHECK(plan(fams[k], 4, 8, &pl));
+    zb_tl_rank *ranks = from_sim(&pl, NULL, 0.0);
+    zb_tl_costs c;
+    zb_diag d = {{0}};
+    CHECK_EQ(zb_timeline_costs(ranks, 4, pl.costs, &c, &d), ZB_OK);
+    CHECK_EQ(c.n_stages, pl.costs->n_stages);
+    for (int s = 0; s < c.n_stages; s++) {
+      CHECK_NEAR(c.t_f[s], pl.costs->t_f[s], 1e-12);
+      CHECK_NEAR(c.t_b[s], pl.costs->t_b[s], 1e-12);
+      CHECK_NEAR(c.t_w[s], pl.costs->t_w[s], 1e-12);
+    }
+    CHECK_MSG(c.comm_samples > 0 && fabs(c.t_comm - 0.05) < 1e-9, "%s: t_comm %g from %d samples",
+              zb_family_name(fams[k]), c.t_comm, c.comm_samples);
+    zb_tl_costs_free(&c);
+    ((zb_tl_op *)ranks[1].ops)[0].stage = 99;
+    CHECK_EQ(zb_timeline_costs(ranks, 4, pl.costs, &c, &d), ZB_ERR_INVALID_ARG);
+    CHECK(strstr(d.msg, "stage 99"));
+    zb_tl_costs_free(&c);
+    free_ranks(ranks, 4);
+    zb_planner_result_free(&pl);
+  }
+}
+
+ZBT_MAIN(ZBT(test_costs_from_a_timeline), ZBT(test_clock_offset), ZBT(test_timeline_equals_the_simulator),
+         ZBT(test_offsets_taken_out), ZBT(test_comm_is_not_busy), ZBT(test_bad_times_refused))

@@ -1,0 +1,128 @@
+/* learn.c — what a job's sampled iterations teach (docs/wire.md,
+ * Timelines): per-stage op times and T_comm learned from the aligned
+ * timelines (a running average), the predicted bubble re-simulated from
+ * them so that predicted and measured compare like with like, and the
+ * ranks whose compute runs slow against the plan (stragglers). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "zb_alloc.h"
+#include "zb_log.h"
+
+/* Weight of a new sampled iteration in the running average: recent enough
+ * to follow drift within a few samples, smooth enough to ride out one
+ * descheduled op. */
+#define LEARN_ALPHA 0.3
+
+static double blend(double old, double obs, bool first) {
+  if (isnan(obs))
+    return old;
+  return first ? obs : old + LEARN_ALPHA * (obs - old);
+}
+
+/* Folds one iteration's costs into j->learned (started from the plan's
+ * costs; restarted when the plan's stage count changed). */
+static void learn_costs(coord_job *j, const zb_planner_result *pl, const zb_tl_costs *c) {
+  if (j->learned && j->learned->n_stages != pl->costs->n_stages) {
+    zb_costs_free(j->learned);
+    j->learned = NULL;
+  }
+  bool first = !j->learned;
+  if (first) {
+    j->learned = zb_costs_clone(pl->costs);
+    j->learned_iterations = 0;
+  }
+  zb_costs *l = j->learned;
+  for (int s = 0; s < l->n_stages; s++) {
+    l->t_f[s] = blend(l->t_f[s], c->t_f[s], first);
+    l->t_b[s] = blend(l->t_b[s], c->t_b[s], first);
+    l->t_w[s] = blend(l->t_w[s], c->t_w[s], first);
+  }
+  l->t_comm = blend(l->t_comm, c->t_comm, first);
+  j->learned_iterations++;
+}
+
+/* The plan's lowered lists simulated under the learned costs. */
+static void predict_learned(const coord_job *j, const zb_planner_result *pl, Zb__V1__IterationMetrics *it) {
+  zb_sim_result *sim = NULL;
+  if (!pl->lowered || zb_simulate(pl->lowered, j->learned, &sim, NULL) != ZB_OK)
+    return;
+  it->predicted_bubble_ratio = sim->bubble_ratio;
+  it->predicted_bubble_ratio_paper = sim->bubble_ratio_paper;
+  it->predicted_from_learned = true;
+  zb_sim_result_free(sim);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Each rank's measured compute over its planned compute, against the
+ * median rank's; ranks above COORD_STRAGGLER_RATIO into it->straggler_ranks
+ * (allocated into *stragglers, which the caller frees after the event). */
+static void find_stragglers(const zb_planner_result *pl, const zb_tl_summary *s, Zb__V1__RankIteration *ris,
+                            Zb__V1__IterationMetrics *it, int32_t **stragglers) {
+  int p = s->p;
+  double *ratio = zb_malloc(sizeof(double) * (size_t)p), *sorted = zb_malloc(sizeof(double) * (size_t)p);
+  for (int r = 0; r < p; r++) {
+    double planned = pl->sim ? pl->sim->busy[r] : 0;
+    ratio[r] = sorted[r] = planned > 0 ? s->compute[r] / planned : 1;
+  }
+  qsort(sorted, (size_t)p, sizeof(double), cmp_double);
+  double median = p % 2 ? sorted[p / 2] : (sorted[p / 2 - 1] + sorted[p / 2]) / 2;
+  *stragglers = zb_malloc(sizeof(int32_t) * (size_t)p);
+  it->n_straggler_ranks = 0;
+  for (int r = 0; r < p; r++) {
+    ris[r].slowdown = median > 0 ? ratio[r] / median : 1;
+    if (ris[r].slowdown > COORD_STRAGGLER_RATIO)
+      (*stragglers)[it->n_straggler_ranks++] = r;
+  }
+  it->straggler_ranks = *stragglers;
+  free(ratio);
+  free(sorted);
+}
+
+void job_learn(coord_job *j, const zb_planner_result *pl, const zb_tl_rank *ranks, const zb_tl_summary *s,
+               Zb__V1__RankIteration *ris, Zb__V1__IterationMetrics *it, int32_t **stragglers) {
+  zb_tl_costs c;
+  zb_diag d = {{0}};
+  if (pl->costs && zb_timeline_costs(ranks, s->p, pl->costs, &c, &d) == ZB_OK) {
+    learn_costs(j, pl, &c);
+    predict_learned(j, pl, it);
+  } else if (pl->costs) {
+    ZB_WARN("job %s: iteration %d: no costs learned: %s", j->row.id, it->iteration, d.msg);
+  }
+  zb_tl_costs_free(&c);
+  find_stragglers(pl, s, ris, it, stragglers);
+  if (!j->slowdown)
+    j->slowdown = zb_calloc((size_t)s->p, sizeof(double));
+  for (int r = 0; r < s->p; r++)
+    j->slowdown[r] = ris[r].slowdown;
+  for (size_t k = 0; k < it->n_straggler_ranks; k++)
+    ZB_INFO(
+        "job %s: iteration %d: rank %d is a straggler (compute %.2fx the median rank's, against the plan)",
+        j->row.id, it->iteration, it->straggler_ranks[k], ris[it->straggler_ranks[k]].slowdown);
+}
+
+Zb__V1__LearnedCosts *job_learned_pb(const coord_job *j) {
+  const zb_costs *l = j->learned;
+  if (!l)
+    return NULL;
+  Zb__V1__LearnedCosts *pb = zb_malloc(sizeof *pb);
+  zb__v1__learned_costs__init(pb);
+  pb->n_stages = (size_t)l->n_stages;
+  pb->stages = zb_malloc(sizeof *pb->stages * (size_t)(l->n_stages ? l->n_stages : 1));
+  for (int s = 0; s < l->n_stages; s++) {
+    pb->stages[s] = zb_malloc(sizeof **pb->stages);
+    zb__v1__stage_costs__init(pb->stages[s]);
+    pb->stages[s]->t_f = l->t_f[s];
+    pb->stages[s]->t_b = l->t_b[s];
+    pb->stages[s]->t_w = l->t_w[s];
+  }
+  pb->t_comm = l->t_comm;
+  pb->iterations = j->learned_iterations;
+  return pb;
+}
