@@ -6,9 +6,12 @@
  *       and p=16, m=64 with 10 ms ops (one rank's share);
  *   (b) the coordinator's ingest rate of Report calls from 64 concurrent
  *       reporters (attached workers sending heartbeat Reports);
- *   (c) SubmitJob to the first op executed, p50/p99 over many small jobs.
+ *   (c) SubmitJob to the first op executed, p50/p99 over many small jobs;
+ *   (d) what per-op timelines cost: the p=16, m=64 job of (a) with tracing
+ *       off, every 10th iteration (the default) and every iteration, runs
+ *       interleaved, as ratios of the median iteration time to off's.
  * It prints; it never fails on a slow figure (targets are printed beside).
- * Usage: zb_bench_service [--quick] [a] [b] [c]   (--quick: fewer iterations and
+ * Usage: zb_bench_service [--quick] [a] [b] [c] [d]   (--quick: fewer iterations and
  * jobs; letters pick sections, default all)
  */
 #define _GNU_SOURCE
@@ -382,20 +385,68 @@ static void bench_latency(bool quick) {
   cluster_stop(&c);
 }
 
+/* ---- (d) tracing overhead ---- */
+
+/* One job's iterations after the first into walls; their count. */
+static int run_traced(cluster *c, int trace_every, int iterations, double *walls) {
+  zb_job_spec spec = bench_spec("zb-h1", 16, 64, 0.010, iterations);
+  spec.trace_every = trace_every;
+  const char *id = submit(c, &spec);
+  double w[32] = {0};
+  if (!id || watch(c, id, w, 32, NULL) != ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+    return 0;
+  for (int i = 1; i < iterations; i++)
+    walls[i - 1] = w[i];
+  return iterations - 1;
+}
+
+static void bench_tracing(bool quick) {
+  printf("== (d) per-op timelines: iteration time with tracing on / off ==\n");
+  printf("zb-h1, p=16, m=64, sim backend, 10 ms ops; jobs with trace_every off, 10 and 1 run in turn,\n"
+         "%s rounds; median iteration time (the first of each job excluded).\n\n",
+         quick ? "2" : "3");
+  static const int every[] = {0, 10, 1};
+  static const char *const names[] = {"off", "every 10th (default)", "every iteration"};
+  int iterations = quick ? 6 : 11, rounds = quick ? 2 : 3;
+  double walls[3][96];
+  int n[3] = {0, 0, 0};
+  cluster c;
+  cluster_start(&c, 16, "d");
+  for (int r = 0; r < rounds; r++)
+    for (int k = 0; k < 3; k++)
+      n[k] += run_traced(&c, every[k], iterations, walls[k] + n[k]);
+  cluster_stop(&c);
+  if (!n[0]) {
+    printf("the untraced jobs failed\n\n");
+    return;
+  }
+  double off = median(walls[0], n[0]);
+  printf("%-22s %12s %8s %8s\n", "tracing", "median (s)", "ratio", "target");
+  for (int k = 0; k < 3; k++) {
+    if (!n[k]) {
+      printf("%-22s  jobs failed\n", names[k]);
+      continue;
+    }
+    double med = k ? median(walls[k], n[k]) : off;
+    printf("%-22s %12.4f %8.4f %8s\n", names[k], med, med / off, k ? "<= 1.02" : "");
+  }
+  printf("\n");
+}
+
 int main(int argc, char **argv) {
-  bool quick = false, want[3] = {false, false, false}, any = false;
+  bool quick = false, want[4] = {false, false, false, false}, any = false;
   for (int k = 1; k < argc; k++) {
     if (strcmp(argv[k], "--quick") == 0)
       quick = true;
-    else if (strlen(argv[k]) == 1 && argv[k][0] >= 'a' && argv[k][0] <= 'c')
+    else if (strlen(argv[k]) == 1 && argv[k][0] >= 'a' && argv[k][0] <= 'd')
       want[argv[k][0] - 'a'] = any = true;
     else {
-      fprintf(stderr, "usage: zb_bench_service [--quick] [a] [b] [c]   (sections; default all)\n");
+      fprintf(stderr, "usage: zb_bench_service [--quick] [a] [b] [c] [d]   (sections; default all)\n");
       return 2;
     }
   }
   if (!any)
-    want[0] = want[1] = want[2] = true;
+    want[0] = want[1] = want[2] = want[3] = true;
   signal(SIGPIPE, SIG_IGN);
   snprintf(bench_dir, sizeof bench_dir, "/tmp/zb-bench-XXXXXX");
   if (!mkdtemp(bench_dir)) {
@@ -409,5 +460,7 @@ int main(int argc, char **argv) {
     bench_ingest(quick);
   if (want[2])
     bench_latency(quick);
+  if (want[3])
+    bench_tracing(quick);
   return 0;
 }
