@@ -1,5 +1,5 @@
 /* zbctl's service commands: jobs (submit, list, get, watch, cancel,
- * update-schedule), workers, and plan --remote. Each talks to
+ * update-schedule), workers, and plan --remote (trace is in trace.c). Each talks to
  * zb-coordinator over gRPC (--coordinator ADDR, default $ZB_COORDINATOR
  * or 127.0.0.1:7070); every read command takes --output json. Server
  * errors are printed with their status and the field they name; the exit
@@ -92,6 +92,11 @@ const char zbctl_workers_help[] =
     "capability, CUDA driver; '-' for none; 'stand-in' marks the CPU stand-in\n"
     "of the CUDA APIs that tests use).\n";
 
+const char *zbctl_default_coordinator(void) {
+  const char *env = getenv("ZB_COORDINATOR");
+  return env && env[0] ? env : "127.0.0.1:7070";
+}
+
 /* Parses the common options plus `extra`; at most one positional. */
 static int remote_parse(const zbctl_command *cmd, int argc, char **argv, const cli_opt *extra, size_t n_extra,
                         remote_args *a, bool want_positional,
@@ -100,8 +105,7 @@ static int remote_parse(const zbctl_command *cmd, int argc, char **argv, const c
   size_t n = 4;
   for (size_t k = 0; k < n_extra && n < 16; k++)
     opts[n++] = extra[k];
-  const char *env = getenv("ZB_COORDINATOR");
-  a->coordinator = env && env[0] ? env : "127.0.0.1:7070";
+  a->coordinator = zbctl_default_coordinator();
   a->json = false;
   a->timeout_ms = 10000;
   a->positional = NULL;
@@ -195,6 +199,13 @@ static int remote_call(const char *cmd, const remote_args *a, const char *method
   if (st != GRPC_STATUS_OK)
     return remote_error(cmd, st, details, a->coordinator);
   return ZBCTL_EXIT_OK;
+}
+
+int zbctl_remote_call(const char *cmd, const char *coordinator, int timeout_ms, const char *method,
+                      const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                      ProtobufCMessage **resp) {
+  remote_args a = {.coordinator = coordinator, .timeout_ms = timeout_ms};
+  return remote_call(cmd, &a, method, req, desc, resp);
 }
 
 /* Prints an answer as text; ctx is the command's. */
@@ -622,10 +633,8 @@ int zbctl_workers(const zbctl_command *cmd, int argc, char **argv) {
 int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec *spec, const char *objective,
                       bool json) {
   remote_args a = {.coordinator = coordinator, .json = json, .timeout_ms = timeout_ms};
-  if (!a.coordinator) {
-    const char *env = getenv("ZB_COORDINATOR");
-    a.coordinator = env && env[0] ? env : "127.0.0.1:7070";
-  }
+  if (!a.coordinator)
+    a.coordinator = zbctl_default_coordinator();
   Zb__V1__PlanRequest req = ZB__V1__PLAN_REQUEST__INIT;
   Zb__V1__JobSpec pb;
   zb_wire_spec_to_pb(spec, &pb);

@@ -27,6 +27,8 @@ static const zbctl_command zbctl_commands[] = {
      zbctl_resume_help},
     {"update-schedule", NULL, zbctl_update_schedule, "switch a running job to another schedule",
      zbctl_update_help},
+    {"trace", NULL, zbctl_trace, "one iteration's measured per-op timeline beside its plan",
+     zbctl_trace_help},
     {"workers", NULL, zbctl_workers, "list attached workers", zbctl_workers_help},
 #endif
 };

@@ -50,6 +50,19 @@ int zbctl_update_schedule(const zbctl_command *cmd, int argc, char **argv);
 int zbctl_workers(const zbctl_command *cmd, int argc, char **argv);
 extern const char zbctl_submit_help[], zbctl_list_help[], zbctl_get_help[], zbctl_watch_help[],
     zbctl_cancel_help[], zbctl_resume_help[], zbctl_update_help[], zbctl_workers_help[];
+int zbctl_trace(const zbctl_command *cmd, int argc, char **argv);
+extern const char zbctl_trace_help[];
+/* What the service commands share (job.c). The coordinator's address
+ * without --coordinator: $ZB_COORDINATOR, else 127.0.0.1:7070. */
+#include <protobuf-c/protobuf-c.h>
+const char *zbctl_default_coordinator(void);
+/* One unary call of method with req; a failure is printed ("zbctl CMD:
+ * NOT_FOUND: ...", with a hint when the coordinator cannot be reached) and
+ * gives ZBCTL_EXIT_FAIL. On success *resp is the caller's
+ * (protobuf_c_message_free_unpacked). */
+int zbctl_remote_call(const char *cmd, const char *coordinator, int timeout_ms, const char *method,
+                      const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
+                      ProtobufCMessage **resp);
 /* `zbctl plan --remote`: spec's shape, schedule and costs through the Plan
  * RPC; prints an ascii summary or JSON. Returns an exit code. */
 int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec *spec, const char *objective,

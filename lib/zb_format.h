@@ -10,7 +10,8 @@
  *
  * Implemented by responsibility in zb_format_action.c (action strings),
  * zb_format_csv.c (CSV, comm peers), zb_format_report.c (JSON report,
- * Chrome trace) and zb_format_draw.c (SVG and ASCII timelines).
+ * Chrome trace), zb_format_draw.c (SVG and ASCII timelines) and
+ * zb_format_measured.c (a measured iteration beside its plan).
  */
 #ifndef ZB_FORMAT_H
 #define ZB_FORMAT_H
@@ -18,6 +19,7 @@
 #include "zb_buf.h"
 #include "zb_schedule.h"
 #include "zb_sim.h"
+#include "zb_timeline.h"
 
 /* Parses one action string (the whole of s, no surrounding space).
  * Comm actions get peer -1; zb_format_fill_peers() derives it. The empty
@@ -67,5 +69,40 @@ void zb_svg_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out);
  * 100): one line per rank, F/B/W/X(BW) letters per slot, '.' for idle,
  * then a legend and the headline figures. */
 void zb_ascii_write(const zb_schedule *s, const zb_sim_result *sim, int width, zb_buf *out);
+
+/* ---- a measured iteration beside its plan (zb_format_measured.c) ----
+ * What `zbctl trace` draws: one iteration's per-op timelines as the ranks
+ * measured them (zb_timeline.h, every rank's on one clock), and the plan
+ * of the schedule that ran it with its simulated times. Both in seconds;
+ * the measured times are shown from the iteration's first compute op
+ * start (the simulator's time 0), so the two start together. */
+typedef struct zb_measured_view {
+  const char *planned_name; /* the planned process's name */
+  const zb_schedule *sched; /* the plan (lowered or compute-only); NULL: none */
+  const zb_sim_result *sim; /* its simulation, in seconds; NULL: none */
+  int iteration;            /* 0-based */
+  const char *schedule;     /* the family that ran it */
+  int p;                    /* ranks measured */
+  const zb_tl_rank *ranks;  /* p timelines, index = rank */
+  double span;              /* the coordinator's figures of the iteration */
+  double bubble_ratio, bubble_ratio_paper;
+  double predicted_bubble_ratio, predicted_bubble_ratio_paper;
+  bool predicted_from_learned; /* the coordinator predicted from learned costs */
+} zb_measured_view;
+
+/* Chrome trace JSON: process 0 is the plan (its name planned_name; one
+ * thread per rank, a complete event per compute op at the simulated times,
+ * seconds to microseconds), process 1 "measured iteration N" (one thread
+ * per rank, a complete event per compute op, cat F/B/W/BW, and per
+ * transport group, cat "comm", named "comm RECV_F s2 mb5 (+3)" for a group
+ * of four). The figures are in the processes' args and labels and in
+ * otherData. A group posted before the first compute op starts at 0, its
+ * real start in args.posted_us. Without a matching plan, process 1 only. */
+void zb_trace_write_measured(const zb_measured_view *v, zb_buf *out);
+/* Standalone SVG: the planned lanes above the measured ones on one time
+ * axis, a rect of class "op" per compute op coloured by kind, a thinner
+ * grey rect of class "comm" per measured transport group, rank labels and
+ * a title with the bubble figures. */
+void zb_svg_write_measured(const zb_measured_view *v, zb_buf *out);
 
 #endif

@@ -14,9 +14,7 @@
 /* SVG timeline                                                        */
 /* ------------------------------------------------------------------ */
 
-/* Appends s as XML character data (escaped; bytes XML 1.0 forbids become
- * '?'). */
-static void xml_text(zb_buf *b, const char *s) {
+void zb_fmt_xml_text(zb_buf *b, const char *s) {
   for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
     switch (*c) {
     case '&': zb_buf_puts(b, "&amp;"); break;
@@ -33,13 +31,9 @@ static void xml_text(zb_buf *b, const char *s) {
   }
 }
 
-typedef struct rgb {
-  int r, g, b;
-} rgb;
+typedef zb_rgb rgb;
 
-/* Base colour of a compute kind (F blue, B orange, W green, BW purple),
- * lightened towards white for later chunks. */
-static rgb op_colour(zb_op op, int chunk, int v) {
+rgb zb_fmt_op_colour(zb_op op, int chunk, int v) {
   rgb c;
   switch (op) {
   case ZB_OP_F: c = (rgb){0x2f, 0x6d, 0xb5}; break;
@@ -56,12 +50,11 @@ static rgb op_colour(zb_op op, int chunk, int v) {
   return c;
 }
 
-static bool is_light(rgb c) {
+bool zb_fmt_is_light(rgb c) {
   return 0.299 * c.r + 0.587 * c.g + 0.114 * c.b > 150.0;
 }
 
-/* A "nice" tick step (1, 2 or 5 times a power of ten) for about ten ticks. */
-static double tick_step(double span) {
+double zb_fmt_tick_step(double span) {
   double raw = span / 10.0;
   double mag = pow(10.0, floor(log10(raw)));
   double norm = raw / mag;
@@ -94,7 +87,7 @@ static void svg_lanes(const zb_schedule *s, const zb_sim_result *sim, double sca
       double x = SVG_LEFT + t0 * scale, w = (t1 - t0) * scale;
       if (!isfinite(x) || !isfinite(w) || w < 0)
         continue;
-      rgb c = op_colour(a->op, stage_chunk(s, a->stage), s->v);
+      rgb c = zb_fmt_op_colour(a->op, stage_chunk(s, a->stage), s->v);
       zb_action_format(a, act, (int)sizeof act);
       snprintf(tip, sizeof tip, "%s stage %d mb %d (%s): %g to %g", zb_op_name(a->op), (int)a->stage,
                (int)a->mb, act, t0, t1);
@@ -102,13 +95,13 @@ static void svg_lanes(const zb_schedule *s, const zb_sim_result *sim, double sca
                     "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#%02x%02x%02x\" "
                     "stroke=\"#ffffff\" stroke-width=\"0.5\"><title>",
                     x, y, w, SVG_LANE_H, c.r, c.g, c.b);
-      xml_text(out, tip);
+      zb_fmt_xml_text(out, tip);
       zb_buf_puts(out, "</title></rect>\n");
       char mbtxt[16];
       int digits = snprintf(mbtxt, sizeof mbtxt, "%d", (int)a->mb);
       if (w >= 6.5 * digits + 4)
         zb_buf_printf(out, "<text x=\"%.2f\" y=\"%d\" class=\"mb\" fill=\"%s\">%s</text>\n", x + w / 2,
-                      y + SVG_LANE_H / 2 + 4, is_light(c) ? "#000000" : "#ffffff", mbtxt);
+                      y + SVG_LANE_H / 2 + 4, zb_fmt_is_light(c) ? "#000000" : "#ffffff", mbtxt);
     }
   }
 }
@@ -145,7 +138,7 @@ void zb_svg_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out) {
   else
     snprintf(title, sizeof title, "no simulation: nothing to draw");
   zb_buf_printf(out, "<text x=\"%d\" y=\"24\" class=\"title\">", 10);
-  xml_text(out, title);
+  zb_fmt_xml_text(out, title);
   zb_buf_puts(out, "</text>\n");
   if (!have) {
     zb_buf_puts(out, "</svg>\n");
@@ -158,7 +151,7 @@ void zb_svg_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out) {
   zb_buf_printf(out, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#444444\"/>\n", SVG_LEFT, axis_y,
                 SVG_LEFT + plot_w, axis_y);
   if (scale > 0) {
-    double step = tick_step(makespan);
+    double step = zb_fmt_tick_step(makespan);
     for (int k = 0; k * step <= makespan * (1 + 1e-9); k++) {
       double x = SVG_LEFT + k * step * scale;
       zb_buf_printf(out, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#444444\"/>\n", x,
@@ -174,17 +167,17 @@ void zb_svg_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out) {
                           "BW fused B+W (PyTorch B)"};
   int x = SVG_LEFT;
   for (int k = 0; k < 4; k++) {
-    rgb c = op_colour(ops[k], 0, s->v);
+    rgb c = zb_fmt_op_colour(ops[k], 0, s->v);
     zb_buf_printf(out, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"#%02x%02x%02x\"/>\n", x,
                   legend_y - 10, c.r, c.g, c.b);
     zb_buf_printf(out, "<text x=\"%d\" y=\"%d\" class=\"lbl\">", x + 16, legend_y);
-    xml_text(out, names[k]);
+    zb_fmt_xml_text(out, names[k]);
     zb_buf_puts(out, "</text>\n");
     x += 16 + 7 * (int)strlen(names[k]) + 28; /* about 7 px per glyph at 12 px */
   }
   if (s->v > 1) {
     zb_buf_printf(out, "<text x=\"%d\" y=\"%d\" class=\"lbl\">", x, legend_y);
-    xml_text(out, "lighter: later chunk");
+    zb_fmt_xml_text(out, "lighter: later chunk");
     zb_buf_puts(out, "</text>\n");
   }
   zb_buf_puts(out, "</svg>\n");

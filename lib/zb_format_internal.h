@@ -32,4 +32,28 @@ static inline bool sim_matches(const zb_schedule *s, const zb_sim_result *sim) {
   return s && sim && sim->p == s->p && sim->start && sim->end;
 }
 
+/* Shared by the Chrome trace writers (zb_format_report.c): the
+ * thread_name and thread_sort_index events of ranks 0..p-1 of process pid
+ * ("rank R"), and one complete event per compute op of s at sim's times
+ * multiplied by scale (to microseconds), each preceded by ",\n". */
+void zb_fmt_trace_rank_threads(int p, int pid, zb_buf *out);
+void zb_fmt_trace_plan_events(const zb_schedule *s, const zb_sim_result *sim, int pid, double scale,
+                              zb_buf *out);
+
+/* Shared by the SVG writers (zb_format_draw.c). */
+typedef struct zb_rgb {
+  int r, g, b;
+} zb_rgb;
+/* Appends s as XML character data (escaped; bytes XML 1.0 forbids become
+ * '?'). */
+void zb_fmt_xml_text(zb_buf *b, const char *s);
+/* Base colour of a compute kind (F blue, B orange, W green, BW purple),
+ * lightened towards white for later chunks of v. */
+zb_rgb zb_fmt_op_colour(zb_op op, int chunk, int v);
+/* Whether text on c should be black. */
+bool zb_fmt_is_light(zb_rgb c);
+/* A "nice" tick step (1, 2 or 5 times a power of ten) for about ten ticks
+ * over span. */
+double zb_fmt_tick_step(double span);
+
 #endif

@@ -102,6 +102,42 @@ void zb_json_write(const zb_plan_report *r, zb_buf *out) {
 /* Chrome trace                                                        */
 /* ------------------------------------------------------------------ */
 
+void zb_fmt_trace_rank_threads(int p, int pid, zb_buf *out) {
+  for (int r = 0; r < p; r++) {
+    zb_buf_printf(out,
+                  ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                  "\"args\": {\"name\": \"rank %d\"}}",
+                  pid, r, r);
+    zb_buf_printf(out,
+                  ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": %d, \"tid\": %d, "
+                  "\"args\": {\"sort_index\": %d}}",
+                  pid, r, r);
+  }
+}
+
+void zb_fmt_trace_plan_events(const zb_schedule *s, const zb_sim_result *sim, int pid, double scale,
+                              zb_buf *out) {
+  char act[64];
+  for (int r = 0; r < s->p; r++)
+    for (int i = 0; i < s->ranks[r].n; i++) {
+      const zb_action *a = &s->ranks[r].actions[i];
+      if (!zb_op_is_compute(a->op))
+        continue;
+      zb_action_format(a, act, (int)sizeof act);
+      zb_buf_printf(out,
+                    ",\n{\"name\": \"%s s%d mb%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": "
+                    "%d, \"ts\": ",
+                    zb_op_name(a->op), (int)a->stage, (int)a->mb, zb_op_name(a->op), pid, r);
+      zb_buf_json_num(out, sim->start[r][i] * scale);
+      zb_buf_puts(out, ", \"dur\": ");
+      zb_buf_json_num(out, (sim->end[r][i] - sim->start[r][i]) * scale);
+      zb_buf_puts(out, ", \"args\": {\"action\": ");
+      zb_buf_json_str(out, act);
+      zb_buf_printf(out, ", \"stage\": %d, \"microbatch\": %d, \"chunk\": %d}}", (int)a->stage, (int)a->mb,
+                    stage_chunk(s, a->stage));
+    }
+}
+
 /* Writes Chrome trace events; with no matching sim, an empty event list. */
 void zb_trace_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out) {
   zb_buf_puts(out, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [");
@@ -113,34 +149,7 @@ void zb_trace_write(const zb_schedule *s, const zb_sim_result *sim, zb_buf *out)
                 "\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": 0, "
                 "\"args\": {\"name\": \"zb pipeline p=%d v=%d m=%d\"}}",
                 s->p, s->v, s->m);
-  for (int r = 0; r < s->p; r++) {
-    zb_buf_printf(out,
-                  ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-                  "\"args\": {\"name\": \"rank %d\"}}",
-                  r, r);
-    zb_buf_printf(out,
-                  ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-                  "\"args\": {\"sort_index\": %d}}",
-                  r, r);
-  }
-  char act[64];
-  for (int r = 0; r < s->p; r++)
-    for (int i = 0; i < s->ranks[r].n; i++) {
-      const zb_action *a = &s->ranks[r].actions[i];
-      if (!zb_op_is_compute(a->op))
-        continue;
-      zb_action_format(a, act, (int)sizeof act);
-      zb_buf_printf(
-          out,
-          ",\n{\"name\": \"%s s%d mb%d\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": ",
-          zb_op_name(a->op), (int)a->stage, (int)a->mb, zb_op_name(a->op), r);
-      zb_buf_json_num(out, sim->start[r][i] * 1000.0);
-      zb_buf_puts(out, ", \"dur\": ");
-      zb_buf_json_num(out, (sim->end[r][i] - sim->start[r][i]) * 1000.0);
-      zb_buf_puts(out, ", \"args\": {\"action\": ");
-      zb_buf_json_str(out, act);
-      zb_buf_printf(out, ", \"stage\": %d, \"microbatch\": %d, \"chunk\": %d}}", (int)a->stage, (int)a->mb,
-                    stage_chunk(s, a->stage));
-    }
+  zb_fmt_trace_rank_threads(s->p, 0, out);
+  zb_fmt_trace_plan_events(s, sim, 0, 1000.0, out);
   zb_buf_puts(out, "\n]}\n");
 }
