@@ -23,7 +23,10 @@
 const char *const zb_job_keys[ZB_JK_COUNT] = {
     "name",  "ranks",       "microbatches", "schedule", "chunks",    "mem_limit",
     "costs", "stage_costs", "iterations",   "backend",  "transport", "bytes_per_activation",
-    "model", "precision",   "trace_every"};
+    "model", "precision",   "trace_every",  "adaptive"};
+const char *const zb_adaptive_keys[ZB_AK_COUNT] = {"enabled", "min_gain", "check_every"};
+const char *const zb_adaptive_fields[ZB_AK_COUNT] = {"adaptive.enabled", "adaptive.min_gain",
+                                                     "adaptive.check_every"};
 const char *const zb_cost_keys[ZB_CK_COUNT] = {"f", "b", "w", "comm", "mem"};
 const char *const zb_cost_fields[ZB_CK_COUNT] = {"costs.f", "costs.b", "costs.w", "costs.comm", "costs.mem"};
 const char *const zb_model_keys[ZB_MK_COUNT] = {
@@ -85,6 +88,7 @@ void zb_job_spec_default(zb_job_spec *s) {
   snprintf(s->precision, sizeof s->precision, "%s", ZB_PRECISION_FP32_NAME);
   s->bytes_per_activation = 65536;
   s->trace_every = 10;
+  s->adaptive = (zb_adaptive_spec){.enabled = -1, .min_gain = 0.02, .check_every = 1};
   s->model = (zb_model_spec){.hidden = 64,
                              .heads = 4,
                              .layers = 0,
@@ -399,6 +403,23 @@ static zb_err check_model(const zb_job_spec *s, zb_job_fault *f) {
   return ZB_OK;
 }
 
+static zb_err check_adaptive(const zb_job_spec *s, zb_job_fault *f) {
+  const zb_adaptive_spec *a = &s->adaptive;
+  if (a->enabled < -1 || a->enabled > 1)
+    return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_ENABLED, "adaptive.enabled", "must be true or false");
+  if (!isfinite(a->min_gain) || a->min_gain < 0 || a->min_gain >= 1)
+    return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_MIN_GAIN, "adaptive.min_gain", "must be in [0, 1), got %g",
+                     a->min_gain);
+  if (a->check_every < 1 || a->check_every > 1000000)
+    return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_CHECK_EVERY, "adaptive.check_every",
+                     "must be between 1 and 1000000, got %d", a->check_every);
+  return ZB_OK;
+}
+
+bool zb_job_spec_adaptive(const zb_job_spec *s) {
+  return s->adaptive.enabled == 1 || (s->adaptive.enabled == -1 && strcmp(s->schedule, "zb-auto") == 0);
+}
+
 /* What only the cuda backend has: NCCL, and GEMM precisions below fp32
  * (the host computes fp32 whatever is asked: accepting tf32 there would
  * claim a speed-up that never happens). */
@@ -438,7 +459,7 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
   if (!terminated(s->transport, sizeof s->transport) || !one_of(s->transport, transports, 2))
     return fault_set(f, ZB_JK_TRANSPORT, -1, "transport", "must be one of tcp, nccl, got '%.15s'",
                      s->transport);
-  if ((err = check_device(s, f)))
+  if ((err = check_device(s, f)) || (err = check_adaptive(s, f)))
     return err;
   return check_model(s, f);
 }

@@ -38,6 +38,10 @@
  *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB (cpu, cuda: derived, see below)
  *   trace_every: 10             # optional: per-op timelines of iterations 0, N, 2N, ... (default 10;
  *                               #   0: none; 1..1000000)
+ *   adaptive:                   # optional: re-plan from the costs the timelines show (docs/wire.md)
+ *     enabled: true             #   default: true for zb-auto jobs, false for the others
+ *     min_gain: 0.02            #   re-plan when the predicted makespan improves by more than this share
+ *     check_every: 1            #   look every N sampled iterations (1..1000000)
  *   model:                      # optional, backends cpu and cuda only: the model it trains (zb_model_spec)
  *     hidden: 64                #   width h (default 64, 1..65536), a multiple of heads
  *     heads: 4                  #   attention heads (default 4)
@@ -93,6 +97,13 @@ typedef struct zb_model_spec {
   int dump_every;           /* 0 means 1 when dump_dir is set; requires dump_dir when > 0 */
 } zb_model_spec;
 
+/* Adaptive re-planning (docs/wire.md, Timelines). */
+typedef struct zb_adaptive_spec {
+  int enabled;     /* 1 on, 0 off; -1 (default): on for zb-auto jobs */
+  double min_gain; /* share of the predicted makespan a new plan must save, in [0, 1) (default 0.02) */
+  int check_every; /* sampled iterations between looks (default 1) */
+} zb_adaptive_spec;
+
 #define ZB_STEP_POST_VALIDATED_NAME "post-validated"
 #define ZB_STEP_SYNCHRONOUS_NAME "synchronous"
 
@@ -109,7 +120,8 @@ typedef struct zb_job_spec {
   char backend[16], transport[16];
   char precision[8]; /* ZB_PRECISION_FP32_NAME (default), "tf32", "bf16" */
   long long bytes_per_activation;
-  int trace_every;     /* timelines of iterations 0, N, 2N, ... (default 10); 0: none */
+  int trace_every; /* timelines of iterations 0, N, 2N, ... (default 10); 0: none */
+  zb_adaptive_spec adaptive;
   bool has_model;      /* a model was given (only a cpu or cuda job may have one) */
   zb_model_spec model; /* defaults unless given; used by cpu and cuda jobs */
 } zb_job_spec;
@@ -120,6 +132,10 @@ typedef struct zb_job_spec {
  * job has a resolved model, derives bytes_per_activation from it and
  * keeps its weights on its ranks (resume, schedule updates). */
 bool zb_job_spec_trains_model(const zb_job_spec *s);
+
+/* Whether the job re-plans adaptively: adaptive.enabled, or by default a
+ * zb-auto job. */
+bool zb_job_spec_adaptive(const zb_job_spec *s);
 
 /* Fills the defaults (name empty; ranks, microbatches 0). */
 void zb_job_spec_default(zb_job_spec *s);

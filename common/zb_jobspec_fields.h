@@ -26,6 +26,7 @@ typedef enum zb_job_key {
   ZB_JK_MODEL,
   ZB_JK_PRECISION,
   ZB_JK_TRACE_EVERY,
+  ZB_JK_ADAPTIVE,
   ZB_JK_COUNT
 } zb_job_key;
 
@@ -55,6 +56,16 @@ typedef enum zb_model_key {
   ZB_MK_DUMP_EVERY,
   ZB_MK_COUNT
 } zb_model_key;
+
+/* Keys under adaptive. */
+typedef enum zb_adaptive_key {
+  ZB_AK_ENABLED,
+  ZB_AK_MIN_GAIN,
+  ZB_AK_CHECK_EVERY,
+  ZB_AK_COUNT
+} zb_adaptive_key;
+extern const char *const zb_adaptive_keys[ZB_AK_COUNT];
+extern const char *const zb_adaptive_fields[ZB_AK_COUNT];
 
 /* Keys under model.inject_nan. */
 typedef enum zb_nan_key { ZB_NK_ITERATION, ZB_NK_MICROBATCH, ZB_NK_COUNT } zb_nan_key;

@@ -140,6 +140,37 @@ static zb_err model_inject_nan(const zb_yaml_walk *w, const yaml_node_t *n, zb_m
   return ZB_OK;
 }
 
+/* adaptive: a mapping {enabled: true|false, min_gain, check_every}; ranges
+ * are the checker's. */
+static zb_err job_adaptive(const zb_yaml_walk *w, const yaml_node_t *n, zb_adaptive_spec *a) {
+  zb_err err = zb_yaml_want_mapping(w, n, "adaptive", zb_adaptive_keys, ZB_AK_COUNT);
+  int seen[ZB_AK_COUNT] = {0};
+  static const zb_int_limit every = {1, 1000000};
+  for (const yaml_node_pair_t *pair = n->data.mapping.pairs.start; !err && pair < n->data.mapping.pairs.top;
+       pair++) {
+    int k = -1;
+    err = zb_yaml_map_key(w, zb_yaml_node_at(w, pair->key), zb_adaptive_keys, ZB_AK_COUNT, "adaptive.", seen,
+                          &k);
+    const yaml_node_t *v = zb_yaml_node_at(w, pair->value);
+    char word[8] = "";
+    if (err) {
+      break;
+    } else if (k == ZB_AK_ENABLED) {
+      if (!(err = zb_yaml_get_string(w, v, "adaptive.enabled", word, sizeof word)) && strcmp(word, "true") &&
+          strcmp(word, "false"))
+        err = zb_diag_set(w->diag, ZB_ERR_PARSE,
+                          "line %d: key 'adaptive.enabled': expected true or false, got '%s'",
+                          zb_yaml_line(v), word);
+      a->enabled = strcmp(word, "true") == 0;
+    } else if (k == ZB_AK_MIN_GAIN) {
+      err = zb_yaml_get_number(w, v, "adaptive.min_gain", &a->min_gain);
+    } else {
+      err = get_int32(w, v, "adaptive.check_every", &every, &a->check_every);
+    }
+  }
+  return err;
+}
+
 /* model: a mapping of zb_model_keys; sizes are checked as integers here and
  * against their ranges (with the other rules) by the checker. */
 static zb_err job_model(const zb_yaml_walk *w, const yaml_node_t *n, zb_job_spec *s, job_lines *lines) {
@@ -217,6 +248,7 @@ static zb_err job_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_t *
   case ZB_JK_PRECISION: return zb_yaml_get_string(w, v, "precision", s->precision, sizeof s->precision);
   case ZB_JK_TRACE_EVERY:
     return get_int32(w, v, "trace_every", &zb_job_limits[ZB_JK_TRACE_EVERY], &s->trace_every);
+  case ZB_JK_ADAPTIVE: return job_adaptive(w, v, &s->adaptive);
   case ZB_JK_COUNT: break;
   }
   return ZB_ERR_PARSE;

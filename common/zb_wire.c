@@ -160,6 +160,13 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   /* proto: 0 is the default, -1 none; the checker refuses other negatives */
   if (pb->trace_every != 0)
     out->trace_every = pb->trace_every == -1 ? 0 : pb->trace_every;
+  if (pb->adaptive) {
+    out->adaptive.enabled = pb->adaptive->enabled;
+    if (pb->adaptive->min_gain != 0)
+      out->adaptive.min_gain = pb->adaptive->min_gain;
+    if (pb->adaptive->check_every != 0)
+      out->adaptive.check_every = pb->adaptive->check_every;
+  }
   if (pb->model) {
     out->has_model = true;
     if ((err = zb_wire_model_from_pb(pb->model, &out->model, diag)))
@@ -210,6 +217,14 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->precision = (char *)spec->precision;
   pb->bytes_per_activation = spec->bytes_per_activation;
   pb->trace_every = spec->trace_every > 0 ? spec->trace_every : -1;
+  if (spec->adaptive.enabled >= 0) {
+    Zb__V1__AdaptiveSpec *a = zb_malloc(sizeof *a);
+    zb__v1__adaptive_spec__init(a);
+    a->enabled = spec->adaptive.enabled == 1;
+    a->min_gain = spec->adaptive.min_gain;
+    a->check_every = spec->adaptive.check_every;
+    pb->adaptive = a;
+  }
   if (spec->has_model || zb_job_spec_trains_model(spec)) {
     /* one block: the message first, so pb_clear frees it by pb->model */
     zb_wire_model_pb *block = zb_malloc(sizeof *block);
@@ -221,6 +236,8 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
 void zb_wire_spec_pb_clear(Zb__V1__JobSpec *pb) {
   free(pb->model);
   pb->model = NULL;
+  free(pb->adaptive);
+  pb->adaptive = NULL;
   free(pb->costs);
   if (pb->n_stage_costs > 0)
     free(pb->stage_costs[0]);

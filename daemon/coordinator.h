@@ -186,6 +186,10 @@ void job_release_workers(coord_job *j);
  * address table is allocated when j has ranks (free it). */
 zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan, int version, int first);
 void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+/* Makes plan (taken over; *plan is left empty) the job's next one from
+ * iteration at: sends every rank its assignment (the next plan version);
+ * the switch completes when iteration at is in (reports.c). */
+void job_switch_plan(coord_job *j, zb_planner_result *plan, int at);
 /* Sends j's NCCL id (has_nccl_id) to every rank as Command.nccl_id. */
 void job_send_nccl_id(coord_job *j);
 
@@ -224,6 +228,14 @@ void job_learn(coord_job *j, const zb_planner_result *pl, const zb_tl_rank *rank
 /* j's learned costs as a message (protobuf_c_message_free_unpacked frees
  * it), or NULL before any. */
 Zb__V1__LearnedCosts *job_learned_pb(const coord_job *j);
+/* Adaptive re-planning after a sampled iteration (docs/wire.md, Timelines):
+ * when the job re-plans adaptively and no update is pending, plans its
+ * shape under the learned costs (zb-auto for one stage per rank; zb-v,
+ * v-half and v-min for V placement, the best that fits the memory limit)
+ * and switches to it from the earliest iteration no rank started when it
+ * beats the running plan's makespan, under the same costs, by more than
+ * adaptive.min_gain; records an event saying so. */
+void job_adapt(coord *co, coord_job *j);
 
 /* metrics.c */
 zb_err coord_metrics_start(coord *co, zb_diag *diag);

@@ -160,6 +160,14 @@ static bool update_allowed(zb_rpc_call *call, const coord_job *j, const Zb__V1__
  * layers between stages. Refused rather than carried over: the simpler of
  * the two, and nothing is lost by picking a schedule of the same shape
  * (1f1b, zb-h1, zb-h2, zb-auto; or zb-v, v-half, v-min). */
+void job_switch_plan(coord_job *j, zb_planner_result *plan, int at) {
+  j->next_plan = *plan;
+  memset(plan, 0, sizeof *plan);
+  j->switch_at = at;
+  j->plan_version++;
+  job_send_plan(j, &j->next_plan, j->plan_version, at);
+}
+
 static bool update_keeps_stages(zb_rpc_call *call, const coord_job *j, const zb_planner_result *plan) {
   zb_placement was = j->plan.placement, now = plan->placement;
   if (!zb_job_spec_trains_model(&j->spec) || (plan->v == j->plan.v && now == was))
@@ -207,13 +215,10 @@ void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user
                 j->spec.iterations, at);
     return;
   }
-  j->next_plan = plan;
-  j->switch_at = at;
-  j->plan_version++;
+  job_switch_plan(j, &plan, at);
   snprintf(j->spec.schedule, sizeof j->spec.schedule, "%s", spec.schedule);
   j->spec.chunks = spec.chunks;
   j->spec.mem_limit = spec.mem_limit;
-  job_send_plan(j, &j->next_plan, j->plan_version, at);
   ZB_INFO("job %s: schedule update to %s from iteration %d (plan version %d)", j->row.id, spec.schedule, at,
           j->plan_version);
   Zb__V1__UpdateScheduleResponse resp = ZB__V1__UPDATE_SCHEDULE_RESPONSE__INIT;

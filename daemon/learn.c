@@ -126,3 +126,74 @@ Zb__V1__LearnedCosts *job_learned_pb(const coord_job *j) {
   pb->iterations = j->learned_iterations;
   return pb;
 }
+
+/* ---- adaptive re-planning ---- */
+
+/* The best plan of j's shape under the learned costs (none: *best left
+ * empty, false). Families that keep each rank's stages: zb-auto for one
+ * stage per rank, the V families for V placement. */
+static bool adapt_best(const coord_job *j, zb_planner_result *best) {
+  const zb_planner_result *cur = &j->plan;
+  static const zb_family loop[] = {ZB_FAMILY_ZB_AUTO},
+                         vee[] = {ZB_FAMILY_ZB_V, ZB_FAMILY_V_HALF, ZB_FAMILY_V_MIN};
+  const zb_family *fams = cur->placement == ZB_PLACE_V ? vee : cur->v == 1 ? loop : NULL;
+  int n = cur->placement == ZB_PLACE_V ? 3 : cur->v == 1 ? 1 : 0;
+  memset(best, 0, sizeof *best);
+  for (int k = 0; k < n; k++) {
+    zb_planner_request req = {.family = fams[k], .p = cur->p, .m = cur->m, .v = cur->v, .costs = j->learned};
+    zb_planner_result r;
+    if (zb_planner_run(&req, &r, NULL) == ZB_OK && r.sim && r.placement == cur->placement && r.v == cur->v &&
+        (!best->sim || r.sim->makespan < best->sim->makespan)) {
+      zb_planner_result_free(best);
+      *best = r;
+    } else {
+      zb_planner_result_free(&r);
+    }
+  }
+  return best->sim != NULL;
+}
+
+/* A plan made under the learned costs carries the spec's costs again: the
+ * assignment hands each rank its stages' op times (what a sim backend
+ * sleeps, and what stragglers are measured against), which must stay the
+ * job's own; its simulation is redone under them. */
+static void adapt_spec_costs(zb_planner_result *plan, const zb_costs *spec_costs) {
+  zb_costs_free(plan->costs);
+  plan->costs = zb_costs_clone(spec_costs);
+  zb_sim_result *sim = NULL;
+  if (zb_simulate(plan->lowered, plan->costs, &sim, NULL) == ZB_OK) {
+    zb_sim_result_free(plan->sim);
+    plan->sim = sim;
+  }
+}
+
+void job_adapt(coord *co, coord_job *j) {
+  const zb_adaptive_spec *a = &j->spec.adaptive;
+  int at = j->max_reported + 3; /* as UpdateSchedule: an iteration no rank has started */
+  if (!zb_job_spec_adaptive(&j->spec) || !j->learned || j->switch_at >= 0 || !j->plan.lowered ||
+      j->learned_iterations % a->check_every != 0 || at >= j->spec.iterations)
+    return;
+  zb_sim_result *now = NULL;
+  if (zb_simulate(j->plan.lowered, j->learned, &now, NULL) != ZB_OK)
+    return;
+  zb_planner_result best;
+  if (adapt_best(j, &best)) {
+    double was = now->makespan, will = best.sim->makespan, gain = was > 0 ? (was - will) / was : 0;
+    ZB_DEBUG("job %s: adaptive check: running plan %.4g s, best %s %.4g s under the learned costs", j->row.id,
+             was, zb_family_name(best.family), will);
+    if (gain > a->min_gain) {
+      snprintf(
+          j->row.reason, sizeof j->row.reason,
+          "adaptive re-plan: %s from iteration %d: predicted makespan %.4g s -> %.4g s (-%.1f%%) under the "
+          "costs learned from %d sampled iteration(s)",
+          zb_family_name(best.family), at, was, will, 100 * gain, j->learned_iterations);
+      ZB_INFO("job %s: %s", j->row.id, j->row.reason);
+      snprintf(j->spec.schedule, sizeof j->spec.schedule, "%s", zb_family_name(best.family));
+      adapt_spec_costs(&best, j->plan.costs);
+      job_switch_plan(j, &best, at);
+      job_event(co, j, NULL);
+    }
+  }
+  zb_planner_result_free(&best);
+  zb_sim_result_free(now);
+}

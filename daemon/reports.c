@@ -101,6 +101,8 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
   job_event(co, j, &it);
   free(ptrs);
   free(stragglers);
+  if (it.aligned)
+    job_adapt(co, j);
   for (int r = 0; r < p; r++) {
     zb_timeline_pb_free(slot->ranks[r].timeline);
     slot->ranks[r].timeline = NULL;

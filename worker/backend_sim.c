@@ -161,3 +161,8 @@ zb_err zb_backend_sim_new(const zb_sim_backend_config *cfg, zb_backend **out, zb
   *out = h;
   return ZB_OK;
 }
+
+void zb_backend_sim_set_time_scale(zb_backend *b, double scale) {
+  if (b && b->ops == &sim_ops)
+    ((sim_backend *)b->self)->time_scale = scale > 0 ? scale : 1.0;
+}

@@ -29,6 +29,7 @@ typedef struct job_state {
   cpu_job cj;             /* a cpu or cuda job's weights and optimizer state, across plans */
   zb_device *dev;         /* a cuda job's device (owned); NULL otherwise */
   int next;               /* the next iteration to run */
+  zb_backend *sim;        /* the current plan's sim backend (borrowed); NULL for cpu and cuda */
 } job_state;
 
 /* The backend for one plan of the job: a fresh sim backend (*owned, freed
@@ -59,8 +60,7 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
                               .rank_mf =
                                   zb_costs_rank_mf(a->costs, sched->placement, sched->p, sched->v, a->rank),
                               .bytes_per_activation = (size_t)a->bytes_per_activation,
-                              .stop = js->stop,
-                              .time_scale = js->w->sim_slowdown};
+                              .stop = js->stop};
   zb_err err = zb_backend_sim_new(&bc, owned, diag);
   *be = *owned;
   return err;
@@ -121,6 +121,11 @@ static zb_err job_iteration(job_state *js, zb_executor *ex, zb_rank_iteration *i
   return err;
 }
 
+/* The test knob's slowdown of sim ops for iteration `it` (1: none). */
+static double sim_scale(const worker *w, int it) {
+  return w->sim_slowdown > 0 && it >= w->sim_slowdown_from ? w->sim_slowdown : 1.0;
+}
+
 /* After an iteration's step: a cpu job's periodic checkpoint, written
  * before the report, so a reported iteration N-1, 2N-1, ... is on disk. */
 static zb_err job_after_step(job_state *js, zb_diag *diag) {
@@ -151,6 +156,8 @@ static zb_err job_run_plan(job_state *js, zb_executor *ex, zb_diag *diag) {
     bool has_loss, stepped;
     double loss = 0;
     zb_step_result step;
+    if (js->sim)
+      zb_backend_sim_set_time_scale(js->sim, sim_scale(js->w, js->next));
     if ((err = job_iteration(js, ex, &it, &has_loss, &loss, &stepped, &step, diag)))
       break;
     if (has_loss)
@@ -200,6 +207,7 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
   zb_err err = job_connect(js, diag);
   if (!err)
     err = job_backend(js, &be, &sim, diag);
+  js->sim = sim;
   zb_executor_config ec = {.rank = a->rank,
                            .nranks = a->ranks,
                            .actions = l->actions,
@@ -215,6 +223,7 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
   if (!err)
     err = job_run_plan(js, ex, diag);
   zb_executor_free(ex);
+  js->sim = NULL;
   zb_backend_free(sim);
   return err;
 }

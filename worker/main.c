@@ -320,7 +320,10 @@ int main(int argc, char **argv) {
   const char *slow = getenv("ZB_TEST_SIM_SLOWDOWN"); /* a test knob: a slow rank */
   if (slow && slow[0]) {
     w.sim_slowdown = strtod(slow, NULL);
-    ZB_WARN("ZB_TEST_SIM_SLOWDOWN: sim ops take %.2f times their configured time", w.sim_slowdown);
+    const char *from = getenv("ZB_TEST_SIM_SLOWDOWN_FROM");
+    w.sim_slowdown_from = from ? atoi(from) : 0;
+    ZB_WARN("ZB_TEST_SIM_SLOWDOWN: sim ops take %.2f times their configured time from iteration %d",
+            w.sim_slowdown, w.sim_slowdown_from);
   }
   w.gpu_ordinal = (int)f.gpu;
   worker_gpu_probe(&w, (int)f.gpu);

@@ -54,7 +54,10 @@ typedef struct worker {
    * clock), so tests can give one worker a skewed clock
    * (ZB_TEST_CLOCK_SKEW_SECONDS) */
   double clock_skew;
-  double sim_slowdown; /* test knob ZB_TEST_SIM_SLOWDOWN: sim ops take this many times longer */
+  /* test knobs ZB_TEST_SIM_SLOWDOWN and ZB_TEST_SIM_SLOWDOWN_FROM: sim ops
+   * take sim_slowdown times longer from iteration sim_slowdown_from on */
+  double sim_slowdown;
+  int sim_slowdown_from;
 } worker;
 
 /* The worker's clock in seconds: CLOCK_MONOTONIC plus the test skew. */

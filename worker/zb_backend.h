@@ -134,6 +134,10 @@ typedef struct zb_sim_backend_config {
  * not block. ZB_ERR_INVALID_ARG when the costs are missing or negative. */
 zb_err zb_backend_sim_new(const zb_sim_backend_config *cfg, zb_backend **out, zb_diag *diag);
 
+/* Sets the time scale of a sim backend's ops from the next op on (<= 0:
+ * 1); a no-op on other backends. */
+void zb_backend_sim_set_time_scale(zb_backend *b, double scale);
+
 /* ---- cpu and cuda: the model's math on a device ---- */
 
 /* "cuda" is the same backend over a CUDA device (zb_device_cuda_new):
