@@ -362,6 +362,7 @@ static void print_job(const ProtobufCMessage *resp, const void *ctx) {
          s ? s->iterations : 0, created, updated);
   if (j->last)
     print_iteration(j->last, s ? s->iterations : 0, false, job_tokens_per_sample(s));
+  zbctl_print_learned(j);
 }
 
 int zbctl_get(const zbctl_command *cmd, int argc, char **argv) {
@@ -412,6 +413,7 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
     printf(" r%d:%.3f", it->ranks[r]->rank, it->ranks[r]->bubble_ratio);
   print_cpu_wait(it);
   printf("\n");
+  zbctl_print_sampled(it);
 }
 
 static bool watch_opt(const char *cmd, int id, const char *val, void *ctx) {
@@ -461,7 +463,8 @@ int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
     } else if (ev->iteration) {
       /* every Nth iteration, and always the last and anything unusual */
       const Zb__V1__IterationMetrics *it = ev->iteration;
-      if ((it->iteration + 1) % every == 0 || it->iteration + 1 == iterations || every == 1)
+      if ((it->iteration + 1) % every == 0 || it->iteration + 1 == iterations || every == 1 ||
+          it->n_straggler_ranks > 0)
         print_iteration(it, iterations, true, tokens_per_sample);
     } else {
       char when[32];

@@ -67,6 +67,13 @@ int zbctl_remote_call(const char *cmd, const char *coordinator, int timeout_ms, 
  * RPC; prints an ascii summary or JSON. Returns an exit code. */
 int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec *spec, const char *objective,
                       bool json);
+/* job_measured.c: a sampled iteration's aligned figures, comm wait and
+ * stragglers (nothing for other iterations); a job's learned costs beside
+ * the spec's (nothing before any). */
+struct Zb__V1__IterationMetrics;
+struct Zb__V1__Job;
+void zbctl_print_sampled(const struct Zb__V1__IterationMetrics *it);
+void zbctl_print_learned(const struct Zb__V1__Job *j);
 #endif
 
 /* ---- argument parsing (cli.c) ---- */

@@ -140,6 +140,9 @@ def test_learned_costs_within_10_percent():
         assert last.predicted_from_learned and not last.straggler_ranks, last
         print("learned:", [(round(st.t_f, 4), round(st.t_b, 4), round(st.t_w, 4)) for st in job.learned.stages],
               "t_comm", job.learned.t_comm)
+        out = c.zbctl("get", jid)
+        assert out.returncode == 0 and "learned    from 4 sampled iteration(s)" in out.stdout, out.stdout
+        assert "timelines: span" in out.stdout, out.stdout
 
 
 def test_straggler_named_within_10_iterations():
@@ -168,6 +171,8 @@ def test_straggler_named_within_10_iterations():
         assert last.predicted_from_learned, last
         assert abs(last.bubble_ratio - last.predicted_bubble_ratio) <= TOL, (last.bubble_ratio,
                                                                            last.predicted_bubble_ratio)
+        out = c.zbctl("watch", jid)
+        assert "straggler: rank %d computes" % slow_rank[0] in out.stdout, out.stdout
         # the metric named it while the job ran
         assert flags == {str(r): (1.0 if r == slow_rank[0] else 0.0) for r in range(4)}, flags
 
