@@ -9,9 +9,13 @@
  *   (c) SubmitJob to the first op executed, p50/p99 over many small jobs;
  *   (d) what per-op timelines cost: the p=16, m=64 job of (a) with tracing
  *       off, every 10th iteration (the default) and every iteration, runs
- *       interleaved, as ratios of the median iteration time to off's.
+ *       interleaved, as ratios of the median iteration time to off's;
+ *   (e) adaptive re-planning under drift: a zb-auto job (p=4, m=8, 20 ms
+ *       ops) whose rank 1 slows by 30% at iteration 20 (the workers' test
+ *       knobs), with adaptation on and off: median iteration time of the
+ *       last third, adaptive over static.
  * It prints; it never fails on a slow figure (targets are printed beside).
- * Usage: zb_bench_service [--quick] [a] [b] [c] [d]   (--quick: fewer iterations and
+ * Usage: zb_bench_service [--quick] [a] [b] [c] [d] [e]   (--quick: fewer iterations and
  * jobs; letters pick sections, default all)
  */
 #define _GNU_SOURCE
@@ -52,21 +56,37 @@ static void sleep_s(double s) {
 
 static char bench_dir[256];
 
-static pid_t spawn(const char *log_name, char *const argv[]) {
+/* argv[0] with the environment plus extra (NULL-terminated; may be NULL). */
+static pid_t spawn_env(const char *log_name, char *const argv[], char *const extra[]) {
   char log[512];
   snprintf(log, sizeof log, "%s/%s.log", bench_dir, log_name);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  size_t n_env = 0, n_extra = 0;
+  while (environ[n_env])
+    n_env++;
+  while (extra && extra[n_extra])
+    n_extra++;
+  char **envp = zb_malloc(sizeof *envp * (n_env + n_extra + 1));
+  memcpy(envp, environ, sizeof *envp * n_env);
+  if (n_extra)
+    memcpy(envp + n_env, extra, sizeof *envp * n_extra);
+  envp[n_env + n_extra] = NULL;
   pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
+  free(envp);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) {
     fprintf(stderr, "zb_bench_service: cannot start %s: %s\n", argv[0], strerror(rc));
     exit(1);
   }
   return pid;
+}
+
+static pid_t spawn(const char *log_name, char *const argv[]) {
+  return spawn_env(log_name, argv, NULL);
 }
 
 static void stop(pid_t pid) {
@@ -90,7 +110,29 @@ typedef struct cluster {
   zb_rpc_client *rpc;
 } cluster;
 
+static int attached_workers(cluster *c) {
+  Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
+  ProtobufCMessage *resp = NULL;
+  char det[256];
+  if (zb_rpc_unary(c->rpc, ZB_METHOD_LIST_WORKERS, &req.base, &zb__v1__list_workers_response__descriptor,
+                   &resp, 2000, true, det, sizeof det) != GRPC_STATUS_OK)
+    return -1;
+  int n = (int)((Zb__V1__ListWorkersResponse *)resp)->n_workers;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return n;
+}
+
+/* The coordinator and n_workers workers; worker k gets env[k] (a
+ * NULL-terminated list, or NULL) when env is given, and then workers start
+ * one at a time, each attached before the next (so worker k runs rank k
+ * of a job on all of them). */
+static void cluster_start_env(cluster *c, int n_workers, const char *tag, char *const *const *env);
+
 static void cluster_start(cluster *c, int n_workers, const char *tag) {
+  cluster_start_env(c, n_workers, tag, NULL);
+}
+
+static void cluster_start_env(cluster *c, int n_workers, const char *tag, char *const *const *env) {
   memset(c, 0, sizeof *c);
   char data[300], ports[300];
   snprintf(data, sizeof data, "%s/data-%s", bench_dir, tag);
@@ -132,20 +174,14 @@ static void cluster_start(cluster *c, int n_workers, const char *tag) {
     char id[32];
     snprintf(id, sizeof id, "%s-w%d", tag, k);
     char *wargv[] = {ZB_WORKER_BIN, "--coordinator", c->addr, "--id", id, "--log-level", "warn", NULL};
-    c->workers[c->n_workers++] = spawn("workers", wargv);
+    c->workers[c->n_workers++] = spawn_env("workers", wargv, env ? env[k] : NULL);
+    for (int t = 0; env && t < 1000 && attached_workers(c) < k + 1; t++)
+      sleep_s(0.01);
   }
   /* wait until all are attached */
   for (int k = 0; k < 1000; k++) {
-    Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    char det[256];
-    if (zb_rpc_unary(c->rpc, ZB_METHOD_LIST_WORKERS, &req.base, &zb__v1__list_workers_response__descriptor,
-                     &resp, 2000, true, det, sizeof det) == GRPC_STATUS_OK) {
-      size_t n = ((Zb__V1__ListWorkersResponse *)resp)->n_workers;
-      protobuf_c_message_free_unpacked(resp, NULL);
-      if ((int)n >= n_workers)
-        return;
-    }
+    if (attached_workers(c) >= n_workers)
+      return;
     sleep_s(0.02);
   }
   fprintf(stderr, "zb_bench_service: workers did not attach (see %s/workers.log)\n", bench_dir);
@@ -433,20 +469,57 @@ static void bench_tracing(bool quick) {
   printf("\n");
 }
 
+/* ---- (e) adaptive re-planning under drift ---- */
+
+static double drift_job(cluster *c, bool adaptive, int iterations) {
+  zb_job_spec spec = bench_spec("zb-auto", 4, 8, 0.020, iterations);
+  spec.trace_every = 1;
+  spec.adaptive.enabled = adaptive;
+  const char *id = submit(c, &spec);
+  double w[64] = {0};
+  if (!id || watch(c, id, w, 64, NULL) != ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+    return 0;
+  int from = iterations - iterations / 3;
+  return median(w + from, iterations - from);
+}
+
+static void bench_drift(bool quick) {
+  int iterations = quick ? 30 : 45, at = quick ? 10 : 20;
+  printf("== (e) adaptive re-planning: one stage slows by 30%% at iteration %d ==\n", at);
+  printf(
+      "zb-auto, p=4, m=8, sim backend, 20 ms ops, trace_every 1; rank 1's worker runs its ops 1.3x slower\n"
+      "from iteration %d on; %d iterations; median iteration time of the last third.\n\n",
+      at, iterations);
+  char from[32];
+  snprintf(from, sizeof from, "ZB_TEST_SIM_SLOWDOWN_FROM=%d", at);
+  char *slow[] = {"ZB_TEST_SIM_SLOWDOWN=1.3", from, NULL};
+  char *const *env[4] = {NULL, slow, NULL, NULL};
+  cluster c;
+  cluster_start_env(&c, 4, "e", env);
+  double stat = drift_job(&c, false, iterations), adap = drift_job(&c, true, iterations);
+  cluster_stop(&c);
+  if (stat <= 0 || adap <= 0) {
+    printf("a job failed\n\n");
+    return;
+  }
+  printf("%-10s %12s\n%-10s %12.4f\n%-10s %12.4f\nadaptive / static: %.4f  (target < 1)\n\n", "job",
+         "median (s)", "static", stat, "adaptive", adap, adap / stat);
+}
+
 int main(int argc, char **argv) {
-  bool quick = false, want[4] = {false, false, false, false}, any = false;
+  bool quick = false, want[5] = {false, false, false, false, false}, any = false;
   for (int k = 1; k < argc; k++) {
     if (strcmp(argv[k], "--quick") == 0)
       quick = true;
-    else if (strlen(argv[k]) == 1 && argv[k][0] >= 'a' && argv[k][0] <= 'd')
+    else if (strlen(argv[k]) == 1 && argv[k][0] >= 'a' && argv[k][0] <= 'e')
       want[argv[k][0] - 'a'] = any = true;
     else {
-      fprintf(stderr, "usage: zb_bench_service [--quick] [a] [b] [c] [d]   (sections; default all)\n");
+      fprintf(stderr, "usage: zb_bench_service [--quick] [a] [b] [c] [d] [e]   (sections; default all)\n");
       return 2;
     }
   }
   if (!any)
-    want[0] = want[1] = want[2] = want[3] = true;
+    want[0] = want[1] = want[2] = want[3] = want[4] = true;
   signal(SIGPIPE, SIG_IGN);
   snprintf(bench_dir, sizeof bench_dir, "/tmp/zb-bench-XXXXXX");
   if (!mkdtemp(bench_dir)) {
@@ -462,5 +535,7 @@ int main(int argc, char **argv) {
     bench_latency(quick);
   if (want[3])
     bench_tracing(quick);
+  if (want[4])
+    bench_drift(quick);
   return 0;
 }
