@@ -312,7 +312,12 @@ void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
     ;
   zb_store_events_free(evs, n);
   if (!it) {
-    if (req->iteration < 0)
+    if (req->iteration < 0 && j->spec.trace_every <= 0)
+      zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND,
+                  "iteration: job %s has no traced iteration: its spec turns tracing off (trace_every 0 in "
+                  "YAML, -1 on the wire)",
+                  j->row.id);
+    else if (req->iteration < 0)
       zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND,
                   "iteration: job %s has no traced iteration yet (trace_every %d)", j->row.id,
                   j->spec.trace_every);
