@@ -135,8 +135,21 @@ static bool sim_run_compute(sim_state *st, int r, const zb_action *a, double *st
   return true;
 }
 
+/* When the tensor a RECV action waits for is there (its producer's end,
+ * plus T_comm); NAN while the producer has not run. RECV_F of stage s
+ * carries F of s - 1; RECV_B of stage s carries B (or BW) of s + 1. */
+static double sim_recv_arrival(const sim_state *st, const zb_action *a) {
+  int from = a->op == ZB_OP_RECV_F ? a->stage - 1 : a->stage + 1;
+  if (from < 0 || from >= st->S || a->mb < 0 || a->mb >= st->m)
+    return 0; /* out of range: the validator's to report, not a wait */
+  double t = *sim_slot(a->op == ZB_OP_RECV_F ? st->f_end : st->b_end, st, from, a->mb);
+  return isnan(t) ? t : t + st->c->t_comm;
+}
+
 /* Runs rank r's list as far as inputs allow; returns the actions run.
- * Comm actions take no time in this model. */
+ * Comm actions take no time of their own, but a RECV holds its rank until
+ * its tensor has arrived, as the executor's transport group does (sends
+ * complete at once: the tcp transport's buffers take them). */
 static int sim_advance_rank(sim_state *st, int r) {
   const zb_rank_list *l = &st->s->ranks[r];
   int progressed = 0;
@@ -145,6 +158,14 @@ static int sim_advance_rank(sim_state *st, int r) {
     double start = st->now[r], end = st->now[r];
     if (zb_op_is_compute(a->op) && !sim_run_compute(st, r, a, &start, &end))
       break;
+    if (a->op == ZB_OP_RECV_F || a->op == ZB_OP_RECV_B) {
+      double arrival = sim_recv_arrival(st, a);
+      if (isnan(arrival))
+        break;
+      if (arrival > st->now[r])
+        st->now[r] = arrival;
+      start = end = st->now[r]; /* a RECV happens when its tensor is there */
+    }
     if (st->res) {
       st->res->start[r][st->pos[r]] = start;
       st->res->end[r][st->pos[r]] = end;

@@ -4,8 +4,10 @@
  * free and its inputs have arrived: an input produced on another rank
  * arrives t_comm after its producer ends; one produced on the same rank is
  * there when the producer ends. Comm actions in the list take no time of
- * their own (their cost is the t_comm latency above); FSDP actions take
- * none. Ownership: zb_sim_result owns its arrays; zb_sim_result_free()
+ * their own (their cost is the t_comm latency above), but a RECV holds its
+ * rank until its tensor has arrived, as a worker's transport group does
+ * (its start and end are that time); a SEND holds nothing; FSDP actions
+ * take none. Ownership: zb_sim_result owns its arrays; zb_sim_result_free()
  * accepts NULL.
  */
 #ifndef ZB_SIM_H

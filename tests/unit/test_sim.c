@@ -275,12 +275,13 @@ static void test_sim_uneven_stages(void) {
  * T_W = 0.5, T_comm = 0.25:
  *   rank 0: UNSHARD F0 SEND_F RECV_B B0 W0
  *   rank 1: RECV_F F1 B1 SEND_B W1
- * rank 0: UNSHARD at 0; F0 0..1; SEND_F and RECV_B at 1 (where the rank
- *   got to). rank 1: RECV_F at 0; F1 1.25..2.25 (the latency is T_comm, not
- *   the RECV); B1 2.25..4.25; SEND_B at 4.25; W1 4.25..4.75. rank 0: B0
- *   4.5..6.5, W0 6.5..7. Spans start at the first compute op: rank 1's at
- *   1.25 although its RECV_F is at 0. The compute-only schedule gives the
- *   same compute times. */
+ * rank 0: UNSHARD at 0; F0 0..1; SEND_F at 1 (where the rank got to; a
+ *   send holds nothing); RECV_B at 4.5, when rank 1's gradient arrives
+ *   (B1's end 4.25 + T_comm: a RECV holds its rank until then, as the
+ *   executor's transport group does). rank 1: RECV_F at 1.25 (F0's end +
+ *   T_comm); F1 1.25..2.25; B1 2.25..4.25; SEND_B at 4.25; W1 4.25..4.75.
+ *   rank 0: B0 4.5..6.5, W0 6.5..7. The compute-only schedule gives the
+ *   same compute times: the RECVs sit where their consumers wait anyway. */
 static void test_sim_comm_adds_no_time(void) {
   zb_schedule *s = zb_schedule_new(2, 1, 1, ZB_PLACE_LOOP);
   zb_action unshard = {.op = ZB_OP_UNSHARD, .stage = 0, .mb = -1, .peer = -1, .batch = false};
@@ -299,8 +300,10 @@ static void test_sim_comm_adds_no_time(void) {
   zb_sim_result *r = NULL, *plain = NULL;
   zb_diag d = {{0}};
   CHECK_EQ(zb_simulate(s, c, &r, &d), ZB_OK);
-  static const double want0[][2] = {{0, 0}, {0, 1}, {1, 1}, {1, 1}, {4.5, 6.5}, {6.5, 7}};
-  static const double want1[][2] = {{0, 0}, {1.25, 2.25}, {2.25, 4.25}, {4.25, 4.25}, {4.25, 4.75}};
+  /* a RECV happens when its tensor arrives (holding its rank until then):
+   * RECV_B at rank 1's B end 4.25 + T_comm, RECV_F at 1 + 0.25 */
+  static const double want0[][2] = {{0, 0}, {0, 1}, {1, 1}, {4.5, 4.5}, {4.5, 6.5}, {6.5, 7}};
+  static const double want1[][2] = {{1.25, 1.25}, {1.25, 2.25}, {2.25, 4.25}, {4.25, 4.25}, {4.25, 4.75}};
   bool times_ok = sim_times_are(s, r, 0, want0, 6) && sim_times_are(s, r, 1, want1, 5);
   bool fast_ok = sim_fast_path_agrees(s, c, r);
   zb_schedule *compute = zb_schedule_clone(s);
