@@ -30,7 +30,8 @@ With no ZBCTL_ARGS, runs a local cluster:
      8 microbatches, 200 iterations) and runs `zbctl watch --every 10` on it
      (deploy/jobs/local-demo.yaml is the sim-backend demo: --job it)
   5. prints a summary (loss first -> last, tokens/s, bubble measured and
-     predicted), then stops the workers and the coordinator (SIGTERM) and
+     predicted; on the sampled iterations, measured on the aligned
+     timelines and predicted from the costs they taught), then stops the workers and the coordinator (SIGTERM) and
      removes the temporary directory (kept with --keep, or on failure)
 
   --workers N   workers to start (default: the job's ranks, at least 4)
@@ -170,12 +171,17 @@ echo "summary:"
            "  loss         \($it[0].loss * 10000 | round / 10000) (iteration 1) -> \($it[-1].loss * 10000 | round / 10000) (iteration \($it | length))"
          else empty end),
         "  throughput   \(($steady | map(.samples_per_second) | add / length) * 10 | round / 10) microbatches/s (mean after iteration 1)",
-        "  bubble       \(($steady | map(.bubble_ratio) | add / length) * 10000 | round / 10000) measured, \($it[-1].predicted_bubble_ratio * 10000 | round / 10000) predicted (global, mean after iteration 1)"
-    end' || true
+        "  bubble       \(($steady | map(.bubble_ratio) | add / length) * 10000 | round / 10000) measured, \($it[-1].predicted_bubble_ratio * 10000 | round / 10000) predicted (global, mean after iteration 1)",
+        (($steady | map(select(.aligned == true))) as $tl
+         | if ($tl | length) == 0 then empty else
+             "  timelines    \($tl | length) sampled iterations: bubble \(($tl | map(.bubble_ratio) | add / length) * 10000 | round / 10000) measured on the aligned timelines, \(($tl | map(.predicted_bubble_ratio) | add / length) * 10000 | round / 10000) predicted from the costs they taught (zbctl trace \($job_id) draws the last)"
+           end)
+    end' --arg job_id "$job_id" || true
 cores=$(nproc)
 if [[ $workers -gt $cores ]]; then
   echo "  note: $workers workers share $cores cores here, so ranks also wait for a CPU; the measured bubble"
-  echo "        counts that wait, the prediction does not (it plans with the job's op costs)"
+  echo "        counts that wait, the spec's prediction does not (it plans with the job's op costs); the"
+  echo "        timelines' prediction does (it uses the op times the workers measured)"
 fi
 echo
 echo "metrics (excerpt):"
