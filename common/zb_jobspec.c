@@ -406,7 +406,8 @@ static zb_err check_model(const zb_job_spec *s, zb_job_fault *f) {
 static zb_err check_adaptive(const zb_job_spec *s, zb_job_fault *f) {
   const zb_adaptive_spec *a = &s->adaptive;
   if (a->enabled < -1 || a->enabled > 1)
-    return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_ENABLED, "adaptive.enabled", "must be true or false");
+    return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_ENABLED, "adaptive.enabled",
+                     "must be true or false (on the wire: mode DEFAULT, ON or OFF)");
   if (!isfinite(a->min_gain) || a->min_gain < 0 || a->min_gain >= 1)
     return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_MIN_GAIN, "adaptive.min_gain", "must be in [0, 1), got %g",
                      a->min_gain);

@@ -161,9 +161,14 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   if (pb->trace_every != 0)
     out->trace_every = pb->trace_every == -1 ? 0 : pb->trace_every;
   if (pb->adaptive) {
-    out->adaptive.enabled = pb->adaptive->enabled;
-    if (pb->adaptive->min_gain != 0)
-      out->adaptive.min_gain = pb->adaptive->min_gain;
+    Zb__V1__AdaptiveMode mode = pb->adaptive->mode;
+    out->adaptive.enabled = mode == ZB__V1__ADAPTIVE_MODE__ADAPTIVE_MODE_ON    ? 1
+                            : mode == ZB__V1__ADAPTIVE_MODE__ADAPTIVE_MODE_OFF ? 0
+                            : mode == ZB__V1__ADAPTIVE_MODE__ADAPTIVE_MODE_DEFAULT
+                                ? -1
+                                : -2; /* unknown: the checker names it */
+    if (pb->adaptive->min_gain)
+      out->adaptive.min_gain = pb->adaptive->min_gain->value;
     if (pb->adaptive->check_every != 0)
       out->adaptive.check_every = pb->adaptive->check_every;
   }
@@ -180,6 +185,13 @@ fail:
   zb_job_spec_free(out);
   return err;
 }
+
+/* AdaptiveSpec and its min_gain in one block, the message first, so that
+ * zb_wire_spec_pb_clear frees both by pb->adaptive. */
+typedef struct zb_wire_adaptive_pb {
+  Zb__V1__AdaptiveSpec m;
+  Zb__V1__DoubleValue min_gain;
+} zb_wire_adaptive_pb;
 
 void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   zb__v1__job_spec__init(pb);
@@ -217,13 +229,17 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->precision = (char *)spec->precision;
   pb->bytes_per_activation = spec->bytes_per_activation;
   pb->trace_every = spec->trace_every > 0 ? spec->trace_every : -1;
-  if (spec->adaptive.enabled >= 0) {
-    Zb__V1__AdaptiveSpec *a = zb_malloc(sizeof *a);
-    zb__v1__adaptive_spec__init(a);
-    a->enabled = spec->adaptive.enabled == 1;
-    a->min_gain = spec->adaptive.min_gain;
-    a->check_every = spec->adaptive.check_every;
-    pb->adaptive = a;
+  { /* always sent: every setting survives the trip, min_gain 0 included */
+    zb_wire_adaptive_pb *a = zb_malloc(sizeof *a);
+    zb__v1__adaptive_spec__init(&a->m);
+    zb__v1__double_value__init(&a->min_gain);
+    a->m.mode = spec->adaptive.enabled == 1   ? ZB__V1__ADAPTIVE_MODE__ADAPTIVE_MODE_ON
+                : spec->adaptive.enabled == 0 ? ZB__V1__ADAPTIVE_MODE__ADAPTIVE_MODE_OFF
+                                              : ZB__V1__ADAPTIVE_MODE__ADAPTIVE_MODE_DEFAULT;
+    a->min_gain.value = spec->adaptive.min_gain;
+    a->m.min_gain = &a->min_gain;
+    a->m.check_every = spec->adaptive.check_every;
+    pb->adaptive = &a->m;
   }
   if (spec->has_model || zb_job_spec_trains_model(spec)) {
     /* one block: the message first, so pb_clear frees it by pb->model */

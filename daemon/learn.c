@@ -87,7 +87,7 @@ static void find_stragglers(const zb_planner_result *pl, const zb_tl_summary *s,
 
 void job_learn(coord_job *j, const zb_planner_result *pl, const zb_tl_rank *ranks, const zb_tl_summary *s,
                Zb__V1__RankIteration *ris, Zb__V1__IterationMetrics *it, int32_t **stragglers) {
-  zb_tl_costs c;
+  zb_tl_costs c = {0};
   zb_diag d = {{0}};
   if (pl->costs && zb_timeline_costs(ranks, s->p, pl->costs, &c, &d) == ZB_OK) {
     learn_costs(j, pl, &c);
@@ -167,12 +167,23 @@ static void adapt_spec_costs(zb_planner_result *plan, const zb_costs *spec_costs
   }
 }
 
+/* Planning runs on the coordinator's loop between two reports: shapes
+ * whose plans take long (zb-auto at p = 128, m = 4096 takes seconds) are
+ * not re-planned adaptively, so no report waits past its deadline. */
+#define ADAPT_MAX_OPS 65536
+
 void job_adapt(coord *co, coord_job *j) {
   const zb_adaptive_spec *a = &j->spec.adaptive;
   int at = j->max_reported + 3; /* as UpdateSchedule: an iteration no rank has started */
   if (!zb_job_spec_adaptive(&j->spec) || !j->learned || j->switch_at >= 0 || !j->plan.lowered ||
       j->learned_iterations % a->check_every != 0 || at >= j->spec.iterations)
     return;
+  if ((long long)j->plan.p * j->plan.v * j->plan.m > ADAPT_MAX_OPS) {
+    if (j->learned_iterations == a->check_every)
+      ZB_WARN("job %s: p x chunks x m = %lld is beyond adaptive re-planning's %d; not re-planned", j->row.id,
+              (long long)j->plan.p * j->plan.v * j->plan.m, ADAPT_MAX_OPS);
+    return;
+  }
   zb_sim_result *now = NULL;
   if (zb_simulate(j->plan.lowered, j->learned, &now, NULL) != ZB_OK)
     return;

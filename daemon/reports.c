@@ -2,6 +2,7 @@
  * failure (held briefly in case a lost worker is the better reason), and
  * per-iteration metrics, joined into one IterationMetrics event once all
  * ranks of an iteration are in. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,50 @@ static void report_copy(Zb__V1__RankIteration *ri, int rank, const Zb__V1__RankI
   ri->timeline = zb_timeline_pb_copy(m->timeline);
 }
 
+/* The times a rank reported, checked before they are kept: its clock
+ * offset and start finite and sane, and its timeline (if any) one the
+ * iteration's plan could have produced on that rank: at most one row per
+ * action of its list, each a stage it hosts and a microbatch of the plan.
+ * False with diag naming the field. */
+static bool report_times_ok(const coord_job *j, int rank, int iteration, const Zb__V1__RankIteration *m,
+                            zb_diag *d) {
+  const zb_planner_result *pl = j->switch_at >= 0 && iteration >= j->switch_at ? &j->next_plan : &j->plan;
+  if (!isfinite(m->clock_offset_seconds) || fabs(m->clock_offset_seconds) > 1e6 ||
+      !isfinite(m->clock_rtt_seconds) || m->clock_rtt_seconds < 0) {
+    zb_diag_set(d, ZB_ERR_INVALID_ARG, "clock_offset_seconds: %g (round trip %g s) is not a clock offset",
+                m->clock_offset_seconds, m->clock_rtt_seconds);
+    return false;
+  }
+  if (!isfinite(m->start_monotonic_seconds) || m->start_monotonic_seconds < 0 ||
+      m->start_monotonic_seconds > 1e12) {
+    zb_diag_set(d, ZB_ERR_INVALID_ARG, "start_monotonic_seconds: %g is not a monotonic time",
+                m->start_monotonic_seconds);
+    return false;
+  }
+  if (!m->timeline)
+    return true;
+  zb_tl_op *ops = NULL;
+  int n = 0;
+  if (zb_timeline_decode(m->timeline, 0, &ops, &n, d) != ZB_OK)
+    return false;
+  const zb_rank_list *l = pl->lowered && rank < pl->lowered->p ? &pl->lowered->ranks[rank] : NULL;
+  bool ok = l && n <= l->n;
+  if (!ok)
+    zb_diag_set(d, ZB_ERR_INVALID_ARG, "timeline: %d rows, more than rank %d's %d actions", n, rank,
+                l ? l->n : 0);
+  for (int i = 0; ok && i < n; i++) {
+    ok = ops[i].stage >= 0 && ops[i].stage < pl->p * pl->v && ops[i].mb >= 0 && ops[i].mb < pl->m &&
+         zb_stage_rank(pl->lowered, ops[i].stage) == rank;
+    if (!ok)
+      zb_diag_set(d, ZB_ERR_INVALID_ARG,
+                  "timeline row %d: stage %d microbatch %d is not rank %d's (%d stages, %d "
+                  "microbatches)",
+                  i, ops[i].stage, ops[i].mb, rank, pl->p * pl->v, pl->m);
+  }
+  free(ops);
+  return ok;
+}
+
 /* A rank's iteration figures into their slot; false after failing call. */
 static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_worker *w,
                              const Zb__V1__ReportRequest *req) {
@@ -182,13 +227,10 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
     return false;
   }
   zb_diag d = {{0}};
-  zb_tl_op *ops = NULL;
-  int n_ops = 0;
-  if (req->metrics->timeline && zb_timeline_decode(req->metrics->timeline, 0, &ops, &n_ops, &d) != ZB_OK) {
+  if (!report_times_ok(j, w->rank, req->iteration, req->metrics, &d)) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "metrics.%s", d.msg);
     return false;
   }
-  free(ops);
   Zb__V1__RankIteration *ri = &slot->ranks[w->rank];
   report_copy(ri, w->rank, req->metrics);
   slot->have[w->rank] = true;

@@ -19,7 +19,8 @@ static zb_err check_rank(const zb_tl_rank *rk, int r, zb_diag *diag) {
   return ZB_OK;
 }
 
-/* One rank's sums; its compute span in *first, *last (NAN without one). */
+/* One rank's compute sums; its compute span in *first, *last (NAN without
+ * one). */
 static void sum_rank(const zb_tl_rank *rk, zb_tl_summary *s, int r, double *first, double *last) {
   *first = NAN;
   *last = NAN;
@@ -34,10 +35,22 @@ static void sum_rank(const zb_tl_rank *rk, zb_tl_summary *s, int r, double *firs
       if (isnan(*last) || o->end > *last)
         *last = o->end;
     } else {
-      s->comm[r] += d;
       s->groups[r]++;
     }
   }
+}
+
+/* Seconds of one rank's transport groups inside [start, end] (a RECV
+ * posted before the first compute op waits outside the span). */
+static double comm_in_span(const zb_tl_rank *rk, double start, double end) {
+  double sum = 0;
+  for (int i = 0; i < rk->n; i++) {
+    const zb_tl_op *o = &rk->ops[i];
+    double a = o->start > start ? o->start : start, b = o->end < end ? o->end : end;
+    if (!zb_op_is_compute(o->op) && b > a)
+      sum += b - a;
+  }
+  return sum;
 }
 
 zb_err zb_timeline_summarize(const zb_tl_rank *ranks, int p, zb_tl_summary *out, zb_diag *diag) {
@@ -75,6 +88,7 @@ zb_err zb_timeline_summarize(const zb_tl_rank *ranks, int p, zb_tl_summary *out,
   out->end = end;
   out->span = end - start;
   for (int r = 0; r < p; r++) {
+    out->comm[r] = comm_in_span(&ranks[r], start, end);
     double idle = out->span - out->compute[r] - out->comm[r];
     out->idle[r] = idle > 0 ? idle : 0;
   }

@@ -37,7 +37,7 @@ typedef struct zb_tl_summary {
   double bubble_ratio;       /* 1 - sum busy / (p * span) */
   double bubble_ratio_paper; /* (S_max - busy_max) / S_max */
   double *compute;           /* per rank: seconds of compute ops */
-  double *comm;              /* per rank: seconds in transport groups */
+  double *comm;              /* per rank: seconds in transport groups within [start, end] */
   double *idle;              /* per rank: span - compute - comm, never below 0 */
   int *compute_ops, *groups; /* per rank: how many of each */
 } zb_tl_summary;

@@ -207,8 +207,13 @@ static void control_loop(worker *w, int heartbeat_ms) {
     zb_rpc_stream_free(st);
     if (got_signal)
       break;
-    /* The coordinator went away: our job cannot report, so it ends. */
+    /* The coordinator went away: our job cannot report, so it ends; the
+     * next coordinator's clock is another (a restarted one, or another
+     * host's), so the offset samples start over. */
     stop_running_job(w, NULL);
+    pthread_mutex_lock(&w->mu);
+    memset(&w->clock, 0, sizeof w->clock);
+    pthread_mutex_unlock(&w->mu);
     ZB_WARN("attach stream ended (%s: %s); re-attaching in %d ms", zb_rpc_status_name(code), details,
             backoff_ms);
     worker_sleep_ms(backoff_ms);

@@ -16,7 +16,7 @@ def spec(name, iterations, enabled=None, schedule="zb-auto"):
     js = zbsvc.job_spec(name=name, ranks=4, microbatches=8, schedule=schedule, t=T, iterations=iterations)
     js.trace_every = 1
     if enabled is not None:
-        js.adaptive.enabled = enabled
+        js.adaptive.mode = zb_pb2.ADAPTIVE_MODE_ON if enabled else zb_pb2.ADAPTIVE_MODE_OFF
     return js
 
 
@@ -86,12 +86,33 @@ def test_steady_costs_no_replan():
 def test_bad_adaptive_settings_refused():
     with Cluster(workers=0, name="adapt-bad") as c:
         for field, value, needle in (("min_gain", 1.5, "adaptive.min_gain"), ("min_gain", -0.1, "adaptive.min_gain"),
-                                     ("check_every", -3, "adaptive.check_every")):
+                                     ("check_every", -3, "adaptive.check_every"), ("mode", 7, "adaptive.enabled")):
             js = spec("bad", 3)
-            setattr(js.adaptive, field, value)
+            if field == "min_gain":
+                js.adaptive.min_gain.value = value
+            else:
+                setattr(js.adaptive, field, value)
             code, details = zbsvc.rpc_error(c.stub.SubmitJob, zb_pb2.SubmitJobRequest(spec=js), timeout=10 * SLOW)
             assert "INVALID_ARGUMENT" in str(code) and needle in details, (code, details)
         c.assert_serving()
+
+
+def test_yaml_settings_survive_the_wire():
+    """adaptive keys given without `enabled` (and min_gain 0) reach the
+    coordinator as written; `enabled` absent keeps the family's default."""
+    with Cluster(workers=1, name="adapt-yaml") as c:
+        for text, mode, gain, every in (
+                ("  min_gain: 0.1\n  check_every: 3\n", zb_pb2.ADAPTIVE_MODE_DEFAULT, 0.1, 3),
+                ("  enabled: false\n  min_gain: 0\n", zb_pb2.ADAPTIVE_MODE_OFF, 0.0, 1),
+                ("  enabled: true\n", zb_pb2.ADAPTIVE_MODE_ON, 0.02, 1)):
+            path = c.dir + "/adaptive.yaml"
+            with open(path, "w") as f:
+                f.write("name: y\nranks: 1\nmicrobatches: 2\nschedule: zb-auto\nadaptive:\n" + text)
+            out = c.zbctl("submit", path)
+            assert out.returncode == 0, out.stderr
+            job = c.get(out.stdout.strip().split()[-1])
+            a = job.spec.adaptive
+            assert (a.mode, round(a.min_gain.value, 9), a.check_every) == (mode, gain, every), (text, a)
 
 
 if __name__ == "__main__":

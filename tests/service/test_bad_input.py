@@ -259,6 +259,27 @@ def test_reports_that_do_not_fit():
         expect(c, INVALID, ["metrics.has_loss", "no model"], s.Report,
                zb_pb2.ReportRequest(worker_id=w0, job_id=jid, rank=0, iteration=ahead,
                                     metrics=zb_pb2.RankIteration(rank=0, wall_seconds=1, loss=2.5, has_loss=True)))
+        # timelines and clocks a rank of this plan could not have measured
+        # (an iteration no rank has reached; each refused before it is kept)
+        F = zb_pb2.ACTION_KIND_F
+
+        def timeline(stage, mb, rows=1):
+            return zb_pb2.OpTimeline(kind=[F] * rows, stage=[stage] * rows, microbatch=[mb] * rows,
+                                     start_us=[0] * rows, duration_us=[5] * rows, group_size=[0] * rows)
+
+        bad_times = [
+            (["timeline row 0", "microbatch 2147483647"], dict(timeline=timeline(0, 2147483647))),
+            (["timeline row 0", "stage 1"], dict(timeline=timeline(1, 0))),  # rank 1's stage
+            (["timeline", "more than rank 0's"], dict(timeline=timeline(0, 0, rows=10000))),
+            (["timeline", "columns"], dict(timeline=zb_pb2.OpTimeline(kind=[F], stage=[0, 0]))),
+            (["clock_offset_seconds"], dict(clock_offset_seconds=float("nan"))),
+            (["clock_offset_seconds"], dict(clock_offset_seconds=1e17)),
+            (["start_monotonic_seconds"], dict(start_monotonic_seconds=float("inf"))),
+        ]
+        for needles, fields in bad_times:
+            expect(c, INVALID, ["metrics."] + needles, s.Report,
+                   zb_pb2.ReportRequest(worker_id=w0, job_id=jid, rank=0, iteration=ahead,
+                                        metrics=zb_pb2.RankIteration(rank=0, wall_seconds=1, **fields)))
         expect(c, INVALID, ["worker_id"], lambda *a, **k: list(s.Attach(*a, **k)), zb_pb2.AttachRequest())
         expect(c, INVALID, ["data_address"], lambda *a, **k: list(s.Attach(*a, **k)),
                zb_pb2.AttachRequest(worker_id="intruder", data_address="nowhere"))
