@@ -234,6 +234,17 @@ static void watcher_closed(zb_rpc_call *call, void *arg) {
   free(w);
 }
 
+/* j's stored events into *evs (zb_store_events_free), or false after
+ * failing call with the store's error. */
+static bool job_stored_events(coord *co, zb_rpc_call *call, const coord_job *j, zb_store_event **evs,
+                              int *n) {
+  zb_diag d;
+  if (zb_store_list_events(co->store, j->row.id, 0, evs, n, &d) == ZB_OK)
+    return true;
+  zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "store: %s", d.msg);
+  return false;
+}
+
 void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__WatchJobRequest *req = (const void *)m;
@@ -242,11 +253,8 @@ void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     return;
   zb_store_event *evs = NULL;
   int n = 0;
-  zb_diag d;
-  if (zb_store_list_events(co->store, j->row.id, 0, &evs, &n, &d) != ZB_OK) {
-    zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "store: %s", d.msg);
+  if (!job_stored_events(co, call, j, &evs, &n))
     return;
-  }
   for (int k = 0; k < n; k++) {
     Zb__V1__JobEvent ev = ZB__V1__JOB_EVENT__INIT;
     ev.seq = evs[k].seq;
@@ -302,11 +310,8 @@ void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
   }
   zb_store_event *evs = NULL;
   int n = 0;
-  zb_diag d;
-  if (zb_store_list_events(co->store, j->row.id, 0, &evs, &n, &d) != ZB_OK) {
-    zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "store: %s", d.msg);
+  if (!job_stored_events(co, call, j, &evs, &n))
     return;
-  }
   Zb__V1__IterationMetrics *it = NULL;
   for (int k = n - 1; k >= 0 && !event_is_iteration(&evs[k], req->iteration, &it); k--)
     ;
