@@ -59,11 +59,15 @@ static int cmp_int(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* The ranks rank exchanges tensors with, and rank +-1, ascending and
- * distinct, into an allocated array; returns how many. */
-static int peer_ranks(const zb_rank_list *l, int rank, int p, int **out) {
-  int *q = zb_malloc(sizeof(int) * (size_t)(l->n + 2));
+/* The ranks rank exchanges tensors with, and rank +-1 (all: every other
+ * rank), ascending and distinct, into an allocated array; returns how
+ * many. */
+static int peer_ranks(const zb_rank_list *l, int rank, int p, bool all, int **out) {
+  int *q = zb_malloc(sizeof(int) * (size_t)(l->n + 2 + (all ? p : 0)));
   int n = 0;
+  for (int r = 0; all && r < p; r++)
+    if (r != rank)
+      q[n++] = r;
   for (int i = 0; i < l->n; i++)
     if (zb_op_is_comm(l->actions[i].op) && l->actions[i].peer >= 0)
       q[n++] = l->actions[i].peer;
@@ -82,7 +86,7 @@ static int peer_ranks(const zb_rank_list *l, int rank, int p, int **out) {
 
 static void encode_peers(const zb_assignment_src *src, int rank, Zb__V1__Assignment *a) {
   int *q = NULL;
-  int n = peer_ranks(&src->plan->lowered->ranks[rank], rank, src->plan->p, &q);
+  int n = peer_ranks(&src->plan->lowered->ranks[rank], rank, src->plan->p, src->all_peers, &q);
   if (n == 0) { /* a one-rank job talks to no one */
     free(q);
     return;

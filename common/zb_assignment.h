@@ -45,6 +45,9 @@ typedef struct zb_assignment_src {
   const char *const *addresses; /* data address by rank (plan->p); NULL: not known yet */
   int plan_version;             /* 1, then +1 per schedule update */
   int first_iteration;          /* the first iteration that runs this plan */
+  /* every rank's address, not only the neighbours': an update that moves
+   * stages between ranks, whose weights may go to any rank */
+  bool all_peers;
 } zb_assignment_src;
 
 /* Fills *out with rank's Assignment. Does not fail: the plan is the

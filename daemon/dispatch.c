@@ -35,6 +35,9 @@ void job_release_workers(coord_job *j) {
 zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan, int version, int first) {
   zb_assignment_src src = {
       .job_id = j->row.id, .spec = &j->spec, .plan = plan, .plan_version = version, .first_iteration = first};
+  /* a model job's update that moves stages: weights may go to any rank */
+  src.all_peers = plan != &j->plan && zb_job_spec_trains_model(&j->spec) &&
+                  (plan->v != j->plan.v || plan->placement != j->plan.placement);
   if (j->ranks) {
     const char **addrs = zb_calloc((size_t)plan->p, sizeof(char *));
     for (int r = 0; r < plan->p; r++)
@@ -154,32 +157,16 @@ static bool update_allowed(zb_rpc_call *call, const coord_job *j, const Zb__V1__
   return true;
 }
 
-/* A cpu or cuda job's ranks keep their stages' weights and optimizer moments
- * across the switch; a plan that places stages elsewhere (another chunk
- * count or placement) would have to move them between ranks, and the
- * layers between stages. Refused rather than carried over: the simpler of
- * the two, and nothing is lost by picking a schedule of the same shape
- * (1f1b, zb-h1, zb-h2, zb-auto; or zb-v, v-half, v-min). */
+/* An update of a cpu or cuda job that places stages elsewhere (another
+ * chunk count or placement) moves their weights and optimizer moments
+ * between ranks at the switch (docs/model.md, Schedule updates move
+ * stages); its assignments carry every rank's data address for that. */
 void job_switch_plan(coord_job *j, zb_planner_result *plan, int at) {
   j->next_plan = *plan;
   memset(plan, 0, sizeof *plan);
   j->switch_at = at;
   j->plan_version++;
   job_send_plan(j, &j->next_plan, j->plan_version, at);
-}
-
-static bool update_keeps_stages(zb_rpc_call *call, const coord_job *j, const zb_planner_result *plan) {
-  zb_placement was = j->plan.placement, now = plan->placement;
-  if (!zb_job_spec_trains_model(&j->spec) || (plan->v == j->plan.v && now == was))
-    return true;
-  zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-              "schedule: job %s is a %s job whose ranks hold their stages' weights and optimizer state; %s "
-              "places %d stage(s) per rank with %s placement where %s places %d with %s placement, so they "
-              "would have to move between ranks: choose a schedule with the same chunks and placement",
-              j->row.id, j->spec.backend, zb_family_name(plan->family), plan->v,
-              now == ZB_PLACE_V ? "V" : "loop", zb_family_name(j->plan.family), j->plan.v,
-              was == ZB_PLACE_V ? "V" : "loop");
-  return false;
 }
 
 void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
@@ -204,10 +191,6 @@ void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user
    * neighbours' tensors), so three past the latest report is an iteration
    * no rank has started yet. */
   int at = j->max_reported + 3;
-  if (!update_keeps_stages(call, j, &plan)) {
-    zb_planner_result_free(&plan);
-    return;
-  }
   if (at >= j->spec.iterations) {
     zb_planner_result_free(&plan);
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,

@@ -180,6 +180,33 @@ zb_err zb_model_layer_range(int layers, int n_stages, int stage, int *first, int
   return ZB_OK;
 }
 
+zb_err zb_model_tensor_stage(int layers, int n_stages, const char *name, int *stage) {
+  if (layers < 0 || n_stages < 1)
+    return ZB_ERR_INVALID_ARG;
+  if (strcmp(name, "embed.weight") == 0 || strcmp(name, "pos_embed.weight") == 0) {
+    *stage = 0;
+    return ZB_OK;
+  }
+  if (strcmp(name, "ln_f.weight") == 0 || strcmp(name, "ln_f.bias") == 0 ||
+      strcmp(name, "head.weight") == 0) {
+    *stage = n_stages - 1;
+    return ZB_OK;
+  }
+  int layer, used = 0;
+  if (sscanf(name, "layer%d.%n", &layer, &used) != 1 || used == 0 || layer < 0 || layer >= layers)
+    return ZB_ERR_INVALID_ARG;
+  for (int k = 0; k < BT_COUNT; k++)
+    if (strcmp(name + used, model_block_tensor_names[k]) == 0) {
+      /* the last stage whose first layer is at or below `layer` */
+      int s = n_stages - 1, first, count;
+      while (s > 0 && zb_model_layer_range(layers, n_stages, s, &first, &count) == ZB_OK && first > layer)
+        s--;
+      *stage = s;
+      return ZB_OK;
+    }
+  return ZB_ERR_INVALID_ARG;
+}
+
 static zb_err check_config(const zb_model_config *c, zb_diag *diag) {
   if (c->vocab < 1 || c->vocab > 256)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model vocab %d: tokens are bytes (1..256)", c->vocab);

@@ -124,6 +124,14 @@ typedef struct zb_model_gemm {
  * when stage is out of range or layers < 0. */
 zb_err zb_model_layer_range(int layers, int n_stages, int stage, int *first, int *count);
 
+/* The stage of n_stages that holds the global tensor `name` (a
+ * zb_model_tensor name): the embeddings the first, "layerK.*" the stage
+ * whose layer range holds K, the final LayerNorm and the head the last.
+ * What a change of partition (a schedule update that moves stages between
+ * ranks) uses to find a tensor's old home. ZB_ERR_INVALID_ARG for a name
+ * the model does not have. */
+zb_err zb_model_tensor_stage(int layers, int n_stages, const char *name, int *stage);
+
 /* Sets the number of threads CBLAS uses, process-wide (1 by default: a
  * worker runs one op at a time and its ranks may share a machine). */
 void zb_model_set_threads(int n);

@@ -45,6 +45,9 @@ static zb_err cpu_job_settings(cpu_job *cj, const zb_assignment *a, const atomic
   cj->n_stages = hosted_stages(a->sched, a->rank, &cj->stages);
   cj->total_stages = a->sched->p * a->sched->v;
   cj->microbatches = a->sched->m;
+  cj->placement = a->sched->placement;
+  cj->p = a->sched->p;
+  cj->v = a->sched->v;
   return ZB_OK;
 }
 
@@ -66,7 +69,8 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
       return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                          "model.data: '%s' has %zu bytes; seq_len %d needs at least %d", ms->data,
                          cj->text_len, ms->seq_len, ms->seq_len + 1);
-    cj->source = (zb_cpu_text){.text = cj->text, .len = cj->text_len, .seed = (uint64_t)ms->seed};
+    cj->source = zb_malloc(sizeof *cj->source);
+    *cj->source = (zb_cpu_text){.text = cj->text, .len = cj->text_len, .seed = (uint64_t)ms->seed};
   }
   zb_cpu_backend_config bc = {
       .rank = a->rank,
@@ -80,7 +84,7 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
                 .batch = ms->batch,
                 .seed = (uint64_t)ms->seed,
                 .loss_scale = 1.0f / (float)cj->microbatches},
-      .data = {cj->text ? zb_backend_cpu_text_fill : NULL, &cj->source},
+      .data = {cj->text ? zb_backend_cpu_text_fill : NULL, cj->source},
       .device = cj->device,
       .host_transport = cj->host_transport,
       .stop = cj->stop,
@@ -292,22 +296,13 @@ zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss
   return err;
 }
 
-/* A plan update keeps the cpu job's state only if this rank hosts the
- * same stages of the same model (the coordinator refuses other updates of
- * cpu jobs; this is the worker's own guard). */
-zb_err cpu_job_check_update(const cpu_job *cj, const zb_schedule *sched, int rank, zb_diag *diag) {
+bool cpu_job_same_stages(const cpu_job *cj, const zb_schedule *sched, int rank) {
   int *stages;
   int n = hosted_stages(sched, rank, &stages);
   bool same = n == cj->n_stages && sched->p * sched->v == cj->total_stages && sched->m == cj->microbatches &&
               memcmp(stages, cj->stages, sizeof(int) * (size_t)n) == 0;
   free(stages);
-  if (!same)
-    return zb_diag_set(
-        diag, ZB_ERR_INVALID_ARG,
-        "plan update: a cpu job cannot change the stages a rank hosts (%d of %d before, %d of %d "
-        "now) or its microbatches; the weights stay where they are",
-        cj->n_stages, cj->total_stages, n, sched->p * sched->v);
-  return ZB_OK;
+  return same;
 }
 
 void cpu_job_close(cpu_job *cj) {
@@ -324,5 +319,6 @@ void cpu_job_close(cpu_job *cj) {
   zb_backend_free(cj->be);
   free(cj->stages);
   free(cj->text);
+  free(cj->source);
   memset(cj, 0, sizeof *cj);
 }

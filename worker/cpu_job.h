@@ -40,10 +40,12 @@ typedef struct cpu_job {
   float **params, **grads; /* per hosted stage, into the backend's stages */
   int rank, nranks;
   int *stages, n_stages, total_stages, microbatches;
+  zb_placement placement; /* of the plan that placed the stages: p ranks, v stages each */
+  int p, v;
   bool last; /* hosts the last stage: computes and reports the loss */
   uint8_t *text;
   size_t text_len;
-  zb_cpu_text source; /* points into text */
+  zb_cpu_text *source; /* points into text; on the heap: the backend keeps its address */
   /* checkpoints (zb_checkpoint.h): on when ckpt_every > 0 */
   char job_id[64];
   int ckpt_every;
@@ -62,10 +64,8 @@ typedef struct cpu_job {
 
 /* Creates the state from the job's first assignment. */
 zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop, zb_diag *diag);
-/* A plan update keeps the state only if this rank hosts the same stages
- * of the same model (the coordinator refuses other updates of cpu jobs;
- * this is the worker's own guard). */
-zb_err cpu_job_check_update(const cpu_job *cj, const zb_schedule *sched, int rank, zb_diag *diag);
+/* Whether this rank hosts the same stages under sched as now. */
+bool cpu_job_same_stages(const cpu_job *cj, const zb_schedule *sched, int rank);
 /* After an iteration's W ops: the step on every hosted stage, checked
  * globally (the reduction runs along the ranks over tr), then the loss
  * when this rank has the last stage; dumps when the iteration is one. */
@@ -73,7 +73,23 @@ zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss
                     zb_step_result *step, zb_diag *diag);
 void cpu_job_close(cpu_job *cj);
 
+/* cpu_job_restage.c */
+/* Takes a plan update at an iteration boundary: nothing to do when this
+ * rank hosts the same stages; otherwise builds the new partition's stages
+ * and optimizers and moves every tensor's weights and AdamW moments from
+ * its old home to its new one over tr (every rank of the job calls this
+ * for the same update, or the exchange fails naming the silent peer).
+ * While it runs both partitions are in memory. The old partition's
+ * checkpoints are removed and, with checkpoints on, the new one is saved
+ * at once (cj->completed). On failure cj is unchanged. */
+zb_err cpu_job_update(cpu_job *cj, const zb_assignment *a, zb_transport *tr, zb_diag *diag);
+
 /* cpu_job_ckpt.c */
+/* A cuda job's weights and moments into the host views and optimizers
+ * (no-op for a cpu job): what a checkpoint or a restage reads. */
+zb_err cpu_job_pull_state(cpu_job *cj, zb_diag *diag);
+/* Removes this rank's checkpoint files (and .prev) of its hosted stages. */
+void cpu_job_forget_checkpoints(const cpu_job *cj);
 /* Saves every hosted stage after iteration `iteration` (the state now). */
 zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag);
 /* Loads job cj->resume_from's checkpoint (the last iteration every rank

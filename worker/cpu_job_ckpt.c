@@ -42,11 +42,20 @@ static zb_ckpt ckpt_of(const cpu_job *cj, const char *job_id, int i, uint64_t **
  * moments come to the host views and optimizers, which the files are
  * written from, for a checkpoint only. zb_model_pull brings the gradients
  * too: one extra copy per checkpoint. */
-static zb_err ckpt_pull(cpu_job *cj, zb_diag *diag) {
+zb_err cpu_job_pull_state(cpu_job *cj, zb_diag *diag) {
   zb_err err = ZB_OK;
   for (int i = 0; cj->dstep && !err && i < cj->n_stages; i++)
     err = zb_model_pull(zb_backend_cpu_stage(cj->be, i, NULL), diag);
   return err || !cj->dstep ? err : zb_step_device_pull_state(cj->dstep, diag);
+}
+
+void cpu_job_forget_checkpoints(const cpu_job *cj) {
+  for (int i = 0; cj->ckpt_every > 0 && i < cj->n_stages; i++)
+    for (int prev = 0; prev < 2; prev++) {
+      char path[800];
+      ckpt_path(cj, cj->job_id, cj->stages[i], prev, path, sizeof path);
+      unlink(path);
+    }
 }
 
 /* Saves every hosted stage after iteration `iteration` (the state now). */
@@ -57,7 +66,7 @@ zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
   snprintf(dir, sizeof dir, "%s/%s", cj->ckpt_dir, cj->job_id);
   zb_err err = zb_file_mkdirs("checkpoint", dir, diag);
   if (!err)
-    err = ckpt_pull(cj, diag);
+    err = cpu_job_pull_state(cj, diag);
   for (int i = 0; !err && i < cj->n_stages; i++) {
     uint64_t *sizes;
     zb_ckpt c = ckpt_of(cj, cj->job_id, i, &sizes);

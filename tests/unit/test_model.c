@@ -114,6 +114,12 @@ static void test_layer_range(void) {
   CHECK(zb_model_layer_range(4, 3, 3, &first, &count) == ZB_ERR_INVALID_ARG);
   CHECK(zb_model_layer_range(4, 0, 0, &first, &count) == ZB_ERR_INVALID_ARG);
   CHECK(zb_model_layer_range(-1, 2, 0, &first, &count) == ZB_ERR_INVALID_ARG);
+  int s = -1;
+  CHECK(zb_model_tensor_stage(4, 3, "layer4.attn.qkv.weight", &s) == ZB_ERR_INVALID_ARG); /* no layer 4 */
+  CHECK(zb_model_tensor_stage(4, 3, "layer1.nonesuch", &s) == ZB_ERR_INVALID_ARG);
+  CHECK(zb_model_tensor_stage(4, 3, "layer", &s) == ZB_ERR_INVALID_ARG);
+  CHECK(zb_model_tensor_stage(4, 3, "head.weight", &s) == ZB_OK && s == 2);
+  CHECK(zb_model_tensor_stage(2, 4, "layer0.ln1.weight", &s) == ZB_OK && s == 1); /* stage 0 has no layer */
 }
 
 /* Any partition holds each tensor of the one-stage model exactly once, with
@@ -139,6 +145,9 @@ static void test_partition_params(void) {
         CHECK_MSG(memcmp(t->param, r->param, t->numel * sizeof(float)) == 0, "%s differs on stage %d of %d",
                   t->name, s, n);
         seen[r - zb_model_tensor_at(ref, 0)]++;
+        int home = -1; /* what a change of partition finds by name */
+        CHECK(zb_model_tensor_stage(c.layers, n, t->name, &home) == ZB_OK);
+        CHECK_MSG(home == s, "%s: tensor_stage says stage %d of %d, it is on %d", t->name, home, n, s);
       }
       zb_model_stage_free(st);
     }
