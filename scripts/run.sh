@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The main job: a local zb cluster on this machine trains a model. Builds
-# the daemons and zbctl (build/dev), starts a zb-coordinator and N
-# zb-workers (cpu backend with real math, TCP transport) in a temporary data
-# directory, submits the default job (the built-in transformer, zb-v on 4
-# ranks), streams loss, tokens/s, bubble and memory with `zbctl watch`,
-# prints a summary and shuts everything down cleanly, also on Ctrl-C.
+# the daemons and zbctl (build/dev), starts a zb-coordinator and one
+# zb-worker per rank (cpu backend with real math, TCP transport) in a
+# temporary data directory, submits the default job (the built-in
+# transformer, 1f1b on 2 ranks), switches the running job to zb-v half-way
+# with `zbctl update-schedule`, streams loss, tokens/s, bubble and memory
+# with `zbctl watch`, prints a summary per schedule and shuts everything
+# down cleanly, also on Ctrl-C.
 set -euo pipefail
 
 CALLER_DIR=$PWD
@@ -16,7 +18,7 @@ BIN=build/$PRESET
 
 usage() {
   cat <<'USAGE'
-usage: scripts/run.sh [--no-deps] [-j N] [--workers N] [--job FILE] [--keep]
+usage: scripts/run.sh [--no-deps] [-j N] [--workers N] [--job FILE] [--switch-to S] [--switch-at N] [--keep]
        scripts/run.sh [--no-deps] [-j N] ZBCTL_ARGS...     (e.g. plan compare --ranks 4 --microbatches 16)
 
 With no ZBCTL_ARGS, runs a local cluster:
@@ -26,20 +28,29 @@ With no ZBCTL_ARGS, runs a local cluster:
   3. starts zb-coordinator (gRPC and /metrics on free loopback ports) and the
      workers, in a temporary directory (data, logs)
   4. submits the job (default deploy/jobs/local-train.yaml: a small
-     transformer on /usr/share/common-licenses/GPL-3, zb-v, 4 ranks,
-     8 microbatches, 200 iterations) and runs `zbctl watch --every 10` on it
+     transformer on /usr/share/common-licenses/GPL-3, 1f1b, 2 ranks,
+     4 microbatches, 80 iterations, every iteration's timeline sampled) and
+     runs `zbctl watch --every 10` on it; once half its iterations are done,
+     `zbctl update-schedule JOB --schedule zb-v` switches the running job
+     (its ranks move their stages' weights to the V placement and go on)
      (deploy/jobs/local-demo.yaml is the sim-backend demo: --job it)
-  5. prints a summary (loss first -> last, tokens/s, bubble measured and
-     predicted; on the sampled iterations, measured on the aligned
-     timelines and predicted from the costs they taught), then stops the workers and the coordinator (SIGTERM) and
-     removes the temporary directory (kept with --keep, or on failure)
+  5. prints a summary per schedule (iterations, throughput, bubble measured
+     on the aligned timelines and predicted from the op times they taught,
+     the largest gap between the two over the windows of 10 iterations),
+     the loss first -> last, then stops the workers and the coordinator
+     (SIGTERM) and removes the temporary directory (kept with --keep, or
+     on failure)
 
-  --workers N   workers to start (default: the job's ranks, at least 4)
-  --job FILE    job spec to submit instead of the default
-  --keep        keep the temporary directory (data, logs) at the end
-  --no-deps     skip step 1
-  -j N          parallel build jobs (default: nproc, or $JOBS)
-  --help        show this text
+  --workers N     workers to start (default: the job's ranks; one per core
+                  keeps the measured bubble the schedule's, not a wait for a CPU)
+  --job FILE      job spec to submit instead of the default
+  --switch-to S   schedule to switch the running job to (default zb-v for the
+                  default job, none for --job); 'none' keeps its schedule
+  --switch-at N   switch once N iterations are done (default: half the job's)
+  --keep          keep the temporary directory (data, logs) at the end
+  --no-deps       skip step 1
+  -j N            parallel build jobs (default: nproc, or $JOBS)
+  --help          show this text
 
 With ZBCTL_ARGS, builds zbctl and runs `zbctl ZBCTL_ARGS` in the directory
 run.sh was started from (offline planning needs no cluster).
@@ -50,6 +61,9 @@ deps=1
 jobs=${JOBS:-$(nproc)}
 workers=
 job=deploy/jobs/local-train.yaml
+default_job=1
+switch_to=
+switch_at=
 every=10
 keep=0
 while [[ $# -gt 0 ]]; do
@@ -69,6 +83,17 @@ while [[ $# -gt 0 ]]; do
     --job)
       [[ $# -ge 2 ]] || { echo "run.sh: --job takes a file" >&2; exit 2; }
       job=$(cd "$CALLER_DIR" && realpath "$2")
+      default_job=0
+      shift
+      ;;
+    --switch-to)
+      [[ $# -ge 2 && $2 =~ ^[a-z0-9-]+$ ]] || { echo "run.sh: --switch-to takes a schedule name or none" >&2; exit 2; }
+      switch_to=$2
+      shift
+      ;;
+    --switch-at)
+      [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --switch-at takes a positive number" >&2; exit 2; }
+      switch_at=$2
       shift
       ;;
     --keep) keep=1 ;;
@@ -98,7 +123,48 @@ done
 [[ -r $job ]] || { echo "run.sh: cannot read job spec $job" >&2; exit 1; }
 
 ranks=$(sed -n 's/^ranks:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$job" | head -n1)
-[[ -n $workers ]] || workers=$(( ${ranks:-4} > 4 ? ${ranks:-4} : 4 ))
+iterations=$(sed -n 's/^iterations:[[:space:]]*\([0-9][0-9]*\).*/\1/p' "$job" | head -n1)
+[[ -n $workers ]] || workers=${ranks:-4}
+if [[ -z $switch_to ]]; then
+  if [[ $default_job -eq 1 ]]; then switch_to=zb-v; else switch_to=none; fi
+fi
+[[ -n $switch_at ]] || switch_at=$(( ${iterations:-2} / 2 ))
+
+# The summary, from the job's history: per schedule (in the order they ran;
+# a schedule's first iteration is left out of its means, it warms up), the
+# throughput and the bubble measured on the aligned timelines against the
+# one predicted from the op times they taught; then the largest gap between
+# the two over windows of $2 iterations, and the loss.
+summary() {
+  local tokens
+  tokens=$("$ZBCTL" get "$1" --output json | jq -r '(.spec.model.batch // 0) * (.spec.model.seq_len // 0)')
+  "$ZBCTL" watch "$1" --output json 2>/dev/null | jq -rs --argjson tok "${tokens:-0}" --argjson every "$2" '
+    def r4: . * 10000 | round / 10000;
+    def mean: if length == 0 then null else add / length end;
+    [ .[] | select(.iteration != null) | .iteration ] as $it
+    | if ($it | length) == 0 then "  no iteration completed" else
+        ( reduce $it[] as $x ([]; if length > 0 and .[-1][0].schedule == $x.schedule
+                                  then .[-1] += [$x] else . + [[$x]] end) ) as $segs
+        | ($segs[] | . as $seg | ($seg[1:] // $seg) as $st | ($st | map(select(.aligned == true))) as $al
+           | "  \($seg[0].schedule | (. + "        ")[0:8]) iterations \($seg[0].iteration + 1)-\($seg[-1].iteration + 1): "
+             + "\($st | map(.samples_per_second) | mean | . * 10 | round / 10) microbatches/s"
+             + (if $tok > 0 then " (\($st | map(.samples_per_second * $tok) | mean | round) tokens/s)" else "" end)
+             + (if ($al | length) > 0
+                then ", bubble \($al | map(.bubble_ratio) | mean | r4) measured, \($al | map(.predicted_bubble_ratio) | mean | r4) predicted"
+                else ", bubble \($st | map(.bubble_ratio) | mean | r4) measured (no sampled timelines)" end)),
+          ( [ range(0; $it | length; $every) as $k | $it[$k:$k + $every] | map(select(.aligned == true))
+              | select(length > 0)
+              | { first: (.[0].iteration + 1), last: (.[-1].iteration + 1),
+                  gap: ((map(.bubble_ratio) | mean) - (map(.predicted_bubble_ratio) | mean) | fabs) } ] as $w
+            | if ($w | length) == 0 then empty else
+                ($w | max_by(.gap)) as $m
+                | "  windows      \($w | length) of \($every) iterations: measured and predicted bubble differ by at most \($m.gap | r4) (iterations \($m.first)-\($m.last))"
+              end),
+          (if $it[0].has_loss then
+             "  loss         \($it[0].loss | r4) (iteration 1) -> \($it[-1].loss | r4) (iteration \($it | length))"
+           else empty end)
+      end'
+}
 
 tmp=$(mktemp -d /tmp/zb-local.XXXXXX)
 pids=()
@@ -153,30 +219,38 @@ echo
 echo "\$ zbctl submit ${job#"$ROOT"/}"
 job_id=$("$ZBCTL" submit "$job")
 echo "$job_id"
+
+# Switches the running job once switch_at iterations are done (not when it
+# ended first, or with --switch-to none). It follows the job's own event
+# stream rather than polling, so it takes no CPU from the ranks.
+switcher() {
+  [[ $switch_to != none ]] || return 0
+  local line done=0
+  while IFS= read -r line; do
+    [[ $line == *'"iteration":{'* ]] || continue
+    done=$((done + 1))
+    if [[ $done -ge $switch_at ]]; then
+      echo
+      echo "\$ zbctl update-schedule $job_id --schedule $switch_to     (after $done iterations)"
+      "$ZBCTL" update-schedule "$job_id" --schedule "$switch_to" || true
+      echo
+      break
+    fi
+  done < <("$ZBCTL" watch "$job_id" --output json 2>/dev/null)
+}
+switcher &
+switcher_pid=$!
+
 echo
 echo "\$ zbctl watch $job_id --every $every"
 if "$ZBCTL" watch "$job_id" --every "$every"; then status=0; else status=1; fi
+wait "$switcher_pid" 2>/dev/null || true
 echo
 echo "\$ zbctl get $job_id"
 "$ZBCTL" get "$job_id" || status=1
 echo
 echo "summary:"
-# every iteration's figures, replayed from the job's history
-"$ZBCTL" watch "$job_id" --output json 2>/dev/null | jq -rs '
-  [ .[] | select(.iteration != null) | .iteration ] as $it
-  | if ($it | length) == 0 then "  no iteration completed" else
-      ($it[1:] // $it) as $steady
-      | "  iterations   \($it | length), schedule \($it[-1].schedule)",
-        (if $it[0].has_loss then
-           "  loss         \($it[0].loss * 10000 | round / 10000) (iteration 1) -> \($it[-1].loss * 10000 | round / 10000) (iteration \($it | length))"
-         else empty end),
-        "  throughput   \(($steady | map(.samples_per_second) | add / length) * 10 | round / 10) microbatches/s (mean after iteration 1)",
-        "  bubble       \(($steady | map(.bubble_ratio) | add / length) * 10000 | round / 10000) measured, \($it[-1].predicted_bubble_ratio * 10000 | round / 10000) predicted (global, mean after iteration 1)",
-        (($steady | map(select(.aligned == true))) as $tl
-         | if ($tl | length) == 0 then empty else
-             "  timelines    \($tl | length) sampled iterations: bubble \(($tl | map(.bubble_ratio) | add / length) * 10000 | round / 10000) measured on the aligned timelines, \(($tl | map(.predicted_bubble_ratio) | add / length) * 10000 | round / 10000) predicted from the costs they taught (zbctl trace \($job_id) draws the last)"
-           end)
-    end' --arg job_id "$job_id" || true
+summary "$job_id" "$every" || true
 cores=$(nproc)
 if [[ $workers -gt $cores ]]; then
   echo "  note: $workers workers share $cores cores here, so ranks also wait for a CPU; the measured bubble"

@@ -1,24 +1,26 @@
 """The README's default training job (deploy/jobs/local-train.yaml, passed
-by ctest as ZB_DEFAULT_JOB) trains through the service: real zb-coordinator,
-4 zb-workers and zbctl submit of the YAML itself.
+by ctest as ZB_DEFAULT_JOB) run the way scripts/run.sh runs it: real
+zb-coordinator, 2 zb-workers, `zbctl submit` of the YAML itself, and
+`zbctl update-schedule --schedule zb-v` once half its iterations are done.
 
-- The spec is submitted twice, as written (zb-v) and with schedule 1f1b,
-  same seed and data. The YAML must state model.layers: 8: left out, zb-v
-  would derive 8 (2 stages per rank x 4 ranks) and 1f1b 4 (one stage per
-  rank), a different model; stated, both train the same one.
+- The job as written is 1f1b on 2 ranks with every iteration's timeline
+  sampled (trace_every: 1) and model.layers 8 stated, so 1f1b (2 stages of
+  4 layers) and zb-v (4 stages of 2) train the same model.
+- The switch lands at the iteration the coordinator names; every iteration
+  before it ran 1f1b, every one from it zb-v (the ranks moved their stages
+  between those two iterations), and the job succeeds.
+- Before the switch the losses equal, bit for bit, those of a plain 1f1b
+  run of the same spec cut at that iteration: the switch disturbs nothing
+  that ran before it. (After it the two partitions sum some gradients in
+  another order, so later losses agree to fp32 rounding only, which
+  training amplifies; that the moved state is exact is test_train_cpu's
+  check, at a size where every partition computes the same bits.)
 - The loss falls well below its start: the mean of the last 10 iterations
-  is below FALL = 0.6 x the first iteration's loss (from a fresh model the
-  first loss is about ln(256) = 5.55; observed 5.5406 -> 2.2967 over 200
-  iterations, and already 2.8414 after 40, so the bound 3.32 leaves room
-  without admitting a model that does not learn).
-- 1f1b and zb-v trace the same curve: per iteration |loss_zbv - loss_1f1b|
-  <= CURVE_TOL x loss_1f1b. Each op is deterministic and every stage runs
-  its W ops in microbatch order under both schedules, so the curves are
-  bit for bit equal (0 observed); CURVE_TOL = 1e-6 is tighter than issue
-  4's 1e-5 and leaves room only for fp32 summation order.
-- Both builds run the full 200 iterations of both jobs: about 35 s in the
-  dev build, about 4 minutes under ASan+UBSan (ZB_TEST_SANITIZE=1), where
-  the element-wise kernels run several times slower.
+  is below FALL = 0.7 x the first iteration's loss (about ln(256) = 5.55
+  from a fresh model; observed 5.5178 -> 3.02 after 80 iterations).
+- Every iteration is measured on the aligned timelines and predicted from
+  the learned costs (the figures run.sh's summary compares).
+- About 30 s in the dev build; several times that under ASan+UBSan.
 """
 
 import os
@@ -31,51 +33,65 @@ from zbsvc import STATE, Cluster, iteration_events
 
 DEFAULT_JOB = os.environ["ZB_DEFAULT_JOB"]
 LAYERS = 8
-FALL = 0.6  # last-10 mean < FALL x first loss
-CURVE_TOL = 1e-6
+FALL = 0.7  # last-10 mean < FALL x first loss
 
 
-def variant(text, schedule):
-    """The default job's YAML with its schedule replaced."""
-    out, n = re.subn(r"(?m)^schedule:\s*\S+", "schedule: %s" % schedule, text)
-    assert n == 1, "no schedule: line in %s" % DEFAULT_JOB
+def variant(text, key, value):
+    """The default job's YAML with one top-level key replaced."""
+    out, n = re.subn(r"(?m)^%s:\s*\S+" % key, "%s: %s" % (key, value), text)
+    assert n == 1, "no %s: line in %s" % (key, DEFAULT_JOB)
     return out
 
 
-def test_default_job_trains():
+def submit(c, tmp, name, text):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(text)
+    cp = c.zbctl("submit", path)
+    assert cp.returncode == 0, cp.stderr
+    return cp.stdout.strip()
+
+
+def test_default_job_trains_and_switches():
     with open(DEFAULT_JOB) as f:
         text = f.read()
     iterations = int(re.search(r"(?m)^iterations:\s*(\d+)", text).group(1))
     ranks = int(re.search(r"(?m)^ranks:\s*(\d+)", text).group(1))
-    assert re.search(r"(?m)^schedule:\s*zb-v\b", text) and iterations == 200 and ranks == 4, text
+    assert re.search(r"(?m)^schedule:\s*1f1b\b", text) and ranks == 2 and iterations >= 40, text
+    assert re.search(r"(?m)^trace_every:\s*1\b", text), "every iteration sampled"
     assert re.search(r"(?m)^  layers:\s*%d\s*(#.*)?$" % LAYERS, text), "model.layers must be %d" % LAYERS
     tmp = tempfile.mkdtemp(prefix="zb-default-job-")
     try:
         with Cluster(workers=ranks, name="default-job") as c:
-            curves = {}
-            for schedule in ("zb-v", "1f1b"):
-                path = os.path.join(tmp, "%s.yaml" % schedule)
-                with open(path, "w") as f:
-                    f.write(variant(text, schedule))
-                cp = c.zbctl("submit", path)
-                assert cp.returncode == 0, cp.stderr
-                jid = cp.stdout.strip()
-                job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=600)
-                assert job.iterations_done == iterations, job
-                its = iteration_events(c.events(jid))
-                assert [it.iteration for it in its] == list(range(iterations)), [it.iteration for it in its]
-                assert all(it.has_loss for it in its), [it.iteration for it in its if not it.has_loss]
-                losses = [it.loss for it in its]
-                first, tail = losses[0], sum(losses[-10:]) / 10
-                print("%-5s %d iterations: loss %.4f -> %.4f (last-10 mean; bound %.4f)" %
-                      (schedule, iterations, first, tail, FALL * first))
-                assert 5.0 < first < 6.0, (schedule, first)
-                assert tail < FALL * first, (schedule, losses)
-                curves[schedule] = losses
-                c.wait_workers(ranks)
-            rel = max(abs(a - b) / abs(b) for a, b in zip(curves["zb-v"], curves["1f1b"]))
-            print("zb-v vs 1f1b: max relative loss difference %.3g (tolerance %g)" % (rel, CURVE_TOL))
-            assert rel <= CURVE_TOL, (curves["zb-v"], curves["1f1b"])
+            jid = submit(c, tmp, "default.yaml", text)
+            c.wait_iterations(jid, iterations // 2, timeout=600)
+            cp = c.zbctl("update-schedule", jid, "--schedule", "zb-v")
+            assert cp.returncode == 0, cp.stderr
+            # zbctl counts iterations from 1; the events from 0
+            at = int(re.search(r"zb-v from iteration (\d+)", cp.stdout).group(1)) - 1
+            assert iterations // 2 <= at < iterations, cp.stdout
+            job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=900)
+            assert job.iterations_done == iterations and job.schedule == "zb-v", job
+            its = iteration_events(c.events(jid))
+            assert [it.iteration for it in its] == list(range(iterations)), [it.iteration for it in its]
+            assert [it.schedule for it in its] == ["1f1b"] * at + ["zb-v"] * (iterations - at), \
+                [it.schedule for it in its]
+            assert all(it.has_loss for it in its), [it.iteration for it in its if not it.has_loss]
+            assert all(it.aligned and it.predicted_from_learned for it in its[1:]), \
+                [it.iteration for it in its if not (it.aligned and it.predicted_from_learned)]
+            losses = [it.loss for it in its]
+            first, tail = losses[0], sum(losses[-10:]) / 10
+            print("1f1b -> zb-v at iteration %d, %d iterations: loss %.4f -> %.4f (last-10 mean; bound %.4f)" %
+                  (at, iterations, first, tail, FALL * first))
+            assert 5.0 < first < 6.0, first
+            assert tail < FALL * first, losses
+
+            c.wait_workers(ranks)
+            ref = submit(c, tmp, "plain.yaml", variant(text, "iterations", at))
+            c.wait_state(ref, STATE.JOB_STATE_SUCCEEDED, timeout=600)
+            plain = [it.loss for it in iteration_events(c.events(ref))]
+            assert plain == losses[:at], (plain, losses[:at])
+            print("before the switch: %d losses equal to a plain 1f1b run's" % at)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
