@@ -42,8 +42,7 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
     cpu_job *cj = &js->cj;
     cj->device = js->dev;
     cj->host_transport = strcmp(zb_transport_name(js->tr), "nccl") != 0;
-    zb_err err =
-        cj->be ? cpu_job_update(cj, a, js->tr, diag) : cpu_job_open(cj, a, js->stop, diag);
+    zb_err err = cj->be ? cpu_job_update(cj, a, js->tr, diag) : cpu_job_open(cj, a, js->stop, diag);
     if (!err)
       *be = cj->be;
     return err;
