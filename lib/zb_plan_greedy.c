@@ -105,9 +105,11 @@ typedef struct greedy {
   double *e;             /* per rank: free time */
   double *d;             /* per rank: next decision time (INFINITY: blocked) */
   double *mem;
-  double *first;      /* per rank: start of its first op (NAN: none yet) */
-  int *left;          /* per rank: ops left */
-  bool *waited_guess; /* per rank: idled once on a cautious estimate since its last op */
+  double *first;             /* per rank: start of its first op (NAN: none yet) */
+  int *left;                 /* per rank: ops left */
+  bool *waited_guess;        /* per rank: idled once on a cautious estimate since its last op */
+  const zb_schedule *follow; /* NULL, or the F and B order each rank keeps */
+  int *next_fb;              /* with follow: per rank, the index of its next F or B there */
 } greedy;
 
 static double greedy_arrival(const greedy *g, double produced, int from_stage, int to_rank) {
@@ -257,6 +259,40 @@ static int greedy_pick_f(const greedy *g, int r, greedy_look *look) {
   return -1;
 }
 
+/* With a followed order: rank r's next F or B there, if it is ready at
+ * look->t (an F also within the memory limit); its stage, with *op; else
+ * -1, noting when it will be ready or that memory holds it back. */
+static int greedy_pick_follow(greedy *g, int r, greedy_look *look, zb_op *op) {
+  const zb_rank_list *l = &g->follow->ranks[r];
+  int *i = &g->next_fb[r];
+  while (*i < l->n && l->actions[*i].op != ZB_OP_F && l->actions[*i].op != ZB_OP_B)
+    (*i)++;
+  if (*i >= l->n)
+    return -1;
+  const zb_action *a = &l->actions[*i];
+  int s = a->stage;
+  bool is_f = a->op == ZB_OP_F;
+  if ((is_f ? g->nf[s] : g->nb[s]) != a->mb)
+    return -1; /* a list whose stage runs microbatches out of order: not followed */
+  double ready = is_f ? greedy_f_ready(g, s) : greedy_b_ready(g, s);
+  if (isnan(ready)) {
+    if (!is_f && g->cautious && s + 1 < g->S)
+      greedy_guess_b_input(g, r, s, look);
+    return -1;
+  }
+  if (ready > look->t + ZB_EPS) {
+    look->next = ready;
+    return -1;
+  }
+  if (is_f && !greedy_f_allowed(g, s)) {
+    look->want_f = s;
+    return -1;
+  }
+  (*i)++;
+  *op = a->op;
+  return s;
+}
+
 /* The stage of rank r with the most pending W (the first such stage in
  * rank_stages order); -1 if none. Its oldest W runs next. */
 static int greedy_pick_w(const greedy *g, int r) {
@@ -277,15 +313,24 @@ static int greedy_pick_w(const greedy *g, int r) {
 static void greedy_step(greedy *g, rank_heap *h, zb_schedule *out, int r) {
   greedy_look look = {.t = g->d[r], .next = INFINITY, .guess = INFINITY, .want_f = -1};
   double t = look.t;
-  int s = greedy_pick_b(g, r, &look);
-  if (s >= 0) {
-    greedy_run(g, h, out, r, ZB_OP_B, s, t);
-    return;
-  }
-  s = greedy_pick_f(g, r, &look);
-  if (s >= 0) {
-    greedy_run(g, h, out, r, ZB_OP_F, s, t);
-    return;
+  if (g->follow) {
+    zb_op op;
+    int s = greedy_pick_follow(g, r, &look, &op);
+    if (s >= 0) {
+      greedy_run(g, h, out, r, op, s, t);
+      return;
+    }
+  } else {
+    int s = greedy_pick_b(g, r, &look);
+    if (s >= 0) {
+      greedy_run(g, h, out, r, ZB_OP_B, s, t);
+      return;
+    }
+    s = greedy_pick_f(g, r, &look);
+    if (s >= 0) {
+      greedy_run(g, h, out, r, ZB_OP_F, s, t);
+      return;
+    }
   }
   int w_stage = greedy_pick_w(g, r);
   /* An estimate is only a guess: a rank waits on one at most once between
@@ -364,6 +409,7 @@ static void greedy_free(greedy *g) {
   free(g->first);
   free(g->left);
   free(g->waited_guess);
+  free(g->next_fb);
 }
 
 /* The heap of all ranks by decision time: the rank of stage 0 decides at
@@ -394,28 +440,50 @@ static void greedy_score(const greedy *g, zb_objective obj, zb_plan_score *score
   }
 }
 
-zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap,
-                            int w_policy, zb_objective obj, zb_plan_score *score) {
-  greedy g = {.p = p, .v = v, .m = m, .S = p * v, .pl = pl, .c = c, .cap = cap};
-  g.fill_small_gaps = w_policy == ZB_W_FILL_ALL;
-  g.cautious = w_policy == ZB_W_CAUTIOUS;
-  greedy_init(&g);
+/* Runs the greedy to its end; the lists, or NULL when it got stuck. */
+static zb_schedule *greedy_go(greedy *g, int w_policy, zb_objective obj, zb_plan_score *score) {
+  g->fill_small_gaps = w_policy == ZB_W_FILL_ALL;
+  g->cautious = w_policy == ZB_W_CAUTIOUS;
+  greedy_init(g);
   rank_heap h;
-  greedy_heap_init(&g, &h);
-  zb_schedule *out = zb_schedule_new(p, v, m, pl);
+  greedy_heap_init(g, &h);
+  zb_schedule *out = zb_schedule_new(g->p, g->v, g->m, g->pl);
   while (h.n > 0) {
     int r = h.heap[0];
-    if (isinf(g.d[r])) { /* every remaining rank waits on another: stuck */
+    if (isinf(g->d[r])) { /* every remaining rank waits on another: stuck */
       zb_schedule_free(out);
       out = NULL;
       break;
     }
-    greedy_step(&g, &h, out, r);
+    greedy_step(g, &h, out, r);
   }
   if (out && score)
-    greedy_score(&g, obj, score);
-  greedy_free(&g);
+    greedy_score(g, obj, score);
+  greedy_free(g);
   free(h.heap);
   free(h.pos);
+  return out;
+}
+
+zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap,
+                            int w_policy, zb_objective obj, zb_plan_score *score) {
+  greedy g = {.p = p, .v = v, .m = m, .S = p * v, .pl = pl, .c = c, .cap = cap};
+  return greedy_go(&g, w_policy, obj, score);
+}
+
+zb_schedule *zb_plan_place_w(const zb_schedule *order, const zb_costs *c, int w_policy,
+                             zb_plan_score *score) {
+  int *cap = zb_calloc((size_t)(order->p * order->v), sizeof(int));
+  greedy g = {.p = order->p,
+              .v = order->v,
+              .m = order->m,
+              .S = order->p * order->v,
+              .pl = order->placement,
+              .c = c,
+              .cap = cap,
+              .follow = order,
+              .next_fb = zb_calloc((size_t)order->p, sizeof(int))};
+  zb_schedule *out = greedy_go(&g, w_policy, ZB_OBJ_MAKESPAN, score);
+  free(cap);
   return out;
 }

@@ -34,6 +34,13 @@ bool zb_plan_score_better(zb_plan_score a, zb_plan_score b);
 zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap,
                             int w_policy, zb_objective obj, zb_plan_score *score);
 
+/* Keeps order's F and B sequence on every rank and places its W ops anew
+ * by the greedy's timing under c: a pending W runs when the next F or B
+ * is not ready (by w_policy's rule, ZB_W_*) or the memory limit holds an
+ * F back. NULL when it gets stuck (an F the limit forbids with no W to
+ * run). *score as for zb_plan_greedy. Caller owns the result. */
+zb_schedule *zb_plan_place_w(const zb_schedule *order, const zb_costs *c, int w_policy, zb_plan_score *score);
+
 /* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
 bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
 
@@ -42,6 +49,12 @@ bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
  * not need the first; keeps strict improvements that fit the memory limit;
  * at most max_evals simulations. */
 void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max_evals);
+
+/* The V building block (zb_plan_vblock.c): m microbatches of a block whose
+ * chunk-0 F and chunk-1 B advance one rank per hop slots (1: V-Min's
+ * memory, 2: V-Half's), squeezed within c->mem_limit; the best of its
+ * spacings under c. NULL when none fits the limit. Caller owns it. */
+zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c);
 
 zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);

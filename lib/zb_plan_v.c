@@ -131,14 +131,28 @@ static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
   return best;
 }
 
+/* Keeps the better of *best and cand under c (cand must fit c's memory
+ * limit); frees the other. */
+static void v_consider(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand, const zb_costs *c) {
+  zb_plan_score sc;
+  if (cand && zb_plan_fits_memory(cand, c) && zb_plan_score_of(cand, c, ZB_OBJ_MAKESPAN, &sc) &&
+      (!*best || zb_plan_score_better(sc, *best_score))) {
+    zb_schedule_free(*best);
+    *best = cand;
+    *best_score = sc;
+    return;
+  }
+  zb_schedule_free(cand);
+}
+
 zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_schedule **out, zb_diag *diag) {
   int p = req->p, m = req->m;
-  /* Limits in units of one rank's M_F: ZB-V 1F1B's p; V-Half p/2 and V-Min
-   * p/3, each plus one microbatch of slack for the V's turn. */
+  /* Limits in units of one rank's M_F: ZB-V 1F1B's p; V-Half (p+2)/2 and
+   * V-Min (p+4)/3, what the building blocks hold at equal costs. */
   double unit = zb_costs_rank_mf(cin, ZB_PLACE_V, p, 2, 0);
   double units = req->family == ZB_FAMILY_ZB_V     ? p
-                 : req->family == ZB_FAMILY_V_HALF ? p / 2.0 + 1
-                                                   : p / 3.0 + 1;
+                 : req->family == ZB_FAMILY_V_HALF ? (p + 2) / 2.0
+                                                   : (p + 4) / 3.0;
   if (units > p)
     units = p;
   if (req->family == ZB_FAMILY_ZB_V && m >= 2 * p - 1) {
@@ -149,7 +163,12 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
   c->mem_limit = units * unit;
   if (cin->mem_limit > 0 && cin->mem_limit < c->mem_limit)
     c->mem_limit = cin->mem_limit;
-  zb_schedule *s = zb_plan_v_greedy(p, m, c);
+  zb_schedule *s = NULL;
+  zb_plan_score score;
+  if (req->family != ZB_FAMILY_ZB_V)
+    v_consider(&s, &score, zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c), c);
+  if (!s) /* zb-v below 2p-1, or a limit the block cannot keep */
+    v_consider(&s, &score, zb_plan_v_greedy(p, m, c), c);
   zb_costs_free(c);
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "%s found no V schedule within %g x M_F per rank",
