@@ -41,9 +41,13 @@ const char zbctl_plan_help[] =
     "                        longest per-rank span, the paper's bubble definition)\n"
     "  --from-csv FILE       read the schedule from FILE ('-': stdin) instead: one\n"
     "                        row per rank of action strings (0F1, 2I0 = B, 3W1,\n"
-    "                        1B0 = fused BW, 1SEND_F0, ...); the shape comes from\n"
-    "                        the file. It is validated before anything is written.\n"
-    "  --placement loop|v    stage placement of a --from-csv file (default loop)\n"
+    "                        1B0 = fused BW, 1SEND_F0, (0F3;3B1)OVERLAP_F_B, and\n"
+    "                        PyTorch's waits and FSDP kinds as markers); the shape\n"
+    "                        comes from the file. It is validated before anything\n"
+    "                        is written.\n"
+    "  --placement loop|v    stage placement of a --from-csv file (default: from the\n"
+    "                        file: V when every row r holds only stages r and\n"
+    "                        2p-1-r, else loop)\n"
     "\n"
     "Cost model (one rank's whole share of the model; a family with V chunks per\n"
     "rank gives each chunk op 1/V of the times and memory deltas):\n"
@@ -63,7 +67,8 @@ const char zbctl_plan_help[] =
     "  --format FMT          ascii    terminal timeline and figures (default)\n"
     "                        json     the plan, its figures and the lowered actions\n"
     "                        csv      compute-only CSV; reads back with --from-csv\n"
-    "                        csv-comm CSV with the SEND/RECV actions (lowered)\n"
+    "                        csv-comm CSV with the SEND/RECV actions (lowered) and\n"
+    "                                 a WAIT_SEND after each send (PyTorch's compute_comms)\n"
     "                        trace    Chrome trace (chrome://tracing, Perfetto)\n"
     "                        svg      SVG timeline\n"
     "  --width N             columns of the ascii timeline (default 100)\n"
@@ -196,7 +201,7 @@ static int plan_emit(const plan_args *a, const plan_output *o) {
     break;
   }
   case PLAN_FMT_CSV: zb_csv_write(o->compute, &b); break;
-  case PLAN_FMT_CSV_COMM: zb_csv_write(o->lowered, &b); break;
+  case PLAN_FMT_CSV_COMM: zb_csv_write_comms(o->lowered, &b); break;
   case PLAN_FMT_TRACE: zb_trace_write(o->shown, o->sim, &b); break;
   case PLAN_FMT_SVG: zb_svg_write(o->shown, o->sim, &b); break;
   }
@@ -206,6 +211,15 @@ static int plan_emit(const plan_args *a, const plan_output *o) {
 }
 
 /* zbctl plan --from-csv                                               */
+
+/* Whether s holds PyTorch's WAIT_SEND markers (a compute_comms file). */
+static bool plan_has_send_waits(const zb_schedule *s) {
+  for (int r = 0; r < s->p; r++)
+    for (int i = 0; i < s->ranks[r].n; i++)
+      if (s->ranks[r].actions[i].op == ZB_OP_WAIT_SEND_F || s->ranks[r].actions[i].op == ZB_OP_WAIT_SEND_B)
+        return true;
+  return false;
+}
 
 static int plan_from_csv(const plan_args *a, const char *stage_text) {
   const char *conflict = a->schedule         ? "--schedule"
@@ -230,6 +244,16 @@ static int plan_from_csv(const plan_args *a, const char *stage_text) {
     cli_error(a->cmd, "%s: %s", a->from_csv, d.msg);
     goto cleanup;
   }
+  if (zb_schedule_has_comm(s) && plan_has_send_waits(s)) {
+    /* PyTorch's compute_comms order: its sends and receives are posted
+     * early and waited on at use, which zb's blocking comm actions would
+     * serialise; the compute order is what it schedules */
+    fprintf(stderr,
+            "zbctl plan: %s: PyTorch's compute_comms order (asynchronous sends and receives): "
+            "simulated on its compute order, lowered anew for csv-comm\n",
+            a->from_csv);
+    zb_schedule_strip_comm(s);
+  }
   double units = plan_limit_units(a, s->p);
   if (!(c = plan_costs(a, s->p, s->v, stage_text, units, &code)))
     goto cleanup;
@@ -237,7 +261,8 @@ static int plan_from_csv(const plan_args *a, const char *stage_text) {
   if (zb_validate(s, c, &viol) != ZB_OK) {
     char line[256];
     zb_violation_format(&viol, line, (int)sizeof line);
-    bool hint = viol.kind == ZB_VIOL_PLACEMENT && s->placement == ZB_PLACE_LOOP && s->v == 2;
+    bool hint =
+        viol.kind == ZB_VIOL_PLACEMENT && s->placement == ZB_PLACE_LOOP && s->v == 2 && a->have_placement;
     cli_error(a->cmd, "%s: invalid schedule: %s%s", a->from_csv, line,
               hint ? " (a V-shaped schedule? try --placement v)" : "");
     goto cleanup;

@@ -16,7 +16,7 @@ void plan_args_init(plan_args *a, const char *cmd) {
   a->cmd = cmd;
   a->rc = zb_rank_costs_default();
   a->objective = ZB_OBJ_MAKESPAN;
-  a->placement = ZB_PLACE_LOOP;
+  a->placement = ZB_PLACE_INFER;
 }
 
 /* Arguments                                                           */

@@ -28,16 +28,23 @@ zb_err zb_action_parse(const char *s, zb_action *out, zb_diag *diag);
 /* Writes a's action string into buf (NUL-terminated); returns its length. */
 int zb_action_format(const zb_action *a, char *buf, int len);
 
-/* Reads a CSV schedule. p is the number of rows; the stage count comes
- * from the largest stage seen, v = stages / p (must divide), m from the
- * largest microbatch + 1. placement is given by the caller (PyTorch CSVs
- * do not say; loop for torchtitan files). Sets comm peers from placement.
- * Caller owns *out. */
+/* Reads a CSV schedule, PyTorch's own as it writes them (every action
+ * kind, DualPipeV's "(A;B)OVERLAP_F_B" pairs, the waits as markers). p is
+ * the number of rows; the stage count comes from the largest stage seen,
+ * v = stages / p (must divide); every stage must run the same microbatches
+ * 0..m-1 of each kind it runs (a stage whose numbering starts elsewhere is
+ * named). placement is the caller's, or ZB_PLACE_INFER: V when every row
+ * r holds only stages r and 2p-1-r (as PyTorch infers it), else loop. Sets
+ * comm peers from placement. Caller owns *out. */
 zb_err zb_csv_parse(const char *text, size_t len, zb_placement placement, zb_schedule **out, zb_diag *diag);
 /* Writes s as CSV: one row per rank, cells joined by ',', rows ended by
  * '\n'. Parsing the output gives back s, and the bytes of a parsed file
  * are reproduced when it used this layout. */
 void zb_csv_write(const zb_schedule *s, zb_buf *out);
+/* The same with a WAIT_SEND_F / WAIT_SEND_B after every send, as PyTorch's
+ * "compute_comms" format requires of a lowered schedule (each send is
+ * waited on before the rank goes on). */
+void zb_csv_write_comms(const zb_schedule *s, zb_buf *out);
 /* Sets the peer of every comm action from the schedule's placement. */
 void zb_format_fill_peers(zb_schedule *s);
 

@@ -18,6 +18,9 @@ typedef struct kind_name {
 } kind_name;
 
 static const kind_name kind_names[] = {
+    {"WAIT_SEND_F", ZB_OP_WAIT_SEND_F, true},
+    {"WAIT_SEND_B", ZB_OP_WAIT_SEND_B, true},
+    {"WAIT_REDUCE_GRAD", ZB_OP_WAIT_REDUCE_GRAD, false},
     {"SEND_F", ZB_OP_SEND_F, true},
     {"RECV_F", ZB_OP_RECV_F, true},
     {"SEND_B", ZB_OP_SEND_B, true},
@@ -31,7 +34,9 @@ static const kind_name kind_names[] = {
     {"B", ZB_OP_BW, true},
 };
 #define N_KIND_NAMES ((int)(sizeof kind_names / sizeof kind_names[0]))
-#define KIND_LIST "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD"
+#define KIND_LIST                                                                                    \
+  "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, " \
+  "WAIT_REDUCE_GRAD"
 
 static const kind_name *kind_of_op(zb_op op) {
   for (int k = 0; k < N_KIND_NAMES; k++)

@@ -4,6 +4,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "zb_alloc.h"
 #include "zb_format_internal.h"
@@ -26,6 +27,32 @@ static bool is_blank(char c) {
   return c == ' ' || c == '\t';
 }
 
+/* Parses one overlapped pair "(A;B)OVERLAP_F_B" (no surrounding space)
+ * into its two actions, the first marked as overlapped with the second. */
+static zb_err parse_overlap(const char *s, size_t n, zb_rank_list *row, zb_diag *diag) {
+  static const char tail[] = ")OVERLAP_F_B";
+  size_t tl = sizeof tail - 1;
+  const char *semi = memchr(s, ';', n);
+  if (n < tl + 3 || memcmp(s + n - tl, tail, tl) != 0 || !semi)
+    return zb_diag_set(diag, ZB_ERR_PARSE,
+                       "bad action \"%.*s\": a cell starting with '(' must be an overlapped pair "
+                       "\"(<action>;<action>)OVERLAP_F_B\"",
+                       (int)(n > 40 ? 40 : n), s);
+  zb_action a = {.peer = -1}, b = {.peer = -1};
+  zb_diag inner;
+  if (zb_action_parse_span(s + 1, (size_t)(semi - s - 1), &a, &inner) != ZB_OK ||
+      zb_action_parse_span(semi + 1, (size_t)(s + n - tl - semi - 1), &b, &inner) != ZB_OK)
+    return zb_diag_set(diag, ZB_ERR_PARSE, "in an OVERLAP_F_B pair: %s", inner.msg);
+  if (!zb_op_is_compute(a.op) || !zb_op_is_compute(b.op))
+    return zb_diag_set(diag, ZB_ERR_PARSE,
+                       "bad action \"%.*s\": an OVERLAP_F_B pair holds two compute actions",
+                       (int)(n > 40 ? 40 : n), s);
+  a.overlap = true;
+  rows_push(row, a);
+  rows_push(row, b);
+  return ZB_OK;
+}
+
 /* Parses one line (no line ending) into row. A zero-length line is a row
  * with no actions; otherwise every ','-separated cell is one action, an
  * empty cell (after trimming spaces and tabs) being ZB_OP_NONE. */
@@ -43,6 +70,15 @@ static zb_err parse_csv_line(const char *line, size_t n, int row_no, zb_rank_lis
     while (b > a && is_blank(line[b - 1]))
       b--;
     zb_action act = {.op = ZB_OP_NONE, .stage = -1, .mb = -1, .peer = -1, .batch = false};
+    if (b > a && line[a] == '(') {
+      zb_diag inner;
+      if (parse_overlap(line + a, b - a, row, &inner) != ZB_OK)
+        return zb_diag_set(diag, ZB_ERR_PARSE, "row %d, column %d: %s", row_no, col, inner.msg);
+      if (end == n)
+        break;
+      pos = end + 1;
+      continue;
+    }
     if (b > a) {
       zb_diag inner;
       if (zb_action_parse_span(line + a, b - a, &act, &inner) != ZB_OK)
@@ -131,18 +167,79 @@ static zb_err csv_shape(const csv_rows *t, zb_placement placement, int *v_out, i
   return ZB_OK;
 }
 
+/* V when every row r holds only stages r and 2p-1-r, some of them the
+ * second (PyTorch's loader infers it the same way); else loop. */
+static zb_placement csv_infer_placement(const csv_rows *t) {
+  int p = t->n;
+  bool v_ok = true, second = false;
+  for (int r = 0; r < p && v_ok; r++)
+    for (int i = 0; i < t->rows[r].n; i++) {
+      const zb_action *a = &t->rows[r].actions[i];
+      if (a->op == ZB_OP_NONE)
+        continue;
+      v_ok &= a->stage == r || a->stage == 2 * p - 1 - r;
+      second |= a->stage == 2 * p - 1 - r && a->stage != r;
+    }
+  return v_ok && second ? ZB_PLACE_V : ZB_PLACE_LOOP;
+}
+
+/* Every stage runs the same microbatches 0..m-1 of each compute kind, m
+ * being how many a stage runs: a stage and kind numbered past that is
+ * named with the microbatch it lacks (PyTorch's Schedule1F1B export has
+ * the last stage's forwards as 1..m). */
+static zb_err csv_check_numbering(const csv_rows *t, int n_stages, zb_diag *diag) {
+  static const zb_op kinds[] = {ZB_OP_F, ZB_OP_B, ZB_OP_W, ZB_OP_BW};
+  int *cnt = zb_calloc((size_t)n_stages * 4, sizeof(int)),
+      *lo = zb_malloc(sizeof(int) * (size_t)n_stages * 4),
+      *hi = zb_malloc(sizeof(int) * (size_t)n_stages * 4), m = 0;
+  for (int r = 0; r < t->n; r++)
+    for (int i = 0; i < t->rows[r].n; i++) {
+      const zb_action *a = &t->rows[r].actions[i];
+      for (int k = 0; k < 4; k++)
+        if (a->op == kinds[k] && a->stage >= 0 && a->stage < n_stages) {
+          int x = a->stage * 4 + k;
+          lo[x] = cnt[x] && lo[x] < a->mb ? lo[x] : a->mb;
+          hi[x] = cnt[x] && hi[x] > a->mb ? hi[x] : a->mb;
+          m = ++cnt[x] > m ? cnt[x] : m;
+        }
+    }
+  zb_err err = ZB_OK;
+  for (int x = 0; x < n_stages * 4 && !err; x++)
+    if (cnt[x] && hi[x] >= m) {
+      int stage = x / 4;
+      const char *kind = zb_op_name(kinds[x % 4]);
+      bool bug = kinds[x % 4] == ZB_OP_F && stage == n_stages - 1 && lo[x] == 1;
+      err = zb_diag_set(
+          diag, ZB_ERR_PARSE,
+          "stage %d has no %s of microbatch %d: its %s microbatches run %d..%d, where a stage runs "
+          "%d of each kind (0..%d)%s",
+          stage, kind, lo[x] > 0 ? 0 : m, kind, lo[x], hi[x], m, m - 1,
+          bug ? "; PyTorch's Schedule1F1B export numbers the last stage's forwards from 1, and "
+                "PyTorch's own _validate_schedule refuses this file too"
+              : "");
+    }
+  free(cnt);
+  free(lo);
+  free(hi);
+  return err;
+}
+
 /* Reads a CSV schedule; see zb_format.h. Lines may end in "\n" or "\r\n";
  * the last may lack one. Spaces and tabs around a cell are ignored. */
 zb_err zb_csv_parse(const char *text, size_t len, zb_placement placement, zb_schedule **out, zb_diag *diag) {
   if ((!text && len) || !out)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "zb_csv_parse: NULL argument");
-  if (placement != ZB_PLACE_LOOP && placement != ZB_PLACE_V)
+  if (placement != ZB_PLACE_LOOP && placement != ZB_PLACE_V && placement != ZB_PLACE_INFER)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "zb_csv_parse: unknown placement %d", (int)placement);
   csv_rows t = {0};
   int v = 0, m = 0;
   zb_err err = csv_read_rows(text, len, &t, diag);
+  if (err == ZB_OK && placement == ZB_PLACE_INFER && t.n > 0)
+    placement = csv_infer_placement(&t);
   if (err == ZB_OK)
     err = csv_shape(&t, placement, &v, &m, diag);
+  if (err == ZB_OK)
+    err = csv_check_numbering(&t, v * t.n, diag);
   if (err != ZB_OK) {
     rows_free(t.rows, t.n);
     return err;
@@ -156,22 +253,57 @@ zb_err zb_csv_parse(const char *text, size_t len, zb_placement placement, zb_sch
   return ZB_OK;
 }
 
+/* Writes one cell: the action, or an overlapped pair "(A;B)OVERLAP_F_B"
+ * (then *i moves past B). */
+static void csv_cell(const zb_rank_list *l, int *i, zb_buf *out) {
+  char cell[64];
+  const zb_action *a = &l->actions[*i];
+  /* a pair stays one only while nothing (a lowering's comm) came between */
+  bool pair = a->overlap && *i + 1 < l->n && zb_op_is_compute(l->actions[*i + 1].op);
+  if (pair)
+    zb_buf_append(out, "(", 1);
+  int n = zb_action_format(a, cell, (int)sizeof cell);
+  zb_buf_append(out, cell, (size_t)(n < (int)sizeof cell ? n : (int)sizeof cell - 1));
+  if (pair) {
+    n = zb_action_format(&l->actions[++*i], cell, (int)sizeof cell);
+    zb_buf_append(out, ";", 1);
+    zb_buf_append(out, cell, (size_t)(n < (int)sizeof cell ? n : (int)sizeof cell - 1));
+    zb_buf_append(out, ")OVERLAP_F_B", 12);
+  }
+}
+
 /* Writes s as CSV (one row per rank, '\n' after every row). ZB_OP_NONE is
  * an empty cell. Not carried (PyTorch's notation has no place for them):
  * comm peers, which the reader derives again from placement, and batch
- * flags; a rank whose only action is NONE reads back as an empty rank. */
-void zb_csv_write(const zb_schedule *s, zb_buf *out) {
-  char cell[64];
+ * flags; a rank whose only action is NONE reads back as an empty rank.
+ * waits: a WAIT_SEND_* after every send. */
+static void csv_write(const zb_schedule *s, bool waits, zb_buf *out) {
   for (int r = 0; r < s->p; r++) {
     const zb_rank_list *l = &s->ranks[r];
     for (int i = 0; i < l->n; i++) {
       if (i)
         zb_buf_append(out, ",", 1);
-      int n = zb_action_format(&l->actions[i], cell, (int)sizeof cell);
-      zb_buf_append(out, cell, (size_t)(n < (int)sizeof cell ? n : (int)sizeof cell - 1));
+      csv_cell(l, &i, out);
+      zb_op op = l->actions[i].op;
+      if (waits && (op == ZB_OP_SEND_F || op == ZB_OP_SEND_B)) {
+        zb_action w = l->actions[i];
+        w.op = op == ZB_OP_SEND_F ? ZB_OP_WAIT_SEND_F : ZB_OP_WAIT_SEND_B;
+        char cell[64];
+        int n = zb_action_format(&w, cell, (int)sizeof cell);
+        zb_buf_append(out, ",", 1);
+        zb_buf_append(out, cell, (size_t)(n < (int)sizeof cell ? n : (int)sizeof cell - 1));
+      }
     }
     zb_buf_append(out, "\n", 1);
   }
+}
+
+void zb_csv_write(const zb_schedule *s, zb_buf *out) {
+  csv_write(s, false, out);
+}
+
+void zb_csv_write_comms(const zb_schedule *s, zb_buf *out) {
+  csv_write(s, true, out);
 }
 
 /* Sets comm peers: SEND_F at stage s goes to the rank of s+1, RECV_F comes

@@ -87,6 +87,9 @@ const char *zb_op_name(zb_op op) {
       [ZB_OP_UNSHARD] = "UNSHARD",
       [ZB_OP_RESHARD] = "RESHARD",
       [ZB_OP_REDUCE_GRAD] = "REDUCE_GRAD",
+      [ZB_OP_WAIT_SEND_F] = "WAIT_SEND_F",
+      [ZB_OP_WAIT_SEND_B] = "WAIT_SEND_B",
+      [ZB_OP_WAIT_REDUCE_GRAD] = "WAIT_REDUCE_GRAD",
   };
   return (op >= 0 && op < ZB_OP_COUNT_) ? names[op] : "?";
 }

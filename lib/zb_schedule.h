@@ -15,8 +15,9 @@
 #include "zb_err.h"
 
 /* Kinds of action. B is the input gradient (PyTorch's "I"); BW is B and W
- * fused (PyTorch's "B"). The FSDP kinds are carried through import and
- * export but take no time and have no dependencies. */
+ * fused (PyTorch's "B"). The FSDP kinds and PyTorch's waits (a send's
+ * completion, the gradient reduction's) are carried through import and
+ * export as markers: they take no time and have no dependencies. */
 typedef enum zb_op {
   ZB_OP_NONE = 0, /* an empty CSV cell */
   ZB_OP_F,
@@ -30,24 +31,31 @@ typedef enum zb_op {
   ZB_OP_UNSHARD,
   ZB_OP_RESHARD,
   ZB_OP_REDUCE_GRAD,
+  ZB_OP_WAIT_SEND_F, /* PyTorch: waits for SEND_F of (stage, mb) to complete */
+  ZB_OP_WAIT_SEND_B,
+  ZB_OP_WAIT_REDUCE_GRAD,
   ZB_OP_COUNT_
 } zb_op;
 
 /* One entry of a rank's list. For SEND_F/SEND_B `stage` is the sending
  * stage, for RECV_F/RECV_B the receiving stage (PyTorch's convention); peer
  * is the other rank. mb is -1 for actions without a microbatch. batch is
- * true when this comm action is posted in one group with the next one. */
+ * true when this comm action is posted in one group with the next one.
+ * overlap is true when this compute action and the next one run as one
+ * overlapped pair (PyTorch's DualPipeV "(0F3;3B1)OVERLAP_F_B"). */
 typedef struct zb_action {
   zb_op op;
   int32_t stage;
   int32_t mb;
   int32_t peer;
   bool batch;
+  bool overlap;
 } zb_action;
 
 typedef enum zb_placement {
   ZB_PLACE_LOOP = 0, /* stage s on rank s mod p */
   ZB_PLACE_V = 1,    /* v = 2: stage s on rank s for s < p, else 2p-1-s */
+  ZB_PLACE_INFER = 2 /* only as a request to the CSV reader: from the file */
 } zb_placement;
 
 typedef struct zb_rank_list {
