@@ -34,8 +34,8 @@ static const kind_name kind_names[] = {
     {"B", ZB_OP_BW, true},
 };
 #define N_KIND_NAMES ((int)(sizeof kind_names / sizeof kind_names[0]))
-#define KIND_LIST                                                                                    \
-  "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, " \
+#define KIND_LIST                                                                                            \
+  "F, I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, "    \
   "WAIT_REDUCE_GRAD"
 
 static const kind_name *kind_of_op(zb_op op) {
