@@ -19,6 +19,7 @@ static const struct {
     [ZB_FAMILY_ZB_V] = {"zb-v", ZB_PLACE_V, 2, true},
     [ZB_FAMILY_V_HALF] = {"v-half", ZB_PLACE_V, 2, true},
     [ZB_FAMILY_V_MIN] = {"v-min", ZB_PLACE_V, 2, true},
+    [ZB_FAMILY_ZB_INTERLEAVED] = {"zb-interleaved", ZB_PLACE_LOOP, 2, true},
 };
 
 const char *zb_family_name(zb_family f) {
@@ -34,7 +35,7 @@ zb_err zb_family_parse(const char *name, zb_family *out, zb_diag *diag) {
   return zb_diag_set(
       diag, ZB_ERR_INVALID_ARG,
       "unknown schedule '%s' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-auto, zb-v, "
-      "v-half, v-min)",
+      "v-half, v-min, zb-interleaved)",
       name);
 }
 
@@ -61,12 +62,14 @@ zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag) {
     if (v < 2)
       return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
                          "interleaved-1f1b needs at least 2 chunks per rank (got %d)", v);
-    if (m % p != 0)
-      return zb_diag_set(
-          diag, ZB_ERR_UNSUPPORTED,
-          "interleaved-1f1b needs the microbatches to be a multiple of the ranks (m=%d, p=%d: try "
-          "m=%d)",
-          m, p, (m / p + 1) * p);
+    if (m < p)
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                         "interleaved-1f1b needs at least as many microbatches as ranks (m=%d, p=%d)", m, p);
+    return ZB_OK;
+  case ZB_FAMILY_ZB_INTERLEAVED:
+    if (v < 2)
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "zb-interleaved needs at least 2 chunks per rank (got %d)",
+                         v);
     return ZB_OK;
   case ZB_FAMILY_ZB_V:
   case ZB_FAMILY_V_HALF:
@@ -151,7 +154,10 @@ zb_schedule *zb_plan_zb_h2(int p, int m) {
 
 /* Megatron's interleaved 1F1B: microbatches go through the chunks in
  * groups of p; rank r warms up with (v-1)p + 2(p-1-r) chunk-forwards, then
- * alternates one forward and one backward. Needs m % p == 0. */
+ * alternates one forward and one backward. When p does not divide m the
+ * order is built for the next multiple and the microbatches past m are
+ * left out: removing every op of a microbatch from a schedule that
+ * completes leaves one that does. */
 static void zb_plan_interleaved_unit(int p, int v, int k, bool backward, int rank, int *stage, int *mb) {
   int group = k / (p * v), j = k % (p * v);
   int chunk = j / p;
@@ -161,28 +167,32 @@ static void zb_plan_interleaved_unit(int p, int v, int k, bool backward, int ran
   *stage = chunk * p + rank;
 }
 
-static zb_schedule *zb_plan_interleaved(int p, int v, int m) {
+static void zb_plan_interleaved_push(zb_schedule *s, int p, int v, int k, bool backward, int r) {
+  int stage, mb;
+  zb_plan_interleaved_unit(p, v, k, backward, r, &stage, &mb);
+  if (mb < s->m)
+    zb_schedule_push_op(s, r, backward ? ZB_OP_BW : ZB_OP_F, stage, mb);
+}
+
+zb_schedule *zb_plan_interleaved(int p, int v, int m) {
+  return zb_plan_interleaved_warm(p, v, m, m == p ? -1 : 0);
+}
+
+zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra) {
   zb_schedule *s = zb_schedule_new(p, v, m, ZB_PLACE_LOOP);
-  int total = m * v;
+  int total = (m + p - 1) / p * p * v; /* units of the padded order */
   for (int r = 0; r < p; r++) {
-    int warm = m == p ? total : (v - 1) * p + 2 * (p - 1 - r);
+    int warm = extra < 0 ? total : (v - 1) * p + 2 * (p - 1 - r) + extra;
     if (warm > total)
       warm = total;
-    int stage, mb;
-    for (int k = 0; k < warm; k++) {
-      zb_plan_interleaved_unit(p, v, k, false, r, &stage, &mb);
-      zb_schedule_push_op(s, r, ZB_OP_F, stage, mb);
-    }
+    for (int k = 0; k < warm; k++)
+      zb_plan_interleaved_push(s, p, v, k, false, r);
     for (int k = 0; k < total - warm; k++) {
-      zb_plan_interleaved_unit(p, v, warm + k, false, r, &stage, &mb);
-      zb_schedule_push_op(s, r, ZB_OP_F, stage, mb);
-      zb_plan_interleaved_unit(p, v, k, true, r, &stage, &mb);
-      zb_schedule_push_op(s, r, ZB_OP_BW, stage, mb);
+      zb_plan_interleaved_push(s, p, v, warm + k, false, r);
+      zb_plan_interleaved_push(s, p, v, k, true, r);
     }
-    for (int k = total - warm; k < total; k++) {
-      zb_plan_interleaved_unit(p, v, k, true, r, &stage, &mb);
-      zb_schedule_push_op(s, r, ZB_OP_BW, stage, mb);
-    }
+    for (int k = total - warm; k < total; k++)
+      zb_plan_interleaved_push(s, p, v, k, true, r);
   }
   return s;
 }
@@ -218,6 +228,7 @@ zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *
   case ZB_FAMILY_ZB_V:
   case ZB_FAMILY_V_HALF:
   case ZB_FAMILY_V_MIN: err = zb_plan_v_family(&r, c, out, diag); break;
+  case ZB_FAMILY_ZB_INTERLEAVED: err = zb_plan_zb_interleaved(&r, c, out, diag); break;
   default: err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "unknown schedule family"); break;
   }
   (void)pl;

@@ -41,6 +41,12 @@ zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs
  * run). *score as for zb_plan_greedy. Caller owns the result. */
 zb_schedule *zb_plan_place_w(const zb_schedule *order, const zb_costs *c, int w_policy, zb_plan_score *score);
 
+/* The best greedy schedule of the shape under c->mem_limit (zb_plan_v.c):
+ * stage 0 (where microbatches enter) may hold k in flight; the largest k
+ * that does not get stuck is found by a galloping search, and it and 0.9
+ * of it run in full. NULL when none gets through. Caller owns it. */
+zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const zb_costs *c);
+
 /* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
 bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
 
@@ -55,6 +61,18 @@ void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max
  * memory, 2: V-Half's), squeezed within c->mem_limit; the best of its
  * spacings under c. NULL when none fits the limit. Caller owns it. */
 zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c);
+
+/* Megatron's interleaved 1F1B order (zb_plan.c); m % p == 0. The _warm
+ * form warms rank r up with (v-1)p + 2(p-1-r) + extra chunk forwards
+ * (extra < 0: all of them), where the plain one does so with extra 0, or
+ * all when m = p. */
+zb_schedule *zb_plan_interleaved(int p, int v, int m);
+zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra);
+
+/* Interleaved zero bubble (zb_plan_zbi.c): loop placement, v >= 2 chunks,
+ * B and W split, within interleaved-1f1b's peak or the request's limit. */
+zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *c, zb_schedule **out,
+                              zb_diag *diag);
 
 zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);

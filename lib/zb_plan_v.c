@@ -68,34 +68,29 @@ static zb_schedule *zb_plan_zb_v_handcrafted(int p, int m) {
   return s;
 }
 
-/* Whether the greedy V schedule admitting k microbatches at stage 0 gets
+/* Whether the greedy schedule admitting k microbatches at stage 0 gets
  * through (it sticks when the memory limit blocks the F that would feed a
- * B). Probed on at most 2p + 2 microbatches: getting stuck happens during
+ * B). Probed on at most vp + 2 microbatches: getting stuck happens during
  * the warm-up, which that covers, and the probe costs a fraction of a run. */
-static bool zb_plan_v_admits(int p, int m, const zb_costs *c, int *cap, int k) {
-  int mp = m < 2 * p + 2 ? m : 2 * p + 2;
+static bool greedy_admits(int p, int v, int m, zb_placement pl, const zb_costs *c, int *cap, int k) {
+  int mp = m < v * p + 2 ? m : v * p + 2;
   cap[0] = k;
-  zb_schedule *s = zb_plan_greedy(p, 2, mp, ZB_PLACE_V, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
+  zb_schedule *s = zb_plan_greedy(p, v, mp, pl, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
   zb_schedule_free(s);
   return s != NULL;
 }
 
-/* Best greedy V schedule under c->mem_limit. Stage 0 (where microbatches
- * enter) may hold k in flight: more fills the pipe sooner but leaves less
- * memory for the steady state. The largest k that does not stick is found
- * by a galloping search; the best makespans came from it and from 0.9 of
- * it (a little memory left for the steady state), so both run. */
-static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
-  int S = 2 * p;
+zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const zb_costs *c) {
+  int S = v * p;
   int *cap = zb_calloc((size_t)S, sizeof(int));
   /* lo admits, hi + 1 does not. Start at what the limit holds of stage 0's
    * M_F, where the answer usually lies, and step out from there. */
-  int lo = 0, hi = 2 * p, k = 2 * p;
+  int lo = 0, hi = S, k = S;
   if (c->mem_limit > 0 && c->m_f[0] > 0 && c->mem_limit / c->m_f[0] < k)
     k = (int)(c->mem_limit / c->m_f[0] + 1e-9);
   k = k > 1 ? k : 1;
   for (int step = 1; lo < hi; step *= 2) {
-    if (zb_plan_v_admits(p, m, c, cap, k)) {
+    if (greedy_admits(p, v, m, pl, c, cap, k)) {
       lo = k;
       k = k + step < hi ? k + step : hi;
     } else {
@@ -113,7 +108,7 @@ static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
       continue;
     cap[0] = runs[i].k;
     zb_plan_score sc;
-    zb_schedule *cand = zb_plan_greedy(p, 2, m, ZB_PLACE_V, c, cap, runs[i].w_policy, ZB_OBJ_MAKESPAN, &sc);
+    zb_schedule *cand = zb_plan_greedy(p, v, m, pl, c, cap, runs[i].w_policy, ZB_OBJ_MAKESPAN, &sc);
     if (cand && (!best || zb_plan_score_better(sc, best_score))) {
       zb_schedule_free(best);
       best = cand;
@@ -122,10 +117,10 @@ static zb_schedule *zb_plan_v_greedy(int p, int m, const zb_costs *c) {
       zb_schedule_free(cand);
     }
   }
-  /* the probe saw only the first 2p + 2 microbatches: walk down if it erred */
+  /* the probe saw only the first vp + 2 microbatches: walk down if it erred */
   for (int j = lo - 1; !best && j >= 1; j--) {
     cap[0] = j;
-    best = zb_plan_greedy(p, 2, m, ZB_PLACE_V, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
+    best = zb_plan_greedy(p, v, m, pl, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
   }
   free(cap);
   return best;
@@ -168,7 +163,7 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
   if (req->family != ZB_FAMILY_ZB_V)
     v_consider(&s, &score, zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c), c);
   if (!s) /* zb-v below 2p-1, or a limit the block cannot keep */
-    v_consider(&s, &score, zb_plan_v_greedy(p, m, c), c);
+    v_consider(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), c);
   zb_costs_free(c);
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "%s found no V schedule within %g x M_F per rank",

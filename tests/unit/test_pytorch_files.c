@@ -10,8 +10,13 @@
  *   - zbctl's csv-comm output of every family passes PyTorch's rule for
  *     "compute_comms" files (each send is followed by its wait on the same
  *     rank) and reads back with the family's placement. The checker is
- *     shown to fail on output without the waits. */
+ *     shown to fail on output without the waits;
+ *   - for every class at p = 2 and 4, zb's best schedule at no more than
+ *     PyTorch's peak memory has no larger makespan (so bubble) than
+ *     PyTorch's, at equal costs and at T_F:T_B:T_W:T_comm = 1:1.2:0.8:0.05
+ *     (compute-only lists, simulated alike); prints the table. */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,4 +201,96 @@ static void test_csv_comm_has_waits(void) {
   zb_schedule_free(bare);
 }
 
-ZBT_MAIN(ZBT(test_every_file_reads), ZBT(test_csv_comm_has_waits))
+/* The makespan and peak (rank M_F units) of a plan of family f, or of its
+ * given limit; false when it does not plan. */
+static bool zb_plan_figures(zb_family f, int p, int m, const zb_rank_costs *rc, double limit,
+                            double *makespan, double *peak) {
+  zb_planner_request req = {
+      .family = f, .p = p, .m = m, .rank = *rc, .compute_only = true, .mem_limit = limit};
+  zb_planner_result pl;
+  zb_diag d = {{0}};
+  if (zb_planner_run(&req, &pl, &d) != ZB_OK)
+    return false;
+  *makespan = pl.sim->makespan;
+  *peak = 0;
+  for (int r = 0; r < p; r++)
+    *peak = pl.sim->peak_memory_units[r] > *peak ? pl.sim->peak_memory_units[r] : *peak;
+  zb_planner_result_free(&pl);
+  return true;
+}
+
+/* zb's best makespan within peak (every family at its default, zb-auto
+ * and zb-interleaved at that limit too); *who names it. */
+static double zb_best_within(int p, int m, const zb_rank_costs *rc, double peak, const char **who) {
+  double best = INFINITY;
+  for (int f = 0; f < ZB_FAMILY_COUNT_; f++)
+    for (int at_limit = 0; at_limit < 2; at_limit++) {
+      double ms, pk;
+      if (at_limit && f != ZB_FAMILY_ZB_AUTO && f != ZB_FAMILY_ZB_INTERLEAVED)
+        continue;
+      if (zb_plan_figures((zb_family)f, p, m, rc, at_limit ? peak : 0, &ms, &pk) && pk <= peak + 1e-9 &&
+          ms < best) {
+        best = ms;
+        *who = zb_family_name((zb_family)f);
+      }
+    }
+  return best;
+}
+
+static bool compare_file(const char *name, int *worse) {
+  char cls[64];
+  int p = 0, m = 0;
+  if (sscanf(name, "pt_%63[A-Za-z0-9]_p%d_m%d", cls, &p, &m) != 3 || strstr(name, ".comms.") ||
+      strcmp(cls, "Schedule1F1B") == 0)
+    return false;
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", PT_DIR, name);
+  size_t len = 0;
+  char *text = slurp(path, &len);
+  zb_schedule *s = NULL;
+  zb_diag d = {{0}};
+  if (!text || zb_csv_parse(text, len, ZB_PLACE_INFER, &s, &d) != ZB_OK) {
+    free(text);
+    (*worse)++;
+    return true;
+  }
+  for (int uneven = 0; uneven < 2; uneven++) {
+    zb_rank_costs rc = zb_rank_costs_default();
+    if (uneven)
+      rc = (zb_rank_costs){
+          .t_f = 1, .t_b = 1.2, .t_w = 0.8, .t_comm = 0.05, .m_f = 1, .m_b = -0.5, .m_w = -0.5};
+    zb_costs *c = zb_costs_from_rank_share(s->p, s->v, &rc, 0);
+    zb_sim_result *sim = NULL;
+    if (zb_simulate(s, c, &sim, &d) != ZB_OK) {
+      (*worse)++;
+    } else {
+      double peak = 0;
+      for (int r = 0; r < p; r++)
+        peak = sim->peak_memory_units[r] > peak ? sim->peak_memory_units[r] : peak;
+      const char *who = "-";
+      double best = zb_best_within(p, m, &rc, peak, &who);
+      bool ok = best <= sim->makespan + 1e-9;
+      *worse += !ok;
+      printf("  %-22s p=%d m=%-2d %-6s PyTorch makespan %6.2f peak %4.2f | zb %-16s %6.2f%s\n", cls + 8, p, m,
+             uneven ? "uneven" : "equal", sim->makespan, peak, who, best, ok ? "" : "  WORSE");
+    }
+    zb_sim_result_free(sim);
+    zb_costs_free(c);
+  }
+  zb_schedule_free(s);
+  free(text);
+  return true;
+}
+
+static void test_zb_at_pytorch_memory(void) {
+  DIR *dir = opendir(PT_DIR);
+  CHECK_MSG(dir != NULL, "cannot open %s", PT_DIR);
+  int files = 0, worse = 0;
+  for (struct dirent *e; (e = readdir(dir));)
+    files += compare_file(e->d_name, &worse);
+  closedir(dir);
+  CHECK_EQ(files, 36); /* 7 classes, p = 2 and 4, Schedule1F1B left out */
+  CHECK_EQ(worse, 0);
+}
+
+ZBT_MAIN(ZBT(test_every_file_reads), ZBT(test_csv_comm_has_waits), ZBT(test_zb_at_pytorch_memory))

@@ -1,0 +1,92 @@
+/* zb-interleaved: zero bubble on loop placement with v >= 2 chunks per rank
+ * (docs/schedules.md, Families). Interleaved 1F1B with the backward split
+ * into B and W: the W ops fill what would otherwise be bubbles, within
+ * interleaved-1f1b's peak memory (or the request's lower limit). Any m >= 1.
+ *
+ * Candidates, the best under the real costs kept:
+ *   - Megatron's interleaved order (m a multiple of p) with each BW split
+ *     into B then W, and the W ops placed anew by timing
+ *     (zb_plan_place_w, every W policy);
+ *   - the greedy list scheduler on loop placement with v chunks under the
+ *     limit (zb_plan_greedy_search), which needs no multiple of p.
+ */
+#include <math.h>
+
+#include "zb_plan_internal.h"
+
+#define ZBI_REFINE_OPS 1024 /* p v m up to which the result is refined */
+#define ZBI_REFINE_EVALS 200
+
+/* Interleaved 1F1B's peak on rank 0 in units of one rank's M_F: its
+ * warm-up of (v-1)p + 2(p-1) chunk forwards and one more before the first
+ * backward frees one, each 1/v of the rank's share (all m v of them when
+ * m = p or fewer). */
+static double zbi_limit_units(int p, int v, int m) {
+  int held = m <= p ? m * v : (v - 1) * p + 2 * (p - 1) + 1;
+  if (held > m * v)
+    held = m * v;
+  return (double)held / v;
+}
+
+/* The interleaved order (warm-up as zb_plan_interleaved_warm) with every
+ * BW split into B and W. */
+static zb_schedule *zbi_split_order(int p, int v, int m, int extra) {
+  zb_schedule *il = zb_plan_interleaved_warm(p, v, m, extra);
+  zb_schedule *s = zb_schedule_new(p, v, m, ZB_PLACE_LOOP);
+  for (int r = 0; r < p; r++)
+    for (int i = 0; i < il->ranks[r].n; i++) {
+      const zb_action *a = &il->ranks[r].actions[i];
+      if (a->op == ZB_OP_BW) {
+        zb_schedule_push_op(s, r, ZB_OP_B, a->stage, a->mb);
+        zb_schedule_push_op(s, r, ZB_OP_W, a->stage, a->mb);
+      } else {
+        zb_schedule_push_op(s, r, a->op, a->stage, a->mb);
+      }
+    }
+  zb_schedule_free(il);
+  return s;
+}
+
+static void zbi_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand, const zb_costs *c) {
+  zb_plan_score sc;
+  if (cand && zb_plan_fits_memory(cand, c) && zb_plan_score_of(cand, c, ZB_OBJ_MAKESPAN, &sc) &&
+      (!*best || zb_plan_score_better(sc, *best_score))) {
+    zb_schedule_free(*best);
+    *best = cand;
+    *best_score = sc;
+    return;
+  }
+  zb_schedule_free(cand);
+}
+
+zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *cin, zb_schedule **out,
+                              zb_diag *diag) {
+  int p = req->p, v = req->v, m = req->m;
+  double units = zbi_limit_units(p, v, m), unit = zb_costs_rank_mf(cin, ZB_PLACE_LOOP, p, v, 0);
+  zb_costs *c = zb_costs_clone(cin);
+  c->mem_limit = units * unit;
+  if (cin->mem_limit > 0 && cin->mem_limit < c->mem_limit)
+    c->mem_limit = cin->mem_limit;
+  zb_schedule *best = NULL;
+  zb_plan_score score;
+  /* Megatron's warm-up, every forward first, and one or two more than
+   * Megatron's (W may fill the longer wait for the first B) */
+  static const int extras[] = {0, -1, 1, 2};
+  for (size_t k = 0; m >= p && k < sizeof extras / sizeof extras[0]; k++) {
+    zb_schedule *order = zbi_split_order(p, v, m, extras[k]);
+    for (int w = 0; w < ZB_W_POLICIES; w++)
+      zbi_keep(&best, &score, zb_plan_place_w(order, c, w, NULL), c);
+    zbi_keep(&best, &score, order, c);
+  }
+  zbi_keep(&best, &score, zb_plan_greedy_search(p, v, m, ZB_PLACE_LOOP, c), c);
+  /* small plans: swaps of neighbouring ops that shorten the critical path
+   * (W next to its B or after the next one) are worth a few simulations */
+  if (best && (double)p * v * m <= ZBI_REFINE_OPS)
+    zb_plan_refine(best, c, ZB_OBJ_MAKESPAN, ZBI_REFINE_EVALS);
+  zb_costs_free(c);
+  if (!best)
+    return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "zb-interleaved found no schedule within %g x M_F per rank",
+                       units);
+  *out = best;
+  return ZB_OK;
+}
