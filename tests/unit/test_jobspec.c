@@ -346,13 +346,15 @@ static void test_job_stage_costs(void) {
 static void test_job_unknown_schedule(void) {
   CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 16\nschedule: zb-x\n", ZB_ERR_INVALID_ARG, "line 4",
                   "'schedule'", "unknown schedule 'zb-x'", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1",
-                  "zb-h2", "zb-auto", "zb-v", "v-half", "v-min", NULL));
+                  "zb-h2", "zb-auto", "zb-v", "v-half", "v-min", "zb-interleaved", NULL));
 }
 
 static void test_job_shape_refused(void) {
-  CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 6\nschedule: interleaved-1f1b\n", ZB_ERR_INVALID_ARG,
-                  "line 4", "'schedule'", "multiple of the ranks", "m=6, p=4", NULL));
+  CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 3\nschedule: interleaved-1f1b\n", ZB_ERR_INVALID_ARG,
+                  "line 4", "'schedule'", "at least as many microbatches as ranks", "m=3, p=4", NULL));
   zb_job_spec s;
+  CHECK(job_ok("name: demo\nranks: 4\nmicrobatches: 6\nschedule: interleaved-1f1b\n", &s));
+  CHECK(job_ok("name: demo\nranks: 4\nmicrobatches: 3\nschedule: zb-interleaved\n", &s));
   CHECK(job_ok("name: demo\nranks: 4\nmicrobatches: 8\nschedule: interleaved-1f1b\n", &s));
   /* Chunks the family cannot use are blamed on 'chunks', not the schedule. */
   CHECK(job_fails(BASE "chunks: 2\n", ZB_ERR_INVALID_ARG, "line 5", "'chunks'", "one chunk per rank", NULL));
