@@ -336,19 +336,24 @@ static int plan_generated(const plan_args *a, const char *stage_text) {
   if (!c)
     goto cleanup;
   zb_diag pd;
-  zb_err err = plan_family(a, f, v, c, &r, &pd);
+  /* zb-auto without --chunks or --stage-costs searches every placement */
+  bool search = f == ZB_FAMILY_ZB_AUTO && !a->v && !stage_text;
+  zb_err err = search ? plan_auto_search(a, &r, &pd) : plan_family(a, f, v, c, &r, &pd);
   if (err) {
     cli_error(a->cmd, "%s", pd.msg);
     code = plan_exit_for(&r, err);
     goto cleanup;
   }
+  char name[96];
+  snprintf(name, sizeof name, "zb-auto (chose %s, %d chunk%s)", zb_family_name(r.chosen), r.v,
+           r.v == 1 ? "" : "s");
   plan_output o = {
-      .name = zb_family_name(f),
+      .name = search ? name : zb_family_name(f),
       .compute = r.compute,
       .lowered = r.lowered,
       .shown = r.lowered,
       .sim = r.sim,
-      .costs = c,
+      .costs = search ? r.costs : c,
       .rank_costs = stage_text ? NULL : &a->rc,
       .limit_units = units,
       .gen_seconds = r.generate_seconds,

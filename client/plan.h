@@ -67,6 +67,9 @@ zb_costs *plan_costs(const plan_args *a, int p, int v, const char *stage_text, d
 /* Plans family f with v chunks on a's shape under c (a's objective) with
  * libzb's pipeline, keeping the compute-only lists and timing the
  * generator. On failure diag says which step and why; free *r either way. */
+/* zb-auto over every placement (zb_planner_search): the request's rank
+ * costs and limit, chunks left open. */
+zb_err plan_auto_search(const plan_args *a, zb_planner_result *r, zb_diag *diag);
 zb_err plan_family(const plan_args *a, zb_family f, int v, const zb_costs *c, zb_planner_result *r,
                    zb_diag *diag);
 

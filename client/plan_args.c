@@ -220,6 +220,18 @@ zb_costs *plan_costs(const plan_args *a, int p, int v, const char *stage_text, d
   return c;
 }
 
+zb_err plan_auto_search(const plan_args *a, zb_planner_result *r, zb_diag *diag) {
+  zb_planner_request req = {.family = ZB_FAMILY_ZB_AUTO,
+                            .p = a->p,
+                            .m = a->m,
+                            .rank = a->rc,
+                            .mem_limit = plan_limit_units(a, a->p),
+                            .objective = a->objective,
+                            .keep_compute = true,
+                            .clock = zb_clock_s};
+  return zb_planner_run(&req, r, diag);
+}
+
 zb_err plan_family(const plan_args *a, zb_family f, int v, const zb_costs *c, zb_planner_result *r,
                    zb_diag *diag) {
   zb_planner_request req = {.family = f,

@@ -131,13 +131,14 @@ Zb__V1__LearnedCosts *job_learned_pb(const coord_job *j) {
 
 /* The best plan of j's shape under the learned costs (none: *best left
  * empty, false). Families that keep each rank's stages: zb-auto for one
- * stage per rank, the V families for V placement. */
+ * stage per rank, zb-interleaved for more on loop placement, the V
+ * families for V placement. */
 static bool adapt_best(const coord_job *j, zb_planner_result *best) {
   const zb_planner_result *cur = &j->plan;
-  static const zb_family loop[] = {ZB_FAMILY_ZB_AUTO},
+  static const zb_family loop[] = {ZB_FAMILY_ZB_AUTO}, loop_v[] = {ZB_FAMILY_ZB_INTERLEAVED},
                          vee[] = {ZB_FAMILY_ZB_V, ZB_FAMILY_V_HALF, ZB_FAMILY_V_MIN};
-  const zb_family *fams = cur->placement == ZB_PLACE_V ? vee : cur->v == 1 ? loop : NULL;
-  int n = cur->placement == ZB_PLACE_V ? 3 : cur->v == 1 ? 1 : 0;
+  const zb_family *fams = cur->placement == ZB_PLACE_V ? vee : cur->v == 1 ? loop : loop_v;
+  int n = cur->placement == ZB_PLACE_V ? 3 : 1;
   memset(best, 0, sizeof *best);
   for (int k = 0; k < n; k++) {
     zb_planner_request req = {.family = fams[k], .p = cur->p, .m = cur->m, .v = cur->v, .costs = j->learned};

@@ -69,8 +69,11 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
 }
 
 zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
+  if (zb_planner_searches(req) && req->p >= 1 && req->m >= 1)
+    return zb_planner_search(req, out, diag);
   memset(out, 0, sizeof *out);
   out->family = req->family;
+  out->chosen = req->family;
   out->p = req->p;
   out->m = req->m;
   out->v = req->v > 0 ? req->v : zb_family_default_chunks(req->family);

@@ -62,6 +62,7 @@ typedef enum zb_planner_step {
 
 typedef struct zb_planner_result {
   zb_family family;
+  zb_family chosen; /* the family whose lists these are: family, or what zb-auto's search chose */
   int p, v, m;
   zb_placement placement;
   zb_costs *costs;         /* what was planned with: per stage, mem_limit absolute (0: none) */
@@ -80,6 +81,17 @@ typedef struct zb_planner_result {
  * Never blocks on anything but the CPU; zb-auto on large shapes is bounded
  * (docs/schedules.md, Families). */
 zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag);
+
+/* zb-auto over every placement (zb_planner_search.c): what zb_planner_run
+ * does for a zb-auto request whose chunks are open (v = 0) and whose costs
+ * are one rank's share (no costs, no stage_times). Every family is planned
+ * at the shape, compute-only (zb-auto on loop placement, zb-interleaved
+ * with 2..4 chunks and the V families within the request's limit, the
+ * handcrafted ones as they are); the best objective whose peak fits the
+ * limit (default 1F1B's, p units) is planned in full; result->chosen names
+ * it, result->v and ->placement are its. */
+bool zb_planner_searches(const zb_planner_request *req);
+zb_err zb_planner_search(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag);
 void zb_planner_result_free(zb_planner_result *r);
 
 /* The largest per-rank peak of a simulation, in M_F units. */

@@ -4,7 +4,9 @@ ZB_TEST_SIM_SLOWDOWN_FROM) is re-planned under the learned costs at an
 iteration boundary, with an event saying so, and runs faster than the same
 job with adaptation off; with steady costs nothing is re-planned (no
 flapping); a zb-h1 job does not adapt unless asked; bad adaptive settings
-are refused naming the field."""
+are refused naming the field. The zb-auto jobs here keep one chunk per
+rank (chunks: 1; without it zb-auto searches every placement), so the
+re-plan is zb-auto's own on loop placement."""
 
 import zbsvc
 from zbsvc import SLOW, STATE, Cluster, zb_pb2
@@ -15,6 +17,8 @@ T = 0.03
 def spec(name, iterations, enabled=None, schedule="zb-auto"):
     js = zbsvc.job_spec(name=name, ranks=4, microbatches=8, schedule=schedule, t=T, iterations=iterations)
     js.trace_every = 1
+    if schedule == "zb-auto":
+        js.chunks = 1
     if enabled is not None:
         js.adaptive.mode = zb_pb2.ADAPTIVE_MODE_ON if enabled else zb_pb2.ADAPTIVE_MODE_OFF
     return js
