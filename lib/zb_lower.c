@@ -58,16 +58,68 @@ static lower_xfer xfer_pop(xfer_heap *h) {
   return top;
 }
 
+/* Ranks whose next compute action has its inputs, by that action's
+ * simulated start (ties: lowest rank): each emitted action costs O(log p),
+ * not a scan of every rank. */
+typedef struct ready_heap {
+  int *rank;
+  double *key;
+  int n;
+} ready_heap;
+
+static bool ready_less(const ready_heap *h, int i, int j) {
+  return h->key[i] < h->key[j] || (h->key[i] == h->key[j] && h->rank[i] < h->rank[j]);
+}
+
+static void ready_swap(ready_heap *h, int i, int j) {
+  int r = h->rank[i];
+  double k = h->key[i];
+  h->rank[i] = h->rank[j];
+  h->key[i] = h->key[j];
+  h->rank[j] = r;
+  h->key[j] = k;
+}
+
+static void ready_push(ready_heap *h, int rank, double key) {
+  int i = h->n++;
+  h->rank[i] = rank;
+  h->key[i] = key;
+  while (i > 0 && ready_less(h, i, (i - 1) / 2)) {
+    ready_swap(h, i, (i - 1) / 2);
+    i = (i - 1) / 2;
+  }
+}
+
+static int ready_pop(ready_heap *h) {
+  int top = h->rank[0];
+  ready_swap(h, 0, --h->n);
+  for (int i = 0;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && ready_less(h, l, m))
+      m = l;
+    if (r < h->n && ready_less(h, r, m))
+      m = r;
+    if (m == i)
+      break;
+    ready_swap(h, i, m);
+    i = m;
+  }
+  return top;
+}
+
 /* The walk over the simulated timeline: s's lists and their simulated
  * start/end times in, the lowered schedule out. f_sent / b_sent say per
  * (stage, microbatch) whether the transfer of that F / B output was
- * emitted; pending holds transfers whose producer ran, by producer end. */
+ * emitted; pending holds transfers whose producer ran, by producer end;
+ * ready the ranks whose next compute action can be emitted. */
 typedef struct lower_state {
   const zb_schedule *s;
   const zb_sim_result *sim;
   int S;
   unsigned char *f_sent, *b_sent;
-  int *pos; /* next compute action per rank */
+  int *pos;       /* next compute action per rank */
+  bool *in_ready; /* per rank: in ready */
+  ready_heap ready;
   xfer_heap pending;
   long seq;
   zb_schedule *out;
@@ -79,12 +131,18 @@ static void lower_state_init(lower_state *st, const zb_schedule *s, const zb_sim
   st->f_sent = zb_calloc(cells, 1);
   st->b_sent = zb_calloc(cells, 1);
   st->pos = zb_calloc((size_t)s->p, sizeof(int));
+  st->in_ready = zb_calloc((size_t)s->p, sizeof(bool));
+  st->ready.rank = zb_malloc(sizeof(int) * (size_t)s->p);
+  st->ready.key = zb_malloc(sizeof(double) * (size_t)s->p);
   st->out = zb_schedule_new(s->p, s->v, s->m, s->placement);
 }
 
 static void lower_state_free(lower_state *st) {
   free(st->pending.a);
   free(st->pos);
+  free(st->in_ready);
+  free(st->ready.rank);
+  free(st->ready.key);
   free(st->f_sent);
   free(st->b_sent);
 }
@@ -99,25 +157,14 @@ static bool lower_inputs_ready(const lower_state *st, int r, const zb_action *a)
   return true;
 }
 
-/* The rank whose next compute action starts earliest in the simulation
- * among those whose inputs were emitted (ties: lowest rank); -1 if none.
- * Sets *at to that start time (INFINITY if none). */
-static int lower_next_rank(const lower_state *st, double *at) {
+/* Puts rank r into ready when its next compute action has its inputs. */
+static void lower_try_ready(lower_state *st, int r) {
   const zb_schedule *s = st->s;
-  int best = -1;
-  double best_t = INFINITY;
-  for (int r = 0; r < s->p; r++) {
-    if (st->pos[r] >= s->ranks[r].n)
-      continue;
-    const zb_action *a = &s->ranks[r].actions[st->pos[r]];
-    double t = st->sim->start[r][st->pos[r]];
-    if (t < best_t && lower_inputs_ready(st, r, a)) {
-      best = r;
-      best_t = t;
-    }
-  }
-  *at = best_t;
-  return best;
+  if (st->in_ready[r] || st->pos[r] >= s->ranks[r].n ||
+      !lower_inputs_ready(st, r, &s->ranks[r].actions[st->pos[r]]))
+    return;
+  st->in_ready[r] = true;
+  ready_push(&st->ready, r, st->sim->start[r][st->pos[r]]);
 }
 
 /* Emits the earliest pending transfer: the send on the producer's rank and
@@ -131,6 +178,7 @@ static void lower_emit_xfer(lower_state *st) {
     st->f_sent[cell] = 1;
   else
     st->b_sent[cell] = 1;
+  lower_try_ready(st, x.to);
 }
 
 /* Emits rank r's next compute action and, when its output goes to another
@@ -140,6 +188,7 @@ static void lower_emit_compute(lower_state *st, int r) {
   const zb_action *a = &s->ranks[r].actions[st->pos[r]];
   double end = st->sim->end[r][st->pos[r]];
   st->pos[r]++;
+  st->in_ready[r] = false;
   zb_schedule_push(st->out, r, *a);
   if (a->op == ZB_OP_F && a->stage + 1 < st->S && zb_stage_rank(s, a->stage + 1) != r) {
     int to = zb_stage_rank(s, a->stage + 1);
@@ -154,6 +203,7 @@ static void lower_emit_compute(lower_state *st, int r) {
     x.recv = (zb_action){.op = ZB_OP_RECV_B, .stage = a->stage - 1, .mb = a->mb, .peer = r};
     xfer_push(&st->pending, x);
   }
+  lower_try_ready(st, r);
 }
 
 /* Comm actions that follow each other on a rank are posted as one group. */
@@ -170,13 +220,15 @@ static void lower_mark_batches(zb_schedule *o) {
 static zb_err lower_walk(const zb_schedule *s, const zb_sim_result *sim, zb_schedule **out, zb_diag *diag) {
   lower_state st;
   lower_state_init(&st, s, sim);
+  for (int r = 0; r < s->p; r++)
+    lower_try_ready(&st, r);
   for (;;) {
-    double best_t;
-    int best = lower_next_rank(&st, &best_t);
-    if (st.pending.n > 0 && (best < 0 || st.pending.a[0].at <= best_t))
+    bool have = st.ready.n > 0;
+    double best_t = have ? st.ready.key[0] : INFINITY;
+    if (st.pending.n > 0 && (!have || st.pending.a[0].at <= best_t))
       lower_emit_xfer(&st);
-    else if (best >= 0)
-      lower_emit_compute(&st, best);
+    else if (have)
+      lower_emit_compute(&st, ready_pop(&st.ready));
     else
       break;
   }

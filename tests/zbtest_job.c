@@ -69,6 +69,10 @@ bool zbt_job_make(zb_family f, int p, int m, const zb_rank_costs *rc, zbt_job *j
     zb_planner_result_free(&pl);
     return false;
   }
+  /* zb-auto searches every placement: the plan says what it chose */
+  j->v = pl.v;
+  j->S = p * pl.v;
+  j->placement = pl.placement;
   zb_job_spec spec;
   zb_job_spec_default(&spec);
   zb_assignment_src src = {.job_id = "j-test", .spec = &spec, .plan = &pl, .plan_version = 1};
