@@ -16,6 +16,7 @@
 
 #define ZBI_REFINE_OPS 1024 /* p v m up to which the result is refined */
 #define ZBI_REFINE_EVALS 200
+#define ZBI_LARGE 8192 /* p v m above which fewer candidates run */
 
 /* Interleaved 1F1B's peak on rank 0 in units of one rank's M_F: its
  * warm-up of (v-1)p + 2(p-1) chunk forwards and one more before the first
@@ -72,13 +73,19 @@ zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *cin, z
   /* Megatron's warm-up, every forward first, and one or two more than
    * Megatron's (W may fill the longer wait for the first B) */
   static const int extras[] = {0, -1, 1, 2};
-  for (size_t k = 0; m >= p && k < sizeof extras / sizeof extras[0]; k++) {
+  /* large plans try Megatron's warm-up, with W only into gaps, and the
+   * greedy only when no order fits: a fraction of the time, the order and
+   * W placement are what matter there */
+  bool large = (double)p * v * m > ZBI_LARGE;
+  int n_extras = large ? 1 : (int)(sizeof extras / sizeof extras[0]), n_policies = large ? 1 : ZB_W_POLICIES;
+  for (int k = 0; m >= p && k < n_extras; k++) {
     zb_schedule *order = zbi_split_order(p, v, m, extras[k]);
-    for (int w = 0; w < ZB_W_POLICIES; w++)
+    for (int w = 0; w < n_policies; w++)
       zbi_keep(&best, &score, zb_plan_place_w(order, c, w, NULL), c);
     zbi_keep(&best, &score, order, c);
   }
-  zbi_keep(&best, &score, zb_plan_greedy_search(p, v, m, ZB_PLACE_LOOP, c), c);
+  if (!large || !best)
+    zbi_keep(&best, &score, zb_plan_greedy_search(p, v, m, ZB_PLACE_LOOP, c), c);
   /* small plans: swaps of neighbouring ops that shorten the critical path
    * (W next to its B or after the next one) are worth a few simulations */
   if (best && (double)p * v * m <= ZBI_REFINE_OPS)

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "zb_plan_internal.h"
 #include "zb_planner.h"
 
 bool zb_planner_searches(const zb_planner_request *req) {
@@ -47,36 +48,39 @@ static bool search_skips(const zb_planner_request *req, const search_cand *sc, d
   return sc->family == ZB_FAMILY_ZB_INTERLEAVED && sc->v > 2 && (double)req->p * sc->v * req->m > 16384;
 }
 
-/* The objective of a simulation: makespan, or the longest rank span. */
-static double search_key(const zb_sim_result *sim, zb_objective obj) {
-  return obj == ZB_OBJ_SPAN ? sim->max_span : sim->makespan;
+/* Generates candidate sc under the request's rank costs (its limit for a
+ * limited one) and scores it: the objective (makespan, or the longest
+ * rank span) and whether it fits the limit. Generation and the fast
+ * simulation only: the winner is validated when it is planned in full. */
+static bool search_score(const zb_planner_request *req, const search_cand *sc, double limit, double *key) {
+  zb_costs *c = zb_costs_from_rank_share(req->p, sc->v, &req->rank, sc->limited ? limit * req->rank.m_f : 0);
+  zb_plan_request gen = {
+      .family = sc->family, .p = req->p, .v = sc->v, .m = req->m, .costs = c, .objective = req->objective};
+  zb_schedule *s = NULL;
+  double makespan, span;
+  bool ok = zb_costs_check(c, NULL) == ZB_OK && zb_plan_generate(&gen, &s, NULL) == ZB_OK;
+  c->mem_limit = limit * req->rank.m_f; /* the fit is judged by the request's limit */
+  ok = ok && zb_plan_fits_memory(s, c) && zb_simulate_makespan(s, c, &makespan, &span) == ZB_OK;
+  *key = req->objective == ZB_OBJ_SPAN ? span : makespan;
+  zb_schedule_free(s);
+  zb_costs_free(c);
+  return ok;
 }
 
 zb_err zb_planner_search(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
   double limit = req->mem_limit > 0 ? req->mem_limit : req->p; /* 1F1B's peak by default */
   int best = -1;
-  double best_key = INFINITY, best_peak = INFINITY;
+  double best_key = INFINITY;
   for (int k = 0; k < (int)(sizeof search_cands / sizeof search_cands[0]); k++) {
     const search_cand *sc = &search_cands[k];
-    if (zb_plan_check_shape(sc->family, req->p, sc->v, req->m, NULL) != ZB_OK || search_skips(req, sc, limit))
+    double key;
+    if (zb_plan_check_shape(sc->family, req->p, sc->v, req->m, NULL) != ZB_OK ||
+        search_skips(req, sc, limit) || !search_score(req, sc, limit, &key))
       continue;
-    zb_planner_request sub = *req;
-    sub.family = sc->family;
-    sub.v = sc->v;
-    sub.mem_limit = sc->limited ? limit : 0;
-    sub.compute_only = true;
-    sub.keep_compute = false;
-    sub.clock = NULL;
-    zb_planner_result r;
-    if (zb_planner_run(&sub, &r, NULL) == ZB_OK) {
-      double peak = zb_sim_max_peak(r.sim), key = search_key(r.sim, req->objective);
-      if (peak <= limit + 1e-9 && (key < best_key - 1e-9 || (key <= best_key + 1e-9 && peak < best_peak))) {
-        best = k;
-        best_key = key;
-        best_peak = peak;
-      }
+    if (key < best_key - 1e-9) {
+      best = k;
+      best_key = key;
     }
-    zb_planner_result_free(&r);
   }
   if (best < 0)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE,
