@@ -241,8 +241,9 @@ static int bench_family_v(zb_family f) {
 }
 
 /* Short column headers, in zb_family order. */
-static const char *const bench_short[ZB_FAMILY_COUNT_] = {
-    "gpipe", "1f1b", "interl-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v", "v-half", "v-min", "zb-interl"};
+static const char *const bench_short[ZB_FAMILY_COUNT_] = {"gpipe", "1f1b",      "interl-1f1b", "zb-h1",
+                                                          "zb-h2", "zb-auto",   "zb-v",        "v-half",
+                                                          "v-min", "zb-interl", "dualpipe-v"};
 
 /* Repeats for the families grid: more for fast generators. */
 static void bench_grid_runs(cell_req *rq) {

@@ -31,7 +31,7 @@ const char zbctl_plan_help[] =
     "\n"
     "Schedule:\n"
     "  --schedule NAME       gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-auto,\n"
-    "                        zb-v, v-half, v-min, zb-interleaved\n"
+    "                        zb-v, v-half, v-min, zb-interleaved, dualpipe-v\n"
     "  --ranks P             pipeline ranks, p >= 1\n"
     "  --microbatches M      microbatches per iteration, m >= 1\n"
     "  --chunks V            stages per rank (default: the family's own; 2 for\n"

@@ -20,6 +20,7 @@ static const struct {
     [ZB_FAMILY_V_HALF] = {"v-half", ZB_PLACE_V, 2, true},
     [ZB_FAMILY_V_MIN] = {"v-min", ZB_PLACE_V, 2, true},
     [ZB_FAMILY_ZB_INTERLEAVED] = {"zb-interleaved", ZB_PLACE_LOOP, 2, true},
+    [ZB_FAMILY_DUALPIPE_V] = {"dualpipe-v", ZB_PLACE_V, 2, true},
 };
 
 const char *zb_family_name(zb_family f) {
@@ -35,7 +36,7 @@ zb_err zb_family_parse(const char *name, zb_family *out, zb_diag *diag) {
   return zb_diag_set(
       diag, ZB_ERR_INVALID_ARG,
       "unknown schedule '%s' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-auto, zb-v, "
-      "v-half, v-min, zb-interleaved)",
+      "v-half, v-min, zb-interleaved, dualpipe-v)",
       name);
 }
 
@@ -70,6 +71,15 @@ zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag) {
     if (v < 2)
       return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "zb-interleaved needs at least 2 chunks per rank (got %d)",
                          v);
+    return ZB_OK;
+  case ZB_FAMILY_DUALPIPE_V:
+    if (v != 2)
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                         "dualpipe-v places exactly 2 chunks per rank in a V (got %d)", v);
+    if (m < 2 * p - 1)
+      return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                         "dualpipe-v needs at least 2p-1 microbatches (m=%d, p=%d: try m=%d)", m, p,
+                         2 * p - 1);
     return ZB_OK;
   case ZB_FAMILY_ZB_V:
   case ZB_FAMILY_V_HALF:
@@ -229,6 +239,7 @@ zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *
   case ZB_FAMILY_V_HALF:
   case ZB_FAMILY_V_MIN: err = zb_plan_v_family(&r, c, out, diag); break;
   case ZB_FAMILY_ZB_INTERLEAVED: err = zb_plan_zb_interleaved(&r, c, out, diag); break;
+  case ZB_FAMILY_DUALPIPE_V: *out = zb_plan_dualpipe_v(r.p, r.m); break;
   default: err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "unknown schedule family"); break;
   }
   (void)pl;

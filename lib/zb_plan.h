@@ -15,6 +15,7 @@ typedef enum zb_family {
   ZB_FAMILY_V_HALF,
   ZB_FAMILY_V_MIN,
   ZB_FAMILY_ZB_INTERLEAVED,
+  ZB_FAMILY_DUALPIPE_V,
   ZB_FAMILY_COUNT_
 } zb_family;
 

@@ -74,6 +74,9 @@ zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra);
 zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *c, zb_schedule **out,
                               zb_diag *diag);
 
+/* DualPipeV as PyTorch lists it (zb_plan_dualpipe.c); m >= 2p - 1. */
+zb_schedule *zb_plan_dualpipe_v(int p, int m);
+
 zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 

@@ -114,6 +114,17 @@ static bool sim_run_compute(sim_state *st, int r, const zb_action *a, double *st
   double ready = sim_ready(st->s, st->c, st, r, a);
   if (isnan(ready))
     return false;
+  /* An overlapped pair (DualPipeV's F&B) is one op with both costs: it
+   * starts when both inputs are there, the second right after the first
+   * (the two must be of different microbatches; else they run apart). */
+  const zb_rank_list *l = &st->s->ranks[r];
+  const zb_action *next = a + 1 < l->actions + l->n ? a + 1 : NULL;
+  if (a->overlap && next && zb_op_is_compute(next->op) && next->mb != a->mb) {
+    double ready2 = sim_ready(st->s, st->c, st, r, next);
+    if (isnan(ready2))
+      return false;
+    ready = ready2 > ready ? ready2 : ready;
+  }
   if (ready > *start)
     *start = ready;
   *end = *start + zb_costs_time(st->c, a->op, a->stage);

@@ -19,7 +19,7 @@ same weights and batch, F then BW per microbatch in order) and compares:
 Two iterations per job: iteration 1 starts from weights AdamW changed, so
 the check is not only at the initialisation. The families: gpipe, 1f1b,
 interleaved-1f1b, zb-h1, zb-h2, zb-auto, zb-v, v-half, v-min,
-zb-interleaved, each at (p, m) = (2, 3), (3, 5), (4, 8) (the interleaved
+zb-interleaved, dualpipe-v, each at (p, m) = (2, 3), (3, 5), (4, 8) (the interleaved
 families at m not a multiple of p too). 6 layers over up to 8 stages, so
 some stages are empty.
 """
@@ -31,7 +31,7 @@ from zbsvc import STATE, Cluster, zb_pb2
 
 GRAD_TOL = 1e-5  # the issue's bound: fp32, per parameter tensor, relative
 FAMILIES = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v", "v-half", "v-min",
-            "zb-interleaved"]
+            "zb-interleaved", "dualpipe-v"]
 SHAPES = [(2, 3), (3, 5), (4, 8)]
 ITERATIONS = 2
 GRADCHECK = os.environ["ZB_GRADCHECK_BIN"]
@@ -49,7 +49,7 @@ def stages_of(family, p, dump_dir, jid):
 
 
 def chunks_of(family):
-    return 2 if family in ("interleaved-1f1b", "zb-v", "v-half", "v-min", "zb-interleaved") else 1
+    return 2 if family in ("interleaved-1f1b", "zb-v", "v-half", "v-min", "zb-interleaved", "dualpipe-v") else 1
 
 
 def microbatches(family, p, m):

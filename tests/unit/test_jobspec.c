@@ -346,7 +346,7 @@ static void test_job_stage_costs(void) {
 static void test_job_unknown_schedule(void) {
   CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 16\nschedule: zb-x\n", ZB_ERR_INVALID_ARG, "line 4",
                   "'schedule'", "unknown schedule 'zb-x'", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1",
-                  "zb-h2", "zb-auto", "zb-v", "v-half", "v-min", "zb-interleaved", NULL));
+                  "zb-h2", "zb-auto", "zb-v", "v-half", "v-min", "zb-interleaved", "dualpipe-v", NULL));
 }
 
 static void test_job_shape_refused(void) {

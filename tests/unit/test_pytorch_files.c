@@ -11,6 +11,8 @@
  *     "compute_comms" files (each send is followed by its wait on the same
  *     rank) and reads back with the family's placement. The checker is
  *     shown to fail on output without the waits;
+ *   - zb's dualpipe-v lists are PyTorch's ScheduleDualPipeV files, byte
+ *     for byte (line endings aside), at every shape PyTorch exported;
  *   - for every class at p = 2 and 4, zb's best schedule at no more than
  *     PyTorch's peak memory has no larger makespan (so bubble) than
  *     PyTorch's, at equal costs and at T_F:T_B:T_W:T_comm = 1:1.2:0.8:0.05
@@ -293,4 +295,28 @@ static void test_zb_at_pytorch_memory(void) {
   CHECK_EQ(worse, 0);
 }
 
-ZBT_MAIN(ZBT(test_every_file_reads), ZBT(test_csv_comm_has_waits), ZBT(test_zb_at_pytorch_memory))
+static void test_dualpipe_v_is_pytorchs(void) {
+  static const int pm[][2] = {{2, 4}, {2, 8}, {4, 8}, {4, 16}};
+  for (size_t k = 0; k < sizeof pm / sizeof pm[0]; k++) {
+    int p = pm[k][0], m = pm[k][1];
+    char path[512];
+    snprintf(path, sizeof path, "%s/pt_ScheduleDualPipeV_p%d_m%d.csv", PT_DIR, p, m);
+    size_t len = 0;
+    char *text = slurp(path, &len);
+    CHECK_MSG(text != NULL, "cannot read %s", path);
+    len = strip_cr(text, len);
+    zb_plan_request req = {.family = ZB_FAMILY_DUALPIPE_V, .p = p, .m = m};
+    zb_schedule *s = NULL;
+    CHECK(zb_plan_generate(&req, &s, NULL) == ZB_OK);
+    zb_buf b = ZB_BUF_INIT;
+    zb_csv_write(s, &b);
+    bool same = b.len == len && memcmp(b.data, text, len) == 0;
+    zb_buf_free(&b);
+    zb_schedule_free(s);
+    free(text);
+    CHECK_MSG(same, "dualpipe-v p=%d m=%d differs from PyTorch's file", p, m);
+  }
+}
+
+ZBT_MAIN(ZBT(test_every_file_reads), ZBT(test_dualpipe_v_is_pytorchs), ZBT(test_csv_comm_has_waits),
+         ZBT(test_zb_at_pytorch_memory))
