@@ -14,6 +14,12 @@
 #include "zb_alloc.h"
 #include "zb_plan_internal.h"
 
+/* ZB-V plans from the costs when they are uneven and p m is at most this
+ * (the local search's simulations grow with it); the handcrafted lists
+ * otherwise. */
+#define ZBV_COST_AWARE_PM 2048
+#define ZBV_REFINE_EVALS 300
+
 typedef struct vrank {
   zb_schedule *s;
   int r, s0, s1; /* rank, its chunk-0 and chunk-1 stages */
@@ -140,6 +146,58 @@ static void v_consider(zb_schedule **best, zb_plan_score *best_score, zb_schedul
   zb_schedule_free(cand);
 }
 
+/* Whether every stage's T_F, T_B and T_W are equal and T_comm is 0: the
+ * costs the handcrafted ZB-V is exact for. */
+static bool v_costs_even(const zb_costs *c) {
+  for (int s = 0; s < c->n_stages; s++)
+    if (c->t_f[s] != c->t_b[s] || c->t_b[s] != c->t_w[s] || c->t_f[s] != c->t_f[0])
+      return false;
+  return c->t_comm == 0;
+}
+
+/* Keeps the better by the longest rank span (the paper's bubble), then
+ * makespan, of *best and cand under c (cand must fit c's limit). */
+static void v_consider_span(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
+                            const zb_costs *c) {
+  zb_plan_score sc;
+  if (cand && zb_plan_fits_memory(cand, c) && zb_plan_score_of(cand, c, ZB_OBJ_SPAN, &sc) &&
+      (!*best || zb_plan_score_better(sc, *best_score))) {
+    zb_schedule_free(*best);
+    *best = cand;
+    *best_score = sc;
+    return;
+  }
+  zb_schedule_free(cand);
+}
+
+/* ZB-V under uneven costs, within 1F1B's peak (limit): the handcrafted
+ * lists, the same F and B order with W placed by timing (every policy),
+ * the greedy and the V building blocks; the shortest longest rank span,
+ * then a local search on it (swaps that shorten the critical path). */
+static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, zb_schedule **out,
+                              zb_diag *diag) {
+  zb_costs *c = zb_costs_clone(cin);
+  c->mem_limit = cin->mem_limit > 0 && cin->mem_limit < limit ? cin->mem_limit : limit;
+  zb_schedule *s = NULL;
+  zb_plan_score score;
+  if (m >= 2 * p - 1) {
+    zb_schedule *hand = zb_plan_zb_v_handcrafted(p, m);
+    for (int w = 0; w < ZB_W_POLICIES; w++)
+      v_consider_span(&s, &score, zb_plan_place_w(hand, c, w, NULL), c);
+    v_consider_span(&s, &score, hand, c);
+  }
+  v_consider_span(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), c);
+  for (int hop = 1; hop <= 2; hop++)
+    v_consider_span(&s, &score, zb_plan_v_block(p, m, hop, c), c);
+  if (s)
+    zb_plan_refine(s, c, ZB_OBJ_SPAN, ZBV_REFINE_EVALS);
+  zb_costs_free(c);
+  if (!s)
+    return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "zb-v found no V schedule within 1F1B's peak");
+  *out = s;
+  return ZB_OK;
+}
+
 zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_schedule **out, zb_diag *diag) {
   int p = req->p, m = req->m;
   /* Limits in units of one rank's M_F: ZB-V 1F1B's p; V-Half (p+2)/2 and
@@ -150,6 +208,8 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
                                                    : (p + 4) / 3.0;
   if (units > p)
     units = p;
+  if (req->family == ZB_FAMILY_ZB_V && !v_costs_even(cin) && (double)p * m <= ZBV_COST_AWARE_PM)
+    return zb_v_cost_aware(p, m, cin, units * unit, out, diag);
   if (req->family == ZB_FAMILY_ZB_V && m >= 2 * p - 1) {
     *out = zb_plan_zb_v_handcrafted(p, m);
     return ZB_OK;
