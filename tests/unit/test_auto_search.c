@@ -7,7 +7,9 @@
  *   - over the limits of that sweep and 0.5p, p, 1.5p, 2p, taken in rising
  *     order, zb-auto's makespan never rises;
  *   - its peak never exceeds the limit, and the result names the family
- *     it chose, with that family's chunks and placement. */
+ *     it chose, with that family's chunks and placement.
+ * And zb-v under uneven costs (p in 4..16, m in p..8p) is never behind
+ * zb-h1, which holds the same memory (1F1B's), in the paper's bubble. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -124,4 +126,28 @@ static void test_restricted_stays_loop(void) {
   zb_planner_result_free(&r);
 }
 
-ZBT_MAIN(ZBT(test_search_sweep), ZBT(test_restricted_stays_loop))
+static void test_zb_v_not_behind_zb_h1(void) {
+  zb_rank_costs rc = costs_of(1);
+  int failures = 0;
+  for (int p = 4; p <= 16; p *= 2)
+    for (int k = 1; k <= 8; k *= 2) {
+      double bubble[2], peak[2];
+      const zb_family fams[2] = {ZB_FAMILY_ZB_V, ZB_FAMILY_ZB_H1};
+      for (int i = 0; i < 2; i++) {
+        zb_planner_request req = {.family = fams[i], .p = p, .m = k * p, .rank = rc, .compute_only = true};
+        zb_planner_result r;
+        CHECK(zb_planner_run(&req, &r, NULL) == ZB_OK);
+        bubble[i] = r.sim->bubble_ratio_paper;
+        peak[i] = zb_sim_max_peak(r.sim);
+        zb_planner_result_free(&r);
+      }
+      if (bubble[0] > bubble[1] + EPS || peak[0] > peak[1] + EPS) {
+        fprintf(stderr, "  p=%d m=%d: zb-v %.4f (peak %g), zb-h1 %.4f (peak %g)\n", p, k * p, bubble[0],
+                peak[0], bubble[1], peak[1]);
+        failures++;
+      }
+    }
+  CHECK_EQ(failures, 0);
+}
+
+ZBT_MAIN(ZBT(test_search_sweep), ZBT(test_zb_v_not_behind_zb_h1), ZBT(test_restricted_stays_loop))
