@@ -106,10 +106,14 @@ void worker_assignment_free(zb_assignment *a) {
 }
 
 /* Hands a decoded assignment to the job thread: a plan update of the
- * running job, or the next job. */
+ * running job (or of the job it is about to start: an update can follow
+ * the first plan before the job thread took it, and must not replace it,
+ * or this rank would start at the update's iteration), or the next job. */
 static void take_assignment(worker *w, zb_assignment *a) {
   pthread_mutex_lock(&w->mu);
-  if (a->plan_version > 1 && strcmp(w->running_job, a->job_id) == 0) {
+  bool ours =
+      strcmp(w->running_job, a->job_id) == 0 || (w->next_job && strcmp(w->next_job->job_id, a->job_id) == 0);
+  if (a->plan_version > 1 && ours) {
     ZB_INFO("job %s: plan update to %s from iteration %d", a->job_id, a->schedule, a->first_iteration + 1);
     worker_assignment_free(w->update);
     w->update = a;
