@@ -50,7 +50,7 @@ static void run_phases(zb_family f, int p, int m, phases *out) {
     err = zb_simulate(low, c, &sim, &d);
   double t4 = zb_clock_s();
   out->ok = !err;
-  snprintf(out->why, sizeof out->why, "%s", err ? d.msg : "");
+  snprintf(out->why, sizeof out->why, "%.190s", err ? d.msg : "");
   double t[5] = {t0, t1, t2, t3, t4};
   for (int k = 0; k < 4; k++)
     out->ms[k] = 1e3 * (t[k + 1] - t[k]);
