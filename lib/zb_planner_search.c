@@ -68,6 +68,8 @@ static bool search_score(const zb_planner_request *req, const search_cand *sc, d
 }
 
 zb_err zb_planner_search(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
+  memset(out, 0, sizeof *out); /* the caller frees it either way */
+  out->family = out->chosen = ZB_FAMILY_ZB_AUTO;
   double limit = req->mem_limit > 0 ? req->mem_limit : req->p; /* 1F1B's peak by default */
   int best = -1;
   double best_key = INFINITY;

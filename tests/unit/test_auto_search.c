@@ -12,6 +12,7 @@
  * zb-h1, which holds the same memory (1F1B's), in the paper's bubble. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "zb_planner.h"
 #include "zbtest.h"
@@ -150,4 +151,17 @@ static void test_zb_v_not_behind_zb_h1(void) {
   CHECK_EQ(failures, 0);
 }
 
-ZBT_MAIN(ZBT(test_search_sweep), ZBT(test_zb_v_not_behind_zb_h1), ZBT(test_restricted_stays_loop))
+/* A limit nothing fits is refused naming it, and the result frees clean. */
+static void test_search_infeasible(void) {
+  zb_planner_request req = {
+      .family = ZB_FAMILY_ZB_AUTO, .p = 4, .m = 8, .rank = zb_rank_costs_default(), .mem_limit = 0.1};
+  zb_planner_result r;
+  zb_diag d = {{0}};
+  CHECK(zb_planner_run(&req, &r, &d) == ZB_ERR_INFEASIBLE);
+  CHECK_MSG(strstr(d.msg, "0.1") != NULL, "%s", d.msg);
+  CHECK(r.sim == NULL && r.lowered == NULL);
+  zb_planner_result_free(&r);
+}
+
+ZBT_MAIN(ZBT(test_search_sweep), ZBT(test_search_infeasible), ZBT(test_zb_v_not_behind_zb_h1),
+         ZBT(test_restricted_stays_loop))

@@ -159,6 +159,7 @@ static zb_schedule *comm_round_trip(zb_family f, int p, int m, bool waits, zb_pl
   zb_diag d = {{0}};
   if (zb_planner_run(&req, &pl, &d) != ZB_OK) {
     fprintf(stderr, "  %s p=%d m=%d: %s\n", zb_family_name(f), p, m, d.msg);
+    zb_planner_result_free(&pl);
     return NULL;
   }
   *want = pl.lowered->placement;
@@ -209,8 +210,10 @@ static bool zb_plan_figures(zb_family f, int p, int m, const zb_rank_costs *rc, 
       .family = f, .p = p, .m = m, .rank = *rc, .compute_only = true, .mem_limit = limit};
   zb_planner_result pl;
   zb_diag d = {{0}};
-  if (zb_planner_run(&req, &pl, &d) != ZB_OK)
+  if (zb_planner_run(&req, &pl, &d) != ZB_OK) {
+    zb_planner_result_free(&pl);
     return false;
+  }
   *makespan = pl.sim->makespan;
   *peak = 0;
   for (int r = 0; r < p; r++)
