@@ -473,6 +473,7 @@ static void bench_tracing(bool quick) {
 
 static double drift_job(cluster *c, bool adaptive, int iterations) {
   zb_job_spec spec = bench_spec("zb-auto", 4, 8, 0.020, iterations);
+  spec.chunks = 1; /* zb-auto's own re-planning on loop placement (chunks 0 would search every placement) */
   spec.trace_every = 1;
   spec.adaptive.enabled = adaptive;
   const char *id = submit(c, &spec);
