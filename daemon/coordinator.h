@@ -109,7 +109,7 @@ struct coord {
   int grpc_port, metrics_port;
   coord_job *jobs; /* oldest first */
   coord_worker *workers;
-  int next_job_number;
+  int64_t next_job_number; /* the next job id's number: 64-bit, never repeats */
   uv_timer_t tick;
   int64_t last_tick_ms; /* when coord_tick last ran (the tick timer's start before the first) */
   uv_signal_t sigterm, sigint, sighup;

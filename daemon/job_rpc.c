@@ -1,6 +1,7 @@
 /* job_rpc.c — the users' job RPCs: SubmitJob (with resume), GetJob,
  * ListJobs, CancelJob and WatchJob. Admission is admission.c's; starting
  * a job is dispatch.c's. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,7 @@ static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec)
 
 /* Gives an admitted job its id and row and queues it last. */
 static void job_enqueue(coord *co, coord_job *j) {
-  snprintf(j->row.id, sizeof j->row.id, "j-%d", co->next_job_number++);
+  snprintf(j->row.id, sizeof j->row.id, "j-%" PRId64, co->next_job_number++);
   snprintf(j->row.name, sizeof j->row.name, "%s", j->spec.name);
   snprintf(j->row.schedule, sizeof j->row.schedule, "%s", j->spec.schedule);
   j->row.state = ZB_JOB_PENDING;

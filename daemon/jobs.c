@@ -3,6 +3,8 @@
  * CANCELLED; every change is an event kept in the store and streamed to
  * watchers. Also loading jobs at start-up and freeing them at exit.
  * Everything runs on the loop thread. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,8 +186,13 @@ zb_err coord_load(coord *co, zb_diag *diag) {
       zb_job_spec_default(&j->spec); /* kept for its history; never runs again */
     if (pb)
       protobuf_c_message_free_unpacked(&pb->base, NULL);
-    int number = 0;
-    if (sscanf(j->row.id, "j-%d", &number) == 1 && number >= co->next_job_number)
+    /* ids are j-<number>: the next one follows the largest stored (read
+     * as 64-bit and range-checked, so j-2147483647 is followed by
+     * j-2147483648, not an overflow) */
+    char *end = NULL;
+    errno = 0;
+    long long number = strncmp(j->row.id, "j-", 2) == 0 ? strtoll(j->row.id + 2, &end, 10) : -1;
+    if (end && *end == 0 && errno == 0 && number >= co->next_job_number && number < INT64_MAX)
       co->next_job_number = number + 1;
     *tail = j;
     tail = &j->next;

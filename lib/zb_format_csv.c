@@ -9,6 +9,13 @@
 #include "zb_alloc.h"
 #include "zb_format_internal.h"
 
+/* Limits on a CSV schedule's shape (docs/formats.md): far above any real
+ * pipeline, far below what would exhaust memory. */
+#define ZB_CSV_MAX_RANKS 4096
+#define ZB_CSV_MAX_STAGES 65536
+#define ZB_CSV_MAX_MICROBATCHES (1 << 20)
+#define ZB_CSV_MAX_CELLS (1 << 25)
+
 static void rows_push(zb_rank_list *row, zb_action a) {
   if (row->n == row->cap) {
     row->cap = row->cap ? row->cap * 2 : 16;
@@ -150,6 +157,15 @@ static zb_err csv_shape(const csv_rows *t, zb_placement placement, int *v_out, i
   if (max_mb < 0)
     return zb_diag_set(diag, ZB_ERR_PARSE, "CSV has no action with a microbatch number");
   int64_t n_stages = max_stage + 1;
+  /* what the planner's per-(stage, microbatch) arrays can hold: a file
+   * naming stage 2147483646 must not make them allocate gigabytes */
+  if (n_rows > ZB_CSV_MAX_RANKS || n_stages > ZB_CSV_MAX_STAGES || max_mb + 1 > ZB_CSV_MAX_MICROBATCHES ||
+      n_stages * (max_mb + 1) > ZB_CSV_MAX_CELLS)
+    return zb_diag_set(diag, ZB_ERR_PARSE,
+                       "the CSV is too large: %d rows, %lld stages, %lld microbatches (at most %d, %d, %d, and "
+                       "stages x microbatches at most %d)",
+                       n_rows, (long long)n_stages, (long long)(max_mb + 1), ZB_CSV_MAX_RANKS, ZB_CSV_MAX_STAGES,
+                       ZB_CSV_MAX_MICROBATCHES, ZB_CSV_MAX_CELLS);
   if (n_stages % n_rows != 0)
     return zb_diag_set(diag, ZB_ERR_PARSE,
                        "the largest stage is %lld, so there are %lld stages, which is not a multiple of the "

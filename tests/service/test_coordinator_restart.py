@@ -1,9 +1,13 @@
 """zb-coordinator killed (SIGKILL) and started again on the same data dir
 and port: every job and its event history survive, the job that was
 RUNNING is FAILED with a reason saying the coordinator stopped, workers
-attach again by themselves and run the next job."""
+attach again by themselves and run the next job. Job ids follow the
+largest stored one as 64-bit numbers: after j-2147483647 comes
+j-2147483648 (it used to overflow an int and hand out j--2147483648)."""
 
+import os
 import signal
+import sqlite3
 import subprocess
 import time
 
@@ -111,6 +115,27 @@ def test_paused_coordinator_does_not_leave_a_job_hanging():
         c.wait_workers(2, idle=True, timeout=20)
         nxt = c.submit(job_spec(name="after-pause", ranks=2, microbatches=4, iterations=2))
         c.wait_state(nxt, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+
+
+def test_job_ids_do_not_overflow():
+    with Cluster(workers=2, name="ids") as c:
+        jid = c.submit(job_spec(name="first", ranks=2, microbatches=4, iterations=2))
+        c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+        port = c.port
+        rc, clean = c.coordinator.stop()
+        assert clean and rc == 0, rc
+        db = sqlite3.connect(os.path.join(c.data_dir, "zb.db"))
+        db.execute("UPDATE jobs SET id = 'j-2147483647' WHERE id = ?", (jid,))
+        db.execute("UPDATE events SET job_id = 'j-2147483647' WHERE job_id = ?", (jid,))
+        db.commit()
+        db.close()
+        c.start_coordinator(port=port)
+        c.wait_workers(2)
+        ids = [c.submit(job_spec(name="next%d" % k, ranks=2, microbatches=4, iterations=2)) for k in range(2)]
+        assert ids == ["j-2147483648", "j-2147483649"], ids
+        assert c.get("j-2147483647").state == STATE.JOB_STATE_SUCCEEDED
+        for jid in ids:
+            c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=60)
 
 
 if __name__ == "__main__":

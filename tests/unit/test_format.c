@@ -394,6 +394,30 @@ static void test_csv_line_endings(void) {
   zb_schedule_free(f);
 }
 
+/* Shapes past the CSV limits are refused before anything is allocated for
+ * them (each of these once aborted on allocation). */
+static void test_csv_too_large(void) {
+  static const char *const texts[] = {"2147483646F0\n", "0F2147483646\n", "0F0,1F1048576\n"};
+  for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+    zb_schedule *s = NULL;
+    zb_diag d = {{0}};
+    CHECK_EQ(zb_csv_parse(texts[k], strlen(texts[k]), ZB_PLACE_INFER, &s, &d), ZB_ERR_PARSE);
+    CHECK_MSG(strstr(d.msg, "too large") != NULL, "%s: %s", texts[k], d.msg);
+    CHECK(s == NULL);
+  }
+  /* 5000 rows, one action each */
+  size_t n = 5000 * 16;
+  char *many = malloc(n);
+  size_t len = 0;
+  for (int r = 0; r < 5000; r++)
+    len += (size_t)snprintf(many + len, n - len, "%dF0\n", r);
+  zb_schedule *s = NULL;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_csv_parse(many, len, ZB_PLACE_INFER, &s, &d), ZB_ERR_PARSE);
+  CHECK_MSG(strstr(d.msg, "5000 rows") != NULL, "%s", d.msg);
+  free(many);
+}
+
 static void test_csv_errors(void) {
   static const struct {
     const char *text;
@@ -750,8 +774,8 @@ static void test_ascii_chunks(void) {
   zb_schedule_free(s);
 }
 
-ZBT_MAIN(ZBT(test_action_roundtrip), ZBT(test_action_malformed), ZBT(test_csv_roundtrip_compute),
-         ZBT(test_csv_roundtrip_comm), ZBT(test_csv_peers_by_placement), ZBT(test_csv_line_endings),
-         ZBT(test_csv_errors), ZBT(test_torchtitan_2rank), ZBT(test_torchtitan_4rank),
-         ZBT(test_torchtitan_8rank), ZBT(test_json_report), ZBT(test_trace), ZBT(test_svg),
-         ZBT(test_ascii_exact), ZBT(test_ascii_chunks))
+ZBT_MAIN(ZBT(test_csv_too_large), ZBT(test_action_roundtrip), ZBT(test_action_malformed),
+         ZBT(test_csv_roundtrip_compute), ZBT(test_csv_roundtrip_comm), ZBT(test_csv_peers_by_placement),
+         ZBT(test_csv_line_endings), ZBT(test_csv_errors), ZBT(test_torchtitan_2rank),
+         ZBT(test_torchtitan_4rank), ZBT(test_torchtitan_8rank), ZBT(test_json_report), ZBT(test_trace),
+         ZBT(test_svg), ZBT(test_ascii_exact), ZBT(test_ascii_chunks))
