@@ -32,10 +32,17 @@ zb_err zb_adamw_new(const zb_adamw_config *cfg, size_t n, zb_adamw **out, zb_dia
   zb_adamw *o = zb_calloc(1, sizeof *o);
   o->cfg = *cfg;
   o->n = n;
-  /* calloc of at least one element: a stage may have no parameters */
-  o->m = zb_calloc(n ? n : 1, sizeof(float));
-  o->v = zb_calloc(n ? n : 1, sizeof(float));
-  o->decay = zb_malloc(n ? n : 1);
+  /* calloc of at least one element: a stage may have no parameters. The
+   * moments are as large as the model: a model too large for the host is
+   * an error the job fails with, not an abort of the worker. */
+  o->m = calloc(n ? n : 1, sizeof(float));
+  o->v = calloc(n ? n : 1, sizeof(float));
+  o->decay = malloc(n ? n : 1);
+  if (!o->m || !o->v || !o->decay) {
+    zb_adamw_free(o);
+    return zb_diag_set(diag, ZB_ERR_IO, "adamw: out of memory for the moments of %zu parameters (%.3g bytes)",
+                       n, (double)n * (2 * sizeof(float) + 1));
+  }
   memset(o->decay, 1, n);
   *out = o;
   return ZB_OK;

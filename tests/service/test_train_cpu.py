@@ -174,5 +174,24 @@ def test_bad_cpu_jobs_are_refused():
         c.assert_serving()
 
 
+def test_model_too_large_fails_the_job_not_the_worker():
+    """model.hidden 65536 passes the spec's checks but needs about 200 GB of
+    weights: the rank fails its job saying it is out of memory, and the
+    worker stays attached and runs the next job (it once aborted)."""
+    with Cluster(workers=1, name="train-huge") as c:
+        spec = cpu_spec("huge", 1, "1f1b", iterations=1)
+        spec.model.hidden = 65536
+        spec.model.heads = 4
+        spec.model.layers = 1
+        spec.model.seq_len = 8
+        spec.model.batch = 1
+        jid = c.submit(spec)
+        job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=120)
+        assert "out of memory" in job.reason, job.reason
+        c.wait_workers(1)
+        ok = c.submit(cpu_spec("after", 1, "1f1b", iterations=2))
+        c.wait_state(ok, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+
+
 if __name__ == "__main__":
     zbsvc.run_tests(globals())

@@ -174,6 +174,13 @@ static void test_refusals(void) {
   CHECK_EQ(zb_adamw_steps(o), 1);
   zb_adamw_free(o);
   zb_adamw_free(NULL);
+  /* a model too large for the host: an error, not an abort (the worker
+   * fails its job with it) */
+  zb_adamw *huge = NULL;
+  zb_diag hd = {{0}};
+  CHECK_EQ(zb_adamw_new(&cfg, SIZE_MAX / 4, &huge, &hd), ZB_ERR_IO);
+  CHECK(huge == NULL);
+  CHECK_MSG(strstr(hd.msg, "out of memory") != NULL, "%s", hd.msg);
 }
 
 ZBT_MAIN(ZBT(test_hand_computed_steps), ZBT(test_first_step_is_lr), ZBT(test_decay_mask),
