@@ -161,11 +161,12 @@ static zb_err csv_shape(const csv_rows *t, zb_placement placement, int *v_out, i
    * naming stage 2147483646 must not make them allocate gigabytes */
   if (n_rows > ZB_CSV_MAX_RANKS || n_stages > ZB_CSV_MAX_STAGES || max_mb + 1 > ZB_CSV_MAX_MICROBATCHES ||
       n_stages * (max_mb + 1) > ZB_CSV_MAX_CELLS)
-    return zb_diag_set(diag, ZB_ERR_PARSE,
-                       "the CSV is too large: %d rows, %lld stages, %lld microbatches (at most %d, %d, %d, and "
-                       "stages x microbatches at most %d)",
-                       n_rows, (long long)n_stages, (long long)(max_mb + 1), ZB_CSV_MAX_RANKS, ZB_CSV_MAX_STAGES,
-                       ZB_CSV_MAX_MICROBATCHES, ZB_CSV_MAX_CELLS);
+    return zb_diag_set(
+        diag, ZB_ERR_PARSE,
+        "the CSV is too large: %d rows, %lld stages, %lld microbatches (at most %d, %d, %d, and "
+        "stages x microbatches at most %d)",
+        n_rows, (long long)n_stages, (long long)(max_mb + 1), ZB_CSV_MAX_RANKS, ZB_CSV_MAX_STAGES,
+        ZB_CSV_MAX_MICROBATCHES, ZB_CSV_MAX_CELLS);
   if (n_stages % n_rows != 0)
     return zb_diag_set(diag, ZB_ERR_PARSE,
                        "the largest stage is %lld, so there are %lld stages, which is not a multiple of the "
