@@ -349,6 +349,33 @@ static void test_job_unknown_schedule(void) {
                   "zb-h2", "zb-auto", "zb-v", "v-half", "v-min", "zb-interleaved", "dualpipe-v", NULL));
 }
 
+/* Deep nesting is refused at the first level too many, before libyaml's
+ * loader (quadratic in the depth: 16 s at 100,000 levels) sees it; so is
+ * text past 1 MiB. */
+static void test_job_yaml_depth_and_size(void) {
+  size_t n = 100000;
+  char *deep = malloc(n + 16);
+  memcpy(deep, "name: ", 6);
+  memset(deep + 6, '[', n);
+  deep[6 + n] = 0;
+  CHECK(job_fails(deep, ZB_ERR_PARSE, "line 1", "nested deeper than 64 levels", NULL));
+  free(deep);
+  size_t big = (1 << 20) + 1;
+  char *large = malloc(big + 1);
+  memset(large, '#', big);
+  large[big] = 0;
+  CHECK(job_fails(large, ZB_ERR_PARSE, "1048577 bytes", NULL));
+  free(large);
+  /* 64 levels are fine for the reader (the spec then refuses the value) */
+  char ok[256] = "name: ";
+  for (int k = 0; k < 63; k++)
+    strcat(ok, "[");
+  for (int k = 0; k < 63; k++)
+    strcat(ok, "]");
+  strcat(ok, "\n");
+  CHECK(job_fails(ok, ZB_ERR_PARSE, "'name'", "expected a string", NULL));
+}
+
 static void test_job_shape_refused(void) {
   CHECK(job_fails("name: demo\nranks: 4\nmicrobatches: 3\nschedule: interleaved-1f1b\n", ZB_ERR_INVALID_ARG,
                   "line 4", "'schedule'", "at least as many microbatches as ranks", "m=3, p=4", NULL));
@@ -676,9 +703,10 @@ static void test_job_failure_resets_out(void) {
   CHECK_EQ(s.ranks, 4);
 }
 
-ZBT_MAIN(ZBT(test_job_full_spec), ZBT(test_job_defaults), ZBT(test_job_mem_limit_np),
-         ZBT(test_job_wrong_types), ZBT(test_job_unknown_keys), ZBT(test_job_duplicate_keys),
-         ZBT(test_job_missing_required), ZBT(test_job_not_a_mapping_or_empty), ZBT(test_job_malformed_yaml),
-         ZBT(test_job_stage_costs), ZBT(test_job_unknown_schedule), ZBT(test_job_shape_refused),
-         ZBT(test_job_range_errors), ZBT(test_job_check_direct), ZBT(test_job_model_defaults_and_derived),
-         ZBT(test_job_model_errors), ZBT(test_job_cuda_rules), ZBT(test_job_failure_resets_out))
+ZBT_MAIN(ZBT(test_job_yaml_depth_and_size), ZBT(test_job_full_spec), ZBT(test_job_defaults),
+         ZBT(test_job_mem_limit_np), ZBT(test_job_wrong_types), ZBT(test_job_unknown_keys),
+         ZBT(test_job_duplicate_keys), ZBT(test_job_missing_required), ZBT(test_job_not_a_mapping_or_empty),
+         ZBT(test_job_malformed_yaml), ZBT(test_job_stage_costs), ZBT(test_job_unknown_schedule),
+         ZBT(test_job_shape_refused), ZBT(test_job_range_errors), ZBT(test_job_check_direct),
+         ZBT(test_job_model_defaults_and_derived), ZBT(test_job_model_errors), ZBT(test_job_cuda_rules),
+         ZBT(test_job_failure_resets_out))
