@@ -171,11 +171,8 @@ void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max
   }
 }
 
-/* Keeps cand in *best when it scores better; frees the loser. known is
- * cand's score when the caller has it (a greedy run computes its own), or
- * NULL to check memory and simulate. */
-static void auto_consider(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
-                          const zb_plan_score *known, const zb_costs *c, zb_objective obj) {
+void zb_plan_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
+                  const zb_plan_score *known, const zb_costs *c, zb_objective obj) {
   zb_plan_score sc;
   if (!cand)
     return;
@@ -239,8 +236,8 @@ zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *cin, zb_schedule
   zb_schedule *best = NULL;
   zb_plan_score best_score = {INFINITY, INFINITY, obj};
   /* The handcrafted lists, when they fit: zb-auto is never worse than them. */
-  auto_consider(&best, &best_score, zb_plan_zb_h1(p, m), NULL, c, obj);
-  auto_consider(&best, &best_score, zb_plan_zb_h2(p, m), NULL, c, obj);
+  zb_plan_keep(&best, &best_score, zb_plan_zb_h1(p, m), NULL, c, obj);
+  zb_plan_keep(&best, &best_score, zb_plan_zb_h2(p, m), NULL, c, obj);
 
   /* The greedy under the cost-aware warm-up (as is, and one F more per
    * stage) and under a warm-up of 2(p - s): on the paper's costs and the
@@ -266,7 +263,7 @@ zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *cin, zb_schedule
       continue;
     zb_plan_score sc = {INFINITY, INFINITY, obj};
     zb_schedule *cand = zb_plan_greedy(p, 1, m, ZB_PLACE_LOOP, c, cap, runs[k].w_policy, obj, &sc);
-    auto_consider(&best, &best_score, cand, &sc, c, obj);
+    zb_plan_keep(&best, &best_score, cand, &sc, c, obj);
   }
   free(caps);
   if (!best) {

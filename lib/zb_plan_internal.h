@@ -47,6 +47,13 @@ zb_schedule *zb_plan_place_w(const zb_schedule *order, const zb_costs *c, int w_
  * of it run in full. NULL when none gets through. Caller owns it. */
 zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const zb_costs *c);
 
+/* Keeps cand in *best when it scores better by obj (ties: the other
+ * figure) and frees the loser; NULL cand is a no-op. known is cand's score
+ * when the caller has it from a greedy run (whose result fits c's limit
+ * by construction), or NULL to check the limit and simulate. */
+void zb_plan_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
+                  const zb_plan_score *known, const zb_costs *c, zb_objective obj);
+
 /* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
 bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
 

@@ -132,20 +132,6 @@ zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const z
   return best;
 }
 
-/* Keeps the better of *best and cand under c (cand must fit c's memory
- * limit); frees the other. */
-static void v_consider(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand, const zb_costs *c) {
-  zb_plan_score sc;
-  if (cand && zb_plan_fits_memory(cand, c) && zb_plan_score_of(cand, c, ZB_OBJ_MAKESPAN, &sc) &&
-      (!*best || zb_plan_score_better(sc, *best_score))) {
-    zb_schedule_free(*best);
-    *best = cand;
-    *best_score = sc;
-    return;
-  }
-  zb_schedule_free(cand);
-}
-
 /* Whether every stage's T_F, T_B and T_W are equal and T_comm is 0: the
  * costs the handcrafted ZB-V is exact for. */
 static bool v_costs_even(const zb_costs *c) {
@@ -153,21 +139,6 @@ static bool v_costs_even(const zb_costs *c) {
     if (c->t_f[s] != c->t_b[s] || c->t_b[s] != c->t_w[s] || c->t_f[s] != c->t_f[0])
       return false;
   return c->t_comm == 0;
-}
-
-/* Keeps the better by the longest rank span (the paper's bubble), then
- * makespan, of *best and cand under c (cand must fit c's limit). */
-static void v_consider_span(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
-                            const zb_costs *c) {
-  zb_plan_score sc;
-  if (cand && zb_plan_fits_memory(cand, c) && zb_plan_score_of(cand, c, ZB_OBJ_SPAN, &sc) &&
-      (!*best || zb_plan_score_better(sc, *best_score))) {
-    zb_schedule_free(*best);
-    *best = cand;
-    *best_score = sc;
-    return;
-  }
-  zb_schedule_free(cand);
 }
 
 /* ZB-V under uneven costs, within 1F1B's peak (limit): the handcrafted
@@ -183,12 +154,12 @@ static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, z
   if (m >= 2 * p - 1) {
     zb_schedule *hand = zb_plan_zb_v_handcrafted(p, m);
     for (int w = 0; w < ZB_W_POLICIES; w++)
-      v_consider_span(&s, &score, zb_plan_place_w(hand, c, w, NULL), c);
-    v_consider_span(&s, &score, hand, c);
+      zb_plan_keep(&s, &score, zb_plan_place_w(hand, c, w, NULL), NULL, c, ZB_OBJ_SPAN);
+    zb_plan_keep(&s, &score, hand, NULL, c, ZB_OBJ_SPAN);
   }
-  v_consider_span(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), c);
+  zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_SPAN);
   for (int hop = 1; hop <= 2; hop++)
-    v_consider_span(&s, &score, zb_plan_v_block(p, m, hop, c), c);
+    zb_plan_keep(&s, &score, zb_plan_v_block(p, m, hop, c), NULL, c, ZB_OBJ_SPAN);
   if (s)
     zb_plan_refine(s, c, ZB_OBJ_SPAN, ZBV_REFINE_EVALS);
   zb_costs_free(c);
@@ -221,9 +192,10 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
   zb_schedule *s = NULL;
   zb_plan_score score;
   if (req->family != ZB_FAMILY_ZB_V)
-    v_consider(&s, &score, zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c), c);
+    zb_plan_keep(&s, &score, zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c), NULL, c,
+                 ZB_OBJ_MAKESPAN);
   if (!s) /* zb-v below 2p-1, or a limit the block cannot keep */
-    v_consider(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), c);
+    zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_MAKESPAN);
   zb_costs_free(c);
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "%s found no V schedule within %g x M_F per rank",

@@ -204,22 +204,6 @@ static bool vb_layout(vb_grid *grid, int p, int m, int hop, int g, int h) {
   return true;
 }
 
-/* Keeps cand if it fits c and beats *best (known: its score, or NULL to
- * simulate it). */
-static void vb_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
-                    const zb_plan_score *known, const zb_costs *c) {
-  zb_plan_score sc;
-  if (cand && zb_plan_fits_memory(cand, c) &&
-      (known ? (sc = *known, true) : zb_plan_score_of(cand, c, ZB_OBJ_MAKESPAN, &sc)) &&
-      (!*best || zb_plan_score_better(sc, *best_score))) {
-    zb_schedule_free(*best);
-    *best = cand;
-    *best_score = sc;
-    return;
-  }
-  zb_schedule_free(cand);
-}
-
 /* Whether the block with spacing (g, h), as laid out, fits the memory
  * limit: the spacings worth squeezing. */
 static bool vb_raw_fits(const vb_grid *g, const zb_costs *c) {
@@ -257,7 +241,7 @@ zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c) {
         zb_plan_score sc;
         zb_schedule *timed = zb_plan_place_w(order, c, ZB_W_GAP, &sc);
         zb_schedule_free(order);
-        vb_keep(&best, &best_score, timed, &sc, c);
+        zb_plan_keep(&best, &best_score, timed, &sc, c, ZB_OBJ_MAKESPAN);
       }
       free(grid.slot);
       free(grid.at);

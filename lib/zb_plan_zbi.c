@@ -48,18 +48,6 @@ static zb_schedule *zbi_split_order(int p, int v, int m, int extra) {
   return s;
 }
 
-static void zbi_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand, const zb_costs *c) {
-  zb_plan_score sc;
-  if (cand && zb_plan_fits_memory(cand, c) && zb_plan_score_of(cand, c, ZB_OBJ_MAKESPAN, &sc) &&
-      (!*best || zb_plan_score_better(sc, *best_score))) {
-    zb_schedule_free(*best);
-    *best = cand;
-    *best_score = sc;
-    return;
-  }
-  zb_schedule_free(cand);
-}
-
 zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *cin, zb_schedule **out,
                               zb_diag *diag) {
   int p = req->p, v = req->v, m = req->m;
@@ -81,11 +69,11 @@ zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *cin, z
   for (int k = 0; m >= p && k < n_extras; k++) {
     zb_schedule *order = zbi_split_order(p, v, m, extras[k]);
     for (int w = 0; w < n_policies; w++)
-      zbi_keep(&best, &score, zb_plan_place_w(order, c, w, NULL), c);
-    zbi_keep(&best, &score, order, c);
+      zb_plan_keep(&best, &score, zb_plan_place_w(order, c, w, NULL), NULL, c, ZB_OBJ_MAKESPAN);
+    zb_plan_keep(&best, &score, order, NULL, c, ZB_OBJ_MAKESPAN);
   }
   if (!large || !best)
-    zbi_keep(&best, &score, zb_plan_greedy_search(p, v, m, ZB_PLACE_LOOP, c), c);
+    zb_plan_keep(&best, &score, zb_plan_greedy_search(p, v, m, ZB_PLACE_LOOP, c), NULL, c, ZB_OBJ_MAKESPAN);
   /* small plans: swaps of neighbouring ops that shorten the critical path
    * (W next to its B or after the next one) are worth a few simulations */
   if (best && (double)p * v * m <= ZBI_REFINE_OPS)

@@ -79,19 +79,6 @@ HEARTBEAT_TIMEOUT_MS = 3000
 SLACK_S = 4.0
 
 
-def stages_of(family, p, dump_dir, jid):
-    """The job's stage count: zb-auto searches every placement, so its
-    plan has p x (1..4) stages, whatever its dumps show; the rest have
-    their family's chunks."""
-    if family != "zb-auto":
-        return p * chunks_of(family)
-    n = len(zbsvc.read_dumps(dump_dir, jid, 0))
-    assert n % p == 0 and 1 <= n // p <= 4, (family, p, n)
-    return n
-
-
-def chunks_of(family):
-    return 2 if family in ("interleaved-1f1b", "zb-v", "v-half", "v-min") else 1
 
 
 def microbatches(family, p, m):
@@ -131,7 +118,8 @@ def test_every_family_matches_the_unpipelined_model():
                 job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
                 assert job.iterations_done == ITERATIONS, job
                 where = "%s p=%d m=%d (job %s)" % (family, p, m, jid)
-                results = zbsvc.check_gradcheck(GRADCHECK, os.path.join(dump_dir, jid), jid, stages_of(family, p, dump_dir, jid),
+                stages = zbsvc.job_stages(family, p, dump_dir, jid)
+                results = zbsvc.check_gradcheck(GRADCHECK, os.path.join(dump_dir, jid), jid, stages,
                                                 m, ITERATIONS, GRAD_TOL, where)
                 table.append((family, p, m, max(r["max_rel_err"] for r in results),
                               max(r["loss_rel_err"] for r in results)))
@@ -153,7 +141,7 @@ def test_tcp_transport_stages_through_the_host():
             js.transport = "tcp"
             jid = c.submit(js)
             c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
-            zbsvc.check_gradcheck(GRADCHECK, os.path.join(dump_dir, jid), jid, p * chunks_of(family), 8,
+            zbsvc.check_gradcheck(GRADCHECK, os.path.join(dump_dir, jid), jid, p * zbsvc.family_chunks(family), 8,
                                   ITERATIONS, GRAD_TOL, "%s over tcp (job %s)" % (family, jid))
 
 
@@ -234,7 +222,7 @@ def test_peak_memory_follows_the_plan():
             js = zb_pb2.JobSpec(name="mem-" + family, ranks=p, microbatches=m, schedule=family, iterations=2,
                                 backend="cuda", transport=TRANSPORT, model=zb_pb2.ModelSpec(**MEM_MODEL))
             plan = c.stub.Plan(zb_pb2.PlanRequest(spec=js, with_action_lists=True), timeout=30 * SLOW)
-            stages = p * chunks_of(family)
+            stages = p * zbsvc.family_chunks(family)
             jid = c.submit(js)
             c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=180)
             its = zbsvc.iteration_events(c.events(jid))

@@ -37,19 +37,6 @@ ITERATIONS = 2
 GRADCHECK = os.environ["ZB_GRADCHECK_BIN"]
 
 
-def stages_of(family, p, dump_dir, jid):
-    """The job's stage count: zb-auto searches every placement, so its
-    plan has p x (1..4) stages, whatever its dumps show; the rest have
-    their family's chunks."""
-    if family != "zb-auto":
-        return p * chunks_of(family)
-    n = len(zbsvc.read_dumps(dump_dir, jid, 0))
-    assert n % p == 0 and 1 <= n // p <= 4, (family, p, n)
-    return n
-
-
-def chunks_of(family):
-    return 2 if family in ("interleaved-1f1b", "zb-v", "v-half", "v-min", "zb-interleaved", "dualpipe-v") else 1
 
 
 def microbatches(family, p, m):
@@ -78,7 +65,8 @@ def test_every_family_matches_the_unpipelined_model():
                 job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
                 assert job.iterations_done == ITERATIONS, job
                 where = "%s p=%d m=%d (job %s)" % (family, p, m, jid)
-                results = zbsvc.check_gradcheck(GRADCHECK, os.path.join(dump_dir, jid), jid, stages_of(family, p, dump_dir, jid),
+                stages = zbsvc.job_stages(family, p, dump_dir, jid)
+                results = zbsvc.check_gradcheck(GRADCHECK, os.path.join(dump_dir, jid), jid, stages,
                                                 m, ITERATIONS, GRAD_TOL, where)
                 for r in results:
                     assert r["tensors"] > 0 and r["parameters"] > 0, (where, r)

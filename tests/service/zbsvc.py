@@ -513,6 +513,22 @@ def weights_differ(a, b, which="after"):
     return [s for s in sorted(a) if a[s]["tensors"] != b[s]["tensors"] or a[s][which] != b[s][which]]
 
 
+def family_chunks(family):
+    """The chunks per rank a family plans with by default."""
+    return 2 if family in ("interleaved-1f1b", "zb-v", "v-half", "v-min", "zb-interleaved", "dualpipe-v") else 1
+
+
+def job_stages(family, p, dump_dir, job_id):
+    """A job's stage count: zb-auto searches every placement, so its plan
+    has p x (1..4) stages, whatever its dumps show; the rest have their
+    family's chunks."""
+    if family != "zb-auto":
+        return p * family_chunks(family)
+    n = len(read_dumps(dump_dir, job_id, 0))
+    assert n % p == 0 and 1 <= n // p <= 4, (family, p, n)
+    return n
+
+
 def iteration_events(events):
     return [e.iteration for e in events if e.HasField("iteration")]
 
