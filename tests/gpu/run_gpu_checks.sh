@@ -6,15 +6,16 @@
 # test_device_ops, test_step_device, from a CUDA build), the service tests'
 # Python stubs in STUBS_DIR (py/ and py-health/, as the build tree's
 # tests/service/ holds them), shared libraries the machine lacks in
-# BIN_DIR/../lib. On a machine that has the build, `ctest -L gpu` runs the
-# same programs.
+# BIN_DIR/../lib (tests/gpu/pack_gpu_checks.sh gathers all three from a
+# build). On a machine that has the build, `ctest -L gpu` runs the same
+# programs.
 #
 # Runs, each with a time limit, logging to OUT_DIR/NAME.log:
 #   device_ops    every device op on the real runtime against the host;
 #   step_device   the optimizer step on the device against the host step;
-#   bench         zb_bench_gpu at its default shapes (fp32, then bf16);
 #   service       test_cuda_standin.py with ZB_CUDA_REAL=1 (one GPU: every
-#                 worker on it, transport tcp; two or more: nccl).
+#                 worker on it, transport tcp; two or more: nccl);
+#   bench         zb_bench_gpu at its default shapes (fp32, then bf16).
 # Prints one line per check and exits non-zero if any failed.
 set -uo pipefail
 bin=$(cd "${1:?usage: run_gpu_checks.sh BIN_DIR STUBS_DIR OUT_DIR}" && pwd)
@@ -46,12 +47,12 @@ check() { # check NAME LIMIT_S CMD...
 
 check device_ops 60 "$bin/test_device_ops"
 check step_device 60 "$bin/test_step_device"
-check bench_fp32 120 "$bin/zb_bench_gpu"
-check bench_bf16 60 "$bin/zb_bench_gpu" --precision bf16
-check service 240 env ZB_CUDA_REAL=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+check service 330 env ZB_CUDA_REAL=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
   ZB_COORDINATOR_BIN="$bin/zb-coordinator" ZB_WORKER_BIN="$bin/zb-worker" ZBCTL_BIN="$bin/zbctl" \
   ZB_GRADCHECK_BIN="$bin/zb-gradcheck" ZB_PY_STUBS="$stubs/py" \
   ZB_PY_HEALTH_PB2="$stubs/py-health/grpc/health/v1/health_pb2.py" \
   python3 "$here/../service/test_cuda_standin.py"
+check bench_fp32 90 "$bin/zb_bench_gpu"
+check bench_bf16 60 "$bin/zb_bench_gpu" --precision bf16
 echo "gpu checks: $fails failed"
 [[ $fails -eq 0 ]]
