@@ -33,7 +33,10 @@ static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_ass
                             zb_diag *diag) {
   int S = a->ranks * a->chunks;
   zb_action x = {.stage = al->stage[i], .mb = al->microbatch[i], .peer = al->peer[i]};
-  if (!zb_action_op_of(al->kind[i], &x.op))
+  zb_op op;
+  if (zb_action_op_of(al->kind[i], &op))
+    x.op = (uint8_t)op;
+  else
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: unknown kind %d", i,
                        (int)al->kind[i]);
   if (x.stage < 0 || x.stage >= S)
@@ -66,7 +69,7 @@ static zb_err decode_actions(const Zb__V1__ActionList *al, zb_assignment *a, zb_
   if (n > (size_t)INT_MAX)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list: %zu actions", n);
   for (size_t i = 0; i < n; i++) {
-    zb_action x;
+    zb_action x = {0};
     zb_err err = decode_action(al, i, a, &x, diag);
     if (err)
       return err;

@@ -40,37 +40,15 @@ zb_schedule *zb_schedule_clone(const zb_schedule *s) {
   return c;
 }
 
-void zb_schedule_push(zb_schedule *s, int rank, zb_action a) {
+void zb_schedule_grow(zb_schedule *s, int rank) {
   zb_rank_list *l = &s->ranks[rank];
-  if (l->n == l->cap) {
-    l->cap = l->cap ? l->cap * 2 : 16;
-    l->actions = zb_realloc(l->actions, sizeof *l->actions * (size_t)l->cap);
-  }
-  l->actions[l->n++] = a;
+  l->cap = l->cap ? l->cap * 2 : 16;
+  l->actions = zb_realloc(l->actions, sizeof *l->actions * (size_t)l->cap);
 }
 
 void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int stage, int mb) {
   zb_action a = {.op = op, .stage = stage, .mb = mb, .peer = -1, .batch = false};
   zb_schedule_push(s, rank, a);
-}
-
-int zb_placement_rank(zb_placement pl, int p, int v, int stage) {
-  (void)v;
-  if (pl == ZB_PLACE_V)
-    return stage < p ? stage : 2 * p - 1 - stage;
-  return stage % p;
-}
-
-int zb_stage_rank(const zb_schedule *s, int stage) {
-  return zb_placement_rank(s->placement, s->p, s->v, stage);
-}
-
-bool zb_op_is_compute(zb_op op) {
-  return op == ZB_OP_F || op == ZB_OP_B || op == ZB_OP_W || op == ZB_OP_BW;
-}
-
-bool zb_op_is_comm(zb_op op) {
-  return op == ZB_OP_SEND_F || op == ZB_OP_RECV_F || op == ZB_OP_SEND_B || op == ZB_OP_RECV_B;
 }
 
 const char *zb_op_name(zb_op op) {
@@ -219,26 +197,6 @@ double zb_costs_rank_mf(const zb_costs *c, zb_placement pl, int p, int v, int ra
     if (zb_placement_rank(pl, p, v, s) == rank)
       sum += c->m_f[s];
   return sum;
-}
-
-double zb_costs_time(const zb_costs *c, zb_op op, int stage) {
-  switch (op) {
-  case ZB_OP_F: return c->t_f[stage];
-  case ZB_OP_B: return c->t_b[stage];
-  case ZB_OP_W: return c->t_w[stage];
-  case ZB_OP_BW: return c->t_b[stage] + c->t_w[stage];
-  default: return 0;
-  }
-}
-
-double zb_costs_mem(const zb_costs *c, zb_op op, int stage) {
-  switch (op) {
-  case ZB_OP_F: return c->m_f[stage];
-  case ZB_OP_B: return c->m_b[stage];
-  case ZB_OP_W: return c->m_w[stage];
-  case ZB_OP_BW: return c->m_b[stage] + c->m_w[stage];
-  default: return 0;
-  }
 }
 
 int zb_comm_group_end(const zb_action *actions, int n, int i) {

@@ -44,10 +44,11 @@ typedef enum zb_op {
  * overlap is true when this compute action and the next one run as one
  * overlapped pair (PyTorch's DualPipeV "(0F3;3B1)OVERLAP_F_B"). */
 typedef struct zb_action {
-  zb_op op;
   int32_t stage;
   int32_t mb;
   int32_t peer;
+  uint8_t op; /* a zb_op; one byte keeps an action at 16 (p = 256, m = 4096
+               * lowers to about 15 million of them) */
   bool batch;
   bool overlap;
 } zb_action;
@@ -79,22 +80,42 @@ zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement);
 void zb_schedule_free(zb_schedule *s);
 /* Deep copy; caller owns the result. */
 zb_schedule *zb_schedule_clone(const zb_schedule *s);
-/* Appends one action to rank r's list. */
-void zb_schedule_push(zb_schedule *s, int rank, zb_action a);
+/* Grows rank r's list so that one more action fits (zb_schedule_push's
+ * slow path). */
+void zb_schedule_grow(zb_schedule *s, int rank);
+/* Appends one action to rank r's list. Inline, like the predicates below:
+ * planning at scale runs them tens of millions of times. */
+static inline void zb_schedule_push(zb_schedule *s, int rank, zb_action a) {
+  zb_rank_list *l = &s->ranks[rank];
+  if (l->n == l->cap)
+    zb_schedule_grow(s, rank);
+  l->actions[l->n++] = a;
+}
 /* Shorthand for a compute action (peer -1, batch false). */
 void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int stage, int mb);
 /* Total number of stages, p*v. */
 static inline int zb_schedule_stages(const zb_schedule *s) {
   return s->p * s->v;
 }
-/* Rank that hosts stage `stage` under the schedule's placement. */
-int zb_stage_rank(const zb_schedule *s, int stage);
 /* Rank of a stage for an explicit shape (same rule as zb_stage_rank). */
-int zb_placement_rank(zb_placement pl, int p, int v, int stage);
+static inline int zb_placement_rank(zb_placement pl, int p, int v, int stage) {
+  (void)v;
+  if (pl == ZB_PLACE_V)
+    return stage < p ? stage : 2 * p - 1 - stage;
+  return stage % p;
+}
+/* Rank that hosts stage `stage` under the schedule's placement. */
+static inline int zb_stage_rank(const zb_schedule *s, int stage) {
+  return zb_placement_rank(s->placement, s->p, s->v, stage);
+}
 /* true for F, B, W, BW. */
-bool zb_op_is_compute(zb_op op);
+static inline bool zb_op_is_compute(zb_op op) {
+  return op == ZB_OP_F || op == ZB_OP_B || op == ZB_OP_W || op == ZB_OP_BW;
+}
 /* true for the four SEND/RECV kinds. */
-bool zb_op_is_comm(zb_op op);
+static inline bool zb_op_is_comm(zb_op op) {
+  return op == ZB_OP_SEND_F || op == ZB_OP_RECV_F || op == ZB_OP_SEND_B || op == ZB_OP_RECV_B;
+}
 /* Name used in output: "F", "B", "W", "BW", "SEND_F", ... */
 const char *zb_op_name(zb_op op);
 /* Number of compute actions of rank r. */
@@ -150,8 +171,25 @@ zb_err zb_costs_check(const zb_costs *c, zb_diag *diag);
 /* One rank's whole-share M_F for a schedule of that shape (the unit in
  * which peaks and limits are reported): sum of m_f over the rank's stages. */
 double zb_costs_rank_mf(const zb_costs *c, zb_placement pl, int p, int v, int rank);
-/* Time and memory delta of one compute op under c (BW = B + W). */
-double zb_costs_time(const zb_costs *c, zb_op op, int stage);
-double zb_costs_mem(const zb_costs *c, zb_op op, int stage);
+/* Time and memory delta of one compute op under c (BW = B + W); 0 for
+ * any other kind. */
+static inline double zb_costs_time(const zb_costs *c, zb_op op, int stage) {
+  switch (op) {
+  case ZB_OP_F: return c->t_f[stage];
+  case ZB_OP_B: return c->t_b[stage];
+  case ZB_OP_W: return c->t_w[stage];
+  case ZB_OP_BW: return c->t_b[stage] + c->t_w[stage];
+  default: return 0;
+  }
+}
+static inline double zb_costs_mem(const zb_costs *c, zb_op op, int stage) {
+  switch (op) {
+  case ZB_OP_F: return c->m_f[stage];
+  case ZB_OP_B: return c->m_b[stage];
+  case ZB_OP_W: return c->m_w[stage];
+  case ZB_OP_BW: return c->m_b[stage] + c->m_w[stage];
+  default: return 0;
+  }
+}
 
 #endif

@@ -17,6 +17,10 @@ typedef struct sim_state {
   zb_sim_result *res;
   int S, m;
   double *f_end, *b_end;
+  int *stage_rank; /* per stage: the rank that hosts it */
+  int *work;       /* ranks to advance (a stack), each at most once */
+  int n_work;
+  bool *queued;  /* per rank: on work, or being advanced */
   int *pos;      /* next action index per rank */
   double *now;   /* time each rank is free again */
   double *first; /* start of each rank's first compute op; NAN: none yet */
@@ -30,8 +34,7 @@ static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
 
 /* When the input of compute action a, run on `rank`, is available; NAN if
  * not yet produced. */
-static double sim_ready(const zb_schedule *s, const zb_costs *c, const sim_state *st, int rank,
-                        const zb_action *a) {
+static double sim_ready(const zb_costs *c, const sim_state *st, int rank, const zb_action *a) {
   int S = st->S;
   switch (a->op) {
   case ZB_OP_F: {
@@ -40,7 +43,7 @@ static double sim_ready(const zb_schedule *s, const zb_costs *c, const sim_state
     double t = *sim_slot(st->f_end, st, a->stage - 1, a->mb);
     if (isnan(t))
       return t;
-    return zb_stage_rank(s, a->stage - 1) == rank ? t : t + c->t_comm;
+    return st->stage_rank[a->stage - 1] == rank ? t : t + c->t_comm;
   }
   case ZB_OP_B:
   case ZB_OP_BW: {
@@ -52,7 +55,7 @@ static double sim_ready(const zb_schedule *s, const zb_costs *c, const sim_state
     double t = *sim_slot(st->b_end, st, a->stage + 1, a->mb);
     if (isnan(t))
       return t;
-    if (zb_stage_rank(s, a->stage + 1) != rank)
+    if (st->stage_rank[a->stage + 1] != rank)
       t += c->t_comm;
     return t > own ? t : own;
   }
@@ -88,6 +91,11 @@ static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *
   st->b_end = zb_malloc(sizeof(double) * cells);
   for (size_t k = 0; k < cells; k++)
     st->f_end[k] = st->b_end[k] = NAN;
+  st->stage_rank = zb_malloc(sizeof(int) * (size_t)st->S);
+  for (int k = 0; k < st->S; k++)
+    st->stage_rank[k] = zb_stage_rank(s, k);
+  st->work = zb_malloc(sizeof(int) * (size_t)p);
+  st->queued = zb_calloc((size_t)p, sizeof(bool));
   st->pos = zb_calloc((size_t)p, sizeof(int));
   st->now = zb_calloc((size_t)p, sizeof(double));
   st->first = zb_malloc(sizeof(double) * (size_t)p);
@@ -101,17 +109,28 @@ static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *
 static void sim_state_free(sim_state *st) {
   free(st->f_end);
   free(st->b_end);
+  free(st->stage_rank);
+  free(st->work);
+  free(st->queued);
   free(st->pos);
   free(st->now);
   free(st->first);
   free(st->mem);
 }
 
+/* Puts rank r on the work stack unless it is there or being advanced. */
+static void sim_wake(sim_state *st, int r) {
+  if (!st->queued[r]) {
+    st->queued[r] = true;
+    st->work[st->n_work++] = r;
+  }
+}
+
 /* Runs compute action a on rank r if its input is ready: records its
  * completion, advances the rank's clock and the result's figures. Sets
  * *start / *end; returns false (and changes nothing) when not ready. */
 static bool sim_run_compute(sim_state *st, int r, const zb_action *a, double *start, double *end) {
-  double ready = sim_ready(st->s, st->c, st, r, a);
+  double ready = sim_ready(st->c, st, r, a);
   if (isnan(ready))
     return false;
   /* An overlapped pair (DualPipeV's F&B) is one op with both costs: it
@@ -120,7 +139,7 @@ static bool sim_run_compute(sim_state *st, int r, const zb_action *a, double *st
   const zb_rank_list *l = &st->s->ranks[r];
   const zb_action *next = a + 1 < l->actions + l->n ? a + 1 : NULL;
   if (a->overlap && next && zb_op_is_compute(next->op) && next->mb != a->mb) {
-    double ready2 = sim_ready(st->s, st->c, st, r, next);
+    double ready2 = sim_ready(st->c, st, r, next);
     if (isnan(ready2))
       return false;
     ready = ready2 > ready ? ready2 : ready;
@@ -130,10 +149,17 @@ static bool sim_run_compute(sim_state *st, int r, const zb_action *a, double *st
   *end = *start + zb_costs_time(st->c, a->op, a->stage);
   if (isnan(st->first[r]))
     st->first[r] = *start;
-  if (a->op == ZB_OP_F)
+  /* An output wakes the rank that consumes it (its F or RECV_F, its B or
+   * RECV_B), which may have stopped waiting for it. */
+  if (a->op == ZB_OP_F) {
     *sim_slot(st->f_end, st, a->stage, a->mb) = *end;
-  else if (a->op == ZB_OP_B || a->op == ZB_OP_BW)
+    if (a->stage + 1 < st->S)
+      sim_wake(st, st->stage_rank[a->stage + 1]);
+  } else if (a->op == ZB_OP_B || a->op == ZB_OP_BW) {
     *sim_slot(st->b_end, st, a->stage, a->mb) = *end;
+    if (a->stage > 0)
+      sim_wake(st, st->stage_rank[a->stage - 1]);
+  }
   st->now[r] = *end;
   zb_sim_result *res = st->res;
   if (res) {
@@ -157,13 +183,12 @@ static double sim_recv_arrival(const sim_state *st, const zb_action *a) {
   return isnan(t) ? t : t + st->c->t_comm;
 }
 
-/* Runs rank r's list as far as inputs allow; returns the actions run.
+/* Runs rank r's list as far as inputs allow.
  * Comm actions take no time of their own, but a RECV holds its rank until
  * its tensor has arrived, as the executor's transport group does (sends
  * complete at once: the tcp transport's buffers take them). */
-static int sim_advance_rank(sim_state *st, int r) {
+static void sim_advance_rank(sim_state *st, int r) {
   const zb_rank_list *l = &st->s->ranks[r];
-  int progressed = 0;
   while (st->pos[r] < l->n) {
     const zb_action *a = &l->actions[st->pos[r]];
     double start = st->now[r], end = st->now[r];
@@ -183,9 +208,7 @@ static int sim_advance_rank(sim_state *st, int r) {
     }
     st->pos[r]++;
     st->remaining--;
-    progressed++;
   }
-  return progressed;
 }
 
 /* Explains a run that stopped with actions left: where each rank waits. */
@@ -221,8 +244,11 @@ static void sim_totals(const sim_state *st, double *makespan_out, double *span_o
     *span_out = span;
 }
 
-/* Runs the lists, sweeping the ranks in turn until all actions ran or a
- * sweep makes no progress (a deadlock); fills res when given. */
+/* Runs the lists: a rank is advanced until it waits for an input, and
+ * advanced again once that input's producer wakes it, so each action is
+ * looked at a bounded number of times (the result does not depend on the
+ * order: every time follows from the dependencies). Work left when no rank
+ * can move is a deadlock. Fills res when given. */
 static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *res, double *makespan_out,
                       double *span_out, zb_diag *diag) {
   zb_err err = sim_check_ranges(s, c, diag);
@@ -230,12 +256,12 @@ static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *re
     return err;
   sim_state st;
   sim_state_init(&st, s, c, res);
-  while (st.remaining > 0) {
-    int progressed = 0;
-    for (int r = 0; r < s->p; r++)
-      progressed += sim_advance_rank(&st, r);
-    if (!progressed)
-      break;
+  for (int r = s->p - 1; r >= 0; r--)
+    sim_wake(&st, r);
+  while (st.n_work > 0) {
+    int r = st.work[--st.n_work];
+    sim_advance_rank(&st, r);
+    st.queued[r] = false;
   }
   if (st.remaining > 0)
     err = sim_report_deadlock(&st, diag);

@@ -59,8 +59,8 @@ typedef struct vctx {
   int S, m;
   /* per (stage, mb) counts of F, B, W, BW and, for lowered lists, of
    * sends/recvs per transfer (F output of a stage, B output of a stage) */
-  int *cnt[4];
-  int *sendf, *recvf, *sendb, *recvb;
+  unsigned char *cnt[4]; /* a count stops at 2: that is already a duplicate */
+  unsigned char *sendf, *recvf, *sendb, *recvb;
 } vctx;
 
 static size_t vidx(const vctx *x, int stage, int mb) {
@@ -79,7 +79,7 @@ static zb_err check_ranges(const vctx *x, zb_violation *out) {
       const zb_action *a = &s->ranks[r].actions[i];
       if (a->op == ZB_OP_NONE)
         continue;
-      if (a->op < 0 || a->op >= ZB_OP_COUNT_)
+      if (a->op >= ZB_OP_COUNT_)
         return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "unknown action kind %d", (int)a->op);
       if (a->stage < 0 || a->stage >= x->S)
         return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "stage %d outside 0..%d", a->stage, x->S - 1);
@@ -154,11 +154,9 @@ static zb_err check_dependencies(vctx *x, bool lowered, zb_violation *out) {
   unsigned char *fdone = zb_calloc(cells, 1), *bdone = zb_calloc(cells, 1);
   unsigned char *frecv = zb_calloc(cells, 1), *brecv = zb_calloc(cells, 1);
   zb_err err = ZB_OK;
+  /* No reset between ranks: check_ranges saw every stage on its own rank,
+   * so each cell is only ever touched by the rank that hosts its stage. */
   for (int r = 0; r < s->p && !err; r++) {
-    memset(fdone, 0, cells);
-    memset(bdone, 0, cells);
-    memset(frecv, 0, cells);
-    memset(brecv, 0, cells);
     for (int i = 0; i < s->ranks[r].n && !err; i++) {
       const zb_action *a = &s->ranks[r].actions[i];
       int st = a->stage, mb = a->mb;
@@ -235,10 +233,10 @@ static zb_err check_comm_pairs(vctx *x, zb_violation *out) {
       if (a->peer != peer)
         return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "peer is rank %d but stage %d lives on rank %d",
                     a->peer, other, peer);
-      int *cnt = a->op == ZB_OP_SEND_F   ? x->sendf
-                 : a->op == ZB_OP_RECV_F ? x->recvf
-                 : a->op == ZB_OP_SEND_B ? x->sendb
-                                         : x->recvb;
+      unsigned char *cnt = a->op == ZB_OP_SEND_F   ? x->sendf
+                           : a->op == ZB_OP_RECV_F ? x->recvf
+                           : a->op == ZB_OP_SEND_B ? x->sendb
+                                                   : x->recvb;
       if (++cnt[vidx(x, prod, a->mb)] > 1)
         return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "the same tensor is communicated twice");
     }
@@ -366,11 +364,11 @@ zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
   vctx x = {.s = s, .S = zb_schedule_stages(s), .m = s->m};
   size_t cells = (size_t)x.S * x.m;
   for (int k = 0; k < 4; k++)
-    x.cnt[k] = zb_calloc(cells, sizeof(int));
-  x.sendf = zb_calloc(cells, sizeof(int));
-  x.recvf = zb_calloc(cells, sizeof(int));
-  x.sendb = zb_calloc(cells, sizeof(int));
-  x.recvb = zb_calloc(cells, sizeof(int));
+    x.cnt[k] = zb_calloc(cells, 1);
+  x.sendf = zb_calloc(cells, 1);
+  x.recvf = zb_calloc(cells, 1);
+  x.sendb = zb_calloc(cells, 1);
+  x.recvb = zb_calloc(cells, 1);
   bool lowered = zb_schedule_has_comm(s);
   zb_err err = check_ranges(&x, out);
   if (!err)
