@@ -31,7 +31,7 @@ bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c) {
 
 bool zb_plan_score_of(const zb_schedule *s, const zb_costs *c, zb_objective obj, zb_plan_score *out) {
   out->objective = obj;
-  return zb_simulate_makespan(s, c, &out->makespan, &out->span) == ZB_OK;
+  return zb_simulate_makespan_in_range(s, c, &out->makespan, &out->span) == ZB_OK;
 }
 
 bool zb_plan_score_better(zb_plan_score a, zb_plan_score b) {

@@ -34,7 +34,8 @@ static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
 
 /* When the input of compute action a, run on `rank`, is available; NAN if
  * not yet produced. */
-static double sim_ready(const zb_costs *c, const sim_state *st, int rank, const zb_action *a) {
+static inline __attribute__((always_inline)) double sim_ready(const zb_costs *c, const sim_state *st,
+                                                              int rank, const zb_action *a) {
   int S = st->S;
   switch (a->op) {
   case ZB_OP_F: {
@@ -129,20 +130,23 @@ static void sim_wake(sim_state *st, int r) {
 /* Runs compute action a on rank r if its input is ready: records its
  * completion, advances the rank's clock and the result's figures. Sets
  * *start / *end; returns false (and changes nothing) when not ready. */
-static bool sim_run_compute(sim_state *st, int r, const zb_action *a, double *start, double *end) {
+static inline __attribute__((always_inline)) bool sim_run_compute(sim_state *st, int r, const zb_action *a,
+                                                                  double *start, double *end) {
   double ready = sim_ready(st->c, st, r, a);
   if (isnan(ready))
     return false;
   /* An overlapped pair (DualPipeV's F&B) is one op with both costs: it
    * starts when both inputs are there, the second right after the first
    * (the two must be of different microbatches; else they run apart). */
-  const zb_rank_list *l = &st->s->ranks[r];
-  const zb_action *next = a + 1 < l->actions + l->n ? a + 1 : NULL;
-  if (a->overlap && next && zb_op_is_compute(next->op) && next->mb != a->mb) {
-    double ready2 = sim_ready(st->c, st, r, next);
-    if (isnan(ready2))
-      return false;
-    ready = ready2 > ready ? ready2 : ready;
+  if (a->overlap) {
+    const zb_rank_list *l = &st->s->ranks[r];
+    const zb_action *next = a + 1 < l->actions + l->n ? a + 1 : NULL;
+    if (next && zb_op_is_compute(next->op) && next->mb != a->mb) {
+      double ready2 = sim_ready(st->c, st, r, next);
+      if (isnan(ready2))
+        return false;
+      ready = ready2 > ready ? ready2 : ready;
+    }
   }
   if (ready > *start)
     *start = ready;
@@ -250,8 +254,8 @@ static void sim_totals(const sim_state *st, double *makespan_out, double *span_o
  * order: every time follows from the dependencies). Work left when no rank
  * can move is a deadlock. Fills res when given. */
 static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *res, double *makespan_out,
-                      double *span_out, zb_diag *diag) {
-  zb_err err = sim_check_ranges(s, c, diag);
+                      double *span_out, bool checked, zb_diag *diag) {
+  zb_err err = checked ? ZB_OK : sim_check_ranges(s, c, diag);
   if (err)
     return err;
   sim_state st;
@@ -292,7 +296,7 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s) {
 
 zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
   zb_sim_result *r = sim_result_alloc(s);
-  zb_err err = sim_run(s, c, r, &r->makespan, &r->max_span, diag);
+  zb_err err = sim_run(s, c, r, &r->makespan, &r->max_span, false, diag);
   if (err) {
     zb_sim_result_free(r);
     return err;
@@ -314,7 +318,12 @@ zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out,
 }
 
 zb_err zb_simulate_makespan(const zb_schedule *s, const zb_costs *c, double *makespan, double *max_span) {
-  return sim_run(s, c, NULL, makespan, max_span, NULL);
+  return sim_run(s, c, NULL, makespan, max_span, false, NULL);
+}
+
+zb_err zb_simulate_makespan_in_range(const zb_schedule *s, const zb_costs *c, double *makespan,
+                                     double *max_span) {
+  return sim_run(s, c, NULL, makespan, max_span, true, NULL);
 }
 
 void zb_sim_result_free(zb_sim_result *r) {
