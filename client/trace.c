@@ -169,7 +169,13 @@ static bool trace_plan(const zb_job_spec *job_spec, const Zb__V1__IterationMetri
   }
   snprintf(name, name_len, "planned (%s, simulated from the job's costs)", spec.schedule);
   zb_diag d;
-  if (zb_job_plan(&spec, ZB_OBJ_MAKESPAN, plan, &d) != ZB_OK || !plan->lowered || !plan->sim) {
+  bool ok = zb_job_plan(&spec, ZB_OBJ_MAKESPAN, plan, &d) == ZB_OK && plan->lowered && plan->sim;
+  if (ok) { /* the drawing needs every action's times */
+    zb_sim_result_free(plan->sim);
+    plan->sim = NULL;
+    ok = zb_simulate(plan->lowered, plan->costs, &plan->sim, &d) == ZB_OK;
+  }
+  if (!ok) {
     cli_error("trace", "warning: cannot plan %s for the job's shape (%s); writing the measured timeline only",
               spec.schedule, d.msg);
     return false;

@@ -20,6 +20,7 @@ zb_err zb_job_plan(const zb_job_spec *spec, zb_objective objective, zb_planner_r
                             .n_stage_times = spec->n_stage_costs,
                             .mem_limit = spec->mem_limit,
                             .objective = objective,
+                            .figures_only = true,
                             .clock = zb_clock_s};
   return zb_planner_run(&req, out, diag);
 }

@@ -13,9 +13,12 @@
 #include "zb_jobspec.h"
 #include "zb_planner.h"
 
-/* Plans spec (objective: zb-auto's). Fails with the pipeline's error and a
- * message naming the family and the step, or ZB_ERR_INVALID_ARG for an
- * unknown schedule name. Blocks on nothing but the CPU. */
+/* Plans spec (objective: zb-auto's). The simulation keeps the figures,
+ * not every action's times (figures_only: a coordinator holds many plans);
+ * zb_simulate the lowered lists for those. Fails with the pipeline's
+ * error and a message naming the family and the step, or
+ * ZB_ERR_INVALID_ARG for an unknown schedule name. Blocks on nothing but
+ * the CPU. */
 zb_err zb_job_plan(const zb_job_spec *spec, zb_objective objective, zb_planner_result *out, zb_diag *diag);
 
 #endif

@@ -1,3 +1,6 @@
+/* zb_lower.c — see zb_lower.h. Two forms of one pass: the global walk
+ * over the simulated timeline (the definition) and the per-rank merge
+ * that gives the same lists when every op takes time (the fast path). */
 #include "zb_lower.h"
 
 #include <math.h>
@@ -247,7 +250,174 @@ static zb_err lower_walk(const zb_schedule *s, const zb_sim_result *sim, zb_sche
   return err;
 }
 
-zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
+/* ---- the per-rank merge: the same order, one rank at a time ----
+ *
+ * The walk above emits every event in one global order: by time, a
+ * transfer before a compute action on a tie, transfers by (producer end,
+ * emission order), compute actions by (start, rank). When every F, B and
+ * W takes time, a producer starts strictly before its output can be used,
+ * so the emission order of producers is their (start, rank) order, and a
+ * rank's part of the global order is a merge of three sorted streams it
+ * can compute alone: its own actions by start, its sends (its producers'
+ * ends), and its receives (each neighbour's producers for it, in that
+ * neighbour's list order). Merging rank by rank reads each list a few
+ * times, front to back, instead of jumping between 2p streams in time
+ * order, and gives the same lists (tests/unit/test_lower.c). */
+typedef struct rank_xfer {
+  double at;     /* the producer's end */
+  double pstart; /* the producer's start, then its rank: the emission order */
+  int prank;
+  zb_action act; /* the SEND or RECV this rank posts */
+} rank_xfer;
+
+static bool rank_xfer_before(const rank_xfer *a, const rank_xfer *b) {
+  if (a->at != b->at)
+    return a->at < b->at;
+  if (a->pstart != b->pstart)
+    return a->pstart < b->pstart;
+  return a->prank < b->prank;
+}
+
+/* Where the output of action a on rank r goes: the consuming rank, or -1
+ * when it stays on r (or a produces nothing another stage takes). */
+static int lower_out_rank(const zb_schedule *s, const int *stage_rank, int S, int r, const zb_action *a) {
+  int to = -1;
+  if (a->op == ZB_OP_F && a->stage + 1 < S)
+    to = stage_rank[a->stage + 1];
+  else if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage > 0)
+    to = stage_rank[a->stage - 1];
+  (void)s;
+  return to == r ? -1 : to;
+}
+
+/* Appends to x the transfers from rank q's producers to rank r (r == q:
+ * r's sends to everyone), in q's list order; returns the new count. */
+static int lower_collect(const zb_schedule *s, const zb_sim_result *sim, const int *stage_rank, int q, int r,
+                         rank_xfer *x, int n) {
+  int S = zb_schedule_stages(s);
+  const zb_rank_list *l = &s->ranks[q];
+  for (int i = 0; i < l->n; i++) {
+    const zb_action *a = &l->actions[i];
+    int to = lower_out_rank(s, stage_rank, S, q, a);
+    if (to < 0 || (q != r && to != r))
+      continue;
+    bool fwd = a->op == ZB_OP_F;
+    zb_action act = {.mb = a->mb};
+    if (q == r)
+      act = (zb_action){.op = fwd ? ZB_OP_SEND_F : ZB_OP_SEND_B, .stage = a->stage, .mb = a->mb, .peer = to};
+    else
+      act = (zb_action){.op = fwd ? ZB_OP_RECV_F : ZB_OP_RECV_B,
+                        .stage = a->stage + (fwd ? 1 : -1),
+                        .mb = a->mb,
+                        .peer = q};
+    x[n++] = (rank_xfer){.at = sim->end[q][i], .pstart = sim->start[q][i], .prank = q, .act = act};
+  }
+  return n;
+}
+
+/* Merges the sorted runs x[bounds[k] .. bounds[k+1]) into y (head:
+ * scratch of runs entries; runs is small, at most 1 + 2v). */
+static void lower_merge_runs(const rank_xfer *x, const int *bounds, int runs, int *head, rank_xfer *y) {
+  for (int k = 0; k < runs; k++)
+    head[k] = bounds[k];
+  for (int out = 0;; out++) {
+    int best = -1;
+    for (int k = 0; k < runs; k++)
+      if (head[k] < bounds[k + 1] && (best < 0 || rank_xfer_before(&x[head[k]], &x[head[best]])))
+        best = k;
+    if (best < 0)
+      return;
+    y[out] = x[head[best]++];
+  }
+}
+
+/* Per rank, the ranks whose producers feed it (hosts of the stages next
+ * to its own, itself left out): feed[r * cap ...], nfeed[r] of them. */
+static void lower_feeders(const zb_schedule *s, const int *stage_rank, int cap, int *feed, int *nfeed) {
+  int S = zb_schedule_stages(s);
+  for (int st = 0; st < S; st++)
+    for (int t = st - 1; t <= st + 1; t += 2) {
+      int r = stage_rank[st];
+      if (t < 0 || t >= S || stage_rank[t] == r)
+        continue;
+      bool seen = false;
+      for (int k = 0; k < nfeed[r] && !seen; k++)
+        seen = feed[r * cap + k] == stage_rank[t];
+      if (!seen)
+        feed[r * cap + nfeed[r]++] = stage_rank[t];
+    }
+}
+
+/* Rank r's lowered list: its sends and the receives from each feeder
+ * merged into one transfer order, then merged with its own actions (a
+ * transfer first on a tie). x and y: scratch for every transfer of r. */
+static void lower_rank(const zb_schedule *s, const zb_sim_result *sim, const int *stage_rank, const int *feed,
+                       int nfeed, int r, rank_xfer *x, rank_xfer *y, int *bounds, zb_schedule *out) {
+  int n = lower_collect(s, sim, stage_rank, r, r, x, 0), runs = 1;
+  bounds[0] = 0;
+  bounds[1] = n;
+  for (int k = 0; k < nfeed; k++) {
+    n = lower_collect(s, sim, stage_rank, feed[k], r, x, n);
+    bounds[++runs] = n;
+  }
+  lower_merge_runs(x, bounds, runs, bounds + runs + 1, y);
+  const zb_rank_list *in = &s->ranks[r];
+  zb_rank_list *l = &out->ranks[r];
+  l->cap = in->n + n > 0 ? in->n + n : 1;
+  l->actions = zb_malloc(sizeof *l->actions * (size_t)l->cap);
+  int t = 0;
+  for (int i = 0; i < in->n; i++) {
+    while (t < n && y[t].at <= sim->start[r][i])
+      l->actions[l->n++] = y[t++].act;
+    l->actions[l->n++] = in->actions[i];
+  }
+  while (t < n)
+    l->actions[l->n++] = y[t++].act;
+}
+
+static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim) {
+  int p = s->p, S = zb_schedule_stages(s), cap = 2 * s->v;
+  int *stage_rank = zb_malloc(sizeof(int) * (size_t)S), *nxfer = zb_calloc((size_t)p, sizeof(int));
+  for (int st = 0; st < S; st++)
+    stage_rank[st] = zb_stage_rank(s, st);
+  int *feed = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap), *nfeed = zb_calloc((size_t)p, sizeof(int));
+  lower_feeders(s, stage_rank, cap, feed, nfeed);
+  int most = 1;
+  for (int q = 0; q < p; q++)
+    for (int i = 0; i < s->ranks[q].n; i++) {
+      int to = lower_out_rank(s, stage_rank, S, q, &s->ranks[q].actions[i]);
+      if (to < 0)
+        continue;
+      int a = ++nxfer[q], b = ++nxfer[to];
+      most = a > most ? a : most;
+      most = b > most ? b : most;
+    }
+  rank_xfer *x = zb_malloc(sizeof *x * (size_t)most), *y = zb_malloc(sizeof *y * (size_t)most);
+  int *bounds = zb_malloc(sizeof(int) * (size_t)(2 * cap + 4));
+  zb_schedule *out = zb_schedule_new(s->p, s->v, s->m, s->placement);
+  for (int r = 0; r < p; r++)
+    lower_rank(s, sim, stage_rank, feed + (size_t)r * cap, nfeed[r], r, x, y, bounds, out);
+  lower_mark_batches(out);
+  free(bounds);
+  free(x);
+  free(y);
+  free(feed);
+  free(nfeed);
+  free(nxfer);
+  free(stage_rank);
+  return out;
+}
+
+/* Whether every F, B and W of c takes time: the per-rank merge's premise. */
+static bool lower_costs_positive(const zb_costs *c) {
+  for (int st = 0; st < c->n_stages; st++)
+    if (!(c->t_f[st] > 0 && c->t_b[st] > 0 && c->t_w[st] > 0))
+      return false;
+  return true;
+}
+
+static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, zb_schedule **out,
+                        zb_diag *diag) {
   if (zb_schedule_has_comm(s))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "schedule is already lowered (it has SEND/RECV actions)");
   zb_costs *unit = NULL;
@@ -257,9 +427,19 @@ zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_d
   }
   zb_sim_result *sim = NULL;
   zb_err err = zb_simulate(s, c, &sim, diag);
-  if (!err)
+  if (!err && !global && lower_costs_positive(c))
+    *out = lower_by_rank(s, sim);
+  else if (!err)
     err = lower_walk(s, sim, out, diag);
   zb_sim_result_free(sim);
   zb_costs_free(unit);
   return err;
+}
+
+zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
+  return lower_run(s, c, false, out, diag);
+}
+
+zb_err zb_lower_global(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
+  return lower_run(s, c, true, out, diag);
 }

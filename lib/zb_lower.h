@@ -18,4 +18,11 @@
  * (ZB_ERR_INVALID_ARG) or cannot be simulated (ZB_ERR_DEADLOCK). */
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 
+/* The reference form of the same pass: every rank's events in one global
+ * time order (a heap of ranks and one of transfers). zb_lower gives the
+ * same lists rank by rank when every F, B and W of c takes time (3x
+ * faster at p = 256, m = 4096), and uses this walk otherwise; kept as the
+ * definition the per-rank merge is tested against (tests/unit/test_lower.c). */
+zb_err zb_lower_global(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag);
+
 #endif

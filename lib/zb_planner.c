@@ -55,6 +55,10 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
       return zb_diag_set(diag, err, "%s: lowering failed: %s", name, d.msg);
     runs = out->lowered;
   }
+  if (!req->keep_compute && !req->compute_only) { /* no longer needed: at scale a third of the peak */
+    zb_schedule_free(out->compute);
+    out->compute = NULL;
+  }
   out->failed = ZB_PLANNER_VALIDATE;
   if ((err = zb_validate(runs, out->costs, &out->violation))) {
     char line[200];
@@ -62,7 +66,7 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
     return zb_diag_set(diag, err, "%s: invalid schedule: %s", name, line);
   }
   out->failed = ZB_PLANNER_SIMULATE;
-  if ((err = zb_simulate(runs, out->costs, &out->sim, &d)))
+  if ((err = (req->figures_only ? zb_simulate_figures : zb_simulate)(runs, out->costs, &out->sim, &d)))
     return zb_diag_set(diag, err, "%s: simulation failed: %s", name, d.msg);
   out->failed = ZB_PLANNER_DONE;
   return ZB_OK;

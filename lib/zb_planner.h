@@ -46,6 +46,9 @@ typedef struct zb_planner_request {
   bool compute_only;
   /* Keep the generated compute-only lists in result->compute. */
   bool keep_compute;
+  /* result->sim without per-action times (zb_simulate_figures): for
+   * callers that never draw or trace the plan. */
+  bool figures_only;
   /* Optional monotonic clock in seconds: times the generator. */
   double (*clock)(void);
 } zb_planner_request;
@@ -69,7 +72,7 @@ typedef struct zb_planner_result {
   zb_schedule *compute;    /* generated lists; NULL unless keep_compute (or compute_only) */
   zb_schedule *lowered;    /* what every rank runs; NULL when compute_only */
   zb_violation violation;  /* the validator's finding (kind NONE on success) */
-  zb_sim_result *sim;      /* of lowered (of compute when compute_only) */
+  zb_sim_result *sim;      /* of lowered (of compute when compute_only); no times when figures_only */
   double generate_seconds; /* the generator's time by req->clock; -1 without one */
   zb_planner_step failed;  /* where a failed run stopped */
 } zb_planner_result;

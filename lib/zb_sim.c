@@ -206,7 +206,7 @@ static void sim_advance_rank(sim_state *st, int r) {
         st->now[r] = arrival;
       start = end = st->now[r]; /* a RECV happens when its tensor is there */
     }
-    if (st->res) {
+    if (st->res && st->res->start) {
       st->res->start[r][st->pos[r]] = start;
       st->res->end[r][st->pos[r]] = end;
     }
@@ -275,7 +275,7 @@ static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *re
   return err;
 }
 
-static zb_sim_result *sim_result_alloc(const zb_schedule *s) {
+static zb_sim_result *sim_result_alloc(const zb_schedule *s, bool times) {
   zb_sim_result *r = zb_calloc(1, sizeof *r);
   size_t p = (size_t)s->p;
   r->p = s->p;
@@ -284,6 +284,8 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s) {
   r->span_end = zb_calloc(p, sizeof(double));
   r->peak_memory = zb_calloc(p, sizeof(double));
   r->peak_memory_units = zb_calloc(p, sizeof(double));
+  if (!times)
+    return r;
   r->start = zb_calloc(p, sizeof(double *));
   r->end = zb_calloc(p, sizeof(double *));
   for (int k = 0; k < s->p; k++) {
@@ -294,8 +296,9 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s) {
   return r;
 }
 
-zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  zb_sim_result *r = sim_result_alloc(s);
+static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, bool times, zb_sim_result **out,
+                              zb_diag *diag) {
+  zb_sim_result *r = sim_result_alloc(s, times);
   zb_err err = sim_run(s, c, r, &r->makespan, &r->max_span, false, diag);
   if (err) {
     zb_sim_result_free(r);
@@ -317,6 +320,14 @@ zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out,
   return ZB_OK;
 }
 
+zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
+  return sim_with_result(s, c, true, out, diag);
+}
+
+zb_err zb_simulate_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
+  return sim_with_result(s, c, false, out, diag);
+}
+
 zb_err zb_simulate_makespan(const zb_schedule *s, const zb_costs *c, double *makespan, double *max_span) {
   return sim_run(s, c, NULL, makespan, max_span, false, NULL);
 }
@@ -329,7 +340,7 @@ zb_err zb_simulate_makespan_in_range(const zb_schedule *s, const zb_costs *c, do
 void zb_sim_result_free(zb_sim_result *r) {
   if (!r)
     return;
-  for (int k = 0; k < r->p; k++) {
+  for (int k = 0; r->start && k < r->p; k++) {
     free(r->start[k]);
     free(r->end[k]);
   }

@@ -26,7 +26,8 @@ typedef struct zb_sim_result {
   double *peak_memory;           /* per rank, in the units of the cost model */
   double *peak_memory_units;     /* per rank, in units of the rank's M_F */
   /* per action (indexed like the schedule's lists): start/end times;
-   * comm and FSDP actions get the time the rank reached them. */
+   * comm and FSDP actions get the time the rank reached them. NULL in a
+   * result of zb_simulate_figures. */
   double **start, **end;
 } zb_sim_result;
 
@@ -36,6 +37,10 @@ typedef struct zb_sim_result {
  * c does not describe s's stages. Does not check the memory limit (the
  * validator does). */
 zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
+/* The same figures without the per-action times (start and end NULL):
+ * half the memory of a lowered plan's simulation at scale, for callers
+ * that never draw or trace it (the coordinator). */
+zb_err zb_simulate_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
 void zb_sim_result_free(zb_sim_result *r);
 
 /* Fast path for generators: makespan and max span only, no allocation of
