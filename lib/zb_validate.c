@@ -1,6 +1,16 @@
+/* zb_validate.c — see zb_validate.h. One pass over every list checks each
+ * action (range, placement, duplicates, same-rank order, comm peers) and
+ * notes the first violation of each kind; two passes over the (stage,
+ * microbatch) cells find what never ran or was never paired; a worklist
+ * run finds deadlocks. The kinds are reported in the order of
+ * zb_violation_kind, each at its first occurrence in rank-major order,
+ * which is what checking them one after another would report: at
+ * p = 256, m = 4096 a lowered V plan has 15 million actions, and each
+ * pass over them costs about 100 ms. */
 #include "zb_validate.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +50,6 @@ void zb_violation_format(const zb_violation *v, char *buf, int len) {
 static zb_err viol(zb_violation *out, zb_violation_kind k, int rank, int index, const zb_action *a,
                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-#include <stdarg.h>
 static zb_err viol(zb_violation *out, zb_violation_kind k, int rank, int index, const zb_action *a,
                    const char *fmt, ...) {
   out->kind = k;
@@ -54,13 +63,22 @@ static zb_err viol(zb_violation *out, zb_violation_kind k, int rank, int index, 
   return ZB_ERR_INVALID_SCHEDULE;
 }
 
+enum { VKINDS = ZB_VIOL_MEMORY + 1 };
+
 typedef struct vctx {
   const zb_schedule *s;
+  const zb_costs *c;
   int S, m;
-  /* per (stage, mb) counts of F, B, W, BW and, for lowered lists, of
-   * sends/recvs per transfer (F output of a stage, B output of a stage) */
-  unsigned char *cnt[4]; /* a count stops at 2: that is already a duplicate */
+  bool lowered;
+  int *stage_rank;
+  /* per (stage, mb): counts of F, B, W, BW (stopping at 2, already a
+   * duplicate); F and B seen so far on their rank and their RECVs (each
+   * cell is touched only by the rank of its stage once placement holds);
+   * sends and recvs per transfer, keyed by the producing stage */
+  unsigned char *cnt[4];
+  unsigned char *fdone, *bdone, *frecv, *brecv;
   unsigned char *sendf, *recvf, *sendb, *recvb;
+  zb_violation first[VKINDS]; /* the first of each kind, in scan order */
 } vctx;
 
 static size_t vidx(const vctx *x, int stage, int mb) {
@@ -71,63 +89,153 @@ static int vkind(zb_op op) {
   return op == ZB_OP_F ? 0 : op == ZB_OP_B ? 1 : op == ZB_OP_W ? 2 : 3;
 }
 
-/* Range and placement of every action. */
-static zb_err check_ranges(const vctx *x, zb_violation *out) {
-  const zb_schedule *s = x->s;
-  for (int r = 0; r < s->p; r++)
-    for (int i = 0; i < s->ranks[r].n; i++) {
-      const zb_action *a = &s->ranks[r].actions[i];
-      if (a->op == ZB_OP_NONE)
-        continue;
-      if (a->op >= ZB_OP_COUNT_)
-        return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "unknown action kind %d", (int)a->op);
-      if (a->stage < 0 || a->stage >= x->S)
-        return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "stage %d outside 0..%d", a->stage, x->S - 1);
-      bool needs_mb = zb_op_is_compute(a->op) || zb_op_is_comm(a->op);
-      if (needs_mb && (a->mb < 0 || a->mb >= x->m))
-        return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "microbatch %d outside 0..%d", a->mb, x->m - 1);
-      if (zb_op_is_comm(a->op)) {
-        int nb = a->op == ZB_OP_SEND_F   ? a->stage + 1
-                 : a->op == ZB_OP_SEND_B ? a->stage - 1
-                 : a->op == ZB_OP_RECV_F ? a->stage - 1
-                                         : a->stage + 1;
-        if (nb < 0 || nb >= x->S)
-          return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "no neighbouring stage %d to communicate with", nb);
-        if (a->peer < 0 || a->peer >= s->p)
-          return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "peer rank %d outside 0..%d", a->peer, s->p - 1);
-      }
-    }
-  for (int r = 0; r < s->p; r++)
-    for (int i = 0; i < s->ranks[r].n; i++) {
-      const zb_action *a = &s->ranks[r].actions[i];
-      if (a->op == ZB_OP_NONE)
-        continue;
-      int home = zb_stage_rank(s, a->stage);
-      if (home != r)
-        return viol(out, ZB_VIOL_PLACEMENT, r, i, a, "stage %d lives on rank %d", a->stage, home);
-    }
+/* Notes a violation of kind k unless one was noted already. */
+#define NOTE(x, k, r, i, a, ...)                                                                             \
+  do {                                                                                                       \
+    if ((x)->first[k].kind == ZB_VIOL_NONE)                                                                  \
+      viol(&(x)->first[k], k, r, i, a, __VA_ARGS__);                                                         \
+  } while (0)
+
+/* The stage a comm action talks to. */
+static int comm_other(const zb_action *a) {
+  return a->op == ZB_OP_SEND_F   ? a->stage + 1
+         : a->op == ZB_OP_SEND_B ? a->stage - 1
+         : a->op == ZB_OP_RECV_F ? a->stage - 1
+                                 : a->stage + 1;
+}
+
+/* Ranges, which later checks index by: the first out-of-range action
+ * stops the scan (ZB_ERR_INVALID_SCHEDULE into out). */
+static zb_err check_range(const vctx *x, int r, int i, const zb_action *a, zb_violation *out) {
+  if (a->op >= ZB_OP_COUNT_)
+    return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "unknown action kind %d", (int)a->op);
+  if (a->stage < 0 || a->stage >= x->S)
+    return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "stage %d outside 0..%d", a->stage, x->S - 1);
+  bool comm = zb_op_is_comm(a->op);
+  if ((zb_op_is_compute(a->op) || comm) && (a->mb < 0 || a->mb >= x->m))
+    return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "microbatch %d outside 0..%d", a->mb, x->m - 1);
+  if (comm) {
+    int nb = comm_other(a);
+    if (nb < 0 || nb >= x->S)
+      return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "no neighbouring stage %d to communicate with", nb);
+    if (a->peer < 0 || a->peer >= x->s->p)
+      return viol(out, ZB_VIOL_BAD_ACTION, r, i, a, "peer rank %d outside 0..%d", a->peer, x->s->p - 1);
+  }
   return ZB_OK;
 }
 
-static zb_err check_counts(vctx *x, zb_violation *out) {
+/* A compute op seen twice (a BW with its B or W counts too). */
+static void check_duplicate(vctx *x, int r, int i, const zb_action *a) {
+  size_t k = vidx(x, a->stage, a->mb);
+  unsigned char *n = &x->cnt[vkind(a->op)][k];
+  bool dup = *n > 0;
+  *n = 1 + (*n > 0);
+  if (a->op == ZB_OP_BW)
+    dup = dup || x->cnt[1][k] || x->cnt[2][k];
+  else if (a->op == ZB_OP_B || a->op == ZB_OP_W)
+    dup = dup || x->cnt[3][k];
+  if (dup)
+    NOTE(x, ZB_VIOL_DUPLICATE, r, i, a, "%s of stage %d microbatch %d appears more than once",
+         zb_op_name(a->op), a->stage, a->mb);
+}
+
+/* Same-rank order, and for lowered lists RECV-before-use and
+ * SEND-after-produce. */
+static void check_order(vctx *x, int r, int i, const zb_action *a) {
+  int st = a->stage, mb = a->mb;
+  switch (a->op) {
+  case ZB_OP_F:
+    if (st > 0) {
+      bool local = x->stage_rank[st - 1] == r;
+      if (local && !x->fdone[vidx(x, st - 1, mb)])
+        NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before F of stage %d on the same rank", st - 1);
+      else if (!local && x->lowered && !x->frecv[vidx(x, st, mb)])
+        NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "no RECV_F of its input before it");
+    }
+    x->fdone[vidx(x, st, mb)] = 1;
+    break;
+  case ZB_OP_B:
+  case ZB_OP_BW:
+    if (!x->fdone[vidx(x, st, mb)])
+      NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before its own F");
+    else if (st < x->S - 1) {
+      bool local = x->stage_rank[st + 1] == r;
+      if (local && !x->bdone[vidx(x, st + 1, mb)])
+        NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before B of stage %d on the same rank", st + 1);
+      else if (!local && x->lowered && !x->brecv[vidx(x, st, mb)])
+        NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "no RECV_B of its input before it");
+    }
+    x->bdone[vidx(x, st, mb)] = 1;
+    break;
+  case ZB_OP_W:
+    if (!x->bdone[vidx(x, st, mb)])
+      NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before its B");
+    break;
+  case ZB_OP_SEND_F:
+    if (!x->fdone[vidx(x, st, mb)])
+      NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "sends before its F ran");
+    break;
+  case ZB_OP_SEND_B:
+    if (!x->bdone[vidx(x, st, mb)])
+      NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "sends before its B ran");
+    break;
+  case ZB_OP_RECV_F: x->frecv[vidx(x, st, mb)] = 1; break;
+  case ZB_OP_RECV_B: x->brecv[vidx(x, st, mb)] = 1; break;
+  default: break;
+  }
+}
+
+/* A comm action's peer, and each transfer's send and recv at most once. */
+static void check_comm(vctx *x, int r, int i, const zb_action *a) {
+  int other = comm_other(a);
+  int prod = (a->op == ZB_OP_SEND_F || a->op == ZB_OP_SEND_B) ? a->stage : other;
+  int peer = x->stage_rank[other];
+  if (peer == r)
+    NOTE(x, ZB_VIOL_COMM_MISMATCH, r, i, a, "stage %d is on this rank: the tensor stays local", other);
+  else if (a->peer != peer)
+    NOTE(x, ZB_VIOL_COMM_MISMATCH, r, i, a, "peer is rank %d but stage %d lives on rank %d", a->peer, other,
+         peer);
+  unsigned char *cnt = a->op == ZB_OP_SEND_F   ? x->sendf
+                       : a->op == ZB_OP_RECV_F ? x->recvf
+                       : a->op == ZB_OP_SEND_B ? x->sendb
+                                               : x->recvb;
+  unsigned char *n = &cnt[vidx(x, prod, a->mb)];
+  if (*n > 0)
+    NOTE(x, ZB_VIOL_COMM_MISMATCH, r, i, a, "the same tensor is communicated twice");
+  *n = 1;
+}
+
+/* The one pass over every action; fails only on a range violation. */
+static zb_err check_actions(vctx *x, zb_violation *out) {
   const zb_schedule *s = x->s;
-  for (int r = 0; r < s->p; r++)
+  double lim = x->c && x->c->mem_limit > 0 ? x->c->mem_limit : 0;
+  for (int r = 0; r < s->p; r++) {
+    double mem = 0;
     for (int i = 0; i < s->ranks[r].n; i++) {
       const zb_action *a = &s->ranks[r].actions[i];
-      if (!zb_op_is_compute(a->op))
+      if (a->op == ZB_OP_NONE)
         continue;
-      size_t k = vidx(x, a->stage, a->mb);
-      int kind = vkind(a->op);
-      x->cnt[kind][k]++;
-      bool dup = x->cnt[kind][k] > 1;
-      if (a->op == ZB_OP_BW)
-        dup = dup || x->cnt[1][k] || x->cnt[2][k];
-      else if (a->op == ZB_OP_B || a->op == ZB_OP_W)
-        dup = dup || x->cnt[3][k];
-      if (dup)
-        return viol(out, ZB_VIOL_DUPLICATE, r, i, a, "%s of stage %d microbatch %d appears more than once",
-                    zb_op_name(a->op), a->stage, a->mb);
+      zb_err err = check_range(x, r, i, a, out);
+      if (err)
+        return err;
+      if (x->stage_rank[a->stage] != r)
+        NOTE(x, ZB_VIOL_PLACEMENT, r, i, a, "stage %d lives on rank %d", a->stage, x->stage_rank[a->stage]);
+      if (zb_op_is_compute(a->op)) {
+        check_duplicate(x, r, i, a);
+        mem += lim > 0 ? zb_costs_mem(x->c, a->op, a->stage) : 0;
+        if (lim > 0 && mem > lim + 1e-9 * (1 + fabs(lim)))
+          NOTE(x, ZB_VIOL_MEMORY, r, i, a, "memory %g exceeds the limit %g", mem, lim);
+      } else if (zb_op_is_comm(a->op) && x->lowered) {
+        check_comm(x, r, i, a);
+      }
+      check_order(x, r, i, a);
     }
+  }
+  return ZB_OK;
+}
+
+/* Every F, B and W (or BW) of every cell ran. */
+static zb_err check_missing(const vctx *x, zb_violation *out) {
   for (int st = 0; st < x->S; st++)
     for (int mb = 0; mb < x->m; mb++) {
       size_t k = vidx(x, st, mb);
@@ -140,216 +248,148 @@ static zb_err check_counts(vctx *x, zb_violation *out) {
         miss = ZB_OP_W;
       if (miss != ZB_OP_NONE) {
         zb_action a = {.op = miss, .stage = st, .mb = mb, .peer = -1};
-        return viol(out, ZB_VIOL_MISSING, zb_stage_rank(s, st), -1, &a,
+        return viol(out, ZB_VIOL_MISSING, x->stage_rank[st], -1, &a,
                     "%s of stage %d microbatch %d never runs", zb_op_name(miss), st, mb);
       }
     }
   return ZB_OK;
 }
 
-/* Same-rank order, and for lowered lists RECV-before-use / SEND-after-produce. */
-static zb_err check_dependencies(vctx *x, bool lowered, zb_violation *out) {
-  const zb_schedule *s = x->s;
-  size_t cells = (size_t)x->S * x->m;
-  unsigned char *fdone = zb_calloc(cells, 1), *bdone = zb_calloc(cells, 1);
-  unsigned char *frecv = zb_calloc(cells, 1), *brecv = zb_calloc(cells, 1);
-  zb_err err = ZB_OK;
-  /* No reset between ranks: check_ranges saw every stage on its own rank,
-   * so each cell is only ever touched by the rank that hosts its stage. */
-  for (int r = 0; r < s->p && !err; r++) {
-    for (int i = 0; i < s->ranks[r].n && !err; i++) {
-      const zb_action *a = &s->ranks[r].actions[i];
-      int st = a->stage, mb = a->mb;
-      switch (a->op) {
-      case ZB_OP_F:
-        if (st > 0) {
-          bool local = zb_stage_rank(s, st - 1) == r;
-          if (local && !fdone[vidx(x, st - 1, mb)])
-            err =
-                viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "runs before F of stage %d on the same rank", st - 1);
-          else if (!local && lowered && !frecv[vidx(x, st, mb)])
-            err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "no RECV_F of its input before it");
-        }
-        fdone[vidx(x, st, mb)] = 1;
-        break;
-      case ZB_OP_B:
-      case ZB_OP_BW:
-        if (!fdone[vidx(x, st, mb)])
-          err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "runs before its own F");
-        else if (st < x->S - 1) {
-          bool local = zb_stage_rank(s, st + 1) == r;
-          if (local && !bdone[vidx(x, st + 1, mb)])
-            err =
-                viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "runs before B of stage %d on the same rank", st + 1);
-          else if (!local && lowered && !brecv[vidx(x, st, mb)])
-            err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "no RECV_B of its input before it");
-        }
-        bdone[vidx(x, st, mb)] = 1;
-        break;
-      case ZB_OP_W:
-        if (!bdone[vidx(x, st, mb)])
-          err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "runs before its B");
-        break;
-      case ZB_OP_SEND_F:
-        if (!fdone[vidx(x, st, mb)])
-          err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "sends before its F ran");
-        break;
-      case ZB_OP_SEND_B:
-        if (!bdone[vidx(x, st, mb)])
-          err = viol(out, ZB_VIOL_DEPENDENCY, r, i, a, "sends before its B ran");
-        break;
-      case ZB_OP_RECV_F: frecv[vidx(x, st, mb)] = 1; break;
-      case ZB_OP_RECV_B: brecv[vidx(x, st, mb)] = 1; break;
-      default: break;
-      }
-    }
-  }
-  free(fdone);
-  free(bdone);
-  free(frecv);
-  free(brecv);
-  return err;
-}
-
-/* Every SEND has exactly one RECV on the right peer and vice versa, and
- * every cross-rank edge is carried by a pair. Transfers are keyed by the
- * producing stage. */
-static zb_err check_comm_pairs(vctx *x, zb_violation *out) {
-  const zb_schedule *s = x->s;
-  for (int r = 0; r < s->p; r++)
-    for (int i = 0; i < s->ranks[r].n; i++) {
-      const zb_action *a = &s->ranks[r].actions[i];
-      if (!zb_op_is_comm(a->op))
-        continue;
-      int other = a->op == ZB_OP_SEND_F   ? a->stage + 1
-                  : a->op == ZB_OP_SEND_B ? a->stage - 1
-                  : a->op == ZB_OP_RECV_F ? a->stage - 1
-                                          : a->stage + 1;
-      int prod = (a->op == ZB_OP_SEND_F || a->op == ZB_OP_SEND_B) ? a->stage : other;
-      int peer = zb_stage_rank(s, other);
-      if (peer == r)
-        return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "stage %d is on this rank: the tensor stays local",
-                    other);
-      if (a->peer != peer)
-        return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "peer is rank %d but stage %d lives on rank %d",
-                    a->peer, other, peer);
-      unsigned char *cnt = a->op == ZB_OP_SEND_F   ? x->sendf
-                           : a->op == ZB_OP_RECV_F ? x->recvf
-                           : a->op == ZB_OP_SEND_B ? x->sendb
-                                                   : x->recvb;
-      if (++cnt[vidx(x, prod, a->mb)] > 1)
-        return viol(out, ZB_VIOL_COMM_MISMATCH, r, i, a, "the same tensor is communicated twice");
-    }
+/* Every cross-rank edge of a lowered schedule carried by a send and a
+ * recv. */
+static zb_err check_unpaired(const vctx *x, zb_violation *out) {
+  const int *sr = x->stage_rank;
   for (int st = 0; st < x->S; st++)
     for (int mb = 0; mb < x->m; mb++) {
       size_t k = vidx(x, st, mb);
-      if (st + 1 < x->S && zb_stage_rank(s, st) != zb_stage_rank(s, st + 1) &&
-          (!x->sendf[k] || !x->recvf[k])) {
+      if (st + 1 < x->S && sr[st] != sr[st + 1] && (!x->sendf[k] || !x->recvf[k])) {
         zb_action a = {
             .op = x->sendf[k] ? ZB_OP_RECV_F : ZB_OP_SEND_F, .stage = x->sendf[k] ? st + 1 : st, .mb = mb};
-        int rank = zb_stage_rank(s, a.stage);
-        a.peer = zb_stage_rank(s, x->sendf[k] ? st : st + 1);
-        return viol(out, ZB_VIOL_COMM_MISMATCH, rank, -1, &a, "activation of stage %d microbatch %d is %s",
-                    st, mb, x->sendf[k] ? "sent but never received" : "never sent");
+        a.peer = sr[x->sendf[k] ? st : st + 1];
+        return viol(out, ZB_VIOL_COMM_MISMATCH, sr[a.stage], -1, &a,
+                    "activation of stage %d microbatch %d is %s", st, mb,
+                    x->sendf[k] ? "sent but never received" : "never sent");
       }
-      if (st > 0 && zb_stage_rank(s, st) != zb_stage_rank(s, st - 1) && (!x->sendb[k] || !x->recvb[k])) {
+      if (st > 0 && sr[st] != sr[st - 1] && (!x->sendb[k] || !x->recvb[k])) {
         zb_action a = {
             .op = x->sendb[k] ? ZB_OP_RECV_B : ZB_OP_SEND_B, .stage = x->sendb[k] ? st - 1 : st, .mb = mb};
-        int rank = zb_stage_rank(s, a.stage);
-        a.peer = zb_stage_rank(s, x->sendb[k] ? st : st - 1);
-        return viol(out, ZB_VIOL_COMM_MISMATCH, rank, -1, &a, "gradient of stage %d microbatch %d is %s", st,
-                    mb, x->sendb[k] ? "sent but never received" : "never sent");
+        a.peer = sr[x->sendb[k] ? st : st - 1];
+        return viol(out, ZB_VIOL_COMM_MISMATCH, sr[a.stage], -1, &a,
+                    "gradient of stage %d microbatch %d is %s", st, mb,
+                    x->sendb[k] ? "sent but never received" : "never sent");
       }
     }
   return ZB_OK;
 }
 
-/* Runs the lists. Compute-only: an op waits for its inputs (infinite
- * buffering). Lowered: compute runs when reached (its inputs were checked
- * to be received earlier); a group of consecutive comm actions is posted at
- * once and completes when every member's partner has been posted. */
-static zb_err check_deadlock(vctx *x, bool lowered, zb_violation *out) {
-  const zb_schedule *s = x->s;
-  size_t cells = (size_t)x->S * x->m;
-  unsigned char *fdone = zb_calloc(cells, 1), *bdone = zb_calloc(cells, 1);
-  /* posted flags per transfer: bit 0 send side, bit 1 recv side */
-  unsigned char *fpost = zb_calloc(cells, 1), *bpost = zb_calloc(cells, 1);
-  int *pos = zb_calloc((size_t)s->p, sizeof(int));
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (int r = 0; r < s->p; r++) {
-      const zb_rank_list *l = &s->ranks[r];
-      while (pos[r] < l->n) {
-        const zb_action *a = &l->actions[pos[r]];
-        if (zb_op_is_comm(a->op) && lowered) {
-          int end = pos[r];
-          while (end < l->n - 1 && l->actions[end].batch && zb_op_is_comm(l->actions[end + 1].op))
-            end++;
-          bool all = true;
-          for (int k = pos[r]; k <= end; k++) {
-            const zb_action *c = &l->actions[k];
-            bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
-            bool fwd = c->op == ZB_OP_SEND_F || c->op == ZB_OP_RECV_F;
-            int prod = send ? c->stage : fwd ? c->stage - 1 : c->stage + 1;
-            unsigned char *post = fwd ? fpost : bpost;
-            post[vidx(x, prod, c->mb)] |= send ? 1 : 2;
-            if (post[vidx(x, prod, c->mb)] != 3)
-              all = false;
-          }
-          if (!all)
-            break;
-          pos[r] = end + 1;
-          progress = true;
-          continue;
-        }
-        if (!lowered && zb_op_is_compute(a->op)) {
-          bool ready = true;
-          if (a->op == ZB_OP_F && a->stage > 0)
-            ready = fdone[vidx(x, a->stage - 1, a->mb)];
-          else if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage < x->S - 1)
-            ready = bdone[vidx(x, a->stage + 1, a->mb)];
-          if (!ready)
-            break;
-        }
-        if (a->op == ZB_OP_F)
-          fdone[vidx(x, a->stage, a->mb)] = 1;
-        else if (a->op == ZB_OP_B || a->op == ZB_OP_BW)
-          bdone[vidx(x, a->stage, a->mb)] = 1;
-        pos[r]++;
-        progress = true;
-      }
+/* The deadlock run: each rank advances until it waits, and is advanced
+ * again when a rank it waits on moves. Compute-only lists: an op waits
+ * for its input's producer (infinite buffering). Lowered: compute runs
+ * when reached (its inputs were checked to be received earlier); a group
+ * of consecutive comm actions is posted at once and completes when every
+ * member's partner has been posted. done_f/done_b: completed F and B per
+ * cell (compute-only), or posted sides per transfer (lowered: bit 0 the
+ * send, bit 1 the recv). */
+typedef struct dl_run {
+  const vctx *x;
+  unsigned char *done_f, *done_b;
+  int *pos, *work, n_work;
+  bool *queued;
+} dl_run;
+
+static void dl_wake(dl_run *d, int r) {
+  if (!d->queued[r]) {
+    d->queued[r] = true;
+    d->work[d->n_work++] = r;
+  }
+}
+
+/* Posts rank r's group at its position (waking the partners it gives
+ * something new); true when the group completes. *end: its last index. */
+static bool dl_post_group(dl_run *d, int r, int *end) {
+  const zb_rank_list *l = &d->x->s->ranks[r];
+  *end = zb_comm_group_end(l->actions, l->n, d->pos[r]);
+  bool all = true;
+  for (int k = d->pos[r]; k <= *end; k++) {
+    const zb_action *c = &l->actions[k];
+    bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
+    bool fwd = c->op == ZB_OP_SEND_F || c->op == ZB_OP_RECV_F;
+    int prod = send ? c->stage : comm_other(c);
+    unsigned char *post = &(fwd ? d->done_f : d->done_b)[vidx(d->x, prod, c->mb)];
+    unsigned char was = *post;
+    *post |= send ? 1 : 2;
+    if (*post != was)
+      dl_wake(d, c->peer);
+    all = all && *post == 3;
+  }
+  return all;
+}
+
+static void dl_advance(dl_run *d, int r) {
+  const vctx *x = d->x;
+  const zb_rank_list *l = &x->s->ranks[r];
+  while (d->pos[r] < l->n) {
+    const zb_action *a = &l->actions[d->pos[r]];
+    int end;
+    if (x->lowered && zb_op_is_comm(a->op)) {
+      if (!dl_post_group(d, r, &end))
+        return;
+      d->pos[r] = end + 1;
+      continue;
     }
+    if (!x->lowered && a->op == ZB_OP_F && a->stage > 0 && !d->done_f[vidx(x, a->stage - 1, a->mb)])
+      return;
+    if (!x->lowered && (a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage < x->S - 1 &&
+        !d->done_b[vidx(x, a->stage + 1, a->mb)])
+      return;
+    if (!x->lowered && a->op == ZB_OP_F) {
+      d->done_f[vidx(x, a->stage, a->mb)] = 1;
+      if (a->stage + 1 < x->S)
+        dl_wake(d, x->stage_rank[a->stage + 1]);
+    } else if (!x->lowered && (a->op == ZB_OP_B || a->op == ZB_OP_BW)) {
+      d->done_b[vidx(x, a->stage, a->mb)] = 1;
+      if (a->stage > 0)
+        dl_wake(d, x->stage_rank[a->stage - 1]);
+    }
+    d->pos[r]++;
+  }
+}
+
+/* done_f and done_b: zeroed scratch of S*m cells. */
+static zb_err check_deadlock(const vctx *x, unsigned char *done_f, unsigned char *done_b, zb_violation *out) {
+  int p = x->s->p;
+  dl_run d = {.x = x,
+              .done_f = done_f,
+              .done_b = done_b,
+              .pos = zb_calloc((size_t)p, sizeof(int)),
+              .work = zb_malloc(sizeof(int) * (size_t)p),
+              .queued = zb_calloc((size_t)p, sizeof(bool))};
+  for (int r = p - 1; r >= 0; r--)
+    dl_wake(&d, r);
+  while (d.n_work > 0) {
+    int r = d.work[--d.n_work];
+    d.queued[r] = true; /* a wake while it advances changes nothing */
+    dl_advance(&d, r);
+    d.queued[r] = false;
   }
   zb_err err = ZB_OK;
-  for (int r = 0; r < s->p && !err; r++)
-    if (pos[r] < s->ranks[r].n)
-      err = viol(out, ZB_VIOL_DEADLOCK, r, pos[r], &s->ranks[r].actions[pos[r]],
-                 lowered ? "blocked: its communication partner never posts the matching operation"
-                         : "blocked: its input is produced only after this rank's later work");
-  free(fdone);
-  free(bdone);
-  free(fpost);
-  free(bpost);
-  free(pos);
+  for (int r = 0; r < p && !err; r++)
+    if (d.pos[r] < x->s->ranks[r].n)
+      err = viol(out, ZB_VIOL_DEADLOCK, r, d.pos[r], &x->s->ranks[r].actions[d.pos[r]],
+                 x->lowered ? "blocked: its communication partner never posts the matching operation"
+                            : "blocked: its input is produced only after this rank's later work");
+  free(d.pos);
+  free(d.work);
+  free(d.queued);
   return err;
 }
 
-static zb_err check_memory(const vctx *x, const zb_costs *c, zb_violation *out) {
-  const zb_schedule *s = x->s;
-  double lim = c->mem_limit;
-  for (int r = 0; r < s->p; r++) {
-    double mem = 0;
-    for (int i = 0; i < s->ranks[r].n; i++) {
-      const zb_action *a = &s->ranks[r].actions[i];
-      if (!zb_op_is_compute(a->op))
-        continue;
-      mem += zb_costs_mem(c, a->op, a->stage);
-      if (mem > lim + 1e-9 * (1 + fabs(lim)))
-        return viol(out, ZB_VIOL_MEMORY, r, i, a, "memory %g exceeds the limit %g", mem, lim);
-    }
-  }
-  return ZB_OK;
+/* The first noted violation of kind k into out. */
+static zb_err report(const vctx *x, zb_violation_kind k, zb_violation *out) {
+  if (x->first[k].kind == ZB_VIOL_NONE)
+    return ZB_OK;
+  *out = x->first[k];
+  return ZB_ERR_INVALID_SCHEDULE;
 }
 
 zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
@@ -361,31 +401,26 @@ zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
              zb_schedule_stages(s), s->p, s->v);
     return ZB_ERR_INVALID_ARG;
   }
-  vctx x = {.s = s, .S = zb_schedule_stages(s), .m = s->m};
+  vctx x = {.s = s, .c = c, .S = zb_schedule_stages(s), .m = s->m, .lowered = zb_schedule_has_comm(s)};
   size_t cells = (size_t)x.S * x.m;
-  for (int k = 0; k < 4; k++)
-    x.cnt[k] = zb_calloc(cells, 1);
-  x.sendf = zb_calloc(cells, 1);
-  x.recvf = zb_calloc(cells, 1);
-  x.sendb = zb_calloc(cells, 1);
-  x.recvb = zb_calloc(cells, 1);
-  bool lowered = zb_schedule_has_comm(s);
-  zb_err err = check_ranges(&x, out);
-  if (!err)
-    err = check_counts(&x, out);
-  if (!err)
-    err = check_dependencies(&x, lowered, out);
-  if (!err && lowered)
-    err = check_comm_pairs(&x, out);
-  if (!err)
-    err = check_deadlock(&x, lowered, out);
-  if (!err && c && c->mem_limit > 0)
-    err = check_memory(&x, c, out);
-  for (int k = 0; k < 4; k++)
-    free(x.cnt[k]);
-  free(x.sendf);
-  free(x.recvf);
-  free(x.sendb);
-  free(x.recvb);
+  unsigned char *block = zb_calloc(12 * cells + 1, 1);
+  unsigned char **arrays[12] = {&x.cnt[0], &x.cnt[1], &x.cnt[2], &x.cnt[3], &x.fdone, &x.bdone,
+                                &x.frecv,  &x.brecv,  &x.sendf,  &x.recvf,  &x.sendb, &x.recvb};
+  for (int k = 0; k < 12; k++)
+    *arrays[k] = block + (size_t)k * cells;
+  x.stage_rank = zb_malloc(sizeof(int) * (size_t)(x.S > 0 ? x.S : 1));
+  for (int st = 0; st < x.S; st++)
+    x.stage_rank[st] = zb_stage_rank(s, st);
+  zb_err err = check_actions(&x, out);
+  if (!err && !(err = report(&x, ZB_VIOL_PLACEMENT, out)) && !(err = report(&x, ZB_VIOL_DUPLICATE, out)) &&
+      !(err = check_missing(&x, out)) && !(err = report(&x, ZB_VIOL_DEPENDENCY, out)) &&
+      !(err = report(&x, ZB_VIOL_COMM_MISMATCH, out)) &&
+      !(err = x.lowered ? check_unpaired(&x, out) : ZB_OK)) {
+    memset(x.fdone, 0, 2 * cells); /* fdone and bdone, free again */
+    if (!(err = check_deadlock(&x, x.fdone, x.bdone, out)))
+      err = report(&x, ZB_VIOL_MEMORY, out);
+  }
+  free(block);
+  free(x.stage_rank);
   return err;
 }
