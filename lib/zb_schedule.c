@@ -46,9 +46,12 @@ void zb_schedule_grow(zb_schedule *s, int rank) {
   l->actions = zb_realloc(l->actions, sizeof *l->actions * (size_t)l->cap);
 }
 
-void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int stage, int mb) {
-  zb_action a = {.op = op, .stage = stage, .mb = mb, .peer = -1, .batch = false};
-  zb_schedule_push(s, rank, a);
+void zb_schedule_reserve(zb_schedule *s, int rank, int n) {
+  zb_rank_list *l = &s->ranks[rank];
+  if (n > l->cap) {
+    l->cap = n;
+    l->actions = zb_realloc(l->actions, sizeof *l->actions * (size_t)l->cap);
+  }
 }
 
 const char *zb_op_name(zb_op op) {

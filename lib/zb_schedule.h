@@ -92,7 +92,12 @@ static inline void zb_schedule_push(zb_schedule *s, int rank, zb_action a) {
   l->actions[l->n++] = a;
 }
 /* Shorthand for a compute action (peer -1, batch false). */
-void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int stage, int mb);
+static inline void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int stage, int mb) {
+  zb_schedule_push(s, rank, (zb_action){.op = (uint8_t)op, .stage = stage, .mb = mb, .peer = -1});
+}
+/* Makes room for n actions in rank's list (a generator that knows its
+ * count saves the copies of growing). */
+void zb_schedule_reserve(zb_schedule *s, int rank, int n);
 /* Total number of stages, p*v. */
 static inline int zb_schedule_stages(const zb_schedule *s) {
   return s->p * s->v;

@@ -164,7 +164,6 @@ static inline __attribute__((always_inline)) bool sim_run_compute(sim_state *st,
     if (a->stage > 0)
       sim_wake(st, st->stage_rank[a->stage - 1]);
   }
-  st->now[r] = *end;
   zb_sim_result *res = st->res;
   if (res) {
     res->busy[r] += *end - *start;
@@ -193,26 +192,32 @@ static double sim_recv_arrival(const sim_state *st, const zb_action *a) {
  * complete at once: the tcp transport's buffers take them). */
 static void sim_advance_rank(sim_state *st, int r) {
   const zb_rank_list *l = &st->s->ranks[r];
-  while (st->pos[r] < l->n) {
-    const zb_action *a = &l->actions[st->pos[r]];
-    double start = st->now[r], end = st->now[r];
-    if (zb_op_is_compute(a->op) && !sim_run_compute(st, r, a, &start, &end))
-      break;
-    if (a->op == ZB_OP_RECV_F || a->op == ZB_OP_RECV_B) {
+  zb_sim_result *res = st->res && st->res->start ? st->res : NULL; /* per-action times wanted */
+  int pos = st->pos[r]; /* in locals: stores to the time arrays could alias them */
+  double now = st->now[r];
+  while (pos < l->n) {
+    const zb_action *a = &l->actions[pos];
+    double start = now, end = now;
+    if (zb_op_is_compute(a->op)) {
+      if (!sim_run_compute(st, r, a, &start, &end))
+        break;
+      now = end;
+    } else if (a->op == ZB_OP_RECV_F || a->op == ZB_OP_RECV_B) {
       double arrival = sim_recv_arrival(st, a);
       if (isnan(arrival))
         break;
-      if (arrival > st->now[r])
-        st->now[r] = arrival;
-      start = end = st->now[r]; /* a RECV happens when its tensor is there */
+      now = arrival > now ? arrival : now;
+      start = end = now; /* a RECV happens when its tensor is there */
     }
-    if (st->res && st->res->start) {
-      st->res->start[r][st->pos[r]] = start;
-      st->res->end[r][st->pos[r]] = end;
+    if (res) {
+      res->start[r][pos] = start;
+      res->end[r][pos] = end;
     }
-    st->pos[r]++;
-    st->remaining--;
+    pos++;
   }
+  st->remaining -= pos - st->pos[r];
+  st->pos[r] = pos;
+  st->now[r] = now;
 }
 
 /* Explains a run that stopped with actions left: where each rank waits. */
