@@ -28,17 +28,23 @@ enum {
   OPT_MEM_LIMIT,
   OPT_REASON,
   OPT_EVERY,
+  OPT_TLS_CA,
+  OPT_TLS_CERT,
+  OPT_TLS_KEY,
   OPT_HELP
 };
 
 #define COMMON_OPTS                                                                                          \
   {"coordinator", 0, true, OPT_COORD}, {"output", 0, true, OPT_OUTPUT},                                      \
-      {"timeout-ms", 0, true, OPT_TIMEOUT}, {                                                                \
+      {"timeout-ms", 0, true, OPT_TIMEOUT}, {"tls-ca", 0, true, OPT_TLS_CA},                                 \
+      {"tls-cert", 0, true, OPT_TLS_CERT}, {"tls-key", 0, true, OPT_TLS_KEY}, {                              \
     "help", 'h', false, OPT_HELP                                                                             \
   }
+enum { N_COMMON_OPTS = 7 };
 
 typedef struct remote_args {
   const char *coordinator;
+  zb_tls_files tls; /* $ZBCTL_TLS_CA, _CERT, _KEY, then the flags */
   bool json;
   int timeout_ms;
   const char *positional;
@@ -50,6 +56,10 @@ static const char common_help[] =
     "                        else 127.0.0.1:7070)\n"
     "  --output text|json    output format (default text)\n"
     "  --timeout-ms N        deadline of each call (default 10000)\n"
+    "  --tls-ca FILE         mutual TLS: the cluster's CA (default $ZBCTL_TLS_CA),\n"
+    "  --tls-cert FILE       your certificate, zb://user/NAME or zb://admin/NAME\n"
+    "                        (default $ZBCTL_TLS_CERT), and\n"
+    "  --tls-key FILE        its key (default $ZBCTL_TLS_KEY); none: plaintext\n"
     "  -h, --help            show this text\n";
 
 const char zbctl_submit_help[] =
@@ -92,20 +102,16 @@ const char zbctl_workers_help[] =
     "capability, CUDA driver; '-' for none; 'stand-in' marks the CPU stand-in\n"
     "of the CUDA APIs that tests use).\n";
 
-const char *zbctl_default_coordinator(void) {
-  const char *env = getenv("ZB_COORDINATOR");
-  return env && env[0] ? env : "127.0.0.1:7070";
-}
-
 /* Parses the common options plus `extra`; at most one positional. */
 static int remote_parse(const zbctl_command *cmd, int argc, char **argv, const cli_opt *extra, size_t n_extra,
                         remote_args *a, bool want_positional,
                         bool (*on_extra)(const char *cmd, int id, const char *val, void *ctx), void *ctx) {
   cli_opt opts[16] = {COMMON_OPTS};
-  size_t n = 4;
+  size_t n = N_COMMON_OPTS;
   for (size_t k = 0; k < n_extra && n < 16; k++)
     opts[n++] = extra[k];
   a->coordinator = zbctl_default_coordinator();
+  zbctl_tls_from_env(&a->tls);
   a->json = false;
   a->timeout_ms = 10000;
   a->positional = NULL;
@@ -147,7 +153,10 @@ static int remote_parse(const zbctl_command *cmd, int argc, char **argv, const c
     }
     if (id == OPT_COORD)
       a->coordinator = val;
-    else if (id == OPT_OUTPUT) {
+    else if (id == OPT_TLS_CA || id == OPT_TLS_CERT || id == OPT_TLS_KEY) {
+      char *dst = id == OPT_TLS_CA ? a->tls.ca : id == OPT_TLS_CERT ? a->tls.cert : a->tls.key;
+      snprintf(dst, sizeof a->tls.ca, "%s", val);
+    } else if (id == OPT_OUTPUT) {
       if (strcmp(val, "json") != 0 && strcmp(val, "text") != 0) {
         rc = cli_usage_error(name, "--output takes text or json, not '%s'", val);
         break;
@@ -191,7 +200,9 @@ static void print_json(const ProtobufCMessage *m) {
 /* One call: returns the exit code; on success *resp is the caller's. */
 static int remote_call(const char *cmd, const remote_args *a, const char *method, const ProtobufCMessage *req,
                        const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp) {
-  zb_rpc_client *c = zb_rpc_client_new(a->coordinator, 64 << 20);
+  zb_rpc_client *c = zbctl_client(cmd, a->coordinator, &a->tls);
+  if (!c)
+    return ZBCTL_EXIT_USAGE;
   char details[512];
   grpc_status_code st =
       zb_rpc_unary(c, method, req, desc, resp, a->timeout_ms, false, details, sizeof details);
@@ -205,6 +216,7 @@ int zbctl_remote_call(const char *cmd, const char *coordinator, int timeout_ms, 
                       const ProtobufCMessage *req, const ProtobufCMessageDescriptor *desc,
                       ProtobufCMessage **resp) {
   remote_args a = {.coordinator = coordinator, .timeout_ms = timeout_ms};
+  zbctl_tls_from_env(&a.tls);
   return remote_call(cmd, &a, method, req, desc, resp);
 }
 
@@ -427,7 +439,9 @@ int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
   int rc = remote_parse(cmd, argc, argv, extra, 1, &a, true, watch_opt, &every);
   if (rc >= 0)
     return rc;
-  zb_rpc_client *c = zb_rpc_client_new(a.coordinator, 64 << 20);
+  zb_rpc_client *c = zbctl_client("watch", a.coordinator, &a.tls);
+  if (!c)
+    return ZBCTL_EXIT_USAGE;
   /* the job's spec, for the iteration count of the progress bar */
   Zb__V1__GetJobRequest greq = ZB__V1__GET_JOB_REQUEST__INIT;
   greq.job_id = (char *)a.positional;
@@ -636,6 +650,7 @@ int zbctl_workers(const zbctl_command *cmd, int argc, char **argv) {
 int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec *spec, const char *objective,
                       bool json) {
   remote_args a = {.coordinator = coordinator, .json = json, .timeout_ms = timeout_ms};
+  zbctl_tls_from_env(&a.tls);
   if (!a.coordinator)
     a.coordinator = zbctl_default_coordinator();
   Zb__V1__PlanRequest req = ZB__V1__PLAN_REQUEST__INIT;

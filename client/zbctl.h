@@ -55,7 +55,15 @@ extern const char zbctl_trace_help[];
 /* What the service commands share (job.c). The coordinator's address
  * without --coordinator: $ZB_COORDINATOR, else 127.0.0.1:7070. */
 #include <protobuf-c/protobuf-c.h>
+
+#include "zb_rpc.h"
 const char *zbctl_default_coordinator(void);
+/* zbctl's TLS files from $ZBCTL_TLS_CA, $ZBCTL_TLS_CERT, $ZBCTL_TLS_KEY
+ * (unset: plaintext). */
+void zbctl_tls_from_env(zb_tls_files *f);
+/* A channel to coordinator, TLS when files name any file; NULL after
+ * printing why the files do not load. */
+zb_rpc_client *zbctl_client(const char *cmd, const char *coordinator, const zb_tls_files *files);
 /* One unary call of method with req; a failure is printed ("zbctl CMD:
  * NOT_FOUND: ...", with a hint when the coordinator cannot be reached) and
  * gives ZBCTL_EXIT_FAIL. On success *resp is the caller's

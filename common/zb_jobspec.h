@@ -109,6 +109,7 @@ typedef struct zb_adaptive_spec {
 
 typedef struct zb_job_spec {
   char name[64];
+  char owner[64]; /* the submitter, set by the coordinator (docs/operations.md, Security) */
   int ranks, microbatches;
   char schedule[32];
   int chunks;

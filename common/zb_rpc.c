@@ -60,6 +60,10 @@ struct zb_rpc_client {
 };
 
 zb_rpc_client *zb_rpc_client_new(const char *target, long long max_message_bytes) {
+  return zb_rpc_client_new_tls(target, max_message_bytes, NULL);
+}
+
+zb_rpc_client *zb_rpc_client_new_tls(const char *target, long long max_message_bytes, const zb_tls *tls) {
   grpc_init();
   zb_rpc_client *c = zb_calloc(1, sizeof *c);
   grpc_arg args[3] = {
@@ -71,7 +75,10 @@ zb_rpc_client *zb_rpc_client_new(const char *target, long long max_message_bytes
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 1000},
   };
   grpc_channel_args ch_args = {.num_args = 3, .args = args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  grpc_ssl_pem_key_cert_pair pair = {.private_key = tls ? tls->key_pem : NULL,
+                                     .cert_chain = tls ? tls->cert_pem : NULL};
+  grpc_channel_credentials *creds =
+      tls ? grpc_ssl_credentials_create(tls->ca_pem, &pair, NULL, NULL) : grpc_insecure_credentials_create();
   c->ch = grpc_channel_create(target, creds, &ch_args);
   grpc_channel_credentials_release(creds);
   return c;

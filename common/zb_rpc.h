@@ -27,6 +27,7 @@
 #include <uv.h>
 
 #include "zb_err.h"
+#include "zb_tls.h"
 
 typedef struct zb_rpc_server zb_rpc_server;
 typedef struct zb_rpc_call zb_rpc_call;
@@ -48,10 +49,12 @@ typedef struct zb_rpc_method {
 /* Binds addr ("host:port"; port 0: any free port, written to *bound_port),
  * registers the methods (the table must outlive the server), starts the
  * completion-queue thread and attaches to loop. max_message_bytes bounds
- * requests. Does not block. */
+ * requests. tls: serve TLS with tls's certificate and ask every client
+ * for one signed by its CA (a client without one still connects and gets
+ * role NONE; zb_rpc_call_identity); NULL: plaintext. Does not block. */
 zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_message_bytes,
-                           const zb_rpc_method *methods, int n_methods, void *user, zb_rpc_server **out,
-                           int *bound_port, zb_diag *diag);
+                           const zb_rpc_method *methods, int n_methods, void *user, const zb_tls *tls,
+                           zb_rpc_server **out, int *bound_port, zb_diag *diag);
 /* Stops accepting calls, cancels the live ones (their on_close callbacks
  * run), joins the thread and frees everything; `done` runs on the loop
  * when all is gone (the loop must keep running until then). */
@@ -70,6 +73,9 @@ void zb_rpc_stream_finish(zb_rpc_call *call, grpc_status_code code, const char *
  * connection, server shutdown) before the call was ended by us. After cb
  * the call pointer must not be used. */
 void zb_rpc_call_on_close(zb_rpc_call *call, void (*cb)(zb_rpc_call *call, void *arg), void *arg);
+/* The caller: the zb://ROLE/NAME of its client certificate, role NONE
+ * without one; on a plaintext server an admin named "insecure". */
+void zb_rpc_call_identity(const zb_rpc_call *call, zb_identity *out);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid while the call is. */
 const char *zb_rpc_call_peer(const zb_rpc_call *call);
 /* Messages queued but not yet sent on a stream (back-pressure check). */
@@ -79,8 +85,12 @@ int zb_rpc_call_queued(const zb_rpc_call *call);
 
 typedef struct zb_rpc_client zb_rpc_client;
 
-/* Creates an insecure channel to target ("host:port"); never blocks (the
- * connection is made on first use). */
+/* Creates a channel to target ("host:port"): TLS with tls's certificate
+ * as the client's, the coordinator's checked against tls's CA and the
+ * target's host name; tls NULL: plaintext. Never blocks (the connection
+ * is made on first use). */
+zb_rpc_client *zb_rpc_client_new_tls(const char *target, long long max_message_bytes, const zb_tls *tls);
+/* zb_rpc_client_new_tls without TLS. */
 zb_rpc_client *zb_rpc_client_new(const char *target, long long max_message_bytes);
 void zb_rpc_client_free(zb_rpc_client *c);
 

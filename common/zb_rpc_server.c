@@ -100,6 +100,7 @@ struct zb_rpc_server {
   rpc_tag shutdown_tag;
   void (*done)(void *);
   void *done_arg;
+  bool secure; /* TLS: callers are who their certificates say */
 };
 
 static void *rpc_cq_thread(void *arg) {
@@ -454,9 +455,20 @@ static void rpc_on_async(uv_async_t *h) {
   }
 }
 
+/* The server's credentials: TLS asking for a client certificate (checked
+ * against the CA when given; handlers decide what a caller without one
+ * may do), or plaintext. */
+static grpc_server_credentials *rpc_server_creds(const zb_tls *tls) {
+  if (!tls)
+    return grpc_insecure_server_credentials_create();
+  grpc_ssl_pem_key_cert_pair pair = {.private_key = tls->key_pem, .cert_chain = tls->cert_pem};
+  return grpc_ssl_server_credentials_create_ex(tls->ca_pem, &pair, 1,
+                                               GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
+}
+
 zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_message_bytes,
-                           const zb_rpc_method *methods, int n_methods, void *user, zb_rpc_server **out,
-                           int *bound_port, zb_diag *diag) {
+                           const zb_rpc_method *methods, int n_methods, void *user, const zb_tls *tls,
+                           zb_rpc_server **out, int *bound_port, zb_diag *diag) {
   grpc_init();
   zb_rpc_server *srv = zb_calloc(1, sizeof *srv);
   srv->loop = loop;
@@ -485,7 +497,8 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
                                                  GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
   }
   srv->unknown.tag = (rpc_tag){TAG_UNKNOWN_CALL, srv};
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  srv->secure = tls != NULL;
+  grpc_server_credentials *creds = rpc_server_creds(tls);
   int port = grpc_server_add_http2_port(srv->server, addr, creds);
   grpc_server_credentials_release(creds);
   if (port <= 0) {
@@ -547,4 +560,37 @@ static void rpc_finish_shutdown(zb_rpc_server *srv) {
   grpc_server_destroy(srv->server);
   grpc_completion_queue_destroy(srv->cq);
   uv_close((uv_handle_t *)&srv->async, rpc_on_async_closed);
+}
+
+/* The first zb:// identity among the certificate's property `name`. */
+static bool rpc_identity_of(grpc_auth_context *ctx, const char *name, zb_identity *out) {
+  grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, name);
+  for (const grpc_auth_property *p; (p = grpc_auth_property_iterator_next(&it));) {
+    char uri[128];
+    size_t n = p->value_length < sizeof uri - 1 ? p->value_length : sizeof uri - 1;
+    memcpy(uri, p->value, n);
+    uri[n] = '\0';
+    if (zb_identity_from_uri(uri, out))
+      return true;
+  }
+  return false;
+}
+
+void zb_rpc_call_identity(const zb_rpc_call *call, zb_identity *out) {
+  memset(out, 0, sizeof *out);
+  if (!call->srv->secure) {
+    out->role = ZB_ROLE_ADMIN;
+    snprintf(out->name, sizeof out->name, "insecure");
+    return;
+  }
+  grpc_auth_context *ctx = grpc_call_auth_context(call->call);
+  if (!ctx)
+    return;
+  /* only a verified peer counts: with REQUEST (not REQUIRE) a client may
+   * come without a certificate, which leaves the context unauthenticated */
+  if (grpc_auth_context_peer_is_authenticated(ctx) &&
+      !rpc_identity_of(ctx, GRPC_PEER_URI_PROPERTY_NAME, out) &&
+      !rpc_identity_of(ctx, GRPC_X509_SAN_PROPERTY_NAME, out))
+    out->role = ZB_ROLE_NONE;
+  grpc_auth_context_release(ctx);
 }

@@ -115,6 +115,7 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   zb_job_spec_default(out);
   zb_err err;
   if ((err = zb_wire_copy_str(out->name, sizeof out->name, pb->name, "name", diag)) ||
+      (err = zb_wire_copy_str(out->owner, sizeof out->owner, pb->owner, "owner", diag)) ||
       (err = zb_wire_copy_str(out->schedule, sizeof out->schedule, pb->schedule, "schedule", diag)))
     return err;
   out->ranks = pb->ranks;
@@ -196,6 +197,7 @@ typedef struct zb_wire_adaptive_pb {
 void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   zb__v1__job_spec__init(pb);
   pb->name = (char *)spec->name;
+  pb->owner = (char *)spec->owner;
   pb->ranks = spec->ranks;
   pb->microbatches = spec->microbatches;
   pb->schedule = (char *)spec->schedule;

@@ -151,6 +151,9 @@ void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__PlanRequest *req = (const void *)m;
   zb_objective obj;
+  zb_identity who;
+  if (!authz_caller(co, call, AUTHZ_USER | AUTHZ_ADMIN, "plan", &who))
+    return;
   if (!req->spec) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: required");
     return;

@@ -19,10 +19,14 @@ typedef enum coord_key {
   CO_HEARTBEAT,
   CO_LOG_LEVEL,
   CO_MAX_MESSAGE,
+  CO_TLS_CA,
+  CO_TLS_CERT,
+  CO_TLS_KEY,
   CO_COUNT_
 } coord_key;
 static const char *const coord_keys[CO_COUNT_] = {
-    "listen", "metrics_listen", "data_dir", "heartbeat_timeout_ms", "log_level", "max_message_bytes"};
+    "listen", "metrics_listen", "data_dir", "heartbeat_timeout_ms", "log_level", "max_message_bytes",
+    "tls_ca", "tls_cert",       "tls_key"};
 
 static const zb_yaml_int_range HEARTBEAT_RANGE = {0, 100, 600000};
 static const zb_yaml_int_range MAX_MESSAGE_RANGE = {0, 4096, 1073741824};
@@ -99,6 +103,12 @@ static zb_err coord_value(const zb_yaml_walk *w, coord_key k, const yaml_node_t 
       return err;
     c->max_message_bytes = x;
     return ZB_OK;
+  case CO_TLS_CA:
+  case CO_TLS_CERT:
+  case CO_TLS_KEY: {
+    char *dst = k == CO_TLS_CA ? c->tls.ca : k == CO_TLS_CERT ? c->tls.cert : c->tls.key;
+    return zb_yaml_get_string(w, v, coord_keys[k], dst, sizeof c->tls.ca);
+  }
   case CO_COUNT_: break;
   }
   return ZB_ERR_PARSE;
@@ -110,7 +120,7 @@ zb_err zb_coord_config_parse(const char *yaml, size_t len, zb_coord_config *out,
   zb_coord_config c = *out; /* parsed aside: *out changes only on success */
   yaml_document_t doc;
   yaml_node_t *root = NULL;
-  char known[160], what[200];
+  char known[200], what[240];
   int seen[CO_COUNT_] = {0};
   zb_err err = zb_yaml_load(yaml, len, &doc, &root, diag);
   if (err)

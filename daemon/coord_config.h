@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "zb_err.h"
+#include "zb_tls.h"
 
 /* The coordinator's config file (deploy/zb-coordinator.yaml):
  *   listen: 127.0.0.1:7070            # gRPC address (port 0: any free port)
@@ -18,6 +19,9 @@
  *   heartbeat_timeout_ms: 5000        # a worker silent this long is dead (100..600000)
  *   log_level: info                   # debug, info, warn, error
  *   max_message_bytes: 16777216       # gRPC receive limit (4096..1 GiB)
+ *   tls_ca: /etc/zb/ca.pem            # mutual TLS (all three, or none:
+ *   tls_cert: /etc/zb/coordinator.pem #   insecure mode, loopback
+ *   tls_key: /etc/zb/coordinator.key  #   development only)
  * Every key is optional; unknown keys are errors. */
 typedef struct zb_coord_config {
   char listen[128];
@@ -26,6 +30,7 @@ typedef struct zb_coord_config {
   int heartbeat_timeout_ms;
   char log_level[8];
   long long max_message_bytes;
+  zb_tls_files tls;
 } zb_coord_config;
 
 void zb_coord_config_default(zb_coord_config *c);

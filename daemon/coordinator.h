@@ -105,6 +105,7 @@ struct coord {
   /* given as flags, which win over the file at every reload too */
   bool heartbeat_flag, log_level_flag;
   zb_store *store;
+  zb_tls *tls; /* NULL: insecure mode */
   zb_rpc_server *rpc;
   int grpc_port, metrics_port;
   coord_job *jobs; /* oldest first */
@@ -128,6 +129,21 @@ enum { COORD_FAIL_GRACE_MS = 500 };
 /* A worker that does not say its receive limit (an older one) had this
  * one built in. */
 enum { COORD_OLD_WORKER_RECEIVE_BYTES = 64 << 20 };
+
+/* authz.c: each false after failing call (UNAUTHENTICATED or
+ * PERMISSION_DENIED). Roles as bits of authz_caller's mask. */
+enum {
+  AUTHZ_WORKER = 1u << ZB_ROLE_WORKER,
+  AUTHZ_USER = 1u << ZB_ROLE_USER,
+  AUTHZ_ADMIN = 1u << ZB_ROLE_ADMIN
+};
+/* The caller into *who; true when its role is in roles (action: what it
+ * asked to do, for the message). */
+bool authz_caller(coord *co, zb_rpc_call *call, unsigned roles, const char *action, zb_identity *who);
+/* Whether who may act on job j: an admin, or the user who owns it. */
+bool authz_job(coord *co, zb_rpc_call *call, const zb_identity *who, const coord_job *j);
+/* Whether the caller is the worker worker_id (Attach, Report). */
+bool authz_worker(coord *co, zb_rpc_call *call, const char *worker_id, const char *action);
 
 /* rpc.c */
 extern const zb_rpc_method coord_methods[];

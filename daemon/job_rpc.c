@@ -18,12 +18,14 @@
  * have ended without finishing and have checkpoints. The coordinator
  * cannot see the files (they are on the workers' file system): which
  * iteration every rank holds is settled by the new job's ranks. */
-static Zb__V1__JobSpec *resume_spec(coord *co, zb_rpc_call *call, const char *id) {
+static Zb__V1__JobSpec *resume_spec(coord *co, zb_rpc_call *call, const zb_identity *who, const char *id) {
   coord_job *old = job_find(co, id);
   if (!old) {
     zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "resume_from_job_id: no job %.64s", id);
     return NULL;
   }
+  if (!authz_job(co, call, who, old))
+    return NULL;
   if (old->row.state == ZB_JOB_PENDING || old->row.state == ZB_JOB_RUNNING ||
       old->row.state == ZB_JOB_SUCCEEDED) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "resume_from_job_id: job %s %s", id,
@@ -113,6 +115,9 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__SubmitJobRequest *req = (const void *)m;
   const char *resume = req->resume_from_job_id && req->resume_from_job_id[0] ? req->resume_from_job_id : NULL;
+  zb_identity who;
+  if (!authz_caller(co, call, AUTHZ_USER | AUTHZ_ADMIN, "submit jobs", &who))
+    return;
   if (!req->spec && !resume) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: required");
     return;
@@ -127,7 +132,7 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     return;
   }
   Zb__V1__JobSpec *resume_pb = NULL;
-  if (resume && !(resume_pb = resume_spec(co, call, resume)))
+  if (resume && !(resume_pb = resume_spec(co, call, &who, resume)))
     return;
   coord_job *j = zb_calloc(1, sizeof *j);
   zb_diag d;
@@ -145,6 +150,7 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
                 "SubmitJobRequest.resume_from_job_id (zbctl resume)");
     goto fail;
   }
+  snprintf(j->spec.owner, sizeof j->spec.owner, "%s", who.name); /* never the client's say */
   if (resume) /* replaces the job the old one was resumed from, if it was */
     snprintf(j->spec.model.resume_from, sizeof j->spec.model.resume_from, "%s", resume);
   /* plan now and keep it, so a bad or oversized plan is refused before it
@@ -175,18 +181,29 @@ void on_get_job(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   job_pb_clear(&pb);
 }
 
+/* Whether a ListJobs by who shows j: a user sees its own jobs only. */
+static bool list_shows(const coord *co, const zb_identity *who, const coord_job *j) {
+  return !co->tls || who->role == ZB_ROLE_ADMIN || !strcmp(j->spec.owner, who->name);
+}
+
 void on_list_jobs(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   (void)m;
   coord *co = user;
+  zb_identity who;
+  if (!authz_caller(co, call, AUTHZ_USER | AUTHZ_ADMIN, "list jobs", &who))
+    return;
   int n = 0;
   for (coord_job *j = co->jobs; j; j = j->next)
-    n++;
+    n += list_shows(co, &who, j);
   Zb__V1__Job *jobs = zb_calloc((size_t)(n ? n : 1), sizeof *jobs);
   Zb__V1__Job **ptrs = zb_calloc((size_t)(n ? n : 1), sizeof *ptrs);
   int k = 0;
-  for (coord_job *j = co->jobs; j; j = j->next, k++) {
+  for (coord_job *j = co->jobs; j; j = j->next) {
+    if (!list_shows(co, &who, j))
+      continue;
     job_pb(j, &jobs[k]);
     ptrs[k] = &jobs[k];
+    k++;
   }
   Zb__V1__ListJobsResponse resp = ZB__V1__LIST_JOBS_RESPONSE__INIT;
   resp.n_jobs = (size_t)n;

@@ -149,6 +149,9 @@ void job_pb_clear(Zb__V1__Job *pb) {
 }
 
 coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
+  zb_identity who;
+  if (!authz_caller(co, call, AUTHZ_USER | AUTHZ_ADMIN, "act on jobs", &who))
+    return NULL;
   if (!id || !id[0]) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "job_id: required");
     return NULL;
@@ -156,7 +159,7 @@ coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
   coord_job *j = job_find(co, id);
   if (!j)
     zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "job_id: no job '%s'", id);
-  return j;
+  return j && authz_job(co, call, &who, j) ? j : NULL;
 }
 
 /* ---- start-up, ticks, teardown ---- */

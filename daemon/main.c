@@ -21,19 +21,25 @@
 static const char usage_text[] =
     "usage: zb-coordinator [--config FILE] [--listen ADDR] [--metrics-listen ADDR]\n"
     "                      [--data-dir DIR] [--heartbeat-timeout-ms N] [--log-level L]\n"
-    "                      [--max-message-bytes N] [--port-file FILE] [--version] [--help]\n"
+    "                      [--max-message-bytes N] [--tls-ca FILE --tls-cert FILE --tls-key FILE]\n"
+    "                      [--port-file FILE] [--version] [--help]\n"
     "\n"
     "Plans pipeline schedules, assigns ranks to attached zb-workers, dispatches\n"
     "their action lists, gathers their reports and keeps jobs in SQLite.\n"
     "\n"
     "  --config FILE            YAML config (keys: listen, metrics_listen, data_dir,\n"
-    "                           heartbeat_timeout_ms, log_level, max_message_bytes)\n"
+    "                           heartbeat_timeout_ms, log_level, max_message_bytes,\n"
+    "                           tls_ca, tls_cert, tls_key)\n"
     "  --listen ADDR            gRPC address (default 127.0.0.1:7070; port 0: any)\n"
     "  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9464)\n"
     "  --data-dir DIR           where zb.db lives (default /var/lib/zb; created)\n"
     "  --heartbeat-timeout-ms N a worker silent this long is dead (default 5000)\n"
     "  --log-level L            debug, info, warn, error (default info)\n"
     "  --max-message-bytes N    gRPC message limit (default 16777216)\n"
+    "  --tls-ca FILE            mutual TLS: the CA that signs every party's certificate;\n"
+    "  --tls-cert FILE            this coordinator's certificate and\n"
+    "  --tls-key FILE             its key (all three, or none: insecure mode, every\n"
+    "                             caller trusted as admin; for loopback development)\n"
     "  --port-file FILE         write 'GRPC_PORT METRICS_PORT' there once listening\n"
     "\n"
     "Flags override the config file. Logs go to stderr. SIGTERM drains and\n"
@@ -146,6 +152,9 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
                                        {"log-level", required_argument, NULL, 'L'},
                                        {"max-message-bytes", required_argument, NULL, 'M'},
                                        {"port-file", required_argument, NULL, 'p'},
+                                       {"tls-ca", required_argument, NULL, 'A'},
+                                       {"tls-cert", required_argument, NULL, 'C'},
+                                       {"tls-key", required_argument, NULL, 'K'},
                                        {"version", no_argument, NULL, 'V'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -168,6 +177,9 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
       break;
     case 'M': key = "max_message_bytes"; break;
     case 'p': args->port_file = optarg; continue;
+    case 'A': key = "tls_ca"; break;
+    case 'C': key = "tls_cert"; break;
+    case 'K': key = "tls_key"; break;
     case 'V': printf("zb-coordinator %s\n", ZB_VERSION); return 0;
     case 'h': fputs(usage_text, stdout); return 0;
     default: fputs(usage_text, stderr); return 2;
@@ -210,13 +222,22 @@ static bool start_serving(coord *co, const char *port_file) {
     ZB_ERROR("%s", d.msg);
     return false;
   }
+  if (zb_tls_load(&co->cfg.tls, &co->tls, &d) != ZB_OK) {
+    ZB_ERROR("%s", d.msg);
+    return false;
+  }
   if (zb_rpc_server_start(co->loop, co->cfg.listen, co->cfg.max_message_bytes, coord_methods, coord_n_methods,
-                          co, &co->rpc, &co->grpc_port, &d) != ZB_OK) {
+                          co, co->tls, &co->rpc, &co->grpc_port, &d) != ZB_OK) {
     ZB_ERROR("listen: %s", d.msg);
     return false;
   }
-  ZB_INFO("zb-coordinator %s: gRPC on port %d, metrics on port %d, data in %s", ZB_VERSION, co->grpc_port,
-          co->metrics_port, co->cfg.data_dir);
+  ZB_INFO("zb-coordinator %s: gRPC on port %d (%s), metrics on port %d, data in %s", ZB_VERSION,
+          co->grpc_port, co->tls ? "mutual TLS" : "plaintext", co->metrics_port, co->cfg.data_dir);
+  if (!co->tls)
+    ZB_WARN(
+        "INSECURE MODE: no TLS (tls_ca, tls_cert, tls_key unset): every caller on %s is trusted as an admin "
+        "and a worker; for loopback development only (docs/operations.md, Security)",
+        co->cfg.listen);
   if (port_file) {
     char ports[64];
     int n = snprintf(ports, sizeof ports, "%d %d\n", co->grpc_port, co->metrics_port);
@@ -280,6 +301,7 @@ int main(int argc, char **argv) {
   }
   coord_metrics_stop(&co);
   coord_free_state(&co);
+  zb_tls_free(co.tls);
   zb_store_close(co.store);
   uv_loop_close(co.loop);
   return rc;

@@ -331,6 +331,8 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   const Zb__V1__ReportRequest *req = (const void *)m;
   coord_metrics_count_report(co);
   Zb__V1__ReportResponse resp = ZB__V1__REPORT_RESPONSE__INIT;
+  if (!authz_worker(co, call, req->worker_id, "report"))
+    return;
   if (!req->worker_id || !req->worker_id[0]) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "worker_id: required");
     return;

@@ -10,13 +10,17 @@
 static void on_health(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Grpc__Health__V1__HealthCheckRequest *req = (const void *)m;
-  if (req->service && req->service[0] && strcmp(req->service, "zb.v1.Zb") != 0) {
+  /* "zb.v1.Zb.tls" is SERVING only with mutual TLS on: monitoring can
+   * tell an insecure coordinator (docs/operations.md, Security) */
+  bool tls_probe = req->service && !strcmp(req->service, "zb.v1.Zb.tls");
+  if (req->service && req->service[0] && strcmp(req->service, "zb.v1.Zb") != 0 && !tls_probe) {
     zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "service: unknown service '%s'", req->service);
     return;
   }
   Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-  resp.status = co->stopping ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
-                             : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+  bool up = !co->stopping && (!tls_probe || co->tls);
+  resp.status = up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                   : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
   zb_rpc_reply(call, &resp.base);
 }
 

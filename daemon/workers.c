@@ -102,6 +102,9 @@ static size_t split_list(const char *list, char **copy, char ***items) {
 void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   (void)m;
   coord *co = user;
+  zb_identity who;
+  if (!authz_caller(co, call, AUTHZ_USER | AUTHZ_ADMIN, "list workers", &who))
+    return;
   int n = 0;
   for (coord_worker *w = co->workers; w; w = w->next)
     n++;
@@ -190,6 +193,8 @@ static void join_list(char *out, size_t cap, char **items, size_t n) {
 void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__AttachRequest *req = (const void *)m;
+  if (!authz_worker(co, call, req->worker_id, "attach"))
+    return;
   if (!req->worker_id || !req->worker_id[0] || strlen(req->worker_id) >= 64) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "worker_id: required, 1..63 characters");
     return;

@@ -35,7 +35,8 @@
 
 static const char usage_text[] =
     "usage: zb-worker [--coordinator ADDR] [--id ID] [--listen ADDR] [--heartbeat-ms N]\n"
-    "                 [--max-message-bytes N] [--gpu N] [--log-level L] [--version] [--help]\n"
+    "                 [--max-message-bytes N] [--gpu N] [--log-level L]\n"
+    "                 [--tls-ca FILE --tls-cert FILE --tls-key FILE] [--version] [--help]\n"
     "\n"
     "Attaches to zb-coordinator and runs the ranks it is assigned: compute on a\n"
     "backend (sim; cpu, the built-in model with AdamW, when built with OpenBLAS;\n"
@@ -59,7 +60,11 @@ static const char usage_text[] =
     "                      physical GPU 3); run one worker per GPU. Without a\n"
     "                      device (or a build without CUDA) it offers no cuda\n"
     "                      backend and says why in its log\n"
-    "  --log-level L       debug, info, warn, error (default info)\n";
+    "  --log-level L       debug, info, warn, error (default info)\n"
+    "  --tls-ca FILE       mutual TLS with the coordinator: the cluster's CA,\n"
+    "  --tls-cert FILE       this worker's certificate (zb://worker/ID, ID its --id)\n"
+    "  --tls-key FILE        and its key; none of the three: plaintext (a coordinator\n"
+    "                        in insecure mode, loopback development only)\n";
 
 static volatile sig_atomic_t got_signal;
 
@@ -230,6 +235,7 @@ typedef struct worker_flags {
   const char *coordinator, *listen, *id;
   int heartbeat_ms, level;
   long long max_message_bytes, gpu;
+  zb_tls_files tls;
 } worker_flags;
 
 /* A number flag in [lo, hi]; false after saying why. */
@@ -254,6 +260,9 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
                                        {"max-message-bytes", required_argument, NULL, 'M'},
                                        {"gpu", required_argument, NULL, 'g'},
                                        {"log-level", required_argument, NULL, 'L'},
+                                       {"tls-ca", required_argument, NULL, 'A'},
+                                       {"tls-cert", required_argument, NULL, 'C'},
+                                       {"tls-key", required_argument, NULL, 'K'},
                                        {"version", no_argument, NULL, 'V'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -283,6 +292,9 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
         return 2;
       }
       break;
+    case 'A': snprintf(f->tls.ca, sizeof f->tls.ca, "%s", optarg); break;
+    case 'C': snprintf(f->tls.cert, sizeof f->tls.cert, "%s", optarg); break;
+    case 'K': snprintf(f->tls.key, sizeof f->tls.key, "%s", optarg); break;
     case 'V': printf("zb-worker %s\n", ZB_VERSION); return 0;
     case 'h': fputs(usage_text, stdout); return 0;
     default: fputs(usage_text, stderr); return 2;
@@ -342,7 +354,14 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
-  w.rpc = zb_rpc_client_new(coordinator, w.max_receive_bytes);
+  zb_tls *tls = NULL;
+  zb_diag td;
+  if (zb_tls_load(&f.tls, &tls, &td) != ZB_OK) {
+    ZB_ERROR("%s", td.msg);
+    return 1;
+  }
+  w.rpc = zb_rpc_client_new_tls(coordinator, w.max_receive_bytes, tls);
+  zb_tls_free(tls); /* the channel keeps its own copy */
   pthread_t jt;
   pthread_create(&jt, NULL, job_thread, &w);
   ZB_INFO("zb-worker %s: coordinator %s, data address %s", ZB_VERSION, coordinator, w.data_address);

@@ -48,6 +48,7 @@ health_pb2 = _load_health()
 COORDINATOR = os.environ["ZB_COORDINATOR_BIN"]
 WORKER = os.environ["ZB_WORKER_BIN"]
 ZBCTL = os.environ["ZBCTL_BIN"]
+MAKE_CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "make-certs.sh")
 PROMTOOL = os.environ.get("ZB_PROMTOOL", "")
 SANITIZE = os.environ.get("ZB_TEST_SANITIZE", "0") == "1"
 # Upper bounds of waits (never asserted durations) stretch under ASan.
@@ -176,7 +177,9 @@ class Cluster:
     """zb-coordinator plus N zb-workers on loopback (see the module doc)."""
 
     def __init__(self, workers=4, heartbeat_timeout_ms=1500, max_message_bytes=None, coordinator_args=(),
-                 name=None, worker_args=None):
+                 name=None, worker_args=None, tls=False):
+        self.tls = tls  # mutual TLS: certificates from scripts/make-certs.sh in DIR/certs
+        self.identity = "user-alice"  # whose certificate self.stub and zbctl present (tls only)
         self.n_workers = workers
         self.worker_args = worker_args  # k -> extra flags of worker k (e.g. its --gpu), or None
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
@@ -197,6 +200,9 @@ class Cluster:
         self.dir = tempfile.mkdtemp(prefix="zbsvc-%s-" % self.name)
         self.data_dir = os.path.join(self.dir, "data")
         try:
+            if self.tls:
+                self.make_certs(workers=["w%d" % k for k in range(self.n_workers)], users=["alice", "bob"],
+                                admins=["root"])
             self.start_coordinator()
             for k in range(self.n_workers):
                 self.start_worker("w%d" % k, extra=self.worker_args(k) if self.worker_args else ())
@@ -248,6 +254,8 @@ class Cluster:
                 str(self.heartbeat_timeout_ms)]
         if self.max_message_bytes:
             argv += ["--max-message-bytes", str(self.max_message_bytes)]
+        if self.tls:
+            argv += self.tls_flags("coordinator")
         argv += self.coordinator_args + list(extra)
         if self.coordinator is None:
             self.coordinator = Proc("coordinator", argv, self.dir)
@@ -272,11 +280,55 @@ class Cluster:
     def connect(self):
         if self.channel:
             self.channel.close()
-        self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port,
-                                             options=[("grpc.initial_reconnect_backoff_ms", 100),
-                                                      ("grpc.min_reconnect_backoff_ms", 100),
-                                                      ("grpc.max_reconnect_backoff_ms", 500)])
+        self.channel = self.open_channel(self.identity if self.tls else None)
         self.stub = zb_pb2_grpc.ZbStub(self.channel)
+
+    # ---- mutual TLS ----
+
+    def make_certs(self, workers=(), users=(), admins=(), days=None, ca_dir=None):
+        """scripts/make-certs.sh into DIR/certs (or ca_dir: another CA)."""
+        argv = ["bash", MAKE_CERTS, ca_dir or os.path.join(self.dir, "certs")]
+        for flag, names in (("--worker", workers), ("--user", users), ("--admin", admins)):
+            for n in names:
+                argv += [flag, n]
+        if days is not None:
+            argv += ["--days", str(days)]
+        cp = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0, "make-certs.sh: %s" % cp.stderr
+
+    def cert_paths(self, who, ca_dir=None):
+        """(ca, cert, key) paths of identity who ("user-alice", "worker-w0",
+        "coordinator") in DIR/certs or ca_dir."""
+        d = ca_dir or os.path.join(self.dir, "certs")
+        return os.path.join(d, "ca.pem"), os.path.join(d, who + ".pem"), os.path.join(d, who + ".key")
+
+    def tls_flags(self, who):
+        ca, cert, key = self.cert_paths(who)
+        return ["--tls-ca", ca, "--tls-cert", cert, "--tls-key", key]
+
+    def open_channel(self, who, ca_dir=None, trust_dir=None):
+        """A channel presenting who's certificate (None on a tls cluster: TLS
+        without a client certificate; plaintext otherwise); trust_dir: the
+        CA to check the coordinator against (default the cluster's)."""
+        target = "127.0.0.1:%d" % self.port
+        opts = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 500)]
+        if not self.tls:
+            return grpc.insecure_channel(target, options=opts)
+        read = lambda path: open(path, "rb").read()
+        ca = read(self.cert_paths("coordinator", trust_dir)[0])
+        if who is None:
+            creds = grpc.ssl_channel_credentials(root_certificates=ca)
+        else:
+            _, cert, key = self.cert_paths(who, ca_dir)
+            creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=read(key),
+                                                 certificate_chain=read(cert))
+        return grpc.secure_channel(target, creds, options=opts)
+
+    def stub_as(self, who, **kw):
+        """(channel, stub) presenting who's certificate (open_channel)."""
+        ch = self.open_channel(who, **kw)
+        return ch, zb_pb2_grpc.ZbStub(ch)
 
     @property
     def address(self):
@@ -286,7 +338,12 @@ class Cluster:
         """Starts zb-worker --id wid against the current coordinator address
         (env: variables added to the test's own)."""
         argv = [WORKER, "--coordinator", "127.0.0.1:%d" % (port or self.port), "--id", wid, "--heartbeat-ms",
-                "200"] + list(extra)
+                "200"]
+        if self.tls:
+            if not os.path.exists(self.cert_paths("worker-" + wid)[1]):
+                self.make_certs(workers=[wid])
+            argv += self.tls_flags("worker-" + wid)
+        argv += list(extra)
         p = Proc("worker-" + wid, argv, self.dir, env=env)
         self.workers[wid] = p
         self.procs.append(p)
@@ -294,8 +351,8 @@ class Cluster:
 
     # ---- RPCs ----
 
-    def health(self, service="", timeout=5):
-        check = self.channel.unary_unary("/grpc.health.v1.Health/Check",
+    def health(self, service="", timeout=5, channel=None):
+        check = (channel or self.channel).unary_unary("/grpc.health.v1.Health/Check",
                                          request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
                                          response_deserializer=health_pb2.HealthCheckResponse.FromString)
         return check(health_pb2.HealthCheckRequest(service=service), timeout=timeout * SLOW).status
@@ -374,7 +431,12 @@ class Cluster:
         """Runs zbctl ARGS --coordinator ADDR; returns the CompletedProcess
         (text). A sanitizer report on its stderr fails the test."""
         argv = [ZBCTL] + list(args) + ["--coordinator", self.address]
-        cp = subprocess.run(_WRAP + argv, input=input, capture_output=True, text=True, timeout=timeout * SLOW)
+        env = None
+        if self.tls:
+            ca, cert, key = self.cert_paths(self.identity)
+            env = dict(os.environ, ZBCTL_TLS_CA=ca, ZBCTL_TLS_CERT=cert, ZBCTL_TLS_KEY=key)
+        cp = subprocess.run(_WRAP + argv, input=input, capture_output=True, text=True, timeout=timeout * SLOW,
+                            env=env)
         assert not sanitizer_report(cp.stderr), "zbctl %s: sanitizer report:\n%s" % (args, cp.stderr)
         return cp
 

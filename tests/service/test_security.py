@@ -1,0 +1,201 @@
+"""Mutual TLS and roles on the control plane (docs/operations.md,
+Security): a real zb-coordinator and zb-workers with certificates from
+scripts/make-certs.sh. Every unauthorized action of the threat model fails
+with PERMISSION_DENIED or UNAUTHENTICATED and changes nothing; the
+legitimate flows work; certificates from another CA, expired ones and
+plaintext clients are refused; insecure mode says so."""
+
+import os
+import time
+
+import zbsvc
+from zbsvc import STATE, Cluster, health_pb2, iteration_events, job_spec, rpc_error, zb_pb2
+
+import grpc
+
+DENIED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+
+
+def attach_error(stub, worker_id):
+    """Opens an Attach stream as worker_id; returns how it ended (code,
+    details), or None if it delivered a command."""
+    stream = stub.Attach(zb_pb2.AttachRequest(worker_id=worker_id, data_address="127.0.0.1:1", backends=["sim"],
+                                              transports=["tcp"]), timeout=5 * zbsvc.SLOW)
+    try:
+        next(stream)
+    except grpc.RpcError as e:
+        return e.code(), e.details() or ""
+    stream.cancel()
+    return None
+
+
+def report(stub, **kw):
+    return stub.Report(zb_pb2.ReportRequest(**kw), timeout=5 * zbsvc.SLOW)
+
+
+def expect(label, code_details, codes=DENIED, text=None):
+    code, details = code_details
+    assert code in codes, "%s: %s %s" % (label, code, details)
+    assert text is None or text in details, "%s: %s" % (label, details)
+    print("refused  %-58s %s: %s" % (label, code.name, details[:90]))
+
+
+def test_unauthorized_actions_fail_and_change_nothing():
+    with Cluster(workers=2, tls=True, name="sec") as c:
+        c.make_certs(workers=["w9"])  # a worker of the cluster that is not attached
+        jid = c.submit(job_spec(name="alices", ranks=2, microbatches=4, schedule="1f1b", iterations=100000))
+        c.wait_iterations(jid, 2)
+        job = c.get(jid)
+        assert job.spec.owner == "alice", job.spec.owner
+        bob_ch, bob = c.stub_as("user-bob")
+        w9_ch, w9 = c.stub_as("worker-w9")
+        anon_ch, anon = c.stub_as(None)  # TLS, no client certificate
+        w0 = c.workers["w0"]
+        try:
+            # 1-3: another user's job: cancel, switch its schedule, read it
+            expect("bob cancels alice's job", rpc_error(bob.CancelJob, zb_pb2.CancelJobRequest(job_id=jid),
+                                                        timeout=5))
+            expect("bob switches its schedule",
+                   rpc_error(bob.UpdateSchedule, zb_pb2.UpdateScheduleRequest(job_id=jid, schedule="zb-h1"),
+                             timeout=5))
+            expect("bob reads it", rpc_error(bob.GetJob, zb_pb2.GetJobRequest(job_id=jid), timeout=5))
+            expect("bob watches it", rpc_error(lambda: list(bob.WatchJob(zb_pb2.WatchJobRequest(job_id=jid),
+                                                                          timeout=5))))
+            expect("bob resumes it", rpc_error(bob.SubmitJob, zb_pb2.SubmitJobRequest(resume_from_job_id=jid),
+                                               timeout=5))
+            listed = bob.ListJobs(zb_pb2.ListJobsRequest(), timeout=5).jobs
+            assert jid not in [j.id for j in listed], listed
+            # 4-6: forged reports: a failure, iterations, heartbeats for a worker
+            expect("bob (a user) reports rank 0 failed",
+                   rpc_error(report, bob, worker_id="w0", job_id=jid, rank=0, error="forged"))
+            expect("worker w9 reports as w0",
+                   rpc_error(report, w9, worker_id="w0", job_id=jid, rank=0, error="forged"))
+            expect("worker w9 reports w0's iterations done",
+                   rpc_error(report, w9, worker_id="w0", job_id=jid, rank=0, iteration=99999, done=True))
+            expect("worker w9 heartbeats for w0", rpc_error(report, w9, worker_id="w0"))
+            expect("no certificate: heartbeat for w0", rpc_error(report, anon, worker_id="w0"))
+            # 7-8: attach as a fake worker, or with a real worker's id
+            expect("bob attaches as a worker", attach_error(bob, "fake"))
+            expect("worker w9 attaches as w0", attach_error(w9, "w0"))
+            expect("no certificate: attach", attach_error(anon, "anon"))
+            # 9-10: no certificate, or a worker's, for the users' calls
+            expect("no certificate: submit", rpc_error(anon.SubmitJob, zb_pb2.SubmitJobRequest(
+                spec=job_spec(ranks=1, microbatches=1)), timeout=5), codes=(grpc.StatusCode.UNAUTHENTICATED,))
+            expect("no certificate: list workers", rpc_error(anon.ListWorkers, zb_pb2.ListWorkersRequest(),
+                                                             timeout=5))
+            expect("worker w9 submits a job", rpc_error(w9.SubmitJob, zb_pb2.SubmitJobRequest(
+                spec=job_spec(ranks=1, microbatches=1)), timeout=5), codes=(grpc.StatusCode.PERMISSION_DENIED,))
+            expect("worker w9 lists jobs", rpc_error(w9.ListJobs, zb_pb2.ListJobsRequest(), timeout=5))
+            # the health check needs no certificate (probes)
+            assert c.health(channel=anon_ch) == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            for ch in (bob_ch, w9_ch, anon_ch):
+                ch.close()
+        # nothing changed: still running on its workers, its plan and events its own
+        time.sleep(0.5)
+        after = c.get(jid)
+        assert after.state == STATE.JOB_STATE_RUNNING, after
+        assert after.iterations_done > job.iterations_done, (job.iterations_done, after.iterations_done)
+        assert w0.alive() and sorted(w.id for w in c.list_workers() if w.job_id == jid) == ["w0", "w1"]
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="done"), timeout=5)
+        evs = c.events(jid)
+        its = iteration_events(evs)
+        assert all(it.schedule == "1f1b" for it in its), set(it.schedule for it in its)
+        assert not any(e.state == STATE.JOB_STATE_FAILED for e in evs), [e.reason for e in evs]
+        c.assert_serving()
+
+
+def test_legitimate_flows():
+    with Cluster(workers=2, tls=True, name="sec-ok") as c:
+        # a user: submit (zbctl with its certificate), watch, update, cancel its own job
+        cp = c.zbctl("submit", "-", input=zbsvc.job_yaml(name="mine", ranks=2, microbatches=4, iterations=3))
+        assert cp.returncode == 0, cp.stderr
+        done = cp.stdout.strip()
+        cp = c.zbctl("watch", done)
+        assert cp.returncode == 0 and "SUCCEEDED" in cp.stdout, (cp.stdout, cp.stderr)
+        cp = c.zbctl("get", done, "--output", "json")
+        assert cp.returncode == 0 and '"owner": "alice"' in cp.stdout, cp.stdout
+        jid = c.submit(job_spec(name="long", ranks=2, microbatches=4, iterations=100000))
+        c.wait_iterations(jid, 1)
+        resp = c.stub.UpdateSchedule(zb_pb2.UpdateScheduleRequest(job_id=jid, schedule="zb-h1"), timeout=10)
+        assert resp.from_iteration >= 1, resp
+        # an admin acts on every job
+        root_ch, root = c.stub_as("admin-root")
+        try:
+            assert root.GetJob(zb_pb2.GetJobRequest(job_id=jid), timeout=5).spec.owner == "alice"
+            assert {j.id for j in root.ListJobs(zb_pb2.ListJobsRequest(), timeout=5).jobs} == {done, jid}
+            cancelled = root.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="by root"), timeout=5)
+            assert cancelled.state == STATE.JOB_STATE_CANCELLED, cancelled
+        finally:
+            root_ch.close()
+        # a client's owner field is never taken
+        spec = job_spec(name="claims", ranks=1, microbatches=1, iterations=1)
+        spec.owner = "root"
+        other = c.submit(spec)
+        assert c.get(other).spec.owner == "alice"
+        assert c.health(service="zb.v1.Zb.tls") == health_pb2.HealthCheckResponse.SERVING
+        c.assert_serving()
+
+
+def refused_at_handshake(c, **kw):
+    ch = c.open_channel(**kw)
+    try:
+        code, details = rpc_error(zb_pb2_grpc_stub(ch).ListWorkers, zb_pb2.ListWorkersRequest(), timeout=3)
+    finally:
+        ch.close()
+    return code, details
+
+
+def zb_pb2_grpc_stub(ch):
+    return zbsvc.zb_pb2_grpc.ZbStub(ch)
+
+
+def test_foreign_expired_and_plaintext_clients_are_refused():
+    with Cluster(workers=1, tls=True, name="sec-ca") as c:
+        other = os.path.join(c.dir, "other-ca")
+        c.make_certs(users=["mallory"], ca_dir=other)  # a CA of its own
+        c.make_certs(users=["late"], days=-1)  # the cluster's CA, expired
+        unavailable = (grpc.StatusCode.UNAVAILABLE,)
+        expect("a certificate from another CA", refused_at_handshake(c, who="user-mallory", ca_dir=other),
+               codes=unavailable)
+        expect("an expired certificate", refused_at_handshake(c, who="user-late"), codes=unavailable)
+        plain = zbsvc.grpc.insecure_channel(c.address)
+        try:
+            expect("a plaintext client", rpc_error(zb_pb2_grpc_stub(plain).ListWorkers, zb_pb2.ListWorkersRequest(),
+                                                   timeout=3), codes=unavailable)
+        finally:
+            plain.close()
+        # a worker with another CA's certificate never attaches
+        c.make_certs(workers=["rogue"], ca_dir=other)
+        ca, cert, key = c.cert_paths("worker-rogue", other)
+        c.start_worker("rogue", extra=["--tls-ca", c.cert_paths("coordinator")[0], "--tls-cert", cert,
+                                       "--tls-key", key])
+        time.sleep(1.5)
+        assert [w.id for w in c.list_workers()] == ["w0"], c.list_workers()
+        c.assert_serving()
+
+
+def test_insecure_mode_says_so():
+    with Cluster(workers=1, name="sec-insecure") as c:
+        assert c.health(service="zb.v1.Zb.tls") == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert "INSECURE MODE" in c.coordinator.log_text(), c.coordinator.tail()
+        c.assert_serving()
+
+
+def test_bad_tls_config_is_refused():
+    with Cluster(workers=0, tls=True, name="sec-conf") as c:
+        ca, cert, key = c.cert_paths("coordinator")
+        for flags, text in ((["--tls-ca", ca, "--tls-cert", cert], "key file not given"),
+                            (["--tls-ca", ca, "--tls-cert", cert, "--tls-key", "/nonexistent/k.pem"],
+                             "/nonexistent/k.pem"),
+                            (["--tls-ca", ca, "--tls-cert", ca + ".nope", "--tls-key", key], "cert")):
+            argv = [zbsvc.COORDINATOR, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                    "--data-dir", os.path.join(c.dir, "d2")] + flags
+            cp = zbsvc.subprocess.run(zbsvc._WRAP + argv, capture_output=True, text=True, timeout=30 * zbsvc.SLOW)
+            assert cp.returncode != 0 and text in cp.stderr, (flags, cp.returncode, cp.stderr)
+        cp = c.zbctl("workers", "--tls-key", "/nonexistent/key.pem")
+        assert cp.returncode == 2 and "/nonexistent/key.pem" in cp.stderr, cp.stderr
+
+
+if __name__ == "__main__":
+    zbsvc.run_tests(globals())
