@@ -40,6 +40,9 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
   if (strcmp(a->backend, "cpu") == 0 || strcmp(a->backend, "cuda") == 0) {
 #ifdef ZB_WITH_CPU_BACKEND
     cpu_job *cj = &js->cj;
+    zb_err perr = worker_check_model_paths(js->w, &a->model, diag);
+    if (perr)
+      return perr;
     cj->device = js->dev;
     cj->host_transport = strcmp(zb_transport_name(js->tr), "nccl") != 0;
     zb_err err = cj->be ? cpu_job_update(cj, a, js->tr, diag) : cpu_job_open(cj, a, js->stop, diag);

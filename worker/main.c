@@ -36,7 +36,8 @@
 static const char usage_text[] =
     "usage: zb-worker [--coordinator ADDR] [--id ID] [--listen ADDR] [--heartbeat-ms N]\n"
     "                 [--max-message-bytes N] [--gpu N] [--log-level L]\n"
-    "                 [--tls-ca FILE --tls-cert FILE --tls-key FILE] [--version] [--help]\n"
+    "                 [--tls-ca FILE --tls-cert FILE --tls-key FILE] [--path-root DIR]...\n"
+    "                 [--version] [--help]\n"
     "\n"
     "Attaches to zb-coordinator and runs the ranks it is assigned: compute on a\n"
     "backend (sim; cpu, the built-in model with AdamW, when built with OpenBLAS;\n"
@@ -64,7 +65,11 @@ static const char usage_text[] =
     "  --tls-ca FILE       mutual TLS with the coordinator: the cluster's CA,\n"
     "  --tls-cert FILE       this worker's certificate (zb://worker/ID, ID its --id)\n"
     "  --tls-key FILE        and its key; none of the three: plaintext (a coordinator\n"
-    "                        in insecure mode, loopback development only)\n";
+    "                        in insecure mode, loopback development only)\n"
+    "  --path-root DIR     a directory job specs may name (model.data, checkpoint_dir,\n"
+    "                      dump_dir), repeatable; a job naming a path outside every\n"
+    "                      root fails with the reason. None: any path this worker\n"
+    "                      can reach (warned at start)\n";
 
 static volatile sig_atomic_t got_signal;
 
@@ -236,6 +241,8 @@ typedef struct worker_flags {
   int heartbeat_ms, level;
   long long max_message_bytes, gpu;
   zb_tls_files tls;
+  const char *path_roots[WORKER_MAX_PATH_ROOTS + 1];
+  int n_path_roots;
 } worker_flags;
 
 /* A number flag in [lo, hi]; false after saying why. */
@@ -263,6 +270,7 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
                                        {"tls-ca", required_argument, NULL, 'A'},
                                        {"tls-cert", required_argument, NULL, 'C'},
                                        {"tls-key", required_argument, NULL, 'K'},
+                                       {"path-root", required_argument, NULL, 'P'},
                                        {"version", no_argument, NULL, 'V'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -295,6 +303,13 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
     case 'A': snprintf(f->tls.ca, sizeof f->tls.ca, "%s", optarg); break;
     case 'C': snprintf(f->tls.cert, sizeof f->tls.cert, "%s", optarg); break;
     case 'K': snprintf(f->tls.key, sizeof f->tls.key, "%s", optarg); break;
+    case 'P':
+      if (f->n_path_roots == WORKER_MAX_PATH_ROOTS) {
+        fprintf(stderr, "zb-worker: --path-root: at most %d\n", WORKER_MAX_PATH_ROOTS);
+        return 2;
+      }
+      f->path_roots[f->n_path_roots++] = optarg;
+      break;
     case 'V': printf("zb-worker %s\n", ZB_VERSION); return 0;
     case 'h': fputs(usage_text, stdout); return 0;
     default: fputs(usage_text, stderr); return 2;
@@ -305,6 +320,16 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
     return 2;
   }
   return -1;
+}
+
+/* The --path-root directories, resolved; false with the reason in d. */
+static bool add_path_roots(worker *w, const worker_flags *f, zb_diag *d) {
+  for (int k = 0; k < f->n_path_roots; k++)
+    if (worker_add_path_root(w, f->path_roots[k], d) != ZB_OK)
+      return false;
+  if (!f->n_path_roots)
+    ZB_WARN("no --path-root: a cpu or cuda job may read and write any path this worker can");
+  return true;
 }
 
 int main(int argc, char **argv) {
@@ -356,7 +381,7 @@ int main(int argc, char **argv) {
   pthread_cond_init(&w.cv, NULL);
   zb_tls *tls = NULL;
   zb_diag td;
-  if (zb_tls_load(&f.tls, &tls, &td) != ZB_OK) {
+  if (zb_tls_load(&f.tls, &tls, &td) != ZB_OK || !add_path_roots(&w, &f, &td)) {
     ZB_ERROR("%s", td.msg);
     return 1;
   }

@@ -28,6 +28,8 @@
 #include "zb_step.h"
 #include "zb_timeline.h"
 
+enum { WORKER_MAX_PATH_ROOTS = 16 };
+
 typedef struct worker {
   char id[64];
   char data_address[128];
@@ -58,7 +60,20 @@ typedef struct worker {
    * take sim_slowdown times longer from iteration sim_slowdown_from on */
   double sim_slowdown;
   int sim_slowdown_from;
+  /* --path-root: the only directories job-spec paths may name (none:
+   * any); each resolved at start */
+  char path_roots[WORKER_MAX_PATH_ROOTS][512];
+  int n_path_roots;
 } worker;
+
+/* paths.c (docs/operations.md, Security) */
+/* Adds a --path-root (it must exist; kept resolved). */
+zb_err worker_add_path_root(worker *w, const char *dir, zb_diag *diag);
+/* ZB_OK when path ("" passes) lies inside a path root, or none is set;
+ * else an error naming what, the path and the roots. */
+zb_err worker_check_path(const worker *w, const char *what, const char *path, zb_diag *diag);
+/* model.data, model.checkpoint_dir and model.dump_dir of a job. */
+zb_err worker_check_model_paths(const worker *w, const zb_model_spec *ms, zb_diag *diag);
 
 /* The worker's clock in seconds: CLOCK_MONOTONIC plus the test skew. */
 static inline double worker_clock(const worker *w) {

@@ -197,5 +197,47 @@ def test_bad_tls_config_is_refused():
         assert cp.returncode == 2 and "/nonexistent/key.pem" in cp.stderr, cp.stderr
 
 
+def cpu_job(name, **model):
+    m = zb_pb2.ModelSpec(hidden=16, heads=2, layers=2, seq_len=8, batch=2, seed=3, **model)
+    return zb_pb2.JobSpec(name=name, ranks=2, microbatches=2, schedule="1f1b", iterations=2, backend="cpu",
+                          model=m)
+
+
+def test_path_roots_confine_job_paths():
+    """A worker with --path-root refuses job-spec paths outside it, through
+    '..' or a symbolic link too; the job fails naming the path."""
+    root = zbsvc.tempfile.mkdtemp(prefix="zb-root-")
+    outside = zbsvc.tempfile.mkdtemp(prefix="zb-outside-")
+    try:
+        os.symlink(outside, os.path.join(root, "escape"))
+        with open(os.path.join(outside, "secret.txt"), "w") as f:
+            f.write("x" * 4096)
+        with Cluster(workers=2, name="sec-paths", worker_args=lambda k: ["--path-root", root]) as c:
+            bad = [("model.checkpoint_dir", dict(checkpoint_every=1, checkpoint_dir=outside)),
+                   ("model.data", dict(data="/etc/passwd")),
+                   ("model.dump_dir", dict(dump_dir=os.path.join(root, "..", os.path.basename(outside)))),
+                   ("model.data", dict(data=os.path.join(root, "escape", "secret.txt"))),
+                   ("model.checkpoint_dir", dict(checkpoint_every=1, checkpoint_dir=os.path.join(root, "escape",
+                                                                                                "new")))]
+            text = os.path.join(root, "text.txt")  # the default text is outside the root
+            with open(text, "w") as f:
+                f.write("the quick brown fox jumps over the lazy dog " * 20)
+            for what, model in bad:
+                jid = c.submit(cpu_job("bad", **dict(dict(data=text), **model)))
+                job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=60)
+                assert what in job.reason and "outside this worker's path roots" in job.reason, job.reason
+                print("refused  %-58s %s" % (what, job.reason[:110]))
+                c.wait_workers(2)
+            assert os.listdir(outside) == ["secret.txt"], os.listdir(outside)  # nothing written there
+            jid = c.submit(cpu_job("good", data=text, checkpoint_every=1,
+                                   checkpoint_dir=os.path.join(root, "ck", "new")))
+            c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+            assert os.listdir(os.path.join(root, "ck", "new", jid)), "no checkpoint written inside the root"
+            c.assert_serving()
+    finally:
+        zbsvc.shutil.rmtree(root, ignore_errors=True)
+        zbsvc.shutil.rmtree(outside, ignore_errors=True)
+
+
 if __name__ == "__main__":
     zbsvc.run_tests(globals())

@@ -1,0 +1,92 @@
+/* paths.c — the job-spec paths a worker may touch (docs/operations.md,
+ * Security): with --path-root DIR (repeatable) a job's model.data,
+ * checkpoint_dir and dump_dir must lie inside one of those directories,
+ * or the job fails naming the path; without any, every path is allowed
+ * (and the worker says so at start). A path is judged where it really
+ * leads: its deepest existing ancestor is resolved (symbolic links
+ * followed) and the rest may hold no "." or "..", so neither a symbolic
+ * link nor a ".." climbs out of a root. */
+#define _DEFAULT_SOURCE /* realpath */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker.h"
+
+zb_err worker_add_path_root(worker *w, const char *dir, zb_diag *diag) {
+  if (w->n_path_roots == WORKER_MAX_PATH_ROOTS)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "--path-root: at most %d", WORKER_MAX_PATH_ROOTS);
+  char real[PATH_MAX];
+  if (!realpath(dir, real))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "--path-root %s: %s", dir, strerror(errno));
+  if (strlen(real) >= sizeof w->path_roots[0])
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "--path-root %s: longer than %zu characters", dir,
+                       sizeof w->path_roots[0] - 1);
+  memcpy(w->path_roots[w->n_path_roots++], real, strlen(real) + 1);
+  return ZB_OK;
+}
+
+/* path as it really leads, into out; false when it cannot be told (not
+ * absolute, too long, or "."/".." below its deepest existing ancestor). */
+static bool resolve(const char *path, char *out, size_t cap) {
+  char head[PATH_MAX], real[PATH_MAX];
+  if (path[0] != '/' || strlen(path) >= sizeof head)
+    return false;
+  snprintf(head, sizeof head, "%s", path);
+  size_t cut = strlen(head);
+  for (;;) { /* shorten to the deepest ancestor that exists */
+    head[cut] = '\0';
+    if (realpath(cut ? head : "/", real))
+      break;
+    char *slash = strrchr(head, '/');
+    if (!slash)
+      return false;
+    cut = (size_t)(slash - head);
+  }
+  const char *rest = path + cut; /* "" or "/a/b": what does not exist yet */
+  for (const char *p = rest; *p;) {
+    while (*p == '/')
+      p++;
+    size_t n = strcspn(p, "/");
+    if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+      return false;
+    p += n;
+  }
+  int len = snprintf(out, cap, "%s%s", strcmp(real, "/") ? real : "", rest[0] ? rest : "");
+  if (!out[0])
+    snprintf(out, cap, "/");
+  return len > 0 && (size_t)len < cap;
+}
+
+static bool inside(const char *path, const char *root) {
+  size_t n = strlen(root);
+  if (!strcmp(root, "/"))
+    return true;
+  return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+zb_err worker_check_path(const worker *w, const char *what, const char *path, zb_diag *diag) {
+  if (!path[0] || w->n_path_roots == 0)
+    return ZB_OK;
+  char real[PATH_MAX];
+  if (resolve(path, real, sizeof real))
+    for (int k = 0; k < w->n_path_roots; k++)
+      if (inside(real, w->path_roots[k]))
+        return ZB_OK;
+  char roots[512] = "";
+  for (int k = 0, len = 0; k < w->n_path_roots && len < (int)sizeof roots - 2; k++)
+    len += snprintf(roots + len, sizeof roots - (size_t)len, "%s%s", k ? ", " : "", w->path_roots[k]);
+  return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s: '%.200s' is outside this worker's path roots (%.200s)",
+                     what, path, roots);
+}
+
+zb_err worker_check_model_paths(const worker *w, const zb_model_spec *ms, zb_diag *diag) {
+  zb_err err = worker_check_path(w, "model.data", ms->data, diag);
+  if (!err)
+    err = worker_check_path(w, "model.checkpoint_dir", ms->checkpoint_dir, diag);
+  if (!err)
+    err = worker_check_path(w, "model.dump_dir", ms->dump_dir, diag);
+  return err;
+}
