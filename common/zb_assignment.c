@@ -145,6 +145,10 @@ void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assign
   out->transport = (char *)spec->transport;
   out->precision = (char *)spec->precision;
   out->trace_every = spec->trace_every;
+  if (src->data_secret) {
+    out->data_secret.data = (uint8_t *)src->data_secret;
+    out->data_secret.len = ZB_DATA_SECRET_BYTES;
+  }
   out->action_list = zb_action_list_encode(&pl->lowered->ranks[rank]);
   encode_peers(src, rank, out);
   encode_stages(src, rank, out);

@@ -38,6 +38,9 @@
 #define ZB_NCCL_ID_BYTES 128
 
 /* What the coordinator assigns from: the job, its plan and its workers. */
+/* A job's data-plane secret (Assignment.data_secret). */
+enum { ZB_DATA_SECRET_BYTES = 32 };
+
 typedef struct zb_assignment_src {
   const char *job_id;
   const zb_job_spec *spec; /* iterations, backend, transport, precision, bytes per activation, model */
@@ -48,6 +51,7 @@ typedef struct zb_assignment_src {
   /* every rank's address, not only the neighbours': an update that moves
    * stages between ranks, whose weights may go to any rank */
   bool all_peers;
+  const uint8_t *data_secret; /* ZB_DATA_SECRET_BYTES; NULL: none sent */
 } zb_assignment_src;
 
 /* Fills *out with rank's Assignment. Does not fail: the plan is the
@@ -96,6 +100,9 @@ typedef struct zb_assignment {
   char **peer_addresses; /* by rank (ranks entries); NULL where not sent */
   bool has_model;        /* a cpu or cuda job: model is resolved over the defaults */
   zb_model_spec model;
+  /* the job's data secret; has_data_secret false from an older coordinator */
+  bool has_data_secret;
+  uint8_t data_secret[ZB_DATA_SECRET_BYTES];
 } zb_assignment;
 
 /* Decodes and checks pb: shape and schedule, every action in range (a

@@ -186,6 +186,12 @@ static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_d
   a->iterations = pb->iterations;
   a->bytes_per_activation = pb->bytes_per_activation;
   a->trace_every = pb->trace_every > 0 ? pb->trace_every : 0;
+  if (pb->data_secret.len != 0 && pb->data_secret.len != ZB_DATA_SECRET_BYTES)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.data_secret: %zu bytes, not %d",
+                       pb->data_secret.len, ZB_DATA_SECRET_BYTES);
+  a->has_data_secret = pb->data_secret.len == ZB_DATA_SECRET_BYTES;
+  if (a->has_data_secret)
+    memcpy(a->data_secret, pb->data_secret.data, ZB_DATA_SECRET_BYTES);
   if (a->ranks < 1 || a->ranks > DECODE_MAX_RANKS || a->rank < 0 || a->rank >= a->ranks)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.rank: rank %d of %d ranks", a->rank, a->ranks);
   if (a->chunks < 1 || (long long)a->chunks * a->ranks > DECODE_MAX_STAGES)

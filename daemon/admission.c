@@ -121,7 +121,10 @@ bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_s
   coord_metrics_observe_plan(co, plan->generate_seconds);
   /* the data addresses are not known before the job starts (job_start
    * checks again with them) */
-  zb_assignment_src src = {.job_id = j->row.id[0] ? j->row.id : "j-0000000", .spec = spec, .plan = plan};
+  zb_assignment_src src = {.job_id = j->row.id[0] ? j->row.id : "j-0000000",
+                           .spec = spec,
+                           .plan = plan,
+                           .data_secret = j->data_secret};
   zb_assignment_sizes sz;
   zb_assignment_measure(&src, &sz);
   if ((long long)sz.largest <= limit)

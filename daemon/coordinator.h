@@ -90,6 +90,9 @@ struct coord_job {
    * coordinator restart fails the running jobs anyway) */
   bool has_nccl_id;
   uint8_t nccl_id[ZB_NCCL_ID_BYTES];
+  /* the data-plane secret its ranks' handshakes prove (random, made when
+   * the job is queued; memory only, like the plan) */
+  uint8_t data_secret[ZB_DATA_SECRET_BYTES];
   /* costs learned from sampled iterations (learn.c); NULL before the
    * first (memory only, like the plan) */
   zb_costs *learned;
@@ -157,6 +160,8 @@ void coord_free_state(coord *co);
 coord_job *job_find(coord *co, const char *id);
 /* The job named by a request's job_id, or NULL after failing call. */
 coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id);
+/* Fills j->data_secret with fresh random bytes (the kernel's). */
+void job_new_data_secret(coord_job *j);
 bool job_terminal(const coord_job *j);
 /* Records an event (state, reason, optional iteration), persists the job
  * and sends the event to every watcher. */

@@ -33,8 +33,12 @@ void job_release_workers(coord_job *j) {
 }
 
 zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan, int version, int first) {
-  zb_assignment_src src = {
-      .job_id = j->row.id, .spec = &j->spec, .plan = plan, .plan_version = version, .first_iteration = first};
+  zb_assignment_src src = {.job_id = j->row.id,
+                           .spec = &j->spec,
+                           .plan = plan,
+                           .plan_version = version,
+                           .first_iteration = first,
+                           .data_secret = j->data_secret};
   /* a model job's update that moves stages: weights may go to any rank */
   src.all_peers = plan != &j->plan && zb_job_spec_trains_model(&j->spec) &&
                   (plan->v != j->plan.v || plan->placement != j->plan.placement);

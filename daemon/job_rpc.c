@@ -135,6 +135,7 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   if (resume && !(resume_pb = resume_spec(co, call, &who, resume)))
     return;
   coord_job *j = zb_calloc(1, sizeof *j);
+  job_new_data_secret(j);
   zb_diag d;
   zb_err werr = zb_wire_spec_from_pb(resume ? resume_pb : req->spec, &j->spec, &d);
   if (resume_pb)

@@ -9,11 +9,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/random.h>
+
 #include "coordinator.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_log.h"
 #include "zb_timeline_pb.h"
+
+void job_new_data_secret(coord_job *j) {
+  size_t got = 0;
+  while (got < sizeof j->data_secret) {
+    ssize_t n = getrandom(j->data_secret + got, sizeof j->data_secret - got, 0);
+    if (n > 0)
+      got += (size_t)n;
+  }
+}
 
 coord_job *job_find(coord *co, const char *id) {
   for (coord_job *j = co->jobs; j; j = j->next)
@@ -180,6 +191,7 @@ zb_err coord_load(coord *co, zb_diag *diag) {
   co->next_job_number = 1;
   for (int k = 0; k < n; k++) {
     coord_job *j = zb_calloc(1, sizeof *j);
+    job_new_data_secret(j);
     j->row = rows[k];
     rows[k].spec = rows[k].last = NULL; /* moved */
     Zb__V1__JobSpec *pb = (Zb__V1__JobSpec *)protobuf_c_message_unpack(&zb__v1__job_spec__descriptor, NULL,

@@ -267,6 +267,8 @@ static zb_err job_transport(job_state *js, const zb_assignment *first, atomic_bo
                       .has_listener = true,
                       .listener_fd = js->w->data_fd,
                       .session = job_session(first->job_id),
+                      .secret = first->has_data_secret ? first->data_secret : NULL,
+                      .secret_len = first->has_data_secret ? sizeof first->data_secret : 0,
                       .stop = stop,
                       .idle_timeout_s = 30};
   return zb_transport_tcp_new(&tc, &js->tr, diag);

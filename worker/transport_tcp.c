@@ -233,6 +233,13 @@ zb_err zb_transport_tcp_new(const zb_tcp_config *cfg, zb_transport **out, zb_dia
   t->rank = cfg->rank;
   t->nranks = cfg->nranks;
   t->session = cfg->session;
+  if (cfg->secret && cfg->secret_len > 0) {
+    t->key_len = cfg->secret_len < TCP_KEY_MAX ? cfg->secret_len : TCP_KEY_MAX;
+    memcpy(t->key, cfg->secret, t->key_len);
+  } else {
+    put_u64(t->key, cfg->session);
+    t->key_len = 8;
+  }
   t->stop = cfg->stop;
   t->idle_timeout_s = cfg->idle_timeout_s;
   t->listen_fd = -1;

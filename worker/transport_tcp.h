@@ -7,13 +7,23 @@
  * loop that moves every posted send and receive of a group at once.
  *
  *
- * Wire format, little-endian, all frames 24 bytes:
- *   hello:   magic "ZBHL" | version u32 | rank u32 | nranks u32 | session u64
- *   message: magic "ZBMS" | kind u32 ('F'/'B') | stage i32 | mb i32 | len u64,
- *            then len payload bytes.
- * The dialer (lower rank) sends its hello, the acceptor answers with its
- * own. A receive reads exactly one header and then exactly its payload, so
- * nothing beyond the message it was posted for is ever consumed.
+ * Wire format, little-endian:
+ *   hello (72 bytes): magic "ZBHL" | version u32 | rank u32 | nranks u32 |
+ *            session u64 | nonce [16] | mac [32]
+ *   proof (72 bytes): magic "ZBPF", the rest as a hello's, nonce zero
+ *   message (24 bytes): magic "ZBMS" | kind u32 ('F'/'B') | stage i32 |
+ *            mb i32 | len u64, then len payload bytes.
+ * The handshake proves that both ends hold the job's data secret (sent by
+ * the coordinator with each rank's assignment) without sending it
+ * (docs/operations.md, Security): the dialer (lower rank) sends a hello
+ * with a fresh nonce; the acceptor answers with its own nonce and
+ * mac = HMAC-SHA256(secret, "zb-tcp-accept" | both nonces | both ranks |
+ * nranks | session); the dialer checks it and sends a proof with the
+ * same MAC under "zb-tcp-dial"; only then is the connection the peer's.
+ * A connection that fails the proof is closed and never counted, so a
+ * stranger who knows the job id can neither take a rank's place nor
+ * inject a frame. A receive reads exactly one header and then exactly its
+ * payload, so nothing beyond the message it was posted for is consumed.
  */
 #ifndef ZB_TRANSPORT_TCP_H
 #define ZB_TRANSPORT_TCP_H
@@ -29,8 +39,13 @@
 
 #define TCP_HELLO_MAGIC 0x4c48425au /* "ZBHL" as bytes on the wire */
 #define TCP_MSG_MAGIC 0x534d425au   /* "ZBMS" */
-#define TCP_VERSION 1u
-#define TCP_FRAME 24
+#define TCP_PROOF_MAGIC 0x4650425au /* "ZBPF" */
+#define TCP_VERSION 2u
+#define TCP_FRAME 24       /* a message header */
+#define TCP_HELLO_FRAME 72 /* a hello or a proof */
+#define TCP_NONCE 16
+#define TCP_MAC 32
+#define TCP_KEY_MAX 64
 #define TCP_POLL_MS 100 /* the longest a wait goes without looking at the stop flag */
 #define TCP_BACKOFF_MIN_NS 10000000LL
 #define TCP_BACKOFF_MAX_NS 500000000LL
@@ -49,6 +64,8 @@ typedef struct tcp_op {
 typedef struct tcp_transport {
   int rank, nranks;
   uint64_t session;
+  unsigned char key[TCP_KEY_MAX]; /* the data secret the handshake proves */
+  size_t key_len;
   const atomic_bool *stop;
   double idle_timeout_s;
   int listen_fd;
@@ -117,6 +134,18 @@ zb_err zbtcp_fail(tcp_transport *t, zb_err err, zb_diag *diag, const char *fmt, 
     __attribute__((format(printf, 4, 5)));
 /* The error of a transport that failed before. */
 zb_err zbtcp_failed_before(const tcp_transport *t, zb_diag *diag);
+
+/* ---- handshake authentication (transport_tcp_auth.c) ---- */
+
+/* Fills nonce with fresh random bytes. */
+void zbtcp_nonce(unsigned char nonce[TCP_NONCE]);
+/* HMAC-SHA256 under t's key of label, the dialer's and the acceptor's
+ * nonces and ranks, nranks and the session. */
+void zbtcp_mac(const tcp_transport *t, const char *label, const unsigned char *nonce_d,
+               const unsigned char *nonce_a, int rank_d, int rank_a, unsigned char mac[TCP_MAC]);
+/* Whether mac is that MAC (compared in constant time). */
+bool zbtcp_mac_ok(const tcp_transport *t, const char *label, const unsigned char *nonce_d,
+                  const unsigned char *nonce_a, int rank_d, int rank_a, const unsigned char *mac);
 
 /* ---- the vtable's entries in the other files ---- */
 

@@ -1,7 +1,8 @@
 /* transport_tcp_connect.c — connecting the tcp transport (transport_tcp.h):
  * each rank dials the higher ranks it needs (retrying with backoff until
  * the deadline) and accepts the lower ones; the dialer sends its hello,
- * the acceptor checks it and answers with its own. */
+ * the acceptor checks it and answers with its own and a MAC, the dialer
+ * checks that and sends its proof, the acceptor checks the proof. */
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -24,8 +25,10 @@ typedef struct tcp_hs {
   int peer; /* -1: accepted, not yet known */
   bool outbound;
   hs_state st;
-  unsigned char buf[TCP_FRAME];
+  bool proving; /* past the hellos: the dialer writes, the acceptor reads the proof */
+  unsigned char buf[TCP_HELLO_FRAME];
   size_t done;
+  unsigned char mine[TCP_NONCE], theirs[TCP_NONCE];
   struct addrinfo *ai, *ai_cur; /* outbound: resolved peer address (owned) */
   int64_t next_try, backoff;
   char why[128]; /* outbound: why the last attempt failed */
@@ -54,12 +57,24 @@ static tcp_hs *hs_add(tcp_conn_state *cs) {
   return h;
 }
 
-static void tcp_encode_hello(const tcp_transport *t, unsigned char *b) {
-  put_u32(b, TCP_HELLO_MAGIC);
+/* Our next handshake frame into h->buf: the dialer's hello (no MAC), the
+ * acceptor's hello (its MAC), or the dialer's proof. */
+static void tcp_encode_hello(const tcp_transport *t, tcp_hs *h) {
+  unsigned char *b = h->buf;
+  memset(b, 0, TCP_HELLO_FRAME);
+  put_u32(b, h->proving ? TCP_PROOF_MAGIC : TCP_HELLO_MAGIC);
   put_u32(b + 4, TCP_VERSION);
   put_u32(b + 8, (uint32_t)t->rank);
   put_u32(b + 12, (uint32_t)t->nranks);
   put_u64(b + 16, t->session);
+  if (h->proving) {
+    zbtcp_mac(t, "zb-tcp-dial", h->mine, h->theirs, t->rank, h->peer, b + 40);
+    return;
+  }
+  zbtcp_nonce(h->mine);
+  memcpy(b + 24, h->mine, TCP_NONCE);
+  if (!h->outbound)
+    zbtcp_mac(t, "zb-tcp-accept", h->theirs, h->mine, h->peer, t->rank, b + 40);
 }
 
 /* An outbound attempt failed: close and retry after the backoff. */
@@ -68,6 +83,7 @@ static void hs_retry(tcp_hs *h, const char *why) {
     close(h->fd);
   h->fd = -1;
   h->st = HS_WAIT;
+  h->proving = false;
   snprintf(h->why, sizeof h->why, "%s", why);
   h->next_try = zb_clock_ns() + h->backoff;
   h->backoff = h->backoff * 2 > TCP_BACKOFF_MAX_NS ? TCP_BACKOFF_MAX_NS : h->backoff * 2;
@@ -100,6 +116,7 @@ static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, const bool *need, zb_d
   int r = (int)get_u32(b + 8);
   bool ok = get_u32(b) == TCP_HELLO_MAGIC && get_u32(b + 4) == TCP_VERSION &&
             (int)get_u32(b + 12) == t->nranks && get_u64(b + 16) == t->session;
+  memcpy(h->theirs, b + 24, TCP_NONCE);
   if (!h->outbound) { /* strays and leftovers from another job are dropped, not fatal */
     *drop = !ok || r < 0 || r >= t->rank || !need[r] || t->fds[r] >= 0;
     h->peer = r;
@@ -121,7 +138,22 @@ static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, const bool *need, zb_d
         t, ZB_ERR_INVALID_ARG, diag,
         "rank %d: peer rank %d answered for another job (version, rank count or session differ)", t->rank,
         h->peer);
+  if (!zbtcp_mac_ok(t, "zb-tcp-accept", h->mine, h->theirs, t->rank, h->peer, b + 40))
+    return zbtcp_fail(
+        t, ZB_ERR_INVALID_ARG, diag,
+        "rank %d: the address of peer rank %d failed the data-plane authentication (it does not "
+        "hold this job's data secret)",
+        t->rank, h->peer);
   return ZB_OK;
+}
+
+/* The acceptor's last step: the dialer's proof. A connection that does
+ * not prove the secret is dropped, never counted: a stranger cannot take
+ * the rank's place. */
+static bool hs_proof_ok(const tcp_transport *t, const tcp_hs *h) {
+  const unsigned char *b = h->buf;
+  return get_u32(b) == TCP_PROOF_MAGIC && get_u32(b + 4) == TCP_VERSION && (int)get_u32(b + 8) == h->peer &&
+         zbtcp_mac_ok(t, "zb-tcp-dial", h->theirs, h->mine, h->peer, t->rank, b + 40);
 }
 
 /* The connection of h is established: it becomes the transport's
@@ -151,14 +183,14 @@ static void hs_step_dial(tcp_hs *h, short re) {
   h->done = 0;
 }
 
-/* HS_WRITE: sends our hello. Then a dialer reads the answer; an acceptor
- * (which read the peer's hello first) is connected. */
+/* HS_WRITE: sends our hello or proof. Then a dialer reads the answer (or,
+ * after its proof, is connected); an acceptor reads the proof. */
 static void hs_step_write(tcp_transport *t, tcp_hs *h) {
   char eb[96];
   if (h->done == 0)
-    tcp_encode_hello(t, h->buf);
-  while (h->done < TCP_FRAME) {
-    ssize_t n = send(h->fd, h->buf + h->done, TCP_FRAME - h->done, MSG_NOSIGNAL);
+    tcp_encode_hello(t, h);
+  while (h->done < TCP_HELLO_FRAME) {
+    ssize_t n = send(h->fd, h->buf + h->done, TCP_HELLO_FRAME - h->done, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -173,20 +205,21 @@ static void hs_step_write(tcp_transport *t, tcp_hs *h) {
     h->done += (size_t)n;
   }
   h->done = 0;
-  if (h->outbound)
-    h->st = HS_READ;
-  else if (t->fds[h->peer] >= 0) /* a second connection claiming the same rank */
-    h->st = HS_DROP;
-  else
+  if (h->outbound && h->proving) {
     hs_connected(t, h);
+  } else {
+    h->st = HS_READ;
+    h->proving = !h->outbound; /* the acceptor reads the proof next */
+  }
 }
 
-/* HS_READ: reads and checks the other end's hello. A dialer is then
- * connected; an acceptor answers with its own hello. */
+/* HS_READ: reads and checks the other end's hello (a dialer then sends its
+ * proof; an acceptor answers with its own hello), or, on the acceptor,
+ * the dialer's proof (then connected). */
 static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, const bool *need, zb_diag *diag) {
   char eb[96];
-  while (h->done < TCP_FRAME) {
-    ssize_t n = recv(h->fd, h->buf + h->done, TCP_FRAME - h->done, 0);
+  while (h->done < TCP_HELLO_FRAME) {
+    ssize_t n = recv(h->fd, h->buf + h->done, TCP_HELLO_FRAME - h->done, 0);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -200,6 +233,14 @@ static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, const bool *need, zb_dia
     }
     h->done += (size_t)n;
   }
+  h->done = 0;
+  if (h->proving) { /* the acceptor, with the dialer's proof */
+    if (!hs_proof_ok(t, h) || t->fds[h->peer] >= 0)
+      h->st = HS_DROP; /* no proof, or a second connection claiming the same rank */
+    else
+      hs_connected(t, h);
+    return ZB_OK;
+  }
   bool drop;
   zb_err err = hs_check_hello(t, h, need, diag, &drop);
   if (err)
@@ -208,11 +249,9 @@ static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, const bool *need, zb_dia
     hs_retry(h, "connected to itself (nobody listens there)");
   } else if (drop) {
     h->st = HS_DROP;
-  } else if (h->outbound) {
-    hs_connected(t, h);
   } else {
-    h->st = HS_WRITE; /* answer with our hello */
-    h->done = 0;
+    h->st = HS_WRITE; /* the dialer's proof, or the acceptor's hello */
+    h->proving = h->outbound;
   }
   return ZB_OK;
 }

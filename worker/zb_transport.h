@@ -178,6 +178,12 @@ typedef struct zb_tcp_config {
   /* Both ends of a connection must agree (a job/plan id), so a connection
    * left over from another job is refused in the handshake. */
   uint64_t session;
+  /* The job's data secret (the coordinator sends it with each rank's
+   * assignment): the handshake proves both ends hold it without sending
+   * it. NULL: the session's 8 bytes stand in (tests; no protection).
+   * Copied; at most 64 bytes. */
+  const unsigned char *secret;
+  size_t secret_len;
   const atomic_bool *stop; /* may be NULL; borrowed */
   /* A group or a handshake that moves no byte for this long fails with
    * ZB_ERR_IO (<= 0: wait as long as it takes; the stop flag still works). */

@@ -197,6 +197,63 @@ def test_bad_tls_config_is_refused():
         assert cp.returncode == 2 and "/nonexistent/key.pem" in cp.stderr, cp.stderr
 
 
+def fnv1a(text):
+    h = 1469598103934665603
+    for b in text.encode():
+        h = ((h ^ b) * 1099511628211) % (1 << 64)
+    return h
+
+
+def test_data_plane_stranger_cannot_join():
+    """A stranger who knows the next job's id connects to rank 1's data port
+    before the job starts and claims to be rank 0 (the old race: it won 12
+    of 14). Without the job's data secret it cannot answer the handshake:
+    it is dropped, the real rank 0 connects, the job succeeds, and nothing
+    the stranger sent reached a rank."""
+    import socket
+    import struct
+    import threading
+    with Cluster(workers=2, tls=True, name="sec-data") as c:
+        first = c.submit(job_spec(name="first", ranks=2, microbatches=4, iterations=1))
+        c.wait_state(first, STATE.JOB_STATE_SUCCEEDED)
+        c.wait_workers(2)
+        nxt = "j-%d" % (int(first.split("-")[1]) + 1)  # ids are sequential
+        rank1 = [w for w in c.list_workers() if w.id == "w1"][0].data_address
+        host, port = rank1.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=30 * zbsvc.SLOW)
+        s.sendall(struct.pack("<4sIIIQ16s32s", b"ZBHL", 2, 0, 2, fnv1a(nxt), b"\0" * 16, b"\0" * 32))
+        outcome = {}
+
+        def stranger():
+            try:
+                answer = b""
+                while len(answer) < 72:
+                    chunk = s.recv(72 - len(answer))
+                    if not chunk:
+                        break
+                    answer += chunk
+                outcome["answered"] = answer[:4]
+                s.sendall(struct.pack("<4sIIIQ16s32s", b"ZBPF", 2, 0, 2, fnv1a(nxt), b"\0" * 16, b"\xab" * 32))
+                s.sendall(struct.pack("<4sIiiQ", b"ZBMS", ord("F"), 0, 0, 16) + b"\x7f" * 16)  # inject
+                outcome["closed"] = s.recv(1) == b""
+            except OSError as e:
+                outcome["closed"] = isinstance(e, ConnectionResetError)
+                outcome["error"] = str(e)
+
+        th = threading.Thread(target=stranger)
+        th.start()
+        jid = c.submit(job_spec(name="victim", ranks=2, microbatches=4, iterations=5))
+        assert jid == nxt, (jid, nxt)
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+        th.join(30 * zbsvc.SLOW)
+        s.close()
+        print("stranger: %s; job %s %s after %d iterations" % (outcome, jid, zbsvc.state_name(job.state),
+                                                               job.iterations_done))
+        assert outcome.get("answered") == b"ZBHL" and outcome.get("closed"), outcome
+        assert job.iterations_done == 5, job
+        c.assert_serving()
+
+
 def cpu_job(name, **model):
     m = zb_pb2.ModelSpec(hidden=16, heads=2, layers=2, seq_len=8, batch=2, seed=3, **model)
     return zb_pb2.JobSpec(name=name, ranks=2, microbatches=2, schedule="1f1b", iterations=2, backend="cpu",
