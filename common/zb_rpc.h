@@ -44,6 +44,10 @@ typedef struct zb_rpc_method {
    * start (zb_rpc_call_on_close). A unary handler must end its call before
    * it returns; that saves a completion event per call. */
   bool streaming;
+  /* Unary, answered later: the handler may return with the call open and
+   * end it from the loop afterwards (work done off the loop, such as
+   * planning); the server watches for the peer leaving, as for a stream. */
+  bool deferred;
 } zb_rpc_method;
 
 /* Binds addr ("host:port"; port 0: any free port, written to *bound_port),

@@ -322,7 +322,7 @@ static void rpc_on_new_call(method_slot *sl) {
   if (srv->live)
     srv->live->prev = c;
   srv->live = c;
-  if (sl->m->streaming) {
+  if (sl->m->streaming || sl->m->deferred) {
     grpc_op close_op;
     memset(&close_op, 0, sizeof close_op);
     close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -346,7 +346,7 @@ static void rpc_on_new_call(method_slot *sl) {
   }
   sl->m->handler(c, req, srv->user);
   protobuf_c_message_free_unpacked(req, NULL);
-  if (!sl->m->streaming && !c->ended && !c->finishing) /* a unary handler that forgot to answer */
+  if (!sl->m->streaming && !sl->m->deferred && !c->ended && !c->finishing) /* a unary handler that forgot */
     zb_rpc_fail(c, GRPC_STATUS_INTERNAL, "%s: no answer", sl->m->path);
 }
 

@@ -106,11 +106,36 @@ static bool plan_fits(zb_rpc_call *call, const zb_job_spec *spec, bool whole, lo
   return false;
 }
 
-bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec, const char *what,
-                      zb_planner_result *plan) {
+/* Refuses a plan over the coordinator's planning budget (max_plan_ops)
+ * before making it: planning holds memory in proportion to its ops (a
+ * 96-million-op plan took a coordinator past 3 GB). */
+static bool plan_within_budget(coord *co, zb_rpc_call *call, const zb_job_spec *spec, const char *what) {
+  zb_family f = ZB_FAMILY_1F1B;
+  bool known = zb_family_parse(spec->schedule, &f, NULL) == ZB_OK;
+  int v = spec->chunks > 0 ? spec->chunks : known ? zb_family_default_chunks(f) : 1;
+  if (known && f == ZB_FAMILY_ZB_AUTO && spec->chunks <= 0) /* its search plans up to 4 chunks */
+    v = 4;
+  double ops = 3.0 * spec->ranks * v * spec->microbatches;
+  if (ops <= (double)co->cfg.max_plan_ops)
+    return true;
+  size_t n = strlen(what);
+  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "%s%s: p=%d x %d chunks x m=%d x 3 = %.0f compute ops to plan, over the coordinator's "
+              "max_plan_ops %lld; use fewer microbatches or ranks",
+              what, n && what[n - 1] == '.' ? "microbatches" : "", spec->ranks, v, spec->microbatches, ops,
+              co->cfg.max_plan_ops);
+  return false;
+}
+
+bool coord_admit_before_plan(coord *co, zb_rpc_call *call, const zb_job_spec *spec, const char *what) {
   const coord_worker *by = NULL;
   long long limit = spec_limit(co, spec, &by);
-  if (!plan_fits(call, spec, false, limit, by))
+  return plan_within_budget(co, call, spec, what) && plan_fits(call, spec, false, limit, by);
+}
+
+bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec, const char *what,
+                      zb_planner_result *plan) {
+  if (!coord_admit_before_plan(co, call, spec, what))
     return false;
   zb_diag d;
   if (zb_job_plan(spec, ZB_OBJ_MAKESPAN, plan, &d) != ZB_OK) {
@@ -118,6 +143,13 @@ bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_s
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%sschedule: %s", what, d.msg);
     return false;
   }
+  return coord_admit_planned(co, call, j, spec, what, plan);
+}
+
+bool coord_admit_planned(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec,
+                         const char *what, zb_planner_result *plan) {
+  const coord_worker *by = NULL;
+  long long limit = spec_limit(co, spec, &by);
   coord_metrics_observe_plan(co, plan->generate_seconds);
   /* the data addresses are not known before the job starts (job_start
    * checks again with them) */

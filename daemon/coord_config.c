@@ -22,14 +22,20 @@ typedef enum coord_key {
   CO_TLS_CA,
   CO_TLS_CERT,
   CO_TLS_KEY,
+  CO_MAX_PLAN_OPS,
   CO_COUNT_
 } coord_key;
+/* by key, so that each name sits next to its key */
 static const char *const coord_keys[CO_COUNT_] = {
-    "listen", "metrics_listen", "data_dir", "heartbeat_timeout_ms", "log_level", "max_message_bytes",
-    "tls_ca", "tls_cert",       "tls_key"};
+    [CO_LISTEN] = "listen",       [CO_METRICS_LISTEN] = "metrics_listen",
+    [CO_DATA_DIR] = "data_dir",   [CO_HEARTBEAT] = "heartbeat_timeout_ms",
+    [CO_LOG_LEVEL] = "log_level", [CO_MAX_MESSAGE] = "max_message_bytes",
+    [CO_TLS_CA] = "tls_ca",       [CO_TLS_CERT] = "tls_cert",
+    [CO_TLS_KEY] = "tls_key",     [CO_MAX_PLAN_OPS] = "max_plan_ops"};
 
 static const zb_yaml_int_range HEARTBEAT_RANGE = {0, 100, 600000};
 static const zb_yaml_int_range MAX_MESSAGE_RANGE = {0, 4096, 1073741824};
+static const zb_yaml_int_range MAX_PLAN_OPS_RANGE = {0, 1000, 1LL << 31};
 
 void zb_coord_config_default(zb_coord_config *c) {
   memset(c, 0, sizeof *c);
@@ -39,6 +45,7 @@ void zb_coord_config_default(zb_coord_config *c) {
   c->heartbeat_timeout_ms = 5000;
   snprintf(c->log_level, sizeof c->log_level, "info");
   c->max_message_bytes = 16777216;
+  c->max_plan_ops = 1 << 24;
 }
 
 /* "host:port" with a non-empty host ("[v6]" bracketed) and a decimal port
@@ -102,6 +109,11 @@ static zb_err coord_value(const zb_yaml_walk *w, coord_key k, const yaml_node_t 
     if ((err = zb_yaml_get_int(w, v, "max_message_bytes", &MAX_MESSAGE_RANGE, &x)))
       return err;
     c->max_message_bytes = x;
+    return ZB_OK;
+  case CO_MAX_PLAN_OPS:
+    if ((err = zb_yaml_get_int(w, v, "max_plan_ops", &MAX_PLAN_OPS_RANGE, &x)))
+      return err;
+    c->max_plan_ops = x;
     return ZB_OK;
   case CO_TLS_CA:
   case CO_TLS_CERT:

@@ -19,6 +19,8 @@
  *   heartbeat_timeout_ms: 5000        # a worker silent this long is dead (100..600000)
  *   log_level: info                   # debug, info, warn, error
  *   max_message_bytes: 16777216       # gRPC receive limit (4096..1 GiB)
+ *   max_plan_ops: 16777216            # largest plan admitted: ranks x chunks x
+ *                                     #   microbatches x 3 compute ops (1000..2^31)
  *   tls_ca: /etc/zb/ca.pem            # mutual TLS (all three, or none:
  *   tls_cert: /etc/zb/coordinator.pem #   insecure mode, loopback
  *   tls_key: /etc/zb/coordinator.key  #   development only)
@@ -30,6 +32,7 @@ typedef struct zb_coord_config {
   int heartbeat_timeout_ms;
   char log_level[8];
   long long max_message_bytes;
+  long long max_plan_ops;
   zb_tls_files tls;
 } zb_coord_config;
 

@@ -194,6 +194,13 @@ void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
  * returns false; on success *plan is the caller's. */
 bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec, const char *what,
                       zb_planner_result *plan);
+/* coord_admit_plan in two halves around a plan made elsewhere (off the
+ * loop): the checks before planning (the planning budget, max_plan_ops,
+ * and the lower bound on the plan's size), and those of the plan made
+ * (*plan freed on refusal). */
+bool coord_admit_before_plan(coord *co, zb_rpc_call *call, const zb_job_spec *spec, const char *what);
+bool coord_admit_planned(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec,
+                         const char *what, zb_planner_result *plan);
 /* The largest Assignment workers ws (n of them) can all receive, and the
  * first worker that sets it (NULL: the coordinator's own limit). */
 long long coord_assignment_limit(coord *co, coord_worker *const *ws, int n, const coord_worker **by);

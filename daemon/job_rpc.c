@@ -111,6 +111,66 @@ static void job_enqueue(coord *co, coord_job *j) {
           j->spec.microbatches);
 }
 
+/* A submission being planned off the loop (uv_queue_work), so that
+ * heartbeats, reports and health checks are answered meanwhile: the job
+ * (not queued yet), its call (NULL once the client has left) and the
+ * planner's word. */
+typedef struct submit_op {
+  uv_work_t req;
+  coord *co;
+  zb_rpc_call *call;
+  coord_job *j;
+  zb_err err;
+  zb_diag diag;
+} submit_op;
+
+static void job_discard(coord_job *j) {
+  zb_planner_result_free(&j->plan);
+  zb_job_spec_free(&j->spec);
+  free(j);
+}
+
+static void submit_left(zb_rpc_call *call, void *arg) {
+  (void)call;
+  submit_op *op = arg;
+  op->call = NULL;
+  uv_cancel((uv_req_t *)&op->req); /* not started yet: it never plans */
+}
+
+/* On a thread of libuv's pool: touches nothing but the op's job. */
+static void submit_plan(uv_work_t *req) {
+  submit_op *op = req->data;
+  op->err = zb_job_plan(&op->j->spec, ZB_OBJ_MAKESPAN, &op->j->plan, &op->diag);
+}
+
+/* Back on the loop: the checks of the plan made, then the job is queued
+ * (or dropped, when its client left or the coordinator is stopping). */
+static void submit_planned(uv_work_t *req, int status) {
+  submit_op op = *(submit_op *)req->data;
+  free(req->data);
+  coord *co = op.co;
+  coord_job *j = op.j;
+  if (op.call)
+    zb_rpc_call_on_close(op.call, NULL, NULL);
+  bool ok = op.call && status == 0;
+  if (ok && co->stopping)
+    zb_rpc_fail(op.call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
+  else if (ok && op.err)
+    zb_rpc_fail(op.call, GRPC_STATUS_INVALID_ARGUMENT, "spec.schedule: %s", op.diag.msg);
+  ok = ok && !co->stopping && !op.err && admit_workers(co, op.call, &j->spec) &&
+       coord_admit_planned(co, op.call, j, &j->spec, "spec.", &j->plan);
+  if (!ok) {
+    job_discard(j);
+    return;
+  }
+  job_enqueue(co, j);
+  job_event(co, j, NULL);
+  Zb__V1__SubmitJobResponse resp = ZB__V1__SUBMIT_JOB_RESPONSE__INIT;
+  resp.job_id = j->row.id;
+  zb_rpc_reply(op.call, &resp.base);
+  coord_start_pending(co);
+}
+
 void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__SubmitJobRequest *req = (const void *)m;
@@ -154,21 +214,20 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   snprintf(j->spec.owner, sizeof j->spec.owner, "%s", who.name); /* never the client's say */
   if (resume) /* replaces the job the old one was resumed from, if it was */
     snprintf(j->spec.model.resume_from, sizeof j->spec.model.resume_from, "%s", resume);
-  /* plan now and keep it, so a bad or oversized plan is refused before it
-   * is queued and the job starts with the plan it was admitted with */
-  if (!coord_admit_plan(co, call, j, &j->spec, "spec.", &j->plan) || !admit_workers(co, call, &j->spec))
+  /* every cheap check first (workers, the planning budget); then plan off
+   * the loop and keep the plan, so a bad or oversized plan is refused
+   * before it is queued and the job starts with the plan it was admitted
+   * with */
+  if (!admit_workers(co, call, &j->spec) || !coord_admit_before_plan(co, call, &j->spec, "spec."))
     goto fail;
-  job_enqueue(co, j);
-  job_event(co, j, NULL);
-  Zb__V1__SubmitJobResponse resp = ZB__V1__SUBMIT_JOB_RESPONSE__INIT;
-  resp.job_id = j->row.id;
-  zb_rpc_reply(call, &resp.base);
-  coord_start_pending(co);
+  submit_op *op = zb_calloc(1, sizeof *op);
+  *op = (submit_op){.co = co, .call = call, .j = j};
+  op->req.data = op;
+  zb_rpc_call_on_close(call, submit_left, op);
+  uv_queue_work(co->loop, &op->req, submit_plan, submit_planned);
   return;
 fail:
-  zb_planner_result_free(&j->plan);
-  zb_job_spec_free(&j->spec);
-  free(j);
+  job_discard(j);
 }
 
 void on_get_job(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {

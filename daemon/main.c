@@ -21,7 +21,8 @@
 static const char usage_text[] =
     "usage: zb-coordinator [--config FILE] [--listen ADDR] [--metrics-listen ADDR]\n"
     "                      [--data-dir DIR] [--heartbeat-timeout-ms N] [--log-level L]\n"
-    "                      [--max-message-bytes N] [--tls-ca FILE --tls-cert FILE --tls-key FILE]\n"
+    "                      [--max-message-bytes N] [--max-plan-ops N]\n"
+    "                      [--tls-ca FILE --tls-cert FILE --tls-key FILE]\n"
     "                      [--port-file FILE] [--version] [--help]\n"
     "\n"
     "Plans pipeline schedules, assigns ranks to attached zb-workers, dispatches\n"
@@ -29,6 +30,7 @@ static const char usage_text[] =
     "\n"
     "  --config FILE            YAML config (keys: listen, metrics_listen, data_dir,\n"
     "                           heartbeat_timeout_ms, log_level, max_message_bytes,\n"
+    "                           max_plan_ops,\n"
     "                           tls_ca, tls_cert, tls_key)\n"
     "  --listen ADDR            gRPC address (default 127.0.0.1:7070; port 0: any)\n"
     "  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9464)\n"
@@ -36,6 +38,8 @@ static const char usage_text[] =
     "  --heartbeat-timeout-ms N a worker silent this long is dead (default 5000)\n"
     "  --log-level L            debug, info, warn, error (default info)\n"
     "  --max-message-bytes N    gRPC message limit (default 16777216)\n"
+    "  --max-plan-ops N         largest plan admitted, in compute ops: ranks x chunks x\n"
+    "                           microbatches x 3 (default 16777216), checked before planning\n"
     "  --tls-ca FILE            mutual TLS: the CA that signs every party's certificate;\n"
     "  --tls-cert FILE            this coordinator's certificate and\n"
     "  --tls-key FILE             its key (all three, or none: insecure mode, every\n"
@@ -152,6 +156,7 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
                                        {"log-level", required_argument, NULL, 'L'},
                                        {"max-message-bytes", required_argument, NULL, 'M'},
                                        {"port-file", required_argument, NULL, 'p'},
+                                       {"max-plan-ops", required_argument, NULL, 'O'},
                                        {"tls-ca", required_argument, NULL, 'A'},
                                        {"tls-cert", required_argument, NULL, 'C'},
                                        {"tls-key", required_argument, NULL, 'K'},
@@ -177,6 +182,7 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
       break;
     case 'M': key = "max_message_bytes"; break;
     case 'p': args->port_file = optarg; continue;
+    case 'O': key = "max_plan_ops"; break;
     case 'A': key = "tls_ca"; break;
     case 'C': key = "tls_cert"; break;
     case 'K': key = "tls_key"; break;
@@ -185,7 +191,7 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
     default: fputs(usage_text, stderr); return 2;
     }
     snprintf(yaml, sizeof yaml, "%s: \"%s\"\n", key, optarg);
-    if (c == 't' || c == 'M')
+    if (c == 't' || c == 'M' || c == 'O')
       snprintf(yaml, sizeof yaml, "%s: %s\n", key, optarg);
     zb_diag d;
     if (zb_coord_config_parse(yaml, strlen(yaml), cfg, &d) != ZB_OK) {

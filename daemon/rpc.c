@@ -25,18 +25,19 @@ static void on_health(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
 }
 
 const zb_rpc_method coord_methods[] = {
-    {ZB_METHOD_SUBMIT_JOB, &zb__v1__submit_job_request__descriptor, on_submit, false},
-    {ZB_METHOD_GET_JOB, &zb__v1__get_job_request__descriptor, on_get_job, false},
-    {ZB_METHOD_LIST_JOBS, &zb__v1__list_jobs_request__descriptor, on_list_jobs, false},
-    {ZB_METHOD_CANCEL_JOB, &zb__v1__cancel_job_request__descriptor, on_cancel, false},
-    {ZB_METHOD_WATCH_JOB, &zb__v1__watch_job_request__descriptor, on_watch, true},
-    {ZB_METHOD_UPDATE_SCHEDULE, &zb__v1__update_schedule_request__descriptor, on_update_schedule, false},
-    {ZB_METHOD_LIST_WORKERS, &zb__v1__list_workers_request__descriptor, on_list_workers, false},
-    {ZB_METHOD_PLAN, &zb__v1__plan_request__descriptor, on_plan, false},
-    {ZB_METHOD_GET_ITERATION, &zb__v1__get_iteration_request__descriptor, on_get_iteration, false},
-    {ZB_METHOD_ATTACH, &zb__v1__attach_request__descriptor, on_attach, true},
-    {ZB_METHOD_REPORT, &zb__v1__report_request__descriptor, on_report, false},
-    {ZB_METHOD_HEALTH_CHECK, &grpc__health__v1__health_check_request__descriptor, on_health, false},
+    {ZB_METHOD_SUBMIT_JOB, &zb__v1__submit_job_request__descriptor, on_submit, false, true},
+    {ZB_METHOD_GET_JOB, &zb__v1__get_job_request__descriptor, on_get_job, false, false},
+    {ZB_METHOD_LIST_JOBS, &zb__v1__list_jobs_request__descriptor, on_list_jobs, false, false},
+    {ZB_METHOD_CANCEL_JOB, &zb__v1__cancel_job_request__descriptor, on_cancel, false, false},
+    {ZB_METHOD_WATCH_JOB, &zb__v1__watch_job_request__descriptor, on_watch, true, false},
+    {ZB_METHOD_UPDATE_SCHEDULE, &zb__v1__update_schedule_request__descriptor, on_update_schedule, false,
+     false},
+    {ZB_METHOD_LIST_WORKERS, &zb__v1__list_workers_request__descriptor, on_list_workers, false, false},
+    {ZB_METHOD_PLAN, &zb__v1__plan_request__descriptor, on_plan, false, false},
+    {ZB_METHOD_GET_ITERATION, &zb__v1__get_iteration_request__descriptor, on_get_iteration, false, false},
+    {ZB_METHOD_ATTACH, &zb__v1__attach_request__descriptor, on_attach, true, false},
+    {ZB_METHOD_REPORT, &zb__v1__report_request__descriptor, on_report, false, false},
+    {ZB_METHOD_HEALTH_CHECK, &grpc__health__v1__health_check_request__descriptor, on_health, false, false},
 };
 
 const int coord_n_methods = sizeof coord_methods / sizeof coord_methods[0];

@@ -62,9 +62,19 @@ static void test_coord_defaults_and_full(void) {
                      "data_dir: /tmp/zb state\n"
                      "heartbeat_timeout_ms: 100\n"
                      "log_level: debug\n"
-                     "max_message_bytes: 1073741824\n";
+                     "max_message_bytes: 1073741824\n"
+                     "max_plan_ops: 5000\n"
+                     "tls_ca: /etc/zb/ca.pem\n"
+                     "tls_cert: /etc/zb/coordinator.pem\n"
+                     "tls_key: /etc/zb/coordinator.key\n";
+  CHECK_EQ(c.max_plan_ops, 1 << 24);
+  CHECK(!zb_tls_files_set(&c.tls));
   zb_diag d = {{0}};
   CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
+  CHECK_EQ(c.max_plan_ops, 5000);
+  CHECK_STREQ(c.tls.ca, "/etc/zb/ca.pem");
+  CHECK_STREQ(c.tls.cert, "/etc/zb/coordinator.pem");
+  CHECK_STREQ(c.tls.key, "/etc/zb/coordinator.key");
   CHECK_STREQ(c.listen, "0.0.0.0:0");
   CHECK_STREQ(c.metrics_listen, "[::1]:9100");
   CHECK_STREQ(c.data_dir, "/tmp/zb state");
@@ -96,6 +106,8 @@ static void test_coord_layering(void) {
 }
 
 static void test_coord_invalid_leaves_unchanged(void) {
+  CHECK(coord_fails("max_plan_ops: 10\n", ZB_ERR_INVALID_ARG, "max_plan_ops", NULL));
+  CHECK(coord_fails("tls_ca: [a, b]\n", ZB_ERR_PARSE, "tls_ca", NULL));
   /* Valid keys before the bad one: nothing of them may stick. */
   CHECK(coord_fails("log_level: debug\nlisten: 10.0.0.1:1\nheartbeat_timeout_ms: 50\n", ZB_ERR_INVALID_ARG,
                     "line 3", "'heartbeat_timeout_ms'", "between 100 and 600000", NULL));
