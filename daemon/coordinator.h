@@ -98,6 +98,7 @@ struct coord_job {
   zb_costs *learned;
   int learned_iterations;
   double *slowdown; /* by rank, from the last sampled iteration (NULL before one) */
+  bool dirty;       /* its row's last write failed (a full disk): retried each tick */
   struct coord_job *next;
 };
 
@@ -109,6 +110,9 @@ struct coord {
   bool heartbeat_flag, log_level_flag;
   zb_store *store;
   zb_tls *tls; /* NULL: insecure mode */
+  /* a store write failed and some row is not written yet: Health answers
+   * NOT_SERVING and submissions are refused until it is */
+  bool store_failing;
   zb_rpc_server *rpc;
   int grpc_port, metrics_port;
   coord_job *jobs; /* oldest first */
@@ -164,8 +168,13 @@ coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id);
 void job_new_data_secret(coord_job *j);
 bool job_terminal(const coord_job *j);
 /* Records an event (state, reason, optional iteration), persists the job
- * and sends the event to every watcher. */
-void job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it);
+ * and sends the event to every watcher. False when the store refused a
+ * write (the job is then marked dirty, the coordinator NOT_SERVING until
+ * coord_store_retry gets it written; diag says why). */
+bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_diag *diag);
+/* Writes the rows the store refused before (each tick while it fails);
+ * the coordinator serves again once they are all in. */
+void coord_store_retry(coord *co);
 /* Moves a job to a final state: releases its workers, ends its watchers'
  * streams. */
 void job_finish(coord *co, coord_job *j, int state, const char *reason);

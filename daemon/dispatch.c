@@ -128,7 +128,7 @@ static void job_start(coord *co, coord_job *j) {
   snprintf(j->row.schedule, sizeof j->row.schedule, "%s", zb_family_name(j->plan.family));
   ZB_INFO("job %s RUNNING: %s on %d ranks, %d microbatches, %d iterations", j->row.id, j->row.schedule, p,
           j->spec.microbatches, j->spec.iterations);
-  job_event(co, j, NULL);
+  job_event(co, j, NULL, NULL);
   job_send_plan(j, &j->plan, 1, 0);
 }
 

@@ -111,6 +111,20 @@ static void job_enqueue(coord *co, coord_job *j) {
           j->spec.microbatches);
 }
 
+/* Takes the last-queued job j off the queue again (its row could not be
+ * stored): its id is not used. */
+static void job_unqueue(coord *co, coord_job *j) {
+  coord_job **pp = &co->jobs;
+  while (*pp && *pp != j)
+    pp = &(*pp)->next;
+  if (*pp)
+    *pp = j->next;
+  co->next_job_number--;
+  free(j->row.spec);
+  free(j->row.last);
+  j->row.spec = j->row.last = NULL;
+}
+
 /* A submission being planned off the loop (uv_queue_work), so that
  * heartbeats, reports and health checks are answered meanwhile: the job
  * (not queued yet), its call (NULL once the client has left) and the
@@ -164,7 +178,14 @@ static void submit_planned(uv_work_t *req, int status) {
     return;
   }
   job_enqueue(co, j);
-  job_event(co, j, NULL);
+  zb_diag d;
+  if (!job_event(co, j, NULL, &d)) { /* acknowledged only once its row is in the store */
+    job_unqueue(co, j);
+    zb_rpc_fail(op.call, GRPC_STATUS_UNAVAILABLE, "store: %s (the job was not accepted; try again later)",
+                d.msg);
+    job_discard(j);
+    return;
+  }
   Zb__V1__SubmitJobResponse resp = ZB__V1__SUBMIT_JOB_RESPONSE__INIT;
   resp.job_id = j->row.id;
   zb_rpc_reply(op.call, &resp.base);
@@ -187,8 +208,10 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
                 "spec: must be absent with resume_from_job_id (the job takes job %.64s's spec)", resume);
     return;
   }
-  if (co->stopping) {
-    zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
+  if (co->stopping || co->store_failing) {
+    zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "%s",
+                co->stopping ? "the coordinator is shutting down"
+                             : "the job store takes no writes (a full disk?): no job can be accepted now");
     return;
   }
   Zb__V1__JobSpec *resume_pb = NULL;

@@ -48,15 +48,30 @@ bool job_terminal(const coord_job *j) {
 
 /* ---- persistence and events ---- */
 
-static void job_persist(coord *co, coord_job *j) {
-  zb_diag d;
-  if (zb_store_put_job(co->store, &j->row, &d) != ZB_OK)
-    ZB_ERROR("store: %s", d.msg);
+/* Writes j's row; on failure marks it dirty and the store failing. */
+static bool job_persist(coord *co, coord_job *j, zb_diag *d) {
+  if (zb_store_put_job(co->store, &j->row, d) == ZB_OK) {
+    j->dirty = false;
+    return true;
+  }
+  if (!co->store_failing)
+    ZB_ERROR("store: %s; NOT_SERVING until it takes writes again", d->msg);
+  j->dirty = co->store_failing = true;
+  return false;
 }
 
-/* Records an event (state, reason, optional iteration), persists the job
- * and sends the event to every watcher. */
-void job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it) {
+void coord_store_retry(coord *co) {
+  if (!co->store_failing)
+    return;
+  zb_diag d;
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (j->dirty && !job_persist(co, j, &d))
+      return;
+  co->store_failing = false;
+  ZB_INFO("store: writes succeed again; serving");
+}
+
+bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_diag *diag) {
   Zb__V1__JobEvent ev = ZB__V1__JOB_EVENT__INIT;
   ev.seq = j->row.next_seq++;
   ev.unix_ms = zb_clock_unix_ms();
@@ -75,8 +90,14 @@ void job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it) {
     se.iteration = packed;
   }
   zb_diag d;
-  if (zb_store_append_event(co->store, &se, &d) != ZB_OK)
-    ZB_ERROR("store: %s", d.msg);
+  bool stored = zb_store_append_event(co->store, &se, &d) == ZB_OK;
+  if (!stored) {
+    if (!co->store_failing)
+      ZB_ERROR("store: %s; NOT_SERVING until it takes writes again", d.msg);
+    j->dirty = co->store_failing = true;
+    if (diag)
+      *diag = d;
+  }
   if (it) { /* the job row keeps the last iteration's figures */
     free(j->row.last);
     j->row.last = packed;
@@ -84,10 +105,15 @@ void job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it) {
     packed = NULL;
   }
   free(packed);
-  job_persist(co, j);
+  zb_diag pd;
+  bool persisted = job_persist(co, j, &pd);
+  if (!persisted && stored && diag)
+    *diag = pd;
+  stored = stored && persisted;
   for (coord_watcher *w = j->watchers; w; w = w->next)
     zb_rpc_stream_write(w->call, &ev.base);
   coord_metrics_render(co); /* a scrape right after an event sees it */
+  return stored;
 }
 
 static void job_runtime_free(coord_job *j) {
@@ -117,7 +143,7 @@ void job_finish(coord *co, coord_job *j, int state, const char *reason) {
   utf8_trim(j->row.reason);
   ZB_INFO("job %s %s: %s", j->row.id, zb_job_state_name(state), reason);
   job_release_workers(j);
-  job_event(co, j, NULL);
+  job_event(co, j, NULL, NULL);
   coord_watcher *w = j->watchers;
   j->watchers = NULL;
   while (w) {

@@ -203,7 +203,7 @@ void job_adapt(coord *co, coord_job *j) {
       snprintf(j->spec.schedule, sizeof j->spec.schedule, "%s", zb_family_name(best.family));
       adapt_spec_costs(&best, j->plan.costs);
       job_switch_plan(j, &best, at);
-      job_event(co, j, NULL);
+      job_event(co, j, NULL, NULL);
     }
   }
   zb_planner_result_free(&best);

@@ -99,7 +99,7 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
     snprintf(j->row.schedule, sizeof j->row.schedule, "%s", zb_family_name(j->plan.family));
   }
   snprintf(j->row.reason, sizeof j->row.reason, "iteration %d done", slot->iteration);
-  job_event(co, j, &it);
+  job_event(co, j, &it, NULL);
   free(ptrs);
   free(stragglers);
   if (it.aligned)

@@ -18,7 +18,7 @@ static void on_health(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
     return;
   }
   Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-  bool up = !co->stopping && (!tls_probe || co->tls);
+  bool up = !co->stopping && !co->store_failing && (!tls_probe || co->tls);
   resp.status = up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
   zb_rpc_reply(call, &resp.base);

@@ -272,6 +272,7 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
 
 void coord_tick(coord *co) {
   int64_t now = zb_clock_unix_ms();
+  coord_store_retry(co);
   /* A tick far behind its period means the loop itself was held (a long
    * plan, a slow disk, a stopped process): the reports that came meanwhile
    * are not read yet, so the stall is not the workers' silence. */

@@ -177,8 +177,9 @@ class Cluster:
     """zb-coordinator plus N zb-workers on loopback (see the module doc)."""
 
     def __init__(self, workers=4, heartbeat_timeout_ms=1500, max_message_bytes=None, coordinator_args=(),
-                 name=None, worker_args=None, tls=False):
+                 name=None, worker_args=None, tls=False, data_dir=None):
         self.tls = tls  # mutual TLS: certificates from scripts/make-certs.sh in DIR/certs
+        self.data_dir_arg = data_dir  # the coordinator's data_dir (default DIR/data)
         self.identity = "user-alice"  # whose certificate self.stub and zbctl present (tls only)
         self.n_workers = workers
         self.worker_args = worker_args  # k -> extra flags of worker k (e.g. its --gpu), or None
@@ -198,7 +199,7 @@ class Cluster:
 
     def __enter__(self):
         self.dir = tempfile.mkdtemp(prefix="zbsvc-%s-" % self.name)
-        self.data_dir = os.path.join(self.dir, "data")
+        self.data_dir = self.data_dir_arg or os.path.join(self.dir, "data")
         try:
             if self.tls:
                 self.make_certs(workers=["w%d" % k for k in range(self.n_workers)], users=["alice", "bob"],
