@@ -77,6 +77,10 @@ void zb_rpc_stream_finish(zb_rpc_call *call, grpc_status_code code, const char *
  * connection, server shutdown) before the call was ended by us. After cb
  * the call pointer must not be used. */
 void zb_rpc_call_on_close(zb_rpc_call *call, void (*cb)(zb_rpc_call *call, void *arg), void *arg);
+/* Runs cb on the loop each time a stream's queue of messages has been
+ * sent out (the peer is reading): for pacing a long stream from a store
+ * instead of queueing all of it. NULL cb: none. */
+void zb_rpc_call_on_drain(zb_rpc_call *call, void (*cb)(zb_rpc_call *call, void *arg), void *arg);
 /* The caller: the zb://ROLE/NAME of its client certificate, role NONE
  * without one; on a plaintext server an admin named "insecure". */
 void zb_rpc_call_identity(const zb_rpc_call *call, zb_identity *out);

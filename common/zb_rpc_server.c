@@ -72,6 +72,8 @@ struct zb_rpc_call {
   int q_head, q_len, q_cap;
   void (*on_close)(zb_rpc_call *, void *);
   void *on_close_arg;
+  void (*on_drain)(zb_rpc_call *, void *);
+  void *on_drain_arg;
   struct zb_rpc_call *prev, *next; /* the server's live calls */
 };
 
@@ -295,6 +297,11 @@ void zb_rpc_call_on_close(zb_rpc_call *c, void (*cb)(zb_rpc_call *, void *), voi
   c->on_close_arg = arg;
 }
 
+void zb_rpc_call_on_drain(zb_rpc_call *c, void (*cb)(zb_rpc_call *, void *), void *arg) {
+  c->on_drain = cb;
+  c->on_drain_arg = arg;
+}
+
 const char *zb_rpc_call_peer(const zb_rpc_call *c) {
   return c->peer ? c->peer : "?";
 }
@@ -426,6 +433,8 @@ static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
       rpc_send_next(c);
     else if (c->finishing && !c->ended)
       rpc_send_status(c, NULL, c->fin_code, c->fin_details);
+    else if (success && !c->ended && c->on_drain)
+      c->on_drain(c, c->on_drain_arg); /* may queue more: it holds a reference meanwhile */
     rpc_call_unref(c);
     return;
   }

@@ -61,11 +61,19 @@ typedef struct coord_iter_slot {
 
 enum { COORD_ITER_SLOTS = 8 };
 
+/* A WatchJob stream: replaying the stored events a page at a time as the
+ * client reads (after: the last seq sent), then live; one that falls
+ * COORD_WATCH_MAX_QUEUED events behind goes back to the store. */
 typedef struct coord_watcher {
   zb_rpc_call *call;
+  coord *co;
   coord_job *job;
+  int64_t after;
+  bool live;
   struct coord_watcher *next;
 } coord_watcher;
+
+enum { COORD_WATCH_PAGE = 32, COORD_WATCH_MAX_QUEUED = 64 };
 
 struct coord_job {
   zb_store_job row; /* what the store keeps (row.spec / row.last owned here) */
@@ -175,6 +183,10 @@ bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_d
 /* Writes the rows the store refused before (each tick while it fails);
  * the coordinator serves again once they are all in. */
 void coord_store_retry(coord *co);
+/* job_rpc.c: sends the watcher its next page of stored events (an
+ * on_drain callback; arg the watcher); caught up, it goes live, or its
+ * stream ends when the job has. */
+void watch_pump(zb_rpc_call *call, void *arg);
 /* Moves a job to a final state: releases its workers, ends its watchers'
  * streams. */
 void job_finish(coord *co, coord_job *j, int state, const char *reason);

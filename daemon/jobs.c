@@ -110,8 +110,16 @@ bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_d
   if (!persisted && stored && diag)
     *diag = pd;
   stored = stored && persisted;
-  for (coord_watcher *w = j->watchers; w; w = w->next)
+  for (coord_watcher *w = j->watchers; w; w = w->next) {
+    if (!w->live)
+      continue; /* replaying: it reads this one from the store */
+    if (zb_rpc_call_queued(w->call) >= COORD_WATCH_MAX_QUEUED) {
+      w->live = false; /* fell behind: the store feeds it from here as it reads */
+      continue;
+    }
     zb_rpc_stream_write(w->call, &ev.base);
+    w->after = ev.seq;
+  }
   coord_metrics_render(co); /* a scrape right after an event sees it */
   return stored;
 }
@@ -144,14 +152,18 @@ void job_finish(coord *co, coord_job *j, int state, const char *reason) {
   ZB_INFO("job %s %s: %s", j->row.id, zb_job_state_name(state), reason);
   job_release_workers(j);
   job_event(co, j, NULL, NULL);
-  coord_watcher *w = j->watchers;
-  j->watchers = NULL;
-  while (w) {
-    coord_watcher *next = w->next;
+  coord_watcher **pp = &j->watchers;
+  while (*pp) { /* live ones end here; one still replaying ends when it has read all */
+    coord_watcher *w = *pp;
+    if (!w->live) {
+      pp = &w->next;
+      continue;
+    }
+    *pp = w->next;
     zb_rpc_call_on_close(w->call, NULL, NULL);
+    zb_rpc_call_on_drain(w->call, NULL, NULL);
     zb_rpc_stream_finish(w->call, GRPC_STATUS_OK, "");
     free(w);
-    w = next;
   }
   job_runtime_free(j);
 }

@@ -91,7 +91,7 @@ static const char *const zb_store_stmt_sql[STMT_COUNT] = {
     [STMT_APPEND_EVENT] = "INSERT INTO events (job_id, seq, unix_ms, state, reason, iteration)"
                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [STMT_LIST_EVENTS] = "SELECT job_id, seq, unix_ms, state, reason, iteration FROM events"
-                         " WHERE job_id = ?1 AND seq > ?2 ORDER BY seq",
+                         " WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     /* mark_interrupted runs under a savepoint: outside a group it is the
      * transaction, inside one it nests, so either way it is all or nothing. */
     [STMT_MARK_SAVEPOINT] = "SAVEPOINT zb_mark",
@@ -568,20 +568,20 @@ static zb_err row_to_event(sqlite3_stmt *s, zb_store_event *row, zb_diag *diag) 
   return ZB_OK;
 }
 
-zb_err zb_store_list_events(zb_store *st, const char *job_id, int64_t after_seq, zb_store_event **rows,
-                            int *n, zb_diag *diag) {
-  if (!rows || !n)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "store: list events: rows or n is NULL");
-  *rows = NULL;
-  *n = 0;
-  if (!st || !job_id || !*job_id)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "store: list events: store is NULL or job id is empty");
+zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t after_seq, int limit,
+                                  zb_store_event **rows, int *n, zb_diag *diag) {
+  if (rows && n)
+    *rows = NULL, *n = 0;
+  if (!rows || !n || !st || !job_id || !*job_id)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "store: list events: %s",
+                       !rows || !n ? "rows or n is NULL" : "store is NULL or job id is empty");
   sqlite3_stmt *s = st->stmt[STMT_LIST_EVENTS];
   zb_store_event *out = NULL;
   int count = 0, cap = 0, rc;
   zb_err err = ZB_OK;
   if ((rc = sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC)) != SQLITE_OK ||
-      (rc = sqlite3_bind_int64(s, 2, after_seq)) != SQLITE_OK) {
+      (rc = sqlite3_bind_int64(s, 2, after_seq)) != SQLITE_OK ||
+      (rc = sqlite3_bind_int(s, 3, limit > 0 ? limit : -1)) != SQLITE_OK) { /* SQLite: -1, no limit */
     err = store_fail(st->db, rc, diag, "list events of job %s", job_id);
     goto done;
   }

@@ -62,9 +62,15 @@ zb_err zb_store_list_jobs(zb_store *st, zb_store_job **rows, int *n, zb_diag *di
 void zb_store_jobs_free(zb_store_job *rows, int n);
 
 zb_err zb_store_append_event(zb_store *st, const zb_store_event *ev, zb_diag *diag);
-/* Events of one job with seq > after_seq, in seq order. */
-zb_err zb_store_list_events(zb_store *st, const char *job_id, int64_t after_seq, zb_store_event **rows,
-                            int *n, zb_diag *diag);
+/* Events of one job with seq > after_seq, in seq order, at most limit of
+ * them (<= 0: all): a page. */
+zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t after_seq, int limit,
+                                  zb_store_event **rows, int *n, zb_diag *diag);
+/* All of them. */
+static inline zb_err zb_store_list_events(zb_store *st, const char *job_id, int64_t after_seq,
+                                          zb_store_event **rows, int *n, zb_diag *diag) {
+  return zb_store_list_events_limit(st, job_id, after_seq, -1, rows, n, diag);
+}
 void zb_store_events_free(zb_store_event *rows, int n);
 
 /* Start-up after a crash: every job still PENDING or RUNNING becomes

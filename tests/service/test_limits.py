@@ -4,6 +4,8 @@ planning, with the coordinator's memory unchanged; a large plan is made
 on libuv's thread pool while the loop keeps answering health checks; a
 client that leaves while its job is planned leaves nothing behind."""
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -87,6 +89,56 @@ def test_client_leaving_during_planning_leaves_no_job():
         assert c.list_jobs() == [], c.list_jobs()
         jid = c.submit(job_spec(name="next", ranks=2, microbatches=4, iterations=2))
         c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED)
+        c.assert_serving()
+
+
+STALLED_WATCHERS = '''
+import os, signal, sys, time
+sys.path.insert(0, os.environ["ZB_PY_STUBS"])
+import grpc
+from zb.v1 import zb_pb2, zb_pb2_grpc
+addr, jid, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+stub = zb_pb2_grpc.ZbStub(grpc.insecure_channel(addr))
+streams = [stub.WatchJob(zb_pb2.WatchJobRequest(job_id=jid), timeout=600) for _ in range(n)]
+for s in streams:
+    next(s)  # each is open and delivering
+print("open", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+'''
+
+
+def test_watchers_hold_bounded_memory_and_miss_nothing():
+    """200 watchers that never read hold a bounded queue each (the rest of
+    the history stays in the store); a slow reader still gets every event
+    in order; after_seq resumes a stream where it was."""
+    with Cluster(workers=2, name="limits-watch") as c:
+        jid = c.submit(job_spec(name="chatty", ranks=2, microbatches=2, t=0.00005, iterations=3000))
+        c.wait_iterations(jid, 5)
+        pid = c.coordinator.pid
+        before = rss_kb(pid)
+        # 200 streams from a process that then stops: nothing reads them, its
+        # socket fills, and every event after that waits at the coordinator
+        stalled = subprocess.Popen([sys.executable, "-c", STALLED_WATCHERS, c.address, jid, "200"],
+                                   stdout=subprocess.PIPE, text=True)
+        assert stalled.stdout.readline().strip() == "open", "the stalled watchers did not start"
+        slow, seqs = c.stub.WatchJob(zb_pb2.WatchJobRequest(job_id=jid), timeout=300), []
+        for ev in slow:  # reads slowly while the job runs on
+            seqs.append(ev.seq)
+            if len(seqs) % 100 == 0:
+                time.sleep(0.05)
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+        peak = rss_kb(pid)
+        print("job of %d events; coordinator RSS %d kB -> %d kB with 200 stalled watchers" %
+              (len(seqs), before, peak))
+        assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= job.iterations_done, seqs[-5:]
+        assert peak - before < 64 * 1024, (before, peak)  # unbounded: every event queued 200 times
+        tail = list(c.stub.WatchJob(zb_pb2.WatchJobRequest(job_id=jid, after_seq=len(seqs) - 3), timeout=30))
+        assert [e.seq for e in tail] == [len(seqs) - 2, len(seqs) - 1, len(seqs)], [e.seq for e in tail]
+        stalled.kill()
+        stalled.wait()
+        code, _ = rpc_error(lambda: list(c.stub.WatchJob(zb_pb2.WatchJobRequest(job_id=jid, after_seq=-1),
+                                                          timeout=10)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, code
         c.assert_serving()
 
 
