@@ -206,7 +206,8 @@ void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     return;
   }
   zb_planner_result plan = {0};
-  bool fits = plan_fits(call, &spec, true, co->cfg.max_message_bytes, NULL);
+  bool fits = plan_within_budget(co, call, &spec, "spec.") &&
+              plan_fits(call, &spec, true, co->cfg.max_message_bytes, NULL);
   zb_err err = fits ? zb_job_plan(&spec, obj, &plan, &d) : ZB_OK;
   zb_job_spec_free(&spec);
   if (!fits)

@@ -41,6 +41,10 @@ def test_oversized_submits_are_refused_before_planning():
             took = time.monotonic() - t0
             print("refused in %5.1f ms: %s %s" % (1e3 * took, got.name, details[:110]))
             assert got == code and text in details, (got, details)
+        # the Plan RPC (zbctl plan --remote) takes the same budget
+        got, details = rpc_error(c.stub.Plan, zb_pb2.PlanRequest(
+            spec=job_spec(ranks=64, microbatches=1000000, schedule="zb-v")), timeout=30)
+        assert got == grpc.StatusCode.RESOURCE_EXHAUSTED and "max_plan_ops" in details, (got, details)
         after = rss_kb(pid)
         print("coordinator RSS %d kB -> %d kB" % (before, after))
         assert after - before < 8 * 1024, (before, after)  # nothing planned: a few kB of calls at most
