@@ -86,6 +86,7 @@ struct coord_job {
   coord_worker **ranks; /* p workers, by rank */
   int done_ranks;
   bool *rank_done;
+  int *rank_reported; /* by rank: the last iteration it reported (-1: none); a repeat is a retry */
   coord_iter_slot slots[COORD_ITER_SLOTS];
   int max_reported; /* highest iteration any rank reported */
   double samples_per_second;

@@ -114,6 +114,9 @@ static void job_start(coord *co, coord_job *j) {
   if (!job_fits_workers(co, j))
     return;
   j->rank_done = zb_calloc((size_t)p, sizeof(bool));
+  j->rank_reported = zb_malloc(sizeof(int) * (size_t)p);
+  for (int r = 0; r < p; r++)
+    j->rank_reported[r] = -1;
   j->done_ranks = 0;
   j->max_reported = -1;
   j->plan_version = 1;

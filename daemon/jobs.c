@@ -137,8 +137,10 @@ static void job_runtime_free(coord_job *j) {
   }
   free(j->ranks);
   free(j->rank_done);
+  free(j->rank_reported);
   j->ranks = NULL;
   j->rank_done = NULL;
+  j->rank_reported = NULL;
 }
 
 /* Moves a job to a final state: releases its workers, ends its watchers'

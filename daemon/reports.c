@@ -212,6 +212,8 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
                 req->iteration, j->row.id, j->spec.iterations - 1);
     return false;
   }
+  if (req->iteration <= j->rank_reported[w->rank])
+    return true; /* a retry of a report whose answer was lost: counted once already */
   coord_iter_slot *slot = job_slot(j, req->iteration);
   if (!slot || slot->have[w->rank]) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
@@ -235,6 +237,7 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
   report_copy(ri, w->rank, req->metrics);
   slot->have[w->rank] = true;
   slot->n++;
+  j->rank_reported[w->rank] = req->iteration;
   if (req->iteration > j->max_reported)
     j->max_reported = req->iteration;
   coord_metrics_observe_ops(co, j, ri);

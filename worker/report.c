@@ -2,6 +2,7 @@
  * end (done or failed), and heartbeats. See worker.h. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "worker.h"
 #include "zb_log.h"
@@ -19,7 +20,9 @@ static void clock_sample(worker *w, double t1, const Zb__V1__ReportResponse *res
   pthread_mutex_unlock(&w->mu);
 }
 
-report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, size_t why_len) {
+/* One Report call; *status: its gRPC status. */
+static report_result report_once(worker *w, Zb__V1__ReportRequest *req, char *why, size_t why_len,
+                                 grpc_status_code *status) {
   ProtobufCMessage *resp = NULL;
   char details[256];
   double t1 = worker_clock(w);
@@ -27,6 +30,7 @@ report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, si
   grpc_status_code st =
       zb_rpc_unary(w->rpc, ZB_METHOD_REPORT, &req->base, &zb__v1__report_response__descriptor, &resp, 5000,
                    false, details, sizeof details);
+  *status = st;
   if (st != GRPC_STATUS_OK) {
     if (req->job_id && req->job_id[0])
       ZB_WARN("report for job %s rank %d: %s: %s", req->job_id, req->rank, zb_rpc_status_name(st), details);
@@ -38,6 +42,28 @@ report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, si
   bool stop = ((Zb__V1__ReportResponse *)resp)->stop;
   protobuf_c_message_free_unpacked(resp, NULL);
   return stop ? REPORT_STOP : REPORT_OK;
+}
+
+report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, size_t why_len) {
+  grpc_status_code st;
+  return report_once(w, req, why, why_len, &st);
+}
+
+report_result worker_report_retry(worker *w, Zb__V1__ReportRequest *req, const atomic_bool *stop, char *why,
+                                  size_t why_len) {
+  double t0 = zb_clock_s();
+  int backoff_ms = 100;
+  for (;;) {
+    grpc_status_code st;
+    report_result rr = report_once(w, req, why, why_len, &st);
+    bool transient = st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED;
+    if (rr != REPORT_FAILED || !transient || (stop && atomic_load(stop)) ||
+        zb_clock_s() - t0 > WORKER_REPORT_RIDE_OUT_S)
+      return rr;
+    struct timespec ts = {0, (long)backoff_ms * 1000000L};
+    nanosleep(&ts, NULL);
+    backoff_ms = backoff_ms < 1000 ? 2 * backoff_ms : 1000;
+  }
 }
 
 bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, double loss,
@@ -80,7 +106,7 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
   req.plan_version = jr->plan_version;
   req.metrics = &ri;
   char why[300];
-  report_result rr = worker_report(w, &req, why, sizeof why);
+  report_result rr = worker_report_retry(w, &req, w->job_stop, why, sizeof why);
   zb_timeline_pb_free(ri.timeline);
   if (rr == REPORT_STOP) {
     atomic_store(w->job_stop, true);

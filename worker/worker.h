@@ -90,6 +90,14 @@ typedef enum report_result { REPORT_OK, REPORT_STOP, REPORT_FAILED } report_resu
  * REPORT_FAILED: the call failed (the coordinator refused it, or did not
  * answer in time), with the status in why when given. */
 report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, size_t why_len);
+/* worker_report, retried while the coordinator does not answer
+ * (UNAVAILABLE, DEADLINE_EXCEEDED: paused, restarting, or a lost answer)
+ * for up to WORKER_REPORT_RIDE_OUT_S, with backoff, unless stop is raised:
+ * a short pause of the coordinator never fails a rank by itself. The
+ * coordinator takes a repeated report as the one it has (reports.c). */
+report_result worker_report_retry(worker *w, Zb__V1__ReportRequest *req, const atomic_bool *stop, char *why,
+                                  size_t why_len);
+enum { WORKER_REPORT_RIDE_OUT_S = 60 };
 /* Reports that rank of job_id ended: failed with error, or done (NULL). */
 void worker_report_end(worker *w, const char *job_id, int rank, const char *error);
 

@@ -94,10 +94,10 @@ def test_coordinator_graceful_restart():
 
 
 def test_paused_coordinator_does_not_leave_a_job_hanging():
-    # SIGSTOP holds the coordinator past the workers' report deadline: the
-    # job must end with a reason (not wait forever for reports the ranks
-    # gave up on), and the coordinator must not blame its own pause on the
-    # workers' heartbeats.
+    # SIGSTOP holds the coordinator past the workers' report deadline (5 s)
+    # and its heartbeat timeout: the ranks retry their reports and the job
+    # goes on (neither waiting forever nor failed by the pause), and the
+    # coordinator does not blame its own pause on the workers' heartbeats.
     with Cluster(workers=2, name="pause") as c:
         jid = c.submit(job_spec(name="paused", ranks=2, microbatches=4, iterations=100000))
         c.wait_iterations(jid, 1)
@@ -106,12 +106,13 @@ def test_paused_coordinator_does_not_leave_a_job_hanging():
             time.sleep(7)
         finally:
             c.coordinator.signal(signal.SIGCONT)
-        job = c.wait_state(jid, (STATE.JOB_STATE_FAILED, STATE.JOB_STATE_SUCCEEDED), timeout=30)
-        print("after the pause: %s: %s" % (zbsvc.state_name(job.state), job.reason))
-        assert job.state == STATE.JOB_STATE_FAILED and " failed: " in job.reason, job.reason
-        assert "heartbeat" not in job.reason, job.reason
-        # the rank that gave up says so (its neighbour may fail first, on the broken link)
-        assert any("cannot report iteration" in w.log_text() for w in c.workers.values())
+        before = c.get(jid).iterations_done
+        job = c.wait_iterations(jid, before + 5, timeout=30)
+        print("after the pause: %s, %d -> %d iterations" % (zbsvc.state_name(job.state), before,
+                                                            job.iterations_done))
+        assert job.state == STATE.JOB_STATE_RUNNING, job
+        assert not any("cannot report iteration" in w.log_text() for w in c.workers.values())
+        c.stub.CancelJob(zbsvc.zb_pb2.CancelJobRequest(job_id=jid, reason="done"), timeout=10)
         c.wait_workers(2, idle=True, timeout=20)
         nxt = c.submit(job_spec(name="after-pause", ranks=2, microbatches=4, iterations=2))
         c.wait_state(nxt, STATE.JOB_STATE_SUCCEEDED, timeout=60)

@@ -96,6 +96,23 @@ def test_client_leaving_during_planning_leaves_no_job():
         c.assert_serving()
 
 
+def test_a_paused_coordinator_fails_no_job():
+    """The coordinator stopped for 7 s, longer than the workers' 5 s report
+    deadline and the 1.5 s heartbeat timeout: the ranks retry their reports
+    and the job succeeds with every iteration counted once."""
+    with Cluster(workers=2, name="limits-pause") as c:
+        jid = c.submit(job_spec(name="paused", ranks=2, microbatches=4, t=0.005, iterations=40))
+        c.wait_iterations(jid, 3)
+        c.coordinator.signal(zbsvc.signal.SIGSTOP)
+        time.sleep(7)
+        c.coordinator.signal(zbsvc.signal.SIGCONT)
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+        its = [it.iteration for it in zbsvc.iteration_events(c.events(jid))]
+        assert its == list(range(40)), its
+        print("paused 7 s: job %s %s, %d iterations, each once" % (jid, zbsvc.state_name(job.state), len(its)))
+        c.assert_serving()
+
+
 STALLED_WATCHERS = '''
 import os, signal, sys, time
 sys.path.insert(0, os.environ["ZB_PY_STUBS"])
