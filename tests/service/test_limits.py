@@ -57,7 +57,7 @@ def test_health_is_answered_while_a_large_plan_is_made():
     the submission does: the plan is made off the loop. Planning on the
     loop would hold every one of them until the plan was done."""
     with Cluster(workers=2, name="limits-loop") as c:
-        spec = job_spec(name="large", ranks=2, microbatches=400000, schedule="zb-h1", t=0.0001, iterations=1)
+        spec = job_spec(name="large", ranks=2, microbatches=250000, schedule="zb-h1", t=0.0001, iterations=1)
         result = {}
 
         def submit():
@@ -81,6 +81,10 @@ def test_health_is_answered_while_a_large_plan_is_made():
               (result["took"], len(during), 1e3 * max(during or [0])))
         assert len(during) >= 3, (result, answered)
         c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=result["id"], reason="measured"), timeout=30)
+        # its large assignments delivered and released before the teardown (a
+        # coordinator stopped with megabytes in flight to exiting workers has
+        # been seen to take over 10 s to drain; not fixed yet)
+        c.wait_workers(2, idle=True, timeout=60)
         c.assert_serving()
 
 
