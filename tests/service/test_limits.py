@@ -156,7 +156,10 @@ def test_watchers_hold_bounded_memory_and_miss_nothing():
         print("job of %d events; coordinator RSS %d kB -> %d kB with 200 stalled watchers" %
               (len(seqs), before, peak))
         assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= job.iterations_done, seqs[-5:]
-        assert peak - before < 64 * 1024, (before, peak)  # unbounded: every event queued 200 times
+        # unbounded, every event is queued 200 times (194 MB here); under ASan
+        # the RSS holds its quarantine of freed memory too, so only the order
+        # is checked there
+        assert zbsvc.SANITIZE or peak - before < 64 * 1024, (before, peak)
         tail = list(c.stub.WatchJob(zb_pb2.WatchJobRequest(job_id=jid, after_seq=len(seqs) - 3), timeout=30))
         assert [e.seq for e in tail] == [len(seqs) - 2, len(seqs) - 1, len(seqs)], [e.seq for e in tail]
         stalled.kill()
