@@ -220,7 +220,7 @@ def test_data_plane_stranger_cannot_join():
         nxt = "j-%d" % (int(first.split("-")[1]) + 1)  # ids are sequential
         rank1 = [w for w in c.list_workers() if w.id == "w1"][0].data_address
         host, port = rank1.rsplit(":", 1)
-        s = socket.create_connection((host, int(port)), timeout=30 * zbsvc.SLOW)
+        s = socket.create_connection((host, int(port)), timeout=10 * zbsvc.SLOW)
         s.sendall(struct.pack("<4sIIIQ16s32s", b"ZBHL", 2, 0, 2, fnv1a(nxt), b"\0" * 16, b"\0" * 32))
         outcome = {}
 
@@ -236,7 +236,7 @@ def test_data_plane_stranger_cannot_join():
                 s.sendall(struct.pack("<4sIIIQ16s32s", b"ZBPF", 2, 0, 2, fnv1a(nxt), b"\0" * 16, b"\xab" * 32))
                 s.sendall(struct.pack("<4sIiiQ", b"ZBMS", ord("F"), 0, 0, 16) + b"\x7f" * 16)  # inject
                 outcome["closed"] = s.recv(1) == b""
-            except OSError as e:  # the worker closed on it while it wrote: dropped too
+            except OSError as e:  # closed on it while it wrote (dropped too), or never served
                 outcome["closed"] = isinstance(e, (ConnectionResetError, BrokenPipeError))
                 outcome["error"] = str(e)
 
@@ -249,7 +249,10 @@ def test_data_plane_stranger_cannot_join():
         s.close()
         print("stranger: %s; job %s %s after %d iterations" % (outcome, jid, zbsvc.state_name(job.state),
                                                                job.iterations_done))
-        assert outcome.get("answered") == b"ZBHL" and outcome.get("closed"), outcome
+        # it was answered and then dropped for its forged proof, or (the real
+        # rank 0 connected first) never served at all: never a rank either way
+        served = outcome.get("answered") == b"ZBHL"
+        assert (served and outcome.get("closed")) or (not served and not outcome.get("answered")), outcome
         assert job.iterations_done == 5, job
         c.assert_serving()
 
