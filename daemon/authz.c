@@ -29,9 +29,13 @@ bool authz_caller(coord *co, zb_rpc_call *call, unsigned roles, const char *acti
   return true;
 }
 
+bool authz_owns(const coord *co, const zb_identity *who, const coord_job *j) {
+  return !co->tls || who->role == ZB_ROLE_ADMIN ||
+         (who->role == ZB_ROLE_USER && !strcmp(j->spec.owner, who->name));
+}
+
 bool authz_job(coord *co, zb_rpc_call *call, const zb_identity *who, const coord_job *j) {
-  if (!co->tls || who->role == ZB_ROLE_ADMIN ||
-      (who->role == ZB_ROLE_USER && !strcmp(j->spec.owner, who->name)))
+  if (authz_owns(co, who, j))
     return true;
   zb_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED, "job_id: job %s belongs to another user than %s",
               j->row.id, who->name);

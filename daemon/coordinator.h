@@ -156,7 +156,10 @@ enum {
 /* The caller into *who; true when its role is in roles (action: what it
  * asked to do, for the message). */
 bool authz_caller(coord *co, zb_rpc_call *call, unsigned roles, const char *action, zb_identity *who);
-/* Whether who may act on job j: an admin, or the user who owns it. */
+/* Whether who may act on (and see) job j: an admin, or the user who owns
+ * it; everyone in insecure mode. */
+bool authz_owns(const coord *co, const zb_identity *who, const coord_job *j);
+/* authz_owns, failing call with PERMISSION_DENIED when not. */
 bool authz_job(coord *co, zb_rpc_call *call, const zb_identity *who, const coord_job *j);
 /* Whether the caller is the worker worker_id (Attach, Report). */
 bool authz_worker(coord *co, zb_rpc_call *call, const char *worker_id, const char *action);

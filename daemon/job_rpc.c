@@ -264,11 +264,6 @@ void on_get_job(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   job_pb_clear(&pb);
 }
 
-/* Whether a ListJobs by who shows j: a user sees its own jobs only. */
-static bool list_shows(const coord *co, const zb_identity *who, const coord_job *j) {
-  return !co->tls || who->role == ZB_ROLE_ADMIN || !strcmp(j->spec.owner, who->name);
-}
-
 void on_list_jobs(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   (void)m;
   coord *co = user;
@@ -277,12 +272,12 @@ void on_list_jobs(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     return;
   int n = 0;
   for (coord_job *j = co->jobs; j; j = j->next)
-    n += list_shows(co, &who, j);
+    n += authz_owns(co, &who, j);
   Zb__V1__Job *jobs = zb_calloc((size_t)(n ? n : 1), sizeof *jobs);
   Zb__V1__Job **ptrs = zb_calloc((size_t)(n ? n : 1), sizeof *ptrs);
   int k = 0;
   for (coord_job *j = co->jobs; j; j = j->next) {
-    if (!list_shows(co, &who, j))
+    if (!authz_owns(co, &who, j))
       continue;
     job_pb(j, &jobs[k]);
     ptrs[k] = &jobs[k];

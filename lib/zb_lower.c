@@ -280,13 +280,12 @@ static bool rank_xfer_before(const rank_xfer *a, const rank_xfer *b) {
 
 /* Where the output of action a on rank r goes: the consuming rank, or -1
  * when it stays on r (or a produces nothing another stage takes). */
-static int lower_out_rank(const zb_schedule *s, const int *stage_rank, int S, int r, const zb_action *a) {
+static int lower_out_rank(const int *stage_rank, int S, int r, const zb_action *a) {
   int to = -1;
   if (a->op == ZB_OP_F && a->stage + 1 < S)
     to = stage_rank[a->stage + 1];
   else if ((a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage > 0)
     to = stage_rank[a->stage - 1];
-  (void)s;
   return to == r ? -1 : to;
 }
 
@@ -298,7 +297,7 @@ static int lower_collect(const zb_schedule *s, const zb_sim_result *sim, const i
   const zb_rank_list *l = &s->ranks[q];
   for (int i = 0; i < l->n; i++) {
     const zb_action *a = &l->actions[i];
-    int to = lower_out_rank(s, stage_rank, S, q, a);
+    int to = lower_out_rank(stage_rank, S, q, a);
     if (to < 0 || (q != r && to != r))
       continue;
     bool fwd = a->op == ZB_OP_F;
@@ -385,7 +384,7 @@ static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim
   int most = 1;
   for (int q = 0; q < p; q++)
     for (int i = 0; i < s->ranks[q].n; i++) {
-      int to = lower_out_rank(s, stage_rank, S, q, &s->ranks[q].actions[i]);
+      int to = lower_out_rank(stage_rank, S, q, &s->ranks[q].actions[i]);
       if (to < 0)
         continue;
       int a = ++nxfer[q], b = ++nxfer[to];
