@@ -485,14 +485,21 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
   srv->n_methods = n_methods;
   srv->user = user;
   pthread_mutex_init(&srv->mu, NULL);
-  grpc_arg args[2] = {
+  grpc_arg args[4] = {
       {.type = GRPC_ARG_INTEGER,
        .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
        .value.integer = (int)max_message_bytes},
       /* a second coordinator on the same port must fail, not share it */
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
+      /* a connection that has not finished its HTTP/2 (and TLS) handshake
+       * in 10 s is closed, so idle sockets do not hold descriptors for the
+       * default 120 s */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, .value.integer = 10000},
+      /* a connection with no call for 5 minutes gets a GOAWAY (clients
+       * reconnect when they next call); workers keep their Attach open */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_CONNECTION_IDLE_MS, .value.integer = 300000},
   };
-  grpc_channel_args ch_args = {.num_args = 2, .args = args};
+  grpc_channel_args ch_args = {.num_args = 4, .args = args};
   srv->server = grpc_server_create(&ch_args, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(srv->server, srv->cq, NULL);

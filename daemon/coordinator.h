@@ -7,7 +7,8 @@
  *   dispatch.c   starting jobs, Assignments, releases, schedule updates;
  *   workers.c    the worker registry, Attach streams, liveness, the tick;
  *   reports.c    gathering Reports into per-iteration events;
- *   metrics.c    the Prometheus endpoint;  main.c  flags, config, the loop.
+ *   metrics.c    the Prometheus endpoint;  process.c  fd budget, process_*;
+ *   main.c       flags, config, the loop.
  * Everything here is owned by the one libuv loop thread; only the metrics
  * text crosses to libmicrohttpd's thread, under a lock.
  */
@@ -298,5 +299,9 @@ void coord_metrics_render(coord *co);
 void coord_metrics_observe_plan(coord *co, double seconds);
 void coord_metrics_observe_ops(coord *co, const coord_job *job, const Zb__V1__RankIteration *it);
 void coord_metrics_count_report(coord *co);
+
+/* process.c */
+void coord_raise_fd_limit(void);
+void coord_metrics_process(zb_buf *b);
 
 #endif

@@ -283,6 +283,7 @@ int main(int argc, char **argv) {
   if (rc >= 0)
     return rc;
   zb_log_init("coordinator", (zb_log_level)zb_log_level_parse(cfg.log_level));
+  coord_raise_fd_limit();
 
   if (mkdir_p(cfg.data_dir) != 0) {
     ZB_ERROR("cannot create data_dir %s: %s", cfg.data_dir, strerror(errno));

@@ -96,6 +96,19 @@ static bool metrics_addr(const char *addr, struct sockaddr_in *sa) {
   return inet_pton(AF_INET, host, &sa->sin_addr) == 1;
 }
 
+/* Bounds against slow or idle clients (slowloris): a client that sends
+ * nothing for METRICS_IDLE_S is dropped; one address may hold at most
+ * METRICS_MAX_PER_IP connections, so one misbehaving host cannot take the
+ * scraper's place; a request (line and headers) larger than
+ * METRICS_REQUEST_BYTES is refused. MHD_USE_AUTO picks epoll, which, unlike
+ * select, is not limited to descriptors below 1024. */
+enum {
+  METRICS_IDLE_S = 5,
+  METRICS_MAX_CONNECTIONS = 512,
+  METRICS_MAX_PER_IP = 32,
+  METRICS_REQUEST_BYTES = 16 * 1024,
+};
+
 zb_err coord_metrics_start(coord *co, zb_diag *diag) {
   coord_metrics *mx = zb_calloc(1, sizeof *mx);
   pthread_mutex_init(&mx->mu, NULL);
@@ -105,10 +118,12 @@ zb_err coord_metrics_start(coord *co, zb_diag *diag) {
   if (!metrics_addr(co->cfg.metrics_listen, &sa))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: '%s' is not an IPv4 host:port",
                        co->cfg.metrics_listen);
-  mx->mhd =
-      MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, metrics_handler,
-                       mx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_TIMEOUT,
-                       (unsigned int)10, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64, MHD_OPTION_END);
+  mx->mhd = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0, NULL, NULL, metrics_handler, mx,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned int)METRICS_IDLE_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_CONNECTIONS,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_PER_IP,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_REQUEST_BYTES, MHD_OPTION_END);
   if (!mx->mhd)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: cannot listen on %s (address in use?)",
                        co->cfg.metrics_listen);
@@ -313,6 +328,7 @@ void coord_metrics_render(coord *co) {
   render_totals(co, &b);
   render_ranks(co, &b);
   render_histograms(mx, &b);
+  coord_metrics_process(&b);
   pthread_mutex_lock(&mx->mu);
   free(mx->text);
   mx->text = b.data;
