@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "zb_alloc.h"
 #include "zb_jobspec_yaml.h"
 #include "zb_methods.h"
 #include "zb_pbjson.h"
@@ -303,14 +304,41 @@ static void print_job_table(const ProtobufCMessage *resp, const void *ctx) {
     print_job_line(r->jobs[k]);
 }
 
+/* Every page of ListJobs, shown as one list. */
 int zbctl_list(const zbctl_command *cmd, int argc, char **argv) {
   remote_args a;
   int rc = remote_parse(cmd, argc, argv, NULL, 0, &a, false, NULL, NULL);
   if (rc >= 0)
     return rc;
-  Zb__V1__ListJobsRequest req = ZB__V1__LIST_JOBS_REQUEST__INIT;
-  return remote_show("list", &a, ZB_METHOD_LIST_JOBS, &req.base, &zb__v1__list_jobs_response__descriptor,
-                     print_job_table, NULL);
+  Zb__V1__ListJobsResponse **pages = NULL, all = ZB__V1__LIST_JOBS_RESPONSE__INIT;
+  int n_pages = 0;
+  rc = ZBCTL_EXIT_OK;
+  for (const char *token = "";;) {
+    Zb__V1__ListJobsRequest req = ZB__V1__LIST_JOBS_REQUEST__INIT;
+    req.page_size = 1000;
+    req.page_token = (char *)token;
+    ProtobufCMessage *resp = NULL;
+    if ((rc = remote_call("list", &a, ZB_METHOD_LIST_JOBS, &req.base, &zb__v1__list_jobs_response__descriptor,
+                          &resp)))
+      break;
+    pages = zb_realloc(pages, sizeof *pages * (size_t)(n_pages + 1));
+    Zb__V1__ListJobsResponse *page = pages[n_pages++] = (void *)resp;
+    all.jobs = zb_realloc(all.jobs, sizeof *all.jobs * (all.n_jobs + page->n_jobs + 1));
+    for (size_t k = 0; k < page->n_jobs; k++)
+      all.jobs[all.n_jobs++] = page->jobs[k];
+    token = page->next_page_token;
+    if (!token || !*token || !page->n_jobs)
+      break;
+  }
+  if (!rc && a.json)
+    print_json(&all.base);
+  else if (!rc)
+    print_job_table(&all.base, NULL);
+  for (int k = 0; k < n_pages; k++)
+    protobuf_c_message_free_unpacked(&pages[k]->base, NULL);
+  free(pages);
+  free(all.jobs);
+  return rc;
 }
 
 /* The share of each rank's wall time its ops waited for a CPU core (busy
@@ -643,45 +671,4 @@ int zbctl_workers(const zbctl_command *cmd, int argc, char **argv) {
   Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
   return remote_show("workers", &a, ZB_METHOD_LIST_WORKERS, &req.base,
                      &zb__v1__list_workers_response__descriptor, print_workers, NULL);
-}
-
-/* ---- plan --remote ---- */
-
-int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec *spec, const char *objective,
-                      bool json) {
-  remote_args a = {.coordinator = coordinator, .json = json, .timeout_ms = timeout_ms};
-  zbctl_tls_from_env(&a.tls);
-  if (!a.coordinator)
-    a.coordinator = zbctl_default_coordinator();
-  Zb__V1__PlanRequest req = ZB__V1__PLAN_REQUEST__INIT;
-  Zb__V1__JobSpec pb;
-  zb_wire_spec_to_pb(spec, &pb);
-  req.spec = &pb;
-  req.objective = (char *)(objective ? objective : "");
-  ProtobufCMessage *resp = NULL;
-  int rc = remote_call("plan", &a, ZB_METHOD_PLAN, &req.base, &zb__v1__plan_response__descriptor, &resp);
-  zb_wire_spec_pb_clear(&pb);
-  if (rc)
-    return rc;
-  Zb__V1__PlanResponse *r = (void *)resp;
-  if (json) {
-    print_json(resp);
-  } else {
-    printf("%s (planned by zb-coordinator at %s): p=%d v=%d m=%d\n", r->schedule, a.coordinator, r->ranks,
-           r->chunks, r->microbatches);
-    printf("makespan %g  bubble_ratio %.4f (global)  bubble_ratio_paper %.4f  generated in %.3f ms\n",
-           r->makespan, r->bubble_ratio, r->bubble_ratio_paper, r->generation_seconds * 1e3);
-    printf("peak memory (M_F units):");
-    for (size_t k = 0; k < r->n_peak_memory; k++)
-      printf(" %g", r->peak_memory[k]);
-    printf("\n");
-    for (size_t k = 0; k < r->n_actions; k++) {
-      printf("rank %d:", r->actions[k]->rank);
-      for (size_t i = 0; i < r->actions[k]->n_actions; i++)
-        printf(" %s", r->actions[k]->actions[i]);
-      printf("\n");
-    }
-  }
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return ZBCTL_EXIT_OK;
 }

@@ -23,19 +23,29 @@ typedef enum coord_key {
   CO_TLS_CERT,
   CO_TLS_KEY,
   CO_MAX_PLAN_OPS,
+  CO_RETAIN_JOBS,
+  CO_RETAIN_S,
   CO_COUNT_
 } coord_key;
 /* by key, so that each name sits next to its key */
-static const char *const coord_keys[CO_COUNT_] = {
-    [CO_LISTEN] = "listen",       [CO_METRICS_LISTEN] = "metrics_listen",
-    [CO_DATA_DIR] = "data_dir",   [CO_HEARTBEAT] = "heartbeat_timeout_ms",
-    [CO_LOG_LEVEL] = "log_level", [CO_MAX_MESSAGE] = "max_message_bytes",
-    [CO_TLS_CA] = "tls_ca",       [CO_TLS_CERT] = "tls_cert",
-    [CO_TLS_KEY] = "tls_key",     [CO_MAX_PLAN_OPS] = "max_plan_ops"};
+static const char *const coord_keys[CO_COUNT_] = {[CO_LISTEN] = "listen",
+                                                  [CO_METRICS_LISTEN] = "metrics_listen",
+                                                  [CO_DATA_DIR] = "data_dir",
+                                                  [CO_HEARTBEAT] = "heartbeat_timeout_ms",
+                                                  [CO_LOG_LEVEL] = "log_level",
+                                                  [CO_MAX_MESSAGE] = "max_message_bytes",
+                                                  [CO_TLS_CA] = "tls_ca",
+                                                  [CO_TLS_CERT] = "tls_cert",
+                                                  [CO_TLS_KEY] = "tls_key",
+                                                  [CO_MAX_PLAN_OPS] = "max_plan_ops",
+                                                  [CO_RETAIN_JOBS] = "retain_finished_jobs",
+                                                  [CO_RETAIN_S] = "retain_finished_s"};
 
 static const zb_yaml_int_range HEARTBEAT_RANGE = {0, 100, 600000};
 static const zb_yaml_int_range MAX_MESSAGE_RANGE = {0, 4096, 1073741824};
 static const zb_yaml_int_range MAX_PLAN_OPS_RANGE = {0, 1000, 1LL << 31};
+static const zb_yaml_int_range RETAIN_JOBS_RANGE = {0, 1, 10000000};
+static const zb_yaml_int_range RETAIN_S_RANGE = {0, 1, 10LL * 366 * 86400};
 
 void zb_coord_config_default(zb_coord_config *c) {
   memset(c, 0, sizeof *c);
@@ -46,6 +56,8 @@ void zb_coord_config_default(zb_coord_config *c) {
   snprintf(c->log_level, sizeof c->log_level, "info");
   c->max_message_bytes = 16777216;
   c->max_plan_ops = 1 << 24;
+  c->retain_finished_jobs = 1000;
+  c->retain_finished_s = 7 * 86400;
 }
 
 /* "host:port" with a non-empty host ("[v6]" bracketed) and a decimal port
@@ -114,6 +126,13 @@ static zb_err coord_value(const zb_yaml_walk *w, coord_key k, const yaml_node_t 
     if ((err = zb_yaml_get_int(w, v, "max_plan_ops", &MAX_PLAN_OPS_RANGE, &x)))
       return err;
     c->max_plan_ops = x;
+    return ZB_OK;
+  case CO_RETAIN_JOBS:
+  case CO_RETAIN_S:
+    if ((err = zb_yaml_get_int(w, v, coord_keys[k],
+                               k == CO_RETAIN_JOBS ? &RETAIN_JOBS_RANGE : &RETAIN_S_RANGE, &x)))
+      return err;
+    *(k == CO_RETAIN_JOBS ? &c->retain_finished_jobs : &c->retain_finished_s) = x;
     return ZB_OK;
   case CO_TLS_CA:
   case CO_TLS_CERT:

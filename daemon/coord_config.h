@@ -21,6 +21,8 @@
  *   max_message_bytes: 16777216       # gRPC receive limit (4096..1 GiB)
  *   max_plan_ops: 16777216            # largest plan admitted: ranks x chunks x
  *                                     #   microbatches x 3 compute ops (1000..2^31)
+ *   retain_finished_jobs: 1000        # finished jobs kept, newest first (1..10^7)
+ *   retain_finished_s: 604800         # and for at most this long (1..10 years)
  *   tls_ca: /etc/zb/ca.pem            # mutual TLS (all three, or none:
  *   tls_cert: /etc/zb/coordinator.pem #   insecure mode, loopback
  *   tls_key: /etc/zb/coordinator.key  #   development only)
@@ -33,6 +35,7 @@ typedef struct zb_coord_config {
   char log_level[8];
   long long max_message_bytes;
   long long max_plan_ops;
+  long long retain_finished_jobs, retain_finished_s;
   zb_tls_files tls;
 } zb_coord_config;
 

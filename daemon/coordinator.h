@@ -7,6 +7,7 @@
  *   dispatch.c   starting jobs, Assignments, releases, schedule updates;
  *   workers.c    the worker registry, Attach streams, liveness, the tick;
  *   reports.c    gathering Reports into per-iteration events;
+ *   retention.c  pruning finished jobs;
  *   metrics.c    the Prometheus endpoint;  process.c  fd budget, process_*;
  *   main.c       flags, config, the loop.
  * Everything here is owned by the one libuv loop thread; only the metrics
@@ -128,6 +129,8 @@ struct coord {
   coord_job *jobs; /* oldest first */
   coord_worker *workers;
   int64_t next_job_number; /* the next job id's number: 64-bit, never repeats */
+  int64_t last_prune_ms;   /* retention.c */
+  long long jobs_pruned;   /* finished jobs retention removed since start */
   uv_timer_t tick;
   int64_t last_tick_ms; /* when coord_tick last ran (the tick timer's start before the first) */
   uv_signal_t sigterm, sigint, sighup;
@@ -172,6 +175,8 @@ extern const int coord_n_methods;
 /* jobs.c */
 /* Loads jobs from the store (marking interrupted ones failed). */
 zb_err coord_load(coord *co, zb_diag *diag);
+/* Frees one job that is off the list and that nothing points at. */
+void job_free(coord_job *j);
 /* Frees jobs, workers and watchers (after the RPC server is gone). */
 void coord_free_state(coord *co);
 coord_job *job_find(coord *co, const char *id);
@@ -299,6 +304,11 @@ void coord_metrics_render(coord *co);
 void coord_metrics_observe_plan(coord *co, double seconds);
 void coord_metrics_observe_ops(coord *co, const coord_job *job, const Zb__V1__RankIteration *it);
 void coord_metrics_count_report(coord *co);
+/* Drops a pruned job's series. */
+void coord_metrics_forget_job(coord *co, const char *job_id);
+
+/* retention.c: prunes finished jobs past their age or count (once a second). */
+void coord_prune_jobs(coord *co, int64_t now_ms);
 
 /* process.c */
 void coord_raise_fd_limit(void);

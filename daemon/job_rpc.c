@@ -1,6 +1,7 @@
 /* job_rpc.c — the users' job RPCs: SubmitJob (with resume), GetJob,
  * ListJobs, CancelJob and WatchJob. Admission is admission.c's; starting
  * a job is dispatch.c's. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,30 +265,62 @@ void on_get_job(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   job_pb_clear(&pb);
 }
 
+enum { LIST_PAGE_DEFAULT = 500, LIST_PAGE_MAX = 1000 };
+
+/* A page token is the number N of the last job id "j-N" a page held; the
+ * next page starts past it, so pruned or new jobs never shift a page. */
+static bool page_after(const char *token, int64_t *after) {
+  *after = 0;
+  if (!token || !*token)
+    return true;
+  char *end = NULL;
+  errno = 0;
+  long long n = strncmp(token, "j-", 2) == 0 ? strtoll(token + 2, &end, 10) : -1;
+  if (!end || *end || errno || n < 0)
+    return false;
+  *after = n;
+  return true;
+}
+
+static int64_t job_number(const coord_job *j) {
+  return strtoll(j->row.id + 2, NULL, 10);
+}
+
 void on_list_jobs(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
-  (void)m;
+  const Zb__V1__ListJobsRequest *req = (const void *)m;
   coord *co = user;
   zb_identity who;
   if (!authz_caller(co, call, AUTHZ_USER | AUTHZ_ADMIN, "list jobs", &who))
     return;
-  int n = 0;
-  for (coord_job *j = co->jobs; j; j = j->next)
-    n += authz_owns(co, &who, j);
-  Zb__V1__Job *jobs = zb_calloc((size_t)(n ? n : 1), sizeof *jobs);
-  Zb__V1__Job **ptrs = zb_calloc((size_t)(n ? n : 1), sizeof *ptrs);
-  int k = 0;
-  for (coord_job *j = co->jobs; j; j = j->next) {
-    if (!authz_owns(co, &who, j))
-      continue;
-    job_pb(j, &jobs[k]);
-    ptrs[k] = &jobs[k];
-    k++;
+  int64_t after;
+  if (req->page_size < 0 || !page_after(req->page_token, &after)) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s",
+                req->page_size < 0 ? "page_size: must not be negative"
+                                   : "page_token: not a token ListJobs returned");
+    return;
   }
+  int limit = req->page_size == 0              ? LIST_PAGE_DEFAULT
+              : req->page_size > LIST_PAGE_MAX ? LIST_PAGE_MAX
+                                               : req->page_size;
+  Zb__V1__Job *jobs = zb_calloc((size_t)limit, sizeof *jobs);
+  Zb__V1__Job **ptrs = zb_calloc((size_t)limit, sizeof *ptrs);
+  int n = 0;
+  const coord_job *j = co->jobs;
+  for (; j && n < limit; j = j->next) {
+    if (job_number(j) <= after || !authz_owns(co, &who, j))
+      continue;
+    job_pb(j, &jobs[n]);
+    ptrs[n] = &jobs[n];
+    n++;
+  }
+  while (j && !authz_owns(co, &who, j)) /* a full page with nothing after it is the last */
+    j = j->next;
   Zb__V1__ListJobsResponse resp = ZB__V1__LIST_JOBS_RESPONSE__INIT;
   resp.n_jobs = (size_t)n;
   resp.jobs = ptrs;
+  resp.next_page_token = j && n ? jobs[n - 1].id : (char *)"";
   zb_rpc_reply(call, &resp.base);
-  for (k = 0; k < n; k++)
+  for (int k = 0; k < n; k++)
     job_pb_clear(&jobs[k]);
   free(jobs);
   free(ptrs);

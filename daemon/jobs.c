@@ -4,6 +4,7 @@
  * watchers. Also loading jobs at start-up and freeing them at exit.
  * Everything runs on the loop thread. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,27 +254,36 @@ zb_err coord_load(coord *co, zb_diag *diag) {
     tail = &j->next;
   }
   zb_store_jobs_free(rows, n);
-  ZB_INFO("loaded %d job(s) from the store", n);
+  int64_t last = 0; /* past every id ever stored, pruned ones included */
+  if ((err = zb_store_last_job_number(co->store, &last, diag)))
+    return err;
+  if (last >= co->next_job_number && last < INT64_MAX)
+    co->next_job_number = last + 1;
+  ZB_INFO("loaded %d job(s) from the store; next id j-%" PRId64, n, co->next_job_number);
   return ZB_OK;
+}
+
+void job_free(coord_job *j) {
+  coord_watcher *w = j->watchers;
+  while (w) {
+    coord_watcher *wn = w->next;
+    free(w);
+    w = wn;
+  }
+  job_runtime_free(j);
+  zb_costs_free(j->learned); /* kept past the run: zbctl get shows it */
+  free(j->slowdown);
+  zb_job_spec_free(&j->spec);
+  free(j->row.spec);
+  free(j->row.last);
+  free(j);
 }
 
 void coord_free_state(coord *co) {
   coord_job *j = co->jobs;
   while (j) {
     coord_job *next = j->next;
-    coord_watcher *w = j->watchers;
-    while (w) {
-      coord_watcher *wn = w->next;
-      free(w);
-      w = wn;
-    }
-    job_runtime_free(j);
-    zb_costs_free(j->learned); /* kept past the run: zbctl get shows it */
-    free(j->slowdown);
-    zb_job_spec_free(&j->spec);
-    free(j->row.spec);
-    free(j->row.last);
-    free(j);
+    job_free(j);
     j = next;
   }
   co->jobs = NULL;

@@ -22,6 +22,7 @@ static const char usage_text[] =
     "usage: zb-coordinator [--config FILE] [--listen ADDR] [--metrics-listen ADDR]\n"
     "                      [--data-dir DIR] [--heartbeat-timeout-ms N] [--log-level L]\n"
     "                      [--max-message-bytes N] [--max-plan-ops N]\n"
+    "                      [--retain-finished-jobs N] [--retain-finished-s N]\n"
     "                      [--tls-ca FILE --tls-cert FILE --tls-key FILE]\n"
     "                      [--port-file FILE] [--version] [--help]\n"
     "\n"
@@ -30,7 +31,7 @@ static const char usage_text[] =
     "\n"
     "  --config FILE            YAML config (keys: listen, metrics_listen, data_dir,\n"
     "                           heartbeat_timeout_ms, log_level, max_message_bytes,\n"
-    "                           max_plan_ops,\n"
+    "                           max_plan_ops, retain_finished_jobs, retain_finished_s,\n"
     "                           tls_ca, tls_cert, tls_key)\n"
     "  --listen ADDR            gRPC address (default 127.0.0.1:7070; port 0: any)\n"
     "  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9464)\n"
@@ -40,6 +41,9 @@ static const char usage_text[] =
     "  --max-message-bytes N    gRPC message limit (default 16777216)\n"
     "  --max-plan-ops N         largest plan admitted, in compute ops: ranks x chunks x\n"
     "                           microbatches x 3 (default 16777216), checked before planning\n"
+    "  --retain-finished-jobs N keep the newest N finished jobs (default 1000) and\n"
+    "  --retain-finished-s N      none older than N seconds (default 604800, 7 days);\n"
+    "                             the rest are pruned with their events\n"
     "  --tls-ca FILE            mutual TLS: the CA that signs every party's certificate;\n"
     "  --tls-cert FILE            this coordinator's certificate and\n"
     "  --tls-key FILE             its key (all three, or none: insecure mode, every\n"
@@ -157,6 +161,8 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
                                        {"max-message-bytes", required_argument, NULL, 'M'},
                                        {"port-file", required_argument, NULL, 'p'},
                                        {"max-plan-ops", required_argument, NULL, 'O'},
+                                       {"retain-finished-jobs", required_argument, NULL, 'R'},
+                                       {"retain-finished-s", required_argument, NULL, 'S'},
                                        {"tls-ca", required_argument, NULL, 'A'},
                                        {"tls-cert", required_argument, NULL, 'C'},
                                        {"tls-key", required_argument, NULL, 'K'},
@@ -183,6 +189,8 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
     case 'M': key = "max_message_bytes"; break;
     case 'p': args->port_file = optarg; continue;
     case 'O': key = "max_plan_ops"; break;
+    case 'R': key = "retain_finished_jobs"; break;
+    case 'S': key = "retain_finished_s"; break;
     case 'A': key = "tls_ca"; break;
     case 'C': key = "tls_cert"; break;
     case 'K': key = "tls_key"; break;
@@ -191,7 +199,7 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
     default: fputs(usage_text, stderr); return 2;
     }
     snprintf(yaml, sizeof yaml, "%s: \"%s\"\n", key, optarg);
-    if (c == 't' || c == 'M' || c == 'O')
+    if (strchr("tMORS", c))
       snprintf(yaml, sizeof yaml, "%s: %s\n", key, optarg);
     zb_diag d;
     if (zb_coord_config_parse(yaml, strlen(yaml), cfg, &d) != ZB_OK) {

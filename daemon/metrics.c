@@ -177,6 +177,17 @@ static op_hist *metrics_op(coord_metrics *mx, const char *job, int rank, int op)
   return h;
 }
 
+void coord_metrics_forget_job(coord *co, const char *job_id) {
+  coord_metrics *mx = co->metrics;
+  if (!mx)
+    return;
+  int kept = 0;
+  for (int k = 0; k < mx->n_ops; k++)
+    if (strcmp(mx->ops[k].job, job_id) != 0)
+      mx->ops[kept++] = mx->ops[k];
+  mx->n_ops = kept;
+}
+
 /* One observation per op kind and iteration: the mean duration of that
  * kind's ops on the rank (the report carries busy time per kind; the plan
  * says how many ops of each kind the rank ran). */
@@ -230,6 +241,9 @@ static void render_totals(coord *co, zb_buf *b) {
   zb_buf_printf(b, "zb_workers_attached %d\n", attached);
   family(b, "zb_reports_total", "counter", "Report calls received from workers.");
   zb_buf_printf(b, "zb_reports_total %lld\n", co->metrics->reports_total);
+  family(b, "zb_jobs_pruned_total", "counter",
+         "Finished jobs removed with their events by retention (retain_finished_jobs, retain_finished_s).");
+  zb_buf_printf(b, "zb_jobs_pruned_total %lld\n", co->jobs_pruned);
   family(b, "zb_job_iterations_total", "counter", "Iterations a job has completed on all ranks.");
   for (coord_job *j = co->jobs; j; j = j->next)
     zb_buf_printf(b, "zb_job_iterations_total{job=\"%s\"} %d\n", j->row.id, j->row.iterations_done);

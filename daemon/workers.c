@@ -307,5 +307,6 @@ void coord_tick(coord *co) {
     if (j->row.state == ZB_JOB_RUNNING && j->fail_at_ms && now >= j->fail_at_ms)
       job_finish(co, j, ZB_JOB_FAILED, j->fail_reason);
   coord_start_pending(co);
+  coord_prune_jobs(co, now);
   coord_metrics_render(co);
 }

@@ -1,6 +1,6 @@
 /* zb_store.c — the job store on SQLite (see zb_store.h): schema version 1,
- * statements prepared once at open, write groups, and the start-up pass that
- * fails jobs a crash left running.
+ * statements prepared once at open, write groups, jobs and events
+ * (zb_store_upkeep.c has the start-up pass and pruning).
  *
  * Errors: every failure fills zb_diag with what was being done and SQLite's
  * own message ("store: insert event for job j-3 seq 7: UNIQUE constraint
@@ -13,9 +13,8 @@
  * it; they do not nest. zb_store_close() with a group open rolls the group
  * back, so its writes are lost exactly as they would be after a crash.
  */
-#include "zb_store.h"
+#include "zb_store_internal.h"
 
-#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,49 +28,43 @@
 #define ZB_STORE_SCHEMA_VERSION 1
 #define ZB_STORE_STR_(x) #x
 #define ZB_STORE_STR(x) ZB_STORE_STR_(x)
-/* Capacity of the reason field of rows (the mark's reason is copied there). */
-#define ZB_STORE_REASON_CAP sizeof(((zb_store_job *)0)->reason)
 /* How long a write waits for another connection's lock (a second
  * coordinator by mistake, or sqlite3 on the command line) before failing. */
 #define ZB_STORE_BUSY_TIMEOUT_MS 5000
 
-static const char zb_store_schema_sql[] = "CREATE TABLE IF NOT EXISTS jobs ("
-                                          " id TEXT PRIMARY KEY NOT NULL,"
-                                          " name TEXT NOT NULL,"
-                                          " state INTEGER NOT NULL,"
-                                          " reason TEXT NOT NULL,"
-                                          " schedule TEXT NOT NULL,"
-                                          " created_ms INTEGER NOT NULL,"
-                                          " updated_ms INTEGER NOT NULL,"
-                                          " iterations_done INTEGER NOT NULL,"
-                                          " next_seq INTEGER NOT NULL,"
-                                          " spec BLOB,"
-                                          " last BLOB);"
-                                          "CREATE TABLE IF NOT EXISTS events ("
-                                          " job_id TEXT NOT NULL,"
-                                          " seq INTEGER NOT NULL,"
-                                          " unix_ms INTEGER NOT NULL,"
-                                          " state INTEGER NOT NULL,"
-                                          " reason TEXT NOT NULL,"
-                                          " iteration BLOB,"
-                                          " PRIMARY KEY (job_id, seq));";
-
-typedef enum zb_store_stmt_id {
-  STMT_BEGIN,
-  STMT_COMMIT,
-  STMT_ROLLBACK,
-  STMT_PUT_JOB,
-  STMT_LIST_JOBS,
-  STMT_APPEND_EVENT,
-  STMT_LIST_EVENTS,
-  STMT_MARK_SAVEPOINT,
-  STMT_MARK_RESEQ,
-  STMT_MARK_EVENTS,
-  STMT_MARK_JOBS,
-  STMT_MARK_RELEASE,
-  STMT_MARK_ROLLBACK_TO,
-  STMT_COUNT
-} zb_store_stmt_id;
+static const char zb_store_schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS jobs ("
+    " id TEXT PRIMARY KEY NOT NULL,"
+    " name TEXT NOT NULL,"
+    " state INTEGER NOT NULL,"
+    " reason TEXT NOT NULL,"
+    " schedule TEXT NOT NULL,"
+    " created_ms INTEGER NOT NULL,"
+    " updated_ms INTEGER NOT NULL,"
+    " iterations_done INTEGER NOT NULL,"
+    " next_seq INTEGER NOT NULL,"
+    " spec BLOB,"
+    " last BLOB);"
+    "CREATE TABLE IF NOT EXISTS events ("
+    " job_id TEXT NOT NULL,"
+    " seq INTEGER NOT NULL,"
+    " unix_ms INTEGER NOT NULL,"
+    " state INTEGER NOT NULL,"
+    " reason TEXT NOT NULL,"
+    " iteration BLOB,"
+    " PRIMARY KEY (job_id, seq));"
+    /* The largest job number ever stored, kept with the
+     * row that raised it and never lowered, so ids do
+     * not repeat after their jobs are pruned. */
+    "CREATE TABLE IF NOT EXISTS meta ("
+    " key TEXT PRIMARY KEY NOT NULL,"
+    " value INTEGER NOT NULL);"
+    "CREATE TRIGGER IF NOT EXISTS jobs_last_number AFTER INSERT ON jobs"
+    " WHEN NEW.id GLOB 'j-[0-9]*' BEGIN"
+    " INSERT INTO meta (key, value)"
+    " VALUES ('last_job_number', CAST(substr(NEW.id, 3) AS INTEGER))"
+    " ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value);"
+    " END;";
 
 /* Column order of the job and event SELECTs is the bind order of the
  * INSERTs, so row_to_job/row_to_event and bind_job/bind_event share it. */
@@ -107,12 +100,8 @@ static const char *const zb_store_stmt_sql[STMT_COUNT] = {
                        " WHERE state IN (?1, ?2)",
     [STMT_MARK_RELEASE] = "RELEASE zb_mark",
     [STMT_MARK_ROLLBACK_TO] = "ROLLBACK TO zb_mark",
-};
-
-struct zb_store {
-  sqlite3 *db;
-  sqlite3_stmt *stmt[STMT_COUNT];
-  bool in_group; /* between a successful zb_store_begin() and zb_store_commit() */
+    [STMT_DELETE_EVENTS] = "DELETE FROM events WHERE job_id = ?1",
+    [STMT_DELETE_JOB] = "DELETE FROM jobs WHERE id = ?1",
 };
 
 /* ---- errors ------------------------------------------------------------ */
@@ -131,12 +120,7 @@ static zb_err err_of_sqlite(int rc) {
   }
 }
 
-/* Fills diag with "store: <what>: <SQLite's message>" and returns the
- * zb_err for rc. Call it before resetting the failed statement: the reset
- * keeps the message, but a later statement on the connection replaces it. */
-static zb_err store_fail(sqlite3 *db, int rc, zb_diag *diag, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static zb_err store_fail(sqlite3 *db, int rc, zb_diag *diag, const char *fmt, ...) {
+zb_err zb_store_fail(sqlite3 *db, int rc, zb_diag *diag, const char *fmt, ...) {
   char what[160];
   va_list ap;
   va_start(ap, fmt);
@@ -148,15 +132,12 @@ static zb_err store_fail(sqlite3 *db, int rc, zb_diag *diag, const char *fmt, ..
   return zb_diag_set(diag, err_of_sqlite(rc), "store: %s: %s", what, msg);
 }
 
-/* Steps a statement that returns no rows; SQLITE_OK when it ran. */
-static int step_done(sqlite3_stmt *s) {
+int zb_store_step_done(sqlite3_stmt *s) {
   int rc = sqlite3_step(s);
   return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* Makes a statement ready for its next use and drops the pointers to the
- * caller's memory bound with SQLITE_STATIC. */
-static void stmt_done(sqlite3_stmt *s) {
+void zb_store_stmt_done(sqlite3_stmt *s) {
   sqlite3_reset(s);
   sqlite3_clear_bindings(s);
 }
@@ -164,7 +145,7 @@ static void stmt_done(sqlite3_stmt *s) {
 /* A transaction error such as SQLITE_FULL or SQLITE_IOERR makes SQLite roll
  * the whole transaction back. Writing on would autocommit each write while
  * the caller believes it is batching, so refuse until commit closes it. */
-static zb_err check_group_alive(const zb_store *st, zb_diag *diag, const char *what, const char *id) {
+zb_err zb_store_check_group(const zb_store *st, zb_diag *diag, const char *what, const char *id) {
   if (st->in_group && sqlite3_get_autocommit(st->db))
     return zb_diag_set(
         diag, ZB_ERR_IO,
@@ -183,8 +164,7 @@ static bool valid_state(int state) {
 
 /* ---- open and close ---------------------------------------------------- */
 
-/* Runs a statement that yields one row and returns its first column. */
-static int query_one(sqlite3 *db, const char *sql, int64_t *num, char *text, size_t text_cap) {
+int zb_store_query_one(sqlite3 *db, const char *sql, int64_t *num, char *text, size_t text_cap) {
   sqlite3_stmt *s = NULL;
   int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
   if (rc != SQLITE_OK)
@@ -211,10 +191,10 @@ static zb_err store_init_schema(zb_store *st, const char *path, zb_diag *diag) {
   zb_err err = ZB_OK;
   int rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
   if (rc != SQLITE_OK)
-    return store_fail(st->db, rc, diag, "create schema in %s", path);
+    return zb_store_fail(st->db, rc, diag, "create schema in %s", path);
   rc = sqlite3_exec(st->db, zb_store_schema_sql, NULL, NULL, NULL);
   if (rc != SQLITE_OK) {
-    err = store_fail(st->db, rc, diag, "create schema in %s", path);
+    err = zb_store_fail(st->db, rc, diag, "create schema in %s", path);
     goto done;
   }
   for (int i = 0; i < STMT_COUNT; i++) {
@@ -229,7 +209,7 @@ static zb_err store_init_schema(zb_store *st, const char *path, zb_diag *diag) {
   rc = sqlite3_exec(st->db, "PRAGMA user_version = " ZB_STORE_STR(ZB_STORE_SCHEMA_VERSION) "; COMMIT", NULL,
                     NULL, NULL);
   if (rc != SQLITE_OK)
-    err = store_fail(st->db, rc, diag, "create schema in %s", path);
+    err = zb_store_fail(st->db, rc, diag, "create schema in %s", path);
 done:
   if (!sqlite3_get_autocommit(st->db))
     sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
@@ -250,7 +230,7 @@ zb_err zb_store_open(const char *path, zb_store **out, zb_diag *diag) {
   int rc =
       sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
   if (rc != SQLITE_OK) {
-    err = store_fail(st->db, rc, diag, "open %s", path);
+    err = zb_store_fail(st->db, rc, diag, "open %s", path);
     goto fail;
   }
   sqlite3_busy_timeout(st->db, ZB_STORE_BUSY_TIMEOUT_MS);
@@ -259,9 +239,9 @@ zb_err zb_store_open(const char *path, zb_store **out, zb_diag *diag) {
    * (SQLITE_NOTADB), and a newer schema is refused before anything, even
    * the journal mode, is written to it. */
   int64_t version = 0;
-  rc = query_one(st->db, "PRAGMA user_version", &version, NULL, 0);
+  rc = zb_store_query_one(st->db, "PRAGMA user_version", &version, NULL, 0);
   if (rc != SQLITE_OK) {
-    err = store_fail(st->db, rc, diag, "read schema version of %s", path);
+    err = zb_store_fail(st->db, rc, diag, "read schema version of %s", path);
     goto fail;
   }
   if (version > ZB_STORE_SCHEMA_VERSION) {
@@ -277,9 +257,9 @@ zb_err zb_store_open(const char *path, zb_store **out, zb_diag *diag) {
    * process crash loses nothing committed (a power cut may lose the last
    * commits, never consistency). */
   char mode[16];
-  rc = query_one(st->db, "PRAGMA journal_mode = WAL", NULL, mode, sizeof mode);
+  rc = zb_store_query_one(st->db, "PRAGMA journal_mode = WAL", NULL, mode, sizeof mode);
   if (rc != SQLITE_OK) {
-    err = store_fail(st->db, rc, diag, "set WAL journal on %s", path);
+    err = zb_store_fail(st->db, rc, diag, "set WAL journal on %s", path);
     goto fail;
   }
   /* An in-memory database (":memory:") reports "memory" and cannot do WAL;
@@ -291,7 +271,7 @@ zb_err zb_store_open(const char *path, zb_store **out, zb_diag *diag) {
   }
   rc = sqlite3_exec(st->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
   if (rc != SQLITE_OK) {
-    err = store_fail(st->db, rc, diag, "set synchronous on %s", path);
+    err = zb_store_fail(st->db, rc, diag, "set synchronous on %s", path);
     goto fail;
   }
   err = store_init_schema(st, path, diag);
@@ -330,9 +310,9 @@ zb_err zb_store_begin(zb_store *st, zb_diag *diag) {
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "store: begin: a group is already open (groups do not nest)");
   sqlite3_stmt *s = st->stmt[STMT_BEGIN];
-  int rc = step_done(s);
-  zb_err err = rc == SQLITE_OK ? ZB_OK : store_fail(st->db, rc, diag, "begin group");
-  stmt_done(s);
+  int rc = zb_store_step_done(s);
+  zb_err err = rc == SQLITE_OK ? ZB_OK : zb_store_fail(st->db, rc, diag, "begin group");
+  zb_store_stmt_done(s);
   if (err == ZB_OK)
     st->in_group = true;
   return err;
@@ -350,18 +330,18 @@ zb_err zb_store_commit(zb_store *st, zb_diag *diag) {
     return zb_diag_set(diag, ZB_ERR_IO,
                        "store: commit: the group was rolled back by an earlier error; its writes are lost");
   sqlite3_stmt *s = st->stmt[STMT_COMMIT];
-  int rc = step_done(s);
+  int rc = zb_store_step_done(s);
   zb_err err = ZB_OK;
   if (rc != SQLITE_OK) {
-    err = store_fail(st->db, rc, diag, "commit group (rolled back)");
+    err = zb_store_fail(st->db, rc, diag, "commit group (rolled back)");
     /* A failed COMMIT (SQLITE_BUSY, SQLITE_FULL) may leave the transaction
      * open; close it so the next write does not silently join it. */
     if (!sqlite3_get_autocommit(st->db)) {
-      step_done(st->stmt[STMT_ROLLBACK]);
-      stmt_done(st->stmt[STMT_ROLLBACK]);
+      zb_store_step_done(st->stmt[STMT_ROLLBACK]);
+      zb_store_stmt_done(st->stmt[STMT_ROLLBACK]);
     }
   }
-  stmt_done(s);
+  zb_store_stmt_done(s);
   return err;
 }
 
@@ -427,7 +407,7 @@ zb_err zb_store_put_job(zb_store *st, const zb_store_job *job, zb_diag *diag) {
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "store: put job: store is NULL");
   zb_err err = check_job(job, diag);
   if (err == ZB_OK)
-    err = check_group_alive(st, diag, "put job", job->id);
+    err = zb_store_check_group(st, diag, "put job", job->id);
   if (err != ZB_OK)
     return err;
   sqlite3_stmt *s = st->stmt[STMT_PUT_JOB];
@@ -442,9 +422,10 @@ zb_err zb_store_put_job(zb_store *st, const zb_store_job *job, zb_diag *diag) {
       (rc = sqlite3_bind_int(s, 8, job->iterations_done)) != SQLITE_OK ||
       (rc = sqlite3_bind_int64(s, 9, job->next_seq)) != SQLITE_OK ||
       (rc = bind_blob(s, 10, job->spec, job->spec_len)) != SQLITE_OK ||
-      (rc = bind_blob(s, 11, job->last, job->last_len)) != SQLITE_OK || (rc = step_done(s)) != SQLITE_OK)
-    err = store_fail(st->db, rc, diag, "put job %s", job->id);
-  stmt_done(s);
+      (rc = bind_blob(s, 11, job->last, job->last_len)) != SQLITE_OK ||
+      (rc = zb_store_step_done(s)) != SQLITE_OK)
+    err = zb_store_fail(st->db, rc, diag, "put job %s", job->id);
+  zb_store_stmt_done(s);
   return err;
 }
 
@@ -492,9 +473,9 @@ zb_err zb_store_list_jobs(zb_store *st, zb_store_job **rows, int *n, zb_diag *di
     count++;
   }
   if (rc != SQLITE_DONE)
-    err = store_fail(st->db, rc, diag, "list jobs");
+    err = zb_store_fail(st->db, rc, diag, "list jobs");
 done:
-  stmt_done(s);
+  zb_store_stmt_done(s);
   if (err != ZB_OK) {
     zb_store_jobs_free(out, count);
     return err;
@@ -538,7 +519,7 @@ zb_err zb_store_append_event(zb_store *st, const zb_store_event *ev, zb_diag *di
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "store: insert event: store is NULL");
   zb_err err = check_event(ev, diag);
   if (err == ZB_OK)
-    err = check_group_alive(st, diag, "insert event for job", ev->job_id);
+    err = zb_store_check_group(st, diag, "insert event for job", ev->job_id);
   if (err != ZB_OK)
     return err;
   sqlite3_stmt *s = st->stmt[STMT_APPEND_EVENT];
@@ -549,9 +530,9 @@ zb_err zb_store_append_event(zb_store *st, const zb_store_event *ev, zb_diag *di
       (rc = sqlite3_bind_int(s, 4, ev->state)) != SQLITE_OK ||
       (rc = sqlite3_bind_text(s, 5, ev->reason, -1, SQLITE_STATIC)) != SQLITE_OK ||
       (rc = bind_blob(s, 6, ev->iteration, ev->iteration_len)) != SQLITE_OK ||
-      (rc = step_done(s)) != SQLITE_OK)
-    err = store_fail(st->db, rc, diag, "insert event for job %s seq %lld", ev->job_id, (long long)ev->seq);
-  stmt_done(s);
+      (rc = zb_store_step_done(s)) != SQLITE_OK)
+    err = zb_store_fail(st->db, rc, diag, "insert event for job %s seq %lld", ev->job_id, (long long)ev->seq);
+  zb_store_stmt_done(s);
   return err;
 }
 
@@ -582,7 +563,7 @@ zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t afte
   if ((rc = sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC)) != SQLITE_OK ||
       (rc = sqlite3_bind_int64(s, 2, after_seq)) != SQLITE_OK ||
       (rc = sqlite3_bind_int(s, 3, limit > 0 ? limit : -1)) != SQLITE_OK) { /* SQLite: -1, no limit */
-    err = store_fail(st->db, rc, diag, "list events of job %s", job_id);
+    err = zb_store_fail(st->db, rc, diag, "list events of job %s", job_id);
     goto done;
   }
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -596,9 +577,9 @@ zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t afte
     count++;
   }
   if (rc != SQLITE_DONE)
-    err = store_fail(st->db, rc, diag, "list events of job %s", job_id);
+    err = zb_store_fail(st->db, rc, diag, "list events of job %s", job_id);
 done:
-  stmt_done(s);
+  zb_store_stmt_done(s);
   if (err != ZB_OK) {
     zb_store_events_free(out, count);
     return err;
@@ -614,87 +595,4 @@ void zb_store_events_free(zb_store_event *rows, int n) {
   for (int i = 0; i < n; i++)
     free(rows[i].iteration);
   free(rows);
-}
-
-/* ---- crash recovery ------------------------------------------------------ */
-
-/* Binds the parameters the three mark statements share: ?1 and ?2 the
- * states that mean "was live", ?3 now, ?4 FAILED, ?5 the reason. Only up to
- * the statement's own count: binding an index it lacks is SQLITE_RANGE. */
-static int bind_mark(sqlite3_stmt *s, const char *reason, int64_t now_ms) {
-  int np = sqlite3_bind_parameter_count(s), rc = SQLITE_OK;
-  if (rc == SQLITE_OK && np >= 1)
-    rc = sqlite3_bind_int(s, 1, ZB_JOB_PENDING);
-  if (rc == SQLITE_OK && np >= 2)
-    rc = sqlite3_bind_int(s, 2, ZB_JOB_RUNNING);
-  if (rc == SQLITE_OK && np >= 3)
-    rc = sqlite3_bind_int64(s, 3, now_ms);
-  if (rc == SQLITE_OK && np >= 4)
-    rc = sqlite3_bind_int(s, 4, ZB_JOB_FAILED);
-  if (rc == SQLITE_OK && np >= 5)
-    rc = sqlite3_bind_text(s, 5, reason, -1, SQLITE_STATIC);
-  return rc;
-}
-
-/* Binds and runs one mark statement; SQLITE_OK when it ran. */
-static int run_mark(sqlite3_stmt *s, const char *reason, int64_t now_ms) {
-  int rc = bind_mark(s, reason, now_ms);
-  return rc == SQLITE_OK ? step_done(s) : rc;
-}
-
-zb_err zb_store_mark_interrupted(zb_store *st, const char *reason, int64_t now_ms, int *n_marked,
-                                 zb_diag *diag) {
-  if (n_marked)
-    *n_marked = 0;
-  if (!st || !reason || !n_marked)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "store: mark interrupted jobs: store, reason or n_marked is NULL");
-  if (strlen(reason) >= ZB_STORE_REASON_CAP)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "store: mark interrupted jobs: reason is longer than %zu bytes",
-                       ZB_STORE_REASON_CAP - 1);
-  zb_err err = check_group_alive(st, diag, "mark interrupted jobs", "");
-  if (err != ZB_OK)
-    return err;
-
-  sqlite3_stmt *sp = st->stmt[STMT_MARK_SAVEPOINT];
-  int rc = step_done(sp);
-  stmt_done(sp);
-  if (rc != SQLITE_OK)
-    return store_fail(st->db, rc, diag, "mark interrupted jobs: begin");
-
-  /* Order matters: reseq first so the events take free seqs, events before
-   * the job update because the update changes the states they select on. */
-  static const zb_store_stmt_id steps[] = {STMT_MARK_RESEQ, STMT_MARK_EVENTS, STMT_MARK_JOBS};
-  static const char *const step_names[] = {"renumber", "insert events", "update jobs"};
-  int marked = 0;
-  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-    sqlite3_stmt *s = st->stmt[steps[i]];
-    rc = run_mark(s, reason, now_ms);
-    if (rc != SQLITE_OK)
-      err = store_fail(st->db, rc, diag, "mark interrupted jobs: %s", step_names[i]);
-    else if (steps[i] == STMT_MARK_JOBS)
-      marked = sqlite3_changes(st->db);
-    stmt_done(s);
-    if (err != ZB_OK)
-      goto done;
-  }
-  sqlite3_stmt *rel = st->stmt[STMT_MARK_RELEASE];
-  rc = step_done(rel);
-  if (rc != SQLITE_OK)
-    err = store_fail(st->db, rc, diag, "mark interrupted jobs: commit");
-  stmt_done(rel);
-
-done:
-  if (err != ZB_OK && !sqlite3_get_autocommit(st->db)) {
-    /* Undo this call's writes only: inside a group the caller's earlier
-     * writes stay; outside one the RELEASE then ends the transaction. */
-    step_done(st->stmt[STMT_MARK_ROLLBACK_TO]);
-    stmt_done(st->stmt[STMT_MARK_ROLLBACK_TO]);
-    step_done(st->stmt[STMT_MARK_RELEASE]);
-    stmt_done(st->stmt[STMT_MARK_RELEASE]);
-  }
-  if (err == ZB_OK)
-    *n_marked = marked;
-  return err;
 }

@@ -78,4 +78,10 @@ void zb_store_events_free(zb_store_event *rows, int n);
 zb_err zb_store_mark_interrupted(zb_store *st, const char *reason, int64_t now_ms, int *n_marked,
                                  zb_diag *diag);
 
+/* The largest N of a job id "j-N" ever stored (0: none), pruned ones
+ * included: the next id is past it, so ids never repeat. */
+zb_err zb_store_last_job_number(zb_store *st, int64_t *number, zb_diag *diag);
+/* Deletes a job's row and its events, both or neither. */
+zb_err zb_store_delete_job(zb_store *st, const char *id, zb_diag *diag);
+
 #endif

@@ -388,8 +388,15 @@ class Cluster:
     def get(self, job_id):
         return self.stub.GetJob(zb_pb2.GetJobRequest(job_id=job_id), timeout=10 * SLOW)
 
-    def list_jobs(self):
-        return list(self.stub.ListJobs(zb_pb2.ListJobsRequest(), timeout=10 * SLOW).jobs)
+    def list_jobs(self, page_size=0):
+        """Every job the caller may see, page after page."""
+        jobs, token = [], ""
+        while True:
+            r = self.stub.ListJobs(zb_pb2.ListJobsRequest(page_size=page_size, page_token=token), timeout=10 * SLOW)
+            jobs += r.jobs
+            token = r.next_page_token
+            if not token:
+                return jobs
 
     def wait_state(self, job_id, states, timeout=60):
         """Waits for the job to be in one of states; fails at once if it

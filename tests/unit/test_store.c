@@ -765,6 +765,50 @@ static void bad_arguments(fixture *fx) {
   zb_store_events_free(NULL, 0);
 }
 
+/* ---- pruning and the id counter ------------------------------------------ */
+
+/* Deleting a job takes its events and nothing else; the largest job number
+ * ever stored survives the deletion of every job and a reopen. */
+static void delete_keeps_last_number(fixture *fx) {
+  zb_diag diag;
+  CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
+  int64_t last = -1;
+  CHECK_OK(zb_store_last_job_number(fx->st, &last, &diag));
+  CHECK_EQ(last, 0);
+  const char *ids[] = {"j-9", "j-10", "j-2", "other"};
+  for (int k = 0; k < 4; k++) {
+    zb_store_job job = make_job(ids[k], ZB_JOB_SUCCEEDED, 100 + k, spec_a, sizeof spec_a, NULL, 0);
+    CHECK_OK(zb_store_put_job(fx->st, &job, &diag));
+    for (int seq = 1; seq <= 3; seq++) {
+      zb_store_event ev = make_event(ids[k], seq, ZB_JOB_RUNNING, iter_a, sizeof iter_a);
+      CHECK_OK(zb_store_append_event(fx->st, &ev, &diag));
+    }
+  }
+  CHECK_OK(zb_store_last_job_number(fx->st, &last, &diag));
+  CHECK_EQ(last, 10); /* numerically, not j-9 as text sorts */
+  CHECK_OK(zb_store_delete_job(fx->st, "j-10", &diag));
+  zb_store_job *rows = NULL;
+  zb_store_event *evs = NULL;
+  int n = -1;
+  CHECK_OK(zb_store_list_jobs(fx->st, &rows, &n, &diag));
+  CHECK_EQ(n, 3);
+  zb_store_jobs_free(rows, n);
+  CHECK_OK(zb_store_list_events(fx->st, "j-10", 0, &evs, &n, &diag));
+  CHECK_EQ(n, 0);
+  zb_store_events_free(evs, n);
+  CHECK_OK(zb_store_list_events(fx->st, "j-9", 0, &evs, &n, &diag));
+  CHECK_EQ(n, 3);
+  zb_store_events_free(evs, n);
+  for (int k = 0; k < 4; k++)
+    CHECK_OK(zb_store_delete_job(fx->st, ids[k], &diag)); /* j-10 again: nothing to delete, no error */
+  CHECK_OK(reopen(fx, &diag));
+  CHECK_OK(zb_store_list_jobs(fx->st, &rows, &n, &diag));
+  CHECK_EQ(n, 0);
+  zb_store_jobs_free(rows, n);
+  CHECK_OK(zb_store_last_job_number(fx->st, &last, &diag));
+  CHECK_EQ(last, 10);
+}
+
 /* ---- runner -------------------------------------------------------------- */
 
 static void test_store_round_trip(void) {
@@ -821,6 +865,9 @@ static void test_store_foreign_schema_refused(void) {
 static void test_store_bad_arguments(void) {
   with_tmpdir(bad_arguments);
 }
+static void test_store_delete_keeps_last_number(void) {
+  with_tmpdir(delete_keeps_last_number);
+}
 
 ZBT_MAIN(ZBT(test_store_round_trip), ZBT(test_store_replace_by_id), ZBT(test_store_events_after_seq),
          ZBT(test_store_survives_reopen), ZBT(test_store_mark_interrupted_after_crash),
@@ -829,4 +876,5 @@ ZBT_MAIN(ZBT(test_store_round_trip), ZBT(test_store_replace_by_id), ZBT(test_sto
          ZBT(test_store_close_with_open_group), ZBT(test_store_killed_in_group), ZBT(test_store_group_misuse),
          ZBT(test_store_open_missing_dir), ZBT(test_store_open_garbage_file),
          ZBT(test_store_schema_and_pragmas), ZBT(test_store_newer_version_refused),
-         ZBT(test_store_foreign_schema_refused), ZBT(test_store_bad_arguments))
+         ZBT(test_store_foreign_schema_refused), ZBT(test_store_bad_arguments),
+         ZBT(test_store_delete_keeps_last_number))

@@ -1,0 +1,56 @@
+/* zb_store_internal.h — what the files of the job store share (zb_store.c:
+ * schema, statements, rows; zb_store_upkeep.c: recovery at start, the id
+ * counter and pruning). Not for the store's users: they have zb_store.h. */
+#ifndef ZB_STORE_INTERNAL_H
+#define ZB_STORE_INTERNAL_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+
+#include "zb_store.h"
+
+/* Capacity of the reason field of rows (the mark's reason is copied there). */
+#define ZB_STORE_REASON_CAP sizeof(((zb_store_job *)0)->reason)
+
+typedef enum zb_store_stmt_id {
+  STMT_BEGIN,
+  STMT_COMMIT,
+  STMT_ROLLBACK,
+  STMT_PUT_JOB,
+  STMT_LIST_JOBS,
+  STMT_APPEND_EVENT,
+  STMT_LIST_EVENTS,
+  STMT_MARK_SAVEPOINT,
+  STMT_MARK_RESEQ,
+  STMT_MARK_EVENTS,
+  STMT_MARK_JOBS,
+  STMT_MARK_RELEASE,
+  STMT_MARK_ROLLBACK_TO,
+  STMT_DELETE_EVENTS,
+  STMT_DELETE_JOB,
+  STMT_COUNT
+} zb_store_stmt_id;
+
+struct zb_store {
+  sqlite3 *db;
+  sqlite3_stmt *stmt[STMT_COUNT];
+  bool in_group; /* between a successful zb_store_begin() and zb_store_commit() */
+};
+
+/* Fills diag with "store: <what>: <SQLite's message>" and returns the
+ * zb_err for rc. Call it before resetting the failed statement: the reset
+ * keeps the message, but a later statement on the connection replaces it. */
+zb_err zb_store_fail(sqlite3 *db, int rc, zb_diag *diag, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Steps a statement that returns no rows; SQLITE_OK when it ran. */
+int zb_store_step_done(sqlite3_stmt *s);
+/* Makes a statement ready for its next use and drops the pointers to the
+ * caller's memory bound with SQLITE_STATIC. */
+void zb_store_stmt_done(sqlite3_stmt *s);
+/* Refuses writes in a group SQLite has rolled back (see zb_store.c). */
+zb_err zb_store_check_group(const zb_store *st, zb_diag *diag, const char *what, const char *id);
+/* Runs a statement that yields one row and returns its first column
+ * (SQLITE_DONE: no row). */
+int zb_store_query_one(sqlite3 *db, const char *sql, int64_t *num, char *text, size_t text_cap);
+
+#endif
