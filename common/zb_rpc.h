@@ -66,6 +66,10 @@ void zb_rpc_server_shutdown(zb_rpc_server *srv, void (*done)(void *arg), void *a
 
 /* Unary: answers msg with status OK and ends the call. */
 void zb_rpc_reply(zb_rpc_call *call, const ProtobufCMessage *msg);
+/* An answer packed ahead, on any thread (a large one built off the loop),
+ * then sent from the loop: zb_rpc_reply_packed takes the buffer. */
+grpc_byte_buffer *zb_rpc_pack(const ProtobufCMessage *msg);
+void zb_rpc_reply_packed(zb_rpc_call *call, grpc_byte_buffer *packed);
 /* Ends the call with a non-OK status and a message (printf-style). */
 void zb_rpc_fail(zb_rpc_call *call, grpc_status_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -242,6 +242,18 @@ void zb_rpc_reply(zb_rpc_call *c, const ProtobufCMessage *msg) {
   rpc_send_status(c, rpc_pack(msg), GRPC_STATUS_OK, "");
 }
 
+grpc_byte_buffer *zb_rpc_pack(const ProtobufCMessage *msg) {
+  return rpc_pack(msg);
+}
+
+void zb_rpc_reply_packed(zb_rpc_call *c, grpc_byte_buffer *packed) {
+  if (c->ended || c->finishing) {
+    grpc_byte_buffer_destroy(packed);
+    return;
+  }
+  rpc_send_status(c, packed, GRPC_STATUS_OK, "");
+}
+
 void zb_rpc_fail(zb_rpc_call *c, grpc_status_code code, const char *fmt, ...) {
   if (c->ended || c->finishing)
     return;

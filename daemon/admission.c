@@ -133,19 +133,6 @@ bool coord_admit_before_plan(coord *co, zb_rpc_call *call, const zb_job_spec *sp
   return plan_within_budget(co, call, spec, what) && plan_fits(call, spec, false, limit, by);
 }
 
-bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec, const char *what,
-                      zb_planner_result *plan) {
-  if (!coord_admit_before_plan(co, call, spec, what))
-    return false;
-  zb_diag d;
-  if (zb_job_plan(spec, ZB_OBJ_MAKESPAN, plan, &d) != ZB_OK) {
-    zb_planner_result_free(plan);
-    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%sschedule: %s", what, d.msg);
-    return false;
-  }
-  return coord_admit_planned(co, call, j, spec, what, plan);
-}
-
 bool coord_admit_planned(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec,
                          const char *what, zb_planner_result *plan) {
   const coord_worker *by = NULL;
@@ -182,6 +169,48 @@ static bool plan_objective(zb_rpc_call *call, const char *name, zb_objective *ou
   return false;
 }
 
+/* A Plan call being planned off the loop (plan_async.c). */
+typedef struct plan_rpc_op {
+  coord_plan_op base;
+  zb_job_spec spec;
+  zb_planner_result plan;
+  bool with_action_lists;
+  /* the answer, built and packed on the pool thread too: a large one
+   * takes a second */
+  grpc_byte_buffer *packed;
+  size_t packed_bytes;
+} plan_rpc_op;
+
+static void plan_rpc_answer(coord_plan_op *base) {
+  plan_rpc_op *op = (plan_rpc_op *)base;
+  Zb__V1__PlanResponse resp;
+  zb_wire_plan_response(&op->plan, op->with_action_lists, &resp);
+  op->packed_bytes = protobuf_c_message_get_packed_size(&resp.base);
+  if ((long long)op->packed_bytes <= base->co->cfg.max_message_bytes)
+    op->packed = zb_rpc_pack(&resp.base);
+  zb_wire_plan_response_clear(&resp);
+}
+
+static void plan_rpc_planned(coord_plan_op *base) {
+  plan_rpc_op *op = (plan_rpc_op *)base;
+  coord *co = base->co;
+  if (base->call) {
+    coord_metrics_observe_plan(co, op->plan.generate_seconds);
+    if (!op->packed)
+      zb_rpc_fail(base->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                  "spec: the plan is %zu bytes, over the %lld-byte message limit (max_message_bytes)",
+                  op->packed_bytes, co->cfg.max_message_bytes);
+    else
+      zb_rpc_reply_packed(base->call, op->packed);
+    op->packed = NULL;
+  }
+  if (op->packed)
+    grpc_byte_buffer_destroy(op->packed);
+  zb_planner_result_free(&op->plan);
+  zb_job_spec_free(&op->spec);
+  free(op);
+}
+
 void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__PlanRequest *req = (const void *)m;
@@ -199,34 +228,27 @@ void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   Zb__V1__JobSpec spec_pb = *req->spec;
   if (!spec_pb.name || !spec_pb.name[0])
     spec_pb.name = "plan";
-  zb_job_spec spec;
+  plan_rpc_op *op = zb_calloc(1, sizeof *op);
   zb_diag d;
-  if (zb_wire_spec_from_pb(&spec_pb, &spec, &d) != ZB_OK) {
+  if (zb_wire_spec_from_pb(&spec_pb, &op->spec, &d) != ZB_OK) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec: %s", d.msg);
+    free(op);
     return;
   }
-  zb_planner_result plan = {0};
-  bool fits = plan_within_budget(co, call, &spec, "spec.") &&
-              plan_fits(call, &spec, true, co->cfg.max_message_bytes, NULL);
-  zb_err err = fits ? zb_job_plan(&spec, obj, &plan, &d) : ZB_OK;
-  zb_job_spec_free(&spec);
-  if (!fits)
-    return;
-  if (err) {
-    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec.schedule: %s", d.msg);
-    zb_planner_result_free(&plan);
+  if (!plan_within_budget(co, call, &op->spec, "spec.") ||
+      !plan_fits(call, &op->spec, true, co->cfg.max_message_bytes, NULL)) {
+    zb_job_spec_free(&op->spec);
+    free(op);
     return;
   }
-  coord_metrics_observe_plan(co, plan.generate_seconds);
-  Zb__V1__PlanResponse resp;
-  zb_wire_plan_response(&plan, req->with_action_lists, &resp);
-  size_t n = protobuf_c_message_get_packed_size(&resp.base);
-  if ((long long)n > co->cfg.max_message_bytes)
-    zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                "spec: the plan is %zu bytes, over the %lld-byte message limit (max_message_bytes)", n,
-                co->cfg.max_message_bytes);
-  else
-    zb_rpc_reply(call, &resp.base);
-  zb_wire_plan_response_clear(&resp);
-  zb_planner_result_free(&plan);
+  op->with_action_lists = req->with_action_lists;
+  op->base = (coord_plan_op){.co = co,
+                             .call = call,
+                             .spec = &op->spec,
+                             .objective = obj,
+                             .plan = &op->plan,
+                             .what = "spec.",
+                             .then = plan_rpc_answer,
+                             .done = plan_rpc_planned};
+  coord_plan_off_loop(&op->base);
 }

@@ -110,6 +110,7 @@ struct coord_job {
   int learned_iterations;
   double *slowdown; /* by rank, from the last sampled iteration (NULL before one) */
   bool dirty;       /* its row's last write failed (a full disk): retried each tick */
+  bool updating;    /* an UpdateSchedule plan is being made for it (plan_async.c) */
   struct coord_job *next;
 };
 
@@ -216,19 +217,39 @@ void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 /* GetIteration: one completed iteration's figures, timelines included, from the store. */
 void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 
+/* plan_async.c: a plan made off the loop for a deferred call. The caller
+ * fills co, call, spec, objective, plan (both its own, alive until done),
+ * what (the field prefix errors name, "spec." or "") and done, then calls
+ * coord_plan_off_loop, which answers the call when the client left, the
+ * coordinator is stopping (UNAVAILABLE) or the planner refused the spec
+ * (INVALID_ARGUMENT); done then runs on the loop with op->call NULL, or
+ * with the call still to answer. done owns op and *plan from then on. */
+typedef struct coord_plan_op {
+  uv_work_t req;
+  coord *co;
+  zb_rpc_call *call;
+  const zb_job_spec *spec;
+  zb_objective objective;
+  zb_planner_result *plan;
+  const char *what;
+  zb_err err;
+  zb_diag diag;
+  /* optional: more work on the pool thread after a plan made (say, its
+   * answer built), touching nothing but the op */
+  void (*then)(struct coord_plan_op *op);
+  void (*done)(struct coord_plan_op *op);
+} coord_plan_op;
+void coord_plan_off_loop(coord_plan_op *op);
+
 /* admission.c */
-/* Plans spec for a job (what: "spec" or "schedule", the field that errors
- * name) and checks that every rank's Assignment fits the limit: the
- * coordinator's max_message_bytes and the receive limit of every attached
- * worker able to run it. On refusal fails call (INVALID_ARGUMENT for a
- * plan the pipeline refuses, RESOURCE_EXHAUSTED naming the limit) and
- * returns false; on success *plan is the caller's. */
-bool coord_admit_plan(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec, const char *what,
-                      zb_planner_result *plan);
-/* coord_admit_plan in two halves around a plan made elsewhere (off the
- * loop): the checks before planning (the planning budget, max_plan_ops,
- * and the lower bound on the plan's size), and those of the plan made
- * (*plan freed on refusal). */
+/* Admission of a plan (what: "spec." or "", the prefix of the field
+ * errors name), in two halves around the plan made off the loop: the
+ * checks before planning (the planning budget, max_plan_ops, and the lower
+ * bound on the plan's size), and those of the plan made: every rank's
+ * Assignment within the coordinator's max_message_bytes and the receive
+ * limit of every attached worker able to run it (*plan freed on refusal).
+ * On refusal they fail call (RESOURCE_EXHAUSTED naming the limit) and
+ * return false. */
 bool coord_admit_before_plan(coord *co, zb_rpc_call *call, const zb_job_spec *spec, const char *what);
 bool coord_admit_planned(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec,
                          const char *what, zb_planner_result *plan);

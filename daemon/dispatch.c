@@ -152,6 +152,11 @@ static bool update_allowed(zb_rpc_call *call, const coord_job *j, const Zb__V1__
                 zb_job_state_name(j->row.state));
     return false;
   }
+  if (j->updating) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job_id: job %s has an update being planned",
+                j->row.id);
+    return false;
+  }
   if (j->switch_at >= 0) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "job_id: job %s already has an update waiting for iteration %d", j->row.id, j->switch_at);
@@ -176,41 +181,39 @@ void job_switch_plan(coord_job *j, zb_planner_result *plan, int at) {
   job_send_plan(j, &j->next_plan, j->plan_version, at);
 }
 
-void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
-  coord *co = user;
-  const Zb__V1__UpdateScheduleRequest *req = (const void *)m;
-  coord_job *j = job_lookup(co, call, req->job_id);
-  if (!j || !update_allowed(call, j, req))
-    return;
-  zb_job_spec spec = j->spec;
-  snprintf(spec.schedule, sizeof spec.schedule, "%s", req->schedule);
-  spec.chunks = req->chunks;
-  spec.mem_limit = req->mem_limit;
-  zb_diag d;
-  if (zb_job_spec_check(&spec, &d) != ZB_OK) {
-    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", d.msg);
-    return;
-  }
+/* An update being planned off the loop (plan_async.c). The job cannot be
+ * pruned meanwhile (j->updating), and a second update waits for it. */
+typedef struct update_op {
+  coord_plan_op base;
+  coord_job *j;
+  zb_job_spec spec; /* the job's, with the new schedule (stage_costs shared) */
   zb_planner_result plan;
-  if (!coord_admit_plan(co, call, j, &spec, "schedule", &plan))
-    return;
-  /* Ranks run at most about one iteration apart (each needs its
-   * neighbours' tensors), so three past the latest report is an iteration
-   * no rank has started yet. */
+} update_op;
+
+/* Back on the loop: the job may have ended meanwhile; the plan's size is
+ * checked, then it is switched in three iterations past the latest report
+ * (ranks run at most about one iteration apart, so no rank has started
+ * that one yet). */
+static void update_planned(coord_plan_op *base) {
+  update_op *op = (update_op *)base;
+  coord_job *j = op->j;
+  zb_rpc_call *call = base->call;
+  j->updating = false;
   int at = j->max_reported + 3;
-  if (at >= j->spec.iterations) {
-    zb_planner_result_free(&plan);
-    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "job_id: job %s ends at iteration %d, before an update could apply (iteration %d)", j->row.id,
-                j->spec.iterations, at);
-    return;
+  if (!call || !coord_admit_planned(base->co, call, j, &op->spec, "", &op->plan))
+    goto done;
+  if (j->row.state != ZB_JOB_RUNNING || at >= j->spec.iterations) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job_id: job %s %s", j->row.id,
+                j->row.state != ZB_JOB_RUNNING ? "ended while its update was planned"
+                                               : "ends before an update could apply");
+    goto done;
   }
-  job_switch_plan(j, &plan, at);
-  snprintf(j->spec.schedule, sizeof j->spec.schedule, "%s", spec.schedule);
-  j->spec.chunks = spec.chunks;
-  j->spec.mem_limit = spec.mem_limit;
-  ZB_INFO("job %s: schedule update to %s from iteration %d (plan version %d)", j->row.id, spec.schedule, at,
-          j->plan_version);
+  job_switch_plan(j, &op->plan, at);
+  snprintf(j->spec.schedule, sizeof j->spec.schedule, "%s", op->spec.schedule);
+  j->spec.chunks = op->spec.chunks;
+  j->spec.mem_limit = op->spec.mem_limit;
+  ZB_INFO("job %s: schedule update to %s from iteration %d (plan version %d)", j->row.id, op->spec.schedule,
+          at, j->plan_version);
   Zb__V1__UpdateScheduleResponse resp = ZB__V1__UPDATE_SCHEDULE_RESPONSE__INIT;
   Zb__V1__Job pb;
   job_pb(j, &pb);
@@ -218,4 +221,47 @@ void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user
   resp.from_iteration = at;
   zb_rpc_reply(call, &resp.base);
   job_pb_clear(&pb);
+done:
+  zb_planner_result_free(&op->plan);
+  free(op);
+}
+
+void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__UpdateScheduleRequest *req = (const void *)m;
+  coord_job *j = job_lookup(co, call, req->job_id);
+  if (!j || !update_allowed(call, j, req))
+    return;
+  update_op *op = zb_calloc(1, sizeof *op);
+  op->j = j;
+  op->spec = j->spec;
+  snprintf(op->spec.schedule, sizeof op->spec.schedule, "%s", req->schedule);
+  op->spec.chunks = req->chunks;
+  op->spec.mem_limit = req->mem_limit;
+  zb_diag d;
+  if (zb_job_spec_check(&op->spec, &d) != ZB_OK) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", d.msg);
+    free(op);
+    return;
+  }
+  if (j->max_reported + 3 >= j->spec.iterations) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "job_id: job %s ends at iteration %d, before an update could apply (iteration %d)", j->row.id,
+                j->spec.iterations, j->max_reported + 3);
+    free(op);
+    return;
+  }
+  if (!coord_admit_before_plan(co, call, &op->spec, "")) {
+    free(op);
+    return;
+  }
+  j->updating = true;
+  op->base = (coord_plan_op){.co = co,
+                             .call = call,
+                             .spec = &op->spec,
+                             .objective = ZB_OBJ_MAKESPAN,
+                             .plan = &op->plan,
+                             .what = "",
+                             .done = update_planned};
+  coord_plan_off_loop(&op->base);
 }

@@ -126,17 +126,11 @@ static void job_unqueue(coord *co, coord_job *j) {
   j->row.spec = j->row.last = NULL;
 }
 
-/* A submission being planned off the loop (uv_queue_work), so that
- * heartbeats, reports and health checks are answered meanwhile: the job
- * (not queued yet), its call (NULL once the client has left) and the
- * planner's word. */
+/* A submission being planned off the loop (plan_async.c): the job, not
+ * queued yet, carries the spec and receives the plan. */
 typedef struct submit_op {
-  uv_work_t req;
-  coord *co;
-  zb_rpc_call *call;
+  coord_plan_op base;
   coord_job *j;
-  zb_err err;
-  zb_diag diag;
 } submit_op;
 
 static void job_discard(coord_job *j) {
@@ -145,36 +139,16 @@ static void job_discard(coord_job *j) {
   free(j);
 }
 
-static void submit_left(zb_rpc_call *call, void *arg) {
-  (void)call;
-  submit_op *op = arg;
-  op->call = NULL;
-  uv_cancel((uv_req_t *)&op->req); /* not started yet: it never plans */
-}
-
-/* On a thread of libuv's pool: touches nothing but the op's job. */
-static void submit_plan(uv_work_t *req) {
-  submit_op *op = req->data;
-  op->err = zb_job_plan(&op->j->spec, ZB_OBJ_MAKESPAN, &op->j->plan, &op->diag);
-}
-
 /* Back on the loop: the checks of the plan made, then the job is queued
- * (or dropped, when its client left or the coordinator is stopping). */
-static void submit_planned(uv_work_t *req, int status) {
-  submit_op op = *(submit_op *)req->data;
-  free(req->data);
-  coord *co = op.co;
-  coord_job *j = op.j;
-  if (op.call)
-    zb_rpc_call_on_close(op.call, NULL, NULL);
-  bool ok = op.call && status == 0;
-  if (ok && co->stopping)
-    zb_rpc_fail(op.call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
-  else if (ok && op.err)
-    zb_rpc_fail(op.call, GRPC_STATUS_INVALID_ARGUMENT, "spec.schedule: %s", op.diag.msg);
-  ok = ok && !co->stopping && !op.err && admit_workers(co, op.call, &j->spec) &&
-       coord_admit_planned(co, op.call, j, &j->spec, "spec.", &j->plan);
-  if (!ok) {
+ * (or dropped, when nobody waits for the answer any more). */
+static void submit_planned(coord_plan_op *base) {
+  submit_op *op = (submit_op *)base;
+  coord *co = base->co;
+  zb_rpc_call *call = base->call;
+  coord_job *j = op->j;
+  free(op);
+  if (!call || !admit_workers(co, call, &j->spec) ||
+      !coord_admit_planned(co, call, j, &j->spec, "spec.", &j->plan)) {
     job_discard(j);
     return;
   }
@@ -182,14 +156,14 @@ static void submit_planned(uv_work_t *req, int status) {
   zb_diag d;
   if (!job_event(co, j, NULL, &d)) { /* acknowledged only once its row is in the store */
     job_unqueue(co, j);
-    zb_rpc_fail(op.call, GRPC_STATUS_UNAVAILABLE, "store: %s (the job was not accepted; try again later)",
+    zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "store: %s (the job was not accepted; try again later)",
                 d.msg);
     job_discard(j);
     return;
   }
   Zb__V1__SubmitJobResponse resp = ZB__V1__SUBMIT_JOB_RESPONSE__INIT;
   resp.job_id = j->row.id;
-  zb_rpc_reply(op.call, &resp.base);
+  zb_rpc_reply(call, &resp.base);
   coord_start_pending(co);
 }
 
@@ -245,10 +219,15 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   if (!admit_workers(co, call, &j->spec) || !coord_admit_before_plan(co, call, &j->spec, "spec."))
     goto fail;
   submit_op *op = zb_calloc(1, sizeof *op);
-  *op = (submit_op){.co = co, .call = call, .j = j};
-  op->req.data = op;
-  zb_rpc_call_on_close(call, submit_left, op);
-  uv_queue_work(co->loop, &op->req, submit_plan, submit_planned);
+  op->j = j;
+  op->base = (coord_plan_op){.co = co,
+                             .call = call,
+                             .spec = &j->spec,
+                             .objective = ZB_OBJ_MAKESPAN,
+                             .plan = &j->plan,
+                             .what = "spec.",
+                             .done = submit_planned};
+  coord_plan_off_loop(&op->base);
   return;
 fail:
   job_discard(j);

@@ -88,6 +88,38 @@ def test_health_is_answered_while_a_large_plan_is_made():
         c.assert_serving()
 
 
+def test_health_is_answered_while_the_plan_rpc_plans():
+    """The same for the Plan RPC (zbctl plan --remote), which plans too."""
+    with Cluster(workers=0, name="limits-plan-rpc", max_message_bytes=64 << 20) as c:
+        req = zb_pb2.PlanRequest(spec=job_spec(ranks=2, microbatches=250000, schedule="zb-h1"))
+        result = {}
+        # the answer lists every action (29 MB): a channel that takes it
+        big = grpc.insecure_channel("127.0.0.1:%d" % c.port, options=[("grpc.max_receive_message_length", 64 << 20)])
+
+        def plan():
+            t0 = time.monotonic()
+            result["resp"] = zbsvc.zb_pb2_grpc.ZbStub(big).Plan(req, timeout=120 * zbsvc.SLOW)
+            result["done_at"] = time.monotonic()
+            result["took"] = result["done_at"] - t0
+
+        th = threading.Thread(target=plan)
+        th.start()
+        answered = []
+        while th.is_alive():
+            t0 = time.monotonic()
+            assert c.health() == health_pb2.HealthCheckResponse.SERVING
+            answered.append((time.monotonic(), time.monotonic() - t0))
+            time.sleep(0.01)
+        th.join()
+        during = [lat for at, lat in answered if at < result["done_at"]]
+        print("Plan took %.2f s; %d health checks answered meanwhile, slowest %.1f ms" %
+              (result["took"], len(during), 1e3 * max(during or [0])))
+        assert result["resp"].microbatches == 250000 and result["resp"].makespan > 0
+        assert len(during) >= 3, (result["took"], answered)
+        big.close()
+        c.assert_serving()
+
+
 def test_client_leaving_during_planning_leaves_no_job():
     with Cluster(workers=2, name="limits-leave") as c:
         spec = job_spec(name="abandoned", ranks=2, microbatches=400000, schedule="zb-h1", t=0.0001, iterations=1)
