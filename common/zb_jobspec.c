@@ -472,3 +472,12 @@ zb_err zb_job_spec_check(const zb_job_spec *s, zb_diag *diag) {
     zb_diag_set(diag, err, "field '%s': %s", f.field, f.reason);
   return err;
 }
+
+double zb_model_spec_params(const zb_model_spec *m) {
+  double h = m->hidden, vocab = 256;
+  return vocab * h + (double)m->seq_len * h + (double)m->layers * (12 * h * h + 13 * h) + 2 * h + vocab * h;
+}
+
+double zb_job_spec_rank_state_bytes(const zb_job_spec *s) {
+  return s->ranks > 0 ? 16 * zb_model_spec_params(&s->model) / s->ranks : 0;
+}

@@ -157,6 +157,15 @@ void zb_job_spec_derive(zb_job_spec *s, bool bytes_given);
 /* Bytes of one activation or gradient of the model, batch * seq_len *
  * hidden * 4 (fp32); 0 when a factor is outside its range (see above). */
 long long zb_model_spec_bytes_per_activation(const zb_model_spec *m);
+/* Parameters of the whole model (the byte vocabulary of 256, learned
+ * positions, layers of 12 h^2 + 13 h, the final LayerNorm and the head;
+ * model/model_stage.c lays them out and test_jobspec checks the two agree). */
+double zb_model_spec_params(const zb_model_spec *m);
+/* A lower bound of the bytes the busiest rank of a job that trains the
+ * model holds before any activation: fp32 parameters, gradients and the
+ * two AdamW moments (16 bytes each) of its share of the model, the whole
+ * divided by the ranks. The coordinator refuses workers advertising less. */
+double zb_job_spec_rank_state_bytes(const zb_job_spec *s);
 void zb_job_spec_free(zb_job_spec *s);
 
 #endif

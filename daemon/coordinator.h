@@ -43,6 +43,8 @@ typedef struct coord_worker {
   char gpu[256];                     /* AttachRequest.gpu, whole: the stand-in mark must survive */
   char backends[64], transports[64]; /* comma-separated */
   long long max_receive_bytes;       /* its gRPC receive limit (AttachRequest) */
+  long long memory_bytes;            /* host memory for cpu jobs; 0: not advertised */
+  long long gpu_memory_bytes;        /* its GPU's, for cuda jobs; 0: none or not advertised */
   zb_rpc_call *attach;               /* the Attach stream; NULL when detached */
   int64_t last_seen_ms;
   coord_job *job; /* NULL: idle */
@@ -279,6 +281,12 @@ void coord_tick(coord *co);
 coord_worker *worker_find(coord *co, const char *id);
 /* An attached worker that offers the job's backend and transport (and a
  * GPU, for a job that needs one). */
+bool worker_offers_job(const coord_worker *w, const zb_job_spec *spec);
+/* The memory a worker advertised for spec's kind of job (GPU or host). */
+long long worker_memory_for(const coord_worker *w, const zb_job_spec *spec);
+/* One that offers it and has the memory the model's fixed state needs on
+ * a rank (zb_job_spec_rank_state_bytes), when it advertised any: the
+ * workers admission counts and jobs start on. */
 bool worker_can_run(const coord_worker *w, const zb_job_spec *spec);
 /* A cuda job: it runs only on workers that reported a GPU. */
 bool job_needs_gpu(const zb_job_spec *spec);

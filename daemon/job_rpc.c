@@ -68,8 +68,39 @@ static bool admit_gpu_workers(coord *co, zb_rpc_call *call, const zb_job_spec *s
   return false;
 }
 
+/* The model's fixed state against the memory the workers advertised: a
+ * job refused when fewer workers that offer it than it has ranks have room
+ * (RESOURCE_EXHAUSTED). Too few workers at all is admit_workers' to say. */
+static bool admit_memory(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
+  if (!zb_job_spec_trains_model(spec))
+    return true;
+  double need = zb_job_spec_rank_state_bytes(spec), gib = 1024.0 * 1024.0 * 1024.0;
+  int offer = 0, fit = 0;
+  long long most = 0;
+  for (const coord_worker *w = co->workers; w; w = w->next) {
+    if (!worker_offers_job(w, spec))
+      continue;
+    long long have = worker_memory_for(w, spec);
+    offer++;
+    fit += !have || need <= (double)have;
+    most = have > most ? have : most;
+  }
+  if (offer < spec->ranks || fit >= spec->ranks)
+    return true;
+  zb_rpc_fail(
+      call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+      "spec.model: its parameters, gradients and AdamW moments alone need at least %.3g GiB on each of "
+      "its %d ranks (%.4g M parameters, 16 bytes each), but %d of the %d workers able to run it have "
+      "that much %s memory (the most: %.3g GiB); use more ranks or a smaller model",
+      need / gib, spec->ranks, zb_model_spec_params(&spec->model) / 1e6, fit, offer,
+      job_needs_gpu(spec) ? "GPU" : "host", (double)most / gib);
+  return false;
+}
+
 /* Enough attached workers able to run spec; fails call when not. */
 static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
+  if (!admit_memory(co, call, spec))
+    return false;
   if (job_needs_gpu(spec))
     return admit_gpu_workers(co, call, spec);
   int attached = workers_attached(co);

@@ -35,9 +35,21 @@ static bool worker_offers(const char *list, const char *name) {
 /* An attached worker that offers the job's backend and transport, and for
  * a cuda job has reported a GPU: a worker that offers cuda without naming
  * its device is not trusted with one (docs/operations.md, GPU workers). */
-bool worker_can_run(const coord_worker *w, const zb_job_spec *spec) {
+bool worker_offers_job(const coord_worker *w, const zb_job_spec *spec) {
   return w->attach && worker_offers(w->backends, spec->backend) &&
          worker_offers(w->transports, spec->transport) && (!job_needs_gpu(spec) || w->gpu[0]);
+}
+
+long long worker_memory_for(const coord_worker *w, const zb_job_spec *spec) {
+  return job_needs_gpu(spec) ? w->gpu_memory_bytes : w->memory_bytes;
+}
+
+/* ... and has the memory its model's fixed state needs on one rank (a
+ * worker that advertised none is not judged). */
+bool worker_can_run(const coord_worker *w, const zb_job_spec *spec) {
+  long long have = worker_memory_for(w, spec);
+  return worker_offers_job(w, spec) &&
+         (!have || !zb_job_spec_trains_model(spec) || zb_job_spec_rank_state_bytes(spec) <= (double)have);
 }
 
 bool job_needs_gpu(const zb_job_spec *spec) {
@@ -124,6 +136,8 @@ void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     ws[k].job_id = w->job ? w->job->row.id : "";
     ws[k].rank = w->job ? w->rank : -1;
     ws[k].last_seen_unix_ms = w->last_seen_ms;
+    ws[k].memory_bytes = w->memory_bytes;
+    ws[k].gpu_memory_bytes = w->gpu_memory_bytes;
     ptrs[k] = &ws[k];
   }
   Zb__V1__ListWorkersResponse resp = ZB__V1__LIST_WORKERS_RESPONSE__INIT;
@@ -190,6 +204,18 @@ static void join_list(char *out, size_t cap, char **items, size_t n) {
   }
 }
 
+/* The sizes an AttachRequest advertises are never negative (0: unknown). */
+static bool attach_sizes_ok(zb_rpc_call *call, const Zb__V1__AttachRequest *req) {
+  const char *names[] = {"max_receive_bytes", "memory_bytes", "gpu_memory_bytes"};
+  int64_t values[] = {req->max_receive_bytes, req->memory_bytes, req->gpu_memory_bytes};
+  for (int k = 0; k < 3; k++)
+    if (values[k] < 0) {
+      zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: %lld is negative", names[k], (long long)values[k]);
+      return false;
+    }
+  return true;
+}
+
 void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__AttachRequest *req = (const void *)m;
@@ -217,11 +243,9 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
                   k < req->n_backends ? "backends" : "transports");
       return;
     }
-  if (req->max_receive_bytes < 0) {
-    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "max_receive_bytes: %lld is negative",
-                (long long)req->max_receive_bytes);
+  if (!attach_sizes_ok(call, req))
     return;
-  }
+
   if (co->stopping) {
     zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
     return;
@@ -251,6 +275,8 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   }
   snprintf(w->data_address, sizeof w->data_address, "%s", req->data_address);
   w->max_receive_bytes = req->max_receive_bytes;
+  w->memory_bytes = req->memory_bytes;
+  w->gpu_memory_bytes = req->gpu_memory_bytes;
   snprintf(w->hostname, sizeof w->hostname, "%s", req->hostname ? req->hostname : "");
   snprintf(w->gpu, sizeof w->gpu, "%s", req->gpu ? req->gpu : "");
   join_list(w->backends, sizeof w->backends, req->backends, req->n_backends);

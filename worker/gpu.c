@@ -35,6 +35,7 @@ void worker_gpu_probe(worker *w, int ordinal) {
   snprintf(w->gpu, sizeof w->gpu, "%s%s (%.1f GiB, cc %d.%d, CUDA driver %d.%d)", info.name, mark,
            (double)info.total_bytes / (1024.0 * 1024.0 * 1024.0), info.cc_major, info.cc_minor, major, minor);
   w->has_cuda = true;
+  w->gpu_memory_bytes = info.total_bytes;
   if (info.standin)
     ZB_WARN("using the CPU stand-in of CUDA (tests only): %s", w->gpu);
   else

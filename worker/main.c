@@ -35,7 +35,7 @@
 
 static const char usage_text[] =
     "usage: zb-worker [--coordinator ADDR] [--id ID] [--listen ADDR] [--heartbeat-ms N]\n"
-    "                 [--max-message-bytes N] [--gpu N] [--log-level L]\n"
+    "                 [--max-message-bytes N] [--gpu N] [--memory-bytes N] [--log-level L]\n"
     "                 [--tls-ca FILE --tls-cert FILE --tls-key FILE] [--path-root DIR]...\n"
     "                 [--version] [--help]\n"
     "\n"
@@ -61,6 +61,11 @@ static const char usage_text[] =
     "                      physical GPU 3); run one worker per GPU. Without a\n"
     "                      device (or a build without CUDA) it offers no cuda\n"
     "                      backend and says why in its log\n"
+    "  --memory-bytes N    host memory to advertise for cpu jobs (default: what is\n"
+    "                      available at start, capped by this cgroup's memory\n"
+    "                      limit; 0: advertise none); the coordinator refuses a\n"
+    "                      job whose model cannot fit (a cuda job is judged by the\n"
+    "                      GPU's memory)\n"
     "  --log-level L       debug, info, warn, error (default info)\n"
     "  --tls-ca FILE       mutual TLS with the coordinator: the cluster's CA,\n"
     "  --tls-cert FILE       this worker's certificate (zb://worker/ID, ID its --id)\n"
@@ -190,6 +195,8 @@ static void control_loop(worker *w, int heartbeat_ms) {
     req.hostname = w->hostname;
     req.gpu = w->gpu;
     req.max_receive_bytes = w->max_receive_bytes;
+    req.memory_bytes = w->memory_bytes;
+    req.gpu_memory_bytes = w->gpu_memory_bytes;
     zb_rpc_stream *st = zb_rpc_stream_open(w->rpc, ZB_METHOD_ATTACH, &req.base, 0, true);
     double last_beat = 0;
     bool attached = false;
@@ -239,7 +246,7 @@ static void control_loop(worker *w, int heartbeat_ms) {
 typedef struct worker_flags {
   const char *coordinator, *listen, *id;
   int heartbeat_ms, level;
-  long long max_message_bytes, gpu;
+  long long max_message_bytes, gpu, memory_bytes; /* memory_bytes -1: probe */
   zb_tls_files tls;
   const char *path_roots[WORKER_MAX_PATH_ROOTS + 1];
   int n_path_roots;
@@ -266,6 +273,7 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
                                        {"heartbeat-ms", required_argument, NULL, 'b'},
                                        {"max-message-bytes", required_argument, NULL, 'M'},
                                        {"gpu", required_argument, NULL, 'g'},
+                                       {"memory-bytes", required_argument, NULL, 'm'},
                                        {"log-level", required_argument, NULL, 'L'},
                                        {"tls-ca", required_argument, NULL, 'A'},
                                        {"tls-cert", required_argument, NULL, 'C'},
@@ -292,6 +300,10 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
       break;
     case 'g':
       if (!flag_number("--gpu", optarg, 0, 1023, &f->gpu))
+        return 2;
+      break;
+    case 'm':
+      if (!flag_number("--memory-bytes", optarg, 0, 1LL << 60, &f->memory_bytes))
         return 2;
       break;
     case 'L':
@@ -339,7 +351,8 @@ int main(int argc, char **argv) {
                     .listen = "127.0.0.1:0",
                     .heartbeat_ms = 1000,
                     .level = ZB_LOG_INFO,
-                    .max_message_bytes = 1073741824};
+                    .max_message_bytes = 1073741824,
+                    .memory_bytes = -1};
   int code = parse_flags(argc, argv, &f);
   if (code >= 0)
     return code;
@@ -373,6 +386,7 @@ int main(int argc, char **argv) {
   }
   w.gpu_ordinal = (int)f.gpu;
   worker_gpu_probe(&w, (int)f.gpu);
+  w.memory_bytes = f.memory_bytes >= 0 ? f.memory_bytes : worker_host_memory();
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
@@ -389,7 +403,8 @@ int main(int argc, char **argv) {
   zb_tls_free(tls); /* the channel keeps its own copy */
   pthread_t jt;
   pthread_create(&jt, NULL, job_thread, &w);
-  ZB_INFO("zb-worker %s: coordinator %s, data address %s", ZB_VERSION, coordinator, w.data_address);
+  ZB_INFO("zb-worker %s: coordinator %s, data address %s, memory %.1f GiB%s", ZB_VERSION, coordinator,
+          w.data_address, (double)w.memory_bytes / (1 << 30), w.memory_bytes ? "" : " (not advertised)");
   control_loop(&w, heartbeat_ms);
   ZB_INFO("signal %d: stopping", (int)got_signal);
   atomic_store(&w.shutdown, true);

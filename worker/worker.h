@@ -40,6 +40,9 @@ typedef struct worker {
   bool has_cuda;   /* offers backend cuda and transport nccl */
   int gpu_ordinal; /* --gpu: the CUDA device cuda jobs run on */
   char gpu[256];   /* AttachRequest.gpu: "" without one */
+  /* advertised to the coordinator (0: not known): host memory for cpu jobs
+   * (memory.c, or --memory-bytes), and the GPU's for cuda jobs */
+  long long memory_bytes, gpu_memory_bytes;
   zb_rpc_client *rpc;
   atomic_bool shutdown;
   pthread_mutex_t mu;
@@ -156,5 +159,8 @@ zb_err worker_nccl_exchange(worker *w, const zb_assignment *a, const uint8_t *mi
 /* job.c */
 /* The job thread: runs each assignment w->next_job receives to its end. */
 void *job_thread(void *arg);
+
+/* memory.c: available host memory, capped by the cgroup's limit (0: unknown). */
+long long worker_host_memory(void);
 
 #endif

@@ -175,10 +175,12 @@ def test_bad_cpu_jobs_are_refused():
 
 
 def test_model_too_large_fails_the_job_not_the_worker():
-    """model.hidden 65536 passes the spec's checks but needs about 200 GB of
-    weights: the rank fails its job saying it is out of memory, and the
-    worker stays attached and runs the next job (it once aborted)."""
-    with Cluster(workers=1, name="train-huge") as c:
+    """model.hidden 65536 passes the spec's checks but needs about 800 GB of
+    weights and optimizer state: on a worker that advertises no memory (so
+    the coordinator cannot refuse it) the rank fails its job saying it is
+    out of memory, and the worker stays attached and runs the next job (it
+    once aborted)."""
+    with Cluster(workers=1, name="train-huge", worker_args=lambda k: ["--memory-bytes", "0"]) as c:
         spec = cpu_spec("huge", 1, "1f1b", iterations=1)
         spec.model.hidden = 65536
         spec.model.heads = 4
@@ -191,6 +193,32 @@ def test_model_too_large_fails_the_job_not_the_worker():
         c.wait_workers(1)
         ok = c.submit(cpu_spec("after", 1, "1f1b", iterations=2))
         c.wait_state(ok, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+
+
+def test_model_that_cannot_fit_is_refused_at_submission():
+    """Workers advertise their memory; a model whose parameters, gradients
+    and AdamW moments alone exceed it on a rank is refused before anything
+    is planned or started, naming both figures; one that fits runs."""
+    small = 64 << 20
+    with Cluster(workers=2, name="train-fit", worker_args=lambda k: ["--memory-bytes", str(small)]) as c:
+        assert all(w.memory_bytes == small for w in c.list_workers()), c.list_workers()
+        spec = cpu_spec("big", 2, "1f1b", iterations=1)
+        spec.model.hidden = 512  # 25 M parameters: 200 MB per rank over 2
+        spec.model.heads = 8
+        spec.model.layers = 8
+        code, details = rpc_error(c.stub.SubmitJob, zb_pb2.SubmitJobRequest(spec=spec), timeout=30)
+        print("refused: %s %s" % (code.name, details))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert "spec.model" in details and "0.0625 GiB" in details and "0 of the 2 workers" in details, details
+        assert c.list_jobs() == []
+        ok = c.submit(cpu_spec("fits", 2, "1f1b", iterations=2))
+        c.wait_state(ok, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+        c.start_worker("probed")  # no flag: what the host has available
+        c.wait_workers(3)
+        probed = [w for w in c.list_workers() if w.id == "probed"][0]
+        print("a worker without --memory-bytes advertises %.1f GiB" % (probed.memory_bytes / 2**30))
+        assert probed.memory_bytes > small, probed
+        c.assert_serving()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "zb_alloc.h"
+#include "zb_jobspec.h"
 #include "zb_model.h"
 #include "zb_plan.h"
 #include "zbtest.h"
@@ -152,6 +153,9 @@ static void test_partition_params(void) {
       zb_model_stage_free(st);
     }
     CHECK_EQ(total, zb_model_n_params(ref));
+    /* the coordinator's count, which judges whether a model fits a worker */
+    zb_model_spec ms = {.hidden = c.hidden, .heads = c.heads, .layers = c.layers, .seq_len = c.seq_len};
+    CHECK_EQ((size_t)zb_model_spec_params(&ms), total);
     for (int i = 0; i < zb_model_n_tensors(ref); i++)
       CHECK_MSG(seen[i] == 1, "%s is held %d times over %d stages", zb_model_tensor_at(ref, i)->name, seen[i],
                 n);
