@@ -34,8 +34,9 @@
 #endif
 
 static const char usage_text[] =
-    "usage: zb-worker [--coordinator ADDR] [--id ID] [--listen ADDR] [--heartbeat-ms N]\n"
-    "                 [--max-message-bytes N] [--gpu N] [--memory-bytes N] [--log-level L]\n"
+    "usage: zb-worker [--coordinator ADDR] [--id ID] [--listen ADDR] [--advertise-address HOST]\n"
+    "                 [--heartbeat-ms N] [--max-message-bytes N] [--gpu N] [--memory-bytes N]\n"
+    "                 [--log-level L]\n"
     "                 [--tls-ca FILE --tls-cert FILE --tls-key FILE] [--path-root DIR]...\n"
     "                 [--version] [--help]\n"
     "\n"
@@ -49,6 +50,9 @@ static const char usage_text[] =
     "  --id ID             worker id (default HOSTNAME-PID)\n"
     "  --listen ADDR       data address for peers (default 127.0.0.1:0: a free port,\n"
     "                      chosen at start and kept across jobs)\n"
+    "  --advertise-address HOST  the host peers dial, with the bound port (default:\n"
+    "                      the --listen host; this host's name when that is\n"
+    "                      0.0.0.0 or ::). In Kubernetes, the pod's IP\n"
     "  --heartbeat-ms N    heartbeat period (default 1000)\n"
     "  --max-message-bytes N  largest message it receives from the coordinator,\n"
     "                      4096..1073741824 (default 1073741824, the most the\n"
@@ -91,7 +95,16 @@ void worker_sleep_ms(int ms) {
  * transport accepts on this socket, so the address the coordinator knows
  * stays this worker's (releasing it between jobs let another process take
  * the port). Advertises --listen's host with the bound port. */
-static bool open_data_port(worker *w, const char *listen) {
+/* A listen host that names no one address peers could dial. */
+static bool wildcard_host(const char *host, int len) {
+  return len == 0 || (len == 7 && strncmp(host, "0.0.0.0", 7) == 0) ||
+         (len == 2 && strncmp(host, "::", 2) == 0) || (len == 4 && strncmp(host, "[::]", 4) == 0);
+}
+
+/* Binds the data port (kept for the worker's life) and sets the address
+ * peers are told to dial: --advertise-address HOST with the bound port,
+ * else the listen host, or this host's name when that is a wildcard. */
+static bool open_data_port(worker *w, const char *listen, const char *advertise) {
   const char *colon = strrchr(listen, ':');
   zb_diag d = {{0}};
   int port = 0;
@@ -99,7 +112,21 @@ static bool open_data_port(worker *w, const char *listen) {
     ZB_ERROR("--listen %s: %s", listen, colon ? d.msg : "expected host:port");
     return false;
   }
-  snprintf(w->data_address, sizeof w->data_address, "%.*s:%d", (int)(colon - listen), listen, port);
+  int len = (int)(colon - listen);
+  const char *host = listen;
+  if (advertise) {
+    host = advertise;
+    len = (int)strlen(advertise);
+  } else if (wildcard_host(listen, len)) {
+    host = w->hostname;
+    len = (int)strlen(w->hostname);
+    ZB_WARN("--listen %s names no address peers can dial: advertising %s:%d (set --advertise-address, "
+            "e.g. a pod's IP)",
+            listen, host, port);
+  }
+  bool v6 = memchr(host, ':', (size_t)len) && host[0] != '[';
+  snprintf(w->data_address, sizeof w->data_address, "%s%.*s%s:%d", v6 ? "[" : "", len, host, v6 ? "]" : "",
+           port);
   return true;
 }
 
@@ -244,7 +271,7 @@ static void control_loop(worker *w, int heartbeat_ms) {
 
 /* The flags; the defaults are filled by the caller. */
 typedef struct worker_flags {
-  const char *coordinator, *listen, *id;
+  const char *coordinator, *listen, *id, *advertise;
   int heartbeat_ms, level;
   long long max_message_bytes, gpu, memory_bytes; /* memory_bytes -1: probe */
   zb_tls_files tls;
@@ -270,6 +297,7 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
   static const struct option opts[] = {{"coordinator", required_argument, NULL, 'c'},
                                        {"id", required_argument, NULL, 'i'},
                                        {"listen", required_argument, NULL, 'l'},
+                                       {"advertise-address", required_argument, NULL, 'a'},
                                        {"heartbeat-ms", required_argument, NULL, 'b'},
                                        {"max-message-bytes", required_argument, NULL, 'M'},
                                        {"gpu", required_argument, NULL, 'g'},
@@ -289,6 +317,13 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
     case 'c': f->coordinator = optarg; break;
     case 'i': f->id = optarg; break;
     case 'l': f->listen = optarg; break;
+    case 'a':
+      if (!optarg[0] || strlen(optarg) > 100 || strpbrk(optarg, " \t/")) {
+        fprintf(stderr, "zb-worker: --advertise-address takes a host name or IP address, not '%s'\n", optarg);
+        return 2;
+      }
+      f->advertise = optarg;
+      break;
     case 'b':
       if (!flag_number("--heartbeat-ms", optarg, 50, 60000, &v))
         return 2;
@@ -368,7 +403,7 @@ int main(int argc, char **argv) {
   snprintf(name, sizeof name, "worker %s", w.id);
   zb_log_init(name, (zb_log_level)level);
   w.data_fd = -1;
-  if (!open_data_port(&w, listen))
+  if (!open_data_port(&w, listen, f.advertise))
     return 1;
   const char *skew = getenv("ZB_TEST_CLOCK_SKEW_SECONDS"); /* a test knob: a worker on a skewed clock */
   if (skew && skew[0]) {

@@ -46,6 +46,10 @@ def test_bad_flags():
             ([zbsvc.WORKER, "--heartbeat-ms", "0"], "heartbeat-ms"),
             ([zbsvc.WORKER, "--log-level", "loud"], "log-level"),
             ([zbsvc.WORKER, "--bogus"], "usage"),
+            ([zbsvc.WORKER, "--advertise-address", "a b"], "advertise-address"),
+            ([zbsvc.WORKER, "--memory-bytes", "-1"], "memory-bytes"),
+            ([zbsvc.COORDINATOR, "--retain-finished-jobs", "0"] + data,
+             "retain_finished_jobs"),
         ]
         for argv, needle in cases:
             cp = run(argv)
@@ -167,6 +171,25 @@ def test_worker_holds_its_data_port_between_jobs():
         # a third worker told to listen on a taken data port says so and exits
         cp = run([zbsvc.WORKER, "--coordinator", c.address, "--id", "w-taken", "--listen", addrs[0]])
         assert cp.returncode == 1 and "--listen" in cp.stderr and "in use" in cp.stderr, (cp.returncode, cp.stderr)
+        c.assert_serving()
+
+
+def test_worker_on_a_wildcard_address_advertises_one_peers_can_dial():
+    """A worker listening on 0.0.0.0 advertises --advertise-address (a
+    pod's IP in Kubernetes) with its bound port, else its host name, never
+    0.0.0.0; a job across two such workers runs."""
+    with Cluster(workers=0, name="advertise") as c:
+        for k in range(2):
+            c.start_worker("adv%d" % k, extra=["--listen", "0.0.0.0:0", "--advertise-address", "127.0.0.1"])
+        c.start_worker("named", extra=["--listen", "0.0.0.0:0"])
+        ws = {w.id: w.data_address for w in c.wait_workers(3)}
+        print("advertised: %s" % ws)
+        assert all(ws["adv%d" % k].startswith("127.0.0.1:") for k in range(2)), ws
+        assert ws["named"].startswith(socket.gethostname() + ":") and "0.0.0.0" not in ws["named"], ws
+        assert "advertising" in c.workers["named"].log_text()  # says why, and how to choose
+        c.workers["named"].stop()
+        jid = c.submit(job_spec(ranks=2, microbatches=4, iterations=2))
+        c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED)
         c.assert_serving()
 
 
