@@ -131,9 +131,10 @@ struct coord {
   int grpc_port, metrics_port;
   coord_job *jobs; /* oldest first */
   coord_worker *workers;
-  int64_t next_job_number; /* the next job id's number: 64-bit, never repeats */
-  int64_t last_prune_ms;   /* retention.c */
-  long long jobs_pruned;   /* finished jobs retention removed since start */
+  int64_t next_job_number;               /* the next job id's number: 64-bit, never repeats */
+  int64_t last_prune_ms;                 /* retention.c */
+  int64_t watchdog_ms, last_watchdog_ms; /* systemd's WatchdogSec (0: none), main.c */
+  long long jobs_pruned;                 /* finished jobs retention removed since start */
   uv_timer_t tick;
   int64_t last_tick_ms; /* when coord_tick last ran (the tick timer's start before the first) */
   uv_signal_t sigterm, sigint, sighup;

@@ -11,8 +11,10 @@
 
 #include "coordinator.h"
 #include "zb_alloc.h"
+#include "zb_clock.h"
 #include "zb_file.h"
 #include "zb_log.h"
+#include "zb_sd.h"
 
 #ifndef ZB_VERSION
 #define ZB_VERSION "unknown"
@@ -84,8 +86,24 @@ static int mkdir_p(const char *dir) {
   return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* Under systemd with WatchdogSec= (docs/operations.md, systemd): a
+ * keep-alive from the tick, at twice the rate asked, so a loop that stops
+ * turning stops them and the service manager restarts the daemon. */
+static void watchdog_ping(coord *co) {
+  int64_t now = zb_clock_unix_ms();
+  if (!co->watchdog_ms || now - co->last_watchdog_ms < co->watchdog_ms / 2)
+    return;
+  co->last_watchdog_ms = now;
+  int running = 0;
+  for (const coord_job *j = co->jobs; j; j = j->next)
+    running += j->row.state == ZB_JOB_RUNNING;
+  zb_sd_notifyf("WATCHDOG=1\nSTATUS=serving: %d workers attached, %d jobs running%s", workers_attached(co),
+                running, co->store_failing ? "; the job store takes no writes" : "");
+}
+
 static void on_tick(uv_timer_t *t) {
   coord_tick(t->data);
+  watchdog_ping(t->data);
 }
 
 static void on_rpc_down(void *arg) {
@@ -101,6 +119,7 @@ static void on_stop_signal(uv_signal_t *h, int signum) {
   if (co->stopping)
     return;
   co->stopping = true;
+  zb_sd_notify("STOPPING=1");
   ZB_INFO(
       "signal %d: draining (workers re-attach to the next coordinator; active jobs are marked on restart)",
       signum);
@@ -114,9 +133,11 @@ static void on_hup(uv_signal_t *h, int signum) {
     ZB_INFO("SIGHUP: no --config file to reload");
     return;
   }
+  zb_sd_notify("RELOADING=1");
   zb_coord_config fresh = co->cfg;
   if (!load_config_file(co->config_path, &fresh)) {
     ZB_WARN("SIGHUP: keeping the running config");
+    zb_sd_notify("READY=1\nSTATUS=serving; the reloaded config was refused (see the log)");
     return;
   }
   if (!co->heartbeat_flag)
@@ -127,6 +148,7 @@ static void on_hup(uv_signal_t *h, int signum) {
   ZB_INFO("SIGHUP: reloaded log_level=%s%s heartbeat_timeout_ms=%d%s (addresses and data_dir need a restart)",
           co->cfg.log_level, co->log_level_flag ? " (flag)" : "", co->cfg.heartbeat_timeout_ms,
           co->heartbeat_flag ? " (flag)" : "");
+  zb_sd_notify("READY=1");
 }
 
 /* What the command line sets beside the config's keys. */
@@ -280,6 +302,11 @@ static void run_loop(coord *co) {
   uv_signal_start(&co->sigterm, on_stop_signal, SIGTERM);
   uv_signal_start(&co->sigint, on_stop_signal, SIGINT);
   uv_signal_start(&co->sighup, on_hup, SIGHUP);
+  co->watchdog_ms = (int64_t)(zb_sd_watchdog_usec() / 1000);
+  zb_sd_notifyf("READY=1\nSTATUS=serving: gRPC on port %d, metrics on port %d", co->grpc_port,
+                co->metrics_port);
+  if (co->watchdog_ms)
+    ZB_INFO("systemd watchdog: keep-alives every %lld ms", (long long)co->watchdog_ms / 2);
   uv_run(co->loop, UV_RUN_DEFAULT);
   ZB_INFO("stopped");
 }

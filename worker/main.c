@@ -27,6 +27,7 @@
 #include "zb_clock.h"
 #include "zb_log.h"
 #include "zb_methods.h"
+#include "zb_sd.h"
 #include "zb_transport.h"
 
 #ifndef ZB_VERSION
@@ -198,8 +199,30 @@ static void on_command(worker *w, Zb__V1__Command *cmd) {
   protobuf_c_message_free_unpacked(&cmd->base, NULL);
 }
 
-static void control_loop(worker *w, int heartbeat_ms) {
+/* Keep-alives for systemd's WatchdogSec (0: none) from the control loop,
+ * which turns at least every 200 ms while the worker is sound. */
+static void watchdog_ping(uint64_t period_ms, double *last) {
+  if (period_ms && zb_clock_s() - *last >= (double)period_ms / 2000.0) {
+    *last = zb_clock_s();
+    zb_sd_notify("WATCHDOG=1");
+  }
+}
+
+/* A worker that cannot reach its coordinator says so, at 5 s and then
+ * every 30 s (its Attach waits for the channel, which never fails). */
+static void warn_unattached(const char *coordinator, double opened, double *next_warn) {
+  double waited = zb_clock_s() - opened;
+  if (waited < *next_warn)
+    return;
+  ZB_WARN("not attached to %s after %.0f s: is zb-coordinator running there, and reachable? (still trying)",
+          coordinator, waited);
+  *next_warn = waited + 30;
+}
+
+static void control_loop(worker *w, const char *coordinator, int heartbeat_ms) {
   int backoff_ms = 100;
+  uint64_t watchdog_ms = zb_sd_watchdog_usec() / 1000;
+  double last_watchdog = 0;
   while (!got_signal) {
     Zb__V1__AttachRequest req = ZB__V1__ATTACH_REQUEST__INIT;
     char *backends[3], *transports[2];
@@ -225,18 +248,23 @@ static void control_loop(worker *w, int heartbeat_ms) {
     req.memory_bytes = w->memory_bytes;
     req.gpu_memory_bytes = w->gpu_memory_bytes;
     zb_rpc_stream *st = zb_rpc_stream_open(w->rpc, ZB_METHOD_ATTACH, &req.base, 0, true);
-    double last_beat = 0;
+    double last_beat = 0, opened = zb_clock_s(), next_warn = 5;
     bool attached = false;
     for (;;) {
       if (got_signal)
         break;
+      watchdog_ping(watchdog_ms, &last_watchdog);
+      if (!attached)
+        warn_unattached(coordinator, opened, &next_warn);
       ProtobufCMessage *msg;
       int got = zb_rpc_stream_read(st, &zb__v1__command__descriptor, &msg, 200);
       if (got == 0)
         break;
       if (got == 1) {
-        if (!attached)
-          ZB_INFO("attached to %s as %s (data %s)", "the coordinator", w->id, w->data_address);
+        if (!attached) {
+          ZB_INFO("attached to %s as %s (data %s)", coordinator, w->id, w->data_address);
+          zb_sd_notifyf("STATUS=attached to %s as %s", coordinator, w->id);
+        }
         attached = true;
         backoff_ms = 100;
         on_command(w, (Zb__V1__Command *)msg);
@@ -264,6 +292,7 @@ static void control_loop(worker *w, int heartbeat_ms) {
     pthread_mutex_unlock(&w->mu);
     ZB_WARN("attach stream ended (%s: %s); re-attaching in %d ms", zb_rpc_status_name(code), details,
             backoff_ms);
+    zb_sd_notifyf("STATUS=re-attaching to %s (%s)", coordinator, zb_rpc_status_name(code));
     worker_sleep_ms(backoff_ms);
     backoff_ms = backoff_ms * 2 > 2000 ? 2000 : backoff_ms * 2;
   }
@@ -440,7 +469,9 @@ int main(int argc, char **argv) {
   pthread_create(&jt, NULL, job_thread, &w);
   ZB_INFO("zb-worker %s: coordinator %s, data address %s, memory %.1f GiB%s", ZB_VERSION, coordinator,
           w.data_address, (double)w.memory_bytes / (1 << 30), w.memory_bytes ? "" : " (not advertised)");
-  control_loop(&w, heartbeat_ms);
+  zb_sd_notifyf("READY=1\nSTATUS=attaching to %s", coordinator);
+  control_loop(&w, coordinator, heartbeat_ms);
+  zb_sd_notify("STOPPING=1");
   ZB_INFO("signal %d: stopping", (int)got_signal);
   atomic_store(&w.shutdown, true);
   stop_running_job(&w, NULL);
