@@ -4,7 +4,7 @@ once serving, WATCHDOG=1 keep-alives at twice the rate WATCHDOG_USEC asks
 that stop while the coordinator's loop is stopped, RELOADING=1 then READY=1
 around SIGHUP, STOPPING=1 on SIGTERM; the worker the same, with its
 attachment in STATUS. A worker whose coordinator is unreachable says so.
-The units themselves: tests/deploy/test_systemd_units.py."""
+The units themselves: test_systemd_units.py."""
 
 import os
 import signal
