@@ -28,10 +28,31 @@ bool zb_action_op_of(Zb__V1__ActionKind k, zb_op *op) {
   }
 }
 
+/* Action i of a decoded list (field names it in messages), checked against
+ * the shape: a compute or comm kind, a stage of the plan, a microbatch
+ * below m, a peer that is another rank (comm) or none (compute). */
+static zb_err check_action(const zb_assignment *a, const zb_action *x, const char *field, size_t i,
+                           zb_diag *diag) {
+  int S = a->ranks * a->chunks;
+  bool comm = zb_op_is_comm(x->op);
+  if (!comm && !zb_op_is_compute(x->op))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s[%zu]: %s is not a compute or comm action",
+                       field, i, zb_op_name(x->op));
+  if (x->stage < 0 || x->stage >= S)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s[%zu]: stage %d is not one of %d", field, i,
+                       x->stage, S);
+  if (x->mb < 0 || x->mb >= a->microbatches)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s[%zu]: microbatch %d is not one of %d", field,
+                       i, x->mb, a->microbatches);
+  if (comm ? x->peer < 0 || x->peer >= a->ranks || x->peer == a->rank : x->peer != -1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s[%zu]: peer %d for %s on rank %d of %d", field,
+                       i, x->peer, zb_op_name(x->op), a->rank, a->ranks);
+  return ZB_OK;
+}
+
 /* Action i of the columns, checked against the shape. */
 static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_assignment *a, zb_action *out,
                             zb_diag *diag) {
-  int S = a->ranks * a->chunks;
   zb_action x = {.stage = al->stage[i], .mb = al->microbatch[i], .peer = al->peer[i]};
   zb_op op;
   if (zb_action_op_of(al->kind[i], &op))
@@ -39,19 +60,10 @@ static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_ass
   else
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: unknown kind %d", i,
                        (int)al->kind[i]);
-  if (x.stage < 0 || x.stage >= S)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: stage %d is not one of %d", i,
-                       x.stage, S);
-  if (x.mb < 0 || x.mb >= a->microbatches)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "assignment.action_list[%zu]: microbatch %d is not one of %d", i, x.mb,
-                       a->microbatches);
-  bool comm = zb_op_is_comm(x.op);
-  if (comm ? x.peer < 0 || x.peer >= a->ranks || x.peer == a->rank : x.peer != -1)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "assignment.action_list[%zu]: peer %d for %s on rank %d of %d", i, x.peer,
-                       zb_op_name(x.op), a->rank, a->ranks);
-  if (al->group_with_next[i] && !comm)
+  zb_err err = check_action(a, &x, "action_list", i, diag);
+  if (err)
+    return err;
+  if (al->group_with_next[i] && !zb_op_is_comm(x.op))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: a %s cannot open a group", i,
                        zb_op_name(x.op));
   x.batch = al->group_with_next[i];
@@ -78,7 +90,10 @@ static zb_err decode_actions(const Zb__V1__ActionList *al, zb_assignment *a, zb_
   return ZB_OK;
 }
 
-/* The older form: PyTorch action strings, peers from the placement. */
+/* The older form: PyTorch action strings, peers from the placement. The
+ * strings name any kind, stage and microbatch, so each action is checked
+ * as a column's is (a comm action whose partner stage is outside the plan
+ * has peer -1). */
 static zb_err decode_action_strings(const Zb__V1__RankActions *ra, zb_assignment *a, zb_diag *diag) {
   if (ra->rank != a->rank)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.actions.rank: %d, the assignment is rank %d",
@@ -87,7 +102,10 @@ static zb_err decode_action_strings(const Zb__V1__RankActions *ra, zb_assignment
   if (err)
     return err;
   zb_format_fill_peers(a->sched);
-  return ZB_OK;
+  const zb_rank_list *l = &a->sched->ranks[a->rank];
+  for (int i = 0; i < l->n && !err; i++)
+    err = check_action(a, &l->actions[i], "actions", (size_t)i, diag);
+  return err;
 }
 
 static zb_err decode_peers(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {

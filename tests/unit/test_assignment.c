@@ -3,8 +3,8 @@
  * decoded again (p = 1..8) equals the planner's lowered list field by field (op,
  * stage, microbatch, peer, transport group), with the rank's peers'
  * addresses and its hosted stages' costs; the older all-ranks form still
- * decodes; bad messages are refused naming the field; and a job's total
- * assignment bytes grow linearly with its ranks. */
+ * decodes, its action strings checked as the columns are; bad messages are refused naming the field; and a
+ * job's total assignment bytes grow linearly with its ranks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,45 +183,68 @@ static void test_round_trip_every_family(void) {
   CHECK(multi > 0);
 }
 
+/* The older all-ranks form of rank r of pl around the action strings ra:
+ * every rank's address and every stage's costs, in t (old_form_free). */
+typedef struct old_form {
+  Zb__V1__Assignment a;
+  Zb__V1__StageCosts *sc, **scp;
+  double *mf;
+} old_form;
+
+static char *old_addrs[4] = {"a:1", "b:2", "c:3", "d:4"};
+
+static void old_form_make(const zb_planner_result *pl, int r, Zb__V1__RankActions *ra, old_form *t) {
+  int S = pl->p * pl->v;
+  t->sc = zb_calloc((size_t)S, sizeof *t->sc);
+  t->scp = zb_calloc((size_t)S, sizeof *t->scp);
+  t->mf = zb_calloc((size_t)S * 3, sizeof(double));
+  for (int s = 0; s < S; s++) {
+    zb__v1__stage_costs__init(&t->sc[s]);
+    t->sc[s].t_f = pl->costs->t_f[s];
+    t->scp[s] = &t->sc[s];
+    t->mf[s] = pl->costs->m_f[s];
+    t->mf[S + s] = pl->costs->m_b[s];
+    t->mf[2 * S + s] = pl->costs->m_w[s];
+  }
+  Zb__V1__Assignment *a = &t->a;
+  zb__v1__assignment__init(a);
+  a->job_id = "j-1";
+  a->rank = r;
+  a->ranks = pl->p;
+  a->microbatches = pl->m;
+  a->iterations = 3;
+  a->schedule = (char *)zb_family_name(pl->family);
+  a->backend = "sim";
+  a->transport = "tcp";
+  a->n_peer_addresses = 4;
+  a->peer_addresses = old_addrs;
+  a->actions = ra;
+  a->n_stage_seconds = a->n_stage_m_f = a->n_stage_m_b = a->n_stage_m_w = (size_t)S;
+  a->stage_seconds = t->scp;
+  a->stage_m_f = t->mf;
+  a->stage_m_b = t->mf + S;
+  a->stage_m_w = t->mf + 2 * S;
+}
+
+static void old_form_free(old_form *t) {
+  free(t->sc);
+  free(t->scp);
+  free(t->mf);
+}
+
 /* The older form (action strings, every rank's address, every stage's
  * costs) still decodes; its comm actions are groups of one. */
 static void test_old_form_decodes(void) {
   zb_planner_result pl;
   CHECK(plan_shape(ZB_FAMILY_ZB_H1, 4, 0, 8, &pl));
-  int r = 1, S = pl.p * pl.v;
-  Zb__V1__Assignment a = ZB__V1__ASSIGNMENT__INIT;
+  int r = 1;
   Zb__V1__RankActions ra;
   zb_wire_rank_actions(pl.lowered, r, &ra);
-  char *addrs[4] = {"a:1", "b:2", "c:3", "d:4"};
-  Zb__V1__StageCosts *sc = zb_calloc((size_t)S, sizeof *sc), **scp = zb_calloc((size_t)S, sizeof *scp);
-  double *mf = zb_calloc((size_t)S * 3, sizeof(double));
-  for (int s = 0; s < S; s++) {
-    zb__v1__stage_costs__init(&sc[s]);
-    sc[s].t_f = pl.costs->t_f[s];
-    scp[s] = &sc[s];
-    mf[s] = pl.costs->m_f[s];
-    mf[S + s] = pl.costs->m_b[s];
-    mf[2 * S + s] = pl.costs->m_w[s];
-  }
-  a.job_id = "j-1";
-  a.rank = r;
-  a.ranks = pl.p;
-  a.microbatches = pl.m;
-  a.iterations = 3;
-  a.schedule = "zb-h1";
-  a.backend = "sim";
-  a.transport = "tcp";
-  a.n_peer_addresses = 4;
-  a.peer_addresses = addrs;
-  a.actions = &ra;
-  a.n_stage_seconds = a.n_stage_m_f = a.n_stage_m_b = a.n_stage_m_w = (size_t)S;
-  a.stage_seconds = scp;
-  a.stage_m_f = mf;
-  a.stage_m_b = mf + S;
-  a.stage_m_w = mf + 2 * S;
+  old_form t;
+  old_form_make(&pl, r, &ra, &t);
   zb_assignment got;
   zb_diag d = {{0}};
-  zb_err err = zb_assignment_decode(&a, &got, &d);
+  zb_err err = zb_assignment_decode(&t.a, &got, &d);
   CHECK_MSG(err == ZB_OK, "%s", d.msg);
   const zb_rank_list *want = &pl.lowered->ranks[r], *l = &got.sched->ranks[r];
   CHECK_EQ(l->n, want->n);
@@ -236,9 +259,43 @@ static void test_old_form_decodes(void) {
   CHECK_NEAR(got.costs->m_b[2], pl.costs->m_b[2], 0);
   zb_assignment_free(&got);
   zb_wire_rank_actions_clear(&ra);
-  free(sc);
-  free(scp);
-  free(mf);
+  old_form_free(&t);
+  zb_planner_result_free(&pl);
+}
+
+/* The older form's action strings are checked as the columns are: a
+ * compute or comm kind, a stage and microbatch of the plan, and for comm
+ * a partner stage on another rank. fuzz_proto found them unchecked: a
+ * RECV_F of stage 0 decoded with peer -1, a stage past the plan's would
+ * index the worker's cost tables out of bounds. */
+static void test_old_form_bad_actions_refused(void) {
+  static const struct {
+    const char *action, *expect;
+  } cases[] = {
+      {"0RECV_F0", "assignment.actions[1]: peer -1 for RECV_F on rank 1 of 4"},
+      {"4F0", "assignment.actions[1]: stage 4 is not one of 4"},
+      {"1F8", "assignment.actions[1]: microbatch 8 is not one of 8"},
+      {"1UNSHARD", "assignment.actions[1]: UNSHARD is not a compute or comm action"},
+      {"1WAIT_SEND_F0", "assignment.actions[1]: WAIT_SEND_F is not a compute or comm action"},
+  };
+  zb_planner_result pl;
+  CHECK(plan_shape(ZB_FAMILY_1F1B, 4, 0, 8, &pl));
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char *actions[2] = {"1F0", (char *)cases[k].action};
+    Zb__V1__RankActions ra = ZB__V1__RANK_ACTIONS__INIT;
+    ra.rank = 1;
+    ra.n_actions = 2;
+    ra.actions = actions;
+    old_form t;
+    old_form_make(&pl, 1, &ra, &t);
+    zb_assignment got;
+    zb_diag d = {{0}};
+    zb_err err = zb_assignment_decode(&t.a, &got, &d);
+    zb_assignment_free(&got);
+    old_form_free(&t);
+    CHECK_MSG(err == ZB_ERR_INVALID_ARG && strstr(d.msg, cases[k].expect), "%s: err %d, '%s' (expected '%s')",
+              cases[k].action, (int)err, d.msg, cases[k].expect);
+  }
   zb_planner_result_free(&pl);
 }
 
@@ -422,5 +479,6 @@ static void test_bytes_linear_in_ranks(void) {
   }
 }
 
-ZBT_MAIN(ZBT(test_round_trip_every_family), ZBT(test_old_form_decodes), ZBT(test_bad_assignments_refused),
-         ZBT(test_cuda_job_fields), ZBT(test_bytes_linear_in_ranks))
+ZBT_MAIN(ZBT(test_round_trip_every_family), ZBT(test_old_form_decodes),
+         ZBT(test_old_form_bad_actions_refused), ZBT(test_bad_assignments_refused), ZBT(test_cuda_job_fields),
+         ZBT(test_bytes_linear_in_ranks))
