@@ -2,7 +2,8 @@
  * (zb_transport.h is its public face):
  *   transport_tcp.c          construction, listening, failure, life cycle;
  *   transport_tcp_data.c     posting and progressing sends and receives;
- *   transport_tcp_connect.c  dialing, accepting and the handshake.
+ *   transport_tcp_connect.c  dialing, accepting and the handshake;
+ *   transport_tcp_frame.c    decoding and checking the headers peers send.
  * One TCP connection per pair of ranks, non-blocking sockets, and a poll()
  * loop that moves every posted send and receive of a group at once.
  *
@@ -125,6 +126,30 @@ void zbtcp_set_buffers(int fd);
 /* getaddrinfo of "host:port" (host may be "[v6]", empty or "*" when
  * passive); EAI_NONAME for a malformed address. */
 int zbtcp_resolve(const char *addr, bool passive, struct addrinfo **out);
+
+/* ---- frame headers (transport_tcp_frame.c) ---- */
+
+/* A frame header a peer sent, decoded and checked on its own; the
+ * transport then compares it with what it waits for. */
+typedef struct zbtcp_frame {
+  uint32_t magic; /* TCP_MSG_MAGIC, TCP_HELLO_MAGIC or TCP_PROOF_MAGIC */
+  /* a message header (TCP_FRAME bytes) */
+  zb_tag tag; /* kind ZB_OP_F or ZB_OP_B; stage and mb as sent (any int32) */
+  uint64_t len;
+  /* a hello or a proof (TCP_HELLO_FRAME bytes) */
+  int rank, nranks; /* 0 <= rank < nranks */
+  uint64_t session;
+  const unsigned char *nonce, *mac; /* TCP_NONCE and TCP_MAC bytes inside the header parsed */
+} zbtcp_frame;
+
+/* Decodes the n bytes of a header read from a peer: a message header (n
+ * == TCP_FRAME, magic "ZBMS", kind 'F' or 'B') or a hello or proof (n ==
+ * TCP_HELLO_FRAME, magic "ZBHL" or "ZBPF", version TCP_VERSION, a rank of
+ * a rank count below 2^31). Anything else is ZB_ERR_PARSE, diag says why;
+ * out->magic is the first word whenever n >= 4, so a caller can tell a
+ * stranger from a zb frame it refuses. Pure: no I/O and no transport
+ * state (fuzz/fuzz_tcp_frame.c drives it with any bytes). */
+zb_err zbtcp_frame_parse(const unsigned char *hdr, size_t n, zbtcp_frame *out, zb_diag *diag);
 
 /* ---- failure (transport_tcp.c): poison the transport (like ncclCommAbort) ---- */
 

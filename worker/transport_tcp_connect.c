@@ -111,14 +111,15 @@ static void hs_dial(tcp_hs *h) {
 /* Validates a hello from the other end. For accepted connections the peer
  * must be a lower rank we wait for; for dialed ones, the rank we dialed. */
 static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, const bool *need, zb_diag *diag, bool *drop) {
-  const unsigned char *b = h->buf;
+  zbtcp_frame f;
+  bool parsed = zbtcp_frame_parse(h->buf, TCP_HELLO_FRAME, &f, NULL) == ZB_OK;
   *drop = false;
-  int r = (int)get_u32(b + 8);
-  bool ok = get_u32(b) == TCP_HELLO_MAGIC && get_u32(b + 4) == TCP_VERSION &&
-            (int)get_u32(b + 12) == t->nranks && get_u64(b + 16) == t->session;
-  memcpy(h->theirs, b + 24, TCP_NONCE);
+  int r = parsed ? f.rank : -1;
+  bool ok = parsed && f.magic == TCP_HELLO_MAGIC && f.nranks == t->nranks && f.session == t->session;
+  if (parsed)
+    memcpy(h->theirs, f.nonce, TCP_NONCE);
   if (!h->outbound) { /* strays and leftovers from another job are dropped, not fatal */
-    *drop = !ok || r < 0 || r >= t->rank || !need[r] || t->fds[r] >= 0;
+    *drop = !ok || r >= t->rank || !need[r] || t->fds[r] >= 0;
     h->peer = r;
     return ZB_OK;
   }
@@ -126,7 +127,7 @@ static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, const bool *need, zb_d
     *drop = true;
     return ZB_OK;
   }
-  if (get_u32(b) != TCP_HELLO_MAGIC)
+  if (f.magic != TCP_HELLO_MAGIC)
     return zbtcp_fail(t, ZB_ERR_PARSE, diag,
                       "rank %d: the address of peer rank %d answered with a non-zb handshake", t->rank,
                       h->peer);
@@ -138,7 +139,7 @@ static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, const bool *need, zb_d
         t, ZB_ERR_INVALID_ARG, diag,
         "rank %d: peer rank %d answered for another job (version, rank count or session differ)", t->rank,
         h->peer);
-  if (!zbtcp_mac_ok(t, "zb-tcp-accept", h->mine, h->theirs, t->rank, h->peer, b + 40))
+  if (!zbtcp_mac_ok(t, "zb-tcp-accept", h->mine, h->theirs, t->rank, h->peer, f.mac))
     return zbtcp_fail(
         t, ZB_ERR_INVALID_ARG, diag,
         "rank %d: the address of peer rank %d failed the data-plane authentication (it does not "
@@ -151,9 +152,9 @@ static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, const bool *need, zb_d
  * not prove the secret is dropped, never counted: a stranger cannot take
  * the rank's place. */
 static bool hs_proof_ok(const tcp_transport *t, const tcp_hs *h) {
-  const unsigned char *b = h->buf;
-  return get_u32(b) == TCP_PROOF_MAGIC && get_u32(b + 4) == TCP_VERSION && (int)get_u32(b + 8) == h->peer &&
-         zbtcp_mac_ok(t, "zb-tcp-dial", h->theirs, h->mine, h->peer, t->rank, b + 40);
+  zbtcp_frame f;
+  return zbtcp_frame_parse(h->buf, TCP_HELLO_FRAME, &f, NULL) == ZB_OK && f.magic == TCP_PROOF_MAGIC &&
+         f.rank == h->peer && zbtcp_mac_ok(t, "zb-tcp-dial", h->theirs, h->mine, h->peer, t->rank, f.mac);
 }
 
 /* The connection of h is established: it becomes the transport's

@@ -50,23 +50,17 @@ static zb_err tcp_post(tcp_transport *t, bool is_send, int peer, zb_tag tag, voi
 
 /* Checks a received header against what op expects. */
 static zb_err tcp_check_header(tcp_transport *t, const tcp_op *op, zb_diag *diag) {
-  const unsigned char *h = op->hdr;
   char want[48], got[48];
-  if (get_u32(h) != TCP_MSG_MAGIC)
-    return zbtcp_fail(t, ZB_ERR_PARSE, diag,
-                      "peer rank %d sent a frame that is not a zb message (magic 0x%08x)", op->peer,
-                      get_u32(h));
-  uint32_t kind = get_u32(h + 4);
-  zb_tag tag = {.kind = kind == 'B'   ? ZB_OP_B
-                        : kind == 'F' ? ZB_OP_F
-                                      : ZB_OP_NONE,
-                .stage = (int32_t)get_u32(h + 8),
-                .mb = (int32_t)get_u32(h + 12)};
-  uint64_t len = get_u64(h + 16);
-  if (tag.kind != op->tag.kind || tag.stage != op->tag.stage || tag.mb != op->tag.mb || len != op->len)
+  zbtcp_frame f;
+  zb_diag why;
+  if (zbtcp_frame_parse(op->hdr, TCP_FRAME, &f, &why) != ZB_OK)
+    return zbtcp_fail(t, ZB_ERR_PARSE, diag, "peer rank %d sent a frame that is not a zb message (%s)",
+                      op->peer, why.msg);
+  if (f.tag.kind != op->tag.kind || f.tag.stage != op->tag.stage || f.tag.mb != op->tag.mb ||
+      f.len != op->len)
     return zbtcp_fail(t, ZB_ERR_INVALID_SCHEDULE, diag,
                       "rank %d got message %s (%llu bytes) from peer rank %d, expected %s (%zu bytes)",
-                      t->rank, zb_tag_format(tag, got, sizeof got), (unsigned long long)len, op->peer,
+                      t->rank, zb_tag_format(f.tag, got, sizeof got), (unsigned long long)f.len, op->peer,
                       zb_tag_format(op->tag, want, sizeof want), op->len);
   return ZB_OK;
 }

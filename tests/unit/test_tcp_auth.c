@@ -4,7 +4,10 @@
  * stranger who knows the job's session and rank layout but not the secret
  * is dropped after its forged proof, and the real rank then connects and
  * exchanges data; a frame the stranger sends in place of the proof never
- * reaches a receive. Real sockets on 127.0.0.1. */
+ * reaches a receive. Real sockets on 127.0.0.1. The header decoder the
+ * handshake and the receives share (zbtcp_frame_parse, which
+ * fuzz/fuzz_tcp_frame.c fuzzes) takes well-formed frames and refuses
+ * each kind of malformed one, saying why. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -15,6 +18,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "transport_tcp.h"
 #include "zb_transport.h"
 #include "zbtest.h"
 
@@ -149,4 +153,45 @@ static void test_stranger_is_dropped_and_the_rank_connects(void) {
   zb_transport_free(t1);
 }
 
-ZBT_MAIN(ZBT(test_different_secrets_never_connect), ZBT(test_stranger_is_dropped_and_the_rank_connects))
+/* Header b of n bytes must be refused with a message naming why. */
+static void check_refused(const unsigned char *b, size_t n, const char *why) {
+  zbtcp_frame f;
+  zb_diag d = {{0}};
+  zb_err err = zbtcp_frame_parse(b, n, &f, &d);
+  CHECK_MSG(err == ZB_ERR_PARSE && strstr(d.msg, why), "err %d, '%s' (expected '%s')", (int)err, d.msg, why);
+}
+
+static void test_frame_parse(void) {
+  unsigned char m[TCP_FRAME], h[TCP_HELLO_FRAME] = {0};
+  put_u32(m, TCP_MSG_MAGIC);
+  put_u32(m + 4, 'B');
+  put_u32(m + 8, (uint32_t)-3); /* the stage of a restage move: any int32 */
+  put_u32(m + 12, 5);
+  put_u64(m + 16, 4096);
+  put_u32(h, TCP_HELLO_MAGIC);
+  put_u32(h + 4, TCP_VERSION);
+  put_u32(h + 8, 3);
+  put_u32(h + 12, 4);
+  put_u64(h + 16, SESSION);
+  h[24] = 0xab;
+  zbtcp_frame f;
+  CHECK(zbtcp_frame_parse(m, sizeof m, &f, NULL) == ZB_OK);
+  CHECK(f.tag.kind == ZB_OP_B && f.tag.stage == -3 && f.tag.mb == 5 && f.len == 4096);
+  CHECK(zbtcp_frame_parse(h, sizeof h, &f, NULL) == ZB_OK);
+  CHECK(f.magic == TCP_HELLO_MAGIC && f.rank == 3 && f.nranks == 4 && f.session == SESSION &&
+        f.nonce[0] == 0xab);
+  check_refused(m, sizeof m - 1, "a message header is 24 bytes, not 23");
+  check_refused(h, TCP_FRAME, "a handshake header is 72 bytes, not 24");
+  put_u32(m + 4, 'X');
+  check_refused(m, sizeof m, "message kind 0x00000058 is neither 'F' nor 'B'");
+  put_u32(m, 0x50545448); /* "HTTP" */
+  check_refused(m, sizeof m, "magic 0x50545448 is not a zb frame's");
+  check_refused(m, 2, "magic 0x00000000");
+  put_u32(h + 8, 4);
+  check_refused(h, sizeof h, "handshake from rank 4 of 4 ranks");
+  put_u32(h + 4, TCP_VERSION + 1);
+  check_refused(h, sizeof h, "handshake version 3, this worker speaks 2");
+}
+
+ZBT_MAIN(ZBT(test_different_secrets_never_connect), ZBT(test_stranger_is_dropped_and_the_rank_connects),
+         ZBT(test_frame_parse))
