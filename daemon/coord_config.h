@@ -21,6 +21,7 @@
  *   max_message_bytes: 16777216       # gRPC receive limit (4096..1 GiB)
  *   max_plan_ops: 16777216            # largest plan admitted: ranks x chunks x
  *                                     #   microbatches x 3 compute ops (1000..2^31)
+ *   metrics_keep_ended_s: 300         # a finished job's series stay on /metrics this long (1..86400)
  *   retain_finished_jobs: 1000        # finished jobs kept, newest first (1..10^7)
  *   retain_finished_s: 604800         # and for at most this long (1..10 years)
  *   tls_ca: /etc/zb/ca.pem            # mutual TLS (all three, or none:
@@ -36,6 +37,7 @@ typedef struct zb_coord_config {
   long long max_message_bytes;
   long long max_plan_ops;
   long long retain_finished_jobs, retain_finished_s;
+  long long metrics_keep_ended_s;
   zb_tls_files tls;
 } zb_coord_config;
 

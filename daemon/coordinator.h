@@ -47,7 +47,8 @@ typedef struct coord_worker {
   long long gpu_memory_bytes;        /* its GPU's, for cuda jobs; 0: none or not advertised */
   zb_rpc_call *attach;               /* the Attach stream; NULL when detached */
   int64_t last_seen_ms;
-  coord_job *job; /* NULL: idle */
+  int64_t last_ping_ms; /* the last keep-alive sent on its stream */
+  coord_job *job;       /* NULL: idle */
   int rank;
   struct coord_worker *next;
 } coord_worker;
@@ -110,9 +111,10 @@ struct coord_job {
    * first (memory only, like the plan) */
   zb_costs *learned;
   int learned_iterations;
-  double *slowdown; /* by rank, from the last sampled iteration (NULL before one) */
-  bool dirty;       /* its row's last write failed (a full disk): retried each tick */
-  bool updating;    /* an UpdateSchedule plan is being made for it (plan_async.c) */
+  double *slowdown;       /* by rank, from the last sampled iteration (NULL before one) */
+  bool dirty;             /* its row's last write failed (a full disk): retried each tick */
+  bool updating;          /* an UpdateSchedule plan is being made for it (plan_async.c) */
+  bool metrics_forgotten; /* its series left /metrics (metrics_text.c) */
   struct coord_job *next;
 };
 
@@ -145,6 +147,9 @@ struct coord {
 
 /* The period of coord_tick. */
 enum { COORD_TICK_MS = 250 };
+/* A keep-alive on an idle Attach stream at most this often: every tick
+ * for every worker cost 23% of a core at 1,000 workers. */
+enum { COORD_PING_MS = 1000 };
 /* How long a rank's reported failure waits for the loss of a worker of the
  * same job, which is the better reason: a killed worker's neighbours see
  * its connections close about when the coordinator sees its stream close. */
@@ -330,7 +335,10 @@ void job_adapt(coord *co, coord_job *j);
 zb_err coord_metrics_start(coord *co, zb_diag *diag);
 void coord_metrics_stop(coord *co);
 /* Re-renders the Prometheus text from the state (loop thread). */
-void coord_metrics_render(coord *co);
+/* The loop is going away: scrapes get the last text from now on. */
+void coord_metrics_detach_loop(coord *co);
+void coord_metrics_worker_lost(coord *co);
+void coord_metrics_job_finished(coord *co, int state);
 void coord_metrics_observe_plan(coord *co, double seconds);
 void coord_metrics_observe_ops(coord *co, const coord_job *job, const Zb__V1__RankIteration *it);
 void coord_metrics_count_report(coord *co);

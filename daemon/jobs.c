@@ -121,7 +121,6 @@ bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_d
     zb_rpc_stream_write(w->call, &ev.base);
     w->after = ev.seq;
   }
-  coord_metrics_render(co); /* a scrape right after an event sees it */
   return stored;
 }
 
@@ -153,6 +152,7 @@ void job_finish(coord *co, coord_job *j, int state, const char *reason) {
   snprintf(j->row.reason, sizeof j->row.reason, "%s", reason);
   utf8_trim(j->row.reason);
   ZB_INFO("job %s %s: %s", j->row.id, zb_job_state_name(state), reason);
+  coord_metrics_job_finished(co, state);
   job_release_workers(j);
   job_event(co, j, NULL, NULL);
   coord_watcher **pp = &j->watchers;

@@ -25,6 +25,7 @@ static const char usage_text[] =
     "                      [--data-dir DIR] [--heartbeat-timeout-ms N] [--log-level L]\n"
     "                      [--max-message-bytes N] [--max-plan-ops N]\n"
     "                      [--retain-finished-jobs N] [--retain-finished-s N]\n"
+    "                      [--metrics-keep-ended-s N]\n"
     "                      [--tls-ca FILE --tls-cert FILE --tls-key FILE]\n"
     "                      [--port-file FILE] [--version] [--help]\n"
     "\n"
@@ -34,6 +35,7 @@ static const char usage_text[] =
     "  --config FILE            YAML config (keys: listen, metrics_listen, data_dir,\n"
     "                           heartbeat_timeout_ms, log_level, max_message_bytes,\n"
     "                           max_plan_ops, retain_finished_jobs, retain_finished_s,\n"
+    "                           metrics_keep_ended_s,\n"
     "                           tls_ca, tls_cert, tls_key)\n"
     "  --listen ADDR            gRPC address (default 127.0.0.1:7070; port 0: any)\n"
     "  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9464)\n"
@@ -46,6 +48,8 @@ static const char usage_text[] =
     "  --retain-finished-jobs N keep the newest N finished jobs (default 1000) and\n"
     "  --retain-finished-s N      none older than N seconds (default 604800, 7 days);\n"
     "                             the rest are pruned with their events\n"
+    "  --metrics-keep-ended-s N a finished job's series stay on /metrics N seconds\n"
+    "                           (default 300), then leave it\n"
     "  --tls-ca FILE            mutual TLS: the CA that signs every party's certificate;\n"
     "  --tls-cert FILE            this coordinator's certificate and\n"
     "  --tls-key FILE             its key (all three, or none: insecure mode, every\n"
@@ -108,6 +112,7 @@ static void on_tick(uv_timer_t *t) {
 
 static void on_rpc_down(void *arg) {
   coord *co = arg;
+  coord_metrics_detach_loop(co);
   uv_close((uv_handle_t *)&co->tick, NULL);
   uv_close((uv_handle_t *)&co->sigterm, NULL);
   uv_close((uv_handle_t *)&co->sigint, NULL);
@@ -185,6 +190,7 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
                                        {"max-plan-ops", required_argument, NULL, 'O'},
                                        {"retain-finished-jobs", required_argument, NULL, 'R'},
                                        {"retain-finished-s", required_argument, NULL, 'S'},
+                                       {"metrics-keep-ended-s", required_argument, NULL, 'E'},
                                        {"tls-ca", required_argument, NULL, 'A'},
                                        {"tls-cert", required_argument, NULL, 'C'},
                                        {"tls-key", required_argument, NULL, 'K'},
@@ -213,6 +219,7 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
     case 'O': key = "max_plan_ops"; break;
     case 'R': key = "retain_finished_jobs"; break;
     case 'S': key = "retain_finished_s"; break;
+    case 'E': key = "metrics_keep_ended_s"; break;
     case 'A': key = "tls_ca"; break;
     case 'C': key = "tls_cert"; break;
     case 'K': key = "tls_key"; break;
@@ -221,7 +228,7 @@ static int parse_flags(int argc, char **argv, zb_coord_config *cfg, coord_args *
     default: fputs(usage_text, stderr); return 2;
     }
     snprintf(yaml, sizeof yaml, "%s: \"%s\"\n", key, optarg);
-    if (strchr("tMORS", c))
+    if (strchr("tMORSE", c))
       snprintf(yaml, sizeof yaml, "%s: %s\n", key, optarg);
     zb_diag d;
     if (zb_coord_config_parse(yaml, strlen(yaml), cfg, &d) != ZB_OK) {

@@ -179,6 +179,7 @@ static void worker_lost(coord *co, coord_worker *w, const char *why) {
     return;
   }
   ZB_WARN("worker %s lost: %s", w->id, why);
+  coord_metrics_worker_lost(co);
   if (w->job) {
     char reason[256];
     snprintf(reason, sizeof reason, "rank %d (worker %s) lost: %s", w->rank, w->id, why);
@@ -321,7 +322,8 @@ void coord_tick(coord *co) {
         zb_rpc_stream_finish(call, GRPC_STATUS_UNAVAILABLE, why);
       }
       worker_lost(co, w, why);
-    } else if (w->attach && zb_rpc_call_queued(w->attach) == 0) {
+    } else if (w->attach && zb_rpc_call_queued(w->attach) == 0 && now - w->last_ping_ms >= COORD_PING_MS) {
+      w->last_ping_ms = now;
       Zb__V1__Command ping = ZB__V1__COMMAND__INIT;
       ping.kind_case = ZB__V1__COMMAND__KIND_PING_UNIX_MS;
       ping.ping_unix_ms = now;
@@ -334,5 +336,4 @@ void coord_tick(coord *co) {
       job_finish(co, j, ZB_JOB_FAILED, j->fail_reason);
   coord_start_pending(co);
   coord_prune_jobs(co, now);
-  coord_metrics_render(co);
 }

@@ -1,7 +1,9 @@
 """/metrics passes `promtool check metrics`, and moves while a job runs:
-zb_reports_total and zb_job_iterations_total{job} grow between scrapes,
+zb_reports_total and zb_job_iterations_total{job_id} grow between scrapes,
 zb_workers_attached counts the workers, zb_rank_bubble_ratio has one
-series per rank of the running job."""
+series per rank of the running job; no series carries a label named
+`job` (Prometheus's own); a finished job's series leave the text after
+metrics_keep_ended_s, the totals keep it."""
 
 import subprocess
 
@@ -16,6 +18,11 @@ def promtool_check(body):
         cp.returncode, cp.stdout, cp.stderr, body)
 
 
+def no_job_label(samples):
+    bad = [n for (n, labels) in samples if any(k == "job" for k, _ in labels)]
+    assert not bad, "series with a label named job: %s" % bad[:5]
+
+
 def scrape(c, check=True):
     """The parsed /metrics text; check: also through promtool (a process
     start: polls leave it out, so a loaded machine cannot eat their
@@ -26,7 +33,9 @@ def scrape(c, check=True):
     assert body.endswith("\n")
     if check:
         promtool_check(body)
-    return parse_metrics(body)
+    samples = parse_metrics(body)
+    no_job_label(samples)
+    return samples
 
 
 def poll(c):
@@ -40,9 +49,9 @@ def one(samples, name, **labels):
 
 
 def test_metrics_move_while_a_job_runs():
-    with Cluster(workers=4, name="metrics") as c:
-        # the text is rendered on the coordinator's tick, so it may lag a little; the deadlines
-        # leave room for a machine busy with other tests
+    with Cluster(workers=4, name="metrics", coordinator_args=["--metrics-keep-ended-s", "3"]) as c:
+        # the text is rendered when scraped; the deadlines leave room for a
+        # machine busy with other tests
         m0 = zbsvc.wait_until("zb_workers_attached 4",
                               lambda: (lambda m: m if one(m, "zb_workers_attached") == 4 else None)(poll(c)), 15)
         scrape(c)  # that text, through promtool
@@ -56,20 +65,26 @@ def test_metrics_move_while_a_job_runs():
         it1 = c.get(jid).iterations_done
         c.wait_iterations(jid, it1 + 2)
         m2 = zbsvc.wait_until("a newer metrics text",
-                              lambda: (lambda m: m if one(m, "zb_job_iterations_total", job=jid) >
-                                       one(m1, "zb_job_iterations_total", job=jid) else None)(poll(c)), 15)
+                              lambda: (lambda m: m if one(m, "zb_job_iterations_total", job_id=jid) >
+                                       one(m1, "zb_job_iterations_total", job_id=jid) else None)(poll(c)), 15)
         assert one(m2, "zb_reports_total") > one(m1, "zb_reports_total")
-        assert one(m2, "zb_job_iterations_total", job=jid) > one(m1, "zb_job_iterations_total", job=jid)
+        assert one(m2, "zb_job_iterations_total", job_id=jid) > one(m1, "zb_job_iterations_total", job_id=jid)
         assert one(m2, "zb_workers_attached") == 4
         assert one(m2, "zb_jobs", state="running") == 1
         for m in (m1, m2):
-            bub = series(m, "zb_rank_bubble_ratio", job=jid)
+            bub = series(m, "zb_rank_bubble_ratio", job_id=jid)
             assert sorted(dict(lab)["rank"] for lab in bub) == ["0", "1", "2", "3"], bub
             assert all(0 <= v < 1 for v in bub.values()), bub
-            mem = series(m, "zb_rank_peak_memory_bytes", job=jid)
+            mem = series(m, "zb_rank_peak_memory_bytes", job_id=jid)
             assert len(mem) == 4 and all(v > 0 for v in mem.values()), mem
-            assert one(m, "zb_job_samples_per_second", job=jid) > 0
-        ops = series(m2, "zb_op_duration_seconds_count", job=jid)
+            assert one(m, "zb_job_microbatches_per_second", job_id=jid) > 0
+            assert not series(m, "zb_job_samples_per_second")  # a sim job has no samples
+            assert one(m, "zb_job_running", job_id=jid) == 1 and one(m, "zb_job_iteration_seconds", job_id=jid) > 0
+            assert 0 <= one(m, "zb_job_bubble_ratio", job_id=jid) < 1
+            assert 0 <= one(m, "zb_job_predicted_bubble_ratio", job_id=jid) < 1
+            comm = series(m, "zb_rank_comm_wait_seconds", job_id=jid)
+            assert len(comm) == 4 and all(v >= 0 for v in comm.values()), comm
+        ops = series(m2, "zb_op_duration_seconds_count", job_id=jid)
         assert sorted(set((dict(lab)["rank"], dict(lab)["op"]) for lab in ops)) == \
             [(str(r), op) for r in range(4) for op in "BFW"], ops
         assert one(m2, "zb_plan_seconds_count") >= 1
@@ -81,12 +96,21 @@ def test_metrics_move_while_a_job_runs():
                               15)
         scrape(c)
         assert one(m3, "zb_jobs", state="cancelled") == 1 and one(m3, "zb_jobs", state="running") == 0
-        assert one(m3, "zb_job_iterations_total", job=jid) >= one(m2, "zb_job_iterations_total", job=jid)
+        assert one(m3, "zb_job_iterations_total", job_id=jid) >= one(m2, "zb_job_iterations_total", job_id=jid)
+        assert one(m3, "zb_job_running", job_id=jid) == 0
+        assert one(m3, "zb_jobs_finished_total", state="cancelled") == 1
+        # after metrics_keep_ended_s (3 s here) every series of the job goes
+        m4 = zbsvc.wait_until("the finished job's series to leave",
+                              lambda: (lambda m: m if not [n for (n, lab) in m if ("job_id", jid) in lab] else None)(
+                                  poll(c)), 15)
+        assert one(m4, "zb_jobs", state="cancelled") == 1  # the totals keep it
+        lost = one(m4, "zb_workers_lost_total")
 
         # killing a worker shows at the next render
         c.workers["w3"].kill()
         zbsvc.wait_until("zb_workers_attached to drop to 3",
                          lambda: one(poll(c), "zb_workers_attached") == 3, 10)
+        assert one(scrape(c), "zb_workers_lost_total") == lost + 1
 
 
 def test_metrics_http_errors():

@@ -153,7 +153,7 @@ def test_straggler_named_within_10_iterations():
         jid = c.submit(js)
         c.wait_iterations(jid, 3, timeout=60)
         flags = {dict(lab)["rank"]: v
-                 for lab, v in zbsvc.series(zbsvc.parse_metrics(c.metrics()[2]), "zb_rank_straggler", job=jid).items()}
+                 for lab, v in zbsvc.series(zbsvc.parse_metrics(c.metrics()[2]), "zb_rank_straggler", job_id=jid).items()}
         c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
         its = zbsvc.iteration_events(c.events(jid))
         named = [(it.iteration, list(it.straggler_ranks)) for it in its if it.straggler_ranks]

@@ -1,0 +1,53 @@
+/* metrics_internal.h — what the two files of the Prometheus endpoint share:
+ * metrics.c (the HTTP side, rendering on demand, the counters the loop
+ * keeps) and metrics_text.c (the text). */
+#ifndef ZB_METRICS_INTERNAL_H
+#define ZB_METRICS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "coordinator.h"
+
+enum { METRICS_N_PLAN_BUCKETS = 7, METRICS_N_OP_BUCKETS = 13 };
+extern const double metrics_plan_buckets[METRICS_N_PLAN_BUCKETS];
+extern const double metrics_op_buckets[METRICS_N_OP_BUCKETS];
+
+/* Compute op kinds of the op-duration histogram. */
+enum { METRICS_OP_F, METRICS_OP_B, METRICS_OP_W, METRICS_OP_BW, METRICS_N_OPS };
+
+typedef struct op_hist {
+  char job[64];
+  int rank;
+  int op; /* METRICS_OP_* */
+  long long counts[METRICS_N_OP_BUCKETS];
+  long long count;
+  double sum;
+} op_hist;
+
+typedef struct coord_metrics {
+  struct MHD_Daemon *mhd;
+  /* the text, rendered on the loop when a scrape asks (async): guarded by mu */
+  pthread_mutex_t mu;
+  pthread_cond_t rendered_cv;
+  char *text;
+  size_t len;
+  uint64_t wanted, rendered; /* scrapes that asked, the last one served */
+  bool loop_gone;            /* the loop no longer renders: serve the last text */
+  uv_async_t async;
+  bool async_open;
+  /* loop thread only */
+  long long reports_total, workers_lost_total;
+  long long finished_total[3]; /* succeeded, failed, cancelled */
+  long long plan_counts[METRICS_N_PLAN_BUCKETS], plan_count;
+  double plan_sum;
+  op_hist *ops;
+  int n_ops, cap_ops;
+} coord_metrics;
+
+/* metrics_text.c: the whole text, from the loop's state. */
+void metrics_render_text(coord *co, zb_buf *out);
+
+#endif

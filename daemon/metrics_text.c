@@ -1,0 +1,216 @@
+/* metrics_text.c — the Prometheus text of the coordinator's state
+ * (docs/operations.md, Metrics), rendered on the loop when scraped. Per-job
+ * series carry the label job_id (never `job`, Prometheus's own target
+ * label); a finished job's leave the text metrics_keep_ended_s after it
+ * ended, and its op histograms are dropped then. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics_internal.h"
+#include "zb_clock.h"
+
+#ifndef ZB_VERSION
+#define ZB_VERSION "unknown"
+#endif
+
+static void family(zb_buf *b, const char *name, const char *type, const char *help) {
+  zb_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A job whose series are in the text: active, or ended within the keep
+ * (metrics_keep_ended_s). */
+static bool job_visible(const coord *co, const coord_job *j, int64_t now_ms) {
+  return !job_terminal(j) || now_ms - j->row.updated_ms < co->cfg.metrics_keep_ended_s * 1000;
+}
+
+/* Drops the op histograms of jobs that ended more than the keep ago. */
+static void forget_ended(coord *co, int64_t now_ms) {
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (!j->metrics_forgotten && !job_visible(co, j, now_ms)) {
+      coord_metrics_forget_job(co, j->row.id);
+      j->metrics_forgotten = true;
+    }
+}
+
+static void render_totals(coord *co, zb_buf *b) {
+  const coord_metrics *mx = co->metrics;
+  family(b, "zb_build_info", "gauge", "Build of this zb-coordinator; the value is always 1.");
+  zb_buf_printf(b, "zb_build_info{version=\"%s\"} 1\n", ZB_VERSION);
+  family(b, "zb_jobs", "gauge", "Jobs the coordinator holds, by state.");
+  static const char *const states[] = {"pending", "running", "succeeded", "failed", "cancelled"};
+  int counts[6] = {0};
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (j->row.state >= 1 && j->row.state <= 5)
+      counts[j->row.state]++;
+  for (int s = 1; s <= 5; s++)
+    zb_buf_printf(b, "zb_jobs{state=\"%s\"} %d\n", states[s - 1], counts[s]);
+  family(b, "zb_jobs_finished_total", "counter", "Jobs that ended since the coordinator started, by how.");
+  for (int s = 0; s < 3; s++)
+    zb_buf_printf(b, "zb_jobs_finished_total{state=\"%s\"} %lld\n", states[s + 2], mx->finished_total[s]);
+  family(b, "zb_workers_attached", "gauge", "Workers with a live Attach stream.");
+  zb_buf_printf(b, "zb_workers_attached %d\n", workers_attached(co));
+  family(b, "zb_workers_lost_total", "counter",
+         "Workers lost since start: silent past the heartbeat timeout or their Attach stream closed.");
+  zb_buf_printf(b, "zb_workers_lost_total %lld\n", mx->workers_lost_total);
+  family(b, "zb_reports_total", "counter", "Report calls received from workers.");
+  zb_buf_printf(b, "zb_reports_total %lld\n", mx->reports_total);
+  family(b, "zb_jobs_pruned_total", "counter",
+         "Finished jobs removed with their events by retention (retain_finished_jobs, retain_finished_s).");
+  zb_buf_printf(b, "zb_jobs_pruned_total %lld\n", co->jobs_pruned);
+}
+
+/* A running job's figures of its last iteration, one line each. */
+typedef struct job_lines {
+  zb_buf running, iterations, mbps, sps, tps, iter_s, loss, bubble, predicted;
+} job_lines;
+
+static void job_last_iteration(coord_job *j, job_lines *l) {
+  const char *id = j->row.id;
+  Zb__V1__IterationMetrics *it =
+      j->row.last ? (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(
+                        &zb__v1__iteration_metrics__descriptor, NULL, j->row.last_len, j->row.last)
+                  : NULL;
+  if (!it)
+    return;
+  double mbps = it->wall_seconds > 0 ? j->spec.microbatches / it->wall_seconds : 0;
+  zb_buf_printf(&l->mbps, "zb_job_microbatches_per_second{job_id=\"%s\"} %.6g\n", id, mbps);
+  if (zb_job_spec_trains_model(&j->spec)) { /* a sim job has microbatches, not samples */
+    double sps = mbps * j->spec.model.batch;
+    zb_buf_printf(&l->sps, "zb_job_samples_per_second{job_id=\"%s\"} %.6g\n", id, sps);
+    zb_buf_printf(&l->tps, "zb_job_tokens_per_second{job_id=\"%s\"} %.6g\n", id, sps * j->spec.model.seq_len);
+  }
+  zb_buf_printf(&l->iter_s, "zb_job_iteration_seconds{job_id=\"%s\"} %.6g\n", id, it->wall_seconds);
+  if (it->has_loss)
+    zb_buf_printf(&l->loss, "zb_job_loss{job_id=\"%s\"} %.9g\n", id, it->loss);
+  zb_buf_printf(&l->bubble, "zb_job_bubble_ratio{job_id=\"%s\"} %.6g\n", id, it->bubble_ratio);
+  zb_buf_printf(&l->predicted, "zb_job_predicted_bubble_ratio{job_id=\"%s\"} %.6g\n", id,
+                it->predicted_bubble_ratio);
+  protobuf_c_message_free_unpacked(&it->base, NULL);
+}
+
+static void emit(zb_buf *b, const char *name, const char *type, const char *help, zb_buf *lines) {
+  family(b, name, type, help);
+  if (lines->len)
+    zb_buf_append(b, lines->data, lines->len);
+  zb_buf_free(lines);
+}
+
+static void render_jobs(coord *co, zb_buf *b, int64_t now_ms) {
+  job_lines l;
+  memset(&l, 0, sizeof l);
+  for (coord_job *j = co->jobs; j; j = j->next) {
+    if (!job_visible(co, j, now_ms))
+      continue;
+    bool running = j->row.state == ZB_JOB_RUNNING;
+    zb_buf_printf(&l.running, "zb_job_running{job_id=\"%s\"} %d\n", j->row.id, running);
+    zb_buf_printf(&l.iterations, "zb_job_iterations_total{job_id=\"%s\"} %d\n", j->row.id,
+                  j->row.iterations_done);
+    if (running)
+      job_last_iteration(j, &l);
+  }
+  emit(b, "zb_job_running", "gauge", "1 while a job runs, 0 once it ended (until its series leave), by job.",
+       &l.running);
+  emit(b, "zb_job_iterations_total", "counter", "Iterations a job has completed on all ranks.",
+       &l.iterations);
+  emit(b, "zb_job_microbatches_per_second", "gauge",
+       "Microbatches per second over a running job's last iteration.", &l.mbps);
+  emit(b, "zb_job_samples_per_second", "gauge",
+       "Sequences per second (microbatches x model.batch) over a training job's last iteration.", &l.sps);
+  emit(b, "zb_job_tokens_per_second", "gauge",
+       "Tokens per second (samples x model.seq_len) over a training job's last iteration.", &l.tps);
+  emit(b, "zb_job_iteration_seconds", "gauge", "Wall time of a running job's last iteration (slowest rank).",
+       &l.iter_s);
+  emit(b, "zb_job_loss", "gauge", "Mean training loss of a running job's last iteration.", &l.loss);
+  emit(b, "zb_job_bubble_ratio", "gauge", "Measured idle share of a running job's last iteration, all ranks.",
+       &l.bubble);
+  emit(b, "zb_job_predicted_bubble_ratio", "gauge",
+       "The simulator's bubble ratio for a running job's plan, same definition.", &l.predicted);
+}
+
+/* Per-rank slowdown of running jobs, from their last sampled iteration
+ * (learn.c): the ratio, and 1 for a straggler. */
+static void render_slowdowns(coord *co, zb_buf *b) {
+  zb_buf ratio = ZB_BUF_INIT, flag = ZB_BUF_INIT;
+  for (coord_job *j = co->jobs; j; j = j->next) {
+    if (j->row.state != ZB_JOB_RUNNING || !j->slowdown)
+      continue;
+    for (int r = 0; r < j->spec.ranks; r++) {
+      zb_buf_printf(&ratio, "zb_rank_slowdown_ratio{job_id=\"%s\",rank=\"%d\"} %.6g\n", j->row.id, r,
+                    j->slowdown[r]);
+      zb_buf_printf(&flag, "zb_rank_straggler{job_id=\"%s\",rank=\"%d\"} %d\n", j->row.id, r,
+                    j->slowdown[r] > COORD_STRAGGLER_RATIO);
+    }
+  }
+  emit(b, "zb_rank_slowdown_ratio", "gauge",
+       "A rank's compute time over the plan's, against the median rank's, in its job's last sampled "
+       "iteration.",
+       &ratio);
+  emit(b, "zb_rank_straggler", "gauge", "1 when a rank's slowdown ratio exceeds 1.2 (a straggler), else 0.",
+       &flag);
+}
+
+/* Per-rank figures of running jobs, from their last iteration. */
+static void render_ranks(coord *co, zb_buf *b) {
+  zb_buf bub = ZB_BUF_INIT, mem = ZB_BUF_INIT, comm = ZB_BUF_INIT;
+  for (coord_job *j = co->jobs; j; j = j->next) {
+    if (j->row.state != ZB_JOB_RUNNING || !j->row.last)
+      continue;
+    Zb__V1__IterationMetrics *it = (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(
+        &zb__v1__iteration_metrics__descriptor, NULL, j->row.last_len, j->row.last);
+    if (!it)
+      continue;
+    for (size_t r = 0; r < it->n_ranks; r++) {
+      const Zb__V1__RankIteration *ri = it->ranks[r];
+      const char *id = j->row.id;
+      zb_buf_printf(&bub, "zb_rank_bubble_ratio{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
+                    ri->bubble_ratio);
+      zb_buf_printf(&mem, "zb_rank_peak_memory_bytes{job_id=\"%s\",rank=\"%d\"} %lld\n", id, ri->rank,
+                    (long long)ri->peak_memory_bytes);
+      zb_buf_printf(&comm, "zb_rank_comm_wait_seconds{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
+                    ri->comm_wait_seconds);
+    }
+    protobuf_c_message_free_unpacked(&it->base, NULL);
+  }
+  emit(b, "zb_rank_bubble_ratio", "gauge", "Measured idle share of a rank's last iteration.", &bub);
+  emit(b, "zb_rank_peak_memory_bytes", "gauge", "Peak activation memory of a rank in its last iteration.",
+       &mem);
+  emit(b, "zb_rank_comm_wait_seconds", "gauge",
+       "Seconds a rank waited in transport groups (sends and receives) in its last iteration.", &comm);
+  render_slowdowns(co, b);
+}
+
+static void render_histograms(const coord_metrics *mx, zb_buf *b) {
+  family(b, "zb_op_duration_seconds", "histogram",
+         "Duration of each compute op (F, B, W, BW) of sampled iterations, by job and rank.");
+  static const char *const ops[] = {"F", "B", "W", "BW"};
+  for (int k = 0; k < mx->n_ops; k++) {
+    const op_hist *h = &mx->ops[k];
+    const char *op = ops[h->op];
+    for (int q = 0; q < METRICS_N_OP_BUCKETS; q++)
+      zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",rank=\"%d\",op=\"%s\",le=\"%g\"} %lld\n",
+                    h->job, h->rank, op, metrics_op_buckets[q], h->counts[q]);
+    zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",rank=\"%d\",op=\"%s\",le=\"+Inf\"} %lld\n",
+                  h->job, h->rank, op, h->count);
+    zb_buf_printf(b, "zb_op_duration_seconds_sum{job_id=\"%s\",rank=\"%d\",op=\"%s\"} %.9g\n", h->job,
+                  h->rank, op, h->sum);
+    zb_buf_printf(b, "zb_op_duration_seconds_count{job_id=\"%s\",rank=\"%d\",op=\"%s\"} %lld\n", h->job,
+                  h->rank, op, h->count);
+  }
+  family(b, "zb_plan_seconds", "histogram", "Time libzb took to generate a schedule.");
+  for (int q = 0; q < METRICS_N_PLAN_BUCKETS; q++)
+    zb_buf_printf(b, "zb_plan_seconds_bucket{le=\"%g\"} %lld\n", metrics_plan_buckets[q], mx->plan_counts[q]);
+  zb_buf_printf(b, "zb_plan_seconds_bucket{le=\"+Inf\"} %lld\n", mx->plan_count);
+  zb_buf_printf(b, "zb_plan_seconds_sum %.9g\n", mx->plan_sum);
+  zb_buf_printf(b, "zb_plan_seconds_count %lld\n", mx->plan_count);
+}
+
+void metrics_render_text(coord *co, zb_buf *out) {
+  int64_t now = zb_clock_unix_ms();
+  forget_ended(co, now);
+  render_totals(co, out);
+  render_jobs(co, out, now);
+  render_ranks(co, out);
+  render_histograms(co->metrics, out);
+  coord_metrics_process(out);
+}
