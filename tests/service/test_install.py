@@ -1,8 +1,9 @@
 """Install and package (issue 14, Install): `cmake --install` into a staging
 root puts the binaries, units, config examples, man pages and completion
 where Debian looks for them; the .deb that CPack makes holds the same,
-marks the configs as conffiles, and depends on the Debian package of every
-library the binaries link (other than the CUDA toolkit's, recommended);
+marks the configs as conffiles, depends on the Debian package of every
+library the binaries link (other than the CUDA toolkit's, recommended),
+and dpkg installs it (into a root of its own) with a coordinator that runs;
 zbctl's completion offers every flag each command's --help names."""
 
 import os
@@ -87,6 +88,27 @@ def test_deb_package():
             assert not missing, "%s links %s, which Depends lacks (%s)" % (os.path.basename(b), missing, fields)
             assert all(re.match(r"lib(cudart|cublas|cublasLt|nccl)\.", lib) for lib in loose), loose
         print("%s: %d files, %s" % (os.path.basename(deb[0]), len(files), fields.replace("\n", "; ")))
+        install_deb(deb[0], d)
+
+
+def install_deb(deb, d):
+    """dpkg installs the package into a root of its own (its database there,
+    so the host's is untouched; the libraries it depends on are the host's,
+    hence --force-depends), and the installed coordinator runs."""
+    if os.geteuid() != 0 or not shutil.which("dpkg"):
+        print("SKIP: installing the .deb needs root and dpkg")
+        return
+    root = os.path.join(d, "root")
+    for sub in ("var/lib/dpkg/info", "var/lib/dpkg/updates"):
+        os.makedirs(os.path.join(root, sub))
+    open(os.path.join(root, "var/lib/dpkg/status"), "w").close()
+    cp = run(["dpkg", "--root=" + root, "--force-depends", "--force-script-chrootless", "-i", deb])
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    status = run(["dpkg", "--root=" + root, "-s", "zb"]).stdout
+    assert "Status: install ok installed" in status, status
+    cp = run([os.path.join(root, "usr/bin/zb-coordinator"), "--version"])
+    assert cp.returncode == 0 and cp.stdout.startswith("zb-coordinator "), cp.stdout + cp.stderr
+    print("dpkg installed it; its zb-coordinator --version: %s" % cp.stdout.strip())
 
 
 def test_completion_offers_every_flag():
