@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,17 @@ enum {
   METRICS_REQUEST_BYTES = 16 * 1024,
 };
 
+/* libmicrohttpd's own messages, in the log's format (one line each). */
+static void mhd_line(void *cls, const char *fmt, va_list ap) {
+  (void)cls;
+  char msg[512];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n && msg[n - 1] == '\n')
+    msg[--n] = 0;
+  zb_log_src(ZB_LOG_WARN, "microhttpd", "%s", msg);
+}
+
 zb_err coord_metrics_start(coord *co, zb_diag *diag) {
   coord_metrics *mx = zb_calloc(1, sizeof *mx);
   pthread_mutex_init(&mx->mu, NULL);
@@ -138,12 +150,13 @@ zb_err coord_metrics_start(coord *co, zb_diag *diag) {
   if (!metrics_addr(co->cfg.metrics_listen, &sa))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: '%s' is not an IPv4 host:port",
                        co->cfg.metrics_listen);
-  mx->mhd = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0, NULL, NULL, metrics_handler, mx,
-      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned int)METRICS_IDLE_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_CONNECTIONS,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_PER_IP,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_REQUEST_BYTES, MHD_OPTION_END);
+  mx->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0, NULL,
+                             NULL, metrics_handler, mx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)METRICS_IDLE_S,
+                             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_CONNECTIONS,
+                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_PER_IP,
+                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_REQUEST_BYTES,
+                             MHD_OPTION_EXTERNAL_LOGGER, mhd_line, NULL, MHD_OPTION_END);
   if (!mx->mhd)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: cannot listen on %s (address in use?)",
                        co->cfg.metrics_listen);

@@ -7,8 +7,10 @@ attachment in STATUS. A worker whose coordinator is unreachable says so.
 The units themselves: test_systemd_units.py."""
 
 import os
+import re
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -143,6 +145,44 @@ def test_worker_notifies_and_says_when_it_cannot_attach():
         deaf.close()
         assert clean and rc == 0, (rc, clean)
         c.assert_serving()
+
+
+LOGFMT = re.compile(r'^(?:ts=\S+Z |<[0-7]>)level=(debug|info|warn|error) src="[^"]*" msg="(?:[^"\\]|\\.)*"$')
+
+
+def second_coordinator(c, d, name, env=None):
+    """A second coordinator on the cluster's taken port: it fails to
+    listen, which gRPC itself logs; returns its stderr lines."""
+    path = os.path.join(d, name + ".log")
+    with open(path, "w") as err:
+        st = os.fstat(err.fileno())
+        extra = {"JOURNAL_STREAM": "%d:%d" % (st.st_dev, st.st_ino)} if env == "journal" else {}
+        cp = subprocess.run([zbsvc.COORDINATOR, "--listen", "127.0.0.1:%d" % c.port, "--metrics-listen",
+                             "127.0.0.1:0", "--data-dir", os.path.join(d, name)], stdout=subprocess.DEVNULL,
+                            stderr=err, env=dict(os.environ, **extra), timeout=30)
+    assert cp.returncode == 1, cp.returncode
+    with open(path) as f:
+        return f.read().splitlines()
+
+
+def test_logs_are_logfmt_with_grpc_lines_and_journal_priorities():
+    """Every line, zb's and gRPC's, is one logfmt record; when stderr is the
+    journal ($JOURNAL_STREAM names it) each starts with its syslog priority
+    instead of a timestamp, so `journalctl -p err` finds the errors."""
+    with tempfile.TemporaryDirectory(prefix="zbsvc-logs-") as d, Cluster(workers=1, name="logs") as c:
+        lines = second_coordinator(c, d, "plain")
+        bad = [l for l in lines if not LOGFMT.match(l)]
+        assert not bad, bad
+        assert any(' src="grpc" ' in l and "level=error" in l for l in lines), lines
+        assert any(l.startswith("ts=") and 'src="coordinator"' in l for l in lines), lines
+        for p in c.procs:  # the cluster's own logs too (past the start banner)
+            body = [l for l in p.log_text().splitlines() if not l.startswith("=== start:")]
+            assert all(LOGFMT.match(l) for l in body), [l for l in body if not LOGFMT.match(l)][:3]
+        journal = second_coordinator(c, d, "journal", env="journal")
+        print("journal lines: %s" % journal[:2])
+        assert journal and all(LOGFMT.match(l) and l.startswith("<") for l in journal), journal
+        assert any(l.startswith("<6>level=info") for l in journal), journal
+        assert any(l.startswith("<3>level=error") and 'src="coordinator"' in l for l in journal), journal
 
 
 if __name__ == "__main__":
