@@ -22,7 +22,12 @@ SERVICE_PKGS=(libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libya
 # independent client; openssl makes the test CA and certificates
 # (scripts/make-certs.sh).
 SERVICE_TEST_PKGS=(prometheus python3-grpcio python3-protobuf protobuf-compiler protobuf-compiler-grpc openssl)
-ALL_PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${LINT_PKGS[@]}" "${SERVICE_PKGS[@]}" "${SERVICE_TEST_PKGS[@]}")
+# Fuzzing (scripts/fuzz.sh, fuzz/): clang-14 builds the libFuzzer harnesses;
+# libFuzzer's runtime (libclang_rt.fuzzer) is in libclang-rt-14-dev, which
+# clang-14 only recommends, so --no-install-recommends would leave it out.
+FUZZ_PKGS=(clang-14 libclang-rt-14-dev)
+ALL_PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${LINT_PKGS[@]}" "${SERVICE_PKGS[@]}" "${SERVICE_TEST_PKGS[@]}"
+  "${FUZZ_PKGS[@]}")
 # ---------------------------------------------------------------------------
 
 usage() {
@@ -35,6 +40,7 @@ Installs the Debian 12 packages zb needs that are not installed yet:
   lint: ${LINT_PKGS[*]}
   service: ${SERVICE_PKGS[*]}
   service tests: ${SERVICE_TEST_PKGS[*]}
+  fuzzing: ${FUZZ_PKGS[*]}
 Checks each with dpkg-query; when all are present it does nothing and exits 0.
 As root it runs 'apt-get update' and then
 'apt-get install -y --no-install-recommends' for the missing ones only.

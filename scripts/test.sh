@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs missing packages, then builds and tests zb twice,
-# a dev build (build/dev) and an ASan+UBSan build (build/asan), with ctest.
+# a dev build (build/dev) and an ASan+UBSan build (build/asan), with ctest,
+# then builds without CUDA and runs the fuzz harnesses briefly.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -8,7 +9,8 @@ cd "$ROOT"
 
 usage() {
   cat <<'USAGE'
-usage: scripts/test.sh [--no-deps] [--only dev|asan] [-j N] [-- CTEST_ARGS...]
+usage: scripts/test.sh [--no-deps] [--only dev|asan] [--no-fuzz] [--fuzz-seconds N] [-j N]
+                       [-- CTEST_ARGS...]
 
 Runs the tests the way CI does:
   1. scripts/install-deps.sh (installs missing Debian 12 packages; as a user
@@ -24,11 +26,18 @@ Runs the tests the way CI does:
      found; with CI=true it is ON, so a CI machine without them fails.
   4. preset nocuda (ZB_CUDA=OFF, build/nocuda): configure and build only,
      proving a machine without CUDA still builds everything else.
+  5. fuzz: scripts/fuzz.sh --seconds N builds the libFuzzer harnesses
+     (preset fuzz: clang-14, ASan + UBSan, build/fuzz) and runs each for N
+     seconds (default 20) on a copy of its seed corpus; a crash, leak,
+     timeout or broken property fails the step (log build/fuzz.log).
+Steps 4 and 5 run only when both presets do (no --only).
 All builds run even when one fails. Prints a summary with the test
-counts and exits non-zero if any configure, build or test failed.
+counts and exits non-zero if any configure, build, test or fuzz run failed.
 
   --no-deps        skip step 1
   --only dev|asan  build and test one preset only
+  --no-fuzz        skip step 5
+  --fuzz-seconds N fuzzing time per harness in step 5 (default 20)
   -j N             parallel jobs for make and ctest (default: nproc, or $JOBS)
   -- CTEST_ARGS    passed to ctest, e.g. -- -R test_sim  or  -- -L unit
   --help           show this text
@@ -36,6 +45,8 @@ USAGE
 }
 
 deps=1
+fuzz=1
+fuzz_seconds=20
 presets=(dev asan)
 jobs=${JOBS:-$(nproc)}
 ctest_args=()
@@ -45,6 +56,12 @@ while [[ $# -gt 0 ]]; do
     --only)
       [[ $# -ge 2 && ($2 == dev || $2 == asan) ]] || { echo "test.sh: --only takes dev or asan" >&2; exit 2; }
       presets=("$2")
+      shift
+      ;;
+    --no-fuzz) fuzz=0 ;;
+    --fuzz-seconds)
+      [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: --fuzz-seconds takes a positive number" >&2; exit 2; }
+      fuzz_seconds=$2
       shift
       ;;
     -j)
@@ -130,6 +147,24 @@ if [[ ${#presets[@]} -eq 2 ]]; then
   else
     tail -n 40 "$log"
     summary+=("nocuda: build FAILED (ZB_CUDA=OFF; see $log)")
+    failed=1
+  fi
+fi
+
+if [[ ${#presets[@]} -eq 2 && $fuzz -eq 1 ]]; then
+  echo
+  echo "=== fuzz (scripts/fuzz.sh --seconds $fuzz_seconds)"
+  log=build/fuzz.log
+  mkdir -p build
+  rc=0
+  scripts/fuzz.sh --seconds "$fuzz_seconds" -j "$jobs" 2>&1 | tee "$log" || rc=$?
+  # fuzz.sh closes with "fuzz.sh: ok: N runs in ... (NAME RUNS, ...)" or
+  # "fuzz.sh: FAILED: ...".
+  line=$(grep -E '^fuzz.sh: ' "$log" | tail -n1 || true)
+  if [[ $rc -eq 0 ]]; then
+    summary+=("fuzz: ${line#fuzz.sh: }")
+  else
+    summary+=("fuzz: FAILED (${line#fuzz.sh: FAILED: }; see $log)")
     failed=1
   fi
 fi
