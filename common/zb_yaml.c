@@ -185,7 +185,7 @@ zb_err zb_yaml_get_int(const zb_yaml_walk *w, const yaml_node_t *n, const char *
 
 zb_err zb_yaml_get_int32(const zb_yaml_walk *w, const yaml_node_t *n, const char *key,
                          const zb_yaml_int_range *r, int *out) {
-  long long v;
+  long long v = 0; /* gcc -O3 cannot see that get_int sets it on success */
   zb_err err = zb_yaml_get_int(w, n, key, r, &v);
   if (!err)
     *out = (int)v; /* the caller's range lies inside int */

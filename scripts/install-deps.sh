@@ -26,8 +26,15 @@ SERVICE_TEST_PKGS=(prometheus python3-grpcio python3-protobuf protobuf-compiler 
 # libFuzzer's runtime (libclang_rt.fuzzer) is in libclang-rt-14-dev, which
 # clang-14 only recommends, so --no-install-recommends would leave it out.
 FUZZ_PKGS=(clang-14 libclang-rt-14-dev)
+# Deployment checks: systemd-analyze (package systemd; it need not run as
+# PID 1) verifies the units; a single-node Slurm (munge, slurmctld, slurmd,
+# slurm-client) runs deploy/slurm/zb.sbatch; python3-venv holds the
+# kubernetes-validate the Kubernetes check uses (scripts/install-py-deps.sh,
+# from PyPI) and python3-yaml reads the rendered manifests. kubectl (with
+# kustomize v5) is not in Debian 12; that check skips without it.
+DEPLOY_PKGS=(systemd munge slurmctld slurmd slurm-client python3-venv python3-yaml)
 ALL_PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${LINT_PKGS[@]}" "${SERVICE_PKGS[@]}" "${SERVICE_TEST_PKGS[@]}"
-  "${FUZZ_PKGS[@]}")
+  "${FUZZ_PKGS[@]}" "${DEPLOY_PKGS[@]}")
 # ---------------------------------------------------------------------------
 
 usage() {
@@ -41,6 +48,7 @@ Installs the Debian 12 packages zb needs that are not installed yet:
   service: ${SERVICE_PKGS[*]}
   service tests: ${SERVICE_TEST_PKGS[*]}
   fuzzing: ${FUZZ_PKGS[*]}
+  deploy checks: ${DEPLOY_PKGS[*]}
 Checks each with dpkg-query; when all are present it does nothing and exits 0.
 As root it runs 'apt-get update' and then
 'apt-get install -y --no-install-recommends' for the missing ones only.

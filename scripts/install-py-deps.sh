@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# install-py-deps.sh [--check | --help]
+#
+# Makes the Python virtual environment that the deployment test
+# (tests/deploy/test_k8s.py) uses to validate the rendered Kubernetes
+# manifests: build/venv-deploy with kubernetes-validate (from PyPI) pinned
+# below. Idempotent: a venv that already has the pinned version is left as
+# it is. Needs Debian's python3 with the venv module (package python3-venv)
+# and, the first time, network access to PyPI.
+#
+#   --check   exit 0 when the venv has the pinned version, 1 otherwise
+#   --help    show this text
+#
+# ZB_DEPLOY_VENV overrides the venv's path.
+set -euo pipefail
+
+# The pin: kubernetes-validate carries the JSON schemas of Kubernetes
+# 1.25..1.37; the test validates against one of them (tests/deploy/test_k8s.py).
+KV_VERSION=1.37.0
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${ZB_DEPLOY_VENV:-$root/build/venv-deploy}
+# Debian's interpreter by its path: a python3 earlier on PATH (pyenv) may
+# lack the venv module or differ from the one the tests use.
+py=/usr/bin/python3
+[[ -x $py ]] || py=$(command -v python3 || true)
+
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+mode=install
+case "${1:-}" in
+  "") ;;
+  --check) mode=check ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "install-py-deps: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
+
+installed_version() {
+  [[ -x $venv/bin/python ]] || return 1
+  "$venv/bin/python" - <<'EOF' 2>/dev/null
+from importlib.metadata import version
+print(version("kubernetes-validate"))
+EOF
+}
+
+have=$(installed_version || true)
+if [[ $have == "$KV_VERSION" ]]; then
+  echo "install-py-deps: $venv has kubernetes-validate $KV_VERSION"
+  exit 0
+fi
+if [[ $mode == check ]]; then
+  echo "install-py-deps: $venv lacks kubernetes-validate $KV_VERSION${have:+ (has $have)}" >&2
+  exit 1
+fi
+
+if [[ -z $py ]]; then
+  echo "install-py-deps: python3 not found (Debian package python3)" >&2
+  exit 1
+fi
+if [[ ! -x $venv/bin/python ]]; then
+  echo "install-py-deps: $py -m venv $venv"
+  if ! "$py" -m venv "$venv"; then
+    rm -rf "$venv"
+    echo "install-py-deps: '$py -m venv' failed: install the Debian package python3-venv" >&2
+    exit 1
+  fi
+fi
+# Short timeouts and one retry: without network this fails in seconds, and
+# the test then skips its schema validation, saying why.
+echo "install-py-deps: pip install kubernetes-validate==$KV_VERSION into $venv"
+if ! "$venv/bin/python" -m pip install --disable-pip-version-check --quiet --timeout 10 --retries 1 \
+  "kubernetes-validate==$KV_VERSION"; then
+  echo "install-py-deps: pip install failed (no network to PyPI?)" >&2
+  exit 1
+fi
+echo "install-py-deps: done: $("$venv/bin/kubernetes-validate" --version 2>&1 | tail -1)"
