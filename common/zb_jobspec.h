@@ -36,6 +36,8 @@
  *   transport: tcp              # optional: tcp (default), nccl (backend cuda only)
  *   precision: fp32             # optional: fp32 (default); tf32, bf16 (backend cuda only)
  *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB (cpu, cuda: derived, see below)
+ *   wait_for_workers_s: 600     # optional: wait PENDING this long for enough workers to attach
+ *                               #   (default 600; 0: refused at once when too few; 0..604800)
  *   trace_every: 10             # optional: per-op timelines of iterations 0, N, 2N, ... (default 10;
  *                               #   0: none; 1..1000000)
  *   adaptive:                   # optional: re-plan from the costs the timelines show (docs/wire.md)
@@ -122,6 +124,9 @@ typedef struct zb_job_spec {
   char precision[8]; /* ZB_PRECISION_FP32_NAME (default), "tf32", "bf16" */
   long long bytes_per_activation;
   int trace_every; /* timelines of iterations 0, N, 2N, ... (default 10); 0: none */
+  /* seconds PENDING for enough able workers to attach (default 600); 0:
+   * refused at submission when too few are attached */
+  int wait_for_workers_s;
   zb_adaptive_spec adaptive;
   bool has_model;      /* a model was given (only a cpu or cuda job may have one) */
   zb_model_spec model; /* defaults unless given; used by cpu and cuda jobs */

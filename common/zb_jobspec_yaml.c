@@ -249,6 +249,8 @@ static zb_err job_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_t *
   case ZB_JK_TRACE_EVERY:
     return get_int32(w, v, "trace_every", &zb_job_limits[ZB_JK_TRACE_EVERY], &s->trace_every);
   case ZB_JK_ADAPTIVE: return job_adaptive(w, v, &s->adaptive);
+  case ZB_JK_WAIT_WORKERS:
+    return get_int32(w, v, "wait_for_workers_s", &zb_job_limits[ZB_JK_WAIT_WORKERS], &s->wait_for_workers_s);
   case ZB_JK_COUNT: break;
   }
   return ZB_ERR_PARSE;

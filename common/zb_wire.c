@@ -161,6 +161,8 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   /* proto: 0 is the default, -1 none; the checker refuses other negatives */
   if (pb->trace_every != 0)
     out->trace_every = pb->trace_every == -1 ? 0 : pb->trace_every;
+  if (pb->wait_for_workers_s != 0)
+    out->wait_for_workers_s = pb->wait_for_workers_s == -1 ? 0 : pb->wait_for_workers_s;
   if (pb->adaptive) {
     Zb__V1__AdaptiveMode mode = pb->adaptive->mode;
     out->adaptive.enabled = mode == ZB__V1__ADAPTIVE_MODE__ADAPTIVE_MODE_ON    ? 1
@@ -231,6 +233,7 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->precision = (char *)spec->precision;
   pb->bytes_per_activation = spec->bytes_per_activation;
   pb->trace_every = spec->trace_every > 0 ? spec->trace_every : -1;
+  pb->wait_for_workers_s = spec->wait_for_workers_s > 0 ? spec->wait_for_workers_s : -1;
   { /* always sent: every setting survives the trip, min_gain 0 included */
     zb_wire_adaptive_pb *a = zb_malloc(sizeof *a);
     zb__v1__adaptive_spec__init(&a->m);

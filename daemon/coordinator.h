@@ -115,6 +115,7 @@ struct coord_job {
   bool dirty;             /* its row's last write failed (a full disk): retried each tick */
   bool updating;          /* an UpdateSchedule plan is being made for it (plan_async.c) */
   bool metrics_forgotten; /* its series left /metrics (metrics_text.c) */
+  char (*rank_hosts)[64]; /* by rank once started: its worker's host (Job.rank_hosts) */
   struct coord_job *next;
 };
 

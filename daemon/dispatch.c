@@ -8,6 +8,7 @@
 
 #include "coordinator.h"
 #include "zb_alloc.h"
+#include "zb_clock.h"
 #include "zb_log.h"
 
 static void worker_send(coord_worker *w, const Zb__V1__Command *cmd) {
@@ -77,16 +78,41 @@ void job_send_nccl_id(coord_job *j) {
     worker_send(j->ranks[r], &cmd);
 }
 
-/* Gives j's ranks to idle workers in attach order. */
+/* Idle workers able to run spec on w's host. */
+static int host_idle(coord *co, const coord_worker *w, const zb_job_spec *spec) {
+  int n = 0;
+  for (const coord_worker *x = co->workers; x; x = x->next)
+    n += !x->job && worker_can_run(x, spec) && strcmp(x->hostname, w->hostname) == 0;
+  return n;
+}
+
+/* Gives j's ranks to idle workers host by host, the hosts with the most
+ * idle workers first, so that consecutive ranks (the pipeline's
+ * neighbours) share a host where they can; within a host in attach order. */
 static void job_take_workers(coord *co, coord_job *j) {
   int p = j->spec.ranks, r = 0;
   j->ranks = zb_calloc((size_t)p, sizeof *j->ranks);
-  for (coord_worker *w = co->workers; w && r < p; w = w->next)
-    if (worker_can_run(w, &j->spec) && !w->job) {
-      w->job = j;
-      w->rank = r;
-      j->ranks[r++] = w;
+  j->rank_hosts = zb_calloc((size_t)p, sizeof *j->rank_hosts);
+  while (r < p) {
+    coord_worker *best = NULL; /* the first worker of the host with the most idle */
+    int most = 0;
+    for (coord_worker *w = co->workers; w; w = w->next) {
+      int n = !w->job && worker_can_run(w, &j->spec) ? host_idle(co, w, &j->spec) : 0;
+      if (n > most) {
+        most = n;
+        best = w;
+      }
     }
+    if (!best)
+      break; /* admission counted enough; a caller checks */
+    for (coord_worker *w = co->workers; w && r < p; w = w->next)
+      if (!w->job && worker_can_run(w, &j->spec) && strcmp(w->hostname, best->hostname) == 0) {
+        w->job = j;
+        w->rank = r;
+        snprintf(j->rank_hosts[r], sizeof j->rank_hosts[r], "%s", w->hostname);
+        j->ranks[r++] = w;
+      }
+  }
 }
 
 /* Admission held the plan against the workers attached then; one that
@@ -135,14 +161,47 @@ static void job_start(coord *co, coord_job *j) {
   job_send_plan(j, &j->plan, 1, 0);
 }
 
-/* Starts pending jobs, oldest first, while enough workers are idle. */
+/* A pending job with fewer able workers attached than ranks: its reason
+ * says how many it has (an event when that changes), and past its
+ * wait_for_workers_s it fails. false once it failed. */
+static bool job_waits_for_workers(coord *co, coord_job *j, int able, int64_t now_ms) {
+  const zb_job_spec *s = &j->spec;
+  char reason[sizeof j->row.reason];
+  if (s->wait_for_workers_s > 0 && now_ms - j->row.created_ms > (int64_t)s->wait_for_workers_s * 1000) {
+    snprintf(
+        reason, sizeof reason,
+        "no %d workers able to run it (backend %s, transport %s) within wait_for_workers_s %d: %d attached",
+        s->ranks, s->backend, s->transport, s->wait_for_workers_s, able);
+    job_finish(co, j, ZB_JOB_FAILED, reason);
+    return false;
+  }
+  snprintf(reason, sizeof reason,
+           "waiting for %d workers able to run it (backend %s, transport %s), %d attached", s->ranks,
+           s->backend, s->transport, able);
+  if (strcmp(reason, j->row.reason) != 0) {
+    snprintf(j->row.reason, sizeof j->row.reason, "%s", reason);
+    job_event(co, j, NULL, NULL);
+  }
+  return true;
+}
+
+/* Starts pending jobs, oldest first, while enough workers are idle; the
+ * first that cannot start holds the rest (no overtaking), and one that
+ * lacks attached workers waits for them, up to its wait_for_workers_s. */
 void coord_start_pending(coord *co) {
-  for (coord_job *j = co->jobs; j; j = j->next)
-    if (j->row.state == ZB_JOB_PENDING) {
-      if (workers_idle(co, &j->spec) < j->spec.ranks)
-        return; /* keep the order: no overtaking */
+  int64_t now = zb_clock_unix_ms();
+  for (coord_job *j = co->jobs; j; j = j->next) {
+    if (j->row.state != ZB_JOB_PENDING)
+      continue;
+    if (workers_idle(co, &j->spec) >= j->spec.ranks) {
       job_start(co, j);
+      continue;
     }
+    int able = workers_able(co, &j->spec);
+    if (able < j->spec.ranks && !job_waits_for_workers(co, j, able, now))
+      continue; /* it failed: the next may start */
+    return;
+  }
 }
 
 /* Whether j can take an update now; fails call when not. */

@@ -101,6 +101,8 @@ static bool admit_memory(coord *co, zb_rpc_call *call, const zb_job_spec *spec) 
 static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
   if (!admit_memory(co, call, spec))
     return false;
+  if (spec->wait_for_workers_s > 0)
+    return true; /* too few now: it waits PENDING for them (coord_start_pending) */
   if (job_needs_gpu(spec))
     return admit_gpu_workers(co, call, spec);
   int attached = workers_attached(co);

@@ -189,6 +189,12 @@ void job_pb(const coord_job *j, Zb__V1__Job *out) {
     out->last = (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(&zb__v1__iteration_metrics__descriptor,
                                                                       NULL, j->row.last_len, j->row.last);
   out->learned = job_learned_pb(j);
+  if (j->rank_hosts) {
+    out->n_rank_hosts = (size_t)j->spec.ranks;
+    out->rank_hosts = zb_malloc(sizeof *out->rank_hosts * out->n_rank_hosts);
+    for (size_t r = 0; r < out->n_rank_hosts; r++)
+      out->rank_hosts[r] = j->rank_hosts[r];
+  }
 }
 
 void job_pb_clear(Zb__V1__Job *pb) {
@@ -198,6 +204,7 @@ void job_pb_clear(Zb__V1__Job *pb) {
     protobuf_c_message_free_unpacked(&pb->last->base, NULL);
   if (pb->learned)
     protobuf_c_message_free_unpacked(&pb->learned->base, NULL);
+  free(pb->rank_hosts);
 }
 
 coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
@@ -272,6 +279,7 @@ void job_free(coord_job *j) {
   }
   job_runtime_free(j);
   zb_costs_free(j->learned); /* kept past the run: zbctl get shows it */
+  free(j->rank_hosts);
   free(j->slowdown);
   zb_job_spec_free(&j->spec);
   free(j->row.spec);

@@ -75,7 +75,7 @@ def test_bad_specs_over_grpc():
         expect(c, INVALID, ["schedule", "zb-zz"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, schedule="zb-zz")))
         expect(c, grpc.StatusCode.FAILED_PRECONDITION, ["ranks", "8", "2 workers"], s.SubmitJob,
-               zb_pb2.SubmitJobRequest(spec=job_spec(ranks=8)))
+               zb_pb2.SubmitJobRequest(spec=job_spec(ranks=8, wait_for_workers_s=-1)))
         expect(c, INVALID, ["costs.f"], s.SubmitJob, zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, t_f=-0.01)))
         expect(c, INVALID, ["costs.b"], s.SubmitJob, zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, t_b=-1)))
         expect(c, INVALID, ["costs.comm"], s.SubmitJob,
@@ -98,7 +98,7 @@ def test_bad_specs_over_grpc():
         # a backend no attached worker offers is refused, not run on another one
         expect(c, grpc.StatusCode.FAILED_PRECONDITION,
                ["spec.backend", "backend cuda needs 2 workers with a GPU", "0 of the"], s.SubmitJob,
-               zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, backend="cuda")))
+               zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, backend="cuda", wait_for_workers_s=-1)))
         expect(c, INVALID, ["chunks"], s.SubmitJob,
                zb_pb2.SubmitJobRequest(spec=job_spec(ranks=2, schedule="zb-v", chunks=3)))
         expect(c, INVALID, ["costs.f"], s.Plan, zb_pb2.PlanRequest(spec=job_spec(ranks=4, t_f=-2)))

@@ -97,6 +97,7 @@ def fake_workers(c, n, **kw):
 
 
 def cuda_spec(name, ranks=2, transport="nccl", **kw):
+    kw.setdefault("wait_for_workers_s", -1)  # refused at once when too few workers have a GPU
     return job_spec(name=name, ranks=ranks, microbatches=4, t=0.001, iterations=2, backend="cuda",
                     transport=transport, **kw)
 
@@ -142,7 +143,8 @@ def test_cuda_jobs_need_gpu_workers():
                                      "transport 'nccl'", "0 of the 2 attached workers"], submit, c,
                    cuda_spec("no-gpu"))
         print("refused:", d)
-        cp = c.zbctl("submit", "-", input="name: y\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cuda\n")
+        cp = c.zbctl("submit", "-", input="name: y\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cuda\n"
+                                                 "wait_for_workers_s: 0\n")
         assert cp.returncode != 0 and "backend cuda needs 2 workers with a GPU" in cp.stderr, (cp.stdout,
                                                                                               cp.stderr)
         # zbctl workers: a GPU column, '-' for a worker without one

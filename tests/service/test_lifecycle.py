@@ -193,5 +193,63 @@ def test_worker_on_a_wildcard_address_advertises_one_peers_can_dial():
         c.assert_serving()
 
 
+def test_job_waits_for_its_workers():
+    """A job submitted before its workers attach waits PENDING, its reason
+    counting them, and starts when they come; one whose workers do not come
+    within its wait_for_workers_s fails saying so."""
+    with Cluster(workers=0, name="pending") as c:
+        jid = c.submit(job_spec(ranks=2, microbatches=4, iterations=2))
+        job = c.get(jid)
+        print("submitted with no worker: %s, %s" % (zbsvc.state_name(job.state), job.reason))
+        assert job.state == STATE.JOB_STATE_PENDING and "waiting for 2 workers" in job.reason, job
+        assert "0 attached" in job.reason, job.reason
+        c.start_worker("late0")
+        zbsvc.wait_until("the reason to count one", lambda: "1 attached" in c.get(jid).reason, 15)
+        assert c.get(jid).state == STATE.JOB_STATE_PENDING
+        c.start_worker("late1")
+        c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED)
+        reasons = [e.reason for e in c.events(jid)]
+        assert any("0 attached" in r for r in reasons) and any("1 attached" in r for r in reasons), reasons
+        short = c.submit(job_spec(ranks=3, microbatches=4, iterations=2, wait_for_workers_s=2))
+        job = c.wait_state(short, STATE.JOB_STATE_FAILED, timeout=30)
+        print("after its wait: %s" % job.reason)
+        assert "no 3 workers" in job.reason and "wait_for_workers_s 2" in job.reason and "2 attached" in job.reason
+        after = c.submit(job_spec(ranks=2, microbatches=4, iterations=2))  # the queue moves on
+        c.wait_state(after, STATE.JOB_STATE_SUCCEEDED)
+        c.assert_serving()
+
+
+def start_worker_on_host(c, wid, host):
+    """A worker in a UTS namespace of its own whose host name is host."""
+    argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, zbsvc.WORKER,
+            "--coordinator", c.address, "--id", wid, "--heartbeat-ms", "200"]
+    p = zbsvc.Proc("worker-" + wid, argv, c.dir)
+    c.workers[wid] = p
+    c.procs.append(p)
+    return p
+
+
+def test_ranks_keep_to_hosts():
+    """Workers of two hosts attached alternately (a, b, a, b): a 4-rank
+    job's ranks 0-1 share one host and 2-3 the other, not alternating,
+    and the job and zbctl get show the map."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        print("SKIP: needs root and unshare to give workers host names of their own")
+        return
+    with Cluster(workers=0, name="hosts") as c:
+        for k, host in enumerate(["host-a", "host-b", "host-a", "host-b"]):
+            start_worker_on_host(c, "h%d" % k, host)
+            c.wait_workers(k + 1)  # attach order a, b, a, b
+        assert sorted(w.hostname for w in c.list_workers()) == ["host-a", "host-a", "host-b", "host-b"]
+        jid = c.submit(job_spec(ranks=4, microbatches=8, iterations=2))
+        c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED)
+        hosts = list(c.get(jid).rank_hosts)
+        print("rank hosts: %s" % hosts)
+        assert hosts in (["host-a", "host-a", "host-b", "host-b"], ["host-b", "host-b", "host-a", "host-a"]), hosts
+        out = c.zbctl("get", jid).stdout
+        assert "ranks 0-1 on %s, 2-3 on %s" % (hosts[0], hosts[2]) in out, out
+        c.assert_serving()
+
+
 if __name__ == "__main__":
     zbsvc.run_tests(globals())

@@ -28,7 +28,7 @@ def test_oversized_submits_are_refused_before_planning():
         pid = c.coordinator.pid
         before = rss_kb(pid)
         cases = [  # the threat model's shapes: more ranks than workers, and a plan past the budget
-            (job_spec(name="huge", ranks=64, microbatches=500000, schedule="1f1b"),
+            (job_spec(name="huge", ranks=64, microbatches=500000, schedule="1f1b", wait_for_workers_s=-1),
              grpc.StatusCode.FAILED_PRECONDITION, "64 ranks but 2 workers"),
             (job_spec(name="huge", ranks=2, microbatches=1000000, schedule="zb-auto"),
              grpc.StatusCode.RESOURCE_EXHAUSTED, "max_plan_ops"),

@@ -193,6 +193,9 @@ static void test_job_defaults(void) {
   CHECK_STREQ(s.transport, "tcp");
   CHECK_STREQ(s.precision, "fp32");
   CHECK_EQ(s.bytes_per_activation, 65536);
+  CHECK_EQ(s.wait_for_workers_s, 600);
+  CHECK(job_ok(BASE "wait_for_workers_s: 0\n", &s)); /* refused at once when too few workers */
+  CHECK_EQ(s.wait_for_workers_s, 0);
 
   /* A partial costs map keeps the defaults of the keys it leaves out. */
   CHECK(job_ok(BASE "costs:\n  b: 0.5\n", &s));
@@ -403,6 +406,8 @@ static void test_job_range_errors(void) {
   CHECK(job_fails(BASE "iterations: 2\nbackend: tpu\n", ZB_ERR_INVALID_ARG, "line 6", "'backend'",
                   "sim, cpu, cuda", NULL));
   CHECK(job_fails(BASE "transport: udp\n", ZB_ERR_INVALID_ARG, "line 5", "'transport'", "tcp, nccl", NULL));
+  CHECK(job_fails(BASE "wait_for_workers_s: 604801\n", ZB_ERR_INVALID_ARG, "line 5", "'wait_for_workers_s'",
+                  "between 0 and 604800", NULL));
   CHECK(job_fails("name: bad name!\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_INVALID_ARG,
                   "line 1", "'name'", "[A-Za-z0-9._-]", NULL));
   CHECK(job_fails("name: ''\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_INVALID_ARG, "line 1",
