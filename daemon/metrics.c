@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -87,27 +88,35 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, c
   return ret;
 }
 
-/* "host:port" → IPv4 sockaddr ("localhost" is 127.0.0.1). */
-static bool metrics_addr(const char *addr, struct sockaddr_in *sa) {
+/* "host:port" (an IPv4 address, "[IPv6]", or a name, resolved) → the
+ * address to listen on; false with why in diag. */
+static bool metrics_addr(const char *addr, struct sockaddr_storage *sa, zb_diag *diag) {
   const char *colon = strrchr(addr, ':');
-  if (!colon)
+  char host[256];
+  size_t hl = colon ? (size_t)(colon - addr) : 0;
+  if (hl >= 2 && addr[0] == '[' && addr[hl - 1] == ']') { /* [v6] */
+    addr++;
+    hl -= 2;
+  }
+  if (!colon || hl == 0 || hl >= sizeof host) {
+    zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: '%s' is not host:port", addr);
     return false;
-  char host[64];
-  size_t hl = (size_t)(colon - addr);
-  if (hl == 0 || hl >= sizeof host)
-    return false;
+  }
   memcpy(host, addr, hl);
   host[hl] = 0;
-  char *end;
-  long port = strtol(colon + 1, &end, 10);
-  if (*end || port < 0 || port > 65535)
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                  *res = NULL;
+  int rc = getaddrinfo(host, colon + 1, &hints, &res);
+  if (rc != 0) {
+    zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: '%s': %s", host, gai_strerror(rc));
     return false;
+  }
   memset(sa, 0, sizeof *sa);
-  sa->sin_family = AF_INET;
-  sa->sin_port = htons((uint16_t)port);
-  if (strcmp(host, "localhost") == 0)
-    snprintf(host, sizeof host, "127.0.0.1");
-  return inet_pton(AF_INET, host, &sa->sin_addr) == 1;
+  memcpy(sa, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return true;
 }
 
 /* Bounds against slow or idle clients (slowloris): a client that sends
@@ -146,11 +155,11 @@ zb_err coord_metrics_start(coord *co, zb_diag *diag) {
   metrics_render_text(co, &b);
   mx->text = b.data;
   mx->len = b.len;
-  struct sockaddr_in sa;
-  if (!metrics_addr(co->cfg.metrics_listen, &sa))
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: '%s' is not an IPv4 host:port",
-                       co->cfg.metrics_listen);
-  mx->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG, 0, NULL,
+  struct sockaddr_storage sa;
+  if (!metrics_addr(co->cfg.metrics_listen, &sa, diag))
+    return ZB_ERR_INVALID_ARG;
+  unsigned int v6 = sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0;
+  mx->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG | v6, 0, NULL,
                              NULL, metrics_handler, mx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)METRICS_IDLE_S,
                              MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_CONNECTIONS,
@@ -161,7 +170,7 @@ zb_err coord_metrics_start(coord *co, zb_diag *diag) {
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: cannot listen on %s (address in use?)",
                        co->cfg.metrics_listen);
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(mx->mhd, MHD_DAEMON_INFO_BIND_PORT);
-  co->metrics_port = info ? info->port : ntohs(sa.sin_port);
+  co->metrics_port = info ? info->port : 0;
   return ZB_OK;
 }
 

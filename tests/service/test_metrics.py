@@ -5,7 +5,11 @@ series per rank of the running job; no series carries a label named
 `job` (Prometheus's own); a finished job's series leave the text after
 metrics_keep_ended_s, the totals keep it."""
 
+import os
+import socket
 import subprocess
+import tempfile
+import urllib.request
 
 import zbsvc
 from zbsvc import Cluster, job_spec, parse_metrics, series
@@ -118,6 +122,23 @@ def test_metrics_http_errors():
         status, _, body = c.metrics("/nope")
         assert status == 404 and "/metrics" in body, (status, body)
         scrape(c)
+
+
+def test_metrics_listen_takes_ipv6_and_names():
+    """metrics_listen takes "[IPv6]:port" and host names, not only IPv4;
+    a name that does not resolve stops the start, naming it."""
+    has_v6 = socket.has_ipv6 and os.path.exists("/proc/net/if_inet6")
+    listen = "[::1]:0" if has_v6 else "localhost:0"
+    with Cluster(workers=0, name="metrics-v6", coordinator_args=["--metrics-listen", listen]) as c:
+        host = "[::1]" if has_v6 else "localhost"
+        with urllib.request.urlopen("http://%s:%d/metrics" % (host, c.metrics_port), timeout=10) as r:
+            body = r.read().decode()
+        print("%s: %d bytes of metrics" % (listen, len(body)))
+        assert r.status == 200 and "zb_build_info" in body
+    with tempfile.TemporaryDirectory(prefix="zbsvc-mlisten-") as d:
+        cp = subprocess.run([zbsvc.COORDINATOR, "--listen", "127.0.0.1:0", "--metrics-listen",
+                             "no-such-host.invalid:0", "--data-dir", d], capture_output=True, text=True, timeout=60)
+        assert cp.returncode != 0 and "no-such-host.invalid" in cp.stderr, (cp.returncode, cp.stderr)
 
 
 if __name__ == "__main__":
