@@ -36,7 +36,7 @@ enum {
 };
 
 #define COMMON_OPTS                                                                                          \
-  {"coordinator", 0, true, OPT_COORD}, {"output", 0, true, OPT_OUTPUT},                                      \
+  {"coordinator", 0, true, OPT_COORD}, {"output", 'o', true, OPT_OUTPUT},                                    \
       {"timeout-ms", 0, true, OPT_TIMEOUT}, {"tls-ca", 0, true, OPT_TLS_CA},                                 \
       {"tls-cert", 0, true, OPT_TLS_CERT}, {"tls-key", 0, true, OPT_TLS_KEY}, {                              \
     "help", 'h', false, OPT_HELP                                                                             \
@@ -55,7 +55,7 @@ static const char common_help[] =
     "\n"
     "  --coordinator ADDR    zb-coordinator's gRPC address (default $ZB_COORDINATOR,\n"
     "                        else 127.0.0.1:7070)\n"
-    "  --output text|json    output format (default text)\n"
+    "  -o, --output text|json  output format (default text)\n"
     "  --timeout-ms N        deadline of each call (default 10000)\n"
     "  --tls-ca FILE         mutual TLS: the cluster's CA (default $ZBCTL_TLS_CA),\n"
     "  --tls-cert FILE       your certificate, zb://user/NAME or zb://admin/NAME\n"
@@ -124,7 +124,8 @@ static int remote_parse(const zbctl_command *cmd, int argc, char **argv, const c
     bool takes_value = false;
     if (argv[k][0] == '-' && argv[k][1] && !strchr(argv[k], '='))
       for (size_t o = 0; o < n; o++)
-        if (opts[o].has_arg && argv[k][1] == '-' && strcmp(argv[k] + 2, opts[o].name) == 0)
+        if (opts[o].has_arg && ((argv[k][1] == '-' && strcmp(argv[k] + 2, opts[o].name) == 0) ||
+                                (argv[k][1] == opts[o].short_name && !argv[k][2])))
           takes_value = true;
     if (argv[k][0] != '-' || strcmp(argv[k], "-") == 0) {
       if (!want_positional || a->positional) {

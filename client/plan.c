@@ -64,7 +64,8 @@ const char zbctl_plan_help[] =
     "                        schedule is validated against it (without it: no limit)\n"
     "\n"
     "Output:\n"
-    "  --format FMT          ascii    terminal timeline and figures (default)\n"
+    "  -o, --output FMT      (or --format FMT), as every zbctl command:\n"
+    "                        ascii    terminal timeline and figures (default)\n"
     "                        json     the plan, its figures and the lowered actions\n"
     "                        csv      compute-only CSV; reads back with --from-csv\n"
     "                        csv-comm CSV with the SEND/RECV actions (lowered) and\n"
@@ -72,7 +73,7 @@ const char zbctl_plan_help[] =
     "                        trace    Chrome trace (chrome://tracing, Perfetto)\n"
     "                        svg      SVG timeline\n"
     "  --width N             columns of the ascii timeline (default 100)\n"
-    "  -o, --output FILE     write to FILE (atomically: FILE.tmp, then renamed)\n"
+    "  --output-file FILE    write to FILE (atomically: FILE.tmp, then renamed)\n"
     "                        instead of stdout\n"
     "  --remote              plan through zb-coordinator's Plan RPC instead of\n"
     "                        locally (ascii summary or json; --costs, not\n"
@@ -111,8 +112,8 @@ const char zbctl_plan_compare_help[] =
     "  --mem-limit X         zb-auto's limit: 'Np' (N*p units) or units of one\n"
     "                        rank's M_F; default 1p. Other families are not limited.\n"
     "  --objective O         zb-auto's target: makespan (default) or span\n"
-    "  --format FMT          table (default) or json\n"
-    "  -o, --output FILE     write to FILE (atomically) instead of stdout\n"
+    "  -o, --output FMT      table (default) or json (--format FMT too)\n"
+    "  --output-file FILE    write to FILE (atomically) instead of stdout\n"
     "  -h, --help            show this text\n"
     "\n"
     "Exit status: 0 success (refusals included); 1 when a generated schedule fails\n"
@@ -142,7 +143,8 @@ static const cli_opt plan_options[] = {
     {"mem-limit", 0, true, OPT_MEM_LIMIT},
     {"objective", 0, true, OPT_OBJECTIVE},
     {"format", 0, true, OPT_FORMAT},
-    {"output", 'o', true, OPT_OUTPUT},
+    {"output", 'o', true, OPT_FORMAT},
+    {"output-file", 0, true, OPT_OUTPUT},
     {"from-csv", 0, true, OPT_FROM_CSV},
     {"placement", 0, true, OPT_PLACEMENT},
     {"width", 0, true, OPT_WIDTH},

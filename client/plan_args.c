@@ -33,7 +33,11 @@ static bool plan_parse_choice(const char *cmd, const char *flag, const char *val
     strncat(list, k ? ", " : "", sizeof list - strlen(list) - 1);
     strncat(list, names[k], sizeof list - strlen(list) - 1);
   }
-  cli_usage_error(cmd, "%s must be one of %s (got '%s')", flag, list, val);
+  /* zbctl plan's --output named a file before it named the format, as
+   * every other command's does */
+  bool file = strcmp(flag, "--output") == 0 && (strchr(val, '/') || strchr(val, '.'));
+  cli_usage_error(cmd, "%s must be one of %s (got '%s')%s", flag, list, val,
+                  file ? "; to write a file use --output-file FILE" : "");
   return false;
 }
 
@@ -112,7 +116,7 @@ int plan_parse(const cli_opt *opts, size_t n_opts, const char *const *formats, i
       }
       break;
     }
-    case OPT_FORMAT: ok = plan_parse_choice(a->cmd, "--format", val, formats, n_formats, &a->format); break;
+    case OPT_FORMAT: ok = plan_parse_choice(a->cmd, "--output", val, formats, n_formats, &a->format); break;
     case OPT_OUTPUT: a->output = val; break;
     case OPT_FROM_CSV: a->from_csv = val; break;
     case OPT_PLACEMENT: {

@@ -19,7 +19,8 @@ static const cli_opt compare_options[] = {
     {"mem-limit", 0, true, OPT_MEM_LIMIT},
     {"objective", 0, true, OPT_OBJECTIVE},
     {"format", 0, true, OPT_FORMAT},
-    {"output", 'o', true, OPT_OUTPUT},
+    {"output", 'o', true, OPT_FORMAT},
+    {"output-file", 0, true, OPT_OUTPUT},
     {"help", 'h', false, OPT_HELP},
 };
 

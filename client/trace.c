@@ -18,7 +18,7 @@
 #include "zbctl.h"
 
 const char zbctl_trace_help[] =
-    "usage: zbctl trace JOB_ID [--iteration N] [-o FILE] [--format trace|svg]\n"
+    "usage: zbctl trace JOB_ID [--iteration N] [-o trace|svg] [--output-file FILE]\n"
     "                   [--coordinator ADDR] [--timeout-ms N]\n"
     "\n"
     "Writes one traced iteration of a job: what every rank measured, op by op,\n"
@@ -33,7 +33,7 @@ const char zbctl_trace_help[] =
     "\n"
     "  --iteration N         the iteration (0-based; default: the last traced one);\n"
     "                        one that was not traced is an error\n"
-    "  --format FMT          trace  Chrome trace JSON (chrome://tracing, Perfetto;\n"
+    "  -o, --output FMT      trace  Chrome trace JSON (chrome://tracing, Perfetto;\n"
     "                               default): process \"planned (...)\" with a\n"
     "                               thread per rank and an event per compute op at\n"
     "                               the simulated times, process \"measured\n"
@@ -44,7 +44,7 @@ const char zbctl_trace_help[] =
     "                               args and in otherData\n"
     "                        svg    the planned lanes above the measured ones on\n"
     "                               one time axis (ms), a title with the figures\n"
-    "  -o, --output FILE     write to FILE (atomically) instead of stdout\n"
+    "  --output-file FILE    write to FILE (atomically) instead of stdout\n"
     "  --coordinator ADDR    zb-coordinator's gRPC address (default $ZB_COORDINATOR,\n"
     "                        else 127.0.0.1:7070)\n"
     "  --timeout-ms N        deadline of each call (default 10000)\n"
@@ -71,7 +71,8 @@ static bool trace_opt(trace_args *a, int id, const char *val) {
   case T_TIMEOUT: return cli_parse_int("trace", "--timeout-ms", val, 1, 3600000, &a->timeout_ms);
   case T_FORMAT:
     if (strcmp(val, "trace") != 0 && strcmp(val, "svg") != 0) {
-      cli_usage_error("trace", "--format takes trace or svg, not '%s'", val);
+      cli_usage_error("trace", "--output takes trace or svg, not '%s'%s", val,
+                      strchr(val, '.') || strchr(val, '/') ? "; to write a file use --output-file FILE" : "");
       return false;
     }
     a->svg = strcmp(val, "svg") == 0;
@@ -82,9 +83,10 @@ static bool trace_opt(trace_args *a, int id, const char *val) {
 
 /* Returns -1 to go on, else the exit code. JOB_ID may come anywhere. */
 static int trace_parse(const zbctl_command *cmd, int argc, char **argv, trace_args *a) {
-  static const cli_opt opts[] = {{"iteration", 0, true, T_ITERATION}, {"output", 'o', true, T_OUTPUT},
-                                 {"format", 0, true, T_FORMAT},       {"coordinator", 0, true, T_COORD},
-                                 {"timeout-ms", 0, true, T_TIMEOUT},  {"help", 'h', false, T_HELP}};
+  static const cli_opt opts[] = {{"iteration", 0, true, T_ITERATION}, {"output-file", 0, true, T_OUTPUT},
+                                 {"output", 'o', true, T_FORMAT},     {"format", 0, true, T_FORMAT},
+                                 {"coordinator", 0, true, T_COORD},   {"timeout-ms", 0, true, T_TIMEOUT},
+                                 {"help", 'h', false, T_HELP}};
   *a = (trace_args){.coordinator = zbctl_default_coordinator(), .iteration = -1, .timeout_ms = 10000};
   cli_parser ps = {.cmd = "trace", .argc = argc, .argv = argv, .i = 0};
   while (ps.i < argc) {

@@ -4,6 +4,7 @@
  * cancel, workers, update-schedule) are new rows and new files.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zbctl.h"
@@ -75,7 +76,51 @@ static bool zbctl_has_noun(const char *noun) {
   return false;
 }
 
+/* The flags every service command takes may come before the command too
+ * (zbctl -o json --coordinator h:7070 list): each returns how many words
+ * one such flag takes at argv[i] (1 or 2), or 0. */
+static int global_flag(int argc, char **argv, int i) {
+  static const char *const names[] = {"--coordinator", "--output",   "-o",       "--timeout-ms",
+                                      "--tls-ca",      "--tls-cert", "--tls-key"};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    size_t n = strlen(names[k]);
+    if (strncmp(argv[i], names[k], n) == 0 && argv[i][n] == '=')
+      return 1;
+    if (strcmp(argv[i], names[k]) == 0)
+      return i + 1 < argc ? 2 : 0;
+  }
+  return 0;
+}
+
+/* argv with the global flags before the command moved after it, so each
+ * command's own parser sees them; *argc adjusted. Owned by the caller. */
+static char **hoist_globals(int *argc, char **argv) {
+  char **out = calloc((size_t)*argc + 1, sizeof *out);
+  int i = 1, n = 1, g = 0;
+  char **globals = calloc((size_t)*argc + 1, sizeof *globals);
+  out[0] = argv[0];
+  for (int w; i < *argc && (w = global_flag(*argc, argv, i)) > 0; i += w)
+    for (int k = 0; k < w; k++)
+      globals[g++] = argv[i + k];
+  while (i < *argc)
+    out[n++] = argv[i++];
+  for (int k = 0; k < g; k++)
+    out[n++] = globals[k];
+  free(globals);
+  *argc = n;
+  return out;
+}
+
+static int run_command(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  char **args = hoist_globals(&argc, argv);
+  int rc = run_command(argc, args);
+  free(args);
+  return rc;
+}
+
+static int run_command(int argc, char **argv) {
   if (argc < 2) {
     zbctl_usage(stderr);
     return ZBCTL_EXIT_USAGE;

@@ -11,13 +11,20 @@ _zbctl() {
     cword=$COMP_CWORD
   }
   local commands="plan submit list get watch cancel resume update-schedule trace workers"
-  local remote="--coordinator --output --timeout-ms --tls-ca --tls-cert --tls-key --help"
+  local remote="--coordinator --output -o --timeout-ms --tls-ca --tls-cert --tls-key --help"
   local schedules="gpipe 1f1b interleaved-1f1b zb-h1 zb-h2 zb-auto zb-v v-half v-min zb-interleaved dualpipe-v"
   case $prev in
     --schedule) mapfile -t COMPREPLY < <(compgen -W "$schedules" -- "$cur"); return ;;
-    --output) mapfile -t COMPREPLY < <(compgen -W "text json" -- "$cur"); return ;;
+    --output | -o)
+      case ${words[1]} in
+        plan) mapfile -t COMPREPLY < <(compgen -W "ascii json csv csv-comm trace svg table" -- "$cur") ;;
+        trace) mapfile -t COMPREPLY < <(compgen -W "trace svg" -- "$cur") ;;
+        *) mapfile -t COMPREPLY < <(compgen -W "text json" -- "$cur") ;;
+      esac
+      return
+      ;;
     --placement) mapfile -t COMPREPLY < <(compgen -W "loop v" -- "$cur"); return ;;
-    --from-csv | --tls-ca | --tls-cert | --tls-key) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+    --from-csv | --output-file | --tls-ca | --tls-cert | --tls-key) mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
   esac
   if ((cword == 1)); then
     mapfile -t COMPREPLY < <(compgen -W "$commands --help --version" -- "$cur")
@@ -27,17 +34,19 @@ _zbctl() {
   case ${words[1]} in
     plan)
       if [[ ${words[2]} == compare ]]; then
-        flags="--chunks --costs --format --help --mem --mem-limit --microbatches --objective --output --ranks"
+        flags="--chunks --costs --format --help --mem --mem-limit --microbatches --objective --output -o
+               --output-file --ranks"
       else
         flags="compare --chunks --coordinator --costs --format --from-csv --help --mem --mem-limit --microbatches
-               --objective --output --placement --ranks --remote --schedule --stage-costs --width"
+               --objective --output -o --output-file --placement --ranks --remote --schedule --stage-costs --width"
       fi
       ;;
     submit | list | get | resume | workers) flags=$remote ;;
     watch) flags="$remote --every" ;;
     cancel) flags="$remote --reason" ;;
     update-schedule) flags="$remote --chunks --mem-limit --schedule" ;;
-    trace) flags="--chunks --coordinator --format --help --iteration --mem-limit --output --timeout-ms" ;;
+    trace) flags="--chunks --coordinator --format --help --iteration --mem-limit --output -o --output-file
+                  --timeout-ms" ;;
     *) return ;;
   esac
   if [[ ${words[1]} == submit && $cur != -* ]]; then

@@ -72,5 +72,27 @@ def test_plan_rpc():
         assert cp.returncode == 0 and "zb-h1" in cp.stdout and "rank 3:" in cp.stdout, (cp.stdout, cp.stderr)
 
 
+def test_cli_conventions():
+    """-o/--output is the format on every command (plan's and trace's files
+    go to --output-file), and the service flags may come before the
+    command."""
+    with Cluster(workers=2, name="cli") as c:
+        jid = c.submit(job_spec(ranks=2, microbatches=4, iterations=2))
+        c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED)
+        before = zbsvc.run_zbctl("-o", "json", "--coordinator", c.address, "list")
+        after = zbsvc.run_zbctl("list", "-o", "json", "--coordinator", c.address)
+        assert before.returncode == 0 and before.stdout == after.stdout and '"id": "' + jid in before.stdout, \
+            (before.stdout, before.stderr)
+        got = zbsvc.run_zbctl("--coordinator=" + c.address, "get", jid, "-o", "json")
+        assert got.returncode == 0 and got.stdout.lstrip().startswith("{"), got.stderr
+        plan = zbsvc.run_zbctl("plan", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "-o", "json")
+        assert plan.returncode == 0 and plan.stdout.lstrip().startswith("{"), plan.stderr
+        old = zbsvc.run_zbctl("plan", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "--output",
+                              "plan.svg")
+        assert old.returncode == 2 and "--output-file" in old.stderr, (old.returncode, old.stderr)
+        bad = zbsvc.run_zbctl("--bogus", "list")
+        assert bad.returncode == 2 and "--bogus" in bad.stderr, bad.stderr
+
+
 if __name__ == "__main__":
     zbsvc.run_tests(globals())

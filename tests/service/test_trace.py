@@ -116,7 +116,7 @@ def run_job(c, tmp, family, p, m):
     c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
     # default: the last traced iteration (4 of 0..4, trace_every 2), to a file
     out = os.path.join(tmp, "%s.json" % jid)
-    cp = c.zbctl("trace", jid, "-o", out)
+    cp = c.zbctl("trace", jid, "--output-file", out)
     assert cp.returncode == 0 and cp.stdout == "", (cp.returncode, cp.stdout[:200], cp.stderr)
     assert "warning" not in cp.stderr, cp.stderr
     want, it = check_trace(c, jid, js, out, 4)
@@ -129,7 +129,7 @@ def run_job(c, tmp, family, p, m):
     check_trace(c, jid, js, out2, 2)
     # the SVG of the same iteration 4
     svg = os.path.join(tmp, "%s.svg" % jid)
-    cp = c.zbctl("trace", jid, "--format", "svg", "--output", svg)
+    cp = c.zbctl("trace", jid, "-o", "svg", "--output-file", svg)
     assert cp.returncode == 0, cp.stderr
     check_svg(svg, want, it)
     return jid
@@ -162,7 +162,7 @@ def test_trace_after_a_schedule_update():
         after = spec("1f1b", 2, 4, iterations=40, trace_every=2)
         for args, want_spec, iteration in (((), after, 38), (("--iteration", "0"), js, 0)):
             out = os.path.join(tmp, "it%d.json" % iteration)
-            cp = c.zbctl("trace", jid, "-o", out, *args)
+            cp = c.zbctl("trace", jid, "--output-file", out, *args)
             ran = [(it.iteration, it.schedule, it.aligned) for it in zbsvc.iteration_events(c.events(jid))]
             assert cp.returncode == 0 and "warning" not in cp.stderr, (cp.stderr, ran, r.from_iteration)
             check_trace(c, jid, want_spec, out, iteration)
