@@ -116,6 +116,11 @@ struct coord_job {
   bool updating;          /* an UpdateSchedule plan is being made for it (plan_async.c) */
   bool metrics_forgotten; /* its series left /metrics (metrics_text.c) */
   char (*rank_hosts)[64]; /* by rank once started: its worker's host (Job.rank_hosts) */
+  /* taken back after a coordinator restart (recovery.c): until
+   * recover_until_ms (0: every rank is back) its ranks' workers may attach
+   * again naming it; its schedule stays (the data secret is gone) */
+  bool recovered;
+  int64_t recover_until_ms;
   struct coord_job *next;
 };
 
@@ -345,6 +350,17 @@ void coord_metrics_observe_ops(coord *co, const coord_job *job, const Zb__V1__Ra
 void coord_metrics_count_report(coord *co);
 /* Drops a pruned job's series. */
 void coord_metrics_forget_job(coord *co, const char *job_id);
+
+/* dispatch.c: the run-time state of a job about to run. */
+void job_runtime_init(coord_job *j);
+
+/* recovery.c: jobs outlive a coordinator restart. */
+void job_recover(coord *co, coord_job *j);
+/* An attaching worker that names a running job: takes its rank back, or
+ * releases it from a job this coordinator will not run. */
+void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int rank);
+/* Fails taken-back jobs whose ranks did not come back in time. */
+void coord_recovery_tick(coord *co, int64_t now_ms);
 
 /* retention.c: prunes finished jobs past their age or count (once a second). */
 void coord_prune_jobs(coord *co, int64_t now_ms);

@@ -134,11 +134,9 @@ static bool job_fits_workers(coord *co, coord_job *j) {
   return false;
 }
 
-static void job_start(coord *co, coord_job *j) {
+/* The run-time state of a job about to run: nobody reported yet. */
+void job_runtime_init(coord_job *j) {
   int p = j->spec.ranks;
-  job_take_workers(co, j);
-  if (!job_fits_workers(co, j))
-    return;
   j->rank_done = zb_calloc((size_t)p, sizeof(bool));
   j->rank_reported = zb_malloc(sizeof(int) * (size_t)p);
   for (int r = 0; r < p; r++)
@@ -152,6 +150,14 @@ static void job_start(coord *co, coord_job *j) {
     j->slots[k].have = zb_calloc((size_t)p, sizeof(bool));
     j->slots[k].ranks = zb_calloc((size_t)p, sizeof(Zb__V1__RankIteration));
   }
+}
+
+static void job_start(coord *co, coord_job *j) {
+  int p = j->spec.ranks;
+  job_take_workers(co, j);
+  if (!job_fits_workers(co, j))
+    return;
+  job_runtime_init(j);
   j->row.state = ZB_JOB_RUNNING;
   snprintf(j->row.reason, sizeof j->row.reason, "ranks assigned: %d workers", p);
   snprintf(j->row.schedule, sizeof j->row.schedule, "%s", zb_family_name(j->plan.family));
@@ -209,6 +215,13 @@ static bool update_allowed(zb_rpc_call *call, const coord_job *j, const Zb__V1__
   if (j->row.state != ZB_JOB_RUNNING) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job_id: job %s is %s, not RUNNING", j->row.id,
                 zb_job_state_name(j->row.state));
+    return false;
+  }
+  if (j->recovered) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "job_id: job %s was taken back after a coordinator restart: its ranks' data-plane secret is "
+                "not stored, so its schedule stays",
+                j->row.id);
     return false;
   }
   if (j->updating) {

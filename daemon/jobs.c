@@ -223,14 +223,10 @@ coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
 
 /* ---- start-up, ticks, teardown ---- */
 
+/* Loads the jobs; those RUNNING when the coordinator stopped are taken
+ * back (recovery.c), those PENDING wait as before. */
 zb_err coord_load(coord *co, zb_diag *diag) {
-  int marked = 0;
-  zb_err err = zb_store_mark_interrupted(co->store, "the coordinator stopped while the job was active",
-                                         zb_clock_unix_ms(), &marked, diag);
-  if (err)
-    return err;
-  if (marked)
-    ZB_WARN("%d job(s) were active when the coordinator stopped; marked FAILED", marked);
+  zb_err err;
   zb_store_job *rows = NULL;
   int n = 0;
   if ((err = zb_store_list_jobs(co->store, &rows, &n, diag)))
@@ -267,6 +263,9 @@ zb_err coord_load(coord *co, zb_diag *diag) {
   if (last >= co->next_job_number && last < INT64_MAX)
     co->next_job_number = last + 1;
   ZB_INFO("loaded %d job(s) from the store; next id j-%" PRId64, n, co->next_job_number);
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (j->row.state == ZB_JOB_RUNNING)
+      job_recover(co, j);
   return ZB_OK;
 }
 

@@ -177,7 +177,7 @@ void job_adapt(coord *co, coord_job *j) {
   const zb_adaptive_spec *a = &j->spec.adaptive;
   int at = j->max_reported + 3; /* as UpdateSchedule: an iteration no rank has started */
   if (!zb_job_spec_adaptive(&j->spec) || !j->learned || j->switch_at >= 0 || !j->plan.lowered ||
-      j->learned_iterations % a->check_every != 0 || at >= j->spec.iterations)
+      j->recovered || j->learned_iterations % a->check_every != 0 || at >= j->spec.iterations)
     return;
   if ((long long)j->plan.p * j->plan.v * j->plan.m > ADAPT_MAX_OPS) {
     if (j->learned_iterations == a->check_every)

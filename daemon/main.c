@@ -125,9 +125,9 @@ static void on_stop_signal(uv_signal_t *h, int signum) {
     return;
   co->stopping = true;
   zb_sd_notify("STOPPING=1");
-  ZB_INFO(
-      "signal %d: draining (workers re-attach to the next coordinator; active jobs are marked on restart)",
-      signum);
+  ZB_INFO("signal %d: draining (workers run on and re-attach to the next coordinator, which takes their jobs "
+          "back)",
+          signum);
   zb_rpc_server_shutdown(co->rpc, on_rpc_down, co);
 }
 

@@ -281,6 +281,11 @@ static coord_job *report_job(coord *co, zb_rpc_call *call, coord_worker *w, cons
     zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "job_id: no job '%s'", req->job_id);
     return NULL;
   }
+  if (j->row.state == ZB_JOB_RUNNING && j->recover_until_ms && w->job != j) {
+    zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "job_id: job %s waits for its ranks to attach again",
+                j->row.id);
+    return NULL;
+  }
   if (j->row.state != ZB_JOB_RUNNING || w->job != j) {
     resp.stop = true;
     report_reply(call, &resp, req, t2);
@@ -341,8 +346,8 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     return;
   }
   coord_worker *w = worker_find(co, req->worker_id);
-  if (!w) {
-    zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND, "worker_id: no worker '%s' is attached", req->worker_id);
+  if (!w) { /* not attached (yet): after a coordinator restart it attaches, then this goes through */
+    zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "worker_id: no worker '%s' is attached (yet)", req->worker_id);
     return;
   }
   w->last_seen_ms = zb_clock_unix_ms();

@@ -231,9 +231,9 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "data_address: required, host:port");
     return;
   }
-  const char *texts[] = {req->worker_id, req->data_address, req->hostname, req->gpu};
-  const char *names[] = {"worker_id", "data_address", "hostname", "gpu"};
-  for (int k = 0; k < 4; k++)
+  const char *texts[] = {req->worker_id, req->data_address, req->hostname, req->gpu, req->running_job_id};
+  const char *names[] = {"worker_id", "data_address", "hostname", "gpu", "running_job_id"};
+  for (int k = 0; k < 5; k++)
     if (!utf8_valid(texts[k])) {
       zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: not valid UTF-8", names[k]);
       return;
@@ -294,6 +294,7 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   ping.kind_case = ZB__V1__COMMAND__KIND_PING_UNIX_MS;
   ping.ping_unix_ms = w->last_seen_ms;
   zb_rpc_stream_write(call, &ping.base);
+  coord_attach_running(co, w, req->running_job_id, req->running_rank);
   coord_start_pending(co);
 }
 
@@ -335,5 +336,6 @@ void coord_tick(coord *co) {
     if (j->row.state == ZB_JOB_RUNNING && j->fail_at_ms && now >= j->fail_at_ms)
       job_finish(co, j, ZB_JOB_FAILED, j->fail_reason);
   coord_start_pending(co);
+  coord_recovery_tick(co, now);
   coord_prune_jobs(co, now);
 }

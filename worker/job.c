@@ -317,8 +317,11 @@ static zb_assignment *job_wait(worker *w, atomic_bool *stop) {
   if (a) {
     w->job_stop = stop;
     snprintf(w->running_job, sizeof w->running_job, "%s", a->job_id);
+    w->running_rank = a->rank;
   }
   pthread_mutex_unlock(&w->mu);
+  if (a)
+    worker_report_forget(w);
   return a;
 }
 
@@ -341,6 +344,7 @@ void *job_thread(void *arg) {
     } else {
       ZB_INFO("job %s rank %d: stopped", a->job_id, a->rank);
     }
+    worker_report_forget(w);
     pthread_mutex_lock(&w->mu);
     w->job_stop = NULL;
     w->running_job[0] = 0;

@@ -219,34 +219,47 @@ static void warn_unattached(const char *coordinator, double opened, double *next
   *next_warn = waited + 30;
 }
 
+/* What the worker offers, and the job it still runs from before (a
+ * restarted coordinator takes it back): into req, whose strings point
+ * into w and the caller's arrays. */
+static void attach_request(worker *w, Zb__V1__AttachRequest *req, char *backends[3], char *transports[2],
+                           char running[64]) {
+  size_t nb = 0, nt = 0;
+  backends[nb++] = "sim";
+#ifdef ZB_WITH_CPU_BACKEND
+  backends[nb++] = "cpu";
+#endif
+  transports[nt++] = "tcp";
+  if (w->has_cuda) { /* gpu.c found the device */
+    backends[nb++] = "cuda";
+    transports[nt++] = "nccl";
+  }
+  req->worker_id = w->id;
+  req->data_address = w->data_address;
+  req->n_backends = nb;
+  req->backends = backends;
+  req->n_transports = nt;
+  req->transports = transports;
+  req->hostname = w->hostname;
+  req->gpu = w->gpu;
+  req->max_receive_bytes = w->max_receive_bytes;
+  req->memory_bytes = w->memory_bytes;
+  req->gpu_memory_bytes = w->gpu_memory_bytes;
+  pthread_mutex_lock(&w->mu);
+  snprintf(running, 64, "%s", w->running_job);
+  req->running_rank = running[0] ? w->running_rank : 0;
+  pthread_mutex_unlock(&w->mu);
+  req->running_job_id = running;
+}
+
 static void control_loop(worker *w, const char *coordinator, int heartbeat_ms) {
   int backoff_ms = 100;
   uint64_t watchdog_ms = zb_sd_watchdog_usec() / 1000;
   double last_watchdog = 0;
   while (!got_signal) {
     Zb__V1__AttachRequest req = ZB__V1__ATTACH_REQUEST__INIT;
-    char *backends[3], *transports[2];
-    size_t nb = 0, nt = 0;
-    backends[nb++] = "sim";
-#ifdef ZB_WITH_CPU_BACKEND
-    backends[nb++] = "cpu";
-#endif
-    transports[nt++] = "tcp";
-    if (w->has_cuda) { /* gpu.c found the device */
-      backends[nb++] = "cuda";
-      transports[nt++] = "nccl";
-    }
-    req.worker_id = w->id;
-    req.data_address = w->data_address;
-    req.n_backends = nb;
-    req.backends = backends;
-    req.n_transports = nt;
-    req.transports = transports;
-    req.hostname = w->hostname;
-    req.gpu = w->gpu;
-    req.max_receive_bytes = w->max_receive_bytes;
-    req.memory_bytes = w->memory_bytes;
-    req.gpu_memory_bytes = w->gpu_memory_bytes;
+    char *backends[3], *transports[2], running[64];
+    attach_request(w, &req, backends, transports, running);
     zb_rpc_stream *st = zb_rpc_stream_open(w->rpc, ZB_METHOD_ATTACH, &req.base, 0, true);
     double last_beat = 0, opened = zb_clock_s(), next_warn = 5;
     bool attached = false;
@@ -262,8 +275,11 @@ static void control_loop(worker *w, const char *coordinator, int heartbeat_ms) {
         break;
       if (got == 1) {
         if (!attached) {
-          ZB_INFO("attached to %s as %s (data %s)", coordinator, w->id, w->data_address);
+          ZB_INFO("attached to %s as %s (data %s)%s%s", coordinator, w->id, w->data_address,
+                  running[0] ? ", running job " : "", running);
           zb_sd_notifyf("STATUS=attached to %s as %s", coordinator, w->id);
+          if (running[0])
+            worker_report_resend(w);
         }
         attached = true;
         backoff_ms = 100;
@@ -283,10 +299,11 @@ static void control_loop(worker *w, const char *coordinator, int heartbeat_ms) {
     zb_rpc_stream_free(st);
     if (got_signal)
       break;
-    /* The coordinator went away: our job cannot report, so it ends; the
-     * next coordinator's clock is another (a restarted one, or another
-     * host's), so the offset samples start over. */
-    stop_running_job(w, NULL);
+    /* The coordinator went away: the job goes on (its reports wait for the
+     * next coordinator, WORKER_REPORT_RIDE_OUT_S at most), and attaching
+     * again names it so that a restarted coordinator takes it back or
+     * releases it. The next coordinator's clock is another (a restarted
+     * one, or another host's), so the offset samples start over. */
     pthread_mutex_lock(&w->mu);
     memset(&w->clock, 0, sizeof w->clock);
     pthread_mutex_unlock(&w->mu);

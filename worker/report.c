@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "worker.h"
+#include "zb_alloc.h"
 #include "zb_log.h"
 #include "zb_methods.h"
 #include "zb_timeline_pb.h"
@@ -47,6 +48,54 @@ static report_result report_once(worker *w, Zb__V1__ReportRequest *req, char *wh
 report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, size_t why_len) {
   grpc_status_code st;
   return report_once(w, req, why, why_len, &st);
+}
+
+/* Keeps req (packed) among the running job's last reports. */
+static void keep_sent(worker *w, const Zb__V1__ReportRequest *req) {
+  size_t len = protobuf_c_message_get_packed_size(&req->base);
+  uint8_t *buf = zb_malloc(len ? len : 1);
+  protobuf_c_message_pack(&req->base, buf);
+  pthread_mutex_lock(&w->mu);
+  if (w->n_sent == WORKER_SENT_REPORTS) {
+    free(w->sent[0]);
+    memmove(w->sent, w->sent + 1, sizeof w->sent[0] * (WORKER_SENT_REPORTS - 1));
+    memmove(w->sent_len, w->sent_len + 1, sizeof w->sent_len[0] * (WORKER_SENT_REPORTS - 1));
+    w->n_sent--;
+  }
+  w->sent[w->n_sent] = buf;
+  w->sent_len[w->n_sent++] = len;
+  pthread_mutex_unlock(&w->mu);
+}
+
+void worker_report_forget(worker *w) {
+  pthread_mutex_lock(&w->mu);
+  for (int k = 0; k < w->n_sent; k++)
+    free(w->sent[k]);
+  w->n_sent = 0;
+  pthread_mutex_unlock(&w->mu);
+}
+
+void worker_report_resend(worker *w) {
+  pthread_mutex_lock(&w->mu);
+  int n = w->n_sent;
+  uint8_t *copies[WORKER_SENT_REPORTS];
+  size_t lens[WORKER_SENT_REPORTS];
+  for (int k = 0; k < n; k++) {
+    copies[k] = zb_malloc(w->sent_len[k] ? w->sent_len[k] : 1);
+    memcpy(copies[k], w->sent[k], w->sent_len[k]);
+    lens[k] = w->sent_len[k];
+  }
+  pthread_mutex_unlock(&w->mu);
+  for (int k = 0; k < n; k++) {
+    Zb__V1__ReportRequest *req = zb__v1__report_request__unpack(NULL, lens[k], copies[k]);
+    if (req)
+      worker_report(w, req, NULL, 0);
+    if (req)
+      zb__v1__report_request__free_unpacked(req, NULL);
+    free(copies[k]);
+  }
+  if (n)
+    ZB_INFO("sent the running job's last %d report(s) again to the coordinator", n);
 }
 
 report_result worker_report_retry(worker *w, Zb__V1__ReportRequest *req, const atomic_bool *stop, char *why,
@@ -107,6 +156,8 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
   req.metrics = &ri;
   char why[300];
   report_result rr = worker_report_retry(w, &req, w->job_stop, why, sizeof why);
+  if (rr == REPORT_OK)
+    keep_sent(w, &req);
   zb_timeline_pb_free(ri.timeline);
   if (rr == REPORT_STOP) {
     atomic_store(w->job_stop, true);
@@ -139,5 +190,6 @@ void worker_report_end(worker *w, const char *job_id, int rank, const char *erro
     req.error = (char *)error;
   else
     req.done = true;
-  worker_report(w, &req, NULL, 0);
+  keep_sent(w, &req); /* before sending: a coordinator that dies meanwhile gets it again */
+  worker_report_retry(w, &req, &w->shutdown, NULL, 0); /* a stopping worker does not wait */
 }

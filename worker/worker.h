@@ -28,7 +28,7 @@
 #include "zb_step.h"
 #include "zb_timeline.h"
 
-enum { WORKER_MAX_PATH_ROOTS = 16 };
+enum { WORKER_MAX_PATH_ROOTS = 16, WORKER_SENT_REPORTS = 8 };
 
 typedef struct worker {
   char id[64];
@@ -51,8 +51,15 @@ typedef struct worker {
   zb_assignment *next_job; /* an assignment waiting for the job thread */
   zb_assignment *update;   /* a plan update for the running job */
   char running_job[64];    /* "" when idle */
-  atomic_bool *job_stop;   /* the running job's stop flag */
-  char nccl_job[64];       /* the job whose NCCL id nccl_id holds; "" none */
+  int running_rank;        /* its rank, told to a coordinator it attaches to */
+  /* the running job's last reports the coordinator took, packed: sent
+   * again to a restarted coordinator, which lost those of iterations it
+   * had not completed (docs/operations.md, Coordinator restarts) */
+  uint8_t *sent[WORKER_SENT_REPORTS];
+  size_t sent_len[WORKER_SENT_REPORTS];
+  int n_sent;
+  atomic_bool *job_stop; /* the running job's stop flag */
+  char nccl_job[64];     /* the job whose NCCL id nccl_id holds; "" none */
   uint8_t nccl_id[ZB_NCCL_ID_BYTES];
   zb_clock_offset clock; /* the coordinator's clock against ours, from report round trips */
   /* set once at start: added to every time the worker reports (its
@@ -101,8 +108,14 @@ report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, si
 report_result worker_report_retry(worker *w, Zb__V1__ReportRequest *req, const atomic_bool *stop, char *why,
                                   size_t why_len);
 enum { WORKER_REPORT_RIDE_OUT_S = 60 };
-/* Reports that rank of job_id ended: failed with error, or done (NULL). */
+/* Reports that rank of job_id ended: failed with error, or done (NULL),
+ * riding out a coordinator that does not answer as worker_report_retry. */
 void worker_report_end(worker *w, const char *job_id, int rank, const char *error);
+/* After attaching again with a running job: sends its kept reports again
+ * (the coordinator counts each once). */
+void worker_report_resend(worker *w);
+/* Forgets the kept reports (a job starts or ends). */
+void worker_report_forget(worker *w);
 
 /* What the job thread keeps while it runs one plan of a job. */
 typedef struct job_run {

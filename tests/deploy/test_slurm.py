@@ -274,7 +274,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 p.wait(timeout=5)
 
 
-def job_yaml(path, name, ranks, iterations, cost):
+def job_yaml(path, name, ranks, iterations, cost, extra=""):
     with open(path, "w") as f:
         f.write("""\
 name: {name}
@@ -285,7 +285,7 @@ costs: {{f: {cost}, b: {cost}, w: {cost}, comm: 0}}
 iterations: {iterations}
 backend: sim
 transport: tcp
-""".format(name=name, ranks=ranks, iterations=iterations, cost=cost))
+""".format(name=name, ranks=ranks, iterations=iterations, cost=cost) + extra)
     return path
 
 
@@ -396,7 +396,8 @@ def test_job_succeeds(r):
 
 
 def test_refused_job_fails_the_batch_job(r):
-    spec = job_yaml(r.s.path("too-big.yaml"), "slurm-too-big", 3, 5, 0.002)
+    # an allocation never grows: no waiting for a third worker
+    spec = job_yaml(r.s.path("too-big.yaml"), "slurm-too-big", 3, 5, 0.002, "wait_for_workers_s: 0\n")
     job, rc, secs = r.run_wait(spec, 60)
     text = r.read_out(job)
     print("batch job %s (3 ranks, 2 workers): exit %d in %.1f s" % (job, rc, secs))

@@ -239,7 +239,9 @@ def test_reports_that_do_not_fit():
         expect(c, grpc.StatusCode.NOT_FOUND, ["job_id", "j-404"], s.Report,
                zb_pb2.ReportRequest(worker_id="w0", job_id="j-404", rank=0, iteration=0,
                                     metrics=zb_pb2.RankIteration(rank=0, wall_seconds=1)))
-        expect(c, grpc.StatusCode.NOT_FOUND, ["worker_id", "ghost"], s.Report,
+        # a worker not attached (yet) is told to try again: after a coordinator
+        # restart its reports come before it has attached again
+        expect(c, grpc.StatusCode.UNAVAILABLE, ["worker_id", "ghost", "attached"], s.Report,
                zb_pb2.ReportRequest(worker_id="ghost", job_id="j-1"))
         expect(c, INVALID, ["worker_id"], s.Report, zb_pb2.ReportRequest())
         jid = c.submit(job_spec(ranks=2, microbatches=4, iterations=500))

@@ -1,7 +1,10 @@
-"""zb-coordinator killed (SIGKILL) and started again on the same data dir
-and port: every job and its event history survive, the job that was
-RUNNING is FAILED with a reason saying the coordinator stopped, workers
-attach again by themselves and run the next job. Job ids follow the
+"""zb-coordinator killed (SIGKILL) or stopped, then started again on the
+same data dir and port: every job and its event history survive, and the
+job that was RUNNING goes on: its workers kept running it, attach again
+naming it, and it ends SUCCEEDED with every iteration reported once (the
+reports the dead coordinator took for iterations it had not completed are
+sent again, and counted once); workers then run the next job. A job whose
+workers do not come back fails naming the rank. Job ids follow the
 largest stored one as 64-bit numbers: after j-2147483647 comes
 j-2147483648 (it used to overflow an int and hand out j--2147483648)."""
 
@@ -31,8 +34,8 @@ def test_coordinator_crash_and_restart():
         c.wait_workers(4, idle=True)
         cancelled_events = c.events(cancelled)
 
-        running = c.submit(job_spec(name="interrupted", schedule="zb-h1", iterations=500))
-        c.wait_iterations(running, 2)
+        running = c.submit(job_spec(name="interrupted", schedule="zb-h1", t=0.002, iterations=60))
+        c.wait_iterations(running, 5)
         before = {j.id: j for j in c.list_jobs()}
         port = c.port
         watch = subprocess.Popen(zbsvc._WRAP + [zbsvc.ZBCTL, "watch", running, "--coordinator", c.address],
@@ -42,6 +45,7 @@ def test_coordinator_crash_and_restart():
         c.coordinator.kill()
         _, err = watch.communicate(timeout=30 * zbsvc.SLOW)  # a watcher of a dead coordinator ends
         assert watch.returncode == 1 and "UNAVAILABLE" in err, (watch.returncode, err)
+        time.sleep(1)  # the ranks run on, their reports waiting
         c.start_coordinator(port=port)
         assert c.port == port
 
@@ -51,25 +55,23 @@ def test_coordinator_crash_and_restart():
             a, b = before[jid], jobs[jid]
             assert (a.state, a.reason, a.iterations_done, a.schedule, a.spec, a.last) == \
                    (b.state, b.reason, b.iterations_done, b.schedule, b.spec, b.last), (a, b)
-        lost = jobs[running]
-        assert lost.state == STATE.JOB_STATE_FAILED, lost
-        assert "coordinator stopped" in lost.reason, lost.reason
-        assert lost.iterations_done >= 2
+        assert jobs[running].state == STATE.JOB_STATE_RUNNING, jobs[running]
 
-        # histories replay as they were; the interrupted job's ends FAILED
+        # histories replay as they were; the interrupted job goes on to the end
         assert event_tuples(c.events(done)) == event_tuples(done_events)
         assert event_tuples(c.events(cancelled)) == event_tuples(cancelled_events)
+        job = c.wait_state(running, STATE.JOB_STATE_SUCCEEDED, timeout=120)
         ev = c.events(running)
         assert [e.seq for e in ev] == list(range(1, len(ev) + 1)), [e.seq for e in ev]
-        assert ev[-1].state == STATE.JOB_STATE_FAILED and "coordinator stopped" in ev[-1].reason, ev[-1]
         its = [it.iteration for it in iteration_events(ev)]
-        assert its == list(range(len(its))) and len(its) >= 2, its
+        print("after the restart: %s, %s; iterations reported %d..%d" %
+              (zbsvc.state_name(job.state), job.reason, its[0], its[-1]))
+        assert its == list(range(60)), its  # every iteration once, none lost, none twice
+        assert any("taken back after a coordinator restart" in e.reason for e in ev), [e.reason for e in ev]
         cp = c.zbctl("watch", done)
         assert cp.returncode == 0 and "SUCCEEDED" in cp.stdout, (cp.returncode, cp.stdout, cp.stderr)
-        cp = c.zbctl("watch", running)
-        assert cp.returncode == 1 and "coordinator stopped" in cp.stdout, (cp.returncode, cp.stdout, cp.stderr)
 
-        # the workers come back on their own, and new ids do not collide
+        # the workers are free again, and new ids do not collide
         c.wait_workers(4, idle=True, timeout=20)
         nxt = c.submit(job_spec(name="after-restart", schedule="zb-v", iterations=3))
         assert nxt not in (done, cancelled, running), nxt
@@ -79,18 +81,42 @@ def test_coordinator_crash_and_restart():
 
 
 def test_coordinator_graceful_restart():
+    """SIGTERM drains the coordinator; its successor takes the job back and
+    the job ends SUCCEEDED, every iteration once."""
     with Cluster(workers=2, name="graceful") as c:
-        jid = c.submit(job_spec(name="drained", ranks=2, microbatches=4, iterations=500))
-        c.wait_iterations(jid, 1)
+        jid = c.submit(job_spec(name="drained", ranks=2, microbatches=4, t=0.002, iterations=80))
+        c.wait_iterations(jid, 3)
         port = c.port
         rc, clean = c.coordinator.stop()
         assert clean and rc == 0, rc
         c.start_coordinator(port=port)
-        job = c.get(jid)
-        assert job.state == STATE.JOB_STATE_FAILED and "coordinator stopped" in job.reason, job
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+        its = [it.iteration for it in iteration_events(c.events(jid))]
+        assert its == list(range(80)), its
         c.wait_workers(2, idle=True, timeout=20)
         nxt = c.submit(job_spec(name="next", ranks=2, microbatches=4, iterations=2))
         c.wait_state(nxt, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+
+
+def test_a_rank_that_does_not_come_back_fails_the_job():
+    """A worker that hangs (SIGSTOP) while the coordinator is away never
+    attaches again: the job waits for its rank for the recovery window
+    (30 s), then fails naming it, and the other worker is released."""
+    with Cluster(workers=2, name="norecover", heartbeat_timeout_ms=1500) as c:
+        jid = c.submit(job_spec(name="orphan", ranks=2, microbatches=4, t=0.002, iterations=100000))
+        c.wait_iterations(jid, 2)
+        port = c.port
+        hung = c.worker_of_rank(jid, 1)
+        c.coordinator.kill()
+        c.workers[hung].signal(signal.SIGSTOP)
+        try:
+            c.start_coordinator(port=port)
+            job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=90)
+        finally:
+            c.workers[hung].kill()
+        print("without rank 1: %s" % job.reason)
+        assert "rank 1" in job.reason and "did not come back" in job.reason, job.reason
+        c.wait_workers(1, idle=True, timeout=30)
 
 
 def test_paused_coordinator_does_not_leave_a_job_hanging():

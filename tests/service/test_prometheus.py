@@ -4,7 +4,7 @@ scrape config and rules pass `promtool check`, the rules' unit tests pass
 coordinator every second while jobs run returns data for every recording
 rule, every alert expression and every expression of the Grafana
 dashboard, through its HTTP API. The scenario makes each alert's condition
-true: a training job (tokens/s, loss), a simulated job with a rank three
+true: a training job (tokens/s, loss), a simulated job with a rank six
 times slow (a straggler, bubble above the plan), a job that fails, a lost
 worker, a stalled job (no progress; its 10-minute window shortened to 4 s,
 the only change made to an expression) and, last, the coordinator down."""
@@ -131,9 +131,9 @@ def test_a_real_prometheus_gets_data_for_every_rule_and_panel():
             train = c.submit(cpu_job())
             c.wait_iterations(train, 2, timeout=60)
             c.start_worker("sim0")
-            c.start_worker("sim1", env={"ZB_TEST_SIM_SLOWDOWN": "3"})
+            c.start_worker("sim1", env={"ZB_TEST_SIM_SLOWDOWN": "6"})
             c.wait_workers(4, idle=False)
-            slow = c.submit(job_spec(name="slow", ranks=2, microbatches=8, t=0.005, iterations=1000000,
+            slow = c.submit(job_spec(name="slow", ranks=2, microbatches=8, t=0.01, iterations=1000000,
                                      trace_every=1))
             c.wait_iterations(slow, 3, timeout=60)
             c.start_worker("f0")
