@@ -4,8 +4,9 @@ scrape config and rules pass `promtool check`, the rules' unit tests pass
 coordinator every second while jobs run returns data for every recording
 rule, every alert expression and every expression of the Grafana
 dashboard, through its HTTP API. The scenario makes each alert's condition
-true: a training job (tokens/s, loss), a simulated job with a rank six
-times slow (a straggler, bubble above the plan), a job that fails, a lost
+true: a training job (tokens/s, loss), simulated jobs with a rank six
+times slow (a straggler; without timelines, so that nothing is learned, a
+bubble above the plan), a job that fails, a lost
 worker, a stalled job (no progress; its 10-minute window shortened to 4 s,
 the only change made to an expression) and, last, the coordinator down."""
 
@@ -136,13 +137,22 @@ def test_a_real_prometheus_gets_data_for_every_rule_and_panel():
             slow = c.submit(job_spec(name="slow", ranks=2, microbatches=8, t=0.01, iterations=1000000,
                                      trace_every=1))
             c.wait_iterations(slow, 3, timeout=60)
+            # the same slow rank without timelines: nothing is learned, so the
+            # plan's prediction stays the spec's and the bubble is above it
+            # (learned costs would predict the slow rank)
+            c.start_worker("sim2")
+            c.start_worker("sim3", env={"ZB_TEST_SIM_SLOWDOWN": "6"})
+            c.wait_workers(6, idle=False)
+            blind = c.submit(job_spec(name="blind", ranks=2, microbatches=8, t=0.01, iterations=1000000,
+                                      trace_every=-1))
+            c.wait_iterations(blind, 3, timeout=60)
             c.start_worker("f0")
-            c.wait_workers(5, idle=False)
+            c.wait_workers(7, idle=False)
             bad = cpu_job()
             bad.ranks, bad.name, bad.model.data = 1, "bad", "/nonexistent/corpus.txt"
             c.wait_state(c.submit(bad), STATE.JOB_STATE_FAILED, timeout=60)
             spare = c.start_worker("spare")
-            c.wait_workers(6, idle=False)
+            c.wait_workers(8, idle=False)
             spare.kill()
             all_return_data(prom, dashboard_exprs(), "dashboard panels")
             firing = [(n, e) for n, e in named if n in ("ZbWorkerLost", "ZbJobFailing", "ZbStraggler",
