@@ -353,6 +353,8 @@ void coord_metrics_forget_job(coord *co, const char *job_id);
 
 /* dispatch.c: the run-time state of a job about to run. */
 void job_runtime_init(coord_job *j);
+/* Writes cmd on w's Attach stream (none: dropped). */
+void worker_send(coord_worker *w, const Zb__V1__Command *cmd);
 
 /* recovery.c: jobs outlive a coordinator restart. */
 void job_recover(coord *co, coord_job *j);

@@ -60,10 +60,24 @@ static void render_totals(coord *co, zb_buf *b) {
   zb_buf_printf(b, "zb_jobs_pruned_total %lld\n", co->jobs_pruned);
 }
 
-/* A running job's figures of its last iteration, one line each. */
+/* The lines of the per-job and per-rank families, gathered in one pass
+ * over the jobs (a running job's last iteration is unpacked once). */
 typedef struct job_lines {
   zb_buf running, iterations, mbps, sps, tps, iter_s, loss, bubble, predicted;
+  zb_buf rank_bubble, rank_mem, rank_comm;
 } job_lines;
+
+static void rank_lines(const char *id, const Zb__V1__IterationMetrics *it, job_lines *l) {
+  for (size_t r = 0; r < it->n_ranks; r++) {
+    const Zb__V1__RankIteration *ri = it->ranks[r];
+    zb_buf_printf(&l->rank_bubble, "zb_rank_bubble_ratio{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
+                  ri->bubble_ratio);
+    zb_buf_printf(&l->rank_mem, "zb_rank_peak_memory_bytes{job_id=\"%s\",rank=\"%d\"} %lld\n", id, ri->rank,
+                  (long long)ri->peak_memory_bytes);
+    zb_buf_printf(&l->rank_comm, "zb_rank_comm_wait_seconds{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
+                  ri->comm_wait_seconds);
+  }
+}
 
 static void job_last_iteration(coord_job *j, job_lines *l) {
   const char *id = j->row.id;
@@ -86,6 +100,7 @@ static void job_last_iteration(coord_job *j, job_lines *l) {
   zb_buf_printf(&l->bubble, "zb_job_bubble_ratio{job_id=\"%s\"} %.6g\n", id, it->bubble_ratio);
   zb_buf_printf(&l->predicted, "zb_job_predicted_bubble_ratio{job_id=\"%s\"} %.6g\n", id,
                 it->predicted_bubble_ratio);
+  rank_lines(id, it, l);
   protobuf_c_message_free_unpacked(&it->base, NULL);
 }
 
@@ -126,6 +141,11 @@ static void render_jobs(coord *co, zb_buf *b, int64_t now_ms) {
        &l.bubble);
   emit(b, "zb_job_predicted_bubble_ratio", "gauge",
        "The simulator's bubble ratio for a running job's plan, same definition.", &l.predicted);
+  emit(b, "zb_rank_bubble_ratio", "gauge", "Measured idle share of a rank's last iteration.", &l.rank_bubble);
+  emit(b, "zb_rank_peak_memory_bytes", "gauge", "Peak activation memory of a rank in its last iteration.",
+       &l.rank_mem);
+  emit(b, "zb_rank_comm_wait_seconds", "gauge",
+       "Seconds a rank waited in transport groups (sends and receives) in its last iteration.", &l.rank_comm);
 }
 
 /* Per-rank slowdown of running jobs, from their last sampled iteration
@@ -148,36 +168,6 @@ static void render_slowdowns(coord *co, zb_buf *b) {
        &ratio);
   emit(b, "zb_rank_straggler", "gauge", "1 when a rank's slowdown ratio exceeds 1.2 (a straggler), else 0.",
        &flag);
-}
-
-/* Per-rank figures of running jobs, from their last iteration. */
-static void render_ranks(coord *co, zb_buf *b) {
-  zb_buf bub = ZB_BUF_INIT, mem = ZB_BUF_INIT, comm = ZB_BUF_INIT;
-  for (coord_job *j = co->jobs; j; j = j->next) {
-    if (j->row.state != ZB_JOB_RUNNING || !j->row.last)
-      continue;
-    Zb__V1__IterationMetrics *it = (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(
-        &zb__v1__iteration_metrics__descriptor, NULL, j->row.last_len, j->row.last);
-    if (!it)
-      continue;
-    for (size_t r = 0; r < it->n_ranks; r++) {
-      const Zb__V1__RankIteration *ri = it->ranks[r];
-      const char *id = j->row.id;
-      zb_buf_printf(&bub, "zb_rank_bubble_ratio{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
-                    ri->bubble_ratio);
-      zb_buf_printf(&mem, "zb_rank_peak_memory_bytes{job_id=\"%s\",rank=\"%d\"} %lld\n", id, ri->rank,
-                    (long long)ri->peak_memory_bytes);
-      zb_buf_printf(&comm, "zb_rank_comm_wait_seconds{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
-                    ri->comm_wait_seconds);
-    }
-    protobuf_c_message_free_unpacked(&it->base, NULL);
-  }
-  emit(b, "zb_rank_bubble_ratio", "gauge", "Measured idle share of a rank's last iteration.", &bub);
-  emit(b, "zb_rank_peak_memory_bytes", "gauge", "Peak activation memory of a rank in its last iteration.",
-       &mem);
-  emit(b, "zb_rank_comm_wait_seconds", "gauge",
-       "Seconds a rank waited in transport groups (sends and receives) in its last iteration.", &comm);
-  render_slowdowns(co, b);
 }
 
 static void render_histograms(const coord_metrics *mx, zb_buf *b) {
@@ -210,7 +200,7 @@ void metrics_render_text(coord *co, zb_buf *out) {
   forget_ended(co, now);
   render_totals(co, out);
   render_jobs(co, out, now);
-  render_ranks(co, out);
+  render_slowdowns(co, out);
   render_histograms(co->metrics, out);
   coord_metrics_process(out);
 }

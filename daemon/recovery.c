@@ -62,8 +62,7 @@ static void release(coord_worker *w, const char *job_id, const char *why) {
   Zb__V1__Command cmd = ZB__V1__COMMAND__INIT;
   cmd.kind_case = ZB__V1__COMMAND__KIND_RELEASE_JOB_ID;
   cmd.release_job_id = (char *)job_id;
-  if (w->attach)
-    zb_rpc_stream_write(w->attach, &cmd.base);
+  worker_send(w, &cmd);
 }
 
 void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int rank) {
