@@ -66,8 +66,10 @@ void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max
 /* The V building block (zb_plan_vblock.c): m microbatches of a block whose
  * chunk-0 F and chunk-1 B advance one rank per hop slots (1: V-Min's
  * memory, 2: V-Half's), squeezed within c->mem_limit; the best of its
- * spacings under c. NULL when none fits the limit. Caller owns it. */
-zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c);
+ * spacings under c (by makespan; *score, when given, its figures, the
+ * result fitting the limit). NULL when none fits the limit. Caller owns
+ * it. */
+zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, zb_plan_score *score);
 
 /* Megatron's interleaved 1F1B order (zb_plan.c); m % p == 0. The _warm
  * form warms rank r up with (v-1)p + 2(p-1-r) + extra chunk forwards

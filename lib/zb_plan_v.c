@@ -159,7 +159,7 @@ static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, z
   }
   zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_SPAN);
   for (int hop = 1; hop <= 2; hop++)
-    zb_plan_keep(&s, &score, zb_plan_v_block(p, m, hop, c), NULL, c, ZB_OBJ_SPAN);
+    zb_plan_keep(&s, &score, zb_plan_v_block(p, m, hop, c, NULL), NULL, c, ZB_OBJ_SPAN);
   if (s)
     zb_plan_refine(s, c, ZB_OBJ_SPAN, ZBV_REFINE_EVALS);
   zb_costs_free(c);
@@ -191,9 +191,11 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
     c->mem_limit = cin->mem_limit;
   zb_schedule *s = NULL;
   zb_plan_score score;
-  if (req->family != ZB_FAMILY_ZB_V)
-    zb_plan_keep(&s, &score, zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c), NULL, c,
-                 ZB_OBJ_MAKESPAN);
+  if (req->family != ZB_FAMILY_ZB_V) { /* its figures come with it: no second simulation */
+    zb_plan_score known;
+    zb_schedule *block = zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c, &known);
+    zb_plan_keep(&s, &score, block, &known, c, ZB_OBJ_MAKESPAN);
+  }
   if (!s) /* zb-v below 2p-1, or a limit the block cannot keep */
     zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_MAKESPAN);
   zb_costs_free(c);

@@ -220,7 +220,7 @@ static bool vb_raw_fits(const vb_grid *g, const zb_costs *c) {
   return true;
 }
 
-zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c) {
+zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, zb_plan_score *score) {
   zb_schedule *best = NULL;
   zb_plan_score best_score;
   /* the tightest spacings whose block fits the limit as laid out: the
@@ -246,5 +246,7 @@ zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c) {
       free(grid.slot);
       free(grid.at);
     }
+  if (best && score)
+    *score = best_score;
   return best;
 }

@@ -68,9 +68,15 @@ zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *cin, z
   int n_extras = large ? 1 : (int)(sizeof extras / sizeof extras[0]), n_policies = large ? 1 : ZB_W_POLICIES;
   for (int k = 0; m >= p && k < n_extras; k++) {
     zb_schedule *order = zbi_split_order(p, v, m, extras[k]);
-    for (int w = 0; w < n_policies; w++)
-      zb_plan_keep(&best, &score, zb_plan_place_w(order, c, w, NULL), NULL, c, ZB_OBJ_MAKESPAN);
-    zb_plan_keep(&best, &score, order, NULL, c, ZB_OBJ_MAKESPAN);
+    for (int w = 0; w < n_policies; w++) { /* the placement's timing is its score; it fits the limit */
+      zb_plan_score known;
+      zb_schedule *timed = zb_plan_place_w(order, c, w, &known);
+      zb_plan_keep(&best, &score, timed, &known, c, ZB_OBJ_MAKESPAN);
+    }
+    if (large && best) /* on large plans W placed by timing always won (p 16..128, m 16p) */
+      zb_schedule_free(order);
+    else
+      zb_plan_keep(&best, &score, order, NULL, c, ZB_OBJ_MAKESPAN);
   }
   if (!large || !best)
     zb_plan_keep(&best, &score, zb_plan_greedy_search(p, v, m, ZB_PLACE_LOOP, c), NULL, c, ZB_OBJ_MAKESPAN);
