@@ -70,13 +70,16 @@ static bool vb_fits(int p, int hop, int g, int h) {
  * its slot; for every rank and slot, what runs there. */
 typedef struct vb_grid {
   int p, m, T;
-  int *slot;            /* [(r * VB_KINDS + kind) * m + mb] */
+  int *slot;            /* [(mb * p + r) * VB_KINDS + kind] (vb_slot) */
   int *at;              /* [r * T + t]: kind * m + mb, or -1 when free */
   double mem[VB_KINDS]; /* per kind, the memory delta on rank 0's stages (scaled per rank below) */
 } vb_grid;
 
 static int *vb_slot(vb_grid *g, int r, int kind, int mb) {
-  return &g->slot[((size_t)r * VB_KINDS + (size_t)kind) * (size_t)g->m + (size_t)mb];
+  /* microbatch-major: a pass reads its neighbours' slots of the same
+   * microbatch and its own of the previous one, which this keeps within a
+   * few pages rather than one page per rank and kind */
+  return &g->slot[((size_t)mb * (size_t)g->p + (size_t)r) * VB_KINDS + (size_t)kind];
 }
 
 static void vb_put(vb_grid *g, int r, int kind, int mb, int t) {
@@ -121,53 +124,176 @@ static int vb_ready(vb_grid *g, int r, int k, int mb) {
   return from + 1 > t ? from + 1 : t;
 }
 
+/* ---- a rank's memory over its slots, kept in blocks ----
+ * Moving a pass from slot t to an earlier u changes the memory after every
+ * slot in [u, t) by its delta, and an F may only go where the highest of
+ * those stays within the limit. V-Half's passes move about 2p slots each
+ * (3 billion slot updates at p = 256, m = 4096, one by one); blocks of
+ * VB_BLK slots, each with an add pending on all of it, its maximum and
+ * its free slots, turn both walks into one over blocks plus the two part
+ * blocks at the ends. */
+#define VB_BLK 32
+
+typedef struct vb_prof {
+  double *mem; /* [t]: memory after slot t, less its block's pending add */
+  double *add; /* [b]: pending on every slot of block b */
+  double *top; /* [b]: the largest mem of block b (add not included) */
+  int *free_n; /* [b]: free slots of block b */
+  int T;
+} vb_prof;
+
+static void vb_prof_retop(vb_prof *pr, int b) {
+  int end = (b + 1) * VB_BLK < pr->T ? (b + 1) * VB_BLK : pr->T;
+  double top = -INFINITY;
+  for (int x = b * VB_BLK; x < end; x++)
+    top = pr->mem[x] > top ? pr->mem[x] : top;
+  pr->top[b] = top;
+}
+
+/* Adds d to mem over [u, t) inside one block; its top stays an upper
+ * bound (exact again when a search reads the whole block). */
+static void vb_prof_add_part(vb_prof *pr, int u, int t, double d) {
+  double top = pr->top[u / VB_BLK];
+  for (int x = u; x < t; x++) {
+    pr->mem[x] += d;
+    top = pr->mem[x] > top ? pr->mem[x] : top;
+  }
+  pr->top[u / VB_BLK] = top;
+}
+
+/* Adds d to the memory after every slot of [u, t). */
+static void vb_prof_add(vb_prof *pr, int u, int t, double d) {
+  int bu = u / VB_BLK, bt = t / VB_BLK;
+  vb_prof_add_part(pr, u, bu == bt ? t : (bu + 1) * VB_BLK, d);
+  if (bu == bt)
+    return;
+  for (int b = bu + 1; b < bt; b++)
+    pr->add[b] += d;
+  if (bt * VB_BLK < t)
+    vb_prof_add_part(pr, bt * VB_BLK, t, d);
+}
+
+/* The last slot of [lo, hi) whose memory plus d exceeds lim; -1: none. */
+static int vb_prof_last_over(vb_prof *pr, int lo, int hi, double d, double lim) {
+  for (int x = hi - 1; x >= lo;) {
+    int b = x / VB_BLK, start = b * VB_BLK, stop = start > lo ? start : lo;
+    bool whole = stop == start && x == start + VB_BLK - 1;
+    if (whole && pr->top[b] + pr->add[b] + d <= lim) {
+      x = start - 1; /* the whole block is within */
+      continue;
+    }
+    for (; x >= stop; x--)
+      if (pr->mem[x] + pr->add[b] + d > lim)
+        return x;
+    if (whole) /* read in full and within: its bound was stale */
+      vb_prof_retop(pr, b);
+  }
+  return -1;
+}
+
+/* The first free slot of row in [lo, hi); hi: none. */
+static int vb_prof_first_free(const vb_prof *pr, const int *row, int lo, int hi) {
+  for (int x = lo; x < hi;) {
+    int b = x / VB_BLK;
+    if (x == b * VB_BLK && pr->free_n[b] == 0) {
+      x += VB_BLK;
+      continue;
+    }
+    int stop = (b + 1) * VB_BLK < hi ? (b + 1) * VB_BLK : hi;
+    for (; x < stop; x++)
+      if (row[x] < 0)
+        return x;
+  }
+  return hi;
+}
+
+/* Rank r's profile (pr's arrays allocated for T slots): memory after each
+ * slot as laid out, nothing pending, the free slots counted. */
+static void vb_prof_init(vb_prof *pr, const int *row, const double *delta, int m) {
+  double cur = 0;
+  int nb = (pr->T + VB_BLK - 1) / VB_BLK;
+  for (int b = 0; b < nb; b++)
+    pr->add[b] = 0, pr->free_n[b] = 0;
+  for (int t = 0; t < pr->T; t++) {
+    cur += row[t] >= 0 ? delta[row[t] / m] : 0;
+    pr->mem[t] = cur;
+    pr->free_n[t / VB_BLK] += row[t] < 0;
+  }
+  for (int b = 0; b < nb; b++)
+    vb_prof_retop(pr, b);
+}
+
 /* Moves rank r's pass at slot t to the earliest free slot from its ready
- * time on where the rank's memory stays within lim. mem[t] is the rank's
- * memory after slot t; hi is scratch for suffix maxima. */
-static void vb_squeeze_one(vb_grid *g, int r, int t, const double *delta, double lim, double *mem,
-                           double *hi) {
+ * time on where the rank's memory stays within lim (pr: the rank's). */
+static void vb_squeeze_one(vb_grid *g, int r, int t, const double *delta, double lim, vb_prof *pr) {
   int *row = &g->at[(size_t)r * (size_t)g->T], who = row[t], k = who / g->m, mb = who % g->m;
   int ready = vb_ready(g, r, k, mb);
   if (ready >= t)
     return;
-  double d = delta[k], best_hi = -INFINITY;
-  bool check = d > 0 && lim > 0; /* only an op that holds memory can break the limit */
-  for (int u = t - 1; check && u >= ready; u--)
-    hi[u] = best_hi = mem[u] > best_hi ? mem[u] : best_hi;
-  int u = ready;
-  while (u < t && (row[u] >= 0 || (check && hi[u] + d > lim + 1e-9)))
-    u++;
-  if (u == t)
+  double d = delta[k];
+  int lo = ready;
+  if (d > 0 && lim > 0) { /* only an op that holds memory can break the limit */
+    int over = vb_prof_last_over(pr, ready, t, d, lim + 1e-9);
+    lo = over >= 0 ? over + 1 : ready;
+  }
+  int u = vb_prof_first_free(pr, row, lo, t);
+  if (u >= t)
     return;
   row[t] = -1;
   vb_put(g, r, k, mb, u);
-  for (int x = u; d != 0 && x < t; x++)
-    mem[x] += d;
+  pr->free_n[t / VB_BLK]++;
+  pr->free_n[u / VB_BLK]--;
+  if (d != 0)
+    vb_prof_add(pr, u, t, d);
 }
 
 /* Squeezes every pass, in slot order, towards its inputs. */
 static void vb_squeeze(vb_grid *g, const zb_costs *c) {
-  int p = g->p, T = g->T;
-  double *mem = zb_malloc(sizeof(double) * (size_t)p * (size_t)T),
-         *hi = zb_malloc(sizeof(double) * (size_t)T);
+  int p = g->p, T = g->T, nb = (T + VB_BLK - 1) / VB_BLK;
+  double *mem = zb_malloc(sizeof(double) * (size_t)p * (size_t)T);
+  double *blocks = zb_malloc(sizeof(double) * 2 * (size_t)p * (size_t)nb);
+  int *free_n = zb_malloc(sizeof(int) * (size_t)p * (size_t)nb);
   double *delta = zb_malloc(sizeof(double) * (size_t)p * VB_KINDS);
+  vb_prof *prof = zb_malloc(sizeof *prof * (size_t)p);
   for (int r = 0; r < p; r++) {
     int stage[2] = {r, 2 * p - 1 - r};
     for (int k = 0; k < VB_KINDS; k++)
       delta[r * VB_KINDS + k] = zb_costs_mem(c, vb_op[k], stage[vb_chunk[k]]);
-    double cur = 0;
-    for (int t = 0; t < T; t++) {
-      int w = g->at[(size_t)r * (size_t)T + (size_t)t];
-      cur += w >= 0 ? delta[r * VB_KINDS + w / g->m] : 0;
-      mem[(size_t)r * (size_t)T + (size_t)t] = cur;
-    }
+    size_t o = (size_t)r * (size_t)nb;
+    prof[r] = (vb_prof){.mem = &mem[(size_t)r * (size_t)T],
+                        .add = &blocks[2 * o],
+                        .top = &blocks[2 * o + (size_t)nb],
+                        .free_n = &free_n[o],
+                        .T = T};
+    vb_prof_init(&prof[r], &g->at[(size_t)r * (size_t)T], &delta[r * VB_KINDS], g->m);
   }
+  /* Slot by slot, the ranks with a pass there as laid out (moves only go
+   * to slots already done, so that is what each slot holds when reached):
+   * gathered rank by rank first, as stepping through the ranks at every
+   * slot would touch a page per rank per slot. */
+  int *first = zb_calloc((size_t)T + 1, sizeof(int)), *ranks = NULL;
+  for (int r = 0; r < p; r++)
+    for (int t = 0; t < T; t++)
+      first[t + 1] += g->at[(size_t)r * (size_t)T + (size_t)t] >= 0;
   for (int t = 0; t < T; t++)
-    for (int r = 0; r < p; r++)
+    first[t + 1] += first[t];
+  ranks = zb_malloc(sizeof(int) * (size_t)(first[T] > 0 ? first[T] : 1));
+  int *fill = zb_malloc(sizeof(int) * (size_t)T);
+  memcpy(fill, first, sizeof(int) * (size_t)T);
+  for (int r = 0; r < p; r++)
+    for (int t = 0; t < T; t++)
       if (g->at[(size_t)r * (size_t)T + (size_t)t] >= 0)
-        vb_squeeze_one(g, r, t, &delta[r * VB_KINDS], c->mem_limit, &mem[(size_t)r * (size_t)T], hi);
+        ranks[fill[t]++] = r;
+  for (int t = 0; t < T; t++)
+    for (int i = first[t]; i < first[t + 1]; i++)
+      vb_squeeze_one(g, ranks[i], t, &delta[ranks[i] * VB_KINDS], c->mem_limit, &prof[ranks[i]]);
+  free(first);
+  free(ranks);
+  free(fill);
+  free(prof);
   free(mem);
-  free(hi);
+  free(blocks);
+  free(free_n);
   free(delta);
 }
 
