@@ -30,7 +30,8 @@ bool zb_plan_score_better(zb_plan_score a, zb_plan_score b);
  * result always fits it; w_policy is one of ZB_W_*. Returns NULL when the
  * greedy gets stuck (memory too tight). When score is not NULL and a
  * schedule comes back, *score holds its makespan and longest span under c
- * (the figures zb_simulate gives for it). Caller owns the result. */
+ * (an upper bound of the figures zb_simulate gives for it, usually equal).
+ * Caller owns the result. */
 zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs *c, const int *cap,
                             int w_policy, zb_objective obj, zb_plan_score *score);
 
@@ -53,6 +54,10 @@ zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const z
  * by construction), or NULL to check the limit and simulate. */
 void zb_plan_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
                   const zb_plan_score *known, const zb_costs *c, zb_objective obj);
+
+/* Whether every stage's T_F, T_B and T_W are equal and T_comm is 0 (the
+ * costs the handcrafted ZB-V is exact for; zb_plan_v.c). */
+bool zb_plan_costs_even(const zb_costs *c);
 
 /* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
 bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);

@@ -132,9 +132,7 @@ zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const z
   return best;
 }
 
-/* Whether every stage's T_F, T_B and T_W are equal and T_comm is 0: the
- * costs the handcrafted ZB-V is exact for. */
-static bool v_costs_even(const zb_costs *c) {
+bool zb_plan_costs_even(const zb_costs *c) {
   for (int s = 0; s < c->n_stages; s++)
     if (c->t_f[s] != c->t_b[s] || c->t_b[s] != c->t_w[s] || c->t_f[s] != c->t_f[0])
       return false;
@@ -179,7 +177,7 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
                                                    : (p + 4) / 3.0;
   if (units > p)
     units = p;
-  if (req->family == ZB_FAMILY_ZB_V && !v_costs_even(cin) && (double)p * m <= ZBV_COST_AWARE_PM)
+  if (req->family == ZB_FAMILY_ZB_V && !zb_plan_costs_even(cin) && (double)p * m <= ZBV_COST_AWARE_PM)
     return zb_v_cost_aware(p, m, cin, units * unit, out, diag);
   if (req->family == ZB_FAMILY_ZB_V && m >= 2 * p - 1) {
     *out = zb_plan_zb_v_handcrafted(p, m);

@@ -68,10 +68,12 @@ zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *cin, z
   int n_extras = large ? 1 : (int)(sizeof extras / sizeof extras[0]), n_policies = large ? 1 : ZB_W_POLICIES;
   for (int k = 0; m >= p && k < n_extras; k++) {
     zb_schedule *order = zbi_split_order(p, v, m, extras[k]);
-    for (int w = 0; w < n_policies; w++) { /* the placement's timing is its score; it fits the limit */
+    for (int w = 0; w < n_policies; w++) {
+      /* large plans: the one candidate, its score the greedy's (an upper
+       * bound of the simulation's, which candidates compared need) */
       zb_plan_score known;
       zb_schedule *timed = zb_plan_place_w(order, c, w, &known);
-      zb_plan_keep(&best, &score, timed, &known, c, ZB_OBJ_MAKESPAN);
+      zb_plan_keep(&best, &score, timed, large ? &known : NULL, c, ZB_OBJ_MAKESPAN);
     }
     if (large && best) /* on large plans W placed by timing always won (p 16..128, m 16p) */
       zb_schedule_free(order);
