@@ -8,6 +8,7 @@
 
 #include "plan.h"
 #include "zb_clock.h"
+#include "zb_par_threads.h"
 
 enum { PLAN_MAX_RANKS = 4096, PLAN_MAX_CHUNKS = 64, PLAN_MAX_MICROBATCHES = 1000000 };
 
@@ -224,7 +225,14 @@ zb_costs *plan_costs(const plan_args *a, int p, int v, const char *stage_text, d
   return c;
 }
 
+/* The threads a plan may borrow here: as zb_job_plan, up to 4. */
+static zb_par plan_par(void) {
+  int cpus = zb_par_cpus();
+  return zb_par_threads(cpus < 4 ? cpus : 4);
+}
+
 zb_err plan_auto_search(const plan_args *a, zb_planner_result *r, zb_diag *diag) {
+  zb_par par = plan_par();
   zb_planner_request req = {.family = ZB_FAMILY_ZB_AUTO,
                             .p = a->p,
                             .m = a->m,
@@ -232,12 +240,14 @@ zb_err plan_auto_search(const plan_args *a, zb_planner_result *r, zb_diag *diag)
                             .mem_limit = plan_limit_units(a, a->p),
                             .objective = a->objective,
                             .keep_compute = true,
-                            .clock = zb_clock_s};
+                            .clock = zb_clock_s,
+                            .par = &par};
   return zb_planner_run(&req, r, diag);
 }
 
 zb_err plan_family(const plan_args *a, zb_family f, int v, const zb_costs *c, zb_planner_result *r,
                    zb_diag *diag) {
+  zb_par par = plan_par();
   zb_planner_request req = {.family = f,
                             .p = a->p,
                             .v = v,
@@ -245,6 +255,7 @@ zb_err plan_family(const plan_args *a, zb_family f, int v, const zb_costs *c, zb
                             .costs = c,
                             .objective = a->objective,
                             .keep_compute = true,
-                            .clock = zb_clock_s};
+                            .clock = zb_clock_s,
+                            .par = &par};
   return zb_planner_run(&req, r, diag);
 }

@@ -4,9 +4,16 @@
 #include <string.h>
 
 #include "zb_clock.h"
+#include "zb_par_threads.h"
+
+/* Threads one plan may borrow: lowering at scale splits well up to a few
+ * (docs/schedules.md, Planning pipeline). */
+#define JOB_PLAN_THREADS 4
 
 zb_err zb_job_plan(const zb_job_spec *spec, zb_objective objective, zb_planner_result *out, zb_diag *diag) {
   memset(out, 0, sizeof *out);
+  int cpus = zb_par_cpus();
+  zb_par par = zb_par_threads(cpus < JOB_PLAN_THREADS ? cpus : JOB_PLAN_THREADS);
   zb_family family;
   zb_err err = zb_family_parse(spec->schedule, &family, diag);
   if (err)
@@ -21,6 +28,7 @@ zb_err zb_job_plan(const zb_job_spec *spec, zb_objective objective, zb_planner_r
                             .mem_limit = spec->mem_limit,
                             .objective = objective,
                             .figures_only = true,
-                            .clock = zb_clock_s};
+                            .clock = zb_clock_s,
+                            .par = &par};
   return zb_planner_run(&req, out, diag);
 }

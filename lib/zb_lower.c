@@ -210,12 +210,14 @@ static void lower_emit_compute(lower_state *st, int r) {
 }
 
 /* Comm actions that follow each other on a rank are posted as one group. */
+static void lower_mark_rank_batches(zb_rank_list *l) {
+  for (int i = 0; i + 1 < l->n; i++)
+    l->actions[i].batch = zb_op_is_comm(l->actions[i].op) && zb_op_is_comm(l->actions[i + 1].op);
+}
+
 static void lower_mark_batches(zb_schedule *o) {
-  for (int r = 0; r < o->p; r++) {
-    zb_rank_list *l = &o->ranks[r];
-    for (int i = 0; i + 1 < l->n; i++)
-      l->actions[i].batch = zb_op_is_comm(l->actions[i].op) && zb_op_is_comm(l->actions[i + 1].op);
-  }
+  for (int r = 0; r < o->p; r++)
+    lower_mark_rank_batches(&o->ranks[r]);
 }
 
 /* Merges compute actions and transfers in simulated time order (a transfer
@@ -374,15 +376,37 @@ static void lower_rank(const zb_schedule *s, const zb_sim_result *sim, const int
     l->actions[l->n++] = y[t++].act;
 }
 
-static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim) {
-  int p = s->p, S = zb_schedule_stages(s), cap = 2 * s->v;
-  int *stage_rank = zb_malloc(sizeof(int) * (size_t)S), *nxfer = zb_calloc((size_t)p, sizeof(int));
-  for (int st = 0; st < S; st++)
-    stage_rank[st] = zb_stage_rank(s, st);
-  int *feed = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap), *nfeed = zb_calloc((size_t)p, sizeof(int));
-  lower_feeders(s, stage_rank, cap, feed, nfeed);
-  int most = 1;
-  for (int q = 0; q < p; q++)
+/* What every piece of the per-rank merge reads, and where it writes (each
+ * piece its own ranks' lists of out). */
+typedef struct lower_job {
+  const zb_schedule *s;
+  const zb_sim_result *sim;
+  const int *stage_rank, *feed, *nfeed;
+  int cap, most, pieces;
+  zb_schedule *out;
+} lower_job;
+
+/* Piece k: a contiguous share of the ranks, with scratch of its own. */
+static void lower_piece(void *arg, int k) {
+  const lower_job *j = arg;
+  int p = j->s->p, r0 = (int)((long)p * k / j->pieces), r1 = (int)((long)p * (k + 1) / j->pieces);
+  rank_xfer *x = zb_malloc(sizeof *x * (size_t)j->most), *y = zb_malloc(sizeof *y * (size_t)j->most);
+  int *bounds = zb_malloc(sizeof(int) * (size_t)(2 * j->cap + 4));
+  for (int r = r0; r < r1; r++) {
+    lower_rank(j->s, j->sim, j->stage_rank, j->feed + (size_t)r * j->cap, j->nfeed[r], r, x, y, bounds,
+               j->out);
+    lower_mark_rank_batches(&j->out->ranks[r]);
+  }
+  free(bounds);
+  free(x);
+  free(y);
+}
+
+/* The most transfers any one rank takes part in (each piece's scratch). */
+static int lower_most_xfers(const zb_schedule *s, const int *stage_rank) {
+  int S = zb_schedule_stages(s), most = 1;
+  int *nxfer = zb_calloc((size_t)s->p, sizeof(int));
+  for (int q = 0; q < s->p; q++)
     for (int i = 0; i < s->ranks[q].n; i++) {
       int to = lower_out_rank(stage_rank, S, q, &s->ranks[q].actions[i]);
       if (to < 0)
@@ -391,20 +415,42 @@ static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim
       most = a > most ? a : most;
       most = b > most ? b : most;
     }
-  rank_xfer *x = zb_malloc(sizeof *x * (size_t)most), *y = zb_malloc(sizeof *y * (size_t)most);
-  int *bounds = zb_malloc(sizeof(int) * (size_t)(2 * cap + 4));
-  zb_schedule *out = zb_schedule_new(s->p, s->v, s->m, s->placement);
+  free(nxfer);
+  return most;
+}
+
+/* Actions per piece below which splitting the merge is not worth a thread. */
+#define LOWER_PIECE_ACTIONS 200000
+
+static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim, const zb_par *par) {
+  int p = s->p, S = zb_schedule_stages(s), cap = 2 * s->v;
+  int *stage_rank = zb_malloc(sizeof(int) * (size_t)S);
+  for (int st = 0; st < S; st++)
+    stage_rank[st] = zb_stage_rank(s, st);
+  int *feed = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap), *nfeed = zb_calloc((size_t)p, sizeof(int));
+  lower_feeders(s, stage_rank, cap, feed, nfeed);
+  long actions = 0;
   for (int r = 0; r < p; r++)
-    lower_rank(s, sim, stage_rank, feed + (size_t)r * cap, nfeed[r], r, x, y, bounds, out);
-  lower_mark_batches(out);
-  free(bounds);
-  free(x);
-  free(y);
+    actions += s->ranks[r].n;
+  int pieces = zb_par_width(par);
+  if (pieces > p)
+    pieces = p;
+  if (actions < (long)pieces * LOWER_PIECE_ACTIONS)
+    pieces = 1;
+  lower_job job = {.s = s,
+                   .sim = sim,
+                   .stage_rank = stage_rank,
+                   .feed = feed,
+                   .nfeed = nfeed,
+                   .cap = cap,
+                   .most = lower_most_xfers(s, stage_rank),
+                   .pieces = pieces,
+                   .out = zb_schedule_new(s->p, s->v, s->m, s->placement)};
+  zb_par_run(par, lower_piece, &job, pieces);
   free(feed);
   free(nfeed);
-  free(nxfer);
   free(stage_rank);
-  return out;
+  return job.out;
 }
 
 /* Whether every F, B and W of c takes time: the per-rank merge's premise. */
@@ -415,8 +461,8 @@ static bool lower_costs_positive(const zb_costs *c) {
   return true;
 }
 
-static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, zb_schedule **out,
-                        zb_diag *diag) {
+static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, const zb_par *par,
+                        zb_schedule **out, zb_diag *diag) {
   if (zb_schedule_has_comm(s))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "schedule is already lowered (it has SEND/RECV actions)");
   zb_costs *unit = NULL;
@@ -427,7 +473,7 @@ static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, zb
   zb_sim_result *sim = NULL;
   zb_err err = zb_simulate(s, c, &sim, diag);
   if (!err && !global && lower_costs_positive(c))
-    *out = lower_by_rank(s, sim);
+    *out = lower_by_rank(s, sim, par);
   else if (!err)
     err = lower_walk(s, sim, out, diag);
   zb_sim_result_free(sim);
@@ -436,9 +482,14 @@ static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, zb
 }
 
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
-  return lower_run(s, c, false, out, diag);
+  return lower_run(s, c, false, NULL, out, diag);
+}
+
+zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
+                    zb_diag *diag) {
+  return lower_run(s, c, false, par, out, diag);
 }
 
 zb_err zb_lower_global(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
-  return lower_run(s, c, true, out, diag);
+  return lower_run(s, c, true, NULL, out, diag);
 }

@@ -6,6 +6,7 @@
 #ifndef ZB_LOWER_H
 #define ZB_LOWER_H
 
+#include "zb_par.h"
 #include "zb_schedule.h"
 
 /* Returns in *out a new schedule (caller owns) holding s's compute actions
@@ -17,6 +18,11 @@
  * global step on both ranks. Fails when s already has comm actions
  * (ZB_ERR_INVALID_ARG) or cannot be simulated (ZB_ERR_DEADLOCK). */
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag);
+
+/* zb_lower with the per-rank merge split over par's runner (zb_par.h):
+ * shares of the ranks at once, the same lists. */
+zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
+                    zb_diag *diag);
 
 /* The reference form of the same pass: every rank's events in one global
  * time order (a heap of ranks and one of transfers). zb_lower gives the

@@ -43,6 +43,27 @@ static zb_err planner_generate(const zb_planner_request *req, zb_planner_result 
   return err;
 }
 
+/* Validation and simulation of one plan: independent, each its own
+ * output, so a runner may take them at once. */
+typedef struct planner_check_job {
+  const zb_schedule *runs;
+  const zb_costs *costs;
+  bool figures_only;
+  zb_violation violation;
+  zb_err valid_err, sim_err;
+  zb_sim_result *sim;
+  zb_diag sim_diag;
+} planner_check_job;
+
+static void planner_check_piece(void *arg, int k) {
+  planner_check_job *j = arg;
+  if (k == 0)
+    j->valid_err = zb_validate(j->runs, j->costs, &j->violation);
+  else
+    j->sim_err =
+        (j->figures_only ? zb_simulate_figures : zb_simulate)(j->runs, j->costs, &j->sim, &j->sim_diag);
+}
+
 /* Lowers, validates and simulates out->compute. */
 static zb_err planner_check(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
   const char *name = zb_family_name(req->family);
@@ -51,7 +72,7 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
   const zb_schedule *runs = out->compute;
   if (!req->compute_only) {
     out->failed = ZB_PLANNER_LOWER;
-    if ((err = zb_lower(out->compute, out->costs, &out->lowered, &d)))
+    if ((err = zb_lower_par(out->compute, out->costs, req->par, &out->lowered, &d)))
       return zb_diag_set(diag, err, "%s: lowering failed: %s", name, d.msg);
     runs = out->lowered;
   }
@@ -59,15 +80,26 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
     zb_schedule_free(out->compute);
     out->compute = NULL;
   }
+  planner_check_job job = {.runs = runs, .costs = out->costs, .figures_only = req->figures_only};
+  if (zb_par_width(req->par) > 1) {
+    zb_par_run(req->par, planner_check_piece, &job, 2);
+  } else { /* in turn: an invalid plan is not simulated */
+    planner_check_piece(&job, 0);
+    if (!job.valid_err)
+      planner_check_piece(&job, 1);
+  }
+  out->violation = job.violation;
   out->failed = ZB_PLANNER_VALIDATE;
-  if ((err = zb_validate(runs, out->costs, &out->violation))) {
+  if (job.valid_err) { /* an invalid plan's simulation, if any, is not kept */
+    zb_sim_result_free(job.sim);
     char line[200];
     zb_violation_format(&out->violation, line, (int)sizeof line);
-    return zb_diag_set(diag, err, "%s: invalid schedule: %s", name, line);
+    return zb_diag_set(diag, job.valid_err, "%s: invalid schedule: %s", name, line);
   }
   out->failed = ZB_PLANNER_SIMULATE;
-  if ((err = (req->figures_only ? zb_simulate_figures : zb_simulate)(runs, out->costs, &out->sim, &d)))
-    return zb_diag_set(diag, err, "%s: simulation failed: %s", name, d.msg);
+  out->sim = job.sim;
+  if (job.sim_err)
+    return zb_diag_set(diag, job.sim_err, "%s: simulation failed: %s", name, job.sim_diag.msg);
   out->failed = ZB_PLANNER_DONE;
   return ZB_OK;
 }

@@ -10,7 +10,8 @@
  *
  * zbctl, the coordinator, the tests and the benchmarks all plan through
  * zb_planner_run (docs/schedules.md, Planning pipeline). Pure: no I/O, no
- * threads, no globals; the only time it reads is the caller's clock.
+ * threads, no globals; the only time it reads is the caller's clock, the
+ * only threads it uses the caller's runner's.
  *
  * Ownership: a zb_planner_result owns everything it points to and is
  * released by zb_planner_result_free() (also after a failed run, and on a
@@ -51,6 +52,9 @@ typedef struct zb_planner_request {
   bool figures_only;
   /* Optional monotonic clock in seconds: times the generator. */
   double (*clock)(void);
+  /* Optional runner for pieces of work at once (zb_par.h): lowering's
+   * ranks in shares, and validation beside simulation. NULL: in turn. */
+  const zb_par *par;
 } zb_planner_request;
 
 /* The step a run stopped at (ZB_PLANNER_DONE when it did not). */

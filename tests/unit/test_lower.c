@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "zb_lower.h"
+#include "zb_par_threads.h"
 #include "zb_plan.h"
 #include "zb_sim.h"
 #include "zb_validate.h"
@@ -115,4 +116,44 @@ static void test_lower_zero_cost_w(void) {
   CHECK(compared >= 8);
 }
 
-ZBT_MAIN(ZBT(test_lower_merge_equals_walk), ZBT(test_lower_zero_cost_w))
+/* A runner that takes the pieces last first, one after another, and
+ * counts them: the split's pieces must not depend on their order. */
+static int reverse_pieces;
+static void reverse_run(const zb_par *par, zb_par_fn fn, void *arg, int n) {
+  (void)par;
+  reverse_pieces = n;
+  for (int k = n - 1; k >= 0; k--)
+    fn(arg, k);
+}
+
+/* Lowering split over a runner's pieces gives the same lists as in one
+ * piece: in reverse order, and on threads (2 and 4 at once). */
+static void test_lower_par_same_lists(void) {
+  static const zb_family fams[] = {ZB_FAMILY_ZB_V, ZB_FAMILY_INTERLEAVED_1F1B, ZB_FAMILY_ZB_H1};
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+    int p = 64, m = 8192 / zb_family_default_chunks(fams[f]), v = zb_family_default_chunks(fams[f]);
+    zb_costs *c = lower_costs(p, v, 1.3, 1.2, 0.05);
+    zb_plan_request req = {.family = fams[f], .p = p, .v = v, .m = m, .costs = c};
+    zb_schedule *s = NULL, *one = NULL;
+    zb_diag d = {{0}};
+    CHECK_EQ(zb_plan_generate(&req, &s, &d), ZB_OK);
+    CHECK_EQ(zb_lower(s, c, &one, &d), ZB_OK);
+    zb_par runners[] = {{.run = reverse_run, .width = 3}, zb_par_threads(2), zb_par_threads(4)};
+    for (size_t k = 0; k < sizeof runners / sizeof runners[0]; k++) {
+      zb_schedule *split = NULL;
+      reverse_pieces = 0;
+      CHECK_EQ(zb_lower_par(s, c, &runners[k], &split, &d), ZB_OK);
+      int r = -1, i = -1;
+      CHECK_MSG(!lower_differ(split, one, &r, &i), "%s runner %zu: rank %d differs at action %d",
+                zb_family_name(fams[f]), k, r, i);
+      if (k == 0)
+        CHECK_MSG(reverse_pieces == 3, "%s: split into %d pieces", zb_family_name(fams[f]), reverse_pieces);
+      zb_schedule_free(split);
+    }
+    zb_schedule_free(one);
+    zb_schedule_free(s);
+    zb_costs_free(c);
+  }
+}
+
+ZBT_MAIN(ZBT(test_lower_merge_equals_walk), ZBT(test_lower_zero_cost_w), ZBT(test_lower_par_same_lists))
