@@ -235,6 +235,10 @@ static int greedy_pick_f(const greedy *g, int r, greedy_look *look) {
 static int greedy_pick_follow(greedy *g, int r, greedy_look *look, zb_op *op) {
   const zb_rank_list *l = &g->follow->ranks[r];
   int *i = &g->next_fb[r];
+  /* ranks take turns by time, too many streams for the hardware
+   * prefetcher: at p = 256 waiting for this list was most of a run */
+  if (*i + 16 < l->n)
+    __builtin_prefetch(&l->actions[*i + 16]);
   while (*i < l->n && l->actions[*i].op != ZB_OP_F && l->actions[*i].op != ZB_OP_B)
     (*i)++;
   if (*i >= l->n)

@@ -330,7 +330,8 @@ static void dl_advance(dl_run *d, int r) {
   const zb_rank_list *l = &x->s->ranks[r];
   while (d->pos[r] < l->n) {
     const zb_action *a = &l->actions[d->pos[r]];
-    __builtin_prefetch(a + 16); /* ranks take turns: too many streams for the hardware prefetcher */
+    if (d->pos[r] + 16 < l->n) /* ranks take turns: too many streams for the hardware prefetcher */
+      __builtin_prefetch(a + 16);
     int end;
     if (x->lowered && zb_op_is_comm(a->op)) {
       if (!dl_post_group(d, r, &end))
