@@ -75,7 +75,7 @@ zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *cin, z
       zb_schedule *timed = zb_plan_place_w(order, c, w, &known);
       zb_plan_keep(&best, &score, timed, large ? &known : NULL, c, ZB_OBJ_MAKESPAN);
     }
-    if (large && best) /* on large plans W placed by timing always won (p 16..128, m 16p) */
+    if (large && best) /* on large plans W placed by timing always won (p 2..128, v 2..4, m to 4096) */
       zb_schedule_free(order);
     else
       zb_plan_keep(&best, &score, order, NULL, c, ZB_OBJ_MAKESPAN);

@@ -25,6 +25,8 @@ static void *par_piece_main(void *p) {
  * the width run in waves. */
 static void par_threads_run(const zb_par *par, zb_par_fn fn, void *arg, int n) {
   int width = par->width > 1 ? par->width : 1;
+  if (width > n)
+    width = n > 0 ? n : 1;
   par_piece *pieces = zb_malloc(sizeof *pieces * (size_t)width);
   pthread_t *th = zb_malloc(sizeof *th * (size_t)width);
   bool *started = zb_malloc(sizeof *started * (size_t)width);

@@ -122,13 +122,14 @@ static void test_zb_auto_respects_tight_limit(void) {
 
 /* V-Half under the paper's uneven costs (T_F:T_B:T_W:T_comm = 1 : 1.2 :
  * 0.8 : 0.05) keeps the squeezed block's own W order where it beats W
- * placed by timing: makespans at most these (timing alone gave 221.7,
- * 448.9 and 480.8), within its (p+2)/2 microbatches of activations. */
+ * placed by timing: makespans at least 3% under what timing alone gave
+ * (221.7, 448.9 and 480.8; the block's order gives 206.9, 417.5 and
+ * 455.3), within its (p+2)/2 microbatches of activations. */
 static void test_v_half_uneven_keeps_block_order(void) {
   static const struct {
     int p, m;
     double most;
-  } cells[] = {{8, 64, 207.0}, {16, 128, 417.5}, {32, 128, 455.3}};
+  } cells[] = {{8, 64, 0.97 * 221.7}, {16, 128, 0.97 * 448.9}, {32, 128, 0.97 * 480.8}};
   for (size_t k = 0; k < sizeof cells / sizeof cells[0]; k++) {
     int p = cells[k].p, m = cells[k].m;
     zb_rank_costs rc = {.t_f = 1, .t_b = 1.2, .t_w = 0.8, .t_comm = 0.05, .m_f = 1, .m_b = -0.5, .m_w = -0.5};
