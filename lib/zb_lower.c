@@ -291,15 +291,27 @@ static int lower_out_rank(const int *stage_rank, int S, int r, const zb_action *
   return to == r ? -1 : to;
 }
 
+/* What every piece of the per-rank merge reads, and where it writes (each
+ * piece its own ranks' lists of out). sim has start times only: an op's
+ * end is its start plus its cost under c, as the simulation sums it. */
+typedef struct lower_job {
+  const zb_schedule *s;
+  const zb_sim_result *sim;
+  const zb_costs *c;
+  const int *stage_rank, *feed, *nfeed;
+  int cap, most, pieces;
+  zb_schedule *out;
+} lower_job;
+
 /* Appends to x the transfers from rank q's producers to rank r (r == q:
  * r's sends to everyone), in q's list order; returns the new count. */
-static int lower_collect(const zb_schedule *s, const zb_sim_result *sim, const int *stage_rank, int q, int r,
-                         rank_xfer *x, int n) {
-  int S = zb_schedule_stages(s);
-  const zb_rank_list *l = &s->ranks[q];
+static int lower_collect(const lower_job *j, int q, int r, rank_xfer *x, int n) {
+  int S = zb_schedule_stages(j->s);
+  const zb_rank_list *l = &j->s->ranks[q];
+  const double *start = j->sim->start[q];
   for (int i = 0; i < l->n; i++) {
     const zb_action *a = &l->actions[i];
-    int to = lower_out_rank(stage_rank, S, q, a);
+    int to = lower_out_rank(j->stage_rank, S, q, a);
     if (to < 0 || (q != r && to != r))
       continue;
     bool fwd = a->op == ZB_OP_F;
@@ -311,7 +323,8 @@ static int lower_collect(const zb_schedule *s, const zb_sim_result *sim, const i
                         .stage = a->stage + (fwd ? 1 : -1),
                         .mb = a->mb,
                         .peer = q};
-    x[n++] = (rank_xfer){.at = sim->end[q][i], .pstart = sim->start[q][i], .prank = q, .act = act};
+    double end = start[i] + zb_costs_time(j->c, (zb_op)a->op, a->stage);
+    x[n++] = (rank_xfer){.at = end, .pstart = start[i], .prank = q, .act = act};
   }
   return n;
 }
@@ -352,18 +365,19 @@ static void lower_feeders(const zb_schedule *s, const int *stage_rank, int cap, 
 /* Rank r's lowered list: its sends and the receives from each feeder
  * merged into one transfer order, then merged with its own actions (a
  * transfer first on a tie). x and y: scratch for every transfer of r. */
-static void lower_rank(const zb_schedule *s, const zb_sim_result *sim, const int *stage_rank, const int *feed,
-                       int nfeed, int r, rank_xfer *x, rank_xfer *y, int *bounds, zb_schedule *out) {
-  int n = lower_collect(s, sim, stage_rank, r, r, x, 0), runs = 1;
+static void lower_rank(const lower_job *j, int r, rank_xfer *x, rank_xfer *y, int *bounds) {
+  const int *feed = j->feed + (size_t)r * j->cap;
+  int n = lower_collect(j, r, r, x, 0), runs = 1;
   bounds[0] = 0;
   bounds[1] = n;
-  for (int k = 0; k < nfeed; k++) {
-    n = lower_collect(s, sim, stage_rank, feed[k], r, x, n);
+  for (int k = 0; k < j->nfeed[r]; k++) {
+    n = lower_collect(j, feed[k], r, x, n);
     bounds[++runs] = n;
   }
   lower_merge_runs(x, bounds, runs, bounds + runs + 1, y);
-  const zb_rank_list *in = &s->ranks[r];
-  zb_rank_list *l = &out->ranks[r];
+  const zb_sim_result *sim = j->sim;
+  const zb_rank_list *in = &j->s->ranks[r];
+  zb_rank_list *l = &j->out->ranks[r];
   l->cap = in->n + n > 0 ? in->n + n : 1;
   l->actions = zb_malloc(sizeof *l->actions * (size_t)l->cap);
   int t = 0;
@@ -376,16 +390,6 @@ static void lower_rank(const zb_schedule *s, const zb_sim_result *sim, const int
     l->actions[l->n++] = y[t++].act;
 }
 
-/* What every piece of the per-rank merge reads, and where it writes (each
- * piece its own ranks' lists of out). */
-typedef struct lower_job {
-  const zb_schedule *s;
-  const zb_sim_result *sim;
-  const int *stage_rank, *feed, *nfeed;
-  int cap, most, pieces;
-  zb_schedule *out;
-} lower_job;
-
 /* Piece k: a contiguous share of the ranks, with scratch of its own. */
 static void lower_piece(void *arg, int k) {
   const lower_job *j = arg;
@@ -393,8 +397,7 @@ static void lower_piece(void *arg, int k) {
   rank_xfer *x = zb_malloc(sizeof *x * (size_t)j->most), *y = zb_malloc(sizeof *y * (size_t)j->most);
   int *bounds = zb_malloc(sizeof(int) * (size_t)(2 * j->cap + 4));
   for (int r = r0; r < r1; r++) {
-    lower_rank(j->s, j->sim, j->stage_rank, j->feed + (size_t)r * j->cap, j->nfeed[r], r, x, y, bounds,
-               j->out);
+    lower_rank(j, r, x, y, bounds);
     lower_mark_rank_batches(&j->out->ranks[r]);
   }
   free(bounds);
@@ -422,7 +425,8 @@ static int lower_most_xfers(const zb_schedule *s, const int *stage_rank) {
 /* Actions per piece below which splitting the merge is not worth a thread. */
 #define LOWER_PIECE_ACTIONS 200000
 
-static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim, const zb_par *par) {
+static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim, const zb_costs *c,
+                                  const zb_par *par) {
   int p = s->p, S = zb_schedule_stages(s), cap = 2 * s->v;
   int *stage_rank = zb_malloc(sizeof(int) * (size_t)S);
   for (int st = 0; st < S; st++)
@@ -439,6 +443,7 @@ static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim
     pieces = 1;
   lower_job job = {.s = s,
                    .sim = sim,
+                   .c = c,
                    .stage_rank = stage_rank,
                    .feed = feed,
                    .nfeed = nfeed,
@@ -471,9 +476,10 @@ static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, co
     c = unit = zb_costs_from_rank_share(s->p, s->v, &rc, 0);
   }
   zb_sim_result *sim = NULL;
-  zb_err err = zb_simulate(s, c, &sim, diag);
-  if (!err && !global && lower_costs_positive(c))
-    *out = lower_by_rank(s, sim, par);
+  bool merge = !global && lower_costs_positive(c);
+  zb_err err = (merge ? zb_simulate_starts : zb_simulate)(s, c, &sim, diag);
+  if (!err && merge)
+    *out = lower_by_rank(s, sim, c, par);
   else if (!err)
     err = lower_walk(s, sim, out, diag);
   zb_sim_result_free(sim);

@@ -215,7 +215,8 @@ static void sim_advance_rank(sim_state *st, int r) {
     }
     if (res) {
       res->start[r][pos] = start;
-      res->end[r][pos] = end;
+      if (res->end)
+        res->end[r][pos] = end;
     }
     pos++;
   }
@@ -284,7 +285,10 @@ static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *re
   return err;
 }
 
-static zb_sim_result *sim_result_alloc(const zb_schedule *s, bool times) {
+/* Which per-action times a result keeps. */
+enum { SIM_FIGURES = 0, SIM_STARTS = 1, SIM_TIMES = 2 };
+
+static zb_sim_result *sim_result_alloc(const zb_schedule *s, int times) {
   zb_sim_result *r = zb_calloc(1, sizeof *r);
   size_t p = (size_t)s->p;
   r->p = s->p;
@@ -293,19 +297,20 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s, bool times) {
   r->span_end = zb_calloc(p, sizeof(double));
   r->peak_memory = zb_calloc(p, sizeof(double));
   r->peak_memory_units = zb_calloc(p, sizeof(double));
-  if (!times)
+  if (times == SIM_FIGURES)
     return r;
   r->start = zb_calloc(p, sizeof(double *));
-  r->end = zb_calloc(p, sizeof(double *));
+  r->end = times == SIM_TIMES ? zb_calloc(p, sizeof(double *)) : NULL;
   for (int k = 0; k < s->p; k++) {
     size_t n = (size_t)(s->ranks[k].n ? s->ranks[k].n : 1);
     r->start[k] = zb_calloc(n, sizeof(double));
-    r->end[k] = zb_calloc(n, sizeof(double));
+    if (r->end)
+      r->end[k] = zb_calloc(n, sizeof(double));
   }
   return r;
 }
 
-static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, bool times, zb_sim_result **out,
+static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int times, zb_sim_result **out,
                               zb_diag *diag) {
   zb_sim_result *r = sim_result_alloc(s, times);
   zb_err err = sim_run(s, c, r, &r->makespan, &r->max_span, false, diag);
@@ -330,11 +335,15 @@ static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, bool time
 }
 
 zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  return sim_with_result(s, c, true, out, diag);
+  return sim_with_result(s, c, SIM_TIMES, out, diag);
+}
+
+zb_err zb_simulate_starts(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
+  return sim_with_result(s, c, SIM_STARTS, out, diag);
 }
 
 zb_err zb_simulate_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  return sim_with_result(s, c, false, out, diag);
+  return sim_with_result(s, c, SIM_FIGURES, out, diag);
 }
 
 zb_err zb_simulate_makespan(const zb_schedule *s, const zb_costs *c, double *makespan, double *max_span) {
@@ -351,7 +360,8 @@ void zb_sim_result_free(zb_sim_result *r) {
     return;
   for (int k = 0; r->start && k < r->p; k++) {
     free(r->start[k]);
-    free(r->end[k]);
+    if (r->end)
+      free(r->end[k]);
   }
   free(r->start);
   free(r->end);

@@ -27,7 +27,7 @@ typedef struct zb_sim_result {
   double *peak_memory_units;     /* per rank, in units of the rank's M_F */
   /* per action (indexed like the schedule's lists): start/end times;
    * comm and FSDP actions get the time the rank reached them. NULL in a
-   * result of zb_simulate_figures. */
+   * result of zb_simulate_figures; end NULL in one of zb_simulate_starts. */
   double **start, **end;
 } zb_sim_result;
 
@@ -42,6 +42,12 @@ zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out,
  * that never draw or trace it (the coordinator). */
 zb_err zb_simulate_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
 void zb_sim_result_free(zb_sim_result *r);
+
+/* The figures and each action's start only (end NULL): an action's end
+ * is its start plus zb_costs_time of it, the sum the simulation makes,
+ * so a caller that needs both (lowering) recomputes the end exactly and
+ * keeps a third less memory at scale. */
+zb_err zb_simulate_starts(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
 
 /* Fast path for generators: makespan and max span only, no allocation of
  * per-action times. Returns ZB_ERR_DEADLOCK when stuck. */
