@@ -133,7 +133,7 @@ static void run_child(zb_family f, int p, int m, const zb_par *par, int timeout_
 
 int main(int argc, char **argv) {
   int p = 256, m = 4096, timeout_s = 120, repeat = 1, only = -1, cpus = zb_par_cpus();
-  int threads = cpus < 4 ? cpus : 4; /* as zb_job_plan */
+  int threads = zb_par_plan_width(); /* as zb_job_plan */
   for (int i = 1; i < argc; i++) {
     zb_family fam;
     if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc)

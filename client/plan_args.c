@@ -225,14 +225,8 @@ zb_costs *plan_costs(const plan_args *a, int p, int v, const char *stage_text, d
   return c;
 }
 
-/* The threads a plan may borrow here: as zb_job_plan, up to 4. */
-static zb_par plan_par(void) {
-  int cpus = zb_par_cpus();
-  return zb_par_threads(cpus < 4 ? cpus : 4);
-}
-
 zb_err plan_auto_search(const plan_args *a, zb_planner_result *r, zb_diag *diag) {
-  zb_par par = plan_par();
+  zb_par par = zb_par_threads(zb_par_plan_width());
   zb_planner_request req = {.family = ZB_FAMILY_ZB_AUTO,
                             .p = a->p,
                             .m = a->m,
@@ -247,7 +241,7 @@ zb_err plan_auto_search(const plan_args *a, zb_planner_result *r, zb_diag *diag)
 
 zb_err plan_family(const plan_args *a, zb_family f, int v, const zb_costs *c, zb_planner_result *r,
                    zb_diag *diag) {
-  zb_par par = plan_par();
+  zb_par par = zb_par_threads(zb_par_plan_width());
   zb_planner_request req = {.family = f,
                             .p = a->p,
                             .v = v,

@@ -6,14 +6,9 @@
 #include "zb_clock.h"
 #include "zb_par_threads.h"
 
-/* Threads one plan may borrow: lowering at scale splits well up to a few
- * (docs/schedules.md, Planning pipeline). */
-#define JOB_PLAN_THREADS 4
-
 zb_err zb_job_plan(const zb_job_spec *spec, zb_objective objective, zb_planner_result *out, zb_diag *diag) {
   memset(out, 0, sizeof *out);
-  int cpus = zb_par_cpus();
-  zb_par par = zb_par_threads(cpus < JOB_PLAN_THREADS ? cpus : JOB_PLAN_THREADS);
+  zb_par par = zb_par_threads(zb_par_plan_width());
   zb_family family;
   zb_err err = zb_family_parse(spec->schedule, &family, diag);
   if (err)

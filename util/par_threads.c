@@ -52,6 +52,11 @@ zb_par zb_par_threads(int width) {
   return (zb_par){.run = width > 1 ? par_threads_run : NULL, .width = width > 1 ? width : 1};
 }
 
+int zb_par_plan_width(void) {
+  int cpus = zb_par_cpus();
+  return cpus < ZB_PAR_PLAN_MAX ? cpus : ZB_PAR_PLAN_MAX;
+}
+
 int zb_par_cpus(void) {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) != 0)

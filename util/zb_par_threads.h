@@ -13,5 +13,10 @@
 zb_par zb_par_threads(int width);
 /* The processors this process may run on (sched_getaffinity), at least 1. */
 int zb_par_cpus(void);
+/* How many threads one plan borrows (zb_job_plan, zbctl plan, the scale
+ * benchmark): the processors, up to ZB_PAR_PLAN_MAX; lowering at scale
+ * splits well up to a few (docs/schedules.md, Planning pipeline). */
+#define ZB_PAR_PLAN_MAX 4
+int zb_par_plan_width(void);
 
 #endif
