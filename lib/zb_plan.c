@@ -207,12 +207,31 @@ zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra) {
   return s;
 }
 
+/* The family's own generator for r (its costs c checked). */
+static zb_err plan_family(const zb_plan_request *r, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
+  int v = r->v;
+  switch (r->family) {
+  case ZB_FAMILY_GPIPE: *out = zb_plan_gpipe(r->p, r->m); break;
+  case ZB_FAMILY_1F1B: *out = zb_plan_1f1b(r->p, r->m); break;
+  case ZB_FAMILY_INTERLEAVED_1F1B: *out = zb_plan_interleaved(r->p, v, r->m); break;
+  case ZB_FAMILY_ZB_H1: *out = zb_plan_zb_h1(r->p, r->m); break;
+  case ZB_FAMILY_ZB_H2: *out = zb_plan_zb_h2(r->p, r->m); break;
+  case ZB_FAMILY_ZB_AUTO: return zb_plan_auto(r, c, out, diag);
+  case ZB_FAMILY_ZB_V:
+  case ZB_FAMILY_V_HALF:
+  case ZB_FAMILY_V_MIN: return zb_plan_v_family(r, c, out, diag);
+  case ZB_FAMILY_ZB_INTERLEAVED: return zb_plan_zb_interleaved(r, c, out, diag);
+  case ZB_FAMILY_DUALPIPE_V: *out = zb_plan_dualpipe_v(r->p, r->m); break;
+  default: return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "unknown schedule family");
+  }
+  return ZB_OK;
+}
+
 zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *diag) {
   int v = req->v > 0 ? req->v : zb_family_default_chunks(req->family);
   zb_err err = zb_plan_check_shape(req->family, req->p, v, req->m, diag);
   if (err)
     return err;
-  zb_placement pl = zb_family_placement(req->family);
   zb_costs *own = NULL;
   const zb_costs *c = req->costs;
   if (!c) {
@@ -228,21 +247,19 @@ zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *
     goto cleanup;
   zb_plan_request r = *req;
   r.v = v;
-  switch (req->family) {
-  case ZB_FAMILY_GPIPE: *out = zb_plan_gpipe(r.p, r.m); break;
-  case ZB_FAMILY_1F1B: *out = zb_plan_1f1b(r.p, r.m); break;
-  case ZB_FAMILY_INTERLEAVED_1F1B: *out = zb_plan_interleaved(r.p, v, r.m); break;
-  case ZB_FAMILY_ZB_H1: *out = zb_plan_zb_h1(r.p, r.m); break;
-  case ZB_FAMILY_ZB_H2: *out = zb_plan_zb_h2(r.p, r.m); break;
-  case ZB_FAMILY_ZB_AUTO: err = zb_plan_auto(&r, c, out, diag); break;
-  case ZB_FAMILY_ZB_V:
-  case ZB_FAMILY_V_HALF:
-  case ZB_FAMILY_V_MIN: err = zb_plan_v_family(&r, c, out, diag); break;
-  case ZB_FAMILY_ZB_INTERLEAVED: err = zb_plan_zb_interleaved(&r, c, out, diag); break;
-  case ZB_FAMILY_DUALPIPE_V: *out = zb_plan_dualpipe_v(r.p, r.m); break;
-  default: err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "unknown schedule family"); break;
+  int q, base = zb_plan_extend_base(&r, &q);
+  if (base > 0) { /* a short run, its steady state prolonged */
+    zb_plan_request short_run = r;
+    short_run.m = base;
+    zb_schedule *s = NULL;
+    *out = NULL;
+    if (plan_family(&short_run, c, &s, diag) == ZB_OK)
+      *out = zb_plan_extend(s, r.m, q);
+    zb_schedule_free(s);
+    if (*out)
+      goto cleanup;
   }
-  (void)pl;
+  err = plan_family(&r, c, out, diag);
 cleanup:
   zb_costs_free(own);
   return err;

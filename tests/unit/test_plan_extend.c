@@ -1,0 +1,144 @@
+/* test_plan_extend — prolonging a short run's steady state
+ * (lib/zb_plan_extend.c): the lists it gives are the generator's own for
+ * the longer run, it refuses what has no period, and large plans made
+ * through it are valid and meet their families' bounds. */
+#include "zb_plan.h"
+#include "zb_plan_internal.h"
+#include "zb_planner.h"
+#include "zb_sim.h"
+#include "zb_validate.h"
+#include "zbtest.h"
+
+static zb_costs *costs_of(int p, bool uneven) {
+  zb_rank_costs rc = zb_rank_costs_default();
+  if (uneven) /* the paper's T_F:T_B:T_W:T_comm */
+    rc.t_f = 1, rc.t_b = 1.2, rc.t_w = 0.8, rc.t_comm = 0.05;
+  return zb_costs_from_rank_share(p, 2, &rc, 0);
+}
+
+/* The family's generator for m microbatches in full, not through
+ * zb_plan_generate (which prolongs large plans). */
+static zb_schedule *direct(zb_family f, int p, int m, const zb_costs *c) {
+  zb_plan_request r = {.family = f, .p = p, .v = 2, .m = m};
+  zb_schedule *s = NULL;
+  zb_diag d = {{0}};
+  zb_err err = f == ZB_FAMILY_ZB_INTERLEAVED ? zb_plan_zb_interleaved(&r, c, &s, &d)
+                                             : zb_plan_v_family(&r, c, &s, &d);
+  return err ? NULL : s;
+}
+
+/* The first place two schedules' lists differ, or -1 for none. */
+static long first_difference(const zb_schedule *a, const zb_schedule *b) {
+  for (int r = 0; r < a->p; r++) {
+    const zb_rank_list *x = &a->ranks[r], *y = &b->ranks[r];
+    for (int i = 0; i < x->n || i < y->n; i++)
+      if (i >= x->n || i >= y->n || x->actions[i].op != y->actions[i].op ||
+          x->actions[i].stage != y->actions[i].stage || x->actions[i].mb != y->actions[i].mb)
+        return (long)r * 1000000 + i;
+  }
+  return -1;
+}
+
+/* A short run of each family, prolonged, is the long run's lists exactly:
+ * both cost settings for the V families, equal costs for zb-interleaved
+ * (its W placed by timing under uneven costs has no period: below). */
+static void test_prolonged_equals_full(void) {
+  static const struct { zb_family f; bool uneven; } cases[] = {
+      {ZB_FAMILY_V_HALF, false}, {ZB_FAMILY_V_HALF, true},        {ZB_FAMILY_V_MIN, false},
+      {ZB_FAMILY_V_MIN, true},   {ZB_FAMILY_ZB_INTERLEAVED, false},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    for (int p = 64; p <= 128; p *= 2) {
+      zb_costs *c = costs_of(p, cases[k].uneven);
+      int m = 8 * p, q = cases[k].f == ZB_FAMILY_ZB_INTERLEAVED ? p : 1;
+      int base = cases[k].f == ZB_FAMILY_ZB_INTERLEAVED ? 5 * p : 2 * p + 3;
+      zb_schedule *full = direct(cases[k].f, p, m, c), *run = direct(cases[k].f, p, base, c);
+      zb_schedule *ext = run ? zb_plan_extend(run, m, q) : NULL;
+      CHECK_MSG(full && ext, "%s p=%d uneven=%d: no schedule", zb_family_name(cases[k].f), p, cases[k].uneven);
+      long at = first_difference(full, ext);
+      CHECK_MSG(at < 0, "%s p=%d uneven=%d: lists differ at rank %ld action %ld", zb_family_name(cases[k].f), p,
+                cases[k].uneven, at / 1000000, at % 1000000);
+      zb_schedule_free(full);
+      zb_schedule_free(run);
+      zb_schedule_free(ext);
+      zb_costs_free(c);
+    }
+}
+
+/* What has no period is refused, not repeated wrongly. */
+static void test_refuses_without_period(void) {
+  zb_costs *c = costs_of(8, false);
+  zb_schedule *vh = direct(ZB_FAMILY_V_HALF, 8, 64, c), *short_run = direct(ZB_FAMILY_V_HALF, 8, 8, c);
+  CHECK(vh && short_run);
+  zb_schedule *fewer = zb_plan_extend(vh, 32, 1);
+  CHECK_MSG(!fewer, "fewer microbatches than the run");
+  zb_schedule *off = zb_plan_extend(vh, 101, 2);
+  CHECK_MSG(!off, "101 - 64 is not a multiple of the period 2");
+  /* 8 microbatches on 8 ranks: warm-up and cool-down, no steady state */
+  zb_schedule *none = zb_plan_extend(short_run, 64, 1);
+  CHECK_MSG(!none, "a run with no three periods of steady state");
+  /* comm actions: not a generator's output */
+  zb_schedule *comm = zb_schedule_clone(vh);
+  zb_schedule_push(comm, 0, (zb_action){.op = ZB_OP_SEND_F, .stage = 0, .mb = 0, .peer = 1});
+  zb_schedule *lowered = zb_plan_extend(comm, 80, 1);
+  CHECK_MSG(!lowered, "lists with comm actions");
+  /* one action out of step breaks rank 3's period: no stretch left long
+   * enough in a run this short */
+  zb_schedule *broken = direct(ZB_FAMILY_V_HALF, 8, 24, c);
+  for (int i = 0; broken && i + 1 < broken->ranks[3].n; i += 12) {
+    zb_action t = broken->ranks[3].actions[i];
+    broken->ranks[3].actions[i] = broken->ranks[3].actions[i + 1];
+    broken->ranks[3].actions[i + 1] = t;
+  }
+  zb_schedule *bad = broken ? zb_plan_extend(broken, 64, 1) : NULL;
+  CHECK_MSG(broken && !bad, "a rank whose order never repeats");
+  zb_schedule *good = zb_plan_extend(vh, 80, 1);
+  CHECK_MSG(good && good->m == 80 && good->ranks[0].n == vh->ranks[0].n + 16 * 6, "a true steady state");
+  zb_schedule_free(vh);
+  zb_schedule_free(short_run);
+  zb_schedule_free(comm);
+  zb_schedule_free(broken);
+  zb_schedule_free(good);
+  zb_costs_free(c);
+}
+
+/* Large plans through zb_plan_generate: valid, within the family's limit,
+ * and at equal costs within the closed forms (V-Half p/(2m), V-Min
+ * 2p/(3m)); zb-interleaved under uneven costs has no period and is
+ * planned in full. */
+static void test_large_plans(void) {
+  int p = 64, m = 1024;
+  /* activation memory in units of one rank's M_F (test_plan_grid's
+   * convention); zb-interleaved's is interleaved-1f1b's warm-up of
+   * (v-1)p + 2(p-1) + 1 chunk forwards at 1/v each */
+  const struct { zb_family f; bool uneven; double bound, units; } cases[] = {
+      {ZB_FAMILY_V_HALF, false, 0.5, (p + 2) / 2.0},
+      {ZB_FAMILY_V_MIN, false, 2.0 / 3.0, (p + 4) / 3.0},
+      {ZB_FAMILY_ZB_INTERLEAVED, false, 0, (p + 2 * (p - 1) + 1) / 2.0},
+      {ZB_FAMILY_ZB_INTERLEAVED, true, 0, (p + 2 * (p - 1) + 1) / 2.0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    zb_costs *c = costs_of(p, cases[k].uneven);
+    zb_plan_request r = {.family = cases[k].f, .p = p, .m = m, .costs = c};
+    int q;
+    CHECK_MSG(zb_plan_extend_base(&r, &q) > 0, "%s p=%d m=%d is prolonged", zb_family_name(r.family), p, m);
+    zb_schedule *s = NULL;
+    zb_diag d = {{0}};
+    CHECK_MSG(zb_plan_generate(&r, &s, &d) == ZB_OK, "%s: %s", zb_family_name(r.family), d.msg);
+    zb_violation why;
+    CHECK_MSG(zb_validate(s, c, &why) == ZB_OK, "%s: invalid", zb_family_name(r.family));
+    zb_sim_result *sim = NULL;
+    CHECK(zb_simulate_figures(s, c, &sim, &d) == ZB_OK);
+    double bound = cases[k].bound * p / m;
+    CHECK_MSG(cases[k].bound == 0 || sim->bubble_ratio_paper <= bound + 1e-9, "%s: bubble %.4f above %.4f",
+              zb_family_name(r.family), sim->bubble_ratio_paper, bound);
+    CHECK_MSG(zb_sim_max_peak(sim) <= cases[k].units + 1e-9, "%s: peak %.2f above %.2f M_F",
+              zb_family_name(r.family), zb_sim_max_peak(sim), cases[k].units);
+    zb_sim_result_free(sim);
+    zb_schedule_free(s);
+    zb_costs_free(c);
+  }
+}
+
+ZBT_MAIN({"prolonged_equals_full", test_prolonged_equals_full},
+         {"refuses_without_period", test_refuses_without_period}, {"large_plans", test_large_plans})
