@@ -29,7 +29,7 @@ typedef struct sim_state {
 } sim_state;
 
 static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
-  return &arr[(size_t)stage * st->m + mb];
+  return &arr[(size_t)mb * (size_t)st->S + (size_t)stage];
 }
 
 /* When the input of compute action a, run on `rank`, is available; NAN if

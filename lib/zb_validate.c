@@ -297,6 +297,13 @@ typedef struct dl_run {
   bool *queued;
 } dl_run;
 
+/* A cell of done_f/done_b: microbatch-major, unlike vidx, as the ranks
+ * take turns here and neighbouring stages reach a microbatch at about the
+ * same time (the scan above goes rank by rank, along a stage's row). */
+static size_t dl_idx(const vctx *x, int stage, int mb) {
+  return (size_t)mb * (size_t)x->S + (size_t)stage;
+}
+
 static void dl_wake(dl_run *d, int r) {
   if (!d->queued[r]) {
     d->queued[r] = true;
@@ -315,7 +322,7 @@ static bool dl_post_group(dl_run *d, int r, int *end) {
     bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
     bool fwd = c->op == ZB_OP_SEND_F || c->op == ZB_OP_RECV_F;
     int prod = send ? c->stage : comm_other(c);
-    unsigned char *post = &(fwd ? d->done_f : d->done_b)[vidx(d->x, prod, c->mb)];
+    unsigned char *post = &(fwd ? d->done_f : d->done_b)[dl_idx(d->x, prod, c->mb)];
     unsigned char was = *post;
     *post |= send ? 1 : 2;
     if (*post != was)
@@ -339,17 +346,17 @@ static void dl_advance(dl_run *d, int r) {
       d->pos[r] = end + 1;
       continue;
     }
-    if (!x->lowered && a->op == ZB_OP_F && a->stage > 0 && !d->done_f[vidx(x, a->stage - 1, a->mb)])
+    if (!x->lowered && a->op == ZB_OP_F && a->stage > 0 && !d->done_f[dl_idx(x, a->stage - 1, a->mb)])
       return;
     if (!x->lowered && (a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage < x->S - 1 &&
-        !d->done_b[vidx(x, a->stage + 1, a->mb)])
+        !d->done_b[dl_idx(x, a->stage + 1, a->mb)])
       return;
     if (!x->lowered && a->op == ZB_OP_F) {
-      d->done_f[vidx(x, a->stage, a->mb)] = 1;
+      d->done_f[dl_idx(x, a->stage, a->mb)] = 1;
       if (a->stage + 1 < x->S)
         dl_wake(d, x->stage_rank[a->stage + 1]);
     } else if (!x->lowered && (a->op == ZB_OP_B || a->op == ZB_OP_BW)) {
-      d->done_b[vidx(x, a->stage, a->mb)] = 1;
+      d->done_b[dl_idx(x, a->stage, a->mb)] = 1;
       if (a->stage > 0)
         dl_wake(d, x->stage_rank[a->stage - 1]);
     }
