@@ -45,11 +45,38 @@ static bool ext_distinct(const zb_action *a, int L, int q, int64_t *keys) {
   return true;
 }
 
+/* The microbatches that every (op, stage) of the stretch a[0..len) holds
+ * in common: [*lo, *hi], empty when *lo > *hi. A rank lists each (op,
+ * stage) in microbatch order, so its first and last are its range. */
+static void ext_common(const zb_action *a, int len, int *lo, int *hi) {
+  enum { MAX_KINDS = 64 };
+  typedef struct { int op, stage, first, last; } ext_kind;
+  ext_kind kind[MAX_KINDS];
+  int n = 0;
+  for (int i = 0; i < len; i++) {
+    int k = 0;
+    while (k < n && (kind[k].op != a[i].op || kind[k].stage != a[i].stage))
+      k++;
+    if (k == MAX_KINDS) { /* more than a generator's ranks hold: no common range */
+      *lo = 1, *hi = 0;
+      return;
+    }
+    if (k == n)
+      kind[n++] = (ext_kind){a[i].op, a[i].stage, a[i].mb, a[i].mb};
+    kind[k].last = a[i].mb;
+  }
+  for (int k = 0; k < n; k++) {
+    *lo = kind[k].first > *lo ? kind[k].first : *lo;
+    *hi = kind[k].last < *hi ? kind[k].last : *hi;
+  }
+}
+
 /* Where rank list l (L actions a period, q microbatches on each time) is
  * cut: an index i such that the period before it continues after it, in
  * the middle of the longest periodic stretch; -1 when no stretch spans
- * EXT_MIN_PERIODS periods. */
-static int ext_cut(const zb_rank_list *l, int L, int q, int64_t *keys) {
+ * EXT_MIN_PERIODS periods. [*lo, *hi] narrows to the microbatches the
+ * stretch holds of every (op, stage). */
+static int ext_cut(const zb_rank_list *l, int L, int q, int64_t *keys, int *lo, int *hi) {
   int best_s = 0, best_len = -1, run_s = 0;
   for (int j = 0; j + L <= l->n; j++) {
     bool on = j + L < l->n && ext_repeats(&l->actions[j], &l->actions[j + L], q);
@@ -63,6 +90,7 @@ static int ext_cut(const zb_rank_list *l, int L, int q, int64_t *keys) {
    * they and their repeats form spans best_len + L actions */
   if (best_len + L < EXT_MIN_PERIODS * L)
     return -1;
+  ext_common(&l->actions[best_s], best_len + L, lo, hi);
   int cut = best_s + L + (best_len - L) / L / 2 * L;
   return ext_distinct(&l->actions[cut - L], L, q, keys) ? cut : -1;
 }
@@ -112,8 +140,15 @@ zb_schedule *zb_plan_extend(const zb_schedule *s, int m, int q) {
   int most = ext_periods(s, q, per);
   int64_t *keys = zb_malloc(sizeof(int64_t) * (size_t)(most > 0 ? most : 1));
   bool ok = most > 0;
+  /* Each rank's stretch alone may be a pattern of the warm-up that a
+   * short run repeats for a while (at p = 256, a run of 300 microbatches
+   * has such stretches, and prolonged they deadlock). The steady state is
+   * where every rank repeats at once: some microbatch must lie in every
+   * rank's stretch for every (op, stage). */
+  int lo = 0, hi = s->m;
   for (int r = 0; ok && r < s->p; r++)
-    ok = (cut[r] = ext_cut(&s->ranks[r], per[r], q, keys)) >= 0;
+    ok = (cut[r] = ext_cut(&s->ranks[r], per[r], q, keys, &lo, &hi)) >= 0;
+  ok = ok && lo <= hi;
   zb_schedule *out = ok ? zb_schedule_new(s->p, s->v, m, s->placement) : NULL;
   for (int r = 0; out && r < s->p; r++)
     ext_rank(&s->ranks[r], per[r], q, cut[r], (m - s->m) / q, out, r);

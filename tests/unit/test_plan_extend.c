@@ -102,6 +102,27 @@ static void test_refuses_without_period(void) {
   zb_costs_free(c);
 }
 
+/* Short runs whose ranks each repeat a pattern of the warm-up for a while
+ * (V-Half at p = 32 with 36 microbatches: prolonged, it deadlocks): what
+ * comes back from any run length is valid. */
+static void test_any_run_length_valid(void) {
+  zb_costs *c = costs_of(32, false);
+  int prolonged = 0;
+  for (int f = 0; f < 2; f++)
+    for (int m = 16; m <= 80; m++) {
+      zb_family fam = f ? ZB_FAMILY_V_MIN : ZB_FAMILY_V_HALF;
+      zb_schedule *run = direct(fam, 32, m, c), *ext = run ? zb_plan_extend(run, m + 40, 1) : NULL;
+      zb_violation why;
+      prolonged += ext != NULL;
+      CHECK_MSG(!ext || zb_validate(ext, c, &why) == ZB_OK, "%s: a run of %d prolonged is invalid",
+                zb_family_name(fam), m);
+      zb_schedule_free(run);
+      zb_schedule_free(ext);
+    }
+  CHECK_MSG(prolonged >= 20, "only %d of the runs were prolonged", prolonged);
+  zb_costs_free(c);
+}
+
 /* Large plans through zb_plan_generate: valid, within the family's limit,
  * and at equal costs within the closed forms (V-Half p/(2m), V-Min
  * 2p/(3m)); zb-interleaved under uneven costs has no period and is
@@ -141,4 +162,5 @@ static void test_large_plans(void) {
 }
 
 ZBT_MAIN({"prolonged_equals_full", test_prolonged_equals_full},
-         {"refuses_without_period", test_refuses_without_period}, {"large_plans", test_large_plans})
+         {"refuses_without_period", test_refuses_without_period},
+         {"any_run_length_valid", test_any_run_length_valid}, {"large_plans", test_large_plans})
