@@ -50,7 +50,9 @@ static bool ext_distinct(const zb_action *a, int L, int q, int64_t *keys) {
  * stage) in microbatch order, so its first and last are its range. */
 static void ext_common(const zb_action *a, int len, int *lo, int *hi) {
   enum { MAX_KINDS = 64 };
-  typedef struct { int op, stage, first, last; } ext_kind;
+  typedef struct {
+    int op, stage, first, last;
+  } ext_kind;
   ext_kind kind[MAX_KINDS];
   int n = 0;
   for (int i = 0; i < len; i++) {
@@ -165,7 +167,7 @@ zb_schedule *zb_plan_extend(const zb_schedule *s, int m, int q) {
 int zb_plan_extend_base(const zb_plan_request *req, int *q) {
   switch (req->family) {
   case ZB_FAMILY_V_HALF:
-  case ZB_FAMILY_V_MIN: *q = 1; break; /* the block repeats every microbatch */
+  case ZB_FAMILY_V_MIN: *q = 1; break;               /* the block repeats every microbatch */
   case ZB_FAMILY_ZB_INTERLEAVED: *q = req->p; break; /* a chunk's round of p microbatches */
   default: return 0;
   }

@@ -22,8 +22,8 @@ static zb_schedule *direct(zb_family f, int p, int m, const zb_costs *c) {
   zb_plan_request r = {.family = f, .p = p, .v = 2, .m = m};
   zb_schedule *s = NULL;
   zb_diag d = {{0}};
-  zb_err err = f == ZB_FAMILY_ZB_INTERLEAVED ? zb_plan_zb_interleaved(&r, c, &s, &d)
-                                             : zb_plan_v_family(&r, c, &s, &d);
+  zb_err err =
+      f == ZB_FAMILY_ZB_INTERLEAVED ? zb_plan_zb_interleaved(&r, c, &s, &d) : zb_plan_v_family(&r, c, &s, &d);
   return err ? NULL : s;
 }
 
@@ -43,8 +43,11 @@ static long first_difference(const zb_schedule *a, const zb_schedule *b) {
  * both cost settings for the V families, equal costs for zb-interleaved
  * (its W placed by timing under uneven costs has no period: below). */
 static void test_prolonged_equals_full(void) {
-  static const struct { zb_family f; bool uneven; } cases[] = {
-      {ZB_FAMILY_V_HALF, false}, {ZB_FAMILY_V_HALF, true},        {ZB_FAMILY_V_MIN, false},
+  static const struct {
+    zb_family f;
+    bool uneven;
+  } cases[] = {
+      {ZB_FAMILY_V_HALF, false}, {ZB_FAMILY_V_HALF, true},          {ZB_FAMILY_V_MIN, false},
       {ZB_FAMILY_V_MIN, true},   {ZB_FAMILY_ZB_INTERLEAVED, false},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
@@ -54,10 +57,11 @@ static void test_prolonged_equals_full(void) {
       int base = cases[k].f == ZB_FAMILY_ZB_INTERLEAVED ? 5 * p : 2 * p + 3;
       zb_schedule *full = direct(cases[k].f, p, m, c), *run = direct(cases[k].f, p, base, c);
       zb_schedule *ext = run ? zb_plan_extend(run, m, q) : NULL;
-      CHECK_MSG(full && ext, "%s p=%d uneven=%d: no schedule", zb_family_name(cases[k].f), p, cases[k].uneven);
+      CHECK_MSG(full && ext, "%s p=%d uneven=%d: no schedule", zb_family_name(cases[k].f), p,
+                cases[k].uneven);
       long at = first_difference(full, ext);
-      CHECK_MSG(at < 0, "%s p=%d uneven=%d: lists differ at rank %ld action %ld", zb_family_name(cases[k].f), p,
-                cases[k].uneven, at / 1000000, at % 1000000);
+      CHECK_MSG(at < 0, "%s p=%d uneven=%d: lists differ at rank %ld action %ld", zb_family_name(cases[k].f),
+                p, cases[k].uneven, at / 1000000, at % 1000000);
       zb_schedule_free(full);
       zb_schedule_free(run);
       zb_schedule_free(ext);
@@ -132,7 +136,11 @@ static void test_large_plans(void) {
   /* activation memory in units of one rank's M_F (test_plan_grid's
    * convention); zb-interleaved's is interleaved-1f1b's warm-up of
    * (v-1)p + 2(p-1) + 1 chunk forwards at 1/v each */
-  const struct { zb_family f; bool uneven; double bound, units; } cases[] = {
+  const struct {
+    zb_family f;
+    bool uneven;
+    double bound, units;
+  } cases[] = {
       {ZB_FAMILY_V_HALF, false, 0.5, (p + 2) / 2.0},
       {ZB_FAMILY_V_MIN, false, 2.0 / 3.0, (p + 4) / 3.0},
       {ZB_FAMILY_ZB_INTERLEAVED, false, 0, (p + 2 * (p - 1) + 1) / 2.0},
