@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "zb_alloc.h"
+#include "zb_period.h"
 #include "zb_sim.h"
 
 /* A pending transfer: the output of a producer op that another rank needs. */
@@ -447,8 +448,76 @@ static bool lower_costs_positive(const zb_costs *c) {
   return true;
 }
 
-static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, const zb_par *par,
-                        zb_schedule **out, zb_diag *diag) {
+/* Plans with at least this many compute actions are lowered through their
+ * steady state: a short run lowered in full and its period repeated. */
+#define LOWER_PERIODIC_ACTIONS 131072
+/* Periods the short run keeps in every rank's stretch (zb_period_shrink). */
+#define LOWER_KEEP_PERIODS 5
+
+/* Whether lowered holds s's compute actions in s's order on every rank:
+ * lowering's own promise, checked on what a repeated period gave. */
+static bool lower_keeps_compute(const zb_schedule *s, const zb_schedule *lowered) {
+  for (int r = 0; r < s->p; r++) {
+    const zb_rank_list *in = &s->ranks[r], *out = &lowered->ranks[r];
+    int i = 0;
+    for (int k = 0; k < out->n; k++) {
+      const zb_action *a = &out->actions[k];
+      if (zb_op_is_comm(a->op))
+        continue;
+      const zb_action *b = &in->actions[i];
+      if (i == in->n || a->op != b->op || a->stage != b->stage || a->mb != b->mb || a->overlap != b->overlap)
+        return false;
+      i++;
+    }
+    if (i != in->n)
+      return false;
+  }
+  return true;
+}
+
+/* s lowered through its steady state (zb_period.h): the run with most of
+ * its periods taken out is simulated and merged, and the period of its
+ * lowered lists repeated back to s->m. While the timeline repeats, so do
+ * the transfers and where they fall between the compute actions, so the
+ * lists are those the full merge gives (tests/unit/test_period.c), for a
+ * fraction of the simulation and merge. Periods of 1 and 2 microbatches
+ * are tried; interleaved schedules repeat only every p, and the short run
+ * they keep (warm-up, cool-down and the lag between a rank's chunks, each
+ * a round or more) saves less than the second pass costs. NULL when s
+ * has no such steady state, a short run would not halve it, or its
+ * lowering does not repeat (uneven costs can make the timeline's ties
+ * fall differently from period to period). */
+static zb_schedule *lower_periodic(const zb_schedule *s, const zb_costs *c, const zb_par *par) {
+  for (int q = 1; q <= 2; q++) {
+    zb_schedule *run = zb_period_shrink(s, q, LOWER_KEEP_PERIODS), *low = NULL, *out = NULL;
+    zb_sim_result *sim = NULL;
+    if (run && 2 * run->m <= s->m && zb_simulate_starts(run, c, &sim, NULL) == ZB_OK &&
+        zb_period_times_repeat(run, q, sim->start))
+      low = lower_by_rank(run, sim, c, par);
+    if (low)
+      out = zb_period_extend(low, s->m, q);
+    if (out && !lower_keeps_compute(s, out)) {
+      zb_schedule_free(out);
+      out = NULL;
+    }
+    zb_sim_result_free(sim);
+    zb_schedule_free(low);
+    zb_schedule_free(run);
+    if (run || out) /* a steady state of this period: the lowering's to keep, or none */
+      return out;
+  }
+  return NULL;
+}
+
+static long lower_compute_actions(const zb_schedule *s) {
+  long n = 0;
+  for (int r = 0; r < s->p; r++)
+    n += s->ranks[r].n;
+  return n;
+}
+
+static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, bool periodic,
+                        const zb_par *par, zb_schedule **out, zb_diag *diag) {
   if (zb_schedule_has_comm(s))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "schedule is already lowered (it has SEND/RECV actions)");
   zb_costs *unit = NULL;
@@ -456,8 +525,13 @@ static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, co
     zb_rank_costs rc = zb_rank_costs_default();
     c = unit = zb_costs_from_rank_share(s->p, s->v, &rc, 0);
   }
-  zb_sim_result *sim = NULL;
   bool merge = !global && lower_costs_positive(c);
+  if (merge && periodic && lower_compute_actions(s) >= LOWER_PERIODIC_ACTIONS &&
+      (*out = lower_periodic(s, c, par)) != NULL) {
+    zb_costs_free(unit);
+    return ZB_OK;
+  }
+  zb_sim_result *sim = NULL;
   zb_err err = (merge ? zb_simulate_starts : zb_simulate)(s, c, &sim, diag);
   if (!err && merge)
     *out = lower_by_rank(s, sim, c, par);
@@ -469,14 +543,19 @@ static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, co
 }
 
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
-  return lower_run(s, c, false, NULL, out, diag);
+  return lower_run(s, c, false, true, NULL, out, diag);
 }
 
 zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
                     zb_diag *diag) {
-  return lower_run(s, c, false, par, out, diag);
+  return lower_run(s, c, false, true, par, out, diag);
+}
+
+zb_err zb_lower_full_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
+                         zb_diag *diag) {
+  return lower_run(s, c, false, false, par, out, diag);
 }
 
 zb_err zb_lower_global(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
-  return lower_run(s, c, true, NULL, out, diag);
+  return lower_run(s, c, true, false, NULL, out, diag);
 }

@@ -20,9 +20,20 @@
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 
 /* zb_lower with the per-rank merge split over par's runner (zb_par.h):
- * shares of the ranks at once, the same lists. */
+ * shares of the ranks at once, the same lists.
+ *
+ * Large plans (131,072 compute actions and more) are lowered through
+ * their steady state (zb_period.h): a short run with most periods taken
+ * out is lowered and the period of its lists repeated back, which gives
+ * the full merge's lists while the simulated timeline repeats exactly
+ * (docs/schedules.md, Planning at scale). */
 zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
                     zb_diag *diag);
+
+/* zb_lower_par merging every rank in full, never through the steady
+ * state: the reference that shortcut is tested against. */
+zb_err zb_lower_full_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
+                         zb_diag *diag);
 
 /* The reference form of the same pass: every rank's events in one global
  * time order (a heap of ranks and one of transfers). zb_lower gives the

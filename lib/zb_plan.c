@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "zb_alloc.h"
+#include "zb_period.h"
 #include "zb_plan_internal.h"
 
 static const struct {
@@ -207,6 +208,26 @@ zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra) {
   return s;
 }
 
+/* Plans with fewer actions than this are generated in full: cheap, and
+ * the grids the families are measured on keep their exact generators. */
+#define PLAN_SHORT_RUN_ACTIONS 131072
+
+int zb_plan_extend_base(const zb_plan_request *req, int *q) {
+  switch (req->family) {
+  case ZB_FAMILY_V_HALF:
+  case ZB_FAMILY_V_MIN: *q = 1; break;               /* the block repeats every microbatch */
+  case ZB_FAMILY_ZB_INTERLEAVED: *q = req->p; break; /* a chunk's round of p microbatches */
+  default: return 0;
+  }
+  /* warm-up, three periods and cool-down: a V's warm-up spans about p
+   * microbatches, interleaved's one round per chunk */
+  int base = 2 * req->p + 3 * *q;
+  base += ((req->m - base) % *q + *q) % *q; /* the same microbatches modulo the period */
+  int v = req->v > 0 ? req->v : zb_family_default_chunks(req->family);
+  bool large = 3.0 * v * req->p * req->m >= PLAN_SHORT_RUN_ACTIONS;
+  return large && 2 * base <= req->m ? base : 0;
+}
+
 /* The family's own generator for r (its costs c checked). */
 static zb_err plan_family(const zb_plan_request *r, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
   int v = r->v;
@@ -254,7 +275,7 @@ zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *
     zb_schedule *s = NULL;
     *out = NULL;
     if (plan_family(&short_run, c, &s, diag) == ZB_OK)
-      *out = zb_plan_extend(s, r.m, q);
+      *out = zb_period_extend(s, r.m, q);
     zb_schedule_free(s);
     if (*out)
       goto cleanup;

@@ -91,15 +91,9 @@ zb_err zb_plan_zb_interleaved(const zb_plan_request *req, const zb_costs *c, zb_
 /* DualPipeV as PyTorch lists it (zb_plan_dualpipe.c); m >= 2p - 1. */
 zb_schedule *zb_plan_dualpipe_v(int p, int m);
 
-/* s (compute actions only) for m microbatches: every rank's periodic
- * stretch, q microbatches on per period, repeated (m - s->m) / q more
- * times (zb_plan_extend.c). NULL when m - s->m is not a multiple of q or
- * a rank has no stretch of three periods. Caller owns the result. */
-zb_schedule *zb_plan_extend(const zb_schedule *s, int m, int q);
-
 /* Microbatches of the short run that req's family plans and then
- * prolongs to req->m (*q: microbatches per period), or 0 when the family
- * or the size plans in full. */
+ * prolongs to req->m (zb_period_extend; *q: microbatches per period), or
+ * 0 when the family or the size plans in full (zb_plan.c). */
 int zb_plan_extend_base(const zb_plan_request *req, int *q);
 
 zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);

@@ -1,7 +1,9 @@
-/* test_plan_extend — prolonging a short run's steady state
- * (lib/zb_plan_extend.c): the lists it gives are the generator's own for
+/* test_period — a schedule's steady state repeated more or fewer times
+ * (lib/zb_period.c): the lists it gives are the generator's own for
  * the longer run, it refuses what has no period, and large plans made
  * through it are valid and meet their families' bounds. */
+#include "zb_lower.h"
+#include "zb_period.h"
 #include "zb_plan.h"
 #include "zb_plan_internal.h"
 #include "zb_planner.h"
@@ -33,7 +35,8 @@ static long first_difference(const zb_schedule *a, const zb_schedule *b) {
     const zb_rank_list *x = &a->ranks[r], *y = &b->ranks[r];
     for (int i = 0; i < x->n || i < y->n; i++)
       if (i >= x->n || i >= y->n || x->actions[i].op != y->actions[i].op ||
-          x->actions[i].stage != y->actions[i].stage || x->actions[i].mb != y->actions[i].mb)
+          x->actions[i].stage != y->actions[i].stage || x->actions[i].mb != y->actions[i].mb ||
+          x->actions[i].peer != y->actions[i].peer || x->actions[i].batch != y->actions[i].batch)
         return (long)r * 1000000 + i;
   }
   return -1;
@@ -56,7 +59,7 @@ static void test_prolonged_equals_full(void) {
       int m = 8 * p, q = cases[k].f == ZB_FAMILY_ZB_INTERLEAVED ? p : 1;
       int base = cases[k].f == ZB_FAMILY_ZB_INTERLEAVED ? 5 * p : 2 * p + 3;
       zb_schedule *full = direct(cases[k].f, p, m, c), *run = direct(cases[k].f, p, base, c);
-      zb_schedule *ext = run ? zb_plan_extend(run, m, q) : NULL;
+      zb_schedule *ext = run ? zb_period_extend(run, m, q) : NULL;
       CHECK_MSG(full && ext, "%s p=%d uneven=%d: no schedule", zb_family_name(cases[k].f), p,
                 cases[k].uneven);
       long at = first_difference(full, ext);
@@ -74,17 +77,17 @@ static void test_refuses_without_period(void) {
   zb_costs *c = costs_of(8, false);
   zb_schedule *vh = direct(ZB_FAMILY_V_HALF, 8, 64, c), *short_run = direct(ZB_FAMILY_V_HALF, 8, 8, c);
   CHECK(vh && short_run);
-  zb_schedule *fewer = zb_plan_extend(vh, 32, 1);
+  zb_schedule *fewer = zb_period_extend(vh, 32, 1);
   CHECK_MSG(!fewer, "fewer microbatches than the run");
-  zb_schedule *off = zb_plan_extend(vh, 101, 2);
+  zb_schedule *off = zb_period_extend(vh, 101, 2);
   CHECK_MSG(!off, "101 - 64 is not a multiple of the period 2");
   /* 8 microbatches on 8 ranks: warm-up and cool-down, no steady state */
-  zb_schedule *none = zb_plan_extend(short_run, 64, 1);
+  zb_schedule *none = zb_period_extend(short_run, 64, 1);
   CHECK_MSG(!none, "a run with no three periods of steady state");
   /* comm actions: not a generator's output */
   zb_schedule *comm = zb_schedule_clone(vh);
   zb_schedule_push(comm, 0, (zb_action){.op = ZB_OP_SEND_F, .stage = 0, .mb = 0, .peer = 1});
-  zb_schedule *lowered = zb_plan_extend(comm, 80, 1);
+  zb_schedule *lowered = zb_period_extend(comm, 80, 1);
   CHECK_MSG(!lowered, "lists with comm actions");
   /* one action out of step breaks rank 3's period: no stretch left long
    * enough in a run this short */
@@ -94,9 +97,9 @@ static void test_refuses_without_period(void) {
     broken->ranks[3].actions[i] = broken->ranks[3].actions[i + 1];
     broken->ranks[3].actions[i + 1] = t;
   }
-  zb_schedule *bad = broken ? zb_plan_extend(broken, 64, 1) : NULL;
+  zb_schedule *bad = broken ? zb_period_extend(broken, 64, 1) : NULL;
   CHECK_MSG(broken && !bad, "a rank whose order never repeats");
-  zb_schedule *good = zb_plan_extend(vh, 80, 1);
+  zb_schedule *good = zb_period_extend(vh, 80, 1);
   CHECK_MSG(good && good->m == 80 && good->ranks[0].n == vh->ranks[0].n + 16 * 6, "a true steady state");
   zb_schedule_free(vh);
   zb_schedule_free(short_run);
@@ -115,7 +118,7 @@ static void test_any_run_length_valid(void) {
   for (int f = 0; f < 2; f++)
     for (int m = 16; m <= 80; m++) {
       zb_family fam = f ? ZB_FAMILY_V_MIN : ZB_FAMILY_V_HALF;
-      zb_schedule *run = direct(fam, 32, m, c), *ext = run ? zb_plan_extend(run, m + 40, 1) : NULL;
+      zb_schedule *run = direct(fam, 32, m, c), *ext = run ? zb_period_extend(run, m + 40, 1) : NULL;
       zb_violation why;
       prolonged += ext != NULL;
       CHECK_MSG(!ext || zb_validate(ext, c, &why) == ZB_OK, "%s: a run of %d prolonged is invalid",
@@ -125,6 +128,40 @@ static void test_any_run_length_valid(void) {
     }
   CHECK_MSG(prolonged >= 20, "only %d of the runs were prolonged", prolonged);
   zb_costs_free(c);
+}
+
+/* Large plans are lowered through their steady state (a short run
+ * lowered, its period repeated): the lists of the full merge, for the
+ * families that repeat every microbatch, under both cost settings (where
+ * uneven costs break the timeline's period, lowering merges in full). */
+static void test_lowered_through_period(void) {
+  static const zb_family fams[] = {ZB_FAMILY_1F1B, ZB_FAMILY_ZB_H1, ZB_FAMILY_ZB_V, ZB_FAMILY_V_HALF,
+                                   ZB_FAMILY_V_MIN};
+  int p = 64;
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
+    for (int uneven = 0; uneven <= 1; uneven++) {
+      int v = zb_family_default_chunks(fams[f]), m = 2048 / v;
+      zb_rank_costs rc = zb_rank_costs_default();
+      if (uneven)
+        rc.t_f = 1, rc.t_b = 1.2, rc.t_w = 0.8, rc.t_comm = 0.05;
+      zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
+      zb_plan_request r = {.family = fams[f], .p = p, .m = m, .costs = c};
+      zb_schedule *s = NULL, *fast = NULL, *full = NULL;
+      zb_diag d = {{0}};
+      CHECK_EQ(zb_plan_generate(&r, &s, &d), ZB_OK);
+      zb_schedule *run = zb_period_shrink(s, 1, 5);
+      CHECK_MSG(run && 2 * run->m <= m, "%s: a short run of %d", zb_family_name(fams[f]), run ? run->m : -1);
+      CHECK_EQ(zb_lower(s, c, &fast, &d), ZB_OK);
+      CHECK_EQ(zb_lower_full_par(s, c, NULL, &full, &d), ZB_OK);
+      long at = first_difference(fast, full);
+      CHECK_MSG(at < 0, "%s uneven=%d: lowered lists differ at rank %ld action %ld", zb_family_name(fams[f]),
+                uneven, at / 1000000, at % 1000000);
+      zb_schedule_free(run);
+      zb_schedule_free(s);
+      zb_schedule_free(fast);
+      zb_schedule_free(full);
+      zb_costs_free(c);
+    }
 }
 
 /* Large plans through zb_plan_generate: valid, within the family's limit,
@@ -171,4 +208,5 @@ static void test_large_plans(void) {
 
 ZBT_MAIN({"prolonged_equals_full", test_prolonged_equals_full},
          {"refuses_without_period", test_refuses_without_period},
-         {"any_run_length_valid", test_any_run_length_valid}, {"large_plans", test_large_plans})
+         {"any_run_length_valid", test_any_run_length_valid},
+         {"lowered_through_period", test_lowered_through_period}, {"large_plans", test_large_plans})

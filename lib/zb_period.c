@@ -1,0 +1,198 @@
+/* zb_period.c — see zb_period.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zb_alloc.h"
+#include "zb_period.h"
+
+/* Periods a stretch must span to count as the steady state, not a
+ * coincidence of the warm-up. */
+#define PERIOD_MIN_PERIODS 3
+
+/* Whether y is x again, q microbatches on. */
+static bool period_repeats(const zb_action *x, const zb_action *y, int q) {
+  return y->op == x->op && y->stage == x->stage && y->mb == x->mb + q && y->peer == x->peer &&
+         y->batch == x->batch && y->overlap == x->overlap;
+}
+
+static int period_key_cmp(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return (a > b) - (a < b);
+}
+
+/* Whether a period (L actions from a) can repeat without two copies of
+ * one (op, stage, microbatch): the microbatches it holds of each (op,
+ * stage) differ modulo q. keys: room for L. */
+static bool period_distinct(const zb_action *a, int L, int q, int64_t *keys) {
+  for (int i = 0; i < L; i++)
+    keys[i] = ((int64_t)a[i].stage * ZB_OP_COUNT_ + a[i].op) * q + a[i].mb % q;
+  qsort(keys, (size_t)L, sizeof *keys, period_key_cmp);
+  for (int i = 1; i < L; i++)
+    if (keys[i] == keys[i - 1])
+      return false;
+  return true;
+}
+
+/* The microbatches that every (op, stage) of the stretch a[0..len) holds
+ * in common: [*lo, *hi], empty when *lo > *hi. A rank lists each (op,
+ * stage) in microbatch order, so its first and last are its range. */
+static void period_common(const zb_action *a, int len, int *lo, int *hi) {
+  enum { MAX_KINDS = 64 };
+  typedef struct {
+    int op, stage, first, last;
+  } period_kind;
+  period_kind kind[MAX_KINDS];
+  int n = 0;
+  for (int i = 0; i < len; i++) {
+    int k = 0;
+    while (k < n && (kind[k].op != a[i].op || kind[k].stage != a[i].stage))
+      k++;
+    if (k == MAX_KINDS) { /* more than a generator's ranks hold: no common range */
+      *lo = 1, *hi = 0;
+      return;
+    }
+    if (k == n)
+      kind[n++] = (period_kind){a[i].op, a[i].stage, a[i].mb, a[i].mb};
+    kind[k].last = a[i].mb;
+  }
+  for (int k = 0; k < n; k++) {
+    *lo = kind[k].first > *lo ? kind[k].first : *lo;
+    *hi = kind[k].last < *hi ? kind[k].last : *hi;
+  }
+}
+
+/* A rank's periodic stretch: actions [first, last) of its list, each
+ * followed L later by itself q microbatches on (up to the last period). */
+typedef struct period_stretch {
+  int L, first, last;
+} period_stretch;
+
+/* Rank list l's longest stretch for L actions a period into *st; false
+ * when none spans PERIOD_MIN_PERIODS periods, or its first period would
+ * repeat a (op, stage, microbatch). [*lo, *hi] narrows to the
+ * microbatches the stretch holds of every (op, stage). */
+static bool period_stretch_of(const zb_rank_list *l, int L, int q, int64_t *keys, int *lo, int *hi,
+                              period_stretch *st) {
+  int best_s = 0, best_len = -1, run_s = 0;
+  for (int j = 0; j + L <= l->n; j++) {
+    bool on = j + L < l->n && period_repeats(&l->actions[j], &l->actions[j + L], q);
+    if (on)
+      continue;
+    if (j - run_s > best_len) /* the run [run_s, j) of repeating actions ended here */
+      best_s = run_s, best_len = j - run_s;
+    run_s = j + 1;
+  }
+  /* the repeating actions and their repeats span best_len + L actions */
+  *st = (period_stretch){.L = L, .first = best_s, .last = best_s + best_len + L};
+  if (best_len + L < PERIOD_MIN_PERIODS * L || !period_distinct(&l->actions[best_s], L, q, keys))
+    return false;
+  period_common(&l->actions[best_s], best_len + L, lo, hi);
+  return true;
+}
+
+/* Actions per period of each rank (st[r].L) when every list holds only
+ * compute and comm actions, the same number per microbatch; the largest,
+ * or 0 when a list does not. */
+static int period_lengths(const zb_schedule *s, int q, period_stretch *st) {
+  int most = 0;
+  for (int r = 0; r < s->p; r++) {
+    const zb_rank_list *l = &s->ranks[r];
+    for (int i = 0; i < l->n; i++) /* markers carry no period */
+      if (!zb_op_is_compute(l->actions[i].op) && !zb_op_is_comm(l->actions[i].op))
+        return 0;
+    if (l->n == 0 || l->n % s->m != 0)
+      return 0;
+    st[r].L = l->n / s->m * q;
+    most = st[r].L > most ? st[r].L : most;
+  }
+  return most;
+}
+
+/* Every rank's stretch into st (p of them); *common: how many microbatches
+ * all of them hold of every (op, stage); false when a rank has none or
+ * they hold none in common. Each rank's stretch alone may be a pattern of
+ * the warm-up that a short run keeps up for a while (at p = 256, a run of
+ * 300 microbatches of V-Half has such stretches, and prolonged they
+ * deadlock); the steady state is where every rank repeats at once. */
+static bool period_find(const zb_schedule *s, int q, period_stretch *st, int *common) {
+  int most = q >= 1 ? period_lengths(s, q, st) : 0;
+  if (most == 0)
+    return false;
+  int64_t *keys = zb_malloc(sizeof(int64_t) * (size_t)most);
+  int lo = 0, hi = s->m - 1;
+  bool ok = true;
+  for (int r = 0; ok && r < s->p; r++)
+    ok = period_stretch_of(&s->ranks[r], st[r].L, q, keys, &lo, &hi, &st[r]);
+  free(keys);
+  *common = hi - lo + 1;
+  return ok && lo <= hi;
+}
+
+/* Rank list l with k periods (k < 0: -k fewer) from `cut` on, the
+ * actions after them moved k q microbatches, into rank r of out. */
+static void period_rank(const zb_rank_list *l, int L, int q, int cut, int k, zb_schedule *out, int r) {
+  int n = l->n + k * L, at = cut;
+  zb_schedule_reserve(out, r, n > 0 ? n : 1);
+  zb_action *dst = out->ranks[r].actions;
+  memcpy(dst, l->actions, sizeof *dst * (size_t)cut);
+  const zb_action *period = &l->actions[cut - L];
+  for (int rep = 1; rep <= k; rep++)
+    for (int i = 0; i < L; i++) {
+      dst[at] = period[i];
+      dst[at++].mb += rep * q;
+    }
+  for (int i = cut + (k < 0 ? -k * L : 0); i < l->n; i++) {
+    dst[at] = l->actions[i];
+    dst[at++].mb += k * q;
+  }
+  out->ranks[r].n = n;
+}
+
+zb_schedule *zb_period_extend(const zb_schedule *s, int m, int q) {
+  if (q < 1 || m < s->m || (m - s->m) % q != 0)
+    return NULL;
+  period_stretch *st = zb_malloc(sizeof *st * (size_t)s->p);
+  int common;
+  zb_schedule *out = period_find(s, q, st, &common) ? zb_schedule_new(s->p, s->v, m, s->placement) : NULL;
+  for (int r = 0; out && r < s->p; r++) { /* cut mid-stretch, after a whole period */
+    int cut = st[r].first + (st[r].last - st[r].first) / st[r].L / 2 * st[r].L;
+    period_rank(&s->ranks[r], st[r].L, q, cut, (m - s->m) / q, out, r);
+  }
+  free(st);
+  return out;
+}
+
+zb_schedule *zb_period_shrink(const zb_schedule *s, int q, int keep) {
+  period_stretch *st = zb_malloc(sizeof *st * (size_t)s->p);
+  int common, k = 0;
+  if (keep >= PERIOD_MIN_PERIODS && period_find(s, q, st, &common)) {
+    k = common / q - keep; /* the steady state all ranks share keeps `keep` periods */
+    for (int r = 0; r < s->p; r++) {
+      int periods = (st[r].last - st[r].first) / st[r].L;
+      k = periods - keep < k ? periods - keep : k;
+    }
+  }
+  zb_schedule *out = k > 0 ? zb_schedule_new(s->p, s->v, s->m - k * q, s->placement) : NULL;
+  for (int r = 0; out && r < s->p; r++) /* the periods after the stretch's first go */
+    period_rank(&s->ranks[r], st[r].L, q, st[r].first + st[r].L, -k, out, r);
+  free(st);
+  return out;
+}
+
+bool zb_period_times_repeat(const zb_schedule *s, int q, double *const *start) {
+  period_stretch *st = zb_malloc(sizeof *st * (size_t)s->p);
+  int common;
+  bool ok = period_find(s, q, st, &common);
+  double step = NAN;
+  /* the stretch's first period is where a rank comes out of its warm-up,
+   * often still waiting longer than the steady state does */
+  for (int r = 0; ok && r < s->p; r++)
+    for (int i = st[r].first + st[r].L; ok && i + st[r].L < st[r].last; i++) {
+      double d = start[r][i + st[r].L] - start[r][i];
+      step = isnan(step) ? d : step;
+      ok = d == step; /* exactly: the lowering's ties must fall alike */
+    }
+  free(st);
+  return ok;
+}
