@@ -65,7 +65,7 @@ static void run_phases(zb_family f, int p, int m, const zb_par *par, phases *out
   int v = f == ZB_FAMILY_INTERLEAVED_1F1B ? 2 : zb_family_default_chunks(f);
   zb_rank_costs rc = zb_rank_costs_default();
   zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
-  zb_plan_request gen = {.family = f, .p = p, .v = v, .m = m, .costs = c};
+  zb_plan_request gen = {.family = f, .p = p, .v = v, .m = m, .costs = c, .par = par};
   zb_schedule *s = NULL, *low = NULL;
   zb_diag d = {{0}};
   double t0 = zb_clock_s();

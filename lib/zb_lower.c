@@ -495,7 +495,7 @@ static zb_schedule *lower_periodic(const zb_schedule *s, const zb_costs *c, cons
         zb_period_times_repeat(run, q, sim->start))
       low = lower_by_rank(run, sim, c, par);
     if (low)
-      out = zb_period_extend(low, s->m, q);
+      out = zb_period_extend_par(low, s->m, q, par);
     if (out && !lower_keeps_compute(s, out)) {
       zb_schedule_free(out);
       out = NULL;

@@ -34,17 +34,18 @@ static bool period_distinct(const zb_action *a, int L, int q, int64_t *keys) {
   return true;
 }
 
-/* The microbatches that every (op, stage) of the stretch a[0..len) holds
- * in common: [*lo, *hi], empty when *lo > *hi. A rank lists each (op,
- * stage) in microbatch order, so its first and last are its range. */
-static void period_common(const zb_action *a, int len, int *lo, int *hi) {
+/* The microbatches that every (op, stage) of the stretch a[0..len) (L
+ * actions a period) holds in common: [*lo, *hi], empty when *lo > *hi. A
+ * rank lists each (op, stage) in microbatch order, and every period holds
+ * the same ones: their first and last are in the first and last period. */
+static void period_common(const zb_action *a, int len, int L, int *lo, int *hi) {
   enum { MAX_KINDS = 64 };
   typedef struct {
     int op, stage, first, last;
   } period_kind;
   period_kind kind[MAX_KINDS];
   int n = 0;
-  for (int i = 0; i < len; i++) {
+  for (int i = 0; i < len; i = i + 1 == L && len - L > L ? len - L : i + 1) {
     int k = 0;
     while (k < n && (kind[k].op != a[i].op || kind[k].stage != a[i].stage))
       k++;
@@ -87,7 +88,7 @@ static bool period_stretch_of(const zb_rank_list *l, int L, int q, int64_t *keys
   *st = (period_stretch){.L = L, .first = best_s, .last = best_s + best_len + L};
   if (best_len + L < PERIOD_MIN_PERIODS * L || !period_distinct(&l->actions[best_s], L, q, keys))
     return false;
-  period_common(&l->actions[best_s], best_len + L, lo, hi);
+  period_common(&l->actions[best_s], best_len + L, L, lo, hi);
   return true;
 }
 
@@ -149,18 +150,43 @@ static void period_rank(const zb_rank_list *l, int L, int q, int cut, int k, zb_
   out->ranks[r].n = n;
 }
 
-zb_schedule *zb_period_extend(const zb_schedule *s, int m, int q) {
+/* Copying the lists, in shares of the ranks (each piece its own ranks'
+ * lists of out): cut mid-stretch, after a whole period. */
+typedef struct period_job {
+  const zb_schedule *s;
+  const period_stretch *st;
+  int q, k, pieces;
+  zb_schedule *out;
+} period_job;
+
+static void period_piece(void *arg, int piece) {
+  const period_job *j = arg;
+  int p = j->s->p, r0 = (int)((long)p * piece / j->pieces), r1 = (int)((long)p * (piece + 1) / j->pieces);
+  for (int r = r0; r < r1; r++) {
+    const period_stretch *st = &j->st[r];
+    int cut = st->first + (st->last - st->first) / st->L / 2 * st->L;
+    period_rank(&j->s->ranks[r], st->L, j->q, cut, j->k, j->out, r);
+  }
+}
+
+zb_schedule *zb_period_extend_par(const zb_schedule *s, int m, int q, const zb_par *par) {
   if (q < 1 || m < s->m || (m - s->m) % q != 0)
     return NULL;
   period_stretch *st = zb_malloc(sizeof *st * (size_t)s->p);
   int common;
-  zb_schedule *out = period_find(s, q, st, &common) ? zb_schedule_new(s->p, s->v, m, s->placement) : NULL;
-  for (int r = 0; out && r < s->p; r++) { /* cut mid-stretch, after a whole period */
-    int cut = st[r].first + (st[r].last - st[r].first) / st[r].L / 2 * st[r].L;
-    period_rank(&s->ranks[r], st[r].L, q, cut, (m - s->m) / q, out, r);
+  zb_schedule *out = NULL;
+  if (period_find(s, q, st, &common)) {
+    out = zb_schedule_new(s->p, s->v, m, s->placement);
+    int pieces = zb_par_width(par) < s->p ? zb_par_width(par) : s->p;
+    period_job job = {.s = s, .st = st, .q = q, .k = (m - s->m) / q, .pieces = pieces, .out = out};
+    zb_par_run(par, period_piece, &job, pieces);
   }
   free(st);
   return out;
+}
+
+zb_schedule *zb_period_extend(const zb_schedule *s, int m, int q) {
+  return zb_period_extend_par(s, m, q, NULL);
 }
 
 zb_schedule *zb_period_shrink(const zb_schedule *s, int q, int keep) {

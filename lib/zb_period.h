@@ -21,11 +21,16 @@
 #ifndef ZB_PERIOD_H
 #define ZB_PERIOD_H
 
+#include "zb_par.h"
 #include "zb_schedule.h"
 
 /* s with (m - s->m) / q more periods: m microbatches. NULL also when m is
  * below s->m or m - s->m is not a multiple of q. */
 zb_schedule *zb_period_extend(const zb_schedule *s, int m, int q);
+
+/* zb_period_extend copying the ranks' lists in shares over par's runner
+ * (zb_par.h): the same lists. */
+zb_schedule *zb_period_extend_par(const zb_schedule *s, int m, int q, const zb_par *par);
 
 /* s with as many periods taken out as leave `keep` (at least three) in
  * every rank's stretch and in the steady state all ranks share: the

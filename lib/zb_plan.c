@@ -275,7 +275,7 @@ zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *
     zb_schedule *s = NULL;
     *out = NULL;
     if (plan_family(&short_run, c, &s, diag) == ZB_OK)
-      *out = zb_period_extend(s, r.m, q);
+      *out = zb_period_extend_par(s, r.m, q, r.par);
     zb_schedule_free(s);
     if (*out)
       goto cleanup;

@@ -2,6 +2,7 @@
 #ifndef ZB_PLAN_H
 #define ZB_PLAN_H
 
+#include "zb_par.h"
 #include "zb_schedule.h"
 
 typedef enum zb_family {
@@ -37,6 +38,7 @@ typedef struct zb_plan_request {
   int p, v, m;
   const zb_costs *costs;
   zb_objective objective; /* zb-auto only */
+  const zb_par *par;      /* threads lent for copying a plan's lists (zb_par.h); NULL: none */
 } zb_plan_request;
 
 /* Family name as used on the command line ("zb-h1", ...). */

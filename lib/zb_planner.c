@@ -35,7 +35,8 @@ static zb_err planner_generate(const zb_planner_request *req, zb_planner_result 
                          .v = out->v,
                          .m = req->m,
                          .costs = out->costs,
-                         .objective = req->objective};
+                         .objective = req->objective,
+                         .par = req->par};
   double t0 = req->clock ? req->clock() : 0;
   zb_err err = zb_plan_generate(&gen, &out->compute, diag);
   if (req->clock)
