@@ -300,55 +300,50 @@ typedef struct lower_job {
   const zb_sim_result *sim;
   const zb_costs *c;
   const int *stage_rank, *feed, *nfeed;
-  int cap, pieces;
+  int cap, most, pieces;
   zb_schedule *out;
 } lower_job;
 
-/* Rank q's transfers that rank r posts (r == q: r's sends to everyone; else
- * the receives of what q's producers send r), one at a time in q's list
- * order, which is their order by producer end: a rank's ops end in turn. */
-typedef struct xfer_cursor {
-  const zb_action *a;
-  const double *start;
-  int i, n, q;
-  bool has;
-  rank_xfer cur;
-} xfer_cursor;
-
-/* Moves c to the next of its transfers for rank r (c->has: one is left). */
-static void cursor_next(const lower_job *j, xfer_cursor *c, int r) {
+/* Appends to x the transfers from rank q's producers to rank r (r == q:
+ * r's sends to everyone), in q's list order; returns the new count. */
+static int lower_collect(const lower_job *j, int q, int r, rank_xfer *x, int n) {
   int S = zb_schedule_stages(j->s);
-  for (; c->i < c->n; c->i++) {
-    const zb_action *a = &c->a[c->i];
-    int to = lower_out_rank(j->stage_rank, S, c->q, a);
-    if (to < 0 || (c->q != r && to != r))
+  const zb_rank_list *l = &j->s->ranks[q];
+  const double *start = j->sim->start[q];
+  for (int i = 0; i < l->n; i++) {
+    const zb_action *a = &l->actions[i];
+    int to = lower_out_rank(j->stage_rank, S, q, a);
+    if (to < 0 || (q != r && to != r))
       continue;
     bool fwd = a->op == ZB_OP_F;
-    zb_action act;
-    if (c->q == r)
+    zb_action act = {.mb = a->mb};
+    if (q == r)
       act = (zb_action){.op = fwd ? ZB_OP_SEND_F : ZB_OP_SEND_B, .stage = a->stage, .mb = a->mb, .peer = to};
     else
       act = (zb_action){.op = fwd ? ZB_OP_RECV_F : ZB_OP_RECV_B,
                         .stage = a->stage + (fwd ? 1 : -1),
                         .mb = a->mb,
-                        .peer = c->q};
-    double st = c->start[c->i];
-    c->cur = (rank_xfer){
-        .at = st + zb_costs_time(j->c, (zb_op)a->op, a->stage), .pstart = st, .prank = c->q, .act = act};
-    c->i++;
-    c->has = true;
-    return;
+                        .peer = q};
+    double end = start[i] + zb_costs_time(j->c, (zb_op)a->op, a->stage);
+    x[n++] = (rank_xfer){.at = end, .pstart = start[i], .prank = q, .act = act};
   }
-  c->has = false;
+  return n;
 }
 
-/* The cursor whose transfer comes first, or -1 when all are done. */
-static int cursor_first(const xfer_cursor *c, int n) {
-  int best = -1;
-  for (int k = 0; k < n; k++)
-    if (c[k].has && (best < 0 || rank_xfer_before(&c[k].cur, &c[best].cur)))
-      best = k;
-  return best;
+/* Merges the sorted runs x[bounds[k] .. bounds[k+1]) into y (head:
+ * scratch of runs entries; runs is small, at most 1 + 2v). */
+static void lower_merge_runs(const rank_xfer *x, const int *bounds, int runs, int *head, rank_xfer *y) {
+  for (int k = 0; k < runs; k++)
+    head[k] = bounds[k];
+  for (int out = 0;; out++) {
+    int best = -1;
+    for (int k = 0; k < runs; k++)
+      if (head[k] < bounds[k + 1] && (best < 0 || rank_xfer_before(&x[head[k]], &x[head[best]])))
+        best = k;
+    if (best < 0)
+      return;
+    y[out] = x[head[best]++];
+  }
 }
 
 /* Per rank, the ranks whose producers feed it (hosts of the stages next
@@ -368,41 +363,64 @@ static void lower_feeders(const zb_schedule *s, const int *stage_rank, int cap, 
     }
 }
 
-/* Rank r's lowered list: its own actions merged with its sends and the
- * receives from each feeder, all in transfer order (a transfer first on a
- * tie), read straight from the lists. c: room for 1 + j->cap cursors. */
-static void lower_rank(const lower_job *j, int r, xfer_cursor *c) {
+/* Rank r's lowered list: its sends and the receives from each feeder
+ * merged into one transfer order, then merged with its own actions (a
+ * transfer first on a tie). x and y: scratch for every transfer of r. */
+static void lower_rank(const lower_job *j, int r, rank_xfer *x, rank_xfer *y, int *bounds) {
   const int *feed = j->feed + (size_t)r * j->cap;
-  int n = 1 + j->nfeed[r];
-  for (int k = 0; k < n; k++) {
-    int q = k == 0 ? r : feed[k - 1];
-    c[k] =
-        (xfer_cursor){.a = j->s->ranks[q].actions, .start = j->sim->start[q], .n = j->s->ranks[q].n, .q = q};
-    cursor_next(j, &c[k], r);
+  int n = lower_collect(j, r, r, x, 0), runs = 1;
+  bounds[0] = 0;
+  bounds[1] = n;
+  for (int k = 0; k < j->nfeed[r]; k++) {
+    n = lower_collect(j, feed[k], r, x, n);
+    bounds[++runs] = n;
   }
+  lower_merge_runs(x, bounds, runs, bounds + runs + 1, y);
+  const zb_sim_result *sim = j->sim;
   const zb_rank_list *in = &j->s->ranks[r];
-  const double *start = j->sim->start[r];
-  zb_schedule_reserve(j->out, r, in->n / 2 * 5 + 16); /* about what a pipeline adds: grown if not */
-  for (int i = 0, k; i <= in->n; i++) {
-    while ((k = cursor_first(c, n)) >= 0 && (i == in->n || c[k].cur.at <= start[i])) {
-      zb_schedule_push(j->out, r, c[k].cur.act);
-      cursor_next(j, &c[k], r);
-    }
-    if (i < in->n)
-      zb_schedule_push(j->out, r, in->actions[i]);
+  zb_rank_list *l = &j->out->ranks[r];
+  l->cap = in->n + n > 0 ? in->n + n : 1;
+  l->actions = zb_malloc(sizeof *l->actions * (size_t)l->cap);
+  int t = 0;
+  for (int i = 0; i < in->n; i++) {
+    while (t < n && y[t].at <= sim->start[r][i])
+      l->actions[l->n++] = y[t++].act;
+    l->actions[l->n++] = in->actions[i];
   }
+  while (t < n)
+    l->actions[l->n++] = y[t++].act;
 }
 
-/* Piece k: a contiguous share of the ranks. */
+/* Piece k: a contiguous share of the ranks, with scratch of its own. */
 static void lower_piece(void *arg, int k) {
   const lower_job *j = arg;
   int p = j->s->p, r0 = (int)((long)p * k / j->pieces), r1 = (int)((long)p * (k + 1) / j->pieces);
-  xfer_cursor *c = zb_malloc(sizeof *c * (size_t)(1 + j->cap));
+  rank_xfer *x = zb_malloc(sizeof *x * (size_t)j->most), *y = zb_malloc(sizeof *y * (size_t)j->most);
+  int *bounds = zb_malloc(sizeof(int) * (size_t)(2 * j->cap + 4));
   for (int r = r0; r < r1; r++) {
-    lower_rank(j, r, c);
+    lower_rank(j, r, x, y, bounds);
     lower_mark_rank_batches(&j->out->ranks[r]);
   }
-  free(c);
+  free(bounds);
+  free(x);
+  free(y);
+}
+
+/* The most transfers any one rank takes part in (each piece's scratch). */
+static int lower_most_xfers(const zb_schedule *s, const int *stage_rank) {
+  int S = zb_schedule_stages(s), most = 1;
+  int *nxfer = zb_calloc((size_t)s->p, sizeof(int));
+  for (int q = 0; q < s->p; q++)
+    for (int i = 0; i < s->ranks[q].n; i++) {
+      int to = lower_out_rank(stage_rank, S, q, &s->ranks[q].actions[i]);
+      if (to < 0)
+        continue;
+      int a = ++nxfer[q], b = ++nxfer[to];
+      most = a > most ? a : most;
+      most = b > most ? b : most;
+    }
+  free(nxfer);
+  return most;
 }
 
 /* Actions per piece below which splitting the merge is not worth a thread. */
@@ -431,6 +449,7 @@ static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim
                    .feed = feed,
                    .nfeed = nfeed,
                    .cap = cap,
+                   .most = lower_most_xfers(s, stage_rank),
                    .pieces = pieces,
                    .out = zb_schedule_new(s->p, s->v, s->m, s->placement)};
   zb_par_run(par, lower_piece, &job, pieces);

@@ -92,16 +92,12 @@ static bool period_stretch_of(const zb_rank_list *l, int L, int q, int64_t *keys
   return true;
 }
 
-/* Actions per period of each rank (st[r].L) when every list holds only
- * compute and comm actions, the same number per microbatch; the largest,
- * or 0 when a list does not. */
+/* Actions per period of each rank (st[r].L) when every list holds the
+ * same number per microbatch; the largest, or 0 when a list does not. */
 static int period_lengths(const zb_schedule *s, int q, period_stretch *st) {
   int most = 0;
   for (int r = 0; r < s->p; r++) {
     const zb_rank_list *l = &s->ranks[r];
-    for (int i = 0; i < l->n; i++) /* markers carry no period */
-      if (!zb_op_is_compute(l->actions[i].op) && !zb_op_is_comm(l->actions[i].op))
-        return 0;
     if (l->n == 0 || l->n % s->m != 0)
       return 0;
     st[r].L = l->n / s->m * q;
@@ -125,6 +121,11 @@ static bool period_find(const zb_schedule *s, int q, period_stretch *st, int *co
   bool ok = true;
   for (int r = 0; ok && r < s->p; r++)
     ok = period_stretch_of(&s->ranks[r], st[r].L, q, keys, &lo, &hi, &st[r]);
+  /* markers carry no microbatch to move on: only compute and comm (looked
+   * at last, as most lists without a period show it at their first rank) */
+  for (int r = 0; ok && r < s->p; r++)
+    for (int i = 0; ok && i < s->ranks[r].n; i++)
+      ok = zb_op_is_compute(s->ranks[r].actions[i].op) || zb_op_is_comm(s->ranks[r].actions[i].op);
   free(keys);
   *common = hi - lo + 1;
   return ok && lo <= hi;
