@@ -66,15 +66,17 @@ static void run_phases(zb_family f, int p, int m, const zb_par *par, phases *out
   zb_rank_costs rc = zb_rank_costs_default();
   zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
   zb_plan_request gen = {.family = f, .p = p, .v = v, .m = m, .costs = c, .par = par};
-  zb_schedule *s = NULL, *low = NULL;
+  zb_schedule *s = NULL, *low = NULL, *run = NULL;
+  int period = 0;
   zb_diag d = {{0}};
   double t0 = zb_clock_s();
-  zb_err err = zb_plan_generate(&gen, &s, &d);
+  zb_err err = zb_plan_generate_run(&gen, &s, &run, &period, &d);
   double t1 = zb_clock_s();
-  if (!err)
-    err = zb_lower_par(s, c, par, &low, &d);
+  if (!err) /* from the generator's short run, if any, as the planner lowers */
+    err = zb_lower_par_run(s, run, period, c, par, &low, &d);
   zb_schedule_free(s); /* as the coordinator's pipeline does (zb_job_plan) */
-  s = NULL;
+  zb_schedule_free(run);
+  s = run = NULL;
   double t2 = zb_clock_s();
   check_job job = {.low = low, .c = c};
   if (!err) {

@@ -494,6 +494,26 @@ static bool lower_keeps_compute(const zb_schedule *s, const zb_schedule *lowered
   return true;
 }
 
+/* run (s with fewer periods of q microbatches) lowered in full and the
+ * period of its lists repeated back to s->m: NULL unless run's timeline
+ * repeats exactly and the result holds s's compute actions in order. */
+static zb_schedule *lower_prolong(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
+                                  const zb_par *par) {
+  zb_schedule *low = NULL, *out = NULL;
+  zb_sim_result *sim = NULL;
+  if (zb_simulate_starts(run, c, &sim, NULL) == ZB_OK && zb_period_times_repeat(run, q, sim->start))
+    low = lower_by_rank(run, sim, c, par);
+  if (low)
+    out = zb_period_extend_par(low, s->m, q, par);
+  if (out && !lower_keeps_compute(s, out)) {
+    zb_schedule_free(out);
+    out = NULL;
+  }
+  zb_sim_result_free(sim);
+  zb_schedule_free(low);
+  return out;
+}
+
 /* s lowered through its steady state (zb_period.h): the run with most of
  * its periods taken out is simulated and merged, and the period of its
  * lowered lists repeated back to s->m. While the timeline repeats, so do
@@ -508,19 +528,9 @@ static bool lower_keeps_compute(const zb_schedule *s, const zb_schedule *lowered
  * fall differently from period to period). */
 static zb_schedule *lower_periodic(const zb_schedule *s, const zb_costs *c, const zb_par *par) {
   for (int q = 1; q <= 2; q++) {
-    zb_schedule *run = zb_period_shrink(s, q, LOWER_KEEP_PERIODS), *low = NULL, *out = NULL;
-    zb_sim_result *sim = NULL;
-    if (run && 2 * run->m <= s->m && zb_simulate_starts(run, c, &sim, NULL) == ZB_OK &&
-        zb_period_times_repeat(run, q, sim->start))
-      low = lower_by_rank(run, sim, c, par);
-    if (low)
-      out = zb_period_extend_par(low, s->m, q, par);
-    if (out && !lower_keeps_compute(s, out)) {
-      zb_schedule_free(out);
-      out = NULL;
-    }
-    zb_sim_result_free(sim);
-    zb_schedule_free(low);
+    zb_schedule *run = zb_period_shrink(s, q, LOWER_KEEP_PERIODS), *out = NULL;
+    if (run && 2 * run->m <= s->m)
+      out = lower_prolong(s, run, q, c, par);
     zb_schedule_free(run);
     if (run || out) /* a steady state of this period: the lowering's to keep, or none */
       return out;
@@ -568,6 +578,14 @@ zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_d
 zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
                     zb_diag *diag) {
   return lower_run(s, c, false, true, par, out, diag);
+}
+
+zb_err zb_lower_par_run(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
+                        const zb_par *par, zb_schedule **out, zb_diag *diag) {
+  if (run && c && lower_costs_positive(c) &&
+      (*out = lower_prolong(s, run, q, c, par))) /* s with comm fails lower_keeps_compute */
+    return ZB_OK;
+  return zb_lower_par(s, c, par, out, diag);
 }
 
 zb_err zb_lower_full_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,

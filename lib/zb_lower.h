@@ -30,6 +30,14 @@ zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_d
 zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
                     zb_diag *diag);
 
+/* zb_lower_par for s when the caller holds a short run of it: run is s
+ * with fewer periods of q microbatches (zb_plan_generate_run hands back
+ * the one a generator planned). run is lowered and its lists' period
+ * repeated back, on the same conditions as the steady-state shortcut
+ * above; s is lowered as zb_lower_par does otherwise (run NULL too). */
+zb_err zb_lower_par_run(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
+                        const zb_par *par, zb_schedule **out, zb_diag *diag);
+
 /* zb_lower_par merging every rank in full, never through the steady
  * state: the reference that shortcut is tested against. */
 zb_err zb_lower_full_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,

@@ -16,21 +16,38 @@ static bool period_repeats(const zb_action *x, const zb_action *y, int q) {
          y->batch == x->batch && y->overlap == x->overlap;
 }
 
-static int period_key_cmp(const void *x, const void *y) {
-  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-  return (a > b) - (a < b);
+/* Kinds of action a rank's period may hold, (op, stage) pairs: a
+ * generator's rank holds a few per chunk; more, and it has no period. */
+#define PERIOD_MAX_KINDS 64
+
+/* Where (op, stage) of a sits in kinds[0..*n), added when new; -1 when
+ * the table is full. */
+static int period_kind(int (*kinds)[2], int *n, const zb_action *a) {
+  for (int k = 0; k < *n; k++)
+    if (kinds[k][0] == a->op && kinds[k][1] == a->stage)
+      return k;
+  if (*n == PERIOD_MAX_KINDS)
+    return -1;
+  kinds[*n][0] = a->op;
+  kinds[*n][1] = a->stage;
+  return (*n)++;
 }
 
 /* Whether a period (L actions from a) can repeat without two copies of
  * one (op, stage, microbatch): the microbatches it holds of each (op,
- * stage) differ modulo q. keys: room for L. */
-static bool period_distinct(const zb_action *a, int L, int q, int64_t *keys) {
-  for (int i = 0; i < L; i++)
-    keys[i] = ((int64_t)a[i].stage * ZB_OP_COUNT_ + a[i].op) * q + a[i].mb % q;
-  qsort(keys, (size_t)L, sizeof *keys, period_key_cmp);
-  for (int i = 1; i < L; i++)
-    if (keys[i] == keys[i - 1])
+ * stage) differ modulo q. seen: room for PERIOD_MAX_KINDS q flags. */
+static bool period_distinct(const zb_action *a, int L, int q, unsigned char *seen) {
+  int kinds[PERIOD_MAX_KINDS][2], n = 0;
+  memset(seen, 0, (size_t)PERIOD_MAX_KINDS * (size_t)q);
+  for (int i = 0; i < L; i++) {
+    int k = period_kind(kinds, &n, &a[i]);
+    if (k < 0 || a[i].mb < 0)
       return false;
+    unsigned char *at = &seen[(size_t)k * (size_t)q + (size_t)(a[i].mb % q)];
+    if (*at)
+      return false;
+    *at = 1;
+  }
   return true;
 }
 
@@ -39,27 +56,20 @@ static bool period_distinct(const zb_action *a, int L, int q, int64_t *keys) {
  * rank lists each (op, stage) in microbatch order, and every period holds
  * the same ones: their first and last are in the first and last period. */
 static void period_common(const zb_action *a, int len, int L, int *lo, int *hi) {
-  enum { MAX_KINDS = 64 };
-  typedef struct {
-    int op, stage, first, last;
-  } period_kind;
-  period_kind kind[MAX_KINDS];
-  int n = 0;
+  int kinds[PERIOD_MAX_KINDS][2], n = 0, first[PERIOD_MAX_KINDS], last[PERIOD_MAX_KINDS];
   for (int i = 0; i < len; i = i + 1 == L && len - L > L ? len - L : i + 1) {
-    int k = 0;
-    while (k < n && (kind[k].op != a[i].op || kind[k].stage != a[i].stage))
-      k++;
-    if (k == MAX_KINDS) { /* more than a generator's ranks hold: no common range */
+    int known = n, k = period_kind(kinds, &n, &a[i]);
+    if (k < 0) { /* more than a generator's ranks hold: no common range */
       *lo = 1, *hi = 0;
       return;
     }
-    if (k == n)
-      kind[n++] = (period_kind){a[i].op, a[i].stage, a[i].mb, a[i].mb};
-    kind[k].last = a[i].mb;
+    if (n > known)
+      first[k] = a[i].mb;
+    last[k] = a[i].mb;
   }
   for (int k = 0; k < n; k++) {
-    *lo = kind[k].first > *lo ? kind[k].first : *lo;
-    *hi = kind[k].last < *hi ? kind[k].last : *hi;
+    *lo = first[k] > *lo ? first[k] : *lo;
+    *hi = last[k] < *hi ? last[k] : *hi;
   }
 }
 
@@ -73,7 +83,7 @@ typedef struct period_stretch {
  * when none spans PERIOD_MIN_PERIODS periods, or its first period would
  * repeat a (op, stage, microbatch). [*lo, *hi] narrows to the
  * microbatches the stretch holds of every (op, stage). */
-static bool period_stretch_of(const zb_rank_list *l, int L, int q, int64_t *keys, int *lo, int *hi,
+static bool period_stretch_of(const zb_rank_list *l, int L, int q, unsigned char *seen, int *lo, int *hi,
                               period_stretch *st) {
   int best_s = 0, best_len = -1, run_s = 0;
   for (int j = 0; j + L <= l->n; j++) {
@@ -86,7 +96,7 @@ static bool period_stretch_of(const zb_rank_list *l, int L, int q, int64_t *keys
   }
   /* the repeating actions and their repeats span best_len + L actions */
   *st = (period_stretch){.L = L, .first = best_s, .last = best_s + best_len + L};
-  if (best_len + L < PERIOD_MIN_PERIODS * L || !period_distinct(&l->actions[best_s], L, q, keys))
+  if (best_len + L < PERIOD_MIN_PERIODS * L || !period_distinct(&l->actions[best_s], L, q, seen))
     return false;
   period_common(&l->actions[best_s], best_len + L, L, lo, hi);
   return true;
@@ -116,17 +126,17 @@ static bool period_find(const zb_schedule *s, int q, period_stretch *st, int *co
   int most = q >= 1 ? period_lengths(s, q, st) : 0;
   if (most == 0)
     return false;
-  int64_t *keys = zb_malloc(sizeof(int64_t) * (size_t)most);
+  unsigned char *seen = zb_malloc((size_t)PERIOD_MAX_KINDS * (size_t)q);
   int lo = 0, hi = s->m - 1;
   bool ok = true;
   for (int r = 0; ok && r < s->p; r++)
-    ok = period_stretch_of(&s->ranks[r], st[r].L, q, keys, &lo, &hi, &st[r]);
+    ok = period_stretch_of(&s->ranks[r], st[r].L, q, seen, &lo, &hi, &st[r]);
   /* markers carry no microbatch to move on: only compute and comm (looked
    * at last, as most lists without a period show it at their first rank) */
   for (int r = 0; ok && r < s->p; r++)
     for (int i = 0; ok && i < s->ranks[r].n; i++)
       ok = zb_op_is_compute(s->ranks[r].actions[i].op) || zb_op_is_comm(s->ranks[r].actions[i].op);
-  free(keys);
+  free(seen);
   *common = hi - lo + 1;
   return ok && lo <= hi;
 }

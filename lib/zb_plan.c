@@ -248,7 +248,10 @@ static zb_err plan_family(const zb_plan_request *r, const zb_costs *c, zb_schedu
   return ZB_OK;
 }
 
-zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *diag) {
+zb_err zb_plan_generate_run(const zb_plan_request *req, zb_schedule **out, zb_schedule **run, int *period,
+                            zb_diag *diag) {
+  *run = NULL;
+  *period = 0;
   int v = req->v > 0 ? req->v : zb_family_default_chunks(req->family);
   zb_err err = zb_plan_check_shape(req->family, req->p, v, req->m, diag);
   if (err)
@@ -276,12 +279,23 @@ zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *
     *out = NULL;
     if (plan_family(&short_run, c, &s, diag) == ZB_OK)
       *out = zb_period_extend_par(s, r.m, q, r.par);
-    zb_schedule_free(s);
-    if (*out)
+    if (*out) {
+      *run = s;
+      *period = q;
       goto cleanup;
+    }
+    zb_schedule_free(s);
   }
   err = plan_family(&r, c, out, diag);
 cleanup:
   zb_costs_free(own);
+  return err;
+}
+
+zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *diag) {
+  zb_schedule *run;
+  int period;
+  zb_err err = zb_plan_generate_run(req, out, &run, &period, diag);
+  zb_schedule_free(run);
   return err;
 }

@@ -61,4 +61,12 @@ zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag);
  * see docs/schedules.md, Families) but never blocks on anything external. */
 zb_err zb_plan_generate(const zb_plan_request *req, zb_schedule **out, zb_diag *diag);
 
+/* zb_plan_generate that also hands back, when the family planned a short
+ * run and repeated its steady state (docs/schedules.md, Planning at
+ * scale), that run in *run (caller owns it; NULL otherwise) and its
+ * period in microbatches in *period (0 otherwise): zb_lower_par_run
+ * lowers the plan from it. */
+zb_err zb_plan_generate_run(const zb_plan_request *req, zb_schedule **out, zb_schedule **run, int *period,
+                            zb_diag *diag);
+
 #endif

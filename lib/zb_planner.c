@@ -28,8 +28,11 @@ static zb_err planner_costs(const zb_planner_request *req, int v, zb_costs **out
   return zb_costs_check(c, diag);
 }
 
-/* Generates the compute-only lists into out->compute, timing them. */
-static zb_err planner_generate(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
+/* Generates the compute-only lists into out->compute, timing them; the
+ * generator's short run, if it planned one, into *run (period microbatches
+ * a period), for lowering. */
+static zb_err planner_generate(const zb_planner_request *req, zb_planner_result *out, zb_schedule **run,
+                               int *period, zb_diag *diag) {
   zb_plan_request gen = {.family = req->family,
                          .p = req->p,
                          .v = out->v,
@@ -38,7 +41,7 @@ static zb_err planner_generate(const zb_planner_request *req, zb_planner_result 
                          .objective = req->objective,
                          .par = req->par};
   double t0 = req->clock ? req->clock() : 0;
-  zb_err err = zb_plan_generate(&gen, &out->compute, diag);
+  zb_err err = zb_plan_generate_run(&gen, &out->compute, run, period, diag);
   if (req->clock)
     out->generate_seconds = req->clock() - t0;
   return err;
@@ -65,15 +68,17 @@ static void planner_check_piece(void *arg, int k) {
         (j->figures_only ? zb_simulate_figures : zb_simulate)(j->runs, j->costs, &j->sim, &j->sim_diag);
 }
 
-/* Lowers, validates and simulates out->compute. */
-static zb_err planner_check(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
+/* Lowers (from the generator's short run when there is one), validates
+ * and simulates out->compute. */
+static zb_err planner_check(const zb_planner_request *req, zb_planner_result *out, const zb_schedule *run,
+                            int period, zb_diag *diag) {
   const char *name = zb_family_name(req->family);
   zb_diag d = {{0}};
   zb_err err;
   const zb_schedule *runs = out->compute;
   if (!req->compute_only) {
     out->failed = ZB_PLANNER_LOWER;
-    if ((err = zb_lower_par(out->compute, out->costs, req->par, &out->lowered, &d)))
+    if ((err = zb_lower_par_run(out->compute, run, period, out->costs, req->par, &out->lowered, &d)))
       return zb_diag_set(diag, err, "%s: lowering failed: %s", name, d.msg);
     runs = out->lowered;
   }
@@ -124,9 +129,12 @@ zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_
   if (err)
     return err;
   out->failed = ZB_PLANNER_GENERATE;
-  if ((err = planner_generate(req, out, diag)))
+  zb_schedule *run = NULL;
+  int period = 0;
+  if ((err = planner_generate(req, out, &run, &period, diag)))
     return err;
-  err = planner_check(req, out, diag);
+  err = planner_check(req, out, run, period, diag);
+  zb_schedule_free(run);
   if (!req->keep_compute && !req->compute_only) {
     zb_schedule_free(out->compute);
     out->compute = NULL;

@@ -164,6 +164,35 @@ static void test_lowered_through_period(void) {
     }
 }
 
+/* The generators' own short runs lower the plan (zb_plan_generate_run,
+ * zb_lower_par_run): the full merge's lists; a lowered plan is refused
+ * as zb_lower refuses it. */
+static void test_lowered_from_generator_run(void) {
+  static const zb_family fams[] = {ZB_FAMILY_V_HALF, ZB_FAMILY_V_MIN, ZB_FAMILY_ZB_INTERLEAVED};
+  int p = 64, m = 1024;
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+    zb_costs *c = costs_of(p, false);
+    zb_plan_request r = {.family = fams[f], .p = p, .m = m, .costs = c};
+    zb_schedule *s = NULL, *run = NULL, *fast = NULL, *full = NULL, *again = NULL;
+    int period = 0;
+    zb_diag d = {{0}};
+    CHECK_EQ(zb_plan_generate_run(&r, &s, &run, &period, &d), ZB_OK);
+    CHECK_MSG(run && run->m < m && period == (fams[f] == ZB_FAMILY_ZB_INTERLEAVED ? p : 1),
+              "%s: run %d, period %d", zb_family_name(fams[f]), run ? run->m : -1, period);
+    CHECK_EQ(zb_lower_par_run(s, run, period, c, NULL, &fast, &d), ZB_OK);
+    CHECK_EQ(zb_lower_full_par(s, c, NULL, &full, &d), ZB_OK);
+    long at = first_difference(fast, full);
+    CHECK_MSG(at < 0, "%s: lowered lists differ at rank %ld action %ld", zb_family_name(fams[f]),
+              at / 1000000, at % 1000000);
+    CHECK_EQ(zb_lower_par_run(full, run, period, c, NULL, &again, &d), ZB_ERR_INVALID_ARG);
+    zb_schedule_free(s);
+    zb_schedule_free(run);
+    zb_schedule_free(fast);
+    zb_schedule_free(full);
+    zb_costs_free(c);
+  }
+}
+
 /* Large plans through zb_plan_generate: valid, within the family's limit,
  * and at equal costs within the closed forms (V-Half p/(2m), V-Min
  * 2p/(3m)); zb-interleaved under uneven costs has no period and is
@@ -209,4 +238,5 @@ static void test_large_plans(void) {
 ZBT_MAIN({"prolonged_equals_full", test_prolonged_equals_full},
          {"refuses_without_period", test_refuses_without_period},
          {"any_run_length_valid", test_any_run_length_valid},
-         {"lowered_through_period", test_lowered_through_period}, {"large_plans", test_large_plans})
+         {"lowered_through_period", test_lowered_through_period},
+         {"lowered_from_generator_run", test_lowered_from_generator_run}, {"large_plans", test_large_plans})
