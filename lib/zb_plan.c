@@ -212,7 +212,7 @@ zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra) {
  * the grids the families are measured on keep their exact generators. */
 #define PLAN_SHORT_RUN_ACTIONS 131072
 
-int zb_plan_extend_base(const zb_plan_request *req, int *q) {
+int zb_plan_short_run(const zb_plan_request *req, int *q) {
   switch (req->family) {
   case ZB_FAMILY_V_HALF:
   case ZB_FAMILY_V_MIN: *q = 1; break;               /* the block repeats every microbatch */
@@ -271,7 +271,7 @@ zb_err zb_plan_generate_run(const zb_plan_request *req, zb_schedule **out, zb_sc
     goto cleanup;
   zb_plan_request r = *req;
   r.v = v;
-  int q, base = zb_plan_extend_base(&r, &q);
+  int q, base = zb_plan_short_run(&r, &q);
   if (base > 0) { /* a short run, its steady state prolonged */
     zb_plan_request short_run = r;
     short_run.m = base;

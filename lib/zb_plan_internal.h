@@ -94,7 +94,7 @@ zb_schedule *zb_plan_dualpipe_v(int p, int m);
 /* Microbatches of the short run that req's family plans and then
  * prolongs to req->m (zb_period_extend; *q: microbatches per period), or
  * 0 when the family or the size plans in full (zb_plan.c). */
-int zb_plan_extend_base(const zb_plan_request *req, int *q);
+int zb_plan_short_run(const zb_plan_request *req, int *q);
 
 zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);

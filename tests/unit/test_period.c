@@ -216,7 +216,7 @@ static void test_large_plans(void) {
     zb_costs *c = costs_of(p, cases[k].uneven);
     zb_plan_request r = {.family = cases[k].f, .p = p, .m = m, .costs = c};
     int q;
-    CHECK_MSG(zb_plan_extend_base(&r, &q) > 0, "%s p=%d m=%d is prolonged", zb_family_name(r.family), p, m);
+    CHECK_MSG(zb_plan_short_run(&r, &q) > 0, "%s p=%d m=%d is prolonged", zb_family_name(r.family), p, m);
     zb_schedule *s = NULL;
     zb_diag d = {{0}};
     CHECK_MSG(zb_plan_generate(&r, &s, &d) == ZB_OK, "%s: %s", zb_family_name(r.family), d.msg);
