@@ -7,8 +7,13 @@
 #include "zb_period.h"
 
 /* Periods a stretch must span to count as the steady state, not a
- * coincidence of the warm-up. */
+ * coincidence of the warm-up: three of one or two microbatches, two of
+ * more (a round of p microbatches on every chunk of a rank is a long
+ * pattern to repeat by chance). */
 #define PERIOD_MIN_PERIODS 3
+static int period_min(int q) {
+  return q > 2 ? 2 : PERIOD_MIN_PERIODS;
+}
 
 /* Whether y is x again, q microbatches on. */
 static bool period_repeats(const zb_action *x, const zb_action *y, int q) {
@@ -80,7 +85,7 @@ typedef struct period_stretch {
 } period_stretch;
 
 /* Rank list l's longest stretch for L actions a period into *st; false
- * when none spans PERIOD_MIN_PERIODS periods, or its first period would
+ * when none spans period_min(q) periods, or its first period would
  * repeat a (op, stage, microbatch). [*lo, *hi] narrows to the
  * microbatches the stretch holds of every (op, stage). */
 static bool period_stretch_of(const zb_rank_list *l, int L, int q, unsigned char *seen, int *lo, int *hi,
@@ -96,7 +101,7 @@ static bool period_stretch_of(const zb_rank_list *l, int L, int q, unsigned char
   }
   /* the repeating actions and their repeats span best_len + L actions */
   *st = (period_stretch){.L = L, .first = best_s, .last = best_s + best_len + L};
-  if (best_len + L < PERIOD_MIN_PERIODS * L || !period_distinct(&l->actions[best_s], L, q, seen))
+  if (best_len + L < period_min(q) * L || !period_distinct(&l->actions[best_s], L, q, seen))
     return false;
   period_common(&l->actions[best_s], best_len + L, L, lo, hi);
   return true;

@@ -10,7 +10,8 @@
  * cut moves on (or back) by as many microbatches. Where in its stretch a
  * rank is cut does not matter: the periods are the stretch's own.
  *
- * A stretch counts when it spans three periods, a period holds no (op,
+ * A stretch counts when it spans three periods (two of more than two
+ * microbatches: a round of p on every chunk), a period holds no (op,
  * stage, microbatch) twice when repeated, and some microbatch lies in
  * every rank's stretch for every (op, stage) it holds: the mark of the
  * steady state, as one rank alone may keep up a pattern of the warm-up.

@@ -56,8 +56,9 @@ static void test_prolonged_equals_full(void) {
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
     for (int p = 64; p <= 128; p *= 2) {
       zb_costs *c = costs_of(p, cases[k].uneven);
-      int m = 8 * p, q = cases[k].f == ZB_FAMILY_ZB_INTERLEAVED ? p : 1;
-      int base = cases[k].f == ZB_FAMILY_ZB_INTERLEAVED ? 5 * p : 2 * p + 3;
+      int m = 8 * p, q;
+      zb_plan_request r = {.family = cases[k].f, .p = p, .v = 2, .m = m};
+      int base = zb_plan_short_run(&r, &q); /* the run zb_plan_generate plans */
       zb_schedule *full = direct(cases[k].f, p, m, c), *run = direct(cases[k].f, p, base, c);
       zb_schedule *ext = run ? zb_period_extend(run, m, q) : NULL;
       CHECK_MSG(full && ext, "%s p=%d uneven=%d: no schedule", zb_family_name(cases[k].f), p,
@@ -127,6 +128,20 @@ static void test_any_run_length_valid(void) {
       zb_schedule_free(ext);
     }
   CHECK_MSG(prolonged >= 20, "only %d of the runs were prolonged", prolonged);
+  zb_costs_free(c);
+  /* zb-interleaved repeats every p microbatches, and two periods make a
+   * stretch there: every run length a multiple of p apart from the long
+   * one */
+  c = costs_of(16, false);
+  for (int m = 32; m <= 160; m += 16) {
+    zb_schedule *run = direct(ZB_FAMILY_ZB_INTERLEAVED, 16, m, c);
+    zb_schedule *ext = run ? zb_period_extend(run, m + 64, 16) : NULL;
+    zb_violation why;
+    CHECK_MSG(!ext || zb_validate(ext, c, &why) == ZB_OK, "zb-interleaved: a run of %d prolonged is invalid",
+              m);
+    zb_schedule_free(run);
+    zb_schedule_free(ext);
+  }
   zb_costs_free(c);
 }
 
