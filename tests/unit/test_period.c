@@ -73,6 +73,34 @@ static void test_prolonged_equals_full(void) {
     }
 }
 
+/* Taking periods out and putting them back gives the plan again, for
+ * families that repeat every microbatch and every round of p. */
+static void test_shrink_then_extend(void) {
+  static const zb_family fams[] = {ZB_FAMILY_1F1B, ZB_FAMILY_ZB_V, ZB_FAMILY_INTERLEAVED_1F1B};
+  int p = 32, m = 512;
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+    int v = zb_family_default_chunks(fams[f]), q = fams[f] == ZB_FAMILY_INTERLEAVED_1F1B ? p : 1;
+    zb_costs *c = costs_of(p, false);
+    if (v != 2) {
+      zb_costs_free(c);
+      zb_rank_costs rc = zb_rank_costs_default();
+      c = zb_costs_from_rank_share(p, v, &rc, 0);
+    }
+    zb_plan_request r = {.family = fams[f], .p = p, .v = v, .m = m, .costs = c};
+    zb_schedule *s = NULL;
+    zb_diag d = {{0}};
+    CHECK_EQ(zb_plan_generate(&r, &s, &d), ZB_OK);
+    zb_schedule *run = zb_period_shrink(s, q, 3), *back = run ? zb_period_extend(run, m, q) : NULL;
+    CHECK_MSG(run && run->m < m && (m - run->m) % q == 0, "%s: shrunk to %d", zb_family_name(fams[f]),
+              run ? run->m : -1);
+    CHECK_MSG(back && first_difference(back, s) < 0, "%s: not the plan again", zb_family_name(fams[f]));
+    zb_schedule_free(s);
+    zb_schedule_free(run);
+    zb_schedule_free(back);
+    zb_costs_free(c);
+  }
+}
+
 /* What has no period is refused, not repeated wrongly. */
 static void test_refuses_without_period(void) {
   zb_costs *c = costs_of(8, false);
@@ -252,6 +280,6 @@ static void test_large_plans(void) {
 
 ZBT_MAIN({"prolonged_equals_full", test_prolonged_equals_full},
          {"refuses_without_period", test_refuses_without_period},
-         {"any_run_length_valid", test_any_run_length_valid},
+         {"shrink_then_extend", test_shrink_then_extend}, {"any_run_length_valid", test_any_run_length_valid},
          {"lowered_through_period", test_lowered_through_period},
          {"lowered_from_generator_run", test_lowered_from_generator_run}, {"large_plans", test_large_plans})
