@@ -582,8 +582,11 @@ zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, 
 
 zb_err zb_lower_par_run(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
                         const zb_par *par, zb_schedule **out, zb_diag *diag) {
-  if (run && c && lower_costs_positive(c) &&
-      (*out = lower_prolong(s, run, q, c, par))) /* s with comm fails lower_keeps_compute */
+  /* an s that is lowered already fails lower_keeps_compute, and then
+   * zb_lower_par refuses it: no scan for comm actions up front */
+  bool fits = run && c && run->p == s->p && run->v == s->v && run->placement == s->placement &&
+              lower_costs_positive(c);
+  if (fits && (*out = lower_prolong(s, run, q, c, par)) != NULL)
     return ZB_OK;
   return zb_lower_par(s, c, par, out, diag);
 }

@@ -1,4 +1,5 @@
 /* zb_period.c — see zb_period.h. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,22 @@ static bool period_stretch_of(const zb_rank_list *l, int L, int q, unsigned char
   return true;
 }
 
+/* Whether each (op, stage) of rank list l comes in rising microbatch
+ * order, which moving what follows a cut relies on. Inside the stretch
+ * the period says so; its first and last periods are read with what lies
+ * before and after it. */
+static bool period_in_order(const zb_rank_list *l, const period_stretch *st) {
+  int kinds[PERIOD_MAX_KINDS][2], n = 0, last[PERIOD_MAX_KINDS];
+  for (int i = 0; i < l->n;
+       i = i + 1 == st->first + st->L && st->last - st->L > i + 1 ? st->last - st->L : i + 1) {
+    int known = n, k = period_kind(kinds, &n, &l->actions[i]);
+    if (k < 0 || (k < known && l->actions[i].mb <= last[k]))
+      return false;
+    last[k] = l->actions[i].mb;
+  }
+  return true;
+}
+
 /* Actions per period of each rank (st[r].L) when every list holds the
  * same number per microbatch; the largest, or 0 when a list does not. */
 static int period_lengths(const zb_schedule *s, int q, period_stretch *st) {
@@ -115,7 +132,7 @@ static int period_lengths(const zb_schedule *s, int q, period_stretch *st) {
     const zb_rank_list *l = &s->ranks[r];
     if (l->n == 0 || l->n % s->m != 0)
       return 0;
-    st[r].L = l->n / s->m * q;
+    st[r].L = l->n / s->m * q; /* q <= m (period_find): no overflow past n */
     most = st[r].L > most ? st[r].L : most;
   }
   return most;
@@ -128,14 +145,15 @@ static int period_lengths(const zb_schedule *s, int q, period_stretch *st) {
  * 300 microbatches of V-Half has such stretches, and prolonged they
  * deadlock); the steady state is where every rank repeats at once. */
 static bool period_find(const zb_schedule *s, int q, period_stretch *st, int *common) {
-  int most = q >= 1 ? period_lengths(s, q, st) : 0;
+  int most = q >= 1 && q <= s->m ? period_lengths(s, q, st) : 0;
   if (most == 0)
     return false;
   unsigned char *seen = zb_malloc((size_t)PERIOD_MAX_KINDS * (size_t)q);
   int lo = 0, hi = s->m - 1;
   bool ok = true;
   for (int r = 0; ok && r < s->p; r++)
-    ok = period_stretch_of(&s->ranks[r], st[r].L, q, seen, &lo, &hi, &st[r]);
+    ok = period_stretch_of(&s->ranks[r], st[r].L, q, seen, &lo, &hi, &st[r]) &&
+         period_in_order(&s->ranks[r], &st[r]);
   /* markers carry no microbatch to move on: only compute and comm (looked
    * at last, as most lists without a period show it at their first rank) */
   for (int r = 0; ok && r < s->p; r++)
@@ -191,7 +209,10 @@ zb_schedule *zb_period_extend_par(const zb_schedule *s, int m, int q, const zb_p
   period_stretch *st = zb_malloc(sizeof *st * (size_t)s->p);
   int common;
   zb_schedule *out = NULL;
-  if (period_find(s, q, st, &common)) {
+  bool fits = true; /* every list's new length an int */
+  for (int r = 0; r < s->p && fits; r++)
+    fits = (long long)s->ranks[r].n / s->m * (m - s->m) + s->ranks[r].n <= INT_MAX;
+  if (fits && period_find(s, q, st, &common)) {
     out = zb_schedule_new(s->p, s->v, m, s->placement);
     int pieces = zb_par_width(par) < s->p ? zb_par_width(par) : s->p;
     period_job job = {.s = s, .st = st, .q = q, .k = (m - s->m) / q, .pieces = pieces, .out = out};
@@ -228,9 +249,11 @@ bool zb_period_times_repeat(const zb_schedule *s, int q, double *const *start) {
   bool ok = period_find(s, q, st, &common);
   double step = NAN;
   /* the stretch's first period is where a rank comes out of its warm-up,
-   * often still waiting longer than the steady state does */
+   * often still waiting longer than the steady state does: left out when
+   * the stretch holds three periods, so that every rank's is compared */
   for (int r = 0; ok && r < s->p; r++)
-    for (int i = st[r].first + st[r].L; ok && i + st[r].L < st[r].last; i++) {
+    for (int i = st[r].first + (st[r].last - st[r].first >= 3 * st[r].L ? st[r].L : 0);
+         ok && i + st[r].L < st[r].last; i++) {
       double d = start[r][i + st[r].L] - start[r][i];
       step = isnan(step) ? d : step;
       ok = d == step; /* exactly: the lowering's ties must fall alike */

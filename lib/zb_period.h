@@ -41,8 +41,8 @@ zb_schedule *zb_period_shrink(const zb_schedule *s, int q, int keep);
 
 /* Whether s's simulated timeline (start[r][i]: rank r's action i) repeats
  * too: every action of every rank's stretch, its first period aside (the
- * way out of the warm-up), starts exactly the same time after the one a
- * period before it. Uneven costs that are not sums of
+ * way out of the warm-up) when it holds three, starts exactly the same
+ * time after the one a period before it. Uneven costs that are not sums of
  * binary fractions rarely do, as rounding differs from period to period. */
 bool zb_period_times_repeat(const zb_schedule *s, int q, double *const *start);
 

@@ -219,10 +219,12 @@ int zb_plan_short_run(const zb_plan_request *req, int *q) {
   case ZB_FAMILY_ZB_INTERLEAVED: *q = req->p; break; /* a chunk's round of p microbatches */
   default: return 0;
   }
-  /* warm-up, the periods a steady state needs (zb_period.h) and
-   * cool-down: a V's warm-up spans about p microbatches, interleaved's a
-   * round per chunk */
-  int base = 2 * req->p + (*q > 2 ? 2 : 3) * *q;
+  /* warm-up, three periods and cool-down: a V's warm-up spans about p
+   * microbatches, interleaved's a round per chunk. Two periods would make
+   * a steady state of rounds (zb_period.h), but lowering from the run
+   * compares the timeline past its first period (zb_period_times_repeat),
+   * which needs the third */
+  int base = 2 * req->p + 3 * *q;
   base += ((req->m - base) % *q + *q) % *q; /* the same microbatches modulo the period */
   int v = req->v > 0 ? req->v : zb_family_default_chunks(req->family);
   bool large = 3.0 * v * req->p * req->m >= PLAN_SHORT_RUN_ACTIONS;

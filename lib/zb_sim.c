@@ -94,10 +94,9 @@ static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *
   *st = (sim_state){.s = s, .c = c, .res = res, .S = zb_schedule_stages(s), .m = s->m};
   size_t cells = (size_t)st->S * (size_t)st->m;
   /* Small plans (a search simulates thousands) keep a stage's microbatches
-   * side by side: a rank reads along its stages' rows, within the first
-   * level of cache. Past it, neighbouring stages reach a microbatch at
-   * about the same time, and microbatch-major keeps what the ranks read
-   * together in a few lines (p = 256, m = 4096: 266 -> 192 ms for V-Half). */
+   * side by side: a rank reads along its stages' rows, a line at a time. Past it, neighbouring stages reach a
+   * microbatch at about the same time, and microbatch-major keeps what the ranks read together in a few lines
+   * (p = 256, m = 4096: 266 -> 192 ms for V-Half). */
   bool mb_major = cells > SIM_STAGE_MAJOR_CELLS;
   st->stage_step = mb_major ? 1 : (size_t)st->m;
   st->mb_step = mb_major ? (size_t)st->S : 1;
