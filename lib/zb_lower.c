@@ -394,7 +394,7 @@ static void lower_rank(const lower_job *j, int r, rank_xfer *x, rank_xfer *y, in
 /* Piece k: a contiguous share of the ranks, with scratch of its own. */
 static void lower_piece(void *arg, int k) {
   const lower_job *j = arg;
-  int p = j->s->p, r0 = (int)((long)p * k / j->pieces), r1 = (int)((long)p * (k + 1) / j->pieces);
+  int r0 = zb_par_share(j->s->p, k, j->pieces), r1 = zb_par_share(j->s->p, k + 1, j->pieces);
   rank_xfer *x = zb_malloc(sizeof *x * (size_t)j->most), *y = zb_malloc(sizeof *y * (size_t)j->most);
   int *bounds = zb_malloc(sizeof(int) * (size_t)(2 * j->cap + 4));
   for (int r = r0; r < r1; r++) {

@@ -25,6 +25,12 @@ static inline int zb_par_width(const zb_par *par) {
   return par && par->run && par->width > 1 ? par->width : 1;
 }
 
+/* Where share k of `pieces` even shares of n items starts (k = pieces:
+ * n): share k is [zb_par_share(n, k, pieces), zb_par_share(n, k+1, pieces)). */
+static inline int zb_par_share(int n, int k, int pieces) {
+  return (int)((long)n * k / pieces);
+}
+
 /* Runs the n pieces through par, or one after another without one. */
 static inline void zb_par_run(const zb_par *par, zb_par_fn fn, void *arg, int n) {
   if (zb_par_width(par) > 1 && n > 1) {

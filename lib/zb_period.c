@@ -195,7 +195,7 @@ typedef struct period_job {
 
 static void period_piece(void *arg, int piece) {
   const period_job *j = arg;
-  int p = j->s->p, r0 = (int)((long)p * piece / j->pieces), r1 = (int)((long)p * (piece + 1) / j->pieces);
+  int r0 = zb_par_share(j->s->p, piece, j->pieces), r1 = zb_par_share(j->s->p, piece + 1, j->pieces);
   for (int r = r0; r < r1; r++) {
     const period_stretch *st = &j->st[r];
     int cut = st->first + (st->last - st->first) / st->L / 2 * st->L;

@@ -11,11 +11,15 @@
 #include "zb_validate.h"
 #include "zbtest.h"
 
-static zb_costs *costs_of(int p, bool uneven) {
+static zb_costs *costs_of_v(int p, int v, bool uneven) {
   zb_rank_costs rc = zb_rank_costs_default();
   if (uneven) /* the paper's T_F:T_B:T_W:T_comm */
     rc.t_f = 1, rc.t_b = 1.2, rc.t_w = 0.8, rc.t_comm = 0.05;
-  return zb_costs_from_rank_share(p, 2, &rc, 0);
+  return zb_costs_from_rank_share(p, v, &rc, 0);
+}
+
+static zb_costs *costs_of(int p, bool uneven) {
+  return costs_of_v(p, 2, uneven);
 }
 
 /* The family's generator for m microbatches in full, not through
@@ -83,12 +87,7 @@ static void test_shrink_then_extend(void) {
   int p = 32, m = 512;
   for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
     int v = zb_family_default_chunks(fams[f]), q = fams[f] == ZB_FAMILY_INTERLEAVED_1F1B ? p : 1;
-    zb_costs *c = costs_of(p, false);
-    if (v != 2) {
-      zb_costs_free(c);
-      zb_rank_costs rc = zb_rank_costs_default();
-      c = zb_costs_from_rank_share(p, v, &rc, 0);
-    }
+    zb_costs *c = costs_of_v(p, v, false);
     zb_plan_request r = {.family = fams[f], .p = p, .v = v, .m = m, .costs = c};
     zb_schedule *s = NULL;
     zb_diag d = {{0}};
@@ -207,10 +206,7 @@ static void test_lowered_through_period(void) {
   for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
     for (int uneven = 0; uneven <= 1; uneven++) {
       int v = zb_family_default_chunks(fams[f]), m = 2048 / v;
-      zb_rank_costs rc = zb_rank_costs_default();
-      if (uneven)
-        rc.t_f = 1, rc.t_b = 1.2, rc.t_w = 0.8, rc.t_comm = 0.05;
-      zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
+      zb_costs *c = costs_of_v(p, v, uneven);
       zb_plan_request r = {.family = fams[f], .p = p, .m = m, .costs = c};
       zb_schedule *s = NULL, *fast = NULL, *full = NULL;
       zb_diag d = {{0}};
