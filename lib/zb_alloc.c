@@ -1,7 +1,12 @@
+/* madvise and its MADV_HUGEPAGE, beyond the POSIX the build asks for */
+#define _DEFAULT_SOURCE
+
 #include "zb_alloc.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* libzb has no I/O, so an allocation failure cannot be reported here; it
  * aborts, which every caller (daemon, client, tests) treats as fatal anyway. */
@@ -25,4 +30,30 @@ char *zb_strdup(const char *s) {
   char *d = zb_malloc(n);
   memcpy(d, s, n);
   return d;
+}
+
+/* Transparent huge pages are 2 MiB on x86-64 and most arm64 kernels; a
+ * block below a few of them gains too little to round up to one. */
+#define ZB_HUGE_PAGE ((size_t)2 << 20)
+#define ZB_LARGE_MIN (4 * ZB_HUGE_PAGE)
+
+void *zb_malloc_large(size_t size) {
+#ifdef MADV_HUGEPAGE
+  if (size >= ZB_LARGE_MIN && size <= SIZE_MAX - ZB_HUGE_PAGE) {
+    size_t whole = (size + ZB_HUGE_PAGE - 1) & ~(ZB_HUGE_PAGE - 1);
+    void *p = zb_alloc_check(aligned_alloc(ZB_HUGE_PAGE, whole), whole);
+    (void)madvise(p, whole, MADV_HUGEPAGE); /* a hint: refused, the pages are 4 KiB ones */
+    return p;
+  }
+#endif
+  return zb_malloc(size);
+}
+
+void *zb_calloc_large(size_t count, size_t size) {
+  if (size && count > SIZE_MAX / size)
+    abort(); /* as calloc's own overflow would, through zb_alloc_check */
+  if (count * size < ZB_LARGE_MIN)
+    return zb_calloc(count, size);
+  void *p = zb_malloc_large(count * size);
+  return memset(p, 0, count * size);
 }

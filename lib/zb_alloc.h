@@ -10,4 +10,12 @@ void *zb_calloc(size_t count, size_t size);
 void *zb_realloc(void *ptr, size_t size);
 char *zb_strdup(const char *s);
 
+/* Blocks of many megabytes (a plan's lists, a simulation's cells), backed
+ * by huge pages where the system allows: a plan at scale otherwise spends
+ * more time faulting its memory in 4 KiB at a time than filling it (240 MB
+ * on the development VM: 145 ms against 35 ms). Smaller sizes are plain
+ * zb_malloc / zb_calloc. Freed with free(). */
+void *zb_malloc_large(size_t size);
+void *zb_calloc_large(size_t count, size_t size);
+
 #endif

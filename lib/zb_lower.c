@@ -378,9 +378,7 @@ static void lower_rank(const lower_job *j, int r, rank_xfer *x, rank_xfer *y, in
   lower_merge_runs(x, bounds, runs, bounds + runs + 1, y);
   const zb_sim_result *sim = j->sim;
   const zb_rank_list *in = &j->s->ranks[r];
-  zb_rank_list *l = &j->out->ranks[r];
-  l->cap = in->n + n > 0 ? in->n + n : 1;
-  l->actions = zb_malloc(sizeof *l->actions * (size_t)l->cap);
+  zb_rank_list *l = &j->out->ranks[r]; /* room for in->n + n (lower_room) */
   int t = 0;
   for (int i = 0; i < in->n; i++) {
     while (t < n && y[t].at <= sim->start[r][i])
@@ -406,20 +404,25 @@ static void lower_piece(void *arg, int k) {
   free(y);
 }
 
-/* The most transfers any one rank takes part in (each piece's scratch). */
-static int lower_most_xfers(const zb_schedule *s, const int *stage_rank) {
+/* Room in out for every rank's lowered list (its actions and the
+ * transfers it takes part in); returns the most transfers of any one
+ * rank (each piece's scratch). */
+static int lower_room(const zb_schedule *s, const int *stage_rank, zb_schedule *out) {
   int S = zb_schedule_stages(s), most = 1;
-  int *nxfer = zb_calloc((size_t)s->p, sizeof(int));
+  int *n = zb_calloc((size_t)s->p, sizeof(int));
   for (int q = 0; q < s->p; q++)
     for (int i = 0; i < s->ranks[q].n; i++) {
       int to = lower_out_rank(stage_rank, S, q, &s->ranks[q].actions[i]);
       if (to < 0)
         continue;
-      int a = ++nxfer[q], b = ++nxfer[to];
+      int a = ++n[q], b = ++n[to];
       most = a > most ? a : most;
       most = b > most ? b : most;
     }
-  free(nxfer);
+  for (int q = 0; q < s->p; q++)
+    n[q] += s->ranks[q].n;
+  zb_schedule_reserve_all(out, n);
+  free(n);
   return most;
 }
 
@@ -449,9 +452,9 @@ static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim
                    .feed = feed,
                    .nfeed = nfeed,
                    .cap = cap,
-                   .most = lower_most_xfers(s, stage_rank),
                    .pieces = pieces,
                    .out = zb_schedule_new(s->p, s->v, s->m, s->placement)};
+  job.most = lower_room(s, stage_rank, job.out);
   zb_par_run(par, lower_piece, &job, pieces);
   free(feed);
   free(nfeed);

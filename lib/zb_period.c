@@ -167,8 +167,7 @@ static bool period_find(const zb_schedule *s, int q, period_stretch *st, int *co
 /* Rank list l with k periods (k < 0: -k fewer) from `cut` on, the
  * actions after them moved k q microbatches, into rank r of out. */
 static void period_rank(const zb_rank_list *l, int L, int q, int cut, int k, zb_schedule *out, int r) {
-  int n = l->n + k * L, at = cut;
-  zb_schedule_reserve(out, r, n > 0 ? n : 1);
+  int n = l->n + k * L, at = cut; /* out has the room (period_room) */
   zb_action *dst = out->ranks[r].actions;
   memcpy(dst, l->actions, sizeof *dst * (size_t)cut);
   const zb_action *period = &l->actions[cut - L];
@@ -182,6 +181,15 @@ static void period_rank(const zb_rank_list *l, int L, int q, int cut, int k, zb_
     dst[at++].mb += k * q;
   }
   out->ranks[r].n = n;
+}
+
+/* Room in out for every rank's list with k periods more (k < 0: fewer). */
+static void period_room(const zb_schedule *s, const period_stretch *st, int k, zb_schedule *out) {
+  int *n = zb_malloc(sizeof(int) * (size_t)s->p);
+  for (int r = 0; r < s->p; r++)
+    n[r] = s->ranks[r].n + k * st[r].L;
+  zb_schedule_reserve_all(out, n);
+  free(n);
 }
 
 /* Copying the lists, in shares of the ranks (each piece its own ranks'
@@ -214,6 +222,7 @@ zb_schedule *zb_period_extend_par(const zb_schedule *s, int m, int q, const zb_p
     fits = (long long)s->ranks[r].n / s->m * (m - s->m) + s->ranks[r].n <= INT_MAX;
   if (fits && period_find(s, q, st, &common)) {
     out = zb_schedule_new(s->p, s->v, m, s->placement);
+    period_room(s, st, (m - s->m) / q, out);
     int pieces = zb_par_width(par) < s->p ? zb_par_width(par) : s->p;
     period_job job = {.s = s, .st = st, .q = q, .k = (m - s->m) / q, .pieces = pieces, .out = out};
     zb_par_run(par, period_piece, &job, pieces);
@@ -237,6 +246,8 @@ zb_schedule *zb_period_shrink(const zb_schedule *s, int q, int keep) {
     }
   }
   zb_schedule *out = k > 0 ? zb_schedule_new(s->p, s->v, s->m - k * q, s->placement) : NULL;
+  if (out)
+    period_room(s, st, -k, out);
   for (int r = 0; out && r < s->p; r++) /* the periods after the stretch's first go */
     period_rank(&s->ranks[r], st[r].L, q, st[r].first + st[r].L, -k, out, r);
   free(st);

@@ -22,35 +22,63 @@ void zb_schedule_free(zb_schedule *s) {
   if (!s)
     return;
   for (int r = 0; r < s->p; r++)
-    free(s->ranks[r].actions);
+    if (!s->ranks[r].in_block)
+      free(s->ranks[r].actions);
+  free(s->block);
   free(s->ranks);
   free(s);
 }
 
 zb_schedule *zb_schedule_clone(const zb_schedule *s) {
   zb_schedule *c = zb_schedule_new(s->p, s->v, s->m, s->placement);
+  int *n = zb_malloc(sizeof(int) * (size_t)s->p);
+  for (int r = 0; r < s->p; r++)
+    n[r] = s->ranks[r].n;
+  zb_schedule_reserve_all(c, n);
   for (int r = 0; r < s->p; r++) {
-    const zb_rank_list *src = &s->ranks[r];
-    zb_rank_list *dst = &c->ranks[r];
-    dst->cap = dst->n = src->n;
-    dst->actions = zb_malloc(sizeof *dst->actions * (size_t)(src->n ? src->n : 1));
-    if (src->n)
-      memcpy(dst->actions, src->actions, sizeof *dst->actions * (size_t)src->n);
+    c->ranks[r].n = n[r];
+    if (n[r])
+      memcpy(c->ranks[r].actions, s->ranks[r].actions, sizeof *s->ranks[r].actions * (size_t)n[r]);
   }
+  free(n);
   return c;
+}
+
+/* Rank list l's room to cap actions (at least its n). */
+static void schedule_resize(zb_rank_list *l, int cap) {
+  l->cap = cap;
+  if (!l->in_block) {
+    l->actions = zb_realloc(l->actions, sizeof *l->actions * (size_t)l->cap);
+    return;
+  }
+  zb_action *own = zb_malloc(sizeof *own * (size_t)l->cap); /* the block's neighbours follow it */
+  memcpy(own, l->actions, sizeof *own * (size_t)l->n);
+  l->actions = own;
+  l->in_block = false;
 }
 
 void zb_schedule_grow(zb_schedule *s, int rank) {
   zb_rank_list *l = &s->ranks[rank];
-  l->cap = l->cap ? l->cap * 2 : 16;
-  l->actions = zb_realloc(l->actions, sizeof *l->actions * (size_t)l->cap);
+  schedule_resize(l, l->cap ? l->cap * 2 : 16);
 }
 
 void zb_schedule_reserve(zb_schedule *s, int rank, int n) {
-  zb_rank_list *l = &s->ranks[rank];
-  if (n > l->cap) {
-    l->cap = n;
-    l->actions = zb_realloc(l->actions, sizeof *l->actions * (size_t)l->cap);
+  if (n > s->ranks[rank].cap)
+    schedule_resize(&s->ranks[rank], n);
+}
+
+void zb_schedule_reserve_all(zb_schedule *s, const int *n) {
+  size_t total = 0;
+  for (int r = 0; r < s->p; r++)
+    total += (size_t)(n[r] > 0 ? n[r] : 0);
+  free(s->block);
+  s->block = zb_malloc_large(sizeof *s->block * (total ? total : 1));
+  size_t at = 0;
+  for (int r = 0; r < s->p; r++) {
+    zb_rank_list *l = &s->ranks[r];
+    free(l->in_block ? NULL : l->actions);
+    *l = (zb_rank_list){.actions = s->block + at, .cap = n[r] > 0 ? n[r] : 0, .in_block = true};
+    at += (size_t)l->cap;
   }
 }
 

@@ -63,6 +63,7 @@ typedef struct zb_rank_list {
   zb_action *actions;
   int n;
   int cap;
+  bool in_block; /* actions lie in the schedule's block: moved out to grow */
 } zb_rank_list;
 
 typedef struct zb_schedule {
@@ -71,6 +72,7 @@ typedef struct zb_schedule {
   int m; /* microbatches */
   zb_placement placement;
   zb_rank_list *ranks; /* p lists */
+  zb_action *block;    /* every list's room in one allocation, or NULL */
 } zb_schedule;
 
 /* Allocates an empty schedule of p ranks (all lists empty). Caller owns the
@@ -98,6 +100,11 @@ static inline void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int s
 /* Makes room for n actions in rank's list (a generator that knows its
  * count saves the copies of growing). */
 void zb_schedule_reserve(zb_schedule *s, int rank, int n);
+/* Room for n[r] actions in every rank r's list, all in one block of
+ * large memory (zb_alloc.h): what a plan's producer that knows its counts
+ * uses for lists of many megabytes. The lists must be empty and without
+ * room yet; one that outgrows its room moves to its own allocation. */
+void zb_schedule_reserve_all(zb_schedule *s, const int *n);
 /* Total number of stages, p*v. */
 static inline int zb_schedule_stages(const zb_schedule *s) {
   return s->p * s->v;

@@ -100,8 +100,8 @@ static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *
   bool mb_major = cells > SIM_STAGE_MAJOR_CELLS;
   st->stage_step = mb_major ? 1 : (size_t)st->m;
   st->mb_step = mb_major ? (size_t)st->S : 1;
-  st->f_end = zb_malloc(sizeof(double) * cells);
-  st->b_end = zb_malloc(sizeof(double) * cells);
+  st->f_end = zb_malloc_large(sizeof(double) * cells);
+  st->b_end = zb_malloc_large(sizeof(double) * cells);
   for (size_t k = 0; k < cells; k++)
     st->f_end[k] = st->b_end[k] = NAN;
   st->stage_rank = zb_malloc(sizeof(int) * (size_t)st->S);

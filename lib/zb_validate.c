@@ -412,7 +412,7 @@ zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
   }
   vctx x = {.s = s, .c = c, .S = zb_schedule_stages(s), .m = s->m, .lowered = zb_schedule_has_comm(s)};
   size_t cells = (size_t)x.S * x.m;
-  unsigned char *block = zb_calloc(12 * cells + 1, 1);
+  unsigned char *block = zb_calloc_large(12 * cells + 1, 1);
   unsigned char **arrays[12] = {&x.cnt[0], &x.cnt[1], &x.cnt[2], &x.cnt[3], &x.fdone, &x.bdone,
                                 &x.frecv,  &x.brecv,  &x.sendf,  &x.recvf,  &x.sendb, &x.recvb};
   for (int k = 0; k < 12; k++)

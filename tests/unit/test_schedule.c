@@ -90,6 +90,37 @@ static void test_new_clone_free(void) {
   CHECK(independent);
 }
 
+/* Lists in one block: each fills its own room, and one that outgrows it
+ * moves out with its actions while its neighbours stay put. Large enough
+ * (about 10 MB) to take the huge-page path of zb_malloc_large. */
+static void test_reserve_all_block(void) {
+  enum { BIG = 600000 };
+  zb_schedule *s = zb_schedule_new(3, 1, BIG, ZB_PLACE_LOOP);
+  int n[3] = {3, 0, BIG};
+  zb_schedule_reserve_all(s, n);
+  for (int i = 0; i < 3; i++)
+    zb_schedule_push_op(s, 0, ZB_OP_F, 0, i);
+  for (int i = 0; i < BIG; i++)
+    zb_schedule_push_op(s, 2, ZB_OP_W, 2, i);
+  bool in_block = s->ranks[0].in_block && s->ranks[2].in_block && s->ranks[0].actions == s->block &&
+                  s->ranks[2].actions == s->block + 3;
+  zb_schedule_push_op(s, 0, ZB_OP_B, 0, 0); /* past its room of 3 */
+  zb_schedule_push_op(s, 1, ZB_OP_F, 1, 0); /* no room at all */
+  bool moved = !s->ranks[0].in_block && s->ranks[0].n == 4 && s->ranks[0].actions[2].mb == 2 &&
+               s->ranks[0].actions[3].op == ZB_OP_B && s->ranks[1].n == 1 && !s->ranks[1].in_block;
+  bool kept = s->ranks[2].in_block && s->ranks[2].n == BIG;
+  for (int i = 0; i < BIG && kept; i++)
+    kept = s->ranks[2].actions[i].op == ZB_OP_W && s->ranks[2].actions[i].mb == i;
+  zb_schedule *c = zb_schedule_clone(s);
+  bool cloned = same_lists(s, c) && c->block != NULL && c->ranks[2].actions != s->ranks[2].actions;
+  zb_schedule_free(c);
+  zb_schedule_free(s); /* ASan: the moved lists and the block freed once each */
+  CHECK(in_block);
+  CHECK(moved);
+  CHECK(kept);
+  CHECK(cloned);
+}
+
 static void test_push_grows_in_order(void) {
   zb_schedule *s = zb_schedule_new(2, 1, 100, ZB_PLACE_LOOP);
   for (int i = 0; i < 100; i++)
@@ -514,8 +545,8 @@ static void test_strip_undoes_lowering_with_costs(void) {
   CHECK(differ);
 }
 
-ZBT_MAIN(ZBT(test_new_clone_free), ZBT(test_push_grows_in_order), ZBT(test_loop_placement),
-         ZBT(test_v_placement), ZBT(test_op_kinds), ZBT(test_has_comm_and_splits_w),
+ZBT_MAIN(ZBT(test_new_clone_free), ZBT(test_reserve_all_block), ZBT(test_push_grows_in_order),
+         ZBT(test_loop_placement), ZBT(test_v_placement), ZBT(test_op_kinds), ZBT(test_has_comm_and_splits_w),
          ZBT(test_strip_comm_keeps_fsdp_in_order), ZBT(test_costs_from_rank_share),
          ZBT(test_costs_check_refusals), ZBT(test_check_shape_says_what_is_needed), ZBT(test_family_names),
          ZBT(test_lowering_pairs_every_send), ZBT(test_lowering_v_keeps_the_turn_local),
