@@ -426,8 +426,7 @@ static zb_schedule *greedy_go(greedy *g, int w_policy, zb_objective obj, zb_plan
   rank_heap h;
   greedy_heap_init(g, &h);
   zb_schedule *out = zb_schedule_new(g->p, g->v, g->m, g->pl);
-  for (int r = 0; r < g->p; r++)
-    zb_schedule_reserve(out, r, g->left[r]);
+  zb_schedule_reserve_all(out, g->left);
   while (h.n > 0) {
     int r = heap_top(&h);
     if (isinf(g->d[r])) { /* every remaining rank waits on another: stuck */

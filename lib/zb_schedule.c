@@ -18,6 +18,18 @@ zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement) {
   return s;
 }
 
+zb_schedule *zb_schedule_new_room(int p, int v, int m, zb_placement placement, int room) {
+  zb_schedule *s = zb_schedule_new(p, v, m, placement);
+  if (!s)
+    return NULL;
+  int *n = zb_malloc(sizeof(int) * (size_t)p);
+  for (int r = 0; r < p; r++)
+    n[r] = room;
+  zb_schedule_reserve_all(s, n);
+  free(n);
+  return s;
+}
+
 void zb_schedule_free(zb_schedule *s) {
   if (!s)
     return;

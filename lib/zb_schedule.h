@@ -79,6 +79,9 @@ typedef struct zb_schedule {
  * result and frees it with zb_schedule_free(). Returns NULL only when the
  * shape is not positive. */
 zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement);
+/* zb_schedule_new with room for `room` actions on every rank, in one
+ * block (zb_schedule_reserve_all): a generator's whole plan. */
+zb_schedule *zb_schedule_new_room(int p, int v, int m, zb_placement placement, int room);
 void zb_schedule_free(zb_schedule *s);
 /* Deep copy; caller owns the result. */
 zb_schedule *zb_schedule_clone(const zb_schedule *s);
