@@ -108,14 +108,18 @@ static bool period_stretch_of(const zb_rank_list *l, int L, int q, unsigned char
   return true;
 }
 
-/* Whether each (op, stage) of rank list l comes in rising microbatch
- * order, which moving what follows a cut relies on. Inside the stretch
- * the period says so; its first and last periods are read with what lies
- * before and after it. */
+/* Whether rank list l holds only compute and comm actions (markers carry
+ * no microbatch to move on) and each (op, stage) comes in rising
+ * microbatch order, which moving what follows a cut relies on. Inside the
+ * stretch the period says both; its first and last periods are read with
+ * what lies before and after it. */
 static bool period_in_order(const zb_rank_list *l, const period_stretch *st) {
   int kinds[PERIOD_MAX_KINDS][2], n = 0, last[PERIOD_MAX_KINDS];
   for (int i = 0; i < l->n;
        i = i + 1 == st->first + st->L && st->last - st->L > i + 1 ? st->last - st->L : i + 1) {
+    zb_op op = (zb_op)l->actions[i].op;
+    if (!zb_op_is_compute(op) && !zb_op_is_comm(op))
+      return false;
     int known = n, k = period_kind(kinds, &n, &l->actions[i]);
     if (k < 0 || (k < known && l->actions[i].mb <= last[k]))
       return false;
@@ -154,11 +158,6 @@ static bool period_find(const zb_schedule *s, int q, period_stretch *st, int *co
   for (int r = 0; ok && r < s->p; r++)
     ok = period_stretch_of(&s->ranks[r], st[r].L, q, seen, &lo, &hi, &st[r]) &&
          period_in_order(&s->ranks[r], &st[r]);
-  /* markers carry no microbatch to move on: only compute and comm (looked
-   * at last, as most lists without a period show it at their first rank) */
-  for (int r = 0; ok && r < s->p; r++)
-    for (int i = 0; ok && i < s->ranks[r].n; i++)
-      ok = zb_op_is_compute(s->ranks[r].actions[i].op) || zb_op_is_comm(s->ranks[r].actions[i].op);
   free(seen);
   *common = hi - lo + 1;
   return ok && lo <= hi;

@@ -120,6 +120,14 @@ static void test_refuses_without_period(void) {
   zb_schedule_push(comm, 0, (zb_action){.op = ZB_OP_SEND_F, .stage = 0, .mb = 0, .peer = 1});
   zb_schedule *lowered = zb_period_extend(comm, 80, 1);
   CHECK_MSG(!lowered, "lists with comm actions");
+  /* a marker (no microbatch to move on) in rank 0's warm-up, outside its
+   * stretch: refused all the same */
+  zb_schedule *marked = zb_schedule_clone(vh);
+  marked->ranks[0].actions[0].op = ZB_OP_UNSHARD;
+  zb_schedule *marked_long = zb_period_extend(marked, 80, 1);
+  CHECK_MSG(!marked_long, "lists with a marker");
+  zb_schedule_free(marked);
+  zb_schedule_free(marked_long);
   /* one action out of step breaks rank 3's period: no stretch left long
    * enough in a run this short */
   zb_schedule *broken = direct(ZB_FAMILY_V_HALF, 8, 24, c);
