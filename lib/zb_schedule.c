@@ -79,18 +79,24 @@ void zb_schedule_reserve(zb_schedule *s, int rank, int n) {
     schedule_resize(&s->ranks[rank], n);
 }
 
+/* Actions (one cache line) left between two lists of a block: lists of
+ * 2^k actions would otherwise start a power of two apart, and a pass that
+ * reads every rank's i-th action in turn (the simulation) would find them
+ * all in one set of a cache that huge pages index by physical address. */
+#define SCHEDULE_BLOCK_GAP 4
+
 void zb_schedule_reserve_all(zb_schedule *s, const int *n) {
   size_t total = 0;
   for (int r = 0; r < s->p; r++)
-    total += (size_t)(n[r] > 0 ? n[r] : 0);
+    total += (size_t)(n[r] > 0 ? n[r] : 0) + SCHEDULE_BLOCK_GAP;
   free(s->block);
-  s->block = zb_malloc_large(sizeof *s->block * (total ? total : 1));
+  s->block = zb_malloc_large(sizeof *s->block * total);
   size_t at = 0;
   for (int r = 0; r < s->p; r++) {
     zb_rank_list *l = &s->ranks[r];
     free(l->in_block ? NULL : l->actions);
     *l = (zb_rank_list){.actions = s->block + at, .cap = n[r] > 0 ? n[r] : 0, .in_block = true};
-    at += (size_t)l->cap;
+    at += (size_t)l->cap + SCHEDULE_BLOCK_GAP;
   }
 }
 

@@ -297,6 +297,9 @@ static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *re
   return err;
 }
 
+/* Times (one cache line) between two ranks' slices of a result's block. */
+#define SIM_TIMES_GAP 8
+
 /* Which per-action times a result keeps. */
 enum { SIM_FIGURES = 0, SIM_STARTS = 1, SIM_TIMES = 2 };
 
@@ -311,13 +314,22 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s, int times) {
   r->peak_memory_units = zb_calloc(p, sizeof(double));
   if (times == SIM_FIGURES)
     return r;
+  /* each kind of time in one block, the ranks' arrays slices of it
+   * (start[0] and end[0] its base: zb_sim_result_free), a cache line
+   * apart (see zb_schedule_reserve_all: lists of 2^k actions) */
+  size_t total = 0;
+  for (int k = 0; k < s->p; k++)
+    total += (size_t)(s->ranks[k].n ? s->ranks[k].n : 1) + SIM_TIMES_GAP;
   r->start = zb_calloc(p, sizeof(double *));
   r->end = times == SIM_TIMES ? zb_calloc(p, sizeof(double *)) : NULL;
-  for (int k = 0; k < s->p; k++) {
-    size_t n = (size_t)(s->ranks[k].n ? s->ranks[k].n : 1);
-    r->start[k] = zb_calloc(n, sizeof(double));
+  r->start[0] = zb_calloc_large(total, sizeof(double));
+  if (r->end)
+    r->end[0] = zb_calloc_large(total, sizeof(double));
+  for (int k = 1; k < s->p; k++) {
+    size_t n = (size_t)(s->ranks[k - 1].n ? s->ranks[k - 1].n : 1) + SIM_TIMES_GAP;
+    r->start[k] = r->start[k - 1] + n;
     if (r->end)
-      r->end[k] = zb_calloc(n, sizeof(double));
+      r->end[k] = r->end[k - 1] + n;
   }
   return r;
 }
@@ -370,11 +382,10 @@ zb_err zb_simulate_makespan_in_range(const zb_schedule *s, const zb_costs *c, do
 void zb_sim_result_free(zb_sim_result *r) {
   if (!r)
     return;
-  for (int k = 0; r->start && k < r->p; k++) {
-    free(r->start[k]);
-    if (r->end)
-      free(r->end[k]);
-  }
+  if (r->start) /* the blocks the ranks' arrays are slices of */
+    free(r->start[0]);
+  if (r->end)
+    free(r->end[0]);
   free(r->start);
   free(r->end);
   free(r->busy);
