@@ -506,13 +506,13 @@ static zb_schedule *lower_prolong(const zb_schedule *s, const zb_schedule *run, 
   zb_sim_result *sim = NULL;
   if (zb_simulate_starts(run, c, &sim, NULL) == ZB_OK && zb_period_times_repeat(run, q, sim->start))
     low = lower_by_rank(run, sim, c, par);
+  zb_sim_result_free(sim); /* before the long lists exist: the plan's peak memory */
   if (low)
     out = zb_period_extend_par(low, s->m, q, par);
   if (out && !lower_keeps_compute(s, out)) {
     zb_schedule_free(out);
     out = NULL;
   }
-  zb_sim_result_free(sim);
   zb_schedule_free(low);
   return out;
 }
