@@ -100,7 +100,7 @@ zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag) {
 }
 
 static zb_schedule *zb_plan_gpipe(int p, int m) {
-  zb_schedule *s = zb_schedule_new_room(p, 1, m, ZB_PLACE_LOOP, 2 * m);
+  zb_schedule *s = zb_schedule_new_room(p, 1, m, ZB_PLACE_LOOP, 2);
   for (int r = 0; r < p; r++) {
     for (int i = 0; i < m; i++)
       zb_schedule_push_op(s, r, ZB_OP_F, r, i);
@@ -111,7 +111,7 @@ static zb_schedule *zb_plan_gpipe(int p, int m) {
 }
 
 zb_schedule *zb_plan_1f1b(int p, int m) {
-  zb_schedule *s = zb_schedule_new_room(p, 1, m, ZB_PLACE_LOOP, 2 * m);
+  zb_schedule *s = zb_schedule_new_room(p, 1, m, ZB_PLACE_LOOP, 2);
   for (int r = 0; r < p; r++) {
     int warm = p - 1 - r < m ? p - 1 - r : m;
     for (int i = 0; i < warm; i++)
@@ -132,7 +132,7 @@ zb_schedule *zb_plan_1f1b(int p, int m) {
  * 1F1B's warm-up (p-1-r) with lag r; H2 doubles both (2(p-1-r), 2r), so
  * that rank 0 holds 2p-1 microbatches and the warm-up bubble is filled. */
 static zb_schedule *zb_plan_zb_h(int p, int m, int warm_mul) {
-  zb_schedule *s = zb_schedule_new_room(p, 1, m, ZB_PLACE_LOOP, 3 * m);
+  zb_schedule *s = zb_schedule_new_room(p, 1, m, ZB_PLACE_LOOP, 3);
   for (int r = 0; r < p; r++) {
     int warm = warm_mul * (p - 1 - r);
     if (warm > m)
@@ -190,7 +190,7 @@ zb_schedule *zb_plan_interleaved(int p, int v, int m) {
 }
 
 zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra) {
-  zb_schedule *s = zb_schedule_new_room(p, v, m, ZB_PLACE_LOOP, 2 * v * m);
+  zb_schedule *s = zb_schedule_new_room(p, v, m, ZB_PLACE_LOOP, 2 * v);
   int total = (m + p - 1) / p * p * v; /* units of the padded order */
   for (int r = 0; r < p; r++) {
     int warm = extra < 0 ? total : (v - 1) * p + 2 * (p - 1 - r) + extra;

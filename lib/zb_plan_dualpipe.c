@@ -94,7 +94,7 @@ static void dpv_rank_list(dpv_rank *x, int p, int m) {
 }
 
 zb_schedule *zb_plan_dualpipe_v(int p, int m) {
-  zb_schedule *s = zb_schedule_new_room(p, 2, m, ZB_PLACE_V, 6 * m);
+  zb_schedule *s = zb_schedule_new_room(p, 2, m, ZB_PLACE_V, 6);
   int *ws = zb_malloc(sizeof(int) * 2 * (size_t)m), *wm = zb_malloc(sizeof(int) * 2 * (size_t)m);
   for (int r = 0; r < p; r++) {
     dpv_rank x = {.s = s, .r = r, .stage = {r, 2 * p - 1 - r}, .w_stage = ws, .w_mb = wm};

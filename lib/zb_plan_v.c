@@ -35,7 +35,7 @@ static void v_op(vrank *x, zb_op op, int chunk) {
 }
 
 static zb_schedule *zb_plan_zb_v_handcrafted(int p, int m) {
-  zb_schedule *s = zb_schedule_new_room(p, 2, m, ZB_PLACE_V, 6 * m);
+  zb_schedule *s = zb_schedule_new_room(p, 2, m, ZB_PLACE_V, 6);
   for (int r = 0; r < p; r++) {
     vrank x = {.s = s, .r = r, .s0 = r, .s1 = 2 * p - 1 - r};
     for (int k = 0; k < 2 * (p - r) - 1; k++)

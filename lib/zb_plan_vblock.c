@@ -299,7 +299,7 @@ static void vb_squeeze(vb_grid *g, const zb_costs *c) {
 
 /* The lists: every rank's passes in slot order. */
 static zb_schedule *vb_emit(const vb_grid *g) {
-  zb_schedule *s = zb_schedule_new_room(g->p, 2, g->m, ZB_PLACE_V, 6 * g->m);
+  zb_schedule *s = zb_schedule_new_room(g->p, 2, g->m, ZB_PLACE_V, 6);
   for (int r = 0; r < g->p; r++) {
     int stage[2] = {r, 2 * g->p - 1 - r};
     for (int t = 0; t < g->T; t++) {

@@ -1,5 +1,6 @@
 #include "zb_schedule.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +19,14 @@ zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement) {
   return s;
 }
 
-zb_schedule *zb_schedule_new_room(int p, int v, int m, zb_placement placement, int room) {
+zb_schedule *zb_schedule_new_room(int p, int v, int m, zb_placement placement, int per_mb) {
   zb_schedule *s = zb_schedule_new(p, v, m, placement);
   if (!s)
     return NULL;
+  long long room = (long long)per_mb * m; /* past an int, push grows the lists as it must */
   int *n = zb_malloc(sizeof(int) * (size_t)p);
   for (int r = 0; r < p; r++)
-    n[r] = room;
+    n[r] = room > INT_MAX ? INT_MAX : (int)room;
   zb_schedule_reserve_all(s, n);
   free(n);
   return s;

@@ -79,9 +79,10 @@ typedef struct zb_schedule {
  * result and frees it with zb_schedule_free(). Returns NULL only when the
  * shape is not positive. */
 zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement);
-/* zb_schedule_new with room for `room` actions on every rank, in one
- * block (zb_schedule_reserve_all): a generator's whole plan. */
-zb_schedule *zb_schedule_new_room(int p, int v, int m, zb_placement placement, int room);
+/* zb_schedule_new with room for `per_mb` actions a microbatch on every
+ * rank (per_mb * m, at most INT_MAX), in one block
+ * (zb_schedule_reserve_all): a generator's whole plan. */
+zb_schedule *zb_schedule_new_room(int p, int v, int m, zb_placement placement, int per_mb);
 void zb_schedule_free(zb_schedule *s);
 /* Deep copy; caller owns the result. */
 zb_schedule *zb_schedule_clone(const zb_schedule *s);
@@ -105,8 +106,9 @@ static inline void zb_schedule_push_op(zb_schedule *s, int rank, zb_op op, int s
 void zb_schedule_reserve(zb_schedule *s, int rank, int n);
 /* Room for n[r] actions in every rank r's list, all in one block of
  * large memory (zb_alloc.h): what a plan's producer that knows its counts
- * uses for lists of many megabytes. The lists must be empty and without
- * room yet; one that outgrows its room moves to its own allocation. */
+ * uses for lists of many megabytes. Every list starts empty: whatever the
+ * lists held is dropped, a block of an earlier call with it. One that
+ * outgrows its room moves to its own allocation. */
 void zb_schedule_reserve_all(zb_schedule *s, const int *n);
 /* Total number of stages, p*v. */
 static inline int zb_schedule_stages(const zb_schedule *s) {

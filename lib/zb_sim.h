@@ -27,7 +27,10 @@ typedef struct zb_sim_result {
   double *peak_memory_units;     /* per rank, in units of the rank's M_F */
   /* per action (indexed like the schedule's lists): start/end times;
    * comm and FSDP actions get the time the rank reached them. NULL in a
-   * result of zb_simulate_figures; end NULL in one of zb_simulate_starts. */
+   * result of zb_simulate_figures; end NULL in one of zb_simulate_starts.
+   * The ranks' arrays are slices of one block each, start[0] and end[0]
+   * its base: zb_sim_result_free frees those, so a result built by hand
+   * is freed by its builder. */
   double **start, **end;
 } zb_sim_result;
 
