@@ -12,7 +12,7 @@
 
 /* Bounds that keep a hostile message from sizing our allocations; the job
  * spec's own limits are far below them. */
-enum { DECODE_MAX_RANKS = 1 << 16, DECODE_MAX_STAGES = 1 << 20 };
+enum { DECODE_MAX_RANKS = ZB_MAX_RANKS, DECODE_MAX_STAGES = 1 << 20 };
 
 bool zb_action_op_of(Zb__V1__ActionKind k, zb_op *op) {
   switch (k) {
@@ -53,7 +53,11 @@ static zb_err check_action(const zb_assignment *a, const zb_action *x, const cha
 /* Action i of the columns, checked against the shape. */
 static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_assignment *a, zb_action *out,
                             zb_diag *diag) {
-  zb_action x = {.stage = al->stage[i], .mb = al->microbatch[i], .peer = al->peer[i]};
+  if (al->peer[i] < -1 || al->peer[i] >= a->ranks) /* before it narrows to an action's 16 bits */
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment.action_list[%zu]: peer %d is not one of %d ranks", i, (int)al->peer[i],
+                       a->ranks);
+  zb_action x = {.stage = al->stage[i], .mb = al->microbatch[i], .peer = (int16_t)al->peer[i]};
   zb_op op;
   if (zb_action_op_of(al->kind[i], &op))
     x.op = (uint8_t)op;

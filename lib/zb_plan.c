@@ -57,6 +57,8 @@ zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag) {
   const char *name = zb_plan_families[f].name;
   if (p < 1)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s needs at least 1 rank (got %d)", name, p);
+  if (p > ZB_MAX_RANKS)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s plans at most %d ranks (got %d)", name, ZB_MAX_RANKS, p);
   if (m < 1)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s needs at least 1 microbatch (got %d)", name, m);
   switch (f) {

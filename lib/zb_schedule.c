@@ -8,7 +8,7 @@
 #include "zb_alloc.h"
 
 zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement) {
-  if (p <= 0 || v <= 0 || m <= 0)
+  if (p <= 0 || v <= 0 || m <= 0 || p > ZB_MAX_RANKS)
     return NULL;
   zb_schedule *s = zb_calloc(1, sizeof *s);
   s->p = p;
@@ -81,11 +81,12 @@ void zb_schedule_reserve(zb_schedule *s, int rank, int n) {
     schedule_resize(&s->ranks[rank], n);
 }
 
-/* Actions (one cache line) left between two lists of a block: lists of
- * 2^k actions would otherwise start a power of two apart, and a pass that
- * reads every rank's i-th action in turn (the simulation) would find them
- * all in one set of a cache that huge pages index by physical address. */
-#define SCHEDULE_BLOCK_GAP 4
+/* Actions (a cache line and more) left between two lists of a block:
+ * lists of 2^k actions would otherwise start a multiple of a large power
+ * of two apart, and a pass that reads every rank's i-th action in turn
+ * (the simulation) would find them all in a few sets of a cache that huge
+ * pages index by physical address. */
+#define SCHEDULE_BLOCK_GAP 6
 
 void zb_schedule_reserve_all(zb_schedule *s, const int *n) {
   size_t total = 0;

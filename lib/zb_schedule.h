@@ -46,12 +46,17 @@ typedef enum zb_op {
 typedef struct zb_action {
   int32_t stage;
   int32_t mb;
-  int32_t peer;
-  uint8_t op; /* a zb_op; one byte keeps an action at 16 (p = 256, m = 4096
-               * lowers to about 15 million of them) */
-  bool batch;
-  bool overlap;
+  int16_t peer; /* a rank (below ZB_MAX_RANKS) or -1 */
+  uint8_t op;   /* a zb_op */
+  bool batch : 1;
+  bool overlap : 1;
 } zb_action;
+/* 12 bytes: p = 256, m = 4096 lowers to 15 to 25 million actions, and
+ * every pass of planning at scale reads them all. */
+_Static_assert(sizeof(zb_action) == 12, "zb_action is 12 bytes");
+
+/* Ranks a schedule may have: a peer is 16 bits. */
+#define ZB_MAX_RANKS 32767
 
 typedef enum zb_placement {
   ZB_PLACE_LOOP = 0, /* stage s on rank s mod p */
@@ -77,7 +82,7 @@ typedef struct zb_schedule {
 
 /* Allocates an empty schedule of p ranks (all lists empty). Caller owns the
  * result and frees it with zb_schedule_free(). Returns NULL only when the
- * shape is not positive. */
+ * shape is not positive or p is above ZB_MAX_RANKS. */
 zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement);
 /* zb_schedule_new with room for `per_mb` actions a microbatch on every
  * rank (per_mb * m, at most INT_MAX), in one block

@@ -330,6 +330,14 @@ static void b_peer_self(Zb__V1__Assignment *a) {
       return;
     }
 }
+/* a peer past 16 bits must not wrap around to a rank of the job */
+static void b_peer_wide(Zb__V1__Assignment *a) {
+  for (size_t i = 0; i < a->action_list->n_kind; i++)
+    if (a->action_list->peer[i] >= 0) {
+      a->action_list->peer[i] += 65536;
+      return;
+    }
+}
 static void b_rank(Zb__V1__Assignment *a) {
   a->rank = 4;
 }
@@ -357,6 +365,7 @@ static void test_bad_assignments_refused(void) {
       {"microbatch", "action_list[0]: microbatch 8", b_mb},
       {"group", "cannot open a group", b_group},
       {"peer self", "peer 0 for", b_peer_self},
+      {"peer wide", "action_list[1]: peer 65537 is not one of 4 ranks", b_peer_wide},
       {"rank", "assignment.rank", b_rank},
       {"chunks", "assignment.chunks", b_chunks},
       {"schedule", "zb-h9", b_schedule},

@@ -65,6 +65,10 @@ static void test_new_clone_free(void) {
   CHECK(zb_schedule_new(2, 0, 4, ZB_PLACE_LOOP) == NULL);
   CHECK(zb_schedule_new(2, 1, 0, ZB_PLACE_LOOP) == NULL);
   CHECK(zb_schedule_new(-1, 1, 4, ZB_PLACE_LOOP) == NULL);
+  CHECK(zb_schedule_new(ZB_MAX_RANKS + 1, 1, 4, ZB_PLACE_LOOP) == NULL); /* a peer is 16 bits */
+  zb_schedule *widest = zb_schedule_new(ZB_MAX_RANKS, 1, 4, ZB_PLACE_LOOP);
+  CHECK(widest != NULL);
+  zb_schedule_free(widest);
   zb_schedule_free(NULL);
 
   zb_schedule *s = zb_schedule_new(3, 2, 5, ZB_PLACE_V);
@@ -361,6 +365,10 @@ static void test_check_shape_says_what_is_needed(void) {
   CHECK(strstr(d.msg, "zb-h2") && strstr(d.msg, "one chunk") && strstr(d.msg, "interleaved-1f1b"));
   CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_1F1B, 0, 1, 8, &d), ZB_ERR_INVALID_ARG);
   CHECK(strstr(d.msg, "at least 1 rank") != NULL);
+  /* a peer is 16 bits: past ZB_MAX_RANKS, refused by name */
+  CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_1F1B, ZB_MAX_RANKS + 1, 1, 8, &d), ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "at most 32767 ranks (got 32768)") != NULL);
+  CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_1F1B, ZB_MAX_RANKS, 1, 8, &d), ZB_OK);
   CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_GPIPE, 2, 1, 0, &d), ZB_ERR_INVALID_ARG);
   CHECK(strstr(d.msg, "at least 1 microbatch") != NULL);
   CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_COUNT_, 2, 1, 2, &d), ZB_ERR_INVALID_ARG);
