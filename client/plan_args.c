@@ -11,6 +11,7 @@
 #include "zb_par_threads.h"
 
 enum { PLAN_MAX_RANKS = 4096, PLAN_MAX_CHUNKS = 64, PLAN_MAX_MICROBATCHES = 1000000 };
+_Static_assert(PLAN_MAX_RANKS <= ZB_MAX_RANKS, "--ranks fits a schedule (zb_schedule_new)");
 
 void plan_args_init(plan_args *a, const char *cmd) {
   memset(a, 0, sizeof *a);

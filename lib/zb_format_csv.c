@@ -14,6 +14,7 @@
 #define ZB_CSV_MAX_RANKS 4096
 #define ZB_CSV_MAX_STAGES 65536
 #define ZB_CSV_MAX_MICROBATCHES (1 << 20)
+_Static_assert(ZB_CSV_MAX_RANKS <= ZB_MAX_RANKS, "a file's ranks fit a schedule (zb_schedule_new)");
 #define ZB_CSV_MAX_CELLS (1 << 25)
 
 static void rows_push(zb_rank_list *row, zb_action a) {
