@@ -33,17 +33,21 @@ static zb_schedule *direct(zb_family f, int p, int m, const zb_costs *c) {
   return err ? NULL : s;
 }
 
-/* The first place two schedules' lists differ, or -1 for none. */
-static long first_difference(const zb_schedule *a, const zb_schedule *b) {
-  for (int r = 0; r < a->p; r++) {
+/* Whether a and b hold the same lists (a NULL one holds none); where:
+ * the first place they differ, for the message. */
+static bool same_lists(const zb_schedule *a, const zb_schedule *b, char *where, size_t len) {
+  snprintf(where, len, "%s", a && b ? "" : "a missing schedule");
+  for (int r = 0; a && b && r < a->p; r++) {
     const zb_rank_list *x = &a->ranks[r], *y = &b->ranks[r];
     for (int i = 0; i < x->n || i < y->n; i++)
       if (i >= x->n || i >= y->n || x->actions[i].op != y->actions[i].op ||
           x->actions[i].stage != y->actions[i].stage || x->actions[i].mb != y->actions[i].mb ||
-          x->actions[i].peer != y->actions[i].peer || x->actions[i].batch != y->actions[i].batch)
-        return (long)r * 1000000 + i;
+          x->actions[i].peer != y->actions[i].peer || x->actions[i].batch != y->actions[i].batch) {
+        snprintf(where, len, "rank %d action %d", r, i);
+        return false;
+      }
   }
-  return -1;
+  return a && b;
 }
 
 /* A short run of each family, prolonged, is the long run's lists exactly:
@@ -70,9 +74,9 @@ static void test_prolonged_equals_full(void) {
       zb_schedule *ext = run ? zb_period_extend(run, m, q) : NULL;
       CHECK_MSG(full && ext, "%s p=%d uneven=%d: no schedule", zb_family_name(cases[k].f), p,
                 cases[k].uneven);
-      long at = first_difference(full, ext);
-      CHECK_MSG(at < 0, "%s p=%d uneven=%d: lists differ at rank %ld action %ld", zb_family_name(cases[k].f),
-                p, cases[k].uneven, at / 1000000, at % 1000000);
+      char at[64];
+      CHECK_MSG(same_lists(full, ext, at, sizeof at), "%s p=%d uneven=%d: lists differ at %s",
+                zb_family_name(cases[k].f), p, cases[k].uneven, at);
       zb_schedule_free(full);
       zb_schedule_free(run);
       zb_schedule_free(ext);
@@ -95,7 +99,8 @@ static void test_shrink_then_extend(void) {
     zb_schedule *run = zb_period_shrink(s, q, 3), *back = run ? zb_period_extend(run, m, q) : NULL;
     CHECK_MSG(run && run->m < m && (m - run->m) % q == 0, "%s: shrunk to %d", zb_family_name(fams[f]),
               run ? run->m : -1);
-    CHECK_MSG(back && first_difference(back, s) < 0, "%s: not the plan again", zb_family_name(fams[f]));
+    char at[64];
+    CHECK_MSG(same_lists(back, s, at, sizeof at), "%s: not the plan again (%s)", zb_family_name(fams[f]), at);
     zb_schedule_free(s);
     zb_schedule_free(run);
     zb_schedule_free(back);
@@ -223,9 +228,9 @@ static void test_lowered_through_period(void) {
       CHECK_MSG(run && 2 * run->m <= m, "%s: a short run of %d", zb_family_name(fams[f]), run ? run->m : -1);
       CHECK_EQ(zb_lower(s, c, &fast, &d), ZB_OK);
       CHECK_EQ(zb_lower_full_par(s, c, NULL, &full, &d), ZB_OK);
-      long at = first_difference(fast, full);
-      CHECK_MSG(at < 0, "%s uneven=%d: lowered lists differ at rank %ld action %ld", zb_family_name(fams[f]),
-                uneven, at / 1000000, at % 1000000);
+      char at[64];
+      CHECK_MSG(same_lists(fast, full, at, sizeof at), "%s uneven=%d: lowered lists differ at %s",
+                zb_family_name(fams[f]), uneven, at);
       zb_schedule_free(run);
       zb_schedule_free(s);
       zb_schedule_free(fast);
@@ -251,9 +256,9 @@ static void test_lowered_from_generator_run(void) {
               "%s: run %d, period %d", zb_family_name(fams[f]), run ? run->m : -1, period);
     CHECK_EQ(zb_lower_par_run(s, run, period, c, NULL, &fast, &d), ZB_OK);
     CHECK_EQ(zb_lower_full_par(s, c, NULL, &full, &d), ZB_OK);
-    long at = first_difference(fast, full);
-    CHECK_MSG(at < 0, "%s: lowered lists differ at rank %ld action %ld", zb_family_name(fams[f]),
-              at / 1000000, at % 1000000);
+    char at[64];
+    CHECK_MSG(same_lists(fast, full, at, sizeof at), "%s: lowered lists differ at %s",
+              zb_family_name(fams[f]), at);
     CHECK_EQ(zb_lower_par_run(full, run, period, c, NULL, &again, &d), ZB_ERR_INVALID_ARG);
     zb_schedule_free(s);
     zb_schedule_free(run);
