@@ -57,3 +57,12 @@ void *zb_calloc_large(size_t count, size_t size) {
   void *p = zb_malloc_large(count * size);
   return memset(p, 0, count * size);
 }
+
+/* The smallest page the kernel may fault in on its own. */
+#define ZB_SMALL_PAGE ((size_t)4096)
+
+void zb_prefault(void *p, size_t size) {
+  volatile char *c = p; /* each store must happen: no reader follows */
+  for (size_t at = 0; at < size; at += ZB_SMALL_PAGE)
+    c[at] = 0;
+}

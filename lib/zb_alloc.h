@@ -18,4 +18,9 @@ char *zb_strdup(const char *s);
 void *zb_malloc_large(size_t size);
 void *zb_calloc_large(size_t count, size_t size);
 
+/* Writes a zero into every page of p's first size bytes, so that the
+ * kernel faults them in now: done on a processor that would otherwise
+ * wait, it takes clearing fresh pages off the thread that fills them. */
+void zb_prefault(void *p, size_t size);
+
 #endif

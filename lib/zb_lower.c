@@ -426,27 +426,31 @@ static int lower_room(const zb_schedule *s, const int *stage_rank, zb_schedule *
   return most;
 }
 
+static long lower_compute_actions(const zb_schedule *s) {
+  long n = 0;
+  for (int r = 0; r < s->p; r++)
+    n += s->ranks[r].n;
+  return n;
+}
+
 /* Actions per piece below which splitting the merge is not worth a thread. */
 #define LOWER_PIECE_ACTIONS 200000
 
-static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim, const zb_costs *c,
-                                  const zb_par *par) {
+/* Everything the merge needs but the simulation: the ranks' feeders, the
+ * pieces, and out with every list's room. */
+static void lower_prepare(lower_job *j, const zb_schedule *s, const zb_costs *c, const zb_par *par) {
   int p = s->p, S = zb_schedule_stages(s), cap = 2 * s->v;
   int *stage_rank = zb_malloc(sizeof(int) * (size_t)S);
   for (int st = 0; st < S; st++)
     stage_rank[st] = zb_stage_rank(s, st);
   int *feed = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap), *nfeed = zb_calloc((size_t)p, sizeof(int));
   lower_feeders(s, stage_rank, cap, feed, nfeed);
-  long actions = 0;
-  for (int r = 0; r < p; r++)
-    actions += s->ranks[r].n;
   int pieces = zb_par_width(par);
   if (pieces > p)
     pieces = p;
-  if (actions < (long)pieces * LOWER_PIECE_ACTIONS)
+  if (lower_compute_actions(s) < (long)pieces * LOWER_PIECE_ACTIONS)
     pieces = 1;
-  lower_job job = {.s = s,
-                   .sim = sim,
+  *j = (lower_job){.s = s,
                    .c = c,
                    .stage_rank = stage_rank,
                    .feed = feed,
@@ -454,12 +458,81 @@ static zb_schedule *lower_by_rank(const zb_schedule *s, const zb_sim_result *sim
                    .cap = cap,
                    .pieces = pieces,
                    .out = zb_schedule_new(s->p, s->v, s->m, s->placement)};
-  job.most = lower_room(s, stage_rank, job.out);
-  zb_par_run(par, lower_piece, &job, pieces);
-  free(feed);
-  free(nfeed);
-  free(stage_rank);
-  return job.out;
+  j->most = lower_room(s, stage_rank, j->out);
+}
+
+static void lower_job_free(lower_job *j) {
+  free((int *)j->feed);
+  free((int *)j->nfeed);
+  free((int *)j->stage_rank);
+}
+
+/* The merge of s into j->out (lower_prepare's), from sim's start times. */
+static zb_schedule *lower_merge(lower_job *j, const zb_par *par, const zb_sim_result *sim) {
+  j->sim = sim;
+  zb_par_run(par, lower_piece, j, j->pieces);
+  lower_job_free(j);
+  return j->out;
+}
+
+/* The simulation of s and lower_prepare at once: one is a single pass,
+ * and the other's lists, a few hundred megabytes at scale, are faulted in
+ * beside it rather than by the merge that fills them. */
+typedef struct lower_start {
+  const zb_schedule *s;
+  const zb_costs *c;
+  const zb_par *par;
+  lower_job job;
+  zb_sim_result *sim;
+  zb_err err;
+  zb_diag diag;
+} lower_start;
+
+static void lower_start_piece(void *arg, int k) {
+  lower_start *ls = arg;
+  if (k == 0) {
+    ls->err = zb_simulate_starts(ls->s, ls->c, &ls->sim, &ls->diag);
+    return;
+  }
+  lower_prepare(&ls->job, ls->s, ls->c, ls->par);
+  const zb_schedule *o = ls->job.out;
+  if (zb_par_width(ls->par) == 1 || o->p == 0)
+    return; /* alone, it would only move the faults */
+  /* short of the simulation's scratch, which is freed before the merge:
+   * the plan's peak memory stays the merge's */
+  const zb_rank_list *last = &o->ranks[o->p - 1];
+  size_t bytes = sizeof *o->block * (size_t)(last->actions + last->cap - o->block);
+  size_t scratch = zb_sim_scratch_bytes(ls->s);
+  if (bytes > scratch)
+    zb_prefault(o->block, bytes - scratch);
+}
+
+/* Runs ls's two pieces for s; on failure (s cannot be simulated) frees
+ * what they made and returns the simulation's error, with diag. */
+static zb_err lower_start_run(lower_start *ls, const zb_schedule *s, const zb_costs *c, const zb_par *par,
+                              zb_diag *diag) {
+  *ls = (lower_start){.s = s, .c = c, .par = par};
+  zb_par_run(par, lower_start_piece, ls, 2);
+  if (!ls->err)
+    return ZB_OK;
+  lower_job_free(&ls->job);
+  zb_schedule_free(ls->job.out);
+  zb_sim_result_free(ls->sim);
+  if (diag)
+    *diag = ls->diag;
+  return ls->err;
+}
+
+/* s simulated and merged rank by rank into *out. */
+static zb_err lower_by_rank(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
+                            zb_diag *diag) {
+  lower_start ls;
+  zb_err err = lower_start_run(&ls, s, c, par, diag);
+  if (err)
+    return err;
+  *out = lower_merge(&ls.job, par, ls.sim);
+  zb_sim_result_free(ls.sim);
+  return ZB_OK;
 }
 
 /* Whether every F, B and W of c takes time: the per-rank merge's premise. */
@@ -503,10 +576,16 @@ static bool lower_keeps_compute(const zb_schedule *s, const zb_schedule *lowered
 static zb_schedule *lower_prolong(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
                                   const zb_par *par) {
   zb_schedule *low = NULL, *out = NULL;
-  zb_sim_result *sim = NULL;
-  if (zb_simulate_starts(run, c, &sim, NULL) == ZB_OK && zb_period_times_repeat(run, q, sim->start))
-    low = lower_by_rank(run, sim, c, par);
-  zb_sim_result_free(sim); /* before the long lists exist: the plan's peak memory */
+  lower_start ls;
+  if (lower_start_run(&ls, run, c, par, NULL) == ZB_OK) {
+    if (zb_period_times_repeat(run, q, ls.sim->start))
+      low = lower_merge(&ls.job, par, ls.sim);
+    else {
+      lower_job_free(&ls.job);
+      zb_schedule_free(ls.job.out);
+    }
+    zb_sim_result_free(ls.sim); /* before the long lists exist: the plan's peak memory */
+  }
   if (low)
     out = zb_period_extend_par(low, s->m, q, par);
   if (out && !lower_keeps_compute(s, out)) {
@@ -541,13 +620,6 @@ static zb_schedule *lower_periodic(const zb_schedule *s, const zb_costs *c, cons
   return NULL;
 }
 
-static long lower_compute_actions(const zb_schedule *s) {
-  long n = 0;
-  for (int r = 0; r < s->p; r++)
-    n += s->ranks[r].n;
-  return n;
-}
-
 static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, bool periodic,
                         const zb_par *par, zb_schedule **out, zb_diag *diag) {
   if (zb_schedule_has_comm(s))
@@ -563,13 +635,15 @@ static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, bo
     zb_costs_free(unit);
     return ZB_OK;
   }
-  zb_sim_result *sim = NULL;
-  zb_err err = (merge ? zb_simulate_starts : zb_simulate)(s, c, &sim, diag);
-  if (!err && merge)
-    *out = lower_by_rank(s, sim, c, par);
-  else if (!err)
-    err = lower_walk(s, sim, out, diag);
-  zb_sim_result_free(sim);
+  zb_err err = ZB_OK;
+  if (merge)
+    err = lower_by_rank(s, c, par, out, diag);
+  else {
+    zb_sim_result *sim = NULL;
+    if (!(err = zb_simulate(s, c, &sim, diag)))
+      err = lower_walk(s, sim, out, diag);
+    zb_sim_result_free(sim);
+  }
   zb_costs_free(unit);
   return err;
 }

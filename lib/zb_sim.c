@@ -370,6 +370,10 @@ zb_err zb_simulate_figures(const zb_schedule *s, const zb_costs *c, zb_sim_resul
   return sim_with_result(s, c, SIM_FIGURES, out, diag);
 }
 
+size_t zb_sim_scratch_bytes(const zb_schedule *s) {
+  return 2 * sizeof(double) * (size_t)zb_schedule_stages(s) * (size_t)s->m; /* f_end and b_end */
+}
+
 zb_err zb_simulate_makespan(const zb_schedule *s, const zb_costs *c, double *makespan, double *max_span) {
   return sim_run(s, c, NULL, makespan, max_span, false, NULL);
 }

@@ -52,6 +52,10 @@ void zb_sim_result_free(zb_sim_result *r);
  * keeps a third less memory at scale. */
 zb_err zb_simulate_starts(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
 
+/* The bytes a simulation of s holds while it runs besides its result
+ * (its completion times per stage and microbatch). */
+size_t zb_sim_scratch_bytes(const zb_schedule *s);
+
 /* Fast path for generators: makespan and max span only, no allocation of
  * per-action times. Returns ZB_ERR_DEADLOCK when stuck. */
 zb_err zb_simulate_makespan(const zb_schedule *s, const zb_costs *c, double *makespan, double *max_span);
