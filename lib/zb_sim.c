@@ -1,6 +1,7 @@
 #include "zb_sim.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ typedef struct sim_state {
   int *work;                  /* ranks to advance (a stack), each at most once */
   int n_work;
   bool *queued;  /* per rank: on work, or being advanced */
+  size_t *waits; /* per rank: the cell it stopped for (sim_key), SIM_NO_WAIT if none */
   int *pos;      /* next action index per rank */
   double *now;   /* time each rank is free again */
   double *first; /* start of each rank's first compute op; NAN: none yet */
@@ -35,6 +37,13 @@ typedef struct sim_state {
 
 static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
   return &arr[(size_t)stage * st->stage_step + (size_t)mb * st->mb_step];
+}
+
+/* A cell of f_end (b false) or b_end (b true) as one number: what a
+ * stopped rank waits for, and what a producer announces. */
+#define SIM_NO_WAIT SIZE_MAX
+static size_t sim_key(const sim_state *st, bool b, int stage, int mb) {
+  return 2 * ((size_t)stage * st->stage_step + (size_t)mb * st->mb_step) + b;
 }
 
 /* When the input of compute action a, run on `rank`, is available; NAN if
@@ -109,12 +118,14 @@ static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *
     st->stage_rank[k] = zb_stage_rank(s, k);
   st->work = zb_malloc(sizeof(int) * (size_t)p);
   st->queued = zb_calloc((size_t)p, sizeof(bool));
+  st->waits = zb_malloc(sizeof(size_t) * (size_t)p);
   st->pos = zb_calloc((size_t)p, sizeof(int));
   st->now = zb_calloc((size_t)p, sizeof(double));
   st->first = zb_malloc(sizeof(double) * (size_t)p);
   st->mem = zb_calloc((size_t)p, sizeof(double));
   for (int r = 0; r < p; r++) {
     st->first[r] = NAN;
+    st->waits[r] = SIM_NO_WAIT;
     st->remaining += s->ranks[r].n;
   }
 }
@@ -125,6 +136,7 @@ static void sim_state_free(sim_state *st) {
   free(st->stage_rank);
   free(st->work);
   free(st->queued);
+  free(st->waits);
   free(st->pos);
   free(st->now);
   free(st->first);
@@ -139,11 +151,28 @@ static void sim_wake(sim_state *st, int r) {
   }
 }
 
+/* Wakes rank r if it stopped for the cell of key: a rank stopped for
+ * another cell would only look and stop again (half of all wakes at
+ * scale, each a few cache misses). */
+static void sim_wake_for(sim_state *st, int r, size_t key) {
+  if (st->waits[r] == key) {
+    st->waits[r] = SIM_NO_WAIT;
+    sim_wake(st, r);
+  }
+}
+
+/* One rank's running figures while it advances, in locals: through
+ * the arrays, every op would store and reload them (stores to the time
+ * arrays may alias them). */
+typedef struct sim_figures {
+  double first, busy, mem, peak, span_end;
+} sim_figures;
+
 /* Runs compute action a on rank r if its input is ready: records its
- * completion, advances the rank's clock and the result's figures. Sets
- * *start / *end; returns false (and changes nothing) when not ready. */
-static inline __attribute__((always_inline)) bool sim_run_compute(sim_state *st, int r, const zb_action *a,
-                                                                  double *start, double *end) {
+ * completion, advances the rank's clock and figures f. Sets *start /
+ * *end; returns false (and changes nothing) when not ready. */
+static inline __attribute__((always_inline)) bool
+sim_run_compute(sim_state *st, int r, const zb_action *a, double *start, double *end, sim_figures *f) {
   double ready = sim_ready(st->c, st, r, a);
   if (isnan(ready))
     return false;
@@ -163,26 +192,24 @@ static inline __attribute__((always_inline)) bool sim_run_compute(sim_state *st,
   if (ready > *start)
     *start = ready;
   *end = *start + zb_costs_time(st->c, a->op, a->stage);
-  if (isnan(st->first[r]))
-    st->first[r] = *start;
+  if (isnan(f->first))
+    f->first = *start;
   /* An output wakes the rank that consumes it (its F or RECV_F, its B or
    * RECV_B), which may have stopped waiting for it. */
   if (a->op == ZB_OP_F) {
     *sim_slot(st->f_end, st, a->stage, a->mb) = *end;
     if (a->stage + 1 < st->S)
-      sim_wake(st, st->stage_rank[a->stage + 1]);
+      sim_wake_for(st, st->stage_rank[a->stage + 1], sim_key(st, false, a->stage, a->mb));
   } else if (a->op == ZB_OP_B || a->op == ZB_OP_BW) {
     *sim_slot(st->b_end, st, a->stage, a->mb) = *end;
     if (a->stage > 0)
-      sim_wake(st, st->stage_rank[a->stage - 1]);
+      sim_wake_for(st, st->stage_rank[a->stage - 1], sim_key(st, true, a->stage, a->mb));
   }
-  zb_sim_result *res = st->res;
-  if (res) {
-    res->busy[r] += *end - *start;
-    st->mem[r] += zb_costs_mem(st->c, a->op, a->stage);
-    if (st->mem[r] > res->peak_memory[r])
-      res->peak_memory[r] = st->mem[r];
-    res->span_end[r] = *end;
+  if (st->res) {
+    f->busy += *end - *start;
+    f->mem += zb_costs_mem(st->c, a->op, a->stage);
+    f->peak = f->mem > f->peak ? f->mem : f->peak;
+    f->span_end = *end;
   }
   return true;
 }
@@ -198,6 +225,31 @@ static double sim_recv_arrival(const sim_state *st, const zb_action *a) {
   return isnan(t) ? t : t + st->c->t_comm;
 }
 
+/* The first cell compute action a waits for (sim_ready's order). */
+static size_t sim_compute_wait(const sim_state *st, const zb_action *a) {
+  switch (a->op) {
+  case ZB_OP_F: return sim_key(st, false, a->stage - 1, a->mb);
+  case ZB_OP_B:
+  case ZB_OP_BW:
+    if (isnan(*sim_slot(st->f_end, st, a->stage, a->mb)))
+      return sim_key(st, false, a->stage, a->mb);
+    return sim_key(st, true, a->stage + 1, a->mb);
+  case ZB_OP_W: return sim_key(st, true, a->stage, a->mb);
+  default: return SIM_NO_WAIT;
+  }
+}
+
+/* The cell rank r waits for at action a, where it stopped. */
+static size_t sim_wait_key(const sim_state *st, int r, const zb_action *a) {
+  if (a->op == ZB_OP_RECV_F)
+    return sim_key(st, false, a->stage - 1, a->mb);
+  if (a->op == ZB_OP_RECV_B)
+    return sim_key(st, true, a->stage + 1, a->mb);
+  if (!a->overlap || isnan(sim_ready(st->c, st, r, a)))
+    return sim_compute_wait(st, a);
+  return sim_compute_wait(st, a + 1); /* an overlapped pair stopped for its second */
+}
+
 /* Runs rank r's list as far as inputs allow.
  * Comm actions take no time of their own, but a RECV holds its rank until
  * its tensor has arrived, as the executor's transport group does (sends
@@ -207,6 +259,13 @@ static void sim_advance_rank(sim_state *st, int r) {
   zb_sim_result *res = st->res && st->res->start ? st->res : NULL; /* per-action times wanted */
   int pos = st->pos[r]; /* in locals: stores to the time arrays could alias them */
   double now = st->now[r];
+  sim_figures f = {.first = st->first[r], .mem = st->mem[r]};
+  if (st->res)
+    f = (sim_figures){.first = f.first,
+                      .busy = st->res->busy[r],
+                      .mem = f.mem,
+                      .peak = st->res->peak_memory[r],
+                      .span_end = st->res->span_end[r]};
   while (pos < l->n) {
     const zb_action *a = &l->actions[pos];
     /* ranks take turns, too many streams for the hardware prefetcher: a
@@ -215,7 +274,7 @@ static void sim_advance_rank(sim_state *st, int r) {
       __builtin_prefetch(a + 16);
     double start = now, end = now;
     if (zb_op_is_compute(a->op)) {
-      if (!sim_run_compute(st, r, a, &start, &end))
+      if (!sim_run_compute(st, r, a, &start, &end, &f))
         break;
       now = end;
     } else if (a->op == ZB_OP_RECV_F || a->op == ZB_OP_RECV_B) {
@@ -232,9 +291,18 @@ static void sim_advance_rank(sim_state *st, int r) {
     }
     pos++;
   }
+  if (pos < l->n)
+    st->waits[r] = sim_wait_key(st, r, &l->actions[pos]);
   st->remaining -= pos - st->pos[r];
   st->pos[r] = pos;
   st->now[r] = now;
+  st->first[r] = f.first;
+  st->mem[r] = f.mem;
+  if (st->res) {
+    st->res->busy[r] = f.busy;
+    st->res->peak_memory[r] = f.peak;
+    st->res->span_end[r] = f.span_end;
+  }
 }
 
 /* Explains a run that stopped with actions left: where each rank waits. */
@@ -270,11 +338,25 @@ static void sim_totals(const sim_state *st, double *makespan_out, double *span_o
     *span_out = span;
 }
 
+/* Wakes every rank with actions left; false when there is none. */
+static bool sim_wake_all(sim_state *st) {
+  bool any = false;
+  for (int r = st->s->p - 1; r >= 0; r--)
+    if (st->pos[r] < st->s->ranks[r].n) {
+      st->waits[r] = SIM_NO_WAIT;
+      sim_wake(st, r);
+      any = true;
+    }
+  return any;
+}
+
 /* Runs the lists: a rank is advanced until it waits for an input, and
  * advanced again once that input's producer wakes it, so each action is
  * looked at a bounded number of times (the result does not depend on the
- * order: every time follows from the dependencies). Work left when no rank
- * can move is a deadlock. Fills res when given. */
+ * order: every time follows from the dependencies). A producer wakes the
+ * host of the consuming stage; an action on another rank (a misplaced
+ * one) is found by waking every rank once no rank moves, and work left
+ * when that moves nothing either is a deadlock. Fills res when given. */
 static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *res, double *makespan_out,
                       double *span_out, bool checked, zb_diag *diag) {
   zb_err err = checked ? ZB_OK : sim_check_ranges(s, c, diag);
@@ -282,12 +364,13 @@ static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *re
     return err;
   sim_state st;
   sim_state_init(&st, s, c, res);
-  for (int r = s->p - 1; r >= 0; r--)
-    sim_wake(&st, r);
-  while (st.n_work > 0) {
-    int r = st.work[--st.n_work];
-    sim_advance_rank(&st, r);
-    st.queued[r] = false;
+  for (int left = -1; st.remaining != left && sim_wake_all(&st);) {
+    left = st.remaining;
+    while (st.n_work > 0) {
+      int r = st.work[--st.n_work];
+      sim_advance_rank(&st, r);
+      st.queued[r] = false;
+    }
   }
   if (st.remaining > 0)
     err = sim_report_deadlock(&st, diag);
@@ -322,9 +405,11 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s, int times) {
     total += (size_t)(s->ranks[k].n ? s->ranks[k].n : 1) + SIM_TIMES_GAP;
   r->start = zb_calloc(p, sizeof(double *));
   r->end = times == SIM_TIMES ? zb_calloc(p, sizeof(double *)) : NULL;
-  r->start[0] = zb_calloc_large(total, sizeof(double));
+  /* not cleared: a run that completes writes every action's time, and
+   * one that does not frees the result */
+  r->start[0] = zb_malloc_large(total * sizeof(double));
   if (r->end)
-    r->end[0] = zb_calloc_large(total, sizeof(double));
+    r->end[0] = zb_malloc_large(total * sizeof(double));
   for (int k = 1; k < s->p; k++) {
     size_t n = (size_t)(s->ranks[k - 1].n ? s->ranks[k - 1].n : 1) + SIM_TIMES_GAP;
     r->start[k] = r->start[k - 1] + n;

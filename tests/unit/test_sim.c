@@ -476,6 +476,41 @@ static void test_sim_deadlock_cycle(void) {
   CHECK_NEAR(span, 12, SIM_EPS);
 }
 
+/* Lists on the wrong ranks (the validator's to refuse) still run as
+ * their dependencies allow: each stage's F, B and W moved to the other
+ * rank, p = 2, m = 1, T = 1 each, T_comm = 0.5. Whether an input crosses
+ * ranks is read from placement, and by placement every input here stays
+ * on its rank: no T_comm. Rank 0 holds stage 1's ops and waits for F0.0,
+ * which rank 1 runs 0..1; F1.0 1..2, B1.0 2..3, W1.0 3..4 on rank 0;
+ * B0.0 (after B1.0) 3..4 and W0.0 4..5 on rank 1: makespan 5. A
+ * producer's output goes to the host of the consuming stage, which here
+ * runs nothing that takes it: the run must find the waiting rank some
+ * other way than the producer's notice. */
+static void test_sim_misplaced_runs(void) {
+  zb_schedule *s = zb_schedule_new(2, 1, 1, ZB_PLACE_LOOP);
+  const zb_op ops[] = {ZB_OP_F, ZB_OP_B, ZB_OP_W};
+  for (int i = 0; i < 3; i++) {
+    zb_schedule_push_op(s, 0, ops[i], 1, 0);
+    zb_schedule_push_op(s, 1, ops[i], 0, 0);
+  }
+  zb_costs *c = sim_costs(2, 1, 1, 1, 0.5, 1, -0.5, -0.5);
+  zb_sim_result *r = NULL;
+  zb_diag d = {{0}};
+  zb_err err = zb_simulate(s, c, &r, &d);
+  const double rank0[][2] = {{1, 2}, {2, 3}, {3, 4}};
+  const double rank1[][2] = {{0, 1}, {3, 4}, {4, 5}};
+  bool times = !err && sim_times_are(s, r, 0, rank0, 3) && sim_times_are(s, r, 1, rank1, 3);
+  bool fast = !err && sim_fast_path_agrees(s, c, r);
+  double mk = r ? r->makespan : -1;
+  zb_sim_result_free(r);
+  zb_costs_free(c);
+  zb_schedule_free(s);
+  CHECK_MSG(err == ZB_OK, "simulation failed: %s", d.msg);
+  CHECK(times);
+  CHECK(fast);
+  CHECK_NEAR(mk, 5, SIM_EPS);
+}
+
 /* Costs that do not describe the schedule's stages are refused. */
 static void test_sim_wrong_costs(void) {
   zb_schedule *loop = sim_loop_schedule();               /* 2 stages */
@@ -513,4 +548,4 @@ static void test_sim_wrong_costs(void) {
 ZBT_MAIN(ZBT(test_sim_loop_by_hand), ZBT(test_sim_v_by_hand), ZBT(test_sim_fused_bw),
          ZBT(test_sim_uneven_stages), ZBT(test_sim_comm_adds_no_time), ZBT(test_sim_lowered_same_times),
          ZBT(test_sim_fast_path_on_generated), ZBT(test_sim_deadlock_own_order), ZBT(test_sim_deadlock_cycle),
-         ZBT(test_sim_wrong_costs))
+         ZBT(test_sim_misplaced_runs), ZBT(test_sim_wrong_costs))
