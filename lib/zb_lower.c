@@ -266,20 +266,6 @@ static zb_err lower_walk(const zb_schedule *s, const zb_sim_result *sim, zb_sche
  * neighbour's list order). Merging rank by rank reads each list a few
  * times, front to back, instead of jumping between 2p streams in time
  * order, and gives the same lists (tests/unit/test_lower.c). */
-typedef struct rank_xfer {
-  double at;     /* the producer's end */
-  double pstart; /* the producer's start, then its rank: the emission order */
-  int prank;
-  zb_action act; /* the SEND or RECV this rank posts */
-} rank_xfer;
-
-static bool rank_xfer_before(const rank_xfer *a, const rank_xfer *b) {
-  if (a->at != b->at)
-    return a->at < b->at;
-  if (a->pstart != b->pstart)
-    return a->pstart < b->pstart;
-  return a->prank < b->prank;
-}
 
 /* Where the output of action a on rank r goes: the consuming rank, or -1
  * when it stays on r (or a produces nothing another stage takes). */
@@ -300,50 +286,71 @@ typedef struct lower_job {
   const zb_sim_result *sim;
   const zb_costs *c;
   const int *stage_rank, *feed, *nfeed;
-  int cap, most, pieces;
+  int cap, pieces;
   zb_schedule *out;
 } lower_job;
 
-/* Appends to x the transfers from rank q's producers to rank r (r == q:
- * r's sends to everyone), in q's list order; returns the new count. */
-static int lower_collect(const lower_job *j, int q, int r, rank_xfer *x, int n) {
+/* One sorted stream of rank r's transfers, read straight off the list of
+ * the producing rank q: r's own sends (q == r) or its receives from
+ * feeder q, in q's list order, which is their (producer end, producer
+ * start) order. Its head is the action at i (i == n: the stream is dry),
+ * with its producer's end and start. */
+typedef struct xfer_stream {
+  const zb_action *acts;
+  const double *start;
+  int n, i, q, r;
+  double at, pstart;
+} xfer_stream;
+
+/* Moves s's head to the next producer at or after i whose output r takes. */
+static void xfer_stream_seek(const lower_job *j, xfer_stream *x, int i) {
   int S = zb_schedule_stages(j->s);
-  const zb_rank_list *l = &j->s->ranks[q];
-  const double *start = j->sim->start[q];
-  for (int i = 0; i < l->n; i++) {
-    const zb_action *a = &l->actions[i];
-    int to = lower_out_rank(j->stage_rank, S, q, a);
-    if (to < 0 || (q != r && to != r))
-      continue;
-    bool fwd = a->op == ZB_OP_F;
-    zb_action act = {.mb = a->mb};
-    if (q == r)
-      act = (zb_action){.op = fwd ? ZB_OP_SEND_F : ZB_OP_SEND_B, .stage = a->stage, .mb = a->mb, .peer = to};
-    else
-      act = (zb_action){.op = fwd ? ZB_OP_RECV_F : ZB_OP_RECV_B,
-                        .stage = a->stage + (fwd ? 1 : -1),
-                        .mb = a->mb,
-                        .peer = q};
-    double end = start[i] + zb_costs_time(j->c, (zb_op)a->op, a->stage);
-    x[n++] = (rank_xfer){.at = end, .pstart = start[i], .prank = q, .act = act};
+  for (; i < x->n; i++) {
+    const zb_action *a = &x->acts[i];
+    int to = lower_out_rank(j->stage_rank, S, x->q, a);
+    if (to >= 0 && (x->q == x->r || to == x->r)) {
+      x->pstart = x->start[i];
+      x->at = x->pstart + zb_costs_time(j->c, (zb_op)a->op, a->stage);
+      break;
+    }
   }
-  return n;
+  x->i = i;
 }
 
-/* Merges the sorted runs x[bounds[k] .. bounds[k+1]) into y (head:
- * scratch of runs entries; runs is small, at most 1 + 2v). */
-static void lower_merge_runs(const rank_xfer *x, const int *bounds, int runs, int *head, rank_xfer *y) {
-  for (int k = 0; k < runs; k++)
-    head[k] = bounds[k];
-  for (int out = 0;; out++) {
-    int best = -1;
-    for (int k = 0; k < runs; k++)
-      if (head[k] < bounds[k + 1] && (best < 0 || rank_xfer_before(&x[head[k]], &x[head[best]])))
-        best = k;
-    if (best < 0)
-      return;
-    y[out] = x[head[best]++];
+static void xfer_stream_open(const lower_job *j, xfer_stream *x, int q, int r) {
+  *x = (xfer_stream){
+      .acts = j->s->ranks[q].actions, .start = j->sim->start[q], .n = j->s->ranks[q].n, .q = q, .r = r};
+  xfer_stream_seek(j, x, 0);
+}
+
+/* Whether x's head goes before y's: the walk's order of transfers, by
+ * producer end, then emission order (producer start, then rank). */
+static bool xfer_stream_before(const xfer_stream *x, const xfer_stream *y) {
+  if (x->at != y->at)
+    return x->at < y->at;
+  if (x->pstart != y->pstart)
+    return x->pstart < y->pstart;
+  return x->q < y->q;
+}
+
+/* The SEND (own stream) or RECV that x's head is for rank x->r. */
+static zb_action xfer_stream_action(const lower_job *j, const xfer_stream *x) {
+  const zb_action *a = &x->acts[x->i];
+  bool fwd = a->op == ZB_OP_F;
+  if (x->q == x->r) {
+    int to = lower_out_rank(j->stage_rank, zb_schedule_stages(j->s), x->q, a);
+    return (zb_action){.op = fwd ? ZB_OP_SEND_F : ZB_OP_SEND_B, .stage = a->stage, .mb = a->mb, .peer = to};
   }
+  return (zb_action){
+      .op = fwd ? ZB_OP_RECV_F : ZB_OP_RECV_B, .stage = a->stage + (fwd ? 1 : -1), .mb = a->mb, .peer = x->q};
+}
+
+/* Appends a to l; comm actions that follow each other form one batch. */
+static void lower_append(zb_rank_list *l, zb_action a) {
+  a.batch = false;
+  if (l->n > 0 && zb_op_is_comm(a.op) && zb_op_is_comm(l->actions[l->n - 1].op))
+    l->actions[l->n - 1].batch = true;
+  l->actions[l->n++] = a;
 }
 
 /* Per rank, the ranks whose producers feed it (hosts of the stages next
@@ -363,67 +370,60 @@ static void lower_feeders(const zb_schedule *s, const int *stage_rank, int cap, 
     }
 }
 
-/* Rank r's lowered list: its sends and the receives from each feeder
- * merged into one transfer order, then merged with its own actions (a
- * transfer first on a tie). x and y: scratch for every transfer of r. */
-static void lower_rank(const lower_job *j, int r, rank_xfer *x, rank_xfer *y, int *bounds) {
+/* Rank r's lowered list: its own actions by start merged with its
+ * transfers, which are its sends and the receives from each feeder, each
+ * a sorted stream (a transfer first on a tie). x: 1 + cap streams. */
+static void lower_rank(const lower_job *j, int r, xfer_stream *x) {
   const int *feed = j->feed + (size_t)r * j->cap;
-  int n = lower_collect(j, r, r, x, 0), runs = 1;
-  bounds[0] = 0;
-  bounds[1] = n;
-  for (int k = 0; k < j->nfeed[r]; k++) {
-    n = lower_collect(j, feed[k], r, x, n);
-    bounds[++runs] = n;
-  }
-  lower_merge_runs(x, bounds, runs, bounds + runs + 1, y);
-  const zb_sim_result *sim = j->sim;
+  int streams = 1 + j->nfeed[r];
+  xfer_stream_open(j, &x[0], r, r);
+  for (int k = 0; k < j->nfeed[r]; k++)
+    xfer_stream_open(j, &x[1 + k], feed[k], r);
   const zb_rank_list *in = &j->s->ranks[r];
-  zb_rank_list *l = &j->out->ranks[r]; /* room for in->n + n (lower_room) */
-  int t = 0;
-  for (int i = 0; i < in->n; i++) {
-    while (t < n && y[t].at <= sim->start[r][i])
-      l->actions[l->n++] = y[t++].act;
-    l->actions[l->n++] = in->actions[i];
+  const double *start = j->sim->start[r];
+  zb_rank_list *l = &j->out->ranks[r]; /* room for in->n and every transfer (lower_room) */
+  for (int i = 0;;) {
+    xfer_stream *best = NULL;
+    for (int k = 0; k < streams; k++)
+      if (x[k].i < x[k].n && (!best || xfer_stream_before(&x[k], best)))
+        best = &x[k];
+    if (best && (i == in->n || best->at <= start[i])) {
+      lower_append(l, xfer_stream_action(j, best));
+      xfer_stream_seek(j, best, best->i + 1);
+    } else if (i < in->n)
+      lower_append(l, in->actions[i++]);
+    else
+      return;
   }
-  while (t < n)
-    l->actions[l->n++] = y[t++].act;
 }
 
-/* Piece k: a contiguous share of the ranks, with scratch of its own. */
+/* Piece k: a contiguous share of the ranks. */
 static void lower_piece(void *arg, int k) {
   const lower_job *j = arg;
   int r0 = zb_par_share(j->s->p, k, j->pieces), r1 = zb_par_share(j->s->p, k + 1, j->pieces);
-  rank_xfer *x = zb_malloc(sizeof *x * (size_t)j->most), *y = zb_malloc(sizeof *y * (size_t)j->most);
-  int *bounds = zb_malloc(sizeof(int) * (size_t)(2 * j->cap + 4));
-  for (int r = r0; r < r1; r++) {
-    lower_rank(j, r, x, y, bounds);
-    lower_mark_rank_batches(&j->out->ranks[r]);
-  }
-  free(bounds);
+  xfer_stream *x = zb_malloc(sizeof *x * (size_t)(1 + j->cap));
+  for (int r = r0; r < r1; r++)
+    lower_rank(j, r, x);
   free(x);
-  free(y);
 }
 
-/* Room in out for every rank's lowered list (its actions and the
- * transfers it takes part in); returns the most transfers of any one
- * rank (each piece's scratch). */
-static int lower_room(const zb_schedule *s, const int *stage_rank, zb_schedule *out) {
-  int S = zb_schedule_stages(s), most = 1;
+/* Room in out for every rank's lowered list: its actions and the
+ * transfers it takes part in. */
+static void lower_room(const zb_schedule *s, const int *stage_rank, zb_schedule *out) {
+  int S = zb_schedule_stages(s);
   int *n = zb_calloc((size_t)s->p, sizeof(int));
   for (int q = 0; q < s->p; q++)
     for (int i = 0; i < s->ranks[q].n; i++) {
       int to = lower_out_rank(stage_rank, S, q, &s->ranks[q].actions[i]);
       if (to < 0)
         continue;
-      int a = ++n[q], b = ++n[to];
-      most = a > most ? a : most;
-      most = b > most ? b : most;
+      n[q]++;
+      n[to]++;
     }
   for (int q = 0; q < s->p; q++)
     n[q] += s->ranks[q].n;
   zb_schedule_reserve_all(out, n);
   free(n);
-  return most;
 }
 
 static long lower_compute_actions(const zb_schedule *s) {
@@ -458,7 +458,7 @@ static void lower_prepare(lower_job *j, const zb_schedule *s, const zb_costs *c,
                    .cap = cap,
                    .pieces = pieces,
                    .out = zb_schedule_new(s->p, s->v, s->m, s->placement)};
-  j->most = lower_room(s, stage_rank, j->out);
+  lower_room(s, stage_rank, j->out);
 }
 
 static void lower_job_free(lower_job *j) {
