@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,22 +72,42 @@ typedef struct vctx {
   int S, m;
   bool lowered;
   int *stage_rank;
-  /* per (stage, mb): counts of F, B, W, BW (stopping at 2, already a
-   * duplicate); F and B seen so far on their rank and their RECVs (each
-   * cell is touched only by the rank of its stage once placement holds);
-   * sends and recvs per transfer, keyed by the producing stage */
-  unsigned char *cnt[4];
-  unsigned char *fdone, *bdone, *frecv, *brecv;
-  unsigned char *sendf, *recvf, *sendb, *recvb;
+  /* per (stage, mb): what the scan has seen, as CELL_* bits in one
+   * word, so that a rank's pass walks one row per stage, not twelve */
+  uint16_t *cell;
   zb_violation first[VKINDS]; /* the first of each kind, in scan order */
 } vctx;
+
+/* The bits of a cell. Seen: F, B, W and BW of the cell; F and B done so
+ * far and their RECVs (each cell is touched only by the rank of its stage
+ * once placement holds); the send and recv of each transfer, keyed by the
+ * producing stage. */
+enum {
+  CELL_F = 1 << 0,
+  CELL_B = 1 << 1,
+  CELL_W = 1 << 2,
+  CELL_BW = 1 << 3,
+  CELL_FDONE = 1 << 4,
+  CELL_BDONE = 1 << 5,
+  CELL_FRECV = 1 << 6,
+  CELL_BRECV = 1 << 7,
+  CELL_SENDF = 1 << 8,
+  CELL_RECVF = 1 << 9,
+  CELL_SENDB = 1 << 10,
+  CELL_RECVB = 1 << 11,
+};
 
 static size_t vidx(const vctx *x, int stage, int mb) {
   return (size_t)stage * x->m + mb;
 }
 
-static int vkind(zb_op op) {
-  return op == ZB_OP_F ? 0 : op == ZB_OP_B ? 1 : op == ZB_OP_W ? 2 : 3;
+/* Whether cell (stage, mb) has bit. */
+static bool vhas(const vctx *x, int stage, int mb, uint16_t bit) {
+  return x->cell[vidx(x, stage, mb)] & bit;
+}
+
+static uint16_t vseen_bit(zb_op op) {
+  return op == ZB_OP_F ? CELL_F : op == ZB_OP_B ? CELL_B : op == ZB_OP_W ? CELL_W : CELL_BW;
 }
 
 /* Notes a violation of kind k unless one was noted already. */
@@ -126,14 +147,12 @@ static zb_err check_range(const vctx *x, int r, int i, const zb_action *a, zb_vi
 
 /* A compute op seen twice (a BW with its B or W counts too). */
 static void check_duplicate(vctx *x, int r, int i, const zb_action *a) {
-  size_t k = vidx(x, a->stage, a->mb);
-  unsigned char *n = &x->cnt[vkind(a->op)][k];
-  bool dup = *n > 0;
-  *n = 1 + (*n > 0);
-  if (a->op == ZB_OP_BW)
-    dup = dup || x->cnt[1][k] || x->cnt[2][k];
-  else if (a->op == ZB_OP_B || a->op == ZB_OP_W)
-    dup = dup || x->cnt[3][k];
+  uint16_t *cell = &x->cell[vidx(x, a->stage, a->mb)];
+  uint16_t clash = a->op == ZB_OP_BW  ? CELL_BW | CELL_B | CELL_W
+                   : a->op == ZB_OP_F ? CELL_F
+                                      : vseen_bit((zb_op)a->op) | CELL_BW;
+  bool dup = *cell & clash;
+  *cell |= vseen_bit((zb_op)a->op);
   if (dup)
     NOTE(x, ZB_VIOL_DUPLICATE, r, i, a, "%s of stage %d microbatch %d appears more than once",
          zb_op_name(a->op), a->stage, a->mb);
@@ -147,40 +166,40 @@ static void check_order(vctx *x, int r, int i, const zb_action *a) {
   case ZB_OP_F:
     if (st > 0) {
       bool local = x->stage_rank[st - 1] == r;
-      if (local && !x->fdone[vidx(x, st - 1, mb)])
+      if (local && !vhas(x, st - 1, mb, CELL_FDONE))
         NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before F of stage %d on the same rank", st - 1);
-      else if (!local && x->lowered && !x->frecv[vidx(x, st, mb)])
+      else if (!local && x->lowered && !vhas(x, st, mb, CELL_FRECV))
         NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "no RECV_F of its input before it");
     }
-    x->fdone[vidx(x, st, mb)] = 1;
+    x->cell[vidx(x, st, mb)] |= CELL_FDONE;
     break;
   case ZB_OP_B:
   case ZB_OP_BW:
-    if (!x->fdone[vidx(x, st, mb)])
+    if (!vhas(x, st, mb, CELL_FDONE))
       NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before its own F");
     else if (st < x->S - 1) {
       bool local = x->stage_rank[st + 1] == r;
-      if (local && !x->bdone[vidx(x, st + 1, mb)])
+      if (local && !vhas(x, st + 1, mb, CELL_BDONE))
         NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before B of stage %d on the same rank", st + 1);
-      else if (!local && x->lowered && !x->brecv[vidx(x, st, mb)])
+      else if (!local && x->lowered && !vhas(x, st, mb, CELL_BRECV))
         NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "no RECV_B of its input before it");
     }
-    x->bdone[vidx(x, st, mb)] = 1;
+    x->cell[vidx(x, st, mb)] |= CELL_BDONE;
     break;
   case ZB_OP_W:
-    if (!x->bdone[vidx(x, st, mb)])
+    if (!vhas(x, st, mb, CELL_BDONE))
       NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before its B");
     break;
   case ZB_OP_SEND_F:
-    if (!x->fdone[vidx(x, st, mb)])
+    if (!vhas(x, st, mb, CELL_FDONE))
       NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "sends before its F ran");
     break;
   case ZB_OP_SEND_B:
-    if (!x->bdone[vidx(x, st, mb)])
+    if (!vhas(x, st, mb, CELL_BDONE))
       NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "sends before its B ran");
     break;
-  case ZB_OP_RECV_F: x->frecv[vidx(x, st, mb)] = 1; break;
-  case ZB_OP_RECV_B: x->brecv[vidx(x, st, mb)] = 1; break;
+  case ZB_OP_RECV_F: x->cell[vidx(x, st, mb)] |= CELL_FRECV; break;
+  case ZB_OP_RECV_B: x->cell[vidx(x, st, mb)] |= CELL_BRECV; break;
   default: break;
   }
 }
@@ -195,14 +214,14 @@ static void check_comm(vctx *x, int r, int i, const zb_action *a) {
   else if (a->peer != peer)
     NOTE(x, ZB_VIOL_COMM_MISMATCH, r, i, a, "peer is rank %d but stage %d lives on rank %d", a->peer, other,
          peer);
-  unsigned char *cnt = a->op == ZB_OP_SEND_F   ? x->sendf
-                       : a->op == ZB_OP_RECV_F ? x->recvf
-                       : a->op == ZB_OP_SEND_B ? x->sendb
-                                               : x->recvb;
-  unsigned char *n = &cnt[vidx(x, prod, a->mb)];
-  if (*n > 0)
+  uint16_t bit = a->op == ZB_OP_SEND_F   ? CELL_SENDF
+                 : a->op == ZB_OP_RECV_F ? CELL_RECVF
+                 : a->op == ZB_OP_SEND_B ? CELL_SENDB
+                                         : CELL_RECVB;
+  uint16_t *cell = &x->cell[vidx(x, prod, a->mb)];
+  if (*cell & bit)
     NOTE(x, ZB_VIOL_COMM_MISMATCH, r, i, a, "the same tensor is communicated twice");
-  *n = 1;
+  *cell |= bit;
 }
 
 /* The one pass over every action; fails only on a range violation. */
@@ -238,13 +257,13 @@ static zb_err check_actions(vctx *x, zb_violation *out) {
 static zb_err check_missing(const vctx *x, zb_violation *out) {
   for (int st = 0; st < x->S; st++)
     for (int mb = 0; mb < x->m; mb++) {
-      size_t k = vidx(x, st, mb);
+      uint16_t c = x->cell[vidx(x, st, mb)];
       zb_op miss = ZB_OP_NONE;
-      if (!x->cnt[0][k])
+      if (!(c & CELL_F))
         miss = ZB_OP_F;
-      else if (!x->cnt[1][k] && !x->cnt[3][k])
-        miss = x->cnt[2][k] ? ZB_OP_B : ZB_OP_BW;
-      else if (!x->cnt[2][k] && !x->cnt[3][k])
+      else if (!(c & (CELL_B | CELL_BW)))
+        miss = c & CELL_W ? ZB_OP_B : ZB_OP_BW;
+      else if (!(c & (CELL_W | CELL_BW)))
         miss = ZB_OP_W;
       if (miss != ZB_OP_NONE) {
         zb_action a = {.op = miss, .stage = st, .mb = mb, .peer = -1};
@@ -261,22 +280,21 @@ static zb_err check_unpaired(const vctx *x, zb_violation *out) {
   const int *sr = x->stage_rank;
   for (int st = 0; st < x->S; st++)
     for (int mb = 0; mb < x->m; mb++) {
-      size_t k = vidx(x, st, mb);
-      if (st + 1 < x->S && sr[st] != sr[st + 1] && (!x->sendf[k] || !x->recvf[k])) {
-        zb_action a = {
-            .op = x->sendf[k] ? ZB_OP_RECV_F : ZB_OP_SEND_F, .stage = x->sendf[k] ? st + 1 : st, .mb = mb};
-        a.peer = sr[x->sendf[k] ? st : st + 1];
+      uint16_t c = x->cell[vidx(x, st, mb)];
+      bool sendf = c & CELL_SENDF, sendb = c & CELL_SENDB;
+      if (st + 1 < x->S && sr[st] != sr[st + 1] && !(sendf && (c & CELL_RECVF))) {
+        zb_action a = {.op = sendf ? ZB_OP_RECV_F : ZB_OP_SEND_F, .stage = sendf ? st + 1 : st, .mb = mb};
+        a.peer = sr[sendf ? st : st + 1];
         return viol(out, ZB_VIOL_COMM_MISMATCH, sr[a.stage], -1, &a,
                     "activation of stage %d microbatch %d is %s", st, mb,
-                    x->sendf[k] ? "sent but never received" : "never sent");
+                    sendf ? "sent but never received" : "never sent");
       }
-      if (st > 0 && sr[st] != sr[st - 1] && (!x->sendb[k] || !x->recvb[k])) {
-        zb_action a = {
-            .op = x->sendb[k] ? ZB_OP_RECV_B : ZB_OP_SEND_B, .stage = x->sendb[k] ? st - 1 : st, .mb = mb};
-        a.peer = sr[x->sendb[k] ? st : st - 1];
+      if (st > 0 && sr[st] != sr[st - 1] && !(sendb && (c & CELL_RECVB))) {
+        zb_action a = {.op = sendb ? ZB_OP_RECV_B : ZB_OP_SEND_B, .stage = sendb ? st - 1 : st, .mb = mb};
+        a.peer = sr[sendb ? st : st - 1];
         return viol(out, ZB_VIOL_COMM_MISMATCH, sr[a.stage], -1, &a,
                     "gradient of stage %d microbatch %d is %s", st, mb,
-                    x->sendb[k] ? "sent but never received" : "never sent");
+                    sendb ? "sent but never received" : "never sent");
       }
     }
   return ZB_OK;
@@ -294,6 +312,7 @@ typedef struct dl_run {
   const vctx *x;
   unsigned char *done_f, *done_b;
   int *pos, *work, n_work;
+  int *missing; /* lowered: per rank, partners its posted group still waits for */
   bool *queued;
 } dl_run;
 
@@ -311,12 +330,16 @@ static void dl_wake(dl_run *d, int r) {
   }
 }
 
-/* Posts rank r's group at its position (waking the partners it gives
- * something new); true when the group completes. *end: its last index. */
+/* Posts rank r's group at its position; true when the group completes.
+ * A side posted where the partner's already was completes a transfer the
+ * partner's group waits for: the partner is woken once its group has all
+ * it waits for (a wake for less would only find it stuck again). The
+ * comm checks before this run make every peer the transfer's partner.
+ * *end: the group's last index. */
 static bool dl_post_group(dl_run *d, int r, int *end) {
   const zb_rank_list *l = &d->x->s->ranks[r];
   *end = zb_comm_group_end(l->actions, l->n, d->pos[r]);
-  bool all = true;
+  int missing = 0;
   for (int k = d->pos[r]; k <= *end; k++) {
     const zb_action *c = &l->actions[k];
     bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
@@ -325,11 +348,12 @@ static bool dl_post_group(dl_run *d, int r, int *end) {
     unsigned char *post = &(fwd ? d->done_f : d->done_b)[dl_idx(d->x, prod, c->mb)];
     unsigned char was = *post;
     *post |= send ? 1 : 2;
-    if (*post != was)
+    if (was && *post != was && --d->missing[c->peer] == 0)
       dl_wake(d, c->peer);
-    all = all && *post == 3;
+    missing += *post != 3;
   }
-  return all;
+  d->missing[r] = missing;
+  return missing == 0;
 }
 
 static void dl_advance(dl_run *d, int r) {
@@ -372,6 +396,7 @@ static zb_err check_deadlock(const vctx *x, unsigned char *done_f, unsigned char
               .done_b = done_b,
               .pos = zb_calloc((size_t)p, sizeof(int)),
               .work = zb_malloc(sizeof(int) * (size_t)p),
+              .missing = zb_calloc((size_t)p, sizeof(int)),
               .queued = zb_calloc((size_t)p, sizeof(bool))};
   for (int r = p - 1; r >= 0; r--)
     dl_wake(&d, r);
@@ -388,6 +413,7 @@ static zb_err check_deadlock(const vctx *x, unsigned char *done_f, unsigned char
                  x->lowered ? "blocked: its communication partner never posts the matching operation"
                             : "blocked: its input is produced only after this rank's later work");
   free(d.pos);
+  free(d.missing);
   free(d.work);
   free(d.queued);
   return err;
@@ -412,11 +438,7 @@ zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
   }
   vctx x = {.s = s, .c = c, .S = zb_schedule_stages(s), .m = s->m, .lowered = zb_schedule_has_comm(s)};
   size_t cells = (size_t)x.S * x.m;
-  unsigned char *block = zb_calloc_large(12 * cells + 1, 1);
-  unsigned char **arrays[12] = {&x.cnt[0], &x.cnt[1], &x.cnt[2], &x.cnt[3], &x.fdone, &x.bdone,
-                                &x.frecv,  &x.brecv,  &x.sendf,  &x.recvf,  &x.sendb, &x.recvb};
-  for (int k = 0; k < 12; k++)
-    *arrays[k] = block + (size_t)k * cells;
+  x.cell = zb_calloc_large(cells + 1, sizeof *x.cell);
   x.stage_rank = zb_malloc(sizeof(int) * (size_t)(x.S > 0 ? x.S : 1));
   for (int st = 0; st < x.S; st++)
     x.stage_rank[st] = zb_stage_rank(s, st);
@@ -425,11 +447,12 @@ zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
       !(err = check_missing(&x, out)) && !(err = report(&x, ZB_VIOL_DEPENDENCY, out)) &&
       !(err = report(&x, ZB_VIOL_COMM_MISMATCH, out)) &&
       !(err = x.lowered ? check_unpaired(&x, out) : ZB_OK)) {
-    memset(x.fdone, 0, 2 * cells); /* fdone and bdone, free again */
-    if (!(err = check_deadlock(&x, x.fdone, x.bdone, out)))
+    unsigned char *done = zb_calloc_large(2 * cells + 1, 1);
+    if (!(err = check_deadlock(&x, done, done + cells, out)))
       err = report(&x, ZB_VIOL_MEMORY, out);
+    free(done);
   }
-  free(block);
+  free(x.cell);
   free(x.stage_rank);
   return err;
 }
