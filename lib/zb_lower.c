@@ -333,24 +333,34 @@ static bool xfer_stream_before(const xfer_stream *x, const xfer_stream *y) {
   return x->q < y->q;
 }
 
-/* The SEND (own stream) or RECV that x's head is for rank x->r. */
-static zb_action xfer_stream_action(const lower_job *j, const xfer_stream *x) {
-  const zb_action *a = &x->acts[x->i];
-  bool fwd = a->op == ZB_OP_F;
-  if (x->q == x->r) {
-    int to = lower_out_rank(j->stage_rank, zb_schedule_stages(j->s), x->q, a);
-    return (zb_action){.op = fwd ? ZB_OP_SEND_F : ZB_OP_SEND_B, .stage = a->stage, .mb = a->mb, .peer = to};
-  }
-  return (zb_action){
-      .op = fwd ? ZB_OP_RECV_F : ZB_OP_RECV_B, .stage = a->stage + (fwd ? 1 : -1), .mb = a->mb, .peer = x->q};
+/* Starts a batch at l's last action when it and the next one are comm. */
+static void lower_batch_prev(zb_rank_list *l, zb_op next) {
+  if (l->n > 0 && zb_op_is_comm(next) && zb_op_is_comm(l->actions[l->n - 1].op))
+    l->actions[l->n - 1].batch = true;
 }
 
-/* Appends a to l; comm actions that follow each other form one batch. */
-static void lower_append(zb_rank_list *l, zb_action a) {
-  a.batch = false;
-  if (l->n > 0 && zb_op_is_comm(a.op) && zb_op_is_comm(l->actions[l->n - 1].op))
-    l->actions[l->n - 1].batch = true;
-  l->actions[l->n++] = a;
+/* Appends to l the SEND (own stream) or RECV that x's head is for rank
+ * x->r. Written field by field: an action built whole on the stack and
+ * copied costs a stalled reload of its narrow fields for every one. */
+static void lower_append_xfer(const lower_job *j, const xfer_stream *x, zb_rank_list *l) {
+  const zb_action *a = &x->acts[x->i];
+  bool fwd = a->op == ZB_OP_F, own = x->q == x->r;
+  zb_op op = own ? (fwd ? ZB_OP_SEND_F : ZB_OP_SEND_B) : (fwd ? ZB_OP_RECV_F : ZB_OP_RECV_B);
+  lower_batch_prev(l, op);
+  zb_action *o = &l->actions[l->n++];
+  o->stage = own ? a->stage : a->stage + (fwd ? 1 : -1);
+  o->mb = a->mb;
+  o->peer = (int16_t)(own ? lower_out_rank(j->stage_rank, zb_schedule_stages(j->s), x->q, a) : x->q);
+  o->op = (uint8_t)op;
+  o->batch = false;
+  o->overlap = false;
+}
+
+/* Appends compute action a to l (its batch flag cleared: comm only). */
+static void lower_append_compute(zb_rank_list *l, const zb_action *a) {
+  zb_action *o = &l->actions[l->n++];
+  *o = *a;
+  o->batch = false;
 }
 
 /* Per rank, the ranks whose producers feed it (hosts of the stages next
@@ -388,10 +398,10 @@ static void lower_rank(const lower_job *j, int r, xfer_stream *x) {
       if (x[k].i < x[k].n && (!best || xfer_stream_before(&x[k], best)))
         best = &x[k];
     if (best && (i == in->n || best->at <= start[i])) {
-      lower_append(l, xfer_stream_action(j, best));
+      lower_append_xfer(j, best, l);
       xfer_stream_seek(j, best, best->i + 1);
     } else if (i < in->n)
-      lower_append(l, in->actions[i++]);
+      lower_append_compute(l, &in->actions[i++]);
     else
       return;
   }
