@@ -187,27 +187,53 @@ static void zb_plan_interleaved_push(zb_schedule *s, int p, int v, int k, bool b
     zb_schedule_push_op(s, r, backward ? ZB_OP_BW : ZB_OP_F, stage, mb);
 }
 
-zb_schedule *zb_plan_interleaved(int p, int v, int m) {
-  return zb_plan_interleaved_warm(p, v, m, m == p ? -1 : 0);
+zb_schedule *zb_plan_interleaved(int p, int v, int m, const zb_par *par) {
+  return zb_plan_interleaved_warm(p, v, m, m == p ? -1 : 0, par);
 }
 
-zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra) {
-  zb_schedule *s = zb_schedule_new_room(p, v, m, ZB_PLACE_LOOP, 2 * v);
-  int total = (m + p - 1) / p * p * v; /* units of the padded order */
-  for (int r = 0; r < p; r++) {
-    int warm = extra < 0 ? total : (v - 1) * p + 2 * (p - 1 - r) + extra;
-    if (warm > total)
-      warm = total;
-    for (int k = 0; k < warm; k++)
-      zb_plan_interleaved_push(s, p, v, k, false, r);
-    for (int k = 0; k < total - warm; k++) {
-      zb_plan_interleaved_push(s, p, v, warm + k, false, r);
-      zb_plan_interleaved_push(s, p, v, k, true, r);
-    }
-    for (int k = total - warm; k < total; k++)
-      zb_plan_interleaved_push(s, p, v, k, true, r);
+/* Rank r's list of the interleaved order (total units, warm-up extra). */
+static void zb_plan_interleaved_rank(zb_schedule *s, int v, int total, int extra, int r) {
+  int p = s->p;
+  int warm = extra < 0 ? total : (v - 1) * p + 2 * (p - 1 - r) + extra;
+  if (warm > total)
+    warm = total;
+  for (int k = 0; k < warm; k++)
+    zb_plan_interleaved_push(s, p, v, k, false, r);
+  for (int k = 0; k < total - warm; k++) {
+    zb_plan_interleaved_push(s, p, v, warm + k, false, r);
+    zb_plan_interleaved_push(s, p, v, k, true, r);
   }
-  return s;
+  for (int k = total - warm; k < total; k++)
+    zb_plan_interleaved_push(s, p, v, k, true, r);
+}
+
+typedef struct interleaved_job {
+  zb_schedule *s;
+  int v, total, extra, pieces;
+} interleaved_job;
+
+/* Piece k: a share of the ranks, each writing only its own list (within
+ * the room new_room gave it: no list moves). */
+static void zb_plan_interleaved_piece(void *arg, int k) {
+  const interleaved_job *j = arg;
+  int p = j->s->p;
+  for (int r = zb_par_share(p, k, j->pieces); r < zb_par_share(p, k + 1, j->pieces); r++)
+    zb_plan_interleaved_rank(j->s, j->v, j->total, j->extra, r);
+}
+
+/* Ranks' actions per piece below which one thread writes every list. */
+#define PLAN_PIECE_ACTIONS 200000
+
+zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra, const zb_par *par) {
+  interleaved_job j = {.s = zb_schedule_new_room(p, v, m, ZB_PLACE_LOOP, 2 * v),
+                       .v = v,
+                       .total = (m + p - 1) / p * p * v, /* units of the padded order */
+                       .extra = extra,
+                       .pieces = zb_par_width(par)};
+  if (j.pieces > p || 2L * v * m * p < (long)j.pieces * PLAN_PIECE_ACTIONS)
+    j.pieces = 1;
+  zb_par_run(par, zb_plan_interleaved_piece, &j, j.pieces);
+  return j.s;
 }
 
 /* Plans with fewer actions than this are generated in full: cheap, and
@@ -239,7 +265,7 @@ static zb_err plan_family(const zb_plan_request *r, const zb_costs *c, zb_schedu
   switch (r->family) {
   case ZB_FAMILY_GPIPE: *out = zb_plan_gpipe(r->p, r->m); break;
   case ZB_FAMILY_1F1B: *out = zb_plan_1f1b(r->p, r->m); break;
-  case ZB_FAMILY_INTERLEAVED_1F1B: *out = zb_plan_interleaved(r->p, v, r->m); break;
+  case ZB_FAMILY_INTERLEAVED_1F1B: *out = zb_plan_interleaved(r->p, v, r->m, r->par); break;
   case ZB_FAMILY_ZB_H1: *out = zb_plan_zb_h1(r->p, r->m); break;
   case ZB_FAMILY_ZB_H2: *out = zb_plan_zb_h2(r->p, r->m); break;
   case ZB_FAMILY_ZB_AUTO: return zb_plan_auto(r, c, out, diag);

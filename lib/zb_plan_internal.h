@@ -79,9 +79,9 @@ zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, zb_plan_s
 /* Megatron's interleaved 1F1B order (zb_plan.c); m % p == 0. The _warm
  * form warms rank r up with (v-1)p + 2(p-1-r) + extra chunk forwards
  * (extra < 0: all of them), where the plain one does so with extra 0, or
- * all when m = p. */
-zb_schedule *zb_plan_interleaved(int p, int v, int m);
-zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra);
+ * all when m = p. par (or NULL) writes the ranks' lists in shares. */
+zb_schedule *zb_plan_interleaved(int p, int v, int m, const zb_par *par);
+zb_schedule *zb_plan_interleaved_warm(int p, int v, int m, int extra, const zb_par *par);
 
 /* Interleaved zero bubble (zb_plan_zbi.c): loop placement, v >= 2 chunks,
  * B and W split, within interleaved-1f1b's peak or the request's limit. */

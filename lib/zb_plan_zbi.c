@@ -32,7 +32,7 @@ static double zbi_limit_units(int p, int v, int m) {
 /* The interleaved order (warm-up as zb_plan_interleaved_warm) with every
  * BW split into B and W. */
 static zb_schedule *zbi_split_order(int p, int v, int m, int extra) {
-  zb_schedule *il = zb_plan_interleaved_warm(p, v, m, extra);
+  zb_schedule *il = zb_plan_interleaved_warm(p, v, m, extra, NULL);
   zb_schedule *s = zb_schedule_new_room(p, v, m, ZB_PLACE_LOOP, 3 * v);
   for (int r = 0; r < p; r++)
     for (int i = 0; i < il->ranks[r].n; i++) {

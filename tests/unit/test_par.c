@@ -71,12 +71,15 @@ static void test_pieces_run_at_once(void) {
   CHECK_EQ(atomic_load(&serial.met), 1);
 }
 
-/* The planner with a runner gives the same lists and figures. */
+/* The planner with a runner gives the same lists and figures (interleaved
+ * 1F1B with 4 chunks: its generator writes the ranks' lists in shares). */
 static void test_planner_same_with_threads(void) {
-  static const zb_family fams[] = {ZB_FAMILY_ZB_V, ZB_FAMILY_ZB_H1, ZB_FAMILY_DUALPIPE_V};
+  static const zb_family fams[] = {ZB_FAMILY_ZB_V, ZB_FAMILY_ZB_H1, ZB_FAMILY_DUALPIPE_V,
+                                   ZB_FAMILY_INTERLEAVED_1F1B};
   zb_par par = zb_par_threads(3);
   for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
     zb_planner_request req = {.family = fams[f], .p = 64, .m = 2048, .rank = zb_rank_costs_default()};
+    req.v = fams[f] == ZB_FAMILY_INTERLEAVED_1F1B ? 4 : 0;
     req.rank.t_comm = 0.05;
     zb_planner_result a, b;
     zb_diag d = {{0}};
