@@ -4,7 +4,8 @@
  * process with a time limit. The phases are the coordinator's
  * (zb_job_plan): the compute-only lists are freed once lowered, the
  * simulation keeps the figures only, and the plan borrows up to 4 threads
- * (lowering's ranks in shares, validation beside simulation; the
+ * (lowering's ranks in shares, validation beside simulation, and with
+ * three or more its deadlock run beside its scan; the
  * validation and simulation columns are then each one's own time, the
  * total their longer). Targets (issue 12): the whole plan under 1 s and
  * 500 MB. Prints PASS/MISS; never fails on a slow family.
@@ -46,6 +47,7 @@ typedef struct phases {
 typedef struct check_job {
   const zb_schedule *low;
   const zb_costs *c;
+  const zb_par *par;
   zb_violation viol;
   zb_err valid_err, sim_err;
   zb_sim_result *sim;
@@ -57,7 +59,7 @@ static void check_piece(void *arg, int k) {
   check_job *j = arg;
   double t0 = zb_clock_s();
   if (k == 0)
-    j->valid_err = zb_validate(j->low, j->c, &j->viol);
+    j->valid_err = zb_validate_par(j->low, j->c, j->par, &j->viol);
   else
     j->sim_err = zb_simulate_figures(j->low, j->c, &j->sim, &j->d);
   j->ms[k] = 1e3 * (zb_clock_s() - t0);
@@ -89,7 +91,7 @@ static void run_phases(zb_family f, int v, int p, int m, const zb_par *par, phas
   zb_schedule_free(run);
   s = run = NULL;
   double t2 = zb_clock_s();
-  check_job job = {.low = low, .c = c};
+  check_job job = {.low = low, .c = c, .par = zb_par_width(par) > 2 ? par : NULL}; /* as zb_planner.c */
   if (!err) {
     zb_par_run(par, check_piece, &job, 2);
     if (job.valid_err)

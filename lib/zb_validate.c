@@ -314,6 +314,8 @@ typedef struct dl_run {
   int *pos, *work, n_work;
   int *missing; /* lowered: per rank, partners its posted group still waits for */
   bool *queued;
+  bool guarded; /* before the scan vouched for the lists: check each index (dl_fits) */
+  bool gave_up; /* guarded, and an action would index out of range */
 } dl_run;
 
 /* A cell of done_f/done_b: microbatch-major, unlike vidx, as the ranks
@@ -330,6 +332,21 @@ static void dl_wake(dl_run *d, int r) {
   }
 }
 
+/* Whether the run may index by action a: always after the scan passed,
+ * else when a is in range (the scan reports it otherwise). */
+static bool dl_fits(dl_run *d, const zb_action *a) {
+  const vctx *x = d->x;
+  if (!d->guarded)
+    return true;
+  bool ok = a->op < ZB_OP_COUNT_;
+  if (ok && (zb_op_is_compute(a->op) || zb_op_is_comm(a->op)))
+    ok = a->stage >= 0 && a->stage < x->S && a->mb >= 0 && a->mb < x->m;
+  if (ok && zb_op_is_comm(a->op))
+    ok = comm_other(a) >= 0 && comm_other(a) < x->S && a->peer >= 0 && a->peer < x->s->p;
+  d->gave_up = d->gave_up || !ok;
+  return ok;
+}
+
 /* Posts rank r's group at its position; true when the group completes.
  * A side posted where the partner's already was completes a transfer the
  * partner's group waits for: the partner is woken once its group has all
@@ -342,6 +359,8 @@ static bool dl_post_group(dl_run *d, int r, int *end) {
   int missing = 0;
   for (int k = d->pos[r]; k <= *end; k++) {
     const zb_action *c = &l->actions[k];
+    if (!dl_fits(d, c))
+      return false;
     bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
     bool fwd = c->op == ZB_OP_SEND_F || c->op == ZB_OP_RECV_F;
     int prod = send ? c->stage : comm_other(c);
@@ -363,6 +382,8 @@ static void dl_advance(dl_run *d, int r) {
     const zb_action *a = &l->actions[d->pos[r]];
     if (d->pos[r] + 16 < l->n) /* ranks take turns: too many streams for the hardware prefetcher */
       __builtin_prefetch(a + 16);
+    if (!dl_fits(d, a))
+      return;
     int end;
     if (x->lowered && zb_op_is_comm(a->op)) {
       if (!dl_post_group(d, r, &end))
@@ -388,10 +409,14 @@ static void dl_advance(dl_run *d, int r) {
   }
 }
 
-/* done_f and done_b: zeroed scratch of S*m cells. */
-static zb_err check_deadlock(const vctx *x, unsigned char *done_f, unsigned char *done_b, zb_violation *out) {
+/* done_f and done_b: zeroed scratch of S*m cells. guarded: the run goes
+ * before the scan (dl_fits); *gave_up then says that it stopped on an
+ * action out of range, and its verdict means nothing. */
+static zb_err check_deadlock(const vctx *x, unsigned char *done_f, unsigned char *done_b, bool guarded,
+                             bool *gave_up, zb_violation *out) {
   int p = x->s->p;
   dl_run d = {.x = x,
+              .guarded = guarded,
               .done_f = done_f,
               .done_b = done_b,
               .pos = zb_calloc((size_t)p, sizeof(int)),
@@ -400,14 +425,15 @@ static zb_err check_deadlock(const vctx *x, unsigned char *done_f, unsigned char
               .queued = zb_calloc((size_t)p, sizeof(bool))};
   for (int r = p - 1; r >= 0; r--)
     dl_wake(&d, r);
-  while (d.n_work > 0) {
+  while (d.n_work > 0 && !d.gave_up) {
     int r = d.work[--d.n_work];
     d.queued[r] = true; /* a wake while it advances changes nothing */
     dl_advance(&d, r);
     d.queued[r] = false;
   }
   zb_err err = ZB_OK;
-  for (int r = 0; r < p && !err; r++)
+  *gave_up = d.gave_up;
+  for (int r = 0; r < p && !err && !d.gave_up; r++)
     if (d.pos[r] < x->s->ranks[r].n)
       err = viol(out, ZB_VIOL_DEADLOCK, r, d.pos[r], &x->s->ranks[r].actions[d.pos[r]],
                  x->lowered ? "blocked: its communication partner never posts the matching operation"
@@ -427,7 +453,65 @@ static zb_err report(const vctx *x, zb_violation_kind k, zb_violation *out) {
   return ZB_ERR_INVALID_SCHEDULE;
 }
 
+/* Every check but the deadlock run, in zb_violation_kind's order. */
+static zb_err validate_scan(vctx *x, zb_violation *out) {
+  zb_err err = check_actions(x, out);
+  if (!err && !(err = report(x, ZB_VIOL_PLACEMENT, out)) && !(err = report(x, ZB_VIOL_DUPLICATE, out)) &&
+      !(err = check_missing(x, out)) && !(err = report(x, ZB_VIOL_DEPENDENCY, out)) &&
+      !(err = report(x, ZB_VIOL_COMM_MISMATCH, out)))
+    err = x->lowered ? check_unpaired(x, out) : ZB_OK;
+  return err;
+}
+
+/* The scan and the deadlock run at once (zb_validate_par): each its own
+ * scratch and its own violation. */
+typedef struct validate_job {
+  vctx *x;
+  unsigned char *done;
+  zb_violation scan_v, run_v;
+  zb_err scan_err, run_err;
+  bool gave_up;
+} validate_job;
+
+static void validate_piece(void *arg, int k) {
+  validate_job *j = arg;
+  size_t cells = (size_t)j->x->S * j->x->m;
+  if (k == 0)
+    j->scan_err = validate_scan(j->x, &j->scan_v);
+  else
+    j->run_err = check_deadlock(j->x, j->done, j->done + cells, true, &j->gave_up, &j->run_v);
+}
+
+/* The scan, then (when it passes) the deadlock run and the memory
+ * check; with par, the run beside the scan. */
+static zb_err validate_run(vctx *x, const zb_par *par, zb_violation *out) {
+  size_t cells = (size_t)x->S * x->m;
+  validate_job j = {.x = x, .done = zb_calloc_large(2 * cells + 1, 1)};
+  bool ran = false; /* the run beside the scan went through: its verdict stands */
+  if (zb_par_width(par) > 1) {
+    zb_par_run(par, validate_piece, &j, 2);
+    ran = !j.gave_up;
+  } else
+    j.scan_err = validate_scan(x, &j.scan_v);
+  zb_err err = j.scan_err ? j.scan_err : ran ? j.run_err : ZB_OK;
+  if (err)
+    *out = j.scan_err ? j.scan_v : j.run_v;
+  else if (!ran) {
+    if (j.gave_up) /* cannot be once the scan passed, which finds everything out of range */
+      memset(j.done, 0, 2 * cells);
+    err = check_deadlock(x, j.done, j.done + cells, false, &j.gave_up, out);
+  }
+  if (!err)
+    err = report(x, ZB_VIOL_MEMORY, out);
+  free(j.done);
+  return err;
+}
+
 zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
+  return zb_validate_par(s, c, NULL, out);
+}
+
+zb_err zb_validate_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_violation *out) {
   memset(out, 0, sizeof *out);
   out->rank = out->index = -1;
   if (c && c->n_stages != zb_schedule_stages(s)) {
@@ -442,16 +526,7 @@ zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
   x.stage_rank = zb_malloc(sizeof(int) * (size_t)(x.S > 0 ? x.S : 1));
   for (int st = 0; st < x.S; st++)
     x.stage_rank[st] = zb_stage_rank(s, st);
-  zb_err err = check_actions(&x, out);
-  if (!err && !(err = report(&x, ZB_VIOL_PLACEMENT, out)) && !(err = report(&x, ZB_VIOL_DUPLICATE, out)) &&
-      !(err = check_missing(&x, out)) && !(err = report(&x, ZB_VIOL_DEPENDENCY, out)) &&
-      !(err = report(&x, ZB_VIOL_COMM_MISMATCH, out)) &&
-      !(err = x.lowered ? check_unpaired(&x, out) : ZB_OK)) {
-    unsigned char *done = zb_calloc_large(2 * cells + 1, 1);
-    if (!(err = check_deadlock(&x, done, done + cells, out)))
-      err = report(&x, ZB_VIOL_MEMORY, out);
-    free(done);
-  }
+  zb_err err = validate_run(&x, par, out);
   free(x.cell);
   free(x.stage_rank);
   return err;

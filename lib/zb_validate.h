@@ -4,6 +4,7 @@
 #ifndef ZB_VALIDATE_H
 #define ZB_VALIDATE_H
 
+#include "zb_par.h"
 #include "zb_schedule.h"
 
 typedef enum zb_violation_kind {
@@ -42,6 +43,12 @@ const char *zb_violation_kind_name(zb_violation_kind k);
  * ZB_ERR_INVALID_ARG (kind NONE, reason in out->detail) when c does not
  * describe s's p*v stages. */
 zb_err zb_validate(const zb_schedule *s, const zb_costs *c, zb_violation *out);
+
+/* zb_validate with the deadlock run beside the other checks, on the two
+ * pieces of par's runner (zb_par.h): the same verdict. The run then
+ * starts on lists nothing has vouched for yet, and checks every index it
+ * takes from them; it counts only when the other checks pass. */
+zb_err zb_validate_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_violation *out);
 
 /* One line describing v: "deadlock at rank 1 index 4 (1F3): ..." into buf. */
 void zb_violation_format(const zb_violation *v, char *buf, int len);

@@ -2,19 +2,41 @@
  * (compute-only, or lowered with SEND/RECV for the comm and blocking
  * checks) is broken in exactly one known place, and the first violation
  * must name that kind, rank, index and action. Every violation kind is
- * covered; zb_violation_format is checked on real violations.
+ * covered; zb_violation_format is checked on real violations. Every
+ * verdict is also asked of zb_validate_par on two threads, whose deadlock
+ * run starts before the scan has vouched for the lists: it must give the
+ * same violation, and (under the sanitizers) read nothing out of range.
  */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "zb_lower.h"
+#include "zb_par_threads.h"
 #include "zb_plan.h"
 #include "zb_sim.h"
 #include "zb_validate.h"
 #include "zbtest.h"
 
 /* ---- helpers ---------------------------------------------------------- */
+
+/* zb_validate's verdict, checked to be zb_validate_par's on two threads
+ * (a difference fails the test that asked, as a CHECK would). */
+static zb_err validate_both(const zb_schedule *s, const zb_costs *c, zb_violation *out) {
+  zb_err err = zb_validate(s, c, out);
+  zb_par par = zb_par_threads(2);
+  zb_violation w;
+  zb_err werr = zb_validate_par(s, c, &par, &w);
+  if (werr != err || w.kind != out->kind || w.rank != out->rank || w.index != out->index ||
+      strcmp(w.detail, out->detail) != 0) {
+    fprintf(stderr,
+            "  with threads: %d, %s at rank %d index %d (%s); alone: %d, %s at rank %d index %d (%s)\n", werr,
+            zb_violation_kind_name(w.kind), w.rank, w.index, w.detail, err, zb_violation_kind_name(out->kind),
+            out->rank, out->index, out->detail);
+    zbt_failed_checks++;
+  }
+  return err;
+}
 
 /* Generates family f for (p, v, m) under unit costs, lowered when asked,
  * and returns it only if it validates (NULL, reported, otherwise). */
@@ -36,7 +58,7 @@ static zb_schedule *valid_schedule(zb_family f, int p, int v, int m, bool lowere
     s = low;
   }
   zb_violation viol;
-  if (zb_validate(s, NULL, &viol) != ZB_OK || viol.kind != ZB_VIOL_NONE) {
+  if (validate_both(s, NULL, &viol) != ZB_OK || viol.kind != ZB_VIOL_NONE) {
     char buf[256];
     zb_violation_format(&viol, buf, sizeof buf);
     fprintf(stderr, "  %s p=%d v=%d m=%d%s is not valid to start with: %s\n", zb_family_name(f), p, v, m,
@@ -93,7 +115,7 @@ static zb_action act(zb_op op, int stage, int mb, int peer, bool batch) {
 static bool expect_violation(const zb_schedule *s, const zb_costs *c, zb_violation_kind kind, int rank,
                              int index, zb_action want) {
   zb_violation v;
-  zb_err err = zb_validate(s, c, &v);
+  zb_err err = validate_both(s, c, &v);
   char buf[256];
   zb_violation_format(&v, buf, sizeof buf);
   const zb_action *a = &v.action;
@@ -124,7 +146,7 @@ static void test_generated_schedules_are_valid(void) {
       CHECK_MSG(s != NULL, "%s lowered=%d", zb_family_name(fams[k].f), lowered);
       zb_violation v;
       memset(&v, 0x5a, sizeof v);
-      zb_err err = zb_validate(s, NULL, &v);
+      zb_err err = validate_both(s, NULL, &v);
       bool has_comm = zb_schedule_has_comm(s);
       zb_schedule_free(s);
       CHECK_EQ(err, ZB_OK);
@@ -230,7 +252,7 @@ static void test_placement_v(void) {
     s->ranks[1].actions[i].stage = 5;
   bool ok = i >= 0 && expect_violation(s, NULL, ZB_VIOL_PLACEMENT, 1, i, act(ZB_OP_F, 5, 0, -1, false));
   zb_violation v;
-  zb_validate(s, NULL, &v);
+  validate_both(s, NULL, &v);
   zb_schedule_free(s);
   CHECK(ok);
   CHECK(strstr(v.detail, "rank 2") != NULL);
@@ -449,7 +471,7 @@ static void test_deadlock_compute_cycle_by_hand(void) {
   swap_actions(s, 1, 0, 2);
   swap_actions(s, 1, 1, 3);
   zb_violation v;
-  zb_err err = zb_validate(s, NULL, &v);
+  zb_err err = validate_both(s, NULL, &v);
   zb_schedule_free(s);
   CHECK(ok);
   CHECK_EQ(err, ZB_OK);
@@ -473,7 +495,7 @@ static void test_deadlock_blocking_sends_head_to_head(void) {
   if (pre) {
     move_action(s, 1, j, k); /* rank 1: ..., SEND_B(1,0), RECV_F(1,1), ... */
     zb_violation v;
-    err_reordered = zb_validate(s, NULL, &v);
+    err_reordered = validate_both(s, NULL, &v);
     s->ranks[0].actions[g].batch = false;
     ok = expect_violation(s, NULL, ZB_VIOL_DEADLOCK, 0, g, act(ZB_OP_SEND_F, 0, 1, 1, false));
   }
@@ -521,9 +543,9 @@ static void test_memory_limit(void) {
              find_action(s, 2, ZB_OP_B, 2, 0) == 2 && find_action(s, 2, ZB_OP_F, 2, 2) == 3 &&
              sim->peak_memory[0] <= 4.5 && sim->peak_memory[1] <= 4.5 && sim->peak_memory[2] > 4.5;
   zb_violation v;
-  zb_err err_none = pre ? zb_validate(s, c, &v) : ZB_ERR_INVALID_ARG; /* mem_limit 0: no limit */
-  c->mem_limit = pre ? sim->peak_memory[2] : 0;                       /* exactly the peak is allowed */
-  zb_err err_at_peak = pre ? zb_validate(s, c, &v) : ZB_ERR_INVALID_ARG;
+  zb_err err_none = pre ? validate_both(s, c, &v) : ZB_ERR_INVALID_ARG; /* mem_limit 0: no limit */
+  c->mem_limit = pre ? sim->peak_memory[2] : 0;                         /* exactly the peak is allowed */
+  zb_err err_at_peak = pre ? validate_both(s, c, &v) : ZB_ERR_INVALID_ARG;
   c->mem_limit = 4.5;
   bool ok = pre && expect_violation(s, c, ZB_VIOL_MEMORY, 2, 3, act(ZB_OP_F, 2, 2, -1, false));
   /* the same schedule under unit costs exceeds 3.5 first on rank 0, at
@@ -566,7 +588,7 @@ static void test_costs_for_other_shape_refused(void) {
   zb_schedule *s = NULL;
   CHECK_EQ(zb_plan_generate(&req, &s, NULL), ZB_OK);
   zb_violation viol;
-  zb_err err = zb_validate(s, c3, &viol);
+  zb_err err = validate_both(s, c3, &viol);
   char line[256];
   zb_violation_format(&viol, line, sizeof line);
   zb_schedule_free(s);
@@ -582,20 +604,20 @@ static void test_violation_format(void) {
   CHECK(s != NULL);
   zb_violation v;
   char buf[256];
-  zb_validate(s, NULL, &v);
+  validate_both(s, NULL, &v);
   zb_violation_format(&v, buf, sizeof buf);
   CHECK_STREQ(buf, "valid");
   int j = find_action(s, 0, ZB_OP_BW, 0, 0);
   if (j > 1)
     move_action(s, 0, j, 1);
-  zb_err err = zb_validate(s, NULL, &v);
+  zb_err err = validate_both(s, NULL, &v);
   zb_violation_format(&v, buf, sizeof buf);
   /* a MISSING violation has no index */
   int k = find_action(s, 3, ZB_OP_F, 3, 6);
   if (k >= 0)
     remove_action(s, 3, k);
   zb_violation vm;
-  zb_validate(s, NULL, &vm);
+  validate_both(s, NULL, &vm);
   char bufm[256];
   zb_violation_format(&vm, bufm, sizeof bufm);
   zb_schedule_free(s);
