@@ -12,7 +12,11 @@
 
 /* Bounds that keep a hostile message from sizing our allocations; the job
  * spec's own limits are far below them. */
-enum { DECODE_MAX_RANKS = ZB_MAX_RANKS, DECODE_MAX_STAGES = 1 << 20 };
+enum {
+  DECODE_MAX_RANKS = ZB_MAX_RANKS,
+  DECODE_MAX_STAGES = ZB_MAX_STAGES,
+  DECODE_MAX_MICROBATCHES = ZB_MAX_MICROBATCHES
+};
 
 bool zb_action_op_of(Zb__V1__ActionKind k, zb_op *op) {
   switch (k) {
@@ -53,11 +57,19 @@ static zb_err check_action(const zb_assignment *a, const zb_action *x, const cha
 /* Action i of the columns, checked against the shape. */
 static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_assignment *a, zb_action *out,
                             zb_diag *diag) {
-  if (al->peer[i] < -1 || al->peer[i] >= a->ranks) /* before it narrows to an action's 16 bits */
+  /* each before it narrows to an action's bits */
+  if (al->peer[i] < -1 || al->peer[i] >= a->ranks)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "assignment.action_list[%zu]: peer %d is not one of %d ranks", i, (int)al->peer[i],
                        a->ranks);
-  zb_action x = {.stage = al->stage[i], .mb = al->microbatch[i], .peer = (int16_t)al->peer[i]};
+  if (al->stage[i] < 0 || al->stage[i] >= a->ranks * a->chunks)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: stage %d is not one of %d", i,
+                       (int)al->stage[i], a->ranks * a->chunks);
+  if (al->microbatch[i] < 0 || al->microbatch[i] >= a->microbatches)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment.action_list[%zu]: microbatch %d is not one of %d", i,
+                       (int)al->microbatch[i], a->microbatches);
+  zb_action x = {.stage = al->stage[i], .mb = al->microbatch[i], .peer = al->peer[i]};
   zb_op op;
   if (zb_action_op_of(al->kind[i], &op))
     x.op = (uint8_t)op;
@@ -223,6 +235,9 @@ static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_d
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "assignment.microbatches: %d (the coordinator is older than this worker?)",
                        a->microbatches);
+  if (a->microbatches > DECODE_MAX_MICROBATCHES)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.microbatches: %d, more than %d", a->microbatches,
+                       DECODE_MAX_MICROBATCHES);
   if (a->first_iteration < 0 || a->iterations < 1 || a->bytes_per_activation < 0)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "assignment: first_iteration %d, iterations %d, bytes_per_activation %lld",

@@ -61,14 +61,15 @@ static void quote_for_diag(const char *s, size_t n, char *q, size_t qlen) {
 
 typedef enum number_status { NUM_OK, NUM_NONE, NUM_LEADING_ZERO, NUM_TOO_LARGE } number_status;
 
-/* Reads a non-negative decimal at s[*i..n) without sign or leading zeros
- * (so the text round-trips) into *v, advancing *i past the digits. */
-static number_status read_number(const char *s, size_t n, size_t *i, int32_t *v) {
+/* Reads a non-negative decimal below `below` at s[*i..n) without sign or
+ * leading zeros (so the text round-trips) into *v, advancing *i past the
+ * digits. */
+static number_status read_number(const char *s, size_t n, size_t *i, int32_t below, int32_t *v) {
   size_t start = *i;
   int64_t x = 0;
   while (*i < n && s[*i] >= '0' && s[*i] <= '9') {
     x = x * 10 + (s[*i] - '0');
-    if (x > INT32_MAX)
+    if (x >= below)
       return NUM_TOO_LARGE;
     (*i)++;
   }
@@ -90,7 +91,7 @@ zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *di
 
   size_t i = 0;
   int32_t stage = 0, mb = -1;
-  switch (read_number(s, n, &i, &stage)) {
+  switch (read_number(s, n, &i, ZB_MAX_STAGES, &stage)) { /* what an action holds */
   case NUM_OK: break;
   case NUM_NONE:
     return zb_diag_set(diag, ZB_ERR_PARSE,
@@ -98,7 +99,8 @@ zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *di
   case NUM_LEADING_ZERO:
     return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": stage number has a leading zero", q);
   case NUM_TOO_LARGE:
-    return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": stage number is too large", q);
+    return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": stage number is too large (at most %d)", q,
+                       ZB_MAX_STAGES - 1);
   }
 
   const kind_name *kind = NULL;
@@ -115,7 +117,7 @@ zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *di
                        q, KIND_LIST);
 
   if (kind->has_mb) {
-    switch (read_number(s, n, &i, &mb)) {
+    switch (read_number(s, n, &i, ZB_MAX_MICROBATCHES, &mb)) {
     case NUM_OK: break;
     case NUM_NONE:
       return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": expected a microbatch number after %s", q,
@@ -123,7 +125,8 @@ zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *di
     case NUM_LEADING_ZERO:
       return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": microbatch number has a leading zero", q);
     case NUM_TOO_LARGE:
-      return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": microbatch number is too large", q);
+      return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": microbatch number is too large (at most %d)",
+                         q, ZB_MAX_MICROBATCHES - 1);
     }
   } else if (i < n && s[i] >= '0' && s[i] <= '9') {
     return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": %s takes no microbatch number", q, kind->text);

@@ -350,7 +350,7 @@ static void lower_append_xfer(const lower_job *j, const xfer_stream *x, zb_rank_
   zb_action *o = &l->actions[l->n++];
   o->stage = own ? a->stage : a->stage + (fwd ? 1 : -1);
   o->mb = a->mb;
-  o->peer = (int16_t)(own ? lower_out_rank(j->stage_rank, zb_schedule_stages(j->s), x->q, a) : x->q);
+  o->peer = own ? lower_out_rank(j->stage_rank, zb_schedule_stages(j->s), x->q, a) : x->q;
   o->op = (uint8_t)op;
   o->batch = false;
   o->overlap = false;

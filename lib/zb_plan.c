@@ -61,6 +61,12 @@ zb_err zb_plan_check_shape(zb_family f, int p, int v, int m, zb_diag *diag) {
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s plans at most %d ranks (got %d)", name, ZB_MAX_RANKS, p);
   if (m < 1)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s needs at least 1 microbatch (got %d)", name, m);
+  if (m > ZB_MAX_MICROBATCHES)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s plans at most %d microbatches (got %d)", name,
+                       ZB_MAX_MICROBATCHES, m);
+  if (v > ZB_MAX_STAGES / p)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s plans at most %d stages (got %d ranks x %d chunks)",
+                       name, ZB_MAX_STAGES, p, v);
   switch (f) {
   case ZB_FAMILY_INTERLEAVED_1F1B:
     if (v < 2)

@@ -8,7 +8,7 @@
 #include "zb_alloc.h"
 
 zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement) {
-  if (p <= 0 || v <= 0 || m <= 0 || p > ZB_MAX_RANKS)
+  if (p <= 0 || v <= 0 || m <= 0 || p > ZB_MAX_RANKS || v > ZB_MAX_STAGES / p || m > ZB_MAX_MICROBATCHES)
     return NULL;
   zb_schedule *s = zb_calloc(1, sizeof *s);
   s->p = p;

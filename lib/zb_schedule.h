@@ -44,19 +44,31 @@ typedef enum zb_op {
  * overlap is true when this compute action and the next one run as one
  * overlapped pair (PyTorch's DualPipeV "(0F3;3B1)OVERLAP_F_B"). */
 typedef struct zb_action {
-  int32_t stage;
-  int32_t mb;
-  int16_t peer; /* a rank (below ZB_MAX_RANKS) or -1 */
-  uint8_t op;   /* a zb_op */
-  bool batch : 1;
-  bool overlap : 1;
+  int64_t peer : 16;    /* a rank (below ZB_MAX_RANKS) or -1 */
+  uint64_t op : 4;      /* a zb_op */
+  uint64_t batch : 1;   /* (a bool) */
+  uint64_t overlap : 1; /* (a bool) */
+  int64_t stage : 18;   /* below ZB_MAX_STAGES, or negative */
+  int64_t mb : 24;      /* below ZB_MAX_MICROBATCHES, or -1 */
 } zb_action;
-/* 12 bytes: p = 256, m = 4096 lowers to 15 to 25 million actions, and
- * every pass of planning at scale reads them all. */
-_Static_assert(sizeof(zb_action) == 12, "zb_action is 12 bytes");
+/* 8 bytes, one word: p = 256, m = 4096 lowers to 15 to 25 million actions,
+ * and every pass of planning at scale reads them all. Whatever makes an
+ * action from outside numbers (a file, the wire) checks them against the
+ * limits below first: a store into a field keeps only its low bits. */
+_Static_assert(sizeof(zb_action) == 8, "zb_action is one 8-byte word");
+_Static_assert(ZB_OP_COUNT_ <= 15, "every op, and ZB_OP_COUNT_ as an unknown one, fits 4 bits");
+
+/* How far ahead a pass that takes the ranks in turns (the simulation, the
+ * validator's deadlock run) asks for a list's actions: three cache lines,
+ * as many as a rank gets through in a few turns. */
+#define ZB_PREFETCH_ACTIONS 24
 
 /* Ranks a schedule may have: a peer is 16 bits. */
 #define ZB_MAX_RANKS 32767
+/* Stages (p * v) and microbatches a schedule may have: an action's stage
+ * is 18 bits and its microbatch 24 (signed). */
+#define ZB_MAX_STAGES 131071
+#define ZB_MAX_MICROBATCHES 8388607
 
 typedef enum zb_placement {
   ZB_PLACE_LOOP = 0, /* stage s on rank s mod p */
@@ -82,7 +94,8 @@ typedef struct zb_schedule {
 
 /* Allocates an empty schedule of p ranks (all lists empty). Caller owns the
  * result and frees it with zb_schedule_free(). Returns NULL only when the
- * shape is not positive or p is above ZB_MAX_RANKS. */
+ * shape is not positive or above ZB_MAX_RANKS, ZB_MAX_STAGES (p * v) or
+ * ZB_MAX_MICROBATCHES. */
 zb_schedule *zb_schedule_new(int p, int v, int m, zb_placement placement);
 /* zb_schedule_new with room for `per_mb` actions a microbatch on every
  * rank (per_mb * m, at most INT_MAX), in one block

@@ -270,8 +270,8 @@ static void sim_advance_rank(sim_state *st, int r) {
     const zb_action *a = &l->actions[pos];
     /* ranks take turns, too many streams for the hardware prefetcher: a
      * lowered plan at scale spends most of its time waiting for lists */
-    if (pos + 16 < l->n)
-      __builtin_prefetch(a + 16);
+    if (pos + ZB_PREFETCH_ACTIONS < l->n)
+      __builtin_prefetch(a + ZB_PREFETCH_ACTIONS);
     double start = now, end = now;
     if (zb_op_is_compute(a->op)) {
       if (!sim_run_compute(st, r, a, &start, &end, &f))

@@ -231,7 +231,9 @@ static zb_err check_actions(vctx *x, zb_violation *out) {
   for (int r = 0; r < s->p; r++) {
     double mem = 0;
     for (int i = 0; i < s->ranks[r].n; i++) {
-      const zb_action *a = &s->ranks[r].actions[i];
+      /* a copy: nothing the checks store can alias it, so its fields are
+       * taken out of their word once */
+      const zb_action copy = s->ranks[r].actions[i], *a = &copy;
       if (a->op == ZB_OP_NONE)
         continue;
       zb_err err = check_range(x, r, i, a, out);
@@ -380,8 +382,9 @@ static void dl_advance(dl_run *d, int r) {
   const zb_rank_list *l = &x->s->ranks[r];
   while (d->pos[r] < l->n) {
     const zb_action *a = &l->actions[d->pos[r]];
-    if (d->pos[r] + 16 < l->n) /* ranks take turns: too many streams for the hardware prefetcher */
-      __builtin_prefetch(a + 16);
+    if (d->pos[r] + ZB_PREFETCH_ACTIONS <
+        l->n) /* ranks take turns: too many streams for the hardware prefetcher */
+      __builtin_prefetch(a + ZB_PREFETCH_ACTIONS);
     if (!dl_fits(d, a))
       return;
     int end;

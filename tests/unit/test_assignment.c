@@ -338,6 +338,14 @@ static void b_peer_wide(Zb__V1__Assignment *a) {
       return;
     }
 }
+/* stage and microbatch a multiple of 2^18 and 2^24 past a good one: cut to
+ * an action's bits, they would be that good one again */
+static void b_stage_wide(Zb__V1__Assignment *a) {
+  a->action_list->stage[0] += 1 << 18;
+}
+static void b_mb_wide(Zb__V1__Assignment *a) {
+  a->action_list->microbatch[0] += 1 << 24;
+}
 static void b_rank(Zb__V1__Assignment *a) {
   a->rank = 4;
 }
@@ -366,6 +374,8 @@ static void test_bad_assignments_refused(void) {
       {"group", "cannot open a group", b_group},
       {"peer self", "peer 0 for", b_peer_self},
       {"peer wide", "action_list[1]: peer 65537 is not one of 4 ranks", b_peer_wide},
+      {"stage wide", "action_list[0]: stage 262144 is not one of 4", b_stage_wide},
+      {"microbatch wide", "action_list[0]: microbatch 16777216 is not one of 8", b_mb_wide},
       {"rank", "assignment.rank", b_rank},
       {"chunks", "assignment.chunks", b_chunks},
       {"schedule", "zb-h9", b_schedule},

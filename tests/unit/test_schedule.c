@@ -69,6 +69,17 @@ static void test_new_clone_free(void) {
   zb_schedule *widest = zb_schedule_new(ZB_MAX_RANKS, 1, 4, ZB_PLACE_LOOP);
   CHECK(widest != NULL);
   zb_schedule_free(widest);
+  /* an action's stage is 18 bits and its microbatch 24 */
+  CHECK(zb_schedule_new(ZB_MAX_RANKS, 5, 4, ZB_PLACE_LOOP) == NULL); /* 163835 stages */
+  CHECK(zb_schedule_new(2, 1, ZB_MAX_MICROBATCHES + 1, ZB_PLACE_LOOP) == NULL);
+  widest = zb_schedule_new(ZB_MAX_STAGES, 1, ZB_MAX_MICROBATCHES, ZB_PLACE_LOOP);
+  CHECK(widest == NULL); /* ZB_MAX_STAGES is above ZB_MAX_RANKS: ranks refuse first */
+  widest = zb_schedule_new(ZB_MAX_RANKS, 4, ZB_MAX_MICROBATCHES, ZB_PLACE_LOOP);
+  CHECK(widest != NULL);
+  zb_schedule_push_op(widest, ZB_MAX_RANKS - 1, ZB_OP_F, 4 * ZB_MAX_RANKS - 1, ZB_MAX_MICROBATCHES - 1);
+  const zb_action *last = widest->ranks[ZB_MAX_RANKS - 1].actions;
+  CHECK(last->stage == 4 * ZB_MAX_RANKS - 1 && last->mb == ZB_MAX_MICROBATCHES - 1 && last->op == ZB_OP_F);
+  zb_schedule_free(widest);
   zb_schedule_free(NULL);
 
   zb_schedule *s = zb_schedule_new(3, 2, 5, ZB_PLACE_V);
@@ -369,6 +380,12 @@ static void test_check_shape_says_what_is_needed(void) {
   CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_1F1B, ZB_MAX_RANKS + 1, 1, 8, &d), ZB_ERR_INVALID_ARG);
   CHECK(strstr(d.msg, "at most 32767 ranks (got 32768)") != NULL);
   CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_1F1B, ZB_MAX_RANKS, 1, 8, &d), ZB_OK);
+  /* and a stage 18 bits, a microbatch 24 */
+  CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_INTERLEAVED_1F1B, 16384, 8, 16384, &d), ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "at most 131071 stages (got 16384 ranks x 8 chunks)") != NULL);
+  CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_INTERLEAVED_1F1B, 16383, 8, 16384, &d), ZB_OK);
+  CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_1F1B, 8, 1, ZB_MAX_MICROBATCHES + 1, &d), ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "at most 8388607 microbatches") != NULL);
   CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_GPIPE, 2, 1, 0, &d), ZB_ERR_INVALID_ARG);
   CHECK(strstr(d.msg, "at least 1 microbatch") != NULL);
   CHECK_EQ(zb_plan_check_shape(ZB_FAMILY_COUNT_, 2, 1, 2, &d), ZB_ERR_INVALID_ARG);
