@@ -11,13 +11,17 @@
  * 500 MB. Prints PASS/MISS; never fails on a slow family.
  *
  * usage: zb_bench_scale [P M] [--timeout S] [--family NAME] [--chunks V]
- *                       [--repeat N] [--threads N]
+ *                       [--t-comm T] [--repeat N] [--threads N]
  * (--repeat: each family N times, 3 unless told, the fastest run's
  * figures: the development VM's timings vary by a third from run to run,
  * and a first run after a pause pays for memory its host took back;
  * --threads 1: the pipeline on one thread; --chunks: interleaved 1F1B's
  * chunks, 2 unless told. Every family runs at its default chunks, and
- * interleaved 1F1B once more with 4, the case issue 12 names.) */
+ * interleaved 1F1B once more with 4, the case issue 12 names; --t-comm:
+ * the time of a transfer, 0 as in the default costs. A "lowering" in the
+ * sim column: lowering's own simulation gave the figures, as it does when
+ * no receive waits longer than the compute plan's timeline allows, always
+ * with T_comm = 0 (zb_lower_par_figures), and validation ran alone.) */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +42,7 @@ typedef struct phases {
   int ok;
   double ms[4]; /* generate, lower, validate, simulate */
   double total; /* wall: validation and simulation may overlap */
+  bool shared;  /* the figures came from lowering's own simulation (zb_lower_par_figures) */
   double rss_mb;
   char why[200];
 } phases;
@@ -74,9 +79,19 @@ static int row_chunks(zb_family f, int chunks) {
   return chunks > 0 ? chunks : 2;
 }
 
-static void run_phases(zb_family f, int v, int p, int m, const zb_par *par, phases *out) {
+/* What every row runs under. */
+typedef struct bench_cfg {
+  int p, m, timeout_s, repeat;
+  double t_comm; /* seconds per transfer, in units of the default costs */
+  const zb_par *par;
+} bench_cfg;
+
+static void run_phases(zb_family f, int v, const bench_cfg *cfg, phases *out) {
   memset(out, 0, sizeof *out);
+  int p = cfg->p, m = cfg->m;
+  const zb_par *par = cfg->par;
   zb_rank_costs rc = zb_rank_costs_default();
+  rc.t_comm = cfg->t_comm;
   zb_costs *c = zb_costs_from_rank_share(p, v, &rc, 0);
   zb_plan_request gen = {.family = f, .p = p, .v = v, .m = m, .costs = c, .par = par};
   zb_schedule *s = NULL, *low = NULL, *run = NULL;
@@ -85,15 +100,23 @@ static void run_phases(zb_family f, int v, int p, int m, const zb_par *par, phas
   double t0 = zb_clock_s();
   zb_err err = zb_plan_generate_run(&gen, &s, &run, &period, &d);
   double t1 = zb_clock_s();
+  zb_sim_result *figures = NULL;
   if (!err) /* from the generator's short run, if any, as the planner lowers */
-    err = zb_lower_par_run(s, run, period, c, par, &low, &d);
+    err = zb_lower_par_figures(s, run, period, c, par, &low, &figures, &d);
   zb_schedule_free(s); /* as the coordinator's pipeline does (zb_job_plan) */
   zb_schedule_free(run);
   s = run = NULL;
   double t2 = zb_clock_s();
-  check_job job = {.low = low, .c = c, .par = zb_par_width(par) > 2 ? par : NULL}; /* as zb_planner.c */
+  /* as zb_planner.c: validation alone on the runner when lowering gave
+   * the figures, else beside the simulation */
+  check_job job = {.low = low, .c = c, .par = zb_par_width(par) > 2 || figures ? par : NULL};
+  out->shared = figures != NULL;
   if (!err) {
-    zb_par_run(par, check_piece, &job, 2);
+    if (figures) {
+      check_piece(&job, 0);
+      job.sim = figures;
+    } else
+      zb_par_run(par, check_piece, &job, 2);
     if (job.valid_err)
       err = zb_diag_set(&d, ZB_ERR_INVALID_SCHEDULE, "invalid: %s", job.viol.detail);
     else if (job.sim_err)
@@ -117,19 +140,19 @@ static void run_phases(zb_family f, int v, int p, int m, const zb_par *par, phas
 }
 
 /* run_phases in a child killed after timeout_s. */
-static void run_child(zb_family f, int v, int p, int m, const zb_par *par, int timeout_s, phases *out) {
+static void run_child(zb_family f, int v, const bench_cfg *cfg, phases *out) {
   int fds[2];
   if (pipe(fds) != 0) {
-    run_phases(f, v, p, m, par, out);
+    run_phases(f, v, cfg, out);
     return;
   }
   fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    alarm((unsigned)timeout_s);
+    alarm((unsigned)cfg->timeout_s);
     phases ph;
-    run_phases(f, v, p, m, par, &ph);
+    run_phases(f, v, cfg, &ph);
     ssize_t w = write(fds[1], &ph, sizeof ph);
     _exit(w == (ssize_t)sizeof ph ? 0 : 1);
   }
@@ -147,12 +170,12 @@ static void run_child(zb_family f, int v, int p, int m, const zb_par *par, int t
 }
 
 /* One row: a family at v chunks, the fastest of repeat runs. */
-static bool run_row(zb_family f, int v, int p, int m, const zb_par *par, int timeout_s, int repeat) {
+static bool run_row(zb_family f, int v, const bench_cfg *cfg) {
   phases ph = {0};
   double total = 0;
-  for (int k = 0; k < repeat; k++) {
+  for (int k = 0; k < cfg->repeat; k++) {
     phases one;
-    run_child(f, v, p, m, par, timeout_s, &one);
+    run_child(f, v, cfg, &one);
     if (k == 0 || (one.ok && one.total < total)) {
       ph = one;
       total = one.total;
@@ -162,58 +185,68 @@ static bool run_row(zb_family f, int v, int p, int m, const zb_par *par, int tim
   char name[40];
   snprintf(name, sizeof name, "%s v=%d", zb_family_name(f), v);
   printf("%-22s", name);
+  char sim[16] = "  lowering"; /* the figures came with the lowering */
+  if (!ph.shared)
+    snprintf(sim, sizeof sim, "%10.1f", ph.ms[3]);
   if (ph.ok)
-    printf(" %10.1f %10.1f %10.1f %10.1f %10.1f %9.0f  %s\n", ph.ms[0], ph.ms[1], ph.ms[2], ph.ms[3], total,
-           ph.rss_mb, met ? "PASS" : "MISS");
+    printf(" %10.1f %10.1f %10.1f %s %10.1f %9.0f  %s\n", ph.ms[0], ph.ms[1], ph.ms[2], sim, total, ph.rss_mb,
+           met ? "PASS" : "MISS");
   else
     printf("  %s\n", ph.why);
   return met;
 }
 
 static const char usage[] =
-    "usage: zb_bench_scale [P M] [--timeout S] [--family NAME] [--chunks V] [--repeat N] [--threads N]\n";
+    "usage: zb_bench_scale [P M] [--timeout S] [--family NAME] [--chunks V] [--t-comm T] [--repeat N]\n"
+    "                      [--threads N]\n";
 
 int main(int argc, char **argv) {
-  int p = 256, m = 4096, timeout_s = 120, repeat = 3, only = -1, chunks = 0, cpus = zb_par_cpus();
+  bench_cfg cfg = {.p = 256, .m = 4096, .timeout_s = 120, .repeat = 3, .t_comm = 0};
+  int only = -1, chunks = 0, cpus = zb_par_cpus();
   int threads = zb_par_plan_width(); /* as zb_job_plan */
   for (int i = 1; i < argc; i++) {
     zb_family fam;
     if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc)
-      timeout_s = atoi(argv[++i]);
+      cfg.timeout_s = atoi(argv[++i]);
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
       threads = atoi(argv[++i]);
     else if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
-      repeat = atoi(argv[++i]);
+      cfg.repeat = atoi(argv[++i]);
     else if (strcmp(argv[i], "--chunks") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
       chunks = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--t-comm") == 0 && i + 1 < argc && atof(argv[i + 1]) >= 0)
+      cfg.t_comm = atof(argv[++i]);
     else if (strcmp(argv[i], "--family") == 0 && i + 1 < argc &&
              zb_family_parse(argv[i + 1], &fam, NULL) == ZB_OK) {
       only = (int)fam;
       i++;
     } else if (i + 1 < argc && atoi(argv[i]) > 0 && atoi(argv[i + 1]) > 0) {
-      p = atoi(argv[i]);
-      m = atoi(argv[++i]);
+      cfg.p = atoi(argv[i]);
+      cfg.m = atoi(argv[++i]);
     } else {
       fprintf(stderr, "%s", usage);
       return 2;
     }
   }
   zb_par par = zb_par_threads(threads);
-  printf("zb_bench_scale: p=%d m=%d, equal costs, each row in a child (limit %d s), the fastest of %d run%s, "
-         "%d thread%s (%d cpus); targets: 1000 ms, 500 MB\n\n",
-         p, m, timeout_s, repeat, repeat == 1 ? "" : "s", threads, threads == 1 ? "" : "s", cpus);
+  cfg.par = &par;
+  printf(
+      "zb_bench_scale: p=%d m=%d, equal costs, T_comm %g, each row in a child (limit %d s), the fastest of "
+      "%d run%s, %d thread%s (%d cpus); targets: 1000 ms, 500 MB\n\n",
+      cfg.p, cfg.m, cfg.t_comm, cfg.timeout_s, cfg.repeat, cfg.repeat == 1 ? "" : "s", threads,
+      threads == 1 ? "" : "s", cpus);
   printf("%-22s %10s %10s %10s %10s %10s %9s  %s\n", "schedule", "gen ms", "lower ms", "valid ms", "sim ms",
          "total ms", "peak MB", "verdict");
   int pass = 0, ran = 0;
   for (int f = 0; f < ZB_FAMILY_COUNT_; f++) {
     if (only >= 0 && f != only)
       continue;
-    pass += run_row((zb_family)f, row_chunks((zb_family)f, chunks), p, m, &par, timeout_s, repeat);
+    pass += run_row((zb_family)f, row_chunks((zb_family)f, chunks), &cfg);
     ran++;
   }
   /* the issue's own case: interleaved 1F1B with 4 chunks */
   if (only < 0 && chunks == 0) {
-    pass += run_row(ZB_FAMILY_INTERLEAVED_1F1B, 4, p, m, &par, timeout_s, repeat);
+    pass += run_row(ZB_FAMILY_INTERLEAVED_1F1B, 4, &cfg);
     ran++;
   }
   printf("\nscale summary: %d of %d rows within both targets\n", pass, ran);

@@ -8,6 +8,7 @@
 
 #include "zb_par.h"
 #include "zb_schedule.h"
+#include "zb_sim.h"
 
 /* Returns in *out a new schedule (caller owns) holding s's compute actions
  * in the same per-rank order with comm actions inserted. Comm between two
@@ -37,6 +38,19 @@ zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, 
  * above; s is lowered as zb_lower_par does otherwise (run NULL too). */
 zb_err zb_lower_par_run(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
                         const zb_par *par, zb_schedule **out, zb_diag *diag);
+
+/* zb_lower_par_run that also hands back in *figures (caller frees) the
+ * lowered plan's simulated figures, as zb_simulate_figures gives them,
+ * when lowering can take them from its own simulation of s: when it
+ * merged s in full (not through a short run) and every receive it placed
+ * arrives (its producer's end plus T_comm) by the start, in s's timeline,
+ * of the compute action it precedes. The lowered lists then run on s's
+ * timeline, action for action (a receive never holds its rank, a send
+ * takes no time), and their figures are s's. With T_comm = 0 that always
+ * holds; with a T_comm that a receive's wait shows, it rarely does, and
+ * *figures is NULL: simulate the lowered plan. */
+zb_err zb_lower_par_figures(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
+                            const zb_par *par, zb_schedule **out, zb_sim_result **figures, zb_diag *diag);
 
 /* zb_lower_par merging every rank in full, never through the steady
  * state: the reference that shortcut is tested against. */

@@ -77,9 +77,11 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
   zb_diag d = {{0}};
   zb_err err;
   const zb_schedule *runs = out->compute;
+  zb_sim_result *figures = NULL; /* the lowered plan's, when lowering's own simulation gives them */
   if (!req->compute_only) {
     out->failed = ZB_PLANNER_LOWER;
-    if ((err = zb_lower_par_run(out->compute, run, period, out->costs, req->par, &out->lowered, &d)))
+    if ((err = zb_lower_par_figures(out->compute, run, period, out->costs, req->par, &out->lowered,
+                                    req->figures_only ? &figures : NULL, &d)))
       return zb_diag_set(diag, err, "%s: lowering failed: %s", name, d.msg);
     runs = out->lowered;
   }
@@ -88,11 +90,15 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
     out->compute = NULL;
   }
   /* validation splits too when the runner has a processor beyond the two
-   * that it and the simulation take: on two, three threads only take
-   * turns (interleaved 1F1B, 4 chunks, p=256, m=4096: no faster) */
-  const zb_par *vpar = zb_par_width(req->par) > 2 ? req->par : NULL;
+   * that it and the simulation take (on two, three threads only take
+   * turns: interleaved 1F1B, 4 chunks, p=256, m=4096 was no faster), or
+   * when lowering gave the figures and it runs alone */
+  const zb_par *vpar = zb_par_width(req->par) > 2 || figures ? req->par : NULL;
   planner_check_job job = {.runs = runs, .costs = out->costs, .par = vpar, .figures_only = req->figures_only};
-  if (zb_par_width(req->par) > 1) {
+  if (figures) {
+    planner_check_piece(&job, 0);
+    job.sim = figures;
+  } else if (zb_par_width(req->par) > 1) {
     zb_par_run(req->par, planner_check_piece, &job, 2);
   } else { /* in turn: an invalid plan is not simulated */
     planner_check_piece(&job, 0);

@@ -4,7 +4,8 @@
  * for every family over a sweep of shapes and costs (uneven per stage,
  * with and without T_comm); with a zero-cost W zb_lower falls back to the
  * walk itself; and the merged lists validate and simulate to the compute
- * lists' makespan. */
+ * lists' makespan. Lowering hands back its own simulation's figures
+ * (zb_lower_par_figures) exactly when they are the lowered plan's. */
 #include <string.h>
 
 #include "zb_lower.h"
@@ -158,4 +159,67 @@ static void test_lower_par_same_lists(void) {
   }
 }
 
-ZBT_MAIN(ZBT(test_lower_merge_equals_walk), ZBT(test_lower_zero_cost_w), ZBT(test_lower_par_same_lists))
+/* Whether a and b hold the same figures, to the bit (the same sums in the
+ * same order); names the first that differs. */
+static bool lower_same_figures(const zb_sim_result *a, const zb_sim_result *b, const char **what) {
+  *what = a->makespan != b->makespan                       ? "makespan"
+          : a->max_span != b->max_span                     ? "max span"
+          : a->bubble_ratio != b->bubble_ratio             ? "bubble ratio"
+          : a->bubble_ratio_paper != b->bubble_ratio_paper ? "paper bubble ratio"
+                                                           : NULL;
+  for (int r = 0; r < a->p && !*what; r++)
+    *what = a->busy[r] != b->busy[r]                             ? "busy"
+            : a->span_start[r] != b->span_start[r]               ? "span start"
+            : a->span_end[r] != b->span_end[r]                   ? "span end"
+            : a->peak_memory[r] != b->peak_memory[r]             ? "peak memory"
+            : a->peak_memory_units[r] != b->peak_memory_units[r] ? "peak memory units"
+                                                                 : NULL;
+  return !*what;
+}
+
+/* The figures lowering hands back are the lowered plan's own simulation's,
+ * field for field, and come whenever T_comm is 0; with a T_comm that
+ * receives wait for, the lowered timeline is not the compute plan's, and
+ * none come (interleaved 1F1B's figures then differ: the check is needed).
+ * Every family, uneven costs, on threads. */
+static void test_lower_figures_only_when_same(void) {
+  static const double tcs[] = {0, 0.3};
+  zb_par par = zb_par_threads(2);
+  int shared[2] = {0, 0}, total = 0;
+  for (int f = 0; f < ZB_FAMILY_COUNT_; f++)
+    for (size_t k = 0; k < 2; k++) {
+      int p = 8, m = 32, v = zb_family_default_chunks((zb_family)f);
+      zb_costs *c = lower_costs(p, v, 1.3, 1.2, tcs[k]);
+      zb_plan_request req = {.family = (zb_family)f, .p = p, .v = v, .m = m, .costs = c};
+      zb_schedule *s = NULL, *low = NULL;
+      zb_sim_result *fig = NULL, *ref = NULL;
+      zb_diag d = {{0}};
+      CHECK_EQ(zb_plan_generate(&req, &s, &d), ZB_OK);
+      CHECK_EQ(zb_lower_par_figures(s, NULL, 0, c, &par, &low, &fig, &d), ZB_OK);
+      CHECK_EQ(zb_simulate_figures(low, c, &ref, &d), ZB_OK);
+      const char *what = NULL;
+      CHECK_MSG(!fig || lower_same_figures(fig, ref, &what), "%s T_comm %g: %s differs",
+                zb_family_name((zb_family)f), tcs[k], what);
+      CHECK(!fig || fig->start == NULL);
+      shared[k] += fig != NULL;
+      total += k == 0;
+      if (f == ZB_FAMILY_INTERLEAVED_1F1B && k == 1) { /* its receives wait: the plan's figures are not s's */
+        zb_sim_result *own = NULL;
+        CHECK_EQ(zb_simulate_figures(s, c, &own, &d), ZB_OK);
+        CHECK(fig == NULL && own->makespan != ref->makespan);
+        zb_sim_result_free(own);
+      }
+      zb_sim_result_free(fig);
+      zb_sim_result_free(ref);
+      zb_schedule_free(low);
+      zb_schedule_free(s);
+      zb_costs_free(c);
+    }
+  printf("figures from lowering: %d of %d plans with T_comm 0, %d with T_comm 0.3\n", shared[0], total,
+         shared[1]);
+  CHECK_EQ(shared[0], total);
+  CHECK(shared[1] < total);
+}
+
+ZBT_MAIN(ZBT(test_lower_merge_equals_walk), ZBT(test_lower_zero_cost_w), ZBT(test_lower_par_same_lists),
+         ZBT(test_lower_figures_only_when_same))
