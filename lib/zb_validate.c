@@ -334,32 +334,30 @@ static void dl_wake(dl_run *d, int r) {
   }
 }
 
-/* Whether the run may index by action a: always after the scan passed,
- * else when a is in range (the scan reports it otherwise). */
-static bool dl_fits(dl_run *d, const zb_action *a) {
+/* Whether a guarded run may index by comm action c (its cells, its
+ * peer), or by compute action c (its cells); an unguarded run may always
+ * (the scan passed). An action it may not ends the run (gave_up). */
+static bool dl_fits(dl_run *d, const zb_action *c) {
   const vctx *x = d->x;
-  if (!d->guarded)
-    return true;
-  bool ok = a->op < ZB_OP_COUNT_;
-  if (ok && (zb_op_is_compute(a->op) || zb_op_is_comm(a->op)))
-    ok = a->stage >= 0 && a->stage < x->S && a->mb >= 0 && a->mb < x->m;
-  if (ok && zb_op_is_comm(a->op))
-    ok = comm_other(a) >= 0 && comm_other(a) < x->S && a->peer >= 0 && a->peer < x->s->p;
-  d->gave_up = d->gave_up || !ok;
+  bool ok = !d->guarded || (c->stage >= 0 && c->stage < x->S && c->mb >= 0 && c->mb < x->m &&
+                            (!zb_op_is_comm(c->op) || (comm_other(c) >= 0 && comm_other(c) < x->S &&
+                                                       c->peer >= 0 && c->peer < x->s->p)));
+  if (!ok)
+    d->gave_up = true;
   return ok;
 }
 
-/* Posts rank r's group at its position; true when the group completes.
- * A side posted where the partner's already was completes a transfer the
+/* Posts rank r's group at pos; true when the group completes. A side
+ * posted where the partner's already was completes a transfer the
  * partner's group waits for: the partner is woken once its group has all
  * it waits for (a wake for less would only find it stuck again). The
  * comm checks before this run make every peer the transfer's partner.
  * *end: the group's last index. */
-static bool dl_post_group(dl_run *d, int r, int *end) {
+static bool dl_post_group(dl_run *d, int r, int pos, int *end) {
   const zb_rank_list *l = &d->x->s->ranks[r];
-  *end = zb_comm_group_end(l->actions, l->n, d->pos[r]);
+  *end = zb_comm_group_end(l->actions, l->n, pos);
   int missing = 0;
-  for (int k = d->pos[r]; k <= *end; k++) {
+  for (int k = pos; k <= *end; k++) {
     const zb_action *c = &l->actions[k];
     if (!dl_fits(d, c))
       return false;
@@ -377,39 +375,51 @@ static bool dl_post_group(dl_run *d, int r, int *end) {
   return missing == 0;
 }
 
-static void dl_advance(dl_run *d, int r) {
+/* Compute action a of a compute-only list on rank r, when its input was
+ * produced: marks its output and wakes the rank that takes it. */
+static bool dl_compute(dl_run *d, const zb_action *a) {
   const vctx *x = d->x;
-  const zb_rank_list *l = &x->s->ranks[r];
-  while (d->pos[r] < l->n) {
-    const zb_action *a = &l->actions[d->pos[r]];
-    if (d->pos[r] + ZB_PREFETCH_ACTIONS <
-        l->n) /* ranks take turns: too many streams for the hardware prefetcher */
-      __builtin_prefetch(a + ZB_PREFETCH_ACTIONS);
-    if (!dl_fits(d, a))
-      return;
-    int end;
-    if (x->lowered && zb_op_is_comm(a->op)) {
-      if (!dl_post_group(d, r, &end))
-        return;
-      d->pos[r] = end + 1;
-      continue;
-    }
-    if (!x->lowered && a->op == ZB_OP_F && a->stage > 0 && !d->done_f[dl_idx(x, a->stage - 1, a->mb)])
-      return;
-    if (!x->lowered && (a->op == ZB_OP_B || a->op == ZB_OP_BW) && a->stage < x->S - 1 &&
-        !d->done_b[dl_idx(x, a->stage + 1, a->mb)])
-      return;
-    if (!x->lowered && a->op == ZB_OP_F) {
-      d->done_f[dl_idx(x, a->stage, a->mb)] = 1;
-      if (a->stage + 1 < x->S)
-        dl_wake(d, x->stage_rank[a->stage + 1]);
-    } else if (!x->lowered && (a->op == ZB_OP_B || a->op == ZB_OP_BW)) {
-      d->done_b[dl_idx(x, a->stage, a->mb)] = 1;
-      if (a->stage > 0)
-        dl_wake(d, x->stage_rank[a->stage - 1]);
-    }
-    d->pos[r]++;
+  bool f = a->op == ZB_OP_F, b = a->op == ZB_OP_B || a->op == ZB_OP_BW;
+  if (!(f || b))
+    return true;
+  if (!dl_fits(d, a))
+    return false;
+  if (f && a->stage > 0 && !d->done_f[dl_idx(x, a->stage - 1, a->mb)])
+    return false;
+  if (b && a->stage < x->S - 1 && !d->done_b[dl_idx(x, a->stage + 1, a->mb)])
+    return false;
+  if (f) {
+    d->done_f[dl_idx(x, a->stage, a->mb)] = 1;
+    if (a->stage + 1 < x->S)
+      dl_wake(d, x->stage_rank[a->stage + 1]);
+  } else {
+    d->done_b[dl_idx(x, a->stage, a->mb)] = 1;
+    if (a->stage > 0)
+      dl_wake(d, x->stage_rank[a->stage - 1]);
   }
+  return true;
+}
+
+/* Runs rank r's list as far as it goes. Its position stays in a local:
+ * the done cells are bytes, and a store to them would otherwise make the
+ * compiler read it back after each. */
+static void dl_advance(dl_run *d, int r) {
+  const zb_rank_list *l = &d->x->s->ranks[r];
+  const bool lowered = d->x->lowered;
+  int pos = d->pos[r];
+  while (pos < l->n) {
+    const zb_action *a = &l->actions[pos];
+    if (pos + ZB_PREFETCH_ACTIONS < l->n) /* ranks take turns: too many streams for the hardware prefetcher */
+      __builtin_prefetch(a + ZB_PREFETCH_ACTIONS);
+    int end = pos;
+    if (lowered && zb_op_is_comm(a->op)) { /* compute runs when reached: its inputs were received */
+      if (!dl_post_group(d, r, pos, &end))
+        break;
+    } else if (!lowered && !dl_compute(d, a))
+      break;
+    pos = end + 1;
+  }
+  d->pos[r] = pos;
 }
 
 /* done_f and done_b: zeroed scratch of S*m cells. guarded: the run goes
