@@ -66,3 +66,15 @@ void zb_prefault(void *p, size_t size) {
   for (size_t at = 0; at < size; at += ZB_SMALL_PAGE)
     c[at] = 0;
 }
+
+void zb_populate(void *p, size_t size) {
+#ifdef MADV_POPULATE_WRITE
+  uintptr_t first = ((uintptr_t)p + ZB_SMALL_PAGE - 1) & ~(uintptr_t)(ZB_SMALL_PAGE - 1); /* madvise's unit */
+  uintptr_t end = (uintptr_t)p + size;
+  if (end > first)
+    (void)madvise((void *)first, end - first, MADV_POPULATE_WRITE); /* a hint: refused, the run faults */
+#else
+  (void)p;
+  (void)size;
+#endif
+}

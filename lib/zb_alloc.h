@@ -23,4 +23,9 @@ void *zb_calloc_large(size_t count, size_t size);
  * wait, it takes clearing fresh pages off the thread that fills them. */
 void zb_prefault(void *p, size_t size);
 
+/* Asks the kernel to fault in the pages of p's first size bytes without
+ * writing them (MADV_POPULATE_WRITE, Linux 5.14 and later; elsewhere it
+ * does nothing), so that another thread may fill them meanwhile. */
+void zb_populate(void *p, size_t size);
+
 #endif

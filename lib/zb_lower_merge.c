@@ -244,13 +244,16 @@ struct zb_lower_merge {
 static void lower_start_piece(void *arg, int k) {
   zb_lower_merge *ls = arg;
   if (k == 0) {
-    ls->err = zb_simulate_starts(ls->s, ls->c, &ls->sim, &ls->diag);
+    ls->err = zb_simulate_into(ls->s, ls->c, ls->sim, &ls->diag);
     return;
   }
+  bool beside = zb_par_width(ls->par) > 1; /* alone, faulting ahead would only move the faults */
+  if (beside)                              /* the start times the simulation is writing, ahead of it */
+    zb_sim_result_populate(ls->sim, ls->s);
   lower_prepare(&ls->job, ls->s, ls->c, ls->par);
   const zb_schedule *o = ls->job.out;
-  if (zb_par_width(ls->par) == 1 || o->p == 0)
-    return; /* alone, it would only move the faults */
+  if (!beside || o->p == 0)
+    return;
   /* short of the simulation's scratch, which is freed before the merge
    * (the plan's peak memory stays the merge's), that much less of each
    * piece's ranks: the merge's pieces fault in alike */
@@ -267,7 +270,7 @@ static void lower_start_piece(void *arg, int k) {
 zb_err zb_lower_merge_begin(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_lower_merge **out,
                             zb_diag *diag) {
   zb_lower_merge *ls = zb_calloc(1, sizeof *ls);
-  *ls = (zb_lower_merge){.s = s, .c = c, .par = par};
+  *ls = (zb_lower_merge){.s = s, .c = c, .par = par, .sim = zb_sim_result_new_starts(s)};
   zb_par_run(par, lower_start_piece, ls, 2);
   zb_err err = ls->err;
   if (err) {

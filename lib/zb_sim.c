@@ -419,14 +419,11 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s, int times) {
   return r;
 }
 
-static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int times, zb_sim_result **out,
-                              zb_diag *diag) {
-  zb_sim_result *r = sim_result_alloc(s, times);
+/* The run into r (fresh from sim_result_alloc for s) and its figures. */
+static zb_err sim_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r, zb_diag *diag) {
   zb_err err = sim_run(s, c, r, &r->makespan, &r->max_span, false, diag);
-  if (err) {
-    zb_sim_result_free(r);
+  if (err)
     return err;
-  }
   double busy_sum = 0, busy_max = 0;
   for (int k = 0; k < s->p; k++) {
     busy_sum += r->busy[k];
@@ -439,8 +436,34 @@ static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int times
   /* The paper's m(T_F+T_B+T_W) is one rank's work; with per-stage costs we
    * take the most loaded rank's, which is that figure when costs are even. */
   r->bubble_ratio_paper = r->max_span > 0 ? (r->max_span - busy_max) / r->max_span : 0;
+  return ZB_OK;
+}
+
+static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int times, zb_sim_result **out,
+                              zb_diag *diag) {
+  zb_sim_result *r = sim_result_alloc(s, times);
+  zb_err err = sim_into(s, c, r, diag);
+  if (err) {
+    zb_sim_result_free(r);
+    return err;
+  }
   *out = r;
   return ZB_OK;
+}
+
+zb_sim_result *zb_sim_result_new_starts(const zb_schedule *s) {
+  return sim_result_alloc(s, SIM_STARTS);
+}
+
+zb_err zb_simulate_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r, zb_diag *diag) {
+  return sim_into(s, c, r, diag);
+}
+
+void zb_sim_result_populate(zb_sim_result *r, const zb_schedule *s) {
+  if (!r->start || s->p < 1)
+    return;
+  const double *last = r->start[s->p - 1] + (s->ranks[s->p - 1].n ? s->ranks[s->p - 1].n : 1);
+  zb_populate(r->start[0], sizeof(double) * (size_t)(last - r->start[0]));
 }
 
 zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {

@@ -52,6 +52,17 @@ void zb_sim_result_free(zb_sim_result *r);
  * keeps a third less memory at scale. */
 zb_err zb_simulate_starts(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
 
+/* zb_simulate_starts in two steps, so that a caller may fault the start
+ * times in from another thread while the run writes them: the result
+ * with room for s's start times (caller frees), and the run into it,
+ * which fills its figures and times (on failure r is the caller's to
+ * free, as it always is). zb_sim_result_populate asks the kernel for the
+ * times' pages without writing them (zb_populate), which is safe beside
+ * the run. */
+zb_sim_result *zb_sim_result_new_starts(const zb_schedule *s);
+zb_err zb_simulate_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r, zb_diag *diag);
+void zb_sim_result_populate(zb_sim_result *r, const zb_schedule *s);
+
 /* The bytes a simulation of s holds while it runs besides its result
  * (its completion times per stage and microbatch). */
 size_t zb_sim_scratch_bytes(const zb_schedule *s);
