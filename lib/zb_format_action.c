@@ -91,7 +91,7 @@ zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *di
 
   size_t i = 0;
   int32_t stage = 0, mb = -1;
-  switch (read_number(s, n, &i, ZB_MAX_STAGES, &stage)) { /* what an action holds */
+  switch (read_number(s, n, &i, ZB_MAX_STAGES + 1, &stage)) { /* what an action's field holds */
   case NUM_OK: break;
   case NUM_NONE:
     return zb_diag_set(diag, ZB_ERR_PARSE,
@@ -100,7 +100,7 @@ zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *di
     return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": stage number has a leading zero", q);
   case NUM_TOO_LARGE:
     return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": stage number is too large (at most %d)", q,
-                       ZB_MAX_STAGES - 1);
+                       ZB_MAX_STAGES);
   }
 
   const kind_name *kind = NULL;
@@ -117,7 +117,7 @@ zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *di
                        q, KIND_LIST);
 
   if (kind->has_mb) {
-    switch (read_number(s, n, &i, ZB_MAX_MICROBATCHES, &mb)) {
+    switch (read_number(s, n, &i, ZB_MAX_MICROBATCHES + 1, &mb)) {
     case NUM_OK: break;
     case NUM_NONE:
       return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": expected a microbatch number after %s", q,
@@ -126,7 +126,7 @@ zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *di
       return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": microbatch number has a leading zero", q);
     case NUM_TOO_LARGE:
       return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": microbatch number is too large (at most %d)",
-                         q, ZB_MAX_MICROBATCHES - 1);
+                         q, ZB_MAX_MICROBATCHES);
     }
   } else if (i < n && s[i] >= '0' && s[i] <= '9') {
     return zb_diag_set(diag, ZB_ERR_PARSE, "bad action \"%s\": %s takes no microbatch number", q, kind->text);

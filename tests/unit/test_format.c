@@ -160,7 +160,7 @@ static void test_action_roundtrip(void) {
       {"0REDUCE_GRAD", ZB_OP_REDUCE_GRAD, 0, -1},
       {"12F345", ZB_OP_F, 12, 345},
       {"7W10", ZB_OP_W, 7, 10},
-      {"131070I8388606", ZB_OP_B, ZB_MAX_STAGES - 1, ZB_MAX_MICROBATCHES - 1}, /* the most an action holds */
+      {"131071I8388607", ZB_OP_B, ZB_MAX_STAGES, ZB_MAX_MICROBATCHES}, /* the most an action holds */
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     zb_action a;
@@ -196,7 +196,7 @@ static void test_action_malformed(void) {
       "",          "F1",   "0X1",      "0F",        "-1F0",     "0Fx",           "0SEND_F",
       " 0F1",      "0F1 ", "0F1x",     "01F1",      "0F01",     "0UNSHARD1",     "0REDUCE_GRAD0",
       "0f1",       "0I",   "+0F1",     "0F-1",      "0SEND_X0", "99999999999F0", "0F99999999999",
-      "0UNSHARD_", "0,F1", "131071F0", "0F8388607", /* one past what an action's stage and microbatch hold */
+      "0UNSHARD_", "0,F1", "131072F0", "0F8388608", /* one past what an action's stage and microbatch hold */
   };
   for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
     zb_action a = {.op = ZB_OP_COUNT_, .stage = 77, .mb = 77, .peer = 77, .batch = true};
@@ -223,9 +223,9 @@ static void test_action_malformed(void) {
   CHECK_MSG(strstr(d.msg, "empty"), "%s", d.msg);
   /* past what an action holds: named with the limit, not cut to its low bits */
   CHECK_EQ(zb_action_parse("131073F0", &a, &d), ZB_ERR_PARSE);
-  CHECK_MSG(strstr(d.msg, "stage number is too large (at most 131070)"), "%s", d.msg);
+  CHECK_MSG(strstr(d.msg, "stage number is too large (at most 131071)"), "%s", d.msg);
   CHECK_EQ(zb_action_parse("0B8388609", &a, &d), ZB_ERR_PARSE);
-  CHECK_MSG(strstr(d.msg, "microbatch number is too large (at most 8388606)"), "%s", d.msg);
+  CHECK_MSG(strstr(d.msg, "microbatch number is too large (at most 8388607)"), "%s", d.msg);
 }
 
 /* ---- CSV ------------------------------------------------------------------ */
