@@ -511,6 +511,35 @@ static void test_sim_misplaced_runs(void) {
   CHECK_NEAR(mk, 5, SIM_EPS);
 }
 
+/* An output made at time 0 counts as made: F takes no time (T_F = 0,
+ * T_B = T_W = 1, T_comm = 0), p = 2, m = 1. F0.0 0..0; F1.0 0..0 (its
+ * input ended at 0); B1.0 0..1, W1.0 1..2; B0.0 (after B1.0) 1..2, W0.0
+ * 2..3: makespan 3. A run that took a zero end for "not yet" would wait
+ * at F1.0 for ever (a layout where cells start as zeros was tried, and
+ * kept a zero end as -0.0: this failed without it). */
+static void test_sim_zero_time_output(void) {
+  zb_schedule *s = zb_schedule_new(2, 1, 1, ZB_PLACE_LOOP);
+  const zb_op ops[] = {ZB_OP_F, ZB_OP_B, ZB_OP_W};
+  for (int i = 0; i < 3; i++) {
+    zb_schedule_push_op(s, 0, ops[i], 0, 0);
+    zb_schedule_push_op(s, 1, ops[i], 1, 0);
+  }
+  zb_costs *c = sim_costs(2, 0, 1, 1, 0, 1, -0.5, -0.5);
+  zb_sim_result *r = NULL;
+  zb_diag d = {{0}};
+  zb_err err = zb_simulate(s, c, &r, &d);
+  const double rank0[][2] = {{0, 0}, {1, 2}, {2, 3}};
+  const double rank1[][2] = {{0, 0}, {0, 1}, {1, 2}};
+  bool times = !err && sim_times_are(s, r, 0, rank0, 3) && sim_times_are(s, r, 1, rank1, 3);
+  bool fast = !err && sim_fast_path_agrees(s, c, r);
+  zb_sim_result_free(r);
+  zb_costs_free(c);
+  zb_schedule_free(s);
+  CHECK_MSG(err == ZB_OK, "simulation failed: %s", d.msg);
+  CHECK(times);
+  CHECK(fast);
+}
+
 /* Costs that do not describe the schedule's stages are refused. */
 static void test_sim_wrong_costs(void) {
   zb_schedule *loop = sim_loop_schedule();               /* 2 stages */
@@ -548,4 +577,4 @@ static void test_sim_wrong_costs(void) {
 ZBT_MAIN(ZBT(test_sim_loop_by_hand), ZBT(test_sim_v_by_hand), ZBT(test_sim_fused_bw),
          ZBT(test_sim_uneven_stages), ZBT(test_sim_comm_adds_no_time), ZBT(test_sim_lowered_same_times),
          ZBT(test_sim_fast_path_on_generated), ZBT(test_sim_deadlock_own_order), ZBT(test_sim_deadlock_cycle),
-         ZBT(test_sim_misplaced_runs), ZBT(test_sim_wrong_costs))
+         ZBT(test_sim_misplaced_runs), ZBT(test_sim_zero_time_output), ZBT(test_sim_wrong_costs))
