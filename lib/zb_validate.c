@@ -304,20 +304,36 @@ static zb_err check_unpaired(const vctx *x, zb_violation *out) {
 
 /* The deadlock run: each rank advances until it waits, and is advanced
  * again when a rank it waits on moves. Compute-only lists: an op waits
- * for its input's producer (infinite buffering). Lowered: compute runs
- * when reached (its inputs were checked to be received earlier); a group
- * of consecutive comm actions is posted at once and completes when every
- * member's partner has been posted. done_f/done_b: completed F and B per
- * cell (compute-only), or posted sides per transfer (lowered: bit 0 the
- * send, bit 1 the recv). */
+ * for its input's producer (infinite buffering); done_f/done_b hold the
+ * completed F and B per cell. Lowered: compute runs when reached (its
+ * inputs were checked to be received earlier); a group of consecutive
+ * comm actions is posted at once and completes when every member has met
+ * its partner. Messages from one rank to another pair up in posting
+ * order, as the transports pair them (docs/model.md, Transports): the
+ * k-th send meets the k-th receive, and a pair that is not one transfer
+ * is a comm-mismatch, however the cells pair up. */
+typedef struct dl_chan {
+  uint64_t *tag; /* the queued side's transfers (dl_tag), oldest at head */
+  int head, n, cap;
+  bool sends; /* the queued side: the sender's (true) or the receiver's */
+} dl_chan;
+
 typedef struct dl_run {
   const vctx *x;
-  unsigned char *done_f, *done_b;
+  unsigned char *done_f, *done_b; /* compute-only */
   int *pos, *work, n_work;
-  int *missing; /* lowered: per rank, partners its posted group still waits for */
+  int *missing; /* lowered: per rank, members of its posted group not yet met */
+  bool *posted; /* lowered: per rank, its group at pos is posted (and waits) */
   bool *queued;
-  bool guarded; /* before the scan vouched for the lists: check each index (dl_fits) */
-  bool gave_up; /* guarded, and an action would index out of range */
+  /* lowered: rank r's peers peer[r * cap + j], npeer[r] of them; the
+   * channel r -> peer j is chan[r * cap + j], and peer j -> r is
+   * chan[in[r * cap + j]] */
+  int cap, *peer, *npeer, *in;
+  dl_chan *chan;
+  bool guarded;  /* before the scan vouched for the lists: check each index (dl_fits) */
+  bool gave_up;  /* guarded, and an action would index out of range */
+  bool mismatch; /* two members met that are not one transfer: in *viol */
+  zb_violation *viol;
 } dl_run;
 
 /* A cell of done_f/done_b: microbatch-major, unlike vidx, as the ranks
@@ -347,31 +363,128 @@ static bool dl_fits(dl_run *d, const zb_action *c) {
   return ok;
 }
 
-/* Posts rank r's group at pos; true when the group completes. A side
- * posted where the partner's already was completes a transfer the
- * partner's group waits for: the partner is woken once its group has all
- * it waits for (a wake for less would only find it stuck again). The
- * comm checks before this run make every peer the transfer's partner.
- * *end: the group's last index. */
+/* Every rank's peers (the hosts of the stages next to its own, itself
+ * left out) and the channels between them, for a lowered run. */
+static void dl_channels_init(dl_run *d) {
+  const vctx *x = d->x;
+  int p = x->s->p, cap = d->cap = 2 * x->s->v;
+  d->peer = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap);
+  d->in = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap);
+  d->npeer = zb_calloc((size_t)p, sizeof(int));
+  d->chan = zb_calloc((size_t)p * (size_t)cap, sizeof *d->chan);
+  d->posted = zb_calloc((size_t)p, sizeof(bool));
+  for (int st = 0; st < x->S; st++)
+    for (int t = st - 1; t <= st + 1; t += 2) {
+      int r = x->stage_rank[st], q = t >= 0 && t < x->S ? x->stage_rank[t] : r;
+      bool seen = q == r;
+      for (int k = 0; k < d->npeer[r] && !seen; k++)
+        seen = d->peer[r * cap + k] == q;
+      if (!seen)
+        d->peer[r * cap + d->npeer[r]++] = q;
+    }
+  for (int r = 0; r < p; r++) /* neighbouring is mutual: r is among each peer's peers */
+    for (int j = 0; j < d->npeer[r]; j++) {
+      int q = d->peer[r * cap + j];
+      for (int k = 0; k < d->npeer[q]; k++)
+        if (d->peer[q * cap + k] == r)
+          d->in[r * cap + j] = q * cap + k;
+    }
+}
+
+static void dl_channels_free(dl_run *d) {
+  if (d->chan)
+    for (int c = 0; c < d->x->s->p * d->cap; c++)
+      free(d->chan[c].tag);
+  free(d->chan);
+  free(d->posted);
+  free(d->peer);
+  free(d->npeer);
+  free(d->in);
+}
+
+/* The channel comm action c of rank r posts on, or NULL when its peer is
+ * none of r's (a guarded run then gives up; the scan names the peer). */
+static dl_chan *dl_channel(dl_run *d, int r, const zb_action *c) {
+  const int *peer = d->peer + (size_t)r * d->cap;
+  bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
+  for (int j = 0; j < d->npeer[r]; j++)
+    if (peer[j] == c->peer)
+      return &d->chan[send ? r * d->cap + j : d->in[r * d->cap + j]];
+  d->gave_up = true;
+  return NULL;
+}
+
+/* The transfer comm action c is a side of: direction, producing stage,
+ * microbatch. */
+static uint64_t dl_tag(const zb_action *c) {
+  bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
+  bool fwd = c->op == ZB_OP_SEND_F || c->op == ZB_OP_RECV_F;
+  uint64_t prod = (uint64_t)(send ? c->stage : comm_other(c));
+  return prod << 32 | (uint64_t)c->mb << 1 | fwd;
+}
+
+static void dl_chan_push(dl_chan *ch, uint64_t tag, bool sends) {
+  if (ch->head + ch->n == ch->cap) {
+    if (ch->head > 0)
+      memmove(ch->tag, ch->tag + ch->head, sizeof *ch->tag * (size_t)ch->n);
+    else
+      ch->tag = zb_realloc(ch->tag, sizeof *ch->tag * (size_t)(ch->cap = ch->cap ? 2 * ch->cap : 4));
+    ch->head = 0;
+  }
+  ch->tag[ch->head + ch->n++] = tag;
+  ch->sends = sends;
+}
+
+/* c of rank r (at index i) met a partner that is another transfer's side
+ * (tag): the run stops with a comm-mismatch. */
+static void dl_mismatch(dl_run *d, int r, int i, const zb_action *c, uint64_t tag, bool sends) {
+  int prod = (int)(tag >> 32), mb = (int)(tag >> 1 & 0x7fffffff);
+  bool fwd = tag & 1;
+  zb_op op = sends ? (fwd ? ZB_OP_SEND_F : ZB_OP_SEND_B) : (fwd ? ZB_OP_RECV_F : ZB_OP_RECV_B);
+  int stage = sends ? prod : prod + (fwd ? 1 : -1);
+  d->mismatch = true;
+  viol(d->viol, ZB_VIOL_COMM_MISMATCH, r, i, c,
+       "pairs with rank %d's %s stage %d mb %d: messages between two ranks pair up in posting order", c->peer,
+       zb_op_name(op), stage, mb);
+}
+
+/* Posts rank r's group at pos, unless it is posted already; true when
+ * the group completes. A member whose channel holds the partner side's
+ * oldest unmet member meets it (and the partner's rank is woken once its
+ * group has met all); any other is queued on its channel. The comm
+ * checks before this run make every peer the transfer's partner. *end:
+ * the group's last index. */
 static bool dl_post_group(dl_run *d, int r, int pos, int *end) {
   const zb_rank_list *l = &d->x->s->ranks[r];
   *end = zb_comm_group_end(l->actions, l->n, pos);
+  if (d->posted[r]) { /* woken: done once every member has met its partner */
+    d->posted[r] = d->missing[r] > 0;
+    return !d->posted[r];
+  }
   int missing = 0;
   for (int k = pos; k <= *end; k++) {
     const zb_action *c = &l->actions[k];
-    if (!dl_fits(d, c))
+    dl_chan *ch = dl_fits(d, c) ? dl_channel(d, r, c) : NULL;
+    if (!ch)
       return false;
     bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
-    bool fwd = c->op == ZB_OP_SEND_F || c->op == ZB_OP_RECV_F;
-    int prod = send ? c->stage : comm_other(c);
-    unsigned char *post = &(fwd ? d->done_f : d->done_b)[dl_idx(d->x, prod, c->mb)];
-    unsigned char was = *post;
-    *post |= send ? 1 : 2;
-    if (was && *post != was && --d->missing[c->peer] == 0)
+    uint64_t tag = dl_tag(c);
+    if (ch->n == 0 || ch->sends == send) {
+      dl_chan_push(ch, tag, send);
+      missing++;
+      continue;
+    }
+    uint64_t met = ch->tag[ch->head++];
+    ch->n--;
+    if (met != tag) {
+      dl_mismatch(d, r, k, c, met, !send);
+      return false;
+    }
+    if (--d->missing[c->peer] == 0)
       dl_wake(d, c->peer);
-    missing += *post != 3;
   }
   d->missing[r] = missing;
+  d->posted[r] = missing > 0;
   return missing == 0;
 }
 
@@ -422,35 +535,40 @@ static void dl_advance(dl_run *d, int r) {
   d->pos[r] = pos;
 }
 
-/* done_f and done_b: zeroed scratch of S*m cells. guarded: the run goes
- * before the scan (dl_fits); *gave_up then says that it stopped on an
- * action out of range, and its verdict means nothing. */
-static zb_err check_deadlock(const vctx *x, unsigned char *done_f, unsigned char *done_b, bool guarded,
-                             bool *gave_up, zb_violation *out) {
+/* done: zeroed scratch of 2*S*m cells for compute-only lists (done_f,
+ * then done_b), NULL for lowered ones. guarded: the run goes before the
+ * scan (dl_fits); *gave_up then says that it stopped on an action out of
+ * range, and its verdict means nothing. */
+static zb_err check_deadlock(const vctx *x, unsigned char *done, bool guarded, bool *gave_up,
+                             zb_violation *out) {
   int p = x->s->p;
   dl_run d = {.x = x,
               .guarded = guarded,
-              .done_f = done_f,
-              .done_b = done_b,
+              .done_f = done,
+              .done_b = done ? done + (size_t)x->S * x->m : NULL,
               .pos = zb_calloc((size_t)p, sizeof(int)),
               .work = zb_malloc(sizeof(int) * (size_t)p),
               .missing = zb_calloc((size_t)p, sizeof(int)),
-              .queued = zb_calloc((size_t)p, sizeof(bool))};
+              .queued = zb_calloc((size_t)p, sizeof(bool)),
+              .viol = out};
+  if (x->lowered)
+    dl_channels_init(&d);
   for (int r = p - 1; r >= 0; r--)
     dl_wake(&d, r);
-  while (d.n_work > 0 && !d.gave_up) {
+  while (d.n_work > 0 && !d.gave_up && !d.mismatch) {
     int r = d.work[--d.n_work];
     d.queued[r] = true; /* a wake while it advances changes nothing */
     dl_advance(&d, r);
     d.queued[r] = false;
   }
-  zb_err err = ZB_OK;
+  zb_err err = d.mismatch && !d.gave_up ? ZB_ERR_INVALID_SCHEDULE : ZB_OK;
   *gave_up = d.gave_up;
   for (int r = 0; r < p && !err && !d.gave_up; r++)
     if (d.pos[r] < x->s->ranks[r].n)
       err = viol(out, ZB_VIOL_DEADLOCK, r, d.pos[r], &x->s->ranks[r].actions[d.pos[r]],
                  x->lowered ? "blocked: its communication partner never posts the matching operation"
                             : "blocked: its input is produced only after this rank's later work");
+  dl_channels_free(&d);
   free(d.pos);
   free(d.missing);
   free(d.work);
@@ -488,18 +606,18 @@ typedef struct validate_job {
 
 static void validate_piece(void *arg, int k) {
   validate_job *j = arg;
-  size_t cells = (size_t)j->x->S * j->x->m;
   if (k == 0)
     j->scan_err = validate_scan(j->x, &j->scan_v);
   else
-    j->run_err = check_deadlock(j->x, j->done, j->done + cells, true, &j->gave_up, &j->run_v);
+    j->run_err = check_deadlock(j->x, j->done, true, &j->gave_up, &j->run_v);
 }
 
 /* The scan, then (when it passes) the deadlock run and the memory
  * check; with par, the run beside the scan. */
 static zb_err validate_run(vctx *x, const zb_par *par, zb_violation *out) {
   size_t cells = (size_t)x->S * x->m;
-  validate_job j = {.x = x, .done = zb_calloc_large(2 * cells + 1, 1)};
+  /* the run's cells: compute-only lists' (lowered ones pair on channels) */
+  validate_job j = {.x = x, .done = x->lowered ? NULL : zb_calloc_large(2 * cells + 1, 1)};
   bool ran = false; /* the run beside the scan went through: its verdict stands */
   if (zb_par_width(par) > 1) {
     zb_par_run(par, validate_piece, &j, 2);
@@ -510,9 +628,9 @@ static zb_err validate_run(vctx *x, const zb_par *par, zb_violation *out) {
   if (err)
     *out = j.scan_err ? j.scan_v : j.run_v;
   else if (!ran) {
-    if (j.gave_up) /* cannot be once the scan passed, which finds everything out of range */
+    if (j.gave_up && j.done) /* cannot be once the scan passed, which finds everything out of range */
       memset(j.done, 0, 2 * cells);
-    err = check_deadlock(x, j.done, j.done + cells, false, &j.gave_up, out);
+    err = check_deadlock(x, j.done, false, &j.gave_up, out);
   }
   if (!err)
     err = report(x, ZB_VIOL_MEMORY, out);

@@ -35,8 +35,9 @@ const char *zb_violation_kind_name(zb_violation_kind k);
  * W (or BW in place of B and W) of every stage and microbatch exactly
  * once; same-rank dependencies in order; when s has comm actions, every
  * remote input received before use and every send/recv matched with the
- * right peer, and the lists free of deadlock under blocking point-to-point
- * with batched groups; without comm actions, free of deadlock under
+ * right peer, the sides paired in posting order per sender and receiver
+ * as the transports pair them, and the lists free of deadlock under
+ * blocking point-to-point with batched groups; without comm actions, free of deadlock under
  * infinite buffering; and, when c is given with a positive mem_limit, no
  * rank above it. Returns ZB_OK with out->kind == ZB_VIOL_NONE, or
  * ZB_ERR_INVALID_SCHEDULE with the first violation in *out, or

@@ -437,6 +437,32 @@ static void test_comm_mismatch_local_transfer_in_v(void) {
   CHECK(ok);
 }
 
+static void test_comm_mismatch_out_of_posting_order(void) {
+  /* Lowered GPipe p=2: rank 1 receives mb 1's activation before mb 0's.
+   * The transports pair the messages between two ranks in posting order,
+   * so its first receive would take mb 0's activation. Within one group
+   * (mb 1's RECV_F batched with mb 0's) every transfer still has both
+   * sides, which once passed; apart, it once read as a deadlock. Rank 0
+   * posts first (the run starts at rank 0), so rank 1's receive meets it. */
+  zb_schedule *s = valid_schedule(ZB_FAMILY_GPIPE, 2, 1, 4, true);
+  CHECK(s != NULL);
+  int i = find_action(s, 1, ZB_OP_RECV_F, 1, 0), j = find_action(s, 1, ZB_OP_RECV_F, 1, 1);
+  bool pre = i >= 0 && j > i && !s->ranks[1].actions[i].batch;
+  bool ok = false;
+  for (int grouped = 0; pre && grouped <= 1; grouped++) {
+    zb_schedule *t = zb_schedule_clone(s);
+    move_action(t, 1, j, i); /* rank 1: ..., RECV_F(1,1), RECV_F(1,0), ... */
+    t->ranks[1].actions[i].batch = grouped;
+    ok = expect_violation(t, NULL, ZB_VIOL_COMM_MISMATCH, 1, i, act(ZB_OP_RECV_F, 1, 1, 0, grouped));
+    zb_schedule_free(t);
+    if (!ok)
+      break;
+  }
+  zb_schedule_free(s);
+  CHECK(pre);
+  CHECK(ok);
+}
+
 /* ---- DEADLOCK --------------------------------------------------------- */
 
 static void test_deadlock_compute_cycle_generated(void) {
@@ -655,7 +681,7 @@ ZBT_MAIN(ZBT(test_generated_schedules_are_valid), ZBT(test_costs_for_other_shape
          ZBT(test_dependency_lowered_recv_after_use), ZBT(test_dependency_lowered_send_before_produce),
          ZBT(test_comm_mismatch_wrong_peer), ZBT(test_comm_mismatch_sent_twice),
          ZBT(test_comm_mismatch_never_sent), ZBT(test_comm_mismatch_local_transfer_in_v),
-         ZBT(test_deadlock_compute_cycle_generated), ZBT(test_deadlock_compute_cycle_by_hand),
-         ZBT(test_deadlock_blocking_sends_head_to_head), ZBT(test_deadlock_blocking_recv_first),
-         ZBT(test_memory_limit), ZBT(test_memory_limit_lowered), ZBT(test_violation_format),
-         ZBT(test_violation_kind_names))
+         ZBT(test_comm_mismatch_out_of_posting_order), ZBT(test_deadlock_compute_cycle_generated),
+         ZBT(test_deadlock_compute_cycle_by_hand), ZBT(test_deadlock_blocking_sends_head_to_head),
+         ZBT(test_deadlock_blocking_recv_first), ZBT(test_memory_limit), ZBT(test_memory_limit_lowered),
+         ZBT(test_violation_format), ZBT(test_violation_kind_names))
