@@ -311,7 +311,7 @@ static zb_err check_unpaired(const vctx *x, zb_violation *out) {
  * its partner. Messages from one rank to another pair up in posting
  * order, as the transports pair them (docs/model.md, Transports): the
  * k-th send meets the k-th receive, and a pair that is not one transfer
- * is a comm-mismatch, however the cells pair up. */
+ * is a comm-mismatch, even where every transfer has both its sides. */
 typedef struct dl_chan {
   uint64_t *tag; /* the queued side's transfers (dl_tag), oldest at head */
   int head, n, cap;
