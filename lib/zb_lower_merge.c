@@ -115,23 +115,6 @@ static void lower_append_compute(zb_rank_list *l, const zb_action *a) {
   o->batch = false;
 }
 
-/* Per rank, the ranks whose producers feed it (hosts of the stages next
- * to its own, itself left out): feed[r * cap ...], nfeed[r] of them. */
-static void lower_feeders(const zb_schedule *s, const int *stage_rank, int cap, int *feed, int *nfeed) {
-  int S = zb_schedule_stages(s);
-  for (int st = 0; st < S; st++)
-    for (int t = st - 1; t <= st + 1; t += 2) {
-      int r = stage_rank[st];
-      if (t < 0 || t >= S || stage_rank[t] == r)
-        continue;
-      bool seen = false;
-      for (int k = 0; k < nfeed[r] && !seen; k++)
-        seen = feed[r * cap + k] == stage_rank[t];
-      if (!seen)
-        feed[r * cap + nfeed[r]++] = stage_rank[t];
-    }
-}
-
 /* Rank r's lowered list: its own actions by start merged with its
  * transfers, which are its sends and the receives from each feeder, each
  * a sorted stream (a transfer first on a tie). x: 1 + cap streams. */
@@ -203,7 +186,7 @@ static void lower_prepare(lower_job *j, const zb_schedule *s, const zb_costs *c,
   for (int st = 0; st < S; st++)
     stage_rank[st] = zb_stage_rank(s, st);
   int *feed = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap), *nfeed = zb_calloc((size_t)p, sizeof(int));
-  lower_feeders(s, stage_rank, cap, feed, nfeed);
+  zb_schedule_peers(s, cap, feed, nfeed); /* the ranks whose producers feed each */
   int pieces = zb_par_width(par);
   if (pieces > p)
     pieces = p;

@@ -251,6 +251,19 @@ double zb_costs_rank_mf(const zb_costs *c, zb_placement pl, int p, int v, int ra
   return sum;
 }
 
+void zb_schedule_peers(const zb_schedule *s, int cap, int *peer, int *npeer) {
+  int S = zb_schedule_stages(s);
+  for (int st = 0; st < S; st++)
+    for (int t = st - 1; t <= st + 1; t += 2) {
+      int r = zb_stage_rank(s, st), q = t >= 0 && t < S ? zb_stage_rank(s, t) : r;
+      bool seen = q == r;
+      for (int k = 0; k < npeer[r] && !seen; k++)
+        seen = peer[r * cap + k] == q;
+      if (!seen)
+        peer[r * cap + npeer[r]++] = q;
+    }
+}
+
 int zb_comm_group_end(const zb_action *actions, int n, int i) {
   int j = i;
   while (j + 1 < n && actions[j].batch && zb_op_is_comm(actions[j + 1].op))

@@ -143,6 +143,11 @@ static inline int zb_placement_rank(zb_placement pl, int p, int v, int stage) {
 static inline int zb_stage_rank(const zb_schedule *s, int stage) {
   return zb_placement_rank(s->placement, s->p, s->v, stage);
 }
+/* Every rank's peers: the ranks hosting a stage next to one of its own,
+ * itself left out, each once, by stage order. Rank r's are
+ * peer[r * cap ...], npeer[r] of them (zeroed by the caller); cap =
+ * 2 * v is room for all. */
+void zb_schedule_peers(const zb_schedule *s, int cap, int *peer, int *npeer);
 /* true for F, B, W, BW. */
 static inline bool zb_op_is_compute(zb_op op) {
   return op == ZB_OP_F || op == ZB_OP_B || op == ZB_OP_W || op == ZB_OP_BW;

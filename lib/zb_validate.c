@@ -373,15 +373,7 @@ static void dl_channels_init(dl_run *d) {
   d->npeer = zb_calloc((size_t)p, sizeof(int));
   d->chan = zb_calloc((size_t)p * (size_t)cap, sizeof *d->chan);
   d->posted = zb_calloc((size_t)p, sizeof(bool));
-  for (int st = 0; st < x->S; st++)
-    for (int t = st - 1; t <= st + 1; t += 2) {
-      int r = x->stage_rank[st], q = t >= 0 && t < x->S ? x->stage_rank[t] : r;
-      bool seen = q == r;
-      for (int k = 0; k < d->npeer[r] && !seen; k++)
-        seen = d->peer[r * cap + k] == q;
-      if (!seen)
-        d->peer[r * cap + d->npeer[r]++] = q;
-    }
+  zb_schedule_peers(x->s, cap, d->peer, d->npeer);
   for (int r = 0; r < p; r++) /* neighbouring is mutual: r is among each peer's peers */
     for (int j = 0; j < d->npeer[r]; j++) {
       int q = d->peer[r * cap + j];
