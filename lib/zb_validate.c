@@ -145,6 +145,17 @@ static zb_err check_range(const vctx *x, int r, int i, const zb_action *a, zb_vi
   return ZB_OK;
 }
 
+/* Whether a is a compute or comm op whose stage, microbatch (and, for
+ * comm, neighbouring stage and peer) are in range: what nearly every
+ * action is, told in one test without a branch per field (a negative
+ * number is out of range as unsigned). Any other goes to check_range. */
+static bool in_range(const vctx *x, const zb_action *a) {
+  unsigned S = (unsigned)x->S;
+  bool comm = zb_op_is_comm(a->op);
+  return (comm || zb_op_is_compute(a->op)) & ((unsigned)a->stage < S) & ((unsigned)a->mb < (unsigned)x->m) &
+         (!comm || (((unsigned)comm_other(a) < S) & ((unsigned)a->peer < (unsigned)x->s->p)));
+}
+
 /* A compute op seen twice (a BW with its B or W counts too). */
 static void check_duplicate(vctx *x, int r, int i, const zb_action *a) {
   uint16_t *cell = &x->cell[vidx(x, a->stage, a->mb)];
@@ -236,7 +247,7 @@ static zb_err check_actions(vctx *x, zb_violation *out) {
       const zb_action copy = s->ranks[r].actions[i], *a = &copy;
       if (a->op == ZB_OP_NONE)
         continue;
-      zb_err err = check_range(x, r, i, a, out);
+      zb_err err = in_range(x, a) ? ZB_OK : check_range(x, r, i, a, out);
       if (err)
         return err;
       if (x->stage_rank[a->stage] != r)
@@ -313,7 +324,7 @@ static zb_err check_unpaired(const vctx *x, zb_violation *out) {
  * k-th send meets the k-th receive, and a pair that is not one transfer
  * is a comm-mismatch, even where every transfer has both its sides. */
 typedef struct dl_chan {
-  uint64_t *tag; /* the queued side's transfers (dl_tag), oldest at head */
+  uint64_t *tag; /* the queued side's transfers (dl_side), oldest at head */
   int head, n, cap;
   bool sends; /* the queued side: the sender's (true) or the receiver's */
 } dl_chan;
@@ -323,14 +334,14 @@ typedef struct dl_run {
   unsigned char *done_f, *done_b; /* compute-only */
   int *pos, *work, n_work;
   int *missing; /* lowered: per rank, members of its posted group not yet met */
-  bool *posted; /* lowered: per rank, its group at pos is posted (and waits) */
+  int *posted;  /* lowered: per rank, 1 + the last index of its group at pos while it waits, else 0 */
   bool *queued;
   /* lowered: rank r's peers peer[r * cap + j], npeer[r] of them; the
    * channel r -> peer j is chan[r * cap + j], and peer j -> r is
    * chan[in[r * cap + j]] */
   int cap, *peer, *npeer, *in;
   dl_chan *chan;
-  bool guarded;  /* before the scan vouched for the lists: check each index (dl_fits) */
+  bool guarded;  /* before the scan vouched for the lists: check each index (dl_fits, dl_side_fits) */
   bool gave_up;  /* guarded, and an action would index out of range */
   bool mismatch; /* two members met that are not one transfer: in *viol */
   zb_violation *viol;
@@ -350,14 +361,12 @@ static void dl_wake(dl_run *d, int r) {
   }
 }
 
-/* Whether a guarded run may index by comm action c (its cells, its
- * peer), or by compute action c (its cells); an unguarded run may always
- * (the scan passed). An action it may not ends the run (gave_up). */
+/* Whether a guarded run may index by compute action c (its cells); an
+ * unguarded run may always (the scan passed). An action it may not ends
+ * the run (gave_up). Comm actions: dl_side_fits. */
 static bool dl_fits(dl_run *d, const zb_action *c) {
   const vctx *x = d->x;
-  bool ok = !d->guarded || (c->stage >= 0 && c->stage < x->S && c->mb >= 0 && c->mb < x->m &&
-                            (!zb_op_is_comm(c->op) || (comm_other(c) >= 0 && comm_other(c) < x->S &&
-                                                       c->peer >= 0 && c->peer < x->s->p)));
+  bool ok = !d->guarded || (c->stage >= 0 && c->stage < x->S && c->mb >= 0 && c->mb < x->m);
   if (!ok)
     d->gave_up = true;
   return ok;
@@ -372,7 +381,7 @@ static void dl_channels_init(dl_run *d) {
   d->in = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap);
   d->npeer = zb_calloc((size_t)p, sizeof(int));
   d->chan = zb_calloc((size_t)p * (size_t)cap, sizeof *d->chan);
-  d->posted = zb_calloc((size_t)p, sizeof(bool));
+  d->posted = zb_calloc((size_t)p, sizeof(int));
   zb_schedule_peers(x->s, cap, d->peer, d->npeer);
   for (int r = 0; r < p; r++) /* neighbouring is mutual: r is among each peer's peers */
     for (int j = 0; j < d->npeer[r]; j++) {
@@ -394,25 +403,51 @@ static void dl_channels_free(dl_run *d) {
   free(d->in);
 }
 
-/* The channel comm action c of rank r posts on, or NULL when its peer is
- * none of r's (a guarded run then gives up; the scan names the peer). */
-static dl_chan *dl_channel(dl_run *d, int r, const zb_action *c) {
-  const int *peer = d->peer + (size_t)r * d->cap;
-  bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
-  for (int j = 0; j < d->npeer[r]; j++)
-    if (peer[j] == c->peer)
-      return &d->chan[send ? r * d->cap + j : d->in[r * d->cap + j]];
-  d->gave_up = true;
-  return NULL;
+/* A comm action's fields, each taken out of its word once: whether it
+ * sends, the transfer it is a side of as one number (direction,
+ * producing stage, microbatch), its stage, the neighbouring stage and
+ * its peer. */
+typedef struct dl_side {
+  bool send;
+  uint64_t tag;
+  int stage, other, mb, peer;
+} dl_side;
+
+static dl_side dl_side_of(const zb_action *a) {
+  const zb_action c = *a;
+  zb_op op = (zb_op)c.op;
+  bool send = op == ZB_OP_SEND_F || op == ZB_OP_SEND_B, fwd = op == ZB_OP_SEND_F || op == ZB_OP_RECV_F;
+  int stage = (int)c.stage, mb = (int)c.mb, other = stage + (fwd == send ? 1 : -1);
+  uint64_t prod = (uint64_t)(send ? stage : other);
+  return (dl_side){.send = send,
+                   .tag = prod << 32 | (uint64_t)mb << 1 | fwd,
+                   .stage = stage,
+                   .other = other,
+                   .mb = mb,
+                   .peer = (int)c.peer};
 }
 
-/* The transfer comm action c is a side of: direction, producing stage,
- * microbatch. */
-static uint64_t dl_tag(const zb_action *c) {
-  bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
-  bool fwd = c->op == ZB_OP_SEND_F || c->op == ZB_OP_RECV_F;
-  uint64_t prod = (uint64_t)(send ? c->stage : comm_other(c));
-  return prod << 32 | (uint64_t)c->mb << 1 | fwd;
+/* Whether a guarded run may index by side c (its peer); an unguarded
+ * run may always (the scan passed). One it may not ends the run. */
+static bool dl_side_fits(dl_run *d, const dl_side *c) {
+  const vctx *x = d->x;
+  unsigned S = (unsigned)x->S; /* a negative number is out of range as unsigned: one test each, no branches */
+  bool ok = !d->guarded || (((unsigned)c->stage < S) & ((unsigned)c->other < S) &
+                            ((unsigned)c->mb < (unsigned)x->m) & ((unsigned)c->peer < (unsigned)x->s->p));
+  if (!ok)
+    d->gave_up = true;
+  return ok;
+}
+
+/* The channel side c of rank r posts on, or NULL when its peer is none
+ * of r's (a guarded run then gives up; the scan names the peer). */
+static dl_chan *dl_channel(dl_run *d, int r, const dl_side *c) {
+  const int *peer = d->peer + (size_t)r * d->cap;
+  for (int j = 0; j < d->npeer[r]; j++)
+    if (peer[j] == c->peer)
+      return &d->chan[c->send ? r * d->cap + j : d->in[r * d->cap + j]];
+  d->gave_up = true;
+  return NULL;
 }
 
 static void dl_chan_push(dl_chan *ch, uint64_t tag, bool sends) {
@@ -445,38 +480,41 @@ static void dl_mismatch(dl_run *d, int r, int i, const zb_action *c, uint64_t ta
  * oldest unmet member meets it (and the partner's rank is woken once its
  * group has met all); any other is queued on its channel. The comm
  * checks before this run make every peer the transfer's partner. *end:
- * the group's last index. */
+ * the group's last index (zb_comm_group_end, found on the way). */
 static bool dl_post_group(dl_run *d, int r, int pos, int *end) {
   const zb_rank_list *l = &d->x->s->ranks[r];
-  *end = zb_comm_group_end(l->actions, l->n, pos);
-  if (d->posted[r]) { /* woken: done once every member has met its partner */
-    d->posted[r] = d->missing[r] > 0;
-    return !d->posted[r];
+  if (d->posted[r] > 0) { /* woken: done once every member has met its partner */
+    *end = d->posted[r] - 1;
+    if (d->missing[r] > 0)
+      return false;
+    d->posted[r] = 0;
+    return true;
   }
-  int missing = 0;
-  for (int k = pos; k <= *end; k++) {
-    const zb_action *c = &l->actions[k];
-    dl_chan *ch = dl_fits(d, c) ? dl_channel(d, r, c) : NULL;
+  int missing = 0, k = pos;
+  for (;; k++) {
+    dl_side c = dl_side_of(&l->actions[k]);
+    dl_chan *ch = dl_side_fits(d, &c) ? dl_channel(d, r, &c) : NULL;
     if (!ch)
       return false;
-    bool send = c->op == ZB_OP_SEND_F || c->op == ZB_OP_SEND_B;
-    uint64_t tag = dl_tag(c);
-    if (ch->n == 0 || ch->sends == send) {
-      dl_chan_push(ch, tag, send);
+    if (ch->n == 0 || ch->sends == c.send) {
+      dl_chan_push(ch, c.tag, c.send);
       missing++;
-      continue;
+    } else {
+      uint64_t met = ch->tag[ch->head++];
+      ch->n--;
+      if (met != c.tag) {
+        dl_mismatch(d, r, k, &l->actions[k], met, !c.send);
+        return false;
+      }
+      if (--d->missing[c.peer] == 0)
+        dl_wake(d, c.peer);
     }
-    uint64_t met = ch->tag[ch->head++];
-    ch->n--;
-    if (met != tag) {
-      dl_mismatch(d, r, k, c, met, !send);
-      return false;
-    }
-    if (--d->missing[c->peer] == 0)
-      dl_wake(d, c->peer);
+    if (!l->actions[k].batch || k + 1 == l->n || !zb_op_is_comm(l->actions[k + 1].op))
+      break;
   }
+  *end = k;
   d->missing[r] = missing;
-  d->posted[r] = missing > 0;
+  d->posted[r] = missing > 0 ? k + 1 : 0;
   return missing == 0;
 }
 
