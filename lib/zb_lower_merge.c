@@ -14,6 +14,7 @@
  * order, and gives the same lists (tests/unit/test_lower.c). */
 #include "zb_lower_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "zb_alloc.h"
@@ -38,9 +39,17 @@ typedef struct lower_job {
   const zb_costs *c;
   const int *stage_rank, *feed, *nfeed;
   int cap, pieces;
+  /* per compute action of s, rank q's from dst[q]: 1 + the index in q's
+   * feeders (feed) of the rank its output goes to (a rank has at most two
+   * under loop or V placement, zb_schedule_peers), 0 when it stays or
+   * goes nowhere, LOWER_DST_ELSE when it goes to a rank that is not a
+   * peer (an action on a rank that does not host its stage) */
+  uint8_t **dst;
   zb_schedule *out;
   bool *kept; /* per rank: every receive arrives by the start of the compute action it precedes */
 } lower_job;
+
+#define LOWER_DST_ELSE 255
 
 /* One sorted stream of rank r's transfers, read straight off the list of
  * the producing rank q: r's own sends (q == r) or its receives from
@@ -50,28 +59,41 @@ typedef struct lower_job {
 typedef struct xfer_stream {
   const zb_action *acts;
   const double *start;
+  const uint8_t *dst; /* q's destinations (lower_job) */
   int n, i, q, r;
+  uint8_t want; /* r's among q's feeders (1 + index); 0: any, r's own sends */
   double at, pstart;
 } xfer_stream;
 
-/* Moves s's head to the next producer at or after i whose output r takes. */
+/* Moves s's head to the next producer at or after i whose output r
+ * takes: a walk over q's destination bytes, not its actions. */
 static void xfer_stream_seek(const lower_job *j, xfer_stream *x, int i) {
-  int S = zb_schedule_stages(j->s);
-  for (; i < x->n; i++) {
-    const zb_action *a = &x->acts[i];
-    int to = lower_out_rank(j->stage_rank, S, x->q, a);
-    if (to >= 0 && (x->q == x->r || to == x->r)) {
-      x->pstart = x->start[i];
-      x->at = x->pstart + zb_costs_time(j->c, (zb_op)a->op, a->stage);
-      break;
-    }
+  if (x->want)
+    while (i < x->n && x->dst[i] != x->want)
+      i++;
+  else
+    while (i < x->n && x->dst[i] == 0)
+      i++;
+  if (i < x->n) {
+    const zb_action a = x->acts[i];
+    x->pstart = x->start[i];
+    x->at = x->pstart + zb_costs_time(j->c, (zb_op)a.op, (int)a.stage);
   }
   x->i = i;
 }
 
 static void xfer_stream_open(const lower_job *j, xfer_stream *x, int q, int r) {
-  *x = (xfer_stream){
-      .acts = j->s->ranks[q].actions, .start = j->sim->start[q], .n = j->s->ranks[q].n, .q = q, .r = r};
+  uint8_t want = 0;
+  for (int k = 0; k < j->nfeed[q] && q != r; k++)
+    if (j->feed[q * j->cap + k] == r)
+      want = (uint8_t)(k + 1);
+  *x = (xfer_stream){.acts = j->s->ranks[q].actions,
+                     .start = j->sim->start[q],
+                     .dst = j->dst[q],
+                     .n = j->s->ranks[q].n,
+                     .q = q,
+                     .r = r,
+                     .want = want};
   xfer_stream_seek(j, x, 0);
 }
 
@@ -83,6 +105,16 @@ static bool xfer_stream_before(const xfer_stream *x, const xfer_stream *y) {
   if (x->pstart != y->pstart)
     return x->pstart < y->pstart;
   return x->q < y->q;
+}
+
+/* The stream whose head goes first (xfer_stream_before); NULL when all
+ * are dry. */
+static xfer_stream *xfer_stream_first(xfer_stream *x, int streams) {
+  xfer_stream *best = NULL;
+  for (int k = 0; k < streams; k++)
+    if (x[k].i < x[k].n && (!best || xfer_stream_before(&x[k], best)))
+      best = &x[k];
+  return best;
 }
 
 /* Starts a batch at l's last action when it and the next one are comm. */
@@ -102,7 +134,10 @@ static void lower_append_xfer(const lower_job *j, const xfer_stream *x, zb_rank_
   zb_action *o = &l->actions[l->n++];
   o->stage = own ? a->stage : a->stage + (fwd ? 1 : -1);
   o->mb = a->mb;
-  o->peer = own ? lower_out_rank(j->stage_rank, zb_schedule_stages(j->s), x->q, a) : x->q;
+  uint8_t d = x->dst[x->i];
+  o->peer = !own                  ? x->q
+            : d == LOWER_DST_ELSE ? lower_out_rank(j->stage_rank, zb_schedule_stages(j->s), x->q, a)
+                                  : j->feed[x->q * j->cap + d - 1];
   o->op = (uint8_t)op;
   o->batch = false;
   o->overlap = false;
@@ -128,17 +163,15 @@ static void lower_rank(const lower_job *j, int r, xfer_stream *x) {
   const double *start = j->sim->start[r];
   zb_rank_list *l = &j->out->ranks[r]; /* room for in->n and every transfer (lower_room) */
   bool kept = true;
+  xfer_stream *best = xfer_stream_first(x, streams);
   for (int i = 0;;) {
-    xfer_stream *best = NULL;
-    for (int k = 0; k < streams; k++)
-      if (x[k].i < x[k].n && (!best || xfer_stream_before(&x[k], best)))
-        best = &x[k];
     if (best && (i == in->n || best->at <= start[i])) {
       if (best->q != r) /* a receive: does the rank wait for it longer than s's timeline does? */
         kept = kept && i < in->n && best->at + j->c->t_comm <= start[i];
       lower_append_xfer(j, best, l);
       xfer_stream_seek(j, best, best->i + 1);
-    } else if (i < in->n)
+      best = xfer_stream_first(x, streams);
+    } else if (i < in->n) /* the streams stay as they were, and so does the first */
       lower_append_compute(l, &in->actions[i++]);
     else
       break;
@@ -156,22 +189,33 @@ static void lower_piece(void *arg, int k) {
   free(x);
 }
 
-/* Room in out for every rank's lowered list: its actions and the
- * transfers it takes part in. */
-static void lower_room(const zb_schedule *s, const int *stage_rank, zb_schedule *out) {
+/* Every compute action's destination byte (j->dst), and room in j->out
+ * for every rank's lowered list: its actions and the transfers it takes
+ * part in. */
+static void lower_room(lower_job *j) {
+  const zb_schedule *s = j->s;
   int S = zb_schedule_stages(s);
   int *n = zb_calloc((size_t)s->p, sizeof(int));
-  for (int q = 0; q < s->p; q++)
+  j->dst = zb_malloc(sizeof *j->dst * (size_t)s->p);
+  j->dst[0] = zb_malloc_large((size_t)zb_lower_compute_actions(s) + 1);
+  for (int q = 0; q < s->p; q++) {
+    if (q > 0)
+      j->dst[q] = j->dst[q - 1] + s->ranks[q - 1].n;
+    const int *feed = j->feed + (size_t)q * j->cap;
     for (int i = 0; i < s->ranks[q].n; i++) {
-      int to = lower_out_rank(stage_rank, S, q, &s->ranks[q].actions[i]);
+      int to = lower_out_rank(j->stage_rank, S, q, &s->ranks[q].actions[i]), k = 0;
+      while (to >= 0 && k < j->nfeed[q] && feed[k] != to)
+        k++;
+      j->dst[q][i] = (uint8_t)(to < 0 ? 0 : k < j->nfeed[q] ? k + 1 : LOWER_DST_ELSE);
       if (to < 0)
         continue;
       n[q]++;
       n[to]++;
     }
+  }
   for (int q = 0; q < s->p; q++)
     n[q] += s->ranks[q].n;
-  zb_schedule_reserve_all(out, n);
+  zb_schedule_reserve_all(j->out, n);
   free(n);
 }
 
@@ -201,10 +245,13 @@ static void lower_prepare(lower_job *j, const zb_schedule *s, const zb_costs *c,
                    .pieces = pieces,
                    .out = zb_schedule_new(s->p, s->v, s->m, s->placement),
                    .kept = zb_malloc(sizeof(bool) * (size_t)p)};
-  lower_room(s, stage_rank, j->out);
+  lower_room(j);
 }
 
 static void lower_job_free(lower_job *j) {
+  if (j->dst)
+    free(j->dst[0]);
+  free(j->dst);
   free((int *)j->feed);
   free((int *)j->nfeed);
   free((int *)j->stage_rank);

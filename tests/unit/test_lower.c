@@ -117,6 +117,39 @@ static void test_lower_zero_cost_w(void) {
   CHECK(compared >= 8);
 }
 
+/* Stage 0 run by rank 3 of 4 instead of rank 0, whose list is empty:
+ * invalid (placement), but it simulates, so the merge lowers it (the
+ * reference walk reports a deadlock). F(0,0)'s output goes to rank 1,
+ * none of rank 3's peers (only stage 3's neighbour, rank 2, is): the
+ * merge cannot name it by rank 3's peers and looks it up, so the send
+ * right after F(0,0) names rank 1. */
+static void test_lower_misplaced_stage(void) {
+  zb_schedule *s = zb_schedule_new(4, 1, 1, ZB_PLACE_LOOP);
+  static const zb_op ops[] = {ZB_OP_F, ZB_OP_B, ZB_OP_W};
+  zb_schedule_push_op(s, 3, ZB_OP_F, 0, 0);
+  zb_schedule_push_op(s, 3, ZB_OP_F, 3, 0);
+  for (int k = 1; k < 3; k++)
+    zb_schedule_push_op(s, 3, ops[k], 3, 0);
+  for (int k = 1; k < 3; k++)
+    zb_schedule_push_op(s, 3, ops[k], 0, 0);
+  for (int r = 1; r < 3; r++)
+    for (int k = 0; k < 3; k++)
+      zb_schedule_push_op(s, r, ops[k], r, 0);
+  zb_costs *c = lower_costs(4, 1, 1.0, 1.0, 0.0);
+  zb_schedule *low = NULL;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_lower(s, c, &low, &d), ZB_OK);
+  const zb_rank_list *l = low ? &low->ranks[3] : NULL;
+  CHECK(l && l->n > 1 && l->actions[0].op == ZB_OP_F && l->actions[0].stage == 0);
+  if (l && l->n > 1) {
+    const zb_action *a = &l->actions[1];
+    CHECK(a->op == ZB_OP_SEND_F && a->stage == 0 && a->mb == 0 && a->peer == 1);
+  }
+  zb_schedule_free(low);
+  zb_schedule_free(s);
+  zb_costs_free(c);
+}
+
 /* A runner that takes the pieces last first, one after another, and
  * counts them: the split's pieces must not depend on their order. */
 static int reverse_pieces;
@@ -221,5 +254,5 @@ static void test_lower_figures_only_when_same(void) {
   CHECK(shared[1] < total);
 }
 
-ZBT_MAIN(ZBT(test_lower_merge_equals_walk), ZBT(test_lower_zero_cost_w), ZBT(test_lower_par_same_lists),
-         ZBT(test_lower_figures_only_when_same))
+ZBT_MAIN(ZBT(test_lower_merge_equals_walk), ZBT(test_lower_zero_cost_w), ZBT(test_lower_misplaced_stage),
+         ZBT(test_lower_par_same_lists), ZBT(test_lower_figures_only_when_same))
