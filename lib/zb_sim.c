@@ -33,10 +33,17 @@ typedef struct sim_state {
   double *first; /* start of each rank's first compute op; NAN: none yet */
   double *mem;   /* memory held per rank so far */
   int remaining; /* actions not yet run, all ranks together */
+  bool stray;    /* a compute action out of range was met: the run stops */
 } sim_state;
 
 static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
   return &arr[(size_t)stage * st->stage_step + (size_t)mb * st->mb_step];
+}
+
+/* Whether compute action a's cells are in the run's range (a negative
+ * number is out of range as unsigned). */
+static inline bool sim_in_range(const sim_state *st, const zb_action *a) {
+  return ((unsigned)a->stage < (unsigned)st->S) & ((unsigned)a->mb < (unsigned)st->m);
 }
 
 /* A cell of f_end (b false) or b_end (b true) as one number: what a
@@ -79,13 +86,22 @@ static inline __attribute__((always_inline)) double sim_ready(const zb_costs *c,
   }
 }
 
-static zb_err sim_check_ranges(const zb_schedule *s, const zb_costs *c, zb_diag *diag) {
+static zb_err sim_check_costs(const zb_schedule *s, const zb_costs *c, zb_diag *diag) {
   int S = zb_schedule_stages(s);
   if (!c)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "simulation needs a cost model");
   if (c->n_stages != S)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "costs describe %d stages, the schedule has %d", c->n_stages,
                        S);
+  return ZB_OK;
+}
+
+/* The first compute action, rank by rank, whose stage or microbatch is
+ * out of range. The run itself checks each one it takes (sim_in_range)
+ * and stops at one out of range; this pass, made only for a run that did
+ * not complete, names the first in list order, whichever the run met. */
+static zb_err sim_check_actions(const zb_schedule *s, zb_diag *diag) {
+  int S = zb_schedule_stages(s);
   for (int r = 0; r < s->p; r++)
     for (int i = 0; i < s->ranks[r].n; i++) {
       const zb_action *a = &s->ranks[r].actions[i];
@@ -182,6 +198,10 @@ sim_run_compute(sim_state *st, int r, const zb_action *a, double *start, double 
   if (a->overlap) {
     const zb_rank_list *l = &st->s->ranks[r];
     const zb_action *next = a + 1 < l->actions + l->n ? a + 1 : NULL;
+    if (next && zb_op_is_compute(next->op) && !sim_in_range(st, next)) {
+      st->stray = true;
+      return false;
+    }
     if (next && zb_op_is_compute(next->op) && next->mb != a->mb) {
       double ready2 = sim_ready(st->c, st, r, next);
       if (isnan(ready2))
@@ -274,6 +294,10 @@ static void sim_advance_rank(sim_state *st, int r) {
       __builtin_prefetch(a + ZB_PREFETCH_ACTIONS);
     double start = now, end = now;
     if (zb_op_is_compute(a->op)) {
+      if (!sim_in_range(st, a)) {
+        st->stray = true;
+        break;
+      }
       if (!sim_run_compute(st, r, a, &start, &end, &f))
         break;
       now = end;
@@ -291,7 +315,7 @@ static void sim_advance_rank(sim_state *st, int r) {
     }
     pos++;
   }
-  if (pos < l->n)
+  if (pos < l->n && !st->stray)
     st->waits[r] = sim_wait_key(st, r, &l->actions[pos]);
   st->remaining -= pos - st->pos[r];
   st->pos[r] = pos;
@@ -359,22 +383,25 @@ static bool sim_wake_all(sim_state *st) {
  * when that moves nothing either is a deadlock. Fills res when given. */
 static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *res, double *makespan_out,
                       double *span_out, bool checked, zb_diag *diag) {
-  zb_err err = checked ? ZB_OK : sim_check_ranges(s, c, diag);
+  zb_err err = checked ? ZB_OK : sim_check_costs(s, c, diag);
   if (err)
     return err;
   sim_state st;
   sim_state_init(&st, s, c, res);
-  for (int left = -1; st.remaining != left && sim_wake_all(&st);) {
+  for (int left = -1; st.remaining != left && !st.stray && sim_wake_all(&st);) {
     left = st.remaining;
-    while (st.n_work > 0) {
+    while (st.n_work > 0 && !st.stray) {
       int r = st.work[--st.n_work];
       sim_advance_rank(&st, r);
       st.queued[r] = false;
     }
   }
-  if (st.remaining > 0)
-    err = sim_report_deadlock(&st, diag);
-  else
+  if (st.remaining > 0) { /* out of range (lists in range by promise: only if met), else stuck */
+    if (!checked || st.stray)
+      err = sim_check_actions(s, diag);
+    if (!err)
+      err = sim_report_deadlock(&st, diag);
+  } else
     sim_totals(&st, makespan_out, span_out);
   sim_state_free(&st);
   return err;

@@ -72,8 +72,9 @@ size_t zb_sim_scratch_bytes(const zb_schedule *s);
 zb_err zb_simulate_makespan(const zb_schedule *s, const zb_costs *c, double *makespan, double *max_span);
 /* The same for lists known to be in range (every compute action's stage
  * and microbatch inside the shape, c describing its stages): what the
- * generators build and their local searches permute. Skips that check,
- * a sixth of a small simulation; out-of-range input is undefined. */
+ * generators build and their local searches permute. Skips the check of
+ * c, and the pass over every list that names the first action out of
+ * range when a run stops short (one the run meets still fails it). */
 zb_err zb_simulate_makespan_in_range(const zb_schedule *s, const zb_costs *c, double *makespan,
                                      double *max_span);
 

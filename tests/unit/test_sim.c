@@ -539,6 +539,55 @@ static void test_sim_zero_time_output(void) {
   CHECK_NEAR(mk, 3, SIM_EPS);
 }
 
+/* p = 2, m = 1 with one extra action out of range (microbatch 5 or 7):
+ * where the run meets it (rank 1 right after F(1,0), or as the second of
+ * an overlapped pair) and where it never gets (rank 0 after a deadlock:
+ * rank 1 runs B(1,0) before its own F). The run checks each action it
+ * takes and stops at one out of range; a run that stops short names the
+ * first in list order, as a pass before the run once did. The in-range
+ * form takes the caller's word, so an action it never meets is not
+ * looked for. */
+static zb_schedule *sim_with_stray(int variant) {
+  zb_schedule *s = zb_schedule_new(2, 1, 1, ZB_PLACE_LOOP);
+  static const zb_op ops[] = {ZB_OP_F, ZB_OP_B, ZB_OP_W};
+  for (int k = 0; k < 3; k++)
+    zb_schedule_push_op(s, 0, ops[k], 0, 0);
+  if (variant == 2) {
+    zb_schedule_push_op(s, 0, ZB_OP_F, 0, 7);
+    zb_schedule_push_op(s, 1, ZB_OP_B, 1, 0);
+    zb_schedule_push_op(s, 1, ZB_OP_F, 1, 0);
+    zb_schedule_push_op(s, 1, ZB_OP_W, 1, 0);
+    return s;
+  }
+  zb_schedule_push_op(s, 1, ZB_OP_F, 1, 0);
+  s->ranks[1].actions[0].overlap = variant == 1;
+  zb_schedule_push_op(s, 1, ZB_OP_F, 1, 5);
+  zb_schedule_push_op(s, 1, ZB_OP_B, 1, 0);
+  zb_schedule_push_op(s, 1, ZB_OP_W, 1, 0);
+  return s;
+}
+
+static void test_sim_out_of_range(void) {
+  zb_costs *c = sim_costs(2, 1, 1, 1, 0, 1, -0.5, -0.5);
+  static const char *const want[] = {"rank 1 action 1: stage 1 / microbatch 5 out of range",
+                                     "rank 1 action 1: stage 1 / microbatch 5 out of range",
+                                     "rank 0 action 3: stage 0 / microbatch 7 out of range"};
+  for (int variant = 0; variant < 3; variant++) {
+    zb_schedule *s = sim_with_stray(variant);
+    zb_sim_result *r = NULL;
+    zb_diag d = {{0}};
+    CHECK_EQ(zb_simulate(s, c, &r, &d), ZB_ERR_INVALID_ARG);
+    CHECK(r == NULL);
+    CHECK_MSG(strstr(d.msg, want[variant]) != NULL, "variant %d: %s", variant, d.msg);
+    double mk, span;
+    CHECK_EQ(zb_simulate_makespan(s, c, &mk, &span), ZB_ERR_INVALID_ARG);
+    zb_err promised = zb_simulate_makespan_in_range(s, c, &mk, &span);
+    CHECK_EQ(promised, variant == 2 ? ZB_ERR_DEADLOCK : ZB_ERR_INVALID_ARG);
+    zb_schedule_free(s);
+  }
+  zb_costs_free(c);
+}
+
 /* Costs that do not describe the schedule's stages are refused. */
 static void test_sim_wrong_costs(void) {
   zb_schedule *loop = sim_loop_schedule();               /* 2 stages */
@@ -576,4 +625,5 @@ static void test_sim_wrong_costs(void) {
 ZBT_MAIN(ZBT(test_sim_loop_by_hand), ZBT(test_sim_v_by_hand), ZBT(test_sim_fused_bw),
          ZBT(test_sim_uneven_stages), ZBT(test_sim_comm_adds_no_time), ZBT(test_sim_lowered_same_times),
          ZBT(test_sim_fast_path_on_generated), ZBT(test_sim_deadlock_own_order), ZBT(test_sim_deadlock_cycle),
-         ZBT(test_sim_misplaced_runs), ZBT(test_sim_zero_time_output), ZBT(test_sim_wrong_costs))
+         ZBT(test_sim_misplaced_runs), ZBT(test_sim_zero_time_output), ZBT(test_sim_wrong_costs),
+         ZBT(test_sim_out_of_range))
