@@ -148,6 +148,12 @@ static inline int zb_stage_rank(const zb_schedule *s, int stage) {
  * peer[r * cap ...], npeer[r] of them (zeroed by the caller); cap =
  * 2 * v is room for all. */
 void zb_schedule_peers(const zb_schedule *s, int cap, int *peer, int *npeer);
+/* 1 when 0 <= v < n, else 0 (a negative v is out of range as unsigned):
+ * an int, so that several such tests join with & into one test without
+ * a branch each, for passes that check every action. */
+static inline int zb_in(int v, int n) {
+  return (unsigned)v < (unsigned)n;
+}
 /* true for F, B, W, BW. */
 static inline bool zb_op_is_compute(zb_op op) {
   return op == ZB_OP_F || op == ZB_OP_B || op == ZB_OP_W || op == ZB_OP_BW;

@@ -40,10 +40,9 @@ static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
   return &arr[(size_t)stage * st->stage_step + (size_t)mb * st->mb_step];
 }
 
-/* Whether compute action a's cells are in the run's range (a negative
- * number is out of range as unsigned). */
+/* Whether compute action a's cells are in the run's range (zb_in). */
 static inline bool sim_in_range(const sim_state *st, const zb_action *a) {
-  return ((unsigned)a->stage < (unsigned)st->S) & ((unsigned)a->mb < (unsigned)st->m);
+  return zb_in(a->stage, st->S) & zb_in(a->mb, st->m);
 }
 
 /* A cell of f_end (b false) or b_end (b true) as one number: what a

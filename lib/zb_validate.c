@@ -147,13 +147,12 @@ static zb_err check_range(const vctx *x, int r, int i, const zb_action *a, zb_vi
 
 /* Whether a is a compute or comm op whose stage, microbatch (and, for
  * comm, neighbouring stage and peer) are in range: what nearly every
- * action is, told in one test without a branch per field (a negative
- * number is out of range as unsigned). Any other goes to check_range. */
+ * action is, told in one test without a branch per field (zb_in). Any
+ * other goes to check_range. */
 static bool in_range(const vctx *x, const zb_action *a) {
-  unsigned S = (unsigned)x->S;
   bool comm = zb_op_is_comm(a->op);
-  return (comm || zb_op_is_compute(a->op)) & ((unsigned)a->stage < S) & ((unsigned)a->mb < (unsigned)x->m) &
-         (!comm || (((unsigned)comm_other(a) < S) & ((unsigned)a->peer < (unsigned)x->s->p)));
+  return (int)(comm || zb_op_is_compute(a->op)) & zb_in(a->stage, x->S) & zb_in(a->mb, x->m) &
+         (int)(!comm || (zb_in(comm_other(a), x->S) & zb_in(a->peer, x->s->p)));
 }
 
 /* A compute op seen twice (a BW with its B or W counts too). */
@@ -431,9 +430,8 @@ static dl_side dl_side_of(const zb_action *a) {
  * run may always (the scan passed). One it may not ends the run. */
 static bool dl_side_fits(dl_run *d, const dl_side *c) {
   const vctx *x = d->x;
-  unsigned S = (unsigned)x->S; /* a negative number is out of range as unsigned: one test each, no branches */
-  bool ok = !d->guarded || (((unsigned)c->stage < S) & ((unsigned)c->other < S) &
-                            ((unsigned)c->mb < (unsigned)x->m) & ((unsigned)c->peer < (unsigned)x->s->p));
+  bool ok = !d->guarded ||
+            (zb_in(c->stage, x->S) & zb_in(c->other, x->S) & zb_in(c->mb, x->m) & zb_in(c->peer, x->s->p));
   if (!ok)
     d->gave_up = true;
   return ok;
