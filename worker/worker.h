@@ -101,7 +101,8 @@ typedef enum report_result { REPORT_OK, REPORT_STOP, REPORT_FAILED } report_resu
  * answer in time), with the status in why when given. */
 report_result worker_report(worker *w, Zb__V1__ReportRequest *req, char *why, size_t why_len);
 /* worker_report, retried while the coordinator does not answer
- * (UNAVAILABLE, DEADLINE_EXCEEDED: paused, restarting, or a lost answer)
+ * (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED: paused, restarting, a lost
+ * answer, or a draining coordinator that cancelled the call)
  * for up to WORKER_REPORT_RIDE_OUT_S, with backoff, unless stop is raised:
  * a short pause of the coordinator never fails a rank by itself. The
  * coordinator takes a repeated report as the one it has (reports.c). */
