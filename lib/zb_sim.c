@@ -12,6 +12,10 @@
  * stage: 512 KiB, what the second level of cache holds. */
 #define SIM_STAGE_MAJOR_CELLS 65536
 
+/* What a run keeps, as sim_advance_rank is compiled for each: nothing
+ * (a makespan), figures, and start times or both times of every action. */
+enum { SIM_KEEP_NONE, SIM_KEEP_FIGURES, SIM_KEEP_STARTS, SIM_KEEP_TIMES };
+
 /* Everything one simulation run tracks. f_end and b_end hold completion
  * times of F and B per (stage, microbatch), NAN until done; the per-rank
  * arrays say where each rank's list stands. res, when given, is filled as
@@ -24,7 +28,10 @@ typedef struct sim_state {
   double *f_end, *b_end;
   size_t stage_step, mb_step; /* where cell (stage, mb) lies (sim_slot) */
   int *stage_rank;            /* per stage: the rank that hosts it */
-  int *work;                  /* ranks to advance (a stack), each at most once */
+  /* per compute op and stage, at (op - ZB_OP_F) * S + stage: its time
+   * (zb_costs_time) and memory (zb_costs_mem), without a switch per op */
+  double *op_time, *op_mem;
+  int *work; /* ranks to advance (a stack), each at most once */
   int n_work;
   bool *queued;  /* per rank: on work, or being advanced */
   size_t *waits; /* per rank: the cell it stopped for (sim_key), SIM_NO_WAIT if none */
@@ -34,6 +41,7 @@ typedef struct sim_state {
   double *mem;   /* memory held per rank so far */
   int remaining; /* actions not yet run, all ranks together */
   bool stray;    /* a compute action out of range was met: the run stops */
+  int keep;      /* what the run keeps (SIM_KEEP_*, from res) */
 } sim_state;
 
 static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
@@ -52,35 +60,41 @@ static size_t sim_key(const sim_state *st, bool b, int stage, int mb) {
   return 2 * ((size_t)stage * st->stage_step + (size_t)mb * st->mb_step) + b;
 }
 
+/* Where compute action a's cell lies in f_end and b_end (sim_slot): one
+ * index per action, its neighbouring stages a stage_step either side. */
+static inline size_t sim_at(const sim_state *st, const zb_action *a) {
+  return (size_t)a->stage * st->stage_step + (size_t)a->mb * st->mb_step;
+}
+
 /* When the input of compute action a, run on `rank`, is available; NAN if
- * not yet produced. */
+ * not yet produced. at: sim_at(st, a). */
 static inline __attribute__((always_inline)) double sim_ready(const zb_costs *c, const sim_state *st,
-                                                              int rank, const zb_action *a) {
+                                                              int rank, const zb_action *a, size_t at) {
   int S = st->S;
   switch (a->op) {
   case ZB_OP_F: {
     if (a->stage == 0)
       return 0;
-    double t = *sim_slot(st->f_end, st, a->stage - 1, a->mb);
+    double t = st->f_end[at - st->stage_step];
     if (isnan(t))
       return t;
     return st->stage_rank[a->stage - 1] == rank ? t : t + c->t_comm;
   }
   case ZB_OP_B:
   case ZB_OP_BW: {
-    double own = *sim_slot(st->f_end, st, a->stage, a->mb);
+    double own = st->f_end[at];
     if (isnan(own))
       return own;
     if (a->stage == S - 1)
       return own;
-    double t = *sim_slot(st->b_end, st, a->stage + 1, a->mb);
+    double t = st->b_end[at + st->stage_step];
     if (isnan(t))
       return t;
     if (st->stage_rank[a->stage + 1] != rank)
       t += c->t_comm;
     return t > own ? t : own;
   }
-  case ZB_OP_W: return *sim_slot(st->b_end, st, a->stage, a->mb);
+  case ZB_OP_W: return st->b_end[at];
   default: return 0;
   }
 }
@@ -116,6 +130,10 @@ static zb_err sim_check_actions(const zb_schedule *s, zb_diag *diag) {
 static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *c, zb_sim_result *res) {
   int p = s->p;
   *st = (sim_state){.s = s, .c = c, .res = res, .S = zb_schedule_stages(s), .m = s->m};
+  st->keep = !res          ? SIM_KEEP_NONE
+             : !res->start ? SIM_KEEP_FIGURES
+             : !res->end   ? SIM_KEEP_STARTS
+                           : SIM_KEEP_TIMES;
   size_t cells = (size_t)st->S * (size_t)st->m;
   /* Small plans (a search simulates thousands) keep a stage's microbatches
    * side by side: a rank reads along its stages' rows, a line at a time. Past it, neighbouring stages reach a
@@ -131,6 +149,14 @@ static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *
   st->stage_rank = zb_malloc(sizeof(int) * (size_t)st->S);
   for (int k = 0; k < st->S; k++)
     st->stage_rank[k] = zb_stage_rank(s, k);
+  size_t ops = (size_t)(ZB_OP_BW - ZB_OP_F + 1) * (size_t)st->S;
+  st->op_time = zb_malloc(sizeof(double) * ops);
+  st->op_mem = zb_malloc(sizeof(double) * ops);
+  for (zb_op op = ZB_OP_F; op <= ZB_OP_BW; op++)
+    for (int k = 0; k < st->S; k++) {
+      st->op_time[(size_t)(op - ZB_OP_F) * (size_t)st->S + (size_t)k] = zb_costs_time(c, op, k);
+      st->op_mem[(size_t)(op - ZB_OP_F) * (size_t)st->S + (size_t)k] = zb_costs_mem(c, op, k);
+    }
   st->work = zb_malloc(sizeof(int) * (size_t)p);
   st->queued = zb_calloc((size_t)p, sizeof(bool));
   st->waits = zb_malloc(sizeof(size_t) * (size_t)p);
@@ -149,6 +175,8 @@ static void sim_state_free(sim_state *st) {
   free(st->f_end);
   free(st->b_end);
   free(st->stage_rank);
+  free(st->op_time);
+  free(st->op_mem);
   free(st->work);
   free(st->queued);
   free(st->waits);
@@ -186,9 +214,11 @@ typedef struct sim_figures {
 /* Runs compute action a on rank r if its input is ready: records its
  * completion, advances the rank's clock and figures f. Sets *start /
  * *end; returns false (and changes nothing) when not ready. */
-static inline __attribute__((always_inline)) bool
-sim_run_compute(sim_state *st, int r, const zb_action *a, double *start, double *end, sim_figures *f) {
-  double ready = sim_ready(st->c, st, r, a);
+static inline __attribute__((always_inline)) bool sim_run_compute(sim_state *st, int r, const zb_action *a,
+                                                                  double *start, double *end, sim_figures *f,
+                                                                  bool figures) {
+  size_t at = sim_at(st, a);
+  double ready = sim_ready(st->c, st, r, a, at);
   if (isnan(ready))
     return false;
   /* An overlapped pair (DualPipeV's F&B) is one op with both costs: it
@@ -202,7 +232,7 @@ sim_run_compute(sim_state *st, int r, const zb_action *a, double *start, double 
       return false;
     }
     if (next && zb_op_is_compute(next->op) && next->mb != a->mb) {
-      double ready2 = sim_ready(st->c, st, r, next);
+      double ready2 = sim_ready(st->c, st, r, next, sim_at(st, next));
       if (isnan(ready2))
         return false;
       ready = ready2 > ready ? ready2 : ready;
@@ -210,23 +240,24 @@ sim_run_compute(sim_state *st, int r, const zb_action *a, double *start, double 
   }
   if (ready > *start)
     *start = ready;
-  *end = *start + zb_costs_time(st->c, a->op, a->stage);
+  size_t op_at = (size_t)(a->op - ZB_OP_F) * (size_t)st->S + (size_t)a->stage;
+  *end = *start + st->op_time[op_at];
   if (isnan(f->first))
     f->first = *start;
   /* An output wakes the rank that consumes it (its F or RECV_F, its B or
    * RECV_B), which may have stopped waiting for it. */
   if (a->op == ZB_OP_F) {
-    *sim_slot(st->f_end, st, a->stage, a->mb) = *end;
-    if (a->stage + 1 < st->S)
-      sim_wake_for(st, st->stage_rank[a->stage + 1], sim_key(st, false, a->stage, a->mb));
+    st->f_end[at] = *end;
+    if (a->stage + 1 < st->S) /* sim_key of the cell, by its index */
+      sim_wake_for(st, st->stage_rank[a->stage + 1], 2 * at);
   } else if (a->op == ZB_OP_B || a->op == ZB_OP_BW) {
-    *sim_slot(st->b_end, st, a->stage, a->mb) = *end;
+    st->b_end[at] = *end;
     if (a->stage > 0)
-      sim_wake_for(st, st->stage_rank[a->stage - 1], sim_key(st, true, a->stage, a->mb));
+      sim_wake_for(st, st->stage_rank[a->stage - 1], 2 * at + 1);
   }
-  if (st->res) {
+  if (figures) {
     f->busy += *end - *start;
-    f->mem += zb_costs_mem(st->c, a->op, a->stage);
+    f->mem += st->op_mem[op_at];
     f->peak = f->mem > f->peak ? f->mem : f->peak;
     f->span_end = *end;
   }
@@ -264,22 +295,24 @@ static size_t sim_wait_key(const sim_state *st, int r, const zb_action *a) {
     return sim_key(st, false, a->stage - 1, a->mb);
   if (a->op == ZB_OP_RECV_B)
     return sim_key(st, true, a->stage + 1, a->mb);
-  if (!a->overlap || isnan(sim_ready(st->c, st, r, a)))
+  if (!a->overlap || isnan(sim_ready(st->c, st, r, a, sim_at(st, a))))
     return sim_compute_wait(st, a);
   return sim_compute_wait(st, a + 1); /* an overlapped pair stopped for its second */
 }
 
-/* Runs rank r's list as far as inputs allow.
+/* Runs rank r's list as far as inputs allow, keeping what keep says
+ * (a constant in each copy: no test per action).
  * Comm actions take no time of their own, but a RECV holds its rank until
  * its tensor has arrived, as the executor's transport group does (sends
  * complete at once: the tcp transport's buffers take them). */
-static void sim_advance_rank(sim_state *st, int r) {
+static inline __attribute__((always_inline)) void sim_advance_rank_keeping(sim_state *st, int r, int keep) {
   const zb_rank_list *l = &st->s->ranks[r];
-  zb_sim_result *res = st->res && st->res->start ? st->res : NULL; /* per-action times wanted */
+  bool figures = keep != SIM_KEEP_NONE;
+  zb_sim_result *res = keep >= SIM_KEEP_STARTS ? st->res : NULL; /* per-action times wanted */
   int pos = st->pos[r]; /* in locals: stores to the time arrays could alias them */
   double now = st->now[r];
   sim_figures f = {.first = st->first[r], .mem = st->mem[r]};
-  if (st->res)
+  if (figures)
     f = (sim_figures){.first = f.first,
                       .busy = st->res->busy[r],
                       .mem = f.mem,
@@ -297,7 +330,7 @@ static void sim_advance_rank(sim_state *st, int r) {
         st->stray = true;
         break;
       }
-      if (!sim_run_compute(st, r, a, &start, &end, &f))
+      if (!sim_run_compute(st, r, a, &start, &end, &f, figures))
         break;
       now = end;
     } else if (a->op == ZB_OP_RECV_F || a->op == ZB_OP_RECV_B) {
@@ -309,7 +342,7 @@ static void sim_advance_rank(sim_state *st, int r) {
     }
     if (res) {
       res->start[r][pos] = start;
-      if (res->end)
+      if (keep == SIM_KEEP_TIMES)
         res->end[r][pos] = end;
     }
     pos++;
@@ -321,10 +354,19 @@ static void sim_advance_rank(sim_state *st, int r) {
   st->now[r] = now;
   st->first[r] = f.first;
   st->mem[r] = f.mem;
-  if (st->res) {
+  if (figures) {
     st->res->busy[r] = f.busy;
     st->res->peak_memory[r] = f.peak;
     st->res->span_end[r] = f.span_end;
+  }
+}
+
+static void sim_advance_rank(sim_state *st, int r) {
+  switch (st->keep) {
+  case SIM_KEEP_NONE: sim_advance_rank_keeping(st, r, SIM_KEEP_NONE); break;
+  case SIM_KEEP_FIGURES: sim_advance_rank_keeping(st, r, SIM_KEEP_FIGURES); break;
+  case SIM_KEEP_STARTS: sim_advance_rank_keeping(st, r, SIM_KEEP_STARTS); break;
+  default: sim_advance_rank_keeping(st, r, SIM_KEEP_TIMES); break;
   }
 }
 
