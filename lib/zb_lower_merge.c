@@ -14,6 +14,7 @@
  * order, and gives the same lists (tests/unit/test_lower.c). */
 #include "zb_lower_internal.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -78,7 +79,8 @@ static void xfer_stream_seek(const lower_job *j, xfer_stream *x, int i) {
     const zb_action a = x->acts[i];
     x->pstart = x->start[i];
     x->at = x->pstart + zb_costs_time(j->c, (zb_op)a.op, (int)a.stage);
-  }
+  } else /* dry: after every head (xfer_stream_first) */
+    x->at = x->pstart = INFINITY;
   x->i = i;
 }
 
@@ -108,13 +110,14 @@ static bool xfer_stream_before(const xfer_stream *x, const xfer_stream *y) {
 }
 
 /* The stream whose head goes first (xfer_stream_before); NULL when all
- * are dry. */
+ * are dry. A dry stream's head is at infinity, so it comes first only
+ * when all are dry. */
 static xfer_stream *xfer_stream_first(xfer_stream *x, int streams) {
-  xfer_stream *best = NULL;
-  for (int k = 0; k < streams; k++)
-    if (x[k].i < x[k].n && (!best || xfer_stream_before(&x[k], best)))
+  xfer_stream *best = &x[0];
+  for (int k = 1; k < streams; k++)
+    if (xfer_stream_before(&x[k], best))
       best = &x[k];
-  return best;
+  return best->i < best->n ? best : NULL;
 }
 
 /* Starts a batch at l's last action when it and the next one are comm. */
