@@ -107,8 +107,8 @@ report_result worker_report_retry(worker *w, Zb__V1__ReportRequest *req, const a
     report_result rr = report_once(w, req, why, why_len, &st);
     /* CANCELLED too: the worker never cancels a report itself, so it is a
      * draining coordinator cancelling the calls it holds. */
-    bool transient = st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED ||
-                     st == GRPC_STATUS_CANCELLED;
+    bool transient =
+        st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_DEADLINE_EXCEEDED || st == GRPC_STATUS_CANCELLED;
     if (rr != REPORT_FAILED || !transient || (stop && atomic_load(stop)) ||
         zb_clock_s() - t0 > WORKER_REPORT_RIDE_OUT_S)
       return rr;
