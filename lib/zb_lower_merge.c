@@ -39,13 +39,16 @@ typedef struct lower_job {
   const zb_sim_result *sim;
   const zb_costs *c;
   const int *stage_rank, *feed, *nfeed;
-  int cap, pieces;
+  int cap, pieces, stages;
   /* per compute action of s, rank q's from dst[q]: 1 + the index in q's
    * feeders (feed) of the rank its output goes to (a rank has at most two
    * under loop or V placement, zb_schedule_peers), 0 when it stays or
    * goes nowhere, LOWER_DST_ELSE when it goes to a rank that is not a
    * peer (an action on a rank that does not host its stage) */
   uint8_t **dst;
+  /* per compute op and stage, at (op - ZB_OP_F) * S + stage: its time
+   * under c (zb_costs_time), looked up for every transfer */
+  double *op_time;
   zb_schedule *out;
   bool *kept; /* per rank: every receive arrives by the start of the compute action it precedes */
 } lower_job;
@@ -78,7 +81,7 @@ static void xfer_stream_seek(const lower_job *j, xfer_stream *x, int i) {
   if (i < x->n) {
     const zb_action a = x->acts[i];
     x->pstart = x->start[i];
-    x->at = x->pstart + zb_costs_time(j->c, (zb_op)a.op, (int)a.stage);
+    x->at = x->pstart + j->op_time[(size_t)(a.op - ZB_OP_F) * (size_t)j->stages + (size_t)a.stage];
   } else /* dry: after every head (xfer_stream_first) */
     x->at = x->pstart = INFINITY;
   x->i = i;
@@ -246,8 +249,13 @@ static void lower_prepare(lower_job *j, const zb_schedule *s, const zb_costs *c,
                    .nfeed = nfeed,
                    .cap = cap,
                    .pieces = pieces,
+                   .stages = S,
+                   .op_time = zb_malloc(sizeof(double) * (size_t)(ZB_OP_BW - ZB_OP_F + 1) * (size_t)S),
                    .out = zb_schedule_new(s->p, s->v, s->m, s->placement),
                    .kept = zb_malloc(sizeof(bool) * (size_t)p)};
+  for (zb_op op = ZB_OP_F; op <= ZB_OP_BW; op++)
+    for (int st = 0; st < S; st++)
+      j->op_time[(size_t)(op - ZB_OP_F) * (size_t)S + (size_t)st] = zb_costs_time(c, op, st);
   lower_room(j);
 }
 
@@ -255,6 +263,7 @@ static void lower_job_free(lower_job *j) {
   if (j->dst)
     free(j->dst[0]);
   free(j->dst);
+  free(j->op_time);
   free((int *)j->feed);
   free((int *)j->nfeed);
   free((int *)j->stage_rank);
