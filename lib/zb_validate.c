@@ -168,8 +168,9 @@ static void check_duplicate(vctx *x, int r, int i, const zb_action *a) {
          zb_op_name(a->op), a->stage, a->mb);
 }
 
-/* Same-rank order, and for lowered lists RECV-before-use and
- * SEND-after-produce. */
+/* Same-rank order of compute action a, and for lowered lists its
+ * RECV before it (the scan marks each RECV and checks each SEND after
+ * its producer in place, check_actions). */
 static void check_order(vctx *x, int r, int i, const zb_action *a) {
   int st = a->stage, mb = a->mb;
   switch (a->op) {
@@ -200,34 +201,31 @@ static void check_order(vctx *x, int r, int i, const zb_action *a) {
     if (!vhas(x, st, mb, CELL_BDONE))
       NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "runs before its B");
     break;
-  case ZB_OP_SEND_F:
-    if (!vhas(x, st, mb, CELL_FDONE))
-      NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "sends before its F ran");
-    break;
-  case ZB_OP_SEND_B:
-    if (!vhas(x, st, mb, CELL_BDONE))
-      NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "sends before its B ran");
-    break;
-  case ZB_OP_RECV_F: x->cell[vidx(x, st, mb)] |= CELL_FRECV; break;
-  case ZB_OP_RECV_B: x->cell[vidx(x, st, mb)] |= CELL_BRECV; break;
   default: break;
   }
 }
 
-/* A comm action's peer, and each transfer's send and recv at most once. */
-static void check_comm(vctx *x, int r, int i, const zb_action *a) {
-  int other = comm_other(a);
-  int prod = (a->op == ZB_OP_SEND_F || a->op == ZB_OP_SEND_B) ? a->stage : other;
+/* check_order of a SEND: its producer (done_bit) ran before it. */
+static void check_sent(vctx *x, int r, int i, const zb_action *a, uint16_t done_bit, const char *what) {
+  if (!vhas(x, a->stage, a->mb, done_bit))
+    NOTE(x, ZB_VIOL_DEPENDENCY, r, i, a, "%s", what);
+}
+
+/* A comm action's peer, and each transfer's send and recv at most once.
+ * step: how far its other stage lies (comm_other); send: whether it is a
+ * send, whose transfer is keyed by its own stage, not the other; bit:
+ * its side's CELL_* bit. Constants where the scan calls it, one copy per
+ * kind: no test of the op in it. */
+static inline __attribute__((always_inline)) void check_comm(vctx *x, int r, int i, const zb_action *a,
+                                                             int step, bool send, uint16_t bit) {
+  int other = a->stage + step;
+  int prod = send ? a->stage : other;
   int peer = x->stage_rank[other];
   if (peer == r)
     NOTE(x, ZB_VIOL_COMM_MISMATCH, r, i, a, "stage %d is on this rank: the tensor stays local", other);
   else if (a->peer != peer)
     NOTE(x, ZB_VIOL_COMM_MISMATCH, r, i, a, "peer is rank %d but stage %d lives on rank %d", a->peer, other,
          peer);
-  uint16_t bit = a->op == ZB_OP_SEND_F   ? CELL_SENDF
-                 : a->op == ZB_OP_RECV_F ? CELL_RECVF
-                 : a->op == ZB_OP_SEND_B ? CELL_SENDB
-                                         : CELL_RECVB;
   uint16_t *cell = &x->cell[vidx(x, prod, a->mb)];
   if (*cell & bit)
     NOTE(x, ZB_VIOL_COMM_MISMATCH, r, i, a, "the same tensor is communicated twice");
@@ -251,15 +249,38 @@ static zb_err check_actions(vctx *x, zb_violation *out) {
         return err;
       if (x->stage_rank[a->stage] != r)
         NOTE(x, ZB_VIOL_PLACEMENT, r, i, a, "stage %d lives on rank %d", a->stage, x->stage_rank[a->stage]);
-      if (zb_op_is_compute(a->op)) {
+      bool lowered = x->lowered;
+      /* each comm kind its own copy of check_comm, and its part of
+       * check_order in place */
+      switch (a->op) {
+      case ZB_OP_SEND_F:
+        lowered ? check_comm(x, r, i, a, 1, true, CELL_SENDF) : (void)0;
+        check_sent(x, r, i, a, CELL_FDONE, "sends before its F ran");
+        break;
+      case ZB_OP_RECV_F:
+        lowered ? check_comm(x, r, i, a, -1, false, CELL_RECVF) : (void)0;
+        x->cell[vidx(x, a->stage, a->mb)] |= CELL_FRECV;
+        break;
+      case ZB_OP_SEND_B:
+        lowered ? check_comm(x, r, i, a, -1, true, CELL_SENDB) : (void)0;
+        check_sent(x, r, i, a, CELL_BDONE, "sends before its B ran");
+        break;
+      case ZB_OP_RECV_B:
+        lowered ? check_comm(x, r, i, a, 1, false, CELL_RECVB) : (void)0;
+        x->cell[vidx(x, a->stage, a->mb)] |= CELL_BRECV;
+        break;
+      case ZB_OP_F:
+      case ZB_OP_B:
+      case ZB_OP_W:
+      case ZB_OP_BW:
         check_duplicate(x, r, i, a);
         mem += lim > 0 ? zb_costs_mem(x->c, a->op, a->stage) : 0;
         if (lim > 0 && mem > lim + 1e-9 * (1 + fabs(lim)))
           NOTE(x, ZB_VIOL_MEMORY, r, i, a, "memory %g exceeds the limit %g", mem, lim);
-      } else if (zb_op_is_comm(a->op) && x->lowered) {
-        check_comm(x, r, i, a);
+        check_order(x, r, i, a);
+        break;
+      default: break;
       }
-      check_order(x, r, i, a);
     }
   }
   return ZB_OK;
