@@ -33,10 +33,11 @@ typedef struct dl_run {
   int *posted;  /* lowered: per rank, 1 + the last index of its group at pos while it waits, else 0 */
   bool *queued;
   /* lowered: rank r's peers peer[r * cap + j], npeer[r] of them; the
-   * channel r -> peer j is chan[r * cap + j], and peer j -> r is
-   * chan[in[r * cap + j]] */
-  int cap, *peer, *npeer, *in;
-  dl_chan *chan;
+   * channel r -> peer j is chan[r * cap + j]; side[2 * (r * cap + j) + s]
+   * is the channel r's sends (s = 1) or receives (s = 0) with peer j
+   * go on, one look-up for either */
+  int cap, *peer, *npeer;
+  dl_chan *chan, **side;
   bool guarded;  /* before the scan vouched for the lists: check each index (dl_fits, dl_side_fits) */
   bool gave_up;  /* guarded, and an action would index out of range */
   bool mismatch; /* two members met that are not one transfer: in *viol */
@@ -74,7 +75,7 @@ static void dl_channels_init(dl_run *d) {
   const vctx *x = d->x;
   int p = x->s->p, cap = d->cap = 2 * x->s->v;
   d->peer = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap);
-  d->in = zb_malloc(sizeof(int) * (size_t)p * (size_t)cap);
+  d->side = zb_malloc(sizeof *d->side * 2 * (size_t)p * (size_t)cap);
   d->npeer = zb_calloc((size_t)p, sizeof(int));
   d->chan = zb_calloc((size_t)p * (size_t)cap, sizeof *d->chan);
   d->posted = zb_calloc((size_t)p, sizeof(int));
@@ -82,9 +83,10 @@ static void dl_channels_init(dl_run *d) {
   for (int r = 0; r < p; r++) /* neighbouring is mutual: r is among each peer's peers */
     for (int j = 0; j < d->npeer[r]; j++) {
       int q = d->peer[r * cap + j];
+      d->side[2 * (r * cap + j) + 1] = &d->chan[r * cap + j];
       for (int k = 0; k < d->npeer[q]; k++)
         if (d->peer[q * cap + k] == r)
-          d->in[r * cap + j] = q * cap + k;
+          d->side[2 * (r * cap + j)] = &d->chan[q * cap + k];
     }
 }
 
@@ -96,7 +98,7 @@ static void dl_channels_free(dl_run *d) {
   free(d->posted);
   free(d->peer);
   free(d->npeer);
-  free(d->in);
+  free(d->side);
 }
 
 /* A comm action's fields, each taken out of its word once: whether it
@@ -140,7 +142,7 @@ static dl_chan *dl_channel(dl_run *d, int r, const dl_side *c) {
   const int *peer = d->peer + (size_t)r * d->cap;
   for (int j = 0; j < d->npeer[r]; j++)
     if (peer[j] == c->peer)
-      return &d->chan[c->send ? r * d->cap + j : d->in[r * d->cap + j]];
+      return d->side[2 * (r * d->cap + j) + c->send];
   d->gave_up = true;
   return NULL;
 }
