@@ -123,20 +123,18 @@ static xfer_stream *xfer_stream_first(xfer_stream *x, int streams) {
   return best->i < best->n ? best : NULL;
 }
 
-/* Starts a batch at l's last action when it and the next one are comm. */
-static void lower_batch_prev(zb_rank_list *l, zb_op next) {
-  if (l->n > 0 && zb_op_is_comm(next) && zb_op_is_comm(l->actions[l->n - 1].op))
-    l->actions[l->n - 1].batch = true;
-}
-
 /* Appends to l the SEND (own stream) or RECV that x's head is for rank
- * x->r. Written field by field: an action built whole on the stack and
- * copied costs a stalled reload of its narrow fields for every one. */
-static void lower_append_xfer(const lower_job *j, const xfer_stream *x, zb_rank_list *l) {
+ * x->r, in one batch with l's last action when that is a transfer too
+ * (after_xfer: the input lists hold no comm actions, so only this
+ * appends them). Written field by field: an action built whole on the
+ * stack and copied costs a stalled reload of its narrow fields for every
+ * one. */
+static void lower_append_xfer(const lower_job *j, const xfer_stream *x, zb_rank_list *l, bool after_xfer) {
   const zb_action *a = &x->acts[x->i];
   bool fwd = a->op == ZB_OP_F, own = x->q == x->r;
   zb_op op = own ? (fwd ? ZB_OP_SEND_F : ZB_OP_SEND_B) : (fwd ? ZB_OP_RECV_F : ZB_OP_RECV_B);
-  lower_batch_prev(l, op);
+  if (after_xfer)
+    l->actions[l->n - 1].batch = true;
   zb_action *o = &l->actions[l->n++];
   o->stage = own ? a->stage : a->stage + (fwd ? 1 : -1);
   o->mb = a->mb;
@@ -168,18 +166,20 @@ static void lower_rank(const lower_job *j, int r, xfer_stream *x) {
   const zb_rank_list *in = &j->s->ranks[r];
   const double *start = j->sim->start[r];
   zb_rank_list *l = &j->out->ranks[r]; /* room for in->n and every transfer (lower_room) */
-  bool kept = true;
+  bool kept = true, after_xfer = false;
   xfer_stream *best = xfer_stream_first(x, streams);
   for (int i = 0;;) {
     if (best && (i == in->n || best->at <= start[i])) {
       if (best->q != r) /* a receive: does the rank wait for it longer than s's timeline does? */
         kept = kept && i < in->n && best->at + j->c->t_comm <= start[i];
-      lower_append_xfer(j, best, l);
+      lower_append_xfer(j, best, l, after_xfer);
+      after_xfer = true;
       xfer_stream_seek(j, best, best->i + 1);
       best = xfer_stream_first(x, streams);
-    } else if (i < in->n) /* the streams stay as they were, and so does the first */
+    } else if (i < in->n) { /* the streams stay as they were, and so does the first */
       lower_append_compute(l, &in->actions[i++]);
-    else
+      after_xfer = false;
+    } else
       break;
   }
   j->kept[r] = kept;
