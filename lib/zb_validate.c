@@ -134,12 +134,21 @@ static zb_err check_range(const vctx *x, int r, int i, const zb_action *a, zb_vi
 
 /* Whether a is a compute or comm op whose stage, microbatch (and, for
  * comm, neighbouring stage and peer) are in range: what nearly every
- * action is, told in one test without a branch per field (zb_in). Any
- * other goes to check_range. */
-static bool in_range(const vctx *x, const zb_action *a) {
-  bool comm = zb_op_is_comm(a->op);
-  return (int)(comm || zb_op_is_compute(a->op)) & zb_in(a->stage, x->S) & zb_in(a->mb, x->m) &
-         (int)(!comm || (zb_in(comm_other(a), x->S) & zb_in(a->peer, x->s->p)));
+ * action is, told in one test per kind without a branch per field
+ * (zb_in). Any other goes to check_range. */
+static inline bool in_range(const vctx *x, const zb_action *a) {
+  int cell = zb_in(a->stage, x->S) & zb_in(a->mb, x->m);
+  switch (a->op) {
+  case ZB_OP_F:
+  case ZB_OP_B:
+  case ZB_OP_W:
+  case ZB_OP_BW: return cell;
+  case ZB_OP_SEND_F:
+  case ZB_OP_RECV_B: return cell & zb_in(a->stage + 1, x->S) & zb_in(a->peer, x->s->p);
+  case ZB_OP_RECV_F:
+  case ZB_OP_SEND_B: return cell & zb_in(a->stage - 1, x->S) & zb_in(a->peer, x->s->p);
+  default: return false; /* any other: check_range's to tell */
+  }
 }
 
 /* A compute op seen twice (a BW with its B or W counts too). */
