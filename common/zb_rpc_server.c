@@ -99,11 +99,23 @@ struct zb_rpc_server {
   void *user;
   zb_rpc_call *live;
   bool shutting_down;
+  /* the server shut down and its queue with it: a batch started now
+   * would abort gRPC (grpc_cq_begin_op), so none is (rpc_start) */
+  bool cq_shut;
   rpc_tag shutdown_tag;
   void (*done)(void *);
   void *done_arg;
   bool secure; /* TLS: callers are who their certificates say */
 };
+
+/* Adds an event for the loop (mu held). */
+static void rpc_event_add(zb_rpc_server *srv, void *tag, int success) {
+  if (srv->n_events == srv->cap_events) {
+    srv->cap_events = srv->cap_events ? 2 * srv->cap_events : 64;
+    srv->events = zb_realloc(srv->events, sizeof *srv->events * (size_t)srv->cap_events);
+  }
+  srv->events[srv->n_events++] = (rpc_event){tag, success};
+}
 
 static void *rpc_cq_thread(void *arg) {
   zb_rpc_server *srv = arg;
@@ -113,11 +125,7 @@ static void *rpc_cq_thread(void *arg) {
     if (ev.type == GRPC_QUEUE_SHUTDOWN) {
       srv->cq_done = true;
     } else if (ev.type == GRPC_OP_COMPLETE) {
-      if (srv->n_events == srv->cap_events) {
-        srv->cap_events = srv->cap_events ? 2 * srv->cap_events : 64;
-        srv->events = zb_realloc(srv->events, sizeof *srv->events * (size_t)srv->cap_events);
-      }
-      srv->events[srv->n_events++] = (rpc_event){ev.tag, ev.success};
+      rpc_event_add(srv, ev.tag, ev.success);
     }
     bool stop = srv->cq_done;
     pthread_mutex_unlock(&srv->mu);
@@ -165,8 +173,22 @@ static void rpc_call_unref(zb_rpc_call *c) {
   free(c);
 }
 
+/* An event for tag that never went to gRPC: op failed, handled on the
+ * loop's next pass over the events, as the queue's own would be. */
+static void rpc_post_failed(zb_rpc_server *srv, rpc_tag *tag) {
+  pthread_mutex_lock(&srv->mu);
+  rpc_event_add(srv, tag, 0);
+  pthread_mutex_unlock(&srv->mu);
+  uv_async_send(&srv->async);
+}
+
 static void rpc_start(zb_rpc_call *c, const grpc_op *ops, size_t n, rpc_tag *tag) {
   c->refs++;
+  if (c->srv->cq_shut) { /* a handler ending its call after shutdown (a drained watcher): it fails */
+    ZB_DEBUG("rpc: a batch after shutdown fails without going to gRPC");
+    rpc_post_failed(c->srv, tag);
+    return;
+  }
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
   if (e != GRPC_CALL_OK) {
     ZB_ERROR("rpc: start_batch failed (grpc_call_error %d)", (int)e);
@@ -390,7 +412,7 @@ static void rpc_on_unknown_call(zb_rpc_server *srv) {
   ops[2].data.recv_close_on_server.cancelled = &cancelled_ignored;
   u->done_tag = (rpc_tag){TAG_UNKNOWN_DONE, call};
   /* one unknown call at a time: the slot re-arms once this one is done */
-  if (grpc_call_start_batch(call, ops, 3, &u->done_tag, NULL) != GRPC_CALL_OK) {
+  if (srv->cq_shut || grpc_call_start_batch(call, ops, 3, &u->done_tag, NULL) != GRPC_CALL_OK) {
     grpc_call_unref(call);
     if (!srv->shutting_down)
       rpc_arm_unknown(srv);
@@ -451,7 +473,10 @@ static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
     return;
   }
   case TAG_STATUS: rpc_call_unref(tag->owner); return;
-  case TAG_SHUTDOWN: grpc_completion_queue_shutdown(srv->cq); return;
+  case TAG_SHUTDOWN:
+    srv->cq_shut = true;
+    grpc_completion_queue_shutdown(srv->cq);
+    return;
   }
 }
 
