@@ -82,17 +82,20 @@ def test_coordinator_crash_and_restart():
 
 def test_coordinator_graceful_restart():
     """SIGTERM drains the coordinator; its successor takes the job back and
-    the job ends SUCCEEDED, every iteration once."""
+    the job ends SUCCEEDED, every iteration once. Three drains in one job:
+    a drain cancels the reports it holds (CANCELLED at the worker), and a
+    rank whose report was in flight must send it again, not fail."""
     with Cluster(workers=2, name="graceful") as c:
-        jid = c.submit(job_spec(name="drained", ranks=2, microbatches=4, t=0.002, iterations=80))
-        c.wait_iterations(jid, 3)
+        jid = c.submit(job_spec(name="drained", ranks=2, microbatches=4, t=0.002, iterations=160))
         port = c.port
-        rc, clean = c.coordinator.stop()
-        assert clean and rc == 0, rc
-        c.start_coordinator(port=port)
+        for done in (3, 30, 60):
+            c.wait_iterations(jid, done)
+            rc, clean = c.coordinator.stop()
+            assert clean and rc == 0, rc
+            c.start_coordinator(port=port)
         job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
         its = [it.iteration for it in iteration_events(c.events(jid))]
-        assert its == list(range(80)), its
+        assert its == list(range(160)), its
         c.wait_workers(2, idle=True, timeout=20)
         nxt = c.submit(job_spec(name="next", ranks=2, microbatches=4, iterations=2))
         c.wait_state(nxt, STATE.JOB_STATE_SUCCEEDED, timeout=60)
