@@ -46,9 +46,7 @@ typedef struct lower_job {
    * goes nowhere, LOWER_DST_ELSE when it goes to a rank that is not a
    * peer (an action on a rank that does not host its stage) */
   uint8_t **dst;
-  /* per compute op and stage, at (op - ZB_OP_F) * S + stage: its time
-   * under c (zb_costs_time), looked up for every transfer */
-  double *op_time;
+  double *op_time; /* zb_costs_op_table of c's times, looked up for every transfer */
   zb_schedule *out;
   bool *kept; /* per rank: every receive arrives by the start of the compute action it precedes */
 } lower_job;
@@ -81,7 +79,7 @@ static void xfer_stream_seek(const lower_job *j, xfer_stream *x, int i) {
   if (i < x->n) {
     const zb_action a = x->acts[i];
     x->pstart = x->start[i];
-    x->at = x->pstart + j->op_time[(size_t)(a.op - ZB_OP_F) * (size_t)j->stages + (size_t)a.stage];
+    x->at = x->pstart + j->op_time[zb_costs_op_at((zb_op)a.op, a.stage, j->stages)];
   } else /* dry: after every head (xfer_stream_first) */
     x->at = x->pstart = INFINITY;
   x->i = i;
@@ -249,13 +247,10 @@ static void lower_prepare(lower_job *j, const zb_schedule *s, const zb_costs *c,
                    .nfeed = nfeed,
                    .cap = cap,
                    .pieces = pieces,
-                   .stages = S,
-                   .op_time = zb_malloc(sizeof(double) * (size_t)(ZB_OP_BW - ZB_OP_F + 1) * (size_t)S),
+                   .stages = c->n_stages, /* op_time's layout */
+                   .op_time = zb_costs_op_table(c, false),
                    .out = zb_schedule_new(s->p, s->v, s->m, s->placement),
                    .kept = zb_malloc(sizeof(bool) * (size_t)p)};
-  for (zb_op op = ZB_OP_F; op <= ZB_OP_BW; op++)
-    for (int st = 0; st < S; st++)
-      j->op_time[(size_t)(op - ZB_OP_F) * (size_t)S + (size_t)st] = zb_costs_time(c, op, st);
   lower_room(j);
 }
 

@@ -251,6 +251,15 @@ double zb_costs_rank_mf(const zb_costs *c, zb_placement pl, int p, int v, int ra
   return sum;
 }
 
+double *zb_costs_op_table(const zb_costs *c, bool mem) {
+  int S = c->n_stages;
+  double *t = zb_malloc(sizeof(double) * zb_costs_op_at(ZB_OP_BW + 1, 0, S));
+  for (zb_op op = ZB_OP_F; op <= ZB_OP_BW; op++)
+    for (int st = 0; st < S; st++)
+      t[zb_costs_op_at(op, st, S)] = mem ? zb_costs_mem(c, op, st) : zb_costs_time(c, op, st);
+  return t;
+}
+
 void zb_schedule_peers(const zb_schedule *s, int cap, int *peer, int *npeer) {
   int S = zb_schedule_stages(s);
   for (int st = 0; st < S; st++)

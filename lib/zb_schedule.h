@@ -237,5 +237,14 @@ static inline double zb_costs_mem(const zb_costs *c, zb_op op, int stage) {
   default: return 0;
   }
 }
+/* Where compute op `op` of `stage` lies in a table of zb_costs_op_table
+ * for S stages. */
+static inline size_t zb_costs_op_at(zb_op op, int stage, int S) {
+  return (size_t)(op - ZB_OP_F) * (size_t)S + (size_t)stage;
+}
+/* zb_costs_time (mem false) or zb_costs_mem (mem true) of every compute
+ * op and stage of c, at zb_costs_op_at: a look-up without a switch per
+ * op, for passes that ask for every action. The caller frees it. */
+double *zb_costs_op_table(const zb_costs *c, bool mem);
 
 #endif

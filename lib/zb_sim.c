@@ -12,8 +12,9 @@
  * stage: 512 KiB, what the second level of cache holds. */
 #define SIM_STAGE_MAJOR_CELLS 65536
 
-/* What a run keeps, as sim_advance_rank is compiled for each: nothing
- * (a makespan), figures, and start times or both times of every action. */
+/* What a run keeps, as sim_advance_rank is compiled for each and a
+ * result is allocated for (sim_result_alloc): nothing (a makespan),
+ * figures, and start times or both times of every action. */
 enum { SIM_KEEP_NONE, SIM_KEEP_FIGURES, SIM_KEEP_STARTS, SIM_KEEP_TIMES };
 
 /* Everything one simulation run tracks. f_end and b_end hold completion
@@ -28,10 +29,8 @@ typedef struct sim_state {
   double *f_end, *b_end;
   size_t stage_step, mb_step; /* where cell (stage, mb) lies (sim_slot) */
   int *stage_rank;            /* per stage: the rank that hosts it */
-  /* per compute op and stage, at (op - ZB_OP_F) * S + stage: its time
-   * (zb_costs_time) and memory (zb_costs_mem), without a switch per op */
-  double *op_time, *op_mem;
-  int *work; /* ranks to advance (a stack), each at most once */
+  double *op_time, *op_mem;   /* zb_costs_op_table of c */
+  int *work;                  /* ranks to advance (a stack), each at most once */
   int n_work;
   bool *queued;  /* per rank: on work, or being advanced */
   size_t *waits; /* per rank: the cell it stopped for (sim_key), SIM_NO_WAIT if none */
@@ -149,14 +148,8 @@ static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *
   st->stage_rank = zb_malloc(sizeof(int) * (size_t)st->S);
   for (int k = 0; k < st->S; k++)
     st->stage_rank[k] = zb_stage_rank(s, k);
-  size_t ops = (size_t)(ZB_OP_BW - ZB_OP_F + 1) * (size_t)st->S;
-  st->op_time = zb_malloc(sizeof(double) * ops);
-  st->op_mem = zb_malloc(sizeof(double) * ops);
-  for (zb_op op = ZB_OP_F; op <= ZB_OP_BW; op++)
-    for (int k = 0; k < st->S; k++) {
-      st->op_time[(size_t)(op - ZB_OP_F) * (size_t)st->S + (size_t)k] = zb_costs_time(c, op, k);
-      st->op_mem[(size_t)(op - ZB_OP_F) * (size_t)st->S + (size_t)k] = zb_costs_mem(c, op, k);
-    }
+  st->op_time = zb_costs_op_table(c, false);
+  st->op_mem = zb_costs_op_table(c, true);
   st->work = zb_malloc(sizeof(int) * (size_t)p);
   st->queued = zb_calloc((size_t)p, sizeof(bool));
   st->waits = zb_malloc(sizeof(size_t) * (size_t)p);
@@ -240,7 +233,7 @@ static inline __attribute__((always_inline)) bool sim_run_compute(sim_state *st,
   }
   if (ready > *start)
     *start = ready;
-  size_t op_at = (size_t)(a->op - ZB_OP_F) * (size_t)st->S + (size_t)a->stage;
+  size_t op_at = zb_costs_op_at((zb_op)a->op, a->stage, st->S);
   *end = *start + st->op_time[op_at];
   if (isnan(f->first))
     f->first = *start;
@@ -451,10 +444,7 @@ static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *re
 /* Times (one cache line) between two ranks' slices of a result's block. */
 #define SIM_TIMES_GAP 8
 
-/* Which per-action times a result keeps. */
-enum { SIM_FIGURES = 0, SIM_STARTS = 1, SIM_TIMES = 2 };
-
-static zb_sim_result *sim_result_alloc(const zb_schedule *s, int times) {
+static zb_sim_result *sim_result_alloc(const zb_schedule *s, int keep) {
   zb_sim_result *r = zb_calloc(1, sizeof *r);
   size_t p = (size_t)s->p;
   r->p = s->p;
@@ -463,7 +453,7 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s, int times) {
   r->span_end = zb_calloc(p, sizeof(double));
   r->peak_memory = zb_calloc(p, sizeof(double));
   r->peak_memory_units = zb_calloc(p, sizeof(double));
-  if (times == SIM_FIGURES)
+  if (keep == SIM_KEEP_FIGURES)
     return r;
   /* each kind of time in one block, the ranks' arrays slices of it
    * (start[0] and end[0] its base: zb_sim_result_free), a cache line
@@ -472,7 +462,7 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s, int times) {
   for (int k = 0; k < s->p; k++)
     total += (size_t)(s->ranks[k].n ? s->ranks[k].n : 1) + SIM_TIMES_GAP;
   r->start = zb_calloc(p, sizeof(double *));
-  r->end = times == SIM_TIMES ? zb_calloc(p, sizeof(double *)) : NULL;
+  r->end = keep == SIM_KEEP_TIMES ? zb_calloc(p, sizeof(double *)) : NULL;
   /* not cleared: a run that completes writes every action's time, and
    * one that does not frees the result */
   r->start[0] = zb_malloc_large(total * sizeof(double));
@@ -507,9 +497,9 @@ static zb_err sim_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r
   return ZB_OK;
 }
 
-static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int times, zb_sim_result **out,
+static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int keep, zb_sim_result **out,
                               zb_diag *diag) {
-  zb_sim_result *r = sim_result_alloc(s, times);
+  zb_sim_result *r = sim_result_alloc(s, keep);
   zb_err err = sim_into(s, c, r, diag);
   if (err) {
     zb_sim_result_free(r);
@@ -520,7 +510,7 @@ static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int times
 }
 
 zb_sim_result *zb_sim_result_new_starts(const zb_schedule *s) {
-  return sim_result_alloc(s, SIM_STARTS);
+  return sim_result_alloc(s, SIM_KEEP_STARTS);
 }
 
 zb_err zb_simulate_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r, zb_diag *diag) {
@@ -535,15 +525,15 @@ void zb_sim_result_populate(zb_sim_result *r, const zb_schedule *s) {
 }
 
 zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  return sim_with_result(s, c, SIM_TIMES, out, diag);
+  return sim_with_result(s, c, SIM_KEEP_TIMES, out, diag);
 }
 
 zb_err zb_simulate_starts(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  return sim_with_result(s, c, SIM_STARTS, out, diag);
+  return sim_with_result(s, c, SIM_KEEP_STARTS, out, diag);
 }
 
 zb_err zb_simulate_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  return sim_with_result(s, c, SIM_FIGURES, out, diag);
+  return sim_with_result(s, c, SIM_KEEP_FIGURES, out, diag);
 }
 
 size_t zb_sim_scratch_bytes(const zb_schedule *s) {
