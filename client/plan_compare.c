@@ -30,6 +30,7 @@ static const char *const compare_format_names[] = {"table", "json"};
 
 typedef struct compare_row {
   int v;
+  zb_family chose; /* zb-auto: the family its placement search chose */
   bool ok, generated;
   double makespan, bubble, bubble_paper, peak, gen_ms;
   zb_diag why; /* when !ok */
@@ -46,10 +47,13 @@ static void compare_table(const plan_args *a, int vi, double units, const compar
                 "bubble_ratio_paper", "peak_mem", "gen_ms");
   for (int f = 0; f < ZB_FAMILY_COUNT_; f++) {
     const compare_row *r = &rows[f];
-    if (r->ok)
-      zb_buf_printf(b, "%-16s %2d %12.6g %12.4f %18.4f %9.4g %10.3f\n", zb_family_name((zb_family)f), r->v,
+    if (r->ok) {
+      zb_buf_printf(b, "%-16s %2d %12.6g %12.4f %18.4f %9.4g %10.3f", zb_family_name((zb_family)f), r->v,
                     r->makespan, r->bubble, r->bubble_paper, r->peak, r->gen_ms);
-    else
+      if (f == ZB_FAMILY_ZB_AUTO)
+        zb_buf_printf(b, "  (chose %s)", zb_family_name(r->chose));
+      zb_buf_puts(b, "\n");
+    } else
       zb_buf_printf(b, "%-16s %2d  %s: %s\n", zb_family_name((zb_family)f), r->v,
                     r->generated ? "FAILED" : "refused", r->why.msg);
   }
@@ -74,6 +78,10 @@ static void compare_json(const plan_args *a, int vi, double units, const compare
     zb_buf_puts(b, f ? ",\n    {\"schedule\": " : "\n    {\"schedule\": ");
     zb_buf_json_str(b, zb_family_name((zb_family)f));
     zb_buf_printf(b, ", \"chunks\": %d", r->v);
+    if (f == ZB_FAMILY_ZB_AUTO && r->ok) {
+      zb_buf_puts(b, ", \"chose\": ");
+      zb_buf_json_str(b, zb_family_name(r->chose));
+    }
     const char *keys[5] = {"makespan", "bubble_ratio", "bubble_ratio_paper", "peak_memory", "generation_ms"};
     const double nums[5] = {r->makespan, r->bubble, r->bubble_paper, r->peak, r->gen_ms};
     for (int k = 0; k < 5; k++) {
@@ -121,10 +129,11 @@ int zbctl_plan_compare(const zbctl_command *cmd, int argc, char **argv) {
     compare_row *row = &rows[f];
     memset(row, 0, sizeof *row);
     row->v = fam == ZB_FAMILY_INTERLEAVED_1F1B ? vi : zb_family_default_chunks(fam);
-    double limit = fam == ZB_FAMILY_ZB_AUTO ? units * a.rc.m_f : 0;
-    zb_costs *c = zb_costs_from_rank_share(a.p, row->v, &a.rc, limit);
+    bool search = fam == ZB_FAMILY_ZB_AUTO; /* over every placement, as zbctl plan's */
+    zb_costs *c = search ? NULL : zb_costs_from_rank_share(a.p, row->v, &a.rc, 0);
     zb_planner_result r = {0};
-    zb_err err = plan_family(&a, fam, row->v, c, &r, &row->why);
+    zb_err err =
+        search ? plan_auto_search(&a, &r, &row->why) : plan_family(&a, fam, row->v, c, &r, &row->why);
     if (err) {
       row->generated = r.failed > ZB_PLANNER_GENERATE;
       if (row->generated) {
@@ -133,6 +142,8 @@ int zbctl_plan_compare(const zbctl_command *cmd, int argc, char **argv) {
       }
     } else {
       row->ok = true;
+      row->v = r.v;
+      row->chose = r.chosen;
       row->makespan = r.sim->makespan;
       row->bubble = r.sim->bubble_ratio;
       row->bubble_paper = r.sim->bubble_ratio_paper;
