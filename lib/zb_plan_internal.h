@@ -76,6 +76,15 @@ void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max
  * it. */
 zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, zb_plan_score *score);
 
+/* ZB-V timed against c (zb_plan_vtimed.c): the V built pass by pass on
+ * a clock within c->mem_limit, W ops filling the waits for inputs, in
+ * each variant of where an extra W may go to even the ranks' idle time
+ * out that differs from the others; each variant's run with the least
+ * worst idle time. Into out (room for ZB_VT_VARIANTS, caller owns them),
+ * their number returned: 0 when every variant gets stuck. */
+enum { ZB_VT_VARIANTS = 4 };
+int zb_plan_v_timed(int p, int m, const zb_costs *c, zb_schedule **out);
+
 /* Megatron's interleaved 1F1B order (zb_plan.c); m % p == 0. The _warm
  * form warms rank r up with (v-1)p + 2(p-1-r) + extra chunk forwards
  * (extra < 0: all of them), where the plain one does so with extra 0, or

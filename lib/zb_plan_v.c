@@ -1,22 +1,27 @@
 /* The V-shaped families (v = 2, stage s on rank s for s < p, else
  * 2p-1-s): ZB-V, V-Half and V-Min.
  *
- * ZB-V is handcrafted: rank r warms up with 2(p-r)-1 forwards of its first
- * chunk, interleaves the two chunks' forwards, then repeats F0 B0 W0 F1 B1
- * W1 with a cool-down that drains the W ops last. It holds 1F1B's peak and
- * has no bubble inside a rank's span once m >= 2p-1 at even costs. Shorter
- * runs, and V-Half / V-Min (activation memory about 1/2 and 1/3 of 1F1B's),
- * come from the greedy list scheduler under the matching memory limit.
+ * ZB-V at even costs is handcrafted: rank r warms up with 2(p-r)-1
+ * forwards of its first chunk, interleaves the two chunks' forwards, then
+ * repeats F0 B0 W0 F1 B1 W1 with a cool-down that drains the W ops last.
+ * It holds 1F1B's peak and has no bubble inside a rank's span once m >=
+ * 2p-1. Under uneven costs the best of it, the V timed against the costs
+ * (zb_plan_vtimed.c) and more candidates. Shorter runs, and V-Half /
+ * V-Min (activation memory about 1/2 and 1/3 of 1F1B's), come from the
+ * greedy list scheduler and the building blocks under the matching
+ * memory limit.
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "zb_alloc.h"
+#include "zb_lower.h"
 #include "zb_plan_internal.h"
+#include "zb_sim.h"
 
-/* ZB-V plans from the costs when they are uneven and p m is at most this
- * (the local search's simulations grow with it); the handcrafted lists
- * otherwise. */
+/* Under uneven costs ZB-V tries every candidate, and improves the best
+ * with the local search, when p m is at most this (their simulations
+ * grow with it); above, the handcrafted and the timed lists only. */
 #define ZBV_COST_AWARE_PM 2048
 #define ZBV_REFINE_EVALS 300
 
@@ -139,27 +144,72 @@ bool zb_plan_costs_even(const zb_costs *c) {
   return c->t_comm == 0;
 }
 
+/* The longest rank span of s once lowered, as the plan's figures will
+ * measure it (from each rank's first compute op to its last: the span
+ * behind bubble_ratio_paper). With T_comm > 0 it can differ from s's own
+ * (a transfer then waits for both its sides), so candidates the
+ * compute-only figures rank closely are told apart by it. */
+static double v_lowered_span(const zb_schedule *s, const zb_costs *c) {
+  zb_schedule *low = NULL;
+  zb_sim_result *sim = NULL;
+  double span = INFINITY;
+  if (zb_lower(s, c, &low, NULL) == ZB_OK && zb_simulate_figures(low, c, &sim, NULL) == ZB_OK) {
+    span = 0;
+    for (int r = 0; r < s->p; r++)
+      span = fmax(span, sim->span_end[r] - sim->span_start[r]);
+  }
+  zb_sim_result_free(sim);
+  zb_schedule_free(low);
+  return span;
+}
+
+/* Of *best and alt (owned; NULL: none), keeps in *best the one whose
+ * lowered span is shorter (ties: *best) and frees the other. */
+static void v_keep_lowered(zb_schedule **best, zb_schedule *alt, const zb_costs *c) {
+  if (alt && (!*best || v_lowered_span(alt, c) < v_lowered_span(*best, c) - 1e-9)) {
+    zb_schedule_free(*best);
+    *best = alt;
+  } else
+    zb_schedule_free(alt);
+}
+
 /* ZB-V under uneven costs, within 1F1B's peak (limit): the handcrafted
- * lists, the same F and B order with W placed by timing (every policy),
- * the greedy and the V building blocks; the shortest longest rank span,
- * then a local search on it (swaps that shorten the critical path). */
+ * lists and the V timed against the costs (every variant); up to p m =
+ * ZBV_COST_AWARE_PM (or when those find nothing) also the greedy, and up
+ * to it the handcrafted F and B order with W placed by timing (every
+ * policy) and the V building blocks. The shortest longest rank span, up
+ * to that size then improved by a local search (swaps that shorten the
+ * critical path); with T_comm > 0 the result, what the search started
+ * from and the best timed lists then compete once more, lowered. */
 static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, zb_schedule **out,
                               zb_diag *diag) {
   zb_costs *c = zb_costs_clone(cin);
   c->mem_limit = cin->mem_limit > 0 && cin->mem_limit < limit ? cin->mem_limit : limit;
-  zb_schedule *s = NULL;
-  zb_plan_score score;
+  zb_schedule *s = NULL, *timed = NULL;
+  zb_plan_score score, timed_score;
+  bool small = (double)p * m <= ZBV_COST_AWARE_PM, recheck = small && c->t_comm > 0;
   if (m >= 2 * p - 1) {
     zb_schedule *hand = zb_plan_zb_v_handcrafted(p, m);
-    for (int w = 0; w < ZB_W_POLICIES; w++)
+    for (int w = 0; small && w < ZB_W_POLICIES; w++)
       zb_plan_keep(&s, &score, zb_plan_place_w(hand, c, w, NULL), NULL, c, ZB_OBJ_SPAN);
     zb_plan_keep(&s, &score, hand, NULL, c, ZB_OBJ_SPAN);
   }
-  zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_SPAN);
-  for (int hop = 1; hop <= 2; hop++)
+  zb_schedule *variants[ZB_VT_VARIANTS];
+  for (int k = 0, n = zb_plan_v_timed(p, m, c, variants); k < n; k++)
+    zb_plan_keep(&timed, &timed_score, variants[k], NULL, c, ZB_OBJ_SPAN);
+  if (timed) /* kept apart for the lowered recheck */
+    zb_plan_keep(&s, &score, recheck ? zb_schedule_clone(timed) : timed, &timed_score, c, ZB_OBJ_SPAN);
+  if (small || !s)
+    zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_SPAN);
+  for (int hop = 1; small && hop <= 2; hop++)
     zb_plan_keep(&s, &score, zb_plan_v_block(p, m, hop, c, NULL), NULL, c, ZB_OBJ_SPAN);
-  if (s)
+  zb_schedule *start = s && recheck ? zb_schedule_clone(s) : NULL;
+  if (s && small)
     zb_plan_refine(s, c, ZB_OBJ_SPAN, ZBV_REFINE_EVALS);
+  if (recheck) {
+    v_keep_lowered(&s, start, c);
+    v_keep_lowered(&s, timed, c);
+  }
   zb_costs_free(c);
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "zb-v found no V schedule within 1F1B's peak");
@@ -177,7 +227,7 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
                                                    : (p + 4) / 3.0;
   if (units > p)
     units = p;
-  if (req->family == ZB_FAMILY_ZB_V && !zb_plan_costs_even(cin) && (double)p * m <= ZBV_COST_AWARE_PM)
+  if (req->family == ZB_FAMILY_ZB_V && !zb_plan_costs_even(cin))
     return zb_v_cost_aware(p, m, cin, units * unit, out, diag);
   if (req->family == ZB_FAMILY_ZB_V && m >= 2 * p - 1) {
     *out = zb_plan_zb_v_handcrafted(p, m);
