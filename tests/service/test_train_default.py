@@ -15,9 +15,17 @@ zb-coordinator, 2 zb-workers, `zbctl submit` of the YAML itself, and
   another order, so later losses agree to fp32 rounding only, which
   training amplifies; that the moved state is exact is test_train_cpu's
   check, at a size where every partition computes the same bits.)
-- The loss falls well below its start: the mean of the last 10 iterations
-  is below FALL = 0.7 x the first iteration's loss (about ln(256) = 5.55
-  from a fresh model; observed 5.5178 -> 3.02 after 80 iterations).
+- The loss falls well below its start: the median of the last 10
+  iterations is below FALL = 0.7 x the first iteration's loss (about
+  ln(256) = 5.55 from a fresh model; observed 5.5178 -> 3.02 after 80
+  iterations). The median, not the mean: at lr 3e-3 with no warm-up the
+  loss may spike for a few iterations and recover, and where depends on
+  fp32 rounding, so on the BLAS kernels. On an AMD EPYC whose AVX-512 makes
+  Debian's OpenBLAS 0.3.21 pick its Cooperlake kernels (exact to 3e-7 in
+  sgemm, as with the others) the plain 1f1b job, no switch, spikes to
+  12.99 at iteration 22 and is back at 3.4 by 27, in both builds; the
+  Haswell and SkylakeX kernels do not spike there. The sanitized run ends
+  at 24, inside that spike.
 - Every iteration is measured on the aligned timelines and predicted from
   the learned costs (the figures run.sh's summary compares).
 - About 45 s in the dev build. Under ASan+UBSan (ZB_TEST_SANITIZE=1) the
@@ -35,7 +43,7 @@ from zbsvc import STATE, Cluster, iteration_events
 
 DEFAULT_JOB = os.environ["ZB_DEFAULT_JOB"]
 LAYERS = 8
-FALL = 0.7  # last-10 mean < FALL x first loss
+FALL = 0.7  # last-10 median < FALL x first loss
 SANITIZED_ITERATIONS = 24
 
 
@@ -86,8 +94,9 @@ def test_default_job_trains_and_switches():
             assert all(it.aligned and it.predicted_from_learned for it in its[1:]), \
                 [it.iteration for it in its if not (it.aligned and it.predicted_from_learned)]
             losses = [it.loss for it in its]
-            first, tail = losses[0], sum(losses[-10:]) / 10
-            print("1f1b -> zb-v at iteration %d, %d iterations: loss %.4f -> %.4f (last-10 mean; bound %.4f)" %
+            first, tail = losses[0], sorted(losses[-10:])[4:6]
+            tail = sum(tail) / 2  # the median of the last 10
+            print("1f1b -> zb-v at iteration %d, %d iterations: loss %.4f -> %.4f (last-10 median; bound %.4f)" %
                   (at, iterations, first, tail, FALL * first))
             assert 5.0 < first < 6.0, first
             assert tail < FALL * first, losses
