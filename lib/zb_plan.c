@@ -312,6 +312,7 @@ zb_err zb_plan_generate_run(const zb_plan_request *req, zb_schedule **out, zb_sc
   if (base > 0) { /* a short run, its steady state prolonged */
     zb_plan_request short_run = r;
     short_run.m = base;
+    short_run.short_run = true;
     zb_schedule *s = NULL;
     *out = NULL;
     if (plan_family(&short_run, c, &s, diag) == ZB_OK)

@@ -39,6 +39,10 @@ typedef struct zb_plan_request {
   const zb_costs *costs;
   zb_objective objective; /* zb-auto only */
   const zb_par *par;      /* threads lent for copying a plan's lists (zb_par.h); NULL: none */
+  /* set by zb_plan_generate_run on the short run of a plan it prolongs
+   * (zb_plan_internal.h, zb_plan_short_run): the generator leaves out
+   * what would not repeat */
+  bool short_run;
 } zb_plan_request;
 
 /* Family name as used on the command line ("zb-h1", ...). */

@@ -72,9 +72,10 @@ void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max
  * chunk-0 F and chunk-1 B advance one rank per hop slots (1: V-Min's
  * memory, 2: V-Half's), squeezed within c->mem_limit; the best of its
  * spacings under c (by makespan; *score, when given, its figures, the
- * result fitting the limit). NULL when none fits the limit. Caller owns
- * it. */
-zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, zb_plan_score *score);
+ * result fitting the limit), each spacing's W placed by timing (with
+ * fill_all also with ZB_W_FILL_ALL) or left where the block put them.
+ * NULL when none fits the limit. Caller owns it. */
+zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, bool fill_all, zb_plan_score *score);
 
 /* ZB-V timed against c (zb_plan_vtimed.c): the V built pass by pass on
  * a clock within c->mem_limit, W ops filling the waits for inputs, in

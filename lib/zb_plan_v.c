@@ -21,7 +21,8 @@
 
 /* Under uneven costs ZB-V tries every candidate, and improves the best
  * with the local search, when p m is at most this (their simulations
- * grow with it); above, the handcrafted and the timed lists only. */
+ * grow with it); above, the handcrafted and the timed lists only. V-Half
+ * and V-Min get the local search up to the same size. */
 #define ZBV_COST_AWARE_PM 2048
 #define ZBV_REFINE_EVALS 300
 
@@ -202,7 +203,7 @@ static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, z
   if (small || !s)
     zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_SPAN);
   for (int hop = 1; small && hop <= 2; hop++)
-    zb_plan_keep(&s, &score, zb_plan_v_block(p, m, hop, c, NULL), NULL, c, ZB_OBJ_SPAN);
+    zb_plan_keep(&s, &score, zb_plan_v_block(p, m, hop, c, true, NULL), NULL, c, ZB_OBJ_SPAN);
   zb_schedule *start = s && recheck ? zb_schedule_clone(s) : NULL;
   if (s && small)
     zb_plan_refine(s, c, ZB_OBJ_SPAN, ZBV_REFINE_EVALS);
@@ -239,13 +240,23 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
     c->mem_limit = cin->mem_limit;
   zb_schedule *s = NULL;
   zb_plan_score score;
+  /* Under uneven costs every W policy and (on small plans) the local
+   * search, except where the plan is prolonged from a short run: what
+   * they find need not repeat, and a prolonged plan must be the full
+   * one's lists (zb_plan.h, short_run). */
+  int q;
+  bool extras = !zb_plan_costs_even(c) && !req->short_run && zb_plan_short_run(req, &q) == 0;
   if (req->family != ZB_FAMILY_ZB_V) { /* its figures come with it: no second simulation */
     zb_plan_score known;
-    zb_schedule *block = zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c, &known);
+    zb_schedule *block = zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c, extras, &known);
     zb_plan_keep(&s, &score, block, &known, c, ZB_OBJ_MAKESPAN);
   }
   if (!s) /* zb-v below 2p-1, or a limit the block cannot keep */
     zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_MAKESPAN);
+  /* the local search, as zb-v's, on plans small enough (V-Half at p <= 8
+   * then meets the Zero Bubble authors' generator) */
+  if (s && extras && (double)p * m <= ZBV_COST_AWARE_PM)
+    zb_plan_refine(s, c, ZB_OBJ_MAKESPAN, ZBV_REFINE_EVALS);
   zb_costs_free(c);
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "%s found no V schedule within %g x M_F per rank",

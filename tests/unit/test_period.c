@@ -23,9 +23,10 @@ static zb_costs *costs_of(int p, bool uneven) {
 }
 
 /* The family's generator for m microbatches in full, not through
- * zb_plan_generate (which prolongs large plans). */
-static zb_schedule *direct(zb_family f, int p, int m, const zb_costs *c) {
-  zb_plan_request r = {.family = f, .p = p, .v = 2, .m = m};
+ * zb_plan_generate (which prolongs large plans); short_run: as
+ * zb_plan_generate plans the short run it prolongs. */
+static zb_schedule *direct(zb_family f, int p, int m, const zb_costs *c, bool short_run) {
+  zb_plan_request r = {.family = f, .p = p, .v = 2, .m = m, .short_run = short_run};
   zb_schedule *s = NULL;
   zb_diag d = {{0}};
   zb_err err =
@@ -70,7 +71,7 @@ static void test_prolonged_equals_full(void) {
       zb_plan_request r = {.family = cases[k].f, .p = p, .v = 2, .m = m};
       int base = zb_plan_short_run(&r, &q); /* the run zb_plan_generate plans */
       CHECK_MSG(base > 0, "%s p=%d m=%d: no short run", zb_family_name(cases[k].f), p, m);
-      zb_schedule *full = direct(cases[k].f, p, m, c), *run = direct(cases[k].f, p, base, c);
+      zb_schedule *full = direct(cases[k].f, p, m, c, false), *run = direct(cases[k].f, p, base, c, true);
       zb_schedule *ext = run ? zb_period_extend(run, m, q) : NULL;
       CHECK_MSG(full && ext, "%s p=%d uneven=%d: no schedule", zb_family_name(cases[k].f), p,
                 cases[k].uneven);
@@ -111,7 +112,8 @@ static void test_shrink_then_extend(void) {
 /* What has no period is refused, not repeated wrongly. */
 static void test_refuses_without_period(void) {
   zb_costs *c = costs_of(8, false);
-  zb_schedule *vh = direct(ZB_FAMILY_V_HALF, 8, 64, c), *short_run = direct(ZB_FAMILY_V_HALF, 8, 8, c);
+  zb_schedule *vh = direct(ZB_FAMILY_V_HALF, 8, 64, c, false),
+              *short_run = direct(ZB_FAMILY_V_HALF, 8, 8, c, true);
   CHECK(vh && short_run);
   zb_schedule *fewer = zb_period_extend(vh, 32, 1);
   CHECK_MSG(!fewer, "fewer microbatches than the run");
@@ -135,7 +137,7 @@ static void test_refuses_without_period(void) {
   zb_schedule_free(marked_long);
   /* one action out of step breaks rank 3's period: no stretch left long
    * enough in a run this short */
-  zb_schedule *broken = direct(ZB_FAMILY_V_HALF, 8, 24, c);
+  zb_schedule *broken = direct(ZB_FAMILY_V_HALF, 8, 24, c, true);
   for (int i = 0; broken && i + 1 < broken->ranks[3].n; i += 12) {
     zb_action t = broken->ranks[3].actions[i];
     broken->ranks[3].actions[i] = broken->ranks[3].actions[i + 1];
@@ -182,7 +184,7 @@ static void test_any_run_length_valid(void) {
   for (int f = 0; f < 2; f++)
     for (int m = 16; m <= 80; m++) {
       zb_family fam = f ? ZB_FAMILY_V_MIN : ZB_FAMILY_V_HALF;
-      zb_schedule *run = direct(fam, 32, m, c), *ext = run ? zb_period_extend(run, m + 40, 1) : NULL;
+      zb_schedule *run = direct(fam, 32, m, c, true), *ext = run ? zb_period_extend(run, m + 40, 1) : NULL;
       zb_violation why;
       prolonged += ext != NULL;
       CHECK_MSG(!ext || zb_validate(ext, c, &why) == ZB_OK, "%s: a run of %d prolonged is invalid",
@@ -197,7 +199,7 @@ static void test_any_run_length_valid(void) {
    * one */
   c = costs_of(16, false);
   for (int m = 32; m <= 160; m += 16) {
-    zb_schedule *run = direct(ZB_FAMILY_ZB_INTERLEAVED, 16, m, c);
+    zb_schedule *run = direct(ZB_FAMILY_ZB_INTERLEAVED, 16, m, c, true);
     zb_schedule *ext = run ? zb_period_extend(run, m + 64, 16) : NULL;
     zb_violation why;
     CHECK_MSG(!ext || zb_validate(ext, c, &why) == ZB_OK, "zb-interleaved: a run of %d prolonged is invalid",
