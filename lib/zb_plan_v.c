@@ -17,7 +17,6 @@
 #include "zb_alloc.h"
 #include "zb_lower.h"
 #include "zb_plan_internal.h"
-#include "zb_sim.h"
 
 /* Under uneven costs ZB-V tries every candidate, and improves the best
  * with the local search, when p m is at most this (their simulations
@@ -149,33 +148,29 @@ bool zb_plan_costs_even(const zb_costs *c) {
   return c->t_comm == 0;
 }
 
-/* The longest rank span of s once lowered, as the plan's figures will
- * measure it (from each rank's first compute op to its last: the span
- * behind bubble_ratio_paper). With T_comm > 0 it can differ from s's own
- * (a transfer then waits for both its sides), so candidates the
- * compute-only figures rank closely are told apart by it. */
-static double v_lowered_span(const zb_schedule *s, const zb_costs *c) {
-  zb_schedule *low = NULL;
-  zb_sim_result *sim = NULL;
-  double span = INFINITY;
-  if (zb_lower(s, c, &low, NULL) == ZB_OK && zb_simulate_figures(low, c, &sim, NULL) == ZB_OK) {
-    span = 0;
-    for (int r = 0; r < s->p; r++)
-      span = fmax(span, sim->span_end[r] - sim->span_start[r]);
+/* Of the n candidates (owned; NULL ones skipped), the one whose longest
+ * rank span is shortest once lowered (ties: the earlier), the others
+ * freed. That span is what the plan's figures will say: with T_comm > 0
+ * it can differ from the compute-only lists' own (a transfer then waits
+ * for both its sides), so candidates those figures rank closely are told
+ * apart by it. */
+static zb_schedule *v_pick_lowered(zb_schedule **cand, int n, const zb_costs *c) {
+  zb_schedule *best = NULL;
+  double best_span = INFINITY;
+  for (int k = 0; k < n; k++) {
+    zb_schedule *low = NULL;
+    zb_plan_score sc;
+    bool ok =
+        cand[k] && zb_lower(cand[k], c, &low, NULL) == ZB_OK && zb_plan_score_of(low, c, ZB_OBJ_SPAN, &sc);
+    zb_schedule_free(low);
+    if (cand[k] && (!best || (ok && sc.span < best_span - 1e-9))) {
+      zb_schedule_free(best);
+      best = cand[k];
+      best_span = ok ? sc.span : INFINITY;
+    } else
+      zb_schedule_free(cand[k]);
   }
-  zb_sim_result_free(sim);
-  zb_schedule_free(low);
-  return span;
-}
-
-/* Of *best and alt (owned; NULL: none), keeps in *best the one whose
- * lowered span is shorter (ties: *best) and frees the other. */
-static void v_keep_lowered(zb_schedule **best, zb_schedule *alt, const zb_costs *c) {
-  if (alt && (!*best || v_lowered_span(alt, c) < v_lowered_span(*best, c) - 1e-9)) {
-    zb_schedule_free(*best);
-    *best = alt;
-  } else
-    zb_schedule_free(alt);
+  return best;
 }
 
 /* ZB-V under uneven costs, within 1F1B's peak (limit): the handcrafted
@@ -211,10 +206,8 @@ static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, z
   zb_schedule *start = s && recheck ? zb_schedule_clone(s) : NULL;
   if (s && small)
     zb_plan_refine(s, c, ZB_OBJ_SPAN, ZBV_REFINE_EVALS);
-  if (recheck) {
-    v_keep_lowered(&s, start, c);
-    v_keep_lowered(&s, timed, c);
-  }
+  if (recheck)
+    s = v_pick_lowered((zb_schedule *[]){s, start, timed}, 3, c);
   zb_costs_free(c);
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "zb-v found no V schedule within 1F1B's peak");

@@ -63,10 +63,6 @@ static int vt_stage(const vtimed *x, int r, int chunk) {
   return chunk ? 2 * x->p - 1 - r : r;
 }
 
-static int vt_rank_of(const vtimed *x, int stage) {
-  return stage < x->p ? stage : 2 * x->p - 1 - stage;
-}
-
 static size_t vt_at(const vtimed *x, int stage, int mb) {
   return (size_t)stage * (size_t)x->m + (size_t)mb;
 }
@@ -88,7 +84,7 @@ static double vt_input(const vtimed *x, int r, zb_op op, int chunk, bool *far) {
   if (from < 0 || from >= 2 * x->p || isnan(own))
     return own;
   double end = (op == ZB_OP_F ? x->f_end : x->b_end)[vt_at(x, from, mb)];
-  *far = vt_rank_of(x, from) != r;
+  *far = zb_placement_rank(ZB_PLACE_V, x->p, 2, from) != r;
   end += *far ? x->c->t_comm : 0; /* stays NAN while unplaced */
   return end > own ? end : isnan(end) ? NAN : own;
 }
