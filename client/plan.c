@@ -85,7 +85,13 @@ const char zbctl_plan_help[] =
     "Figures: makespan (one iteration); bubble_ratio, global: 1 - busy/(p*makespan);\n"
     "bubble_ratio_paper, the ZB paper's (section 5.3): (S_max - m(T_F+T_B+T_W))/S_max\n"
     "with S_max the longest per-rank span; peak memory per rank in units of one\n"
-    "rank's M_F (1F1B's peak is p).\n"
+    "rank's M_F (1F1B's peak is p). Every plan, generated or read, is simulated\n"
+    "twice: the headline figures (shown first; JSON's top level) are the lowered\n"
+    "plan's, as workers run it, each transfer a send and receive that meet;\n"
+    "'compute-only' (JSON: compute_only) are the compute lists' alone, each\n"
+    "transfer only T_comm of latency (the paper's view). With T_comm = 0 they\n"
+    "agree. A plan written with -o csv and read back with --from-csv has the\n"
+    "same figures.\n"
     "\n"
     "Exit status: 0 success; 1 failure (an invalid or infeasible schedule, a file\n"
     "that cannot be read or parsed, output that cannot be written); 2 usage error\n"
@@ -159,11 +165,12 @@ static const cli_opt plan_options[] = {
 /* Output of one plan                                                  */
 
 typedef struct plan_output {
-  const char *name;           /* family or file name */
-  const zb_schedule *compute; /* for csv */
-  const zb_schedule *lowered; /* for csv-comm */
-  const zb_schedule *shown;   /* for the other formats, with sim */
-  const zb_sim_result *sim;
+  const char *name;                 /* family or file name */
+  const zb_schedule *compute;       /* for csv */
+  const zb_schedule *lowered;       /* for csv-comm */
+  const zb_schedule *shown;         /* for the other formats, with sim */
+  const zb_sim_result *sim;         /* the headline: of the lowered plan, as workers run it */
+  const zb_sim_result *sim_compute; /* of the compute-only lists */
   const zb_costs *costs;
   const zb_rank_costs *rank_costs; /* NULL with per-stage times */
   double limit_units;
@@ -180,6 +187,11 @@ static void plan_ascii(const plan_args *a, const plan_output *o, zb_buf *b) {
   else
     zb_buf_printf(b, "per-stage times from %s, T_comm=%g\n", a->stage_costs, o->costs->t_comm);
   zb_ascii_write(s, o->sim, a->width, b);
+  if (o->sim_compute)
+    zb_buf_printf(b,
+                  "compute-only lists (transfers as latency, the paper's view): makespan %g, bubble_ratio "
+                  "%.4f, bubble_ratio_paper %.4f\n",
+                  o->sim_compute->makespan, o->sim_compute->bubble_ratio, o->sim_compute->bubble_ratio_paper);
   zb_buf_printf(b, "max peak memory %.4g M_F", zb_sim_max_peak(o->sim));
   if (o->limit_units > 0)
     zb_buf_printf(b, " (limit %.4g)", o->limit_units);
@@ -200,6 +212,7 @@ static int plan_emit(const plan_args *a, const plan_output *o) {
         .rank_costs = o->rank_costs,
         .mem_limit_units = o->limit_units,
         .sim = o->sim,
+        .sim_compute = o->sim_compute,
         .generation_seconds = o->gen_seconds >= 0 ? o->gen_seconds : 0,
     };
     zb_json_write(&r, &b);
@@ -217,15 +230,6 @@ static int plan_emit(const plan_args *a, const plan_output *o) {
 
 /* zbctl plan --from-csv                                               */
 
-/* Whether s holds PyTorch's WAIT_SEND markers (a compute_comms file). */
-static bool plan_has_send_waits(const zb_schedule *s) {
-  for (int r = 0; r < s->p; r++)
-    for (int i = 0; i < s->ranks[r].n; i++)
-      if (s->ranks[r].actions[i].op == ZB_OP_WAIT_SEND_F || s->ranks[r].actions[i].op == ZB_OP_WAIT_SEND_B)
-        return true;
-  return false;
-}
-
 static int plan_from_csv(const plan_args *a, const char *stage_text) {
   const char *conflict = a->schedule         ? "--schedule"
                          : a->p              ? "--ranks"
@@ -239,9 +243,9 @@ static int plan_from_csv(const plan_args *a, const char *stage_text) {
   int code = ZBCTL_EXIT_FAIL;
   char *text = NULL;
   size_t len = 0;
-  zb_schedule *s = NULL, *compute = NULL, *lowered = NULL;
+  zb_schedule *s = NULL;
   zb_costs *c = NULL;
-  zb_sim_result *sim = NULL;
+  zb_planner_result r = {0};
   zb_diag d;
   if (!cli_read_file(a->cmd, a->from_csv, &text, &len))
     goto cleanup;
@@ -249,48 +253,28 @@ static int plan_from_csv(const plan_args *a, const char *stage_text) {
     cli_error(a->cmd, "%s: %s", a->from_csv, d.msg);
     goto cleanup;
   }
-  if (zb_schedule_has_comm(s) && plan_has_send_waits(s)) {
-    /* PyTorch's compute_comms order: its sends and receives are posted
-     * early and waited on at use, which zb's blocking comm actions would
-     * serialise; the compute order is what it schedules */
-    fprintf(stderr,
-            "zbctl plan: %s: PyTorch's compute_comms order (asynchronous sends and receives): "
-            "simulated on its compute order, lowered anew for csv-comm\n",
-            a->from_csv);
-    zb_schedule_strip_comm(s);
-  }
   double units = plan_limit_units(a, s->p);
   if (!(c = plan_costs(a, s->p, s->v, stage_text, units, &code)))
     goto cleanup;
-  zb_violation viol;
-  if (zb_validate(s, c, &viol) != ZB_OK) {
-    char line[256];
-    zb_violation_format(&viol, line, (int)sizeof line);
-    bool hint =
-        viol.kind == ZB_VIOL_PLACEMENT && s->placement == ZB_PLACE_LOOP && s->v == 2 && a->have_placement;
-    cli_error(a->cmd, "%s: invalid schedule: %s%s", a->from_csv, line,
-              hint ? " (a V-shaped schedule? try --placement v)" : "");
+  zb_planner_given_request req = {.name = a->from_csv, .schedule = s, .costs = c, .keep_compute = true};
+  if (zb_planner_given(&req, &r, &d) != ZB_OK) {
+    bool hint = r.violation.kind == ZB_VIOL_PLACEMENT && s->placement == ZB_PLACE_LOOP && s->v == 2 &&
+                a->have_placement;
+    cli_error(a->cmd, "%s%s", d.msg, hint ? " (a V-shaped schedule? try --placement v)" : "");
     goto cleanup;
   }
-  if (zb_simulate(s, c, &sim, &d) != ZB_OK) {
-    cli_error(a->cmd, "%s: simulation failed: %s", a->from_csv, d.msg);
-    goto cleanup;
-  }
-  bool has_comm = zb_schedule_has_comm(s);
-  if (a->format == PLAN_FMT_CSV && has_comm) {
-    compute = zb_schedule_clone(s);
-    zb_schedule_strip_comm(compute);
-  }
-  if (a->format == PLAN_FMT_CSV_COMM && !has_comm && zb_lower(s, c, &lowered, &d) != ZB_OK) {
-    cli_error(a->cmd, "%s: lowering failed: %s", a->from_csv, d.msg);
-    goto cleanup;
-  }
+  if (r.relowered)
+    fprintf(stderr,
+            "zbctl plan: %s: PyTorch's compute_comms order (asynchronous sends and receives): "
+            "planned from its compute order, lowered anew\n",
+            a->from_csv);
   plan_output o = {
       .name = a->from_csv,
-      .compute = compute ? compute : s,
-      .lowered = lowered ? lowered : s,
-      .shown = s,
-      .sim = sim,
+      .compute = r.compute,
+      .lowered = r.lowered,
+      .shown = r.lowered,
+      .sim = r.sim,
+      .sim_compute = r.sim_compute,
       .costs = c,
       .rank_costs = stage_text ? NULL : &a->rc,
       .limit_units = units,
@@ -300,10 +284,8 @@ static int plan_from_csv(const plan_args *a, const char *stage_text) {
 cleanup:
   free(text);
   zb_schedule_free(s);
-  zb_schedule_free(compute);
-  zb_schedule_free(lowered);
   zb_costs_free(c);
-  zb_sim_result_free(sim);
+  zb_planner_result_free(&r);
   return code;
 }
 
@@ -358,6 +340,7 @@ static int plan_generated(const plan_args *a, const char *stage_text) {
       .lowered = r.lowered,
       .shown = r.lowered,
       .sim = r.sim,
+      .sim_compute = r.sim_compute,
       .costs = search ? r.costs : c,
       .rank_costs = stage_text ? NULL : &a->rc,
       .limit_units = units,

@@ -33,6 +33,10 @@ int zbctl_plan_remote(const char *coordinator, int timeout_ms, const zb_job_spec
            r->chunks, r->microbatches);
     printf("makespan %g  bubble_ratio %.4f (global)  bubble_ratio_paper %.4f  generated in %.3f ms\n",
            r->makespan, r->bubble_ratio, r->bubble_ratio_paper, r->generation_seconds * 1e3);
+    if (r->compute_only)
+      printf("compute-only lists (transfers as latency, the paper's view): makespan %g  bubble_ratio %.4f  "
+             "bubble_ratio_paper %.4f\n",
+             r->compute_only->makespan, r->compute_only->bubble_ratio, r->compute_only->bubble_ratio_paper);
     printf("peak memory (M_F units):");
     for (size_t k = 0; k < r->n_peak_memory; k++)
       printf(" %g", r->peak_memory[k]);

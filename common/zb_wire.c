@@ -315,6 +315,19 @@ void zb_wire_plan_response(const zb_planner_result *plan, bool action_lists, Zb_
   resp->peak_memory = zb_malloc(sizeof(double) * (size_t)plan->p);
   for (int r = 0; r < plan->p; r++)
     resp->peak_memory[r] = plan->sim->peak_memory_units[r];
+  if (plan->sim_compute) {
+    const zb_sim_result *c = plan->sim_compute;
+    Zb__V1__PlanFigures *f = zb_malloc(sizeof *f);
+    zb__v1__plan_figures__init(f);
+    f->makespan = c->makespan;
+    f->bubble_ratio = c->bubble_ratio;
+    f->bubble_ratio_paper = c->bubble_ratio_paper;
+    f->n_peak_memory = (size_t)plan->p;
+    f->peak_memory = zb_malloc(sizeof(double) * (size_t)plan->p);
+    for (int r = 0; r < plan->p; r++)
+      f->peak_memory[r] = c->peak_memory_units[r];
+    resp->compute_only = f;
+  }
   resp->generation_seconds = plan->generate_seconds > 0 ? plan->generate_seconds : 0;
   resp->n_actions = (size_t)plan->p;
   resp->actions = zb_malloc(sizeof *resp->actions * (size_t)plan->p);
@@ -342,6 +355,10 @@ void zb_wire_plan_response_clear(Zb__V1__PlanResponse *resp) {
   resp->action_lists = NULL;
   resp->n_action_lists = 0;
   free(resp->peak_memory);
+  if (resp->compute_only)
+    free(resp->compute_only->peak_memory);
+  free(resp->compute_only);
+  resp->compute_only = NULL;
   resp->actions = NULL;
   resp->peak_memory = NULL;
   resp->n_actions = resp->n_peak_memory = 0;

@@ -166,6 +166,12 @@ static void adapt_spec_costs(zb_planner_result *plan, const zb_costs *spec_costs
     zb_sim_result_free(plan->sim);
     plan->sim = sim;
   }
+  zb_schedule *compute = zb_schedule_clone(plan->lowered); /* the compute-only figures too */
+  zb_schedule_strip_comm(compute);
+  zb_sim_result_free(plan->sim_compute);
+  plan->sim_compute = NULL;
+  zb_simulate_figures(compute, plan->costs, &plan->sim_compute, NULL);
+  zb_schedule_free(compute);
 }
 
 /* Planning runs on the coordinator's loop between two reports: shapes

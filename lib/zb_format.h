@@ -54,16 +54,18 @@ typedef struct zb_plan_report {
   const char *schedule;     /* family or source name */
   const zb_schedule *sched; /* lowered or compute-only */
   const zb_costs *costs;
-  const zb_rank_costs *rank_costs; /* what the user gave, may be NULL */
-  double mem_limit_units;          /* in rank M_F units, <= 0: none */
-  const zb_sim_result *sim;
+  const zb_rank_costs *rank_costs;  /* what the user gave, may be NULL */
+  double mem_limit_units;           /* in rank M_F units, <= 0: none */
+  const zb_sim_result *sim;         /* the headline: of sched as it runs */
+  const zb_sim_result *sim_compute; /* of the compute-only lists; NULL: none */
   double generation_seconds;
 } zb_plan_report;
 
 /* JSON object with: schedule, ranks, chunks, microbatches, placement,
  * costs, mem_limit, makespan, bubble_ratio, bubble_ratio_paper,
- * peak_memory (per rank, M_F units), generation_seconds, actions (per rank
- * arrays of action strings). */
+ * peak_memory (per rank, M_F units) of sim, compute_only (the same four
+ * of sim_compute, or null), generation_seconds, actions (per rank arrays
+ * of action strings). */
 void zb_json_write(const zb_plan_report *r, zb_buf *out);
 /* Chrome trace event JSON (chrome://tracing, Perfetto): one thread per
  * rank, one complete event per compute op; times in microseconds of the

@@ -38,6 +38,33 @@ static void json_costs(const zb_plan_report *r, zb_buf *b) {
   zb_buf_puts(b, "}");
 }
 
+/* One simulation's figures: makespan, the bubble ratios and peak memory
+ * per rank, the first behind `first`, the others behind `sep`. */
+static void json_figures(const zb_sim_result *sim, const char *first, const char *sep, zb_buf *b) {
+  const char *names[3] = {"makespan", "bubble_ratio", "bubble_ratio_paper"};
+  const double vals[3] = {sim ? sim->makespan : NAN, sim ? sim->bubble_ratio : NAN,
+                          sim ? sim->bubble_ratio_paper : NAN};
+  for (int k = 0; k < 3; k++) {
+    zb_buf_puts(b, k ? sep : first);
+    zb_buf_json_str(b, names[k]);
+    zb_buf_puts(b, ": ");
+    zb_buf_json_num(b, vals[k]);
+  }
+  zb_buf_puts(b, sep);
+  zb_buf_puts(b, "\"peak_memory\": ");
+  if (!sim || !sim->peak_memory_units) {
+    zb_buf_puts(b, "null");
+    return;
+  }
+  zb_buf_puts(b, "[");
+  for (int k = 0; k < sim->p; k++) {
+    if (k)
+      zb_buf_puts(b, ", ");
+    zb_buf_json_num(b, sim->peak_memory_units[k]);
+  }
+  zb_buf_puts(b, "]");
+}
+
 /* Writes the plan report as one JSON object; see zb_format.h. */
 void zb_json_write(const zb_plan_report *r, zb_buf *out) {
   const zb_schedule *s = r->sched;
@@ -62,21 +89,12 @@ void zb_json_write(const zb_plan_report *r, zb_buf *out) {
   json_costs(r, out);
   json_key(out, "mem_limit");
   zb_buf_json_num(out, r->mem_limit_units > 0 ? r->mem_limit_units : NAN);
-  json_key(out, "makespan");
-  zb_buf_json_num(out, sim ? sim->makespan : NAN);
-  json_key(out, "bubble_ratio");
-  zb_buf_json_num(out, sim ? sim->bubble_ratio : NAN);
-  json_key(out, "bubble_ratio_paper");
-  zb_buf_json_num(out, sim ? sim->bubble_ratio_paper : NAN);
-  json_key(out, "peak_memory");
-  if (sim && sim->peak_memory_units) {
-    zb_buf_puts(out, "[");
-    for (int k = 0; k < sim->p; k++) {
-      if (k)
-        zb_buf_puts(out, ", ");
-      zb_buf_json_num(out, sim->peak_memory_units[k]);
-    }
-    zb_buf_puts(out, "]");
+  json_figures(sim, ",\n  ", ",\n  ", out);
+  json_key(out, "compute_only");
+  if (r->sim_compute) {
+    zb_buf_puts(out, "{");
+    json_figures(r->sim_compute, "", ", ", out);
+    zb_buf_puts(out, "}");
   } else {
     zb_buf_puts(out, "null");
   }

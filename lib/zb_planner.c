@@ -47,6 +47,13 @@ static zb_err planner_generate(const zb_planner_request *req, zb_planner_result 
   return err;
 }
 
+/* What the check of one plan is asked for, from either request. */
+typedef struct planner_opts {
+  const char *name; /* for messages */
+  bool compute_only, keep_compute, figures_only;
+  const zb_par *par;
+} planner_opts;
+
 /* Validation and simulation of one plan: independent, each its own
  * output, so a runner may take them at once. */
 typedef struct planner_check_job {
@@ -69,23 +76,50 @@ static void planner_check_piece(void *arg, int k) {
         (j->figures_only ? zb_simulate_figures : zb_simulate)(j->runs, j->costs, &j->sim, &j->sim_diag);
 }
 
-/* Lowers (from the generator's short run when there is one), validates
- * and simulates out->compute. */
-static zb_err planner_check(const zb_planner_request *req, zb_planner_result *out, const zb_schedule *run,
-                            int period, zb_diag *diag) {
-  const char *name = zb_family_name(req->family);
+/* The compute-only lists' figures into out->sim_compute, unless the plan
+ * is compute-only (its headline is they). */
+static zb_err planner_compute_figures(const planner_opts *o, zb_planner_result *out, zb_diag *diag) {
+  if (o->compute_only || out->sim_compute)
+    return ZB_OK;
   zb_diag d = {{0}};
-  zb_err err;
-  const zb_schedule *runs = out->compute;
+  out->failed = ZB_PLANNER_SIMULATE;
+  zb_err err = zb_simulate_figures(out->compute, out->costs, &out->sim_compute, &d);
+  if (err)
+    return zb_diag_set(diag, err, "%s: simulation failed: %s", o->name, d.msg);
+  return ZB_OK;
+}
+
+/* Lowers out->compute (from the generator's short run when there is one)
+ * unless out->lowered is given, keeping the figures lowering's own
+ * simulation gives when it gives them (*figures, caller owns). */
+static zb_err planner_lower(const planner_opts *o, zb_planner_result *out, const zb_schedule *run, int period,
+                            zb_sim_result **figures, zb_diag *diag) {
+  *figures = NULL;
+  if (o->compute_only || out->lowered)
+    return ZB_OK;
+  zb_diag d = {{0}};
+  out->failed = ZB_PLANNER_LOWER;
+  zb_err err = zb_lower_par_figures(out->compute, run, period, out->costs, o->par, &out->lowered,
+                                    o->figures_only ? figures : NULL, &d);
+  if (err)
+    return zb_diag_set(diag, err, "%s: lowering failed: %s", o->name, d.msg);
+  if (*figures) /* the lowered lists run on the compute timeline: one simulation for both */
+    out->sim_compute = zb_sim_result_copy_figures(*figures);
+  return ZB_OK;
+}
+
+/* Lowers (unless given or compute_only), validates and simulates
+ * out->compute, both ways. */
+static zb_err planner_check(const planner_opts *o, zb_planner_result *out, const zb_schedule *run, int period,
+                            zb_diag *diag) {
   zb_sim_result *figures = NULL; /* the lowered plan's, when lowering's own simulation gives them */
-  if (!req->compute_only) {
-    out->failed = ZB_PLANNER_LOWER;
-    if ((err = zb_lower_par_figures(out->compute, run, period, out->costs, req->par, &out->lowered,
-                                    req->figures_only ? &figures : NULL, &d)))
-      return zb_diag_set(diag, err, "%s: lowering failed: %s", name, d.msg);
-    runs = out->lowered;
-  }
-  if (!req->keep_compute && !req->compute_only) { /* no longer needed: at scale a third of the peak */
+  zb_err err = planner_lower(o, out, run, period, &figures, diag);
+  if (!err)
+    err = planner_compute_figures(o, out, diag);
+  if (err)
+    return err;
+  const zb_schedule *runs = o->compute_only ? out->compute : out->lowered;
+  if (!o->keep_compute && !o->compute_only) { /* no longer needed: at scale a third of the peak */
     zb_schedule_free(out->compute);
     out->compute = NULL;
   }
@@ -93,13 +127,13 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
    * that it and the simulation take (on two, three threads only take
    * turns: interleaved 1F1B, 4 chunks, p=256, m=4096 was no faster), or
    * when lowering gave the figures and it runs alone */
-  const zb_par *vpar = zb_par_width(req->par) > 2 || figures ? req->par : NULL;
-  planner_check_job job = {.runs = runs, .costs = out->costs, .par = vpar, .figures_only = req->figures_only};
+  const zb_par *vpar = zb_par_width(o->par) > 2 || figures ? o->par : NULL;
+  planner_check_job job = {.runs = runs, .costs = out->costs, .par = vpar, .figures_only = o->figures_only};
   if (figures) {
     planner_check_piece(&job, 0);
     job.sim = figures;
-  } else if (zb_par_width(req->par) > 1) {
-    zb_par_run(req->par, planner_check_piece, &job, 2);
+  } else if (zb_par_width(o->par) > 1) {
+    zb_par_run(o->par, planner_check_piece, &job, 2);
   } else { /* in turn: an invalid plan is not simulated */
     planner_check_piece(&job, 0);
     if (!job.valid_err)
@@ -111,12 +145,12 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
     zb_sim_result_free(job.sim);
     char line[200];
     zb_violation_format(&out->violation, line, (int)sizeof line);
-    return zb_diag_set(diag, job.valid_err, "%s: invalid schedule: %s", name, line);
+    return zb_diag_set(diag, job.valid_err, "%s: invalid schedule: %s", o->name, line);
   }
   out->failed = ZB_PLANNER_SIMULATE;
   out->sim = job.sim;
   if (job.sim_err)
-    return zb_diag_set(diag, job.sim_err, "%s: simulation failed: %s", name, job.sim_diag.msg);
+    return zb_diag_set(diag, job.sim_err, "%s: simulation failed: %s", o->name, job.sim_diag.msg);
   out->failed = ZB_PLANNER_DONE;
   return ZB_OK;
 }
@@ -124,6 +158,10 @@ static zb_err planner_check(const zb_planner_request *req, zb_planner_result *ou
 zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
   if (zb_planner_searches(req) && req->p >= 1 && req->m >= 1)
     return zb_planner_search(req, out, diag);
+  return zb_planner_run_family(req, out, diag);
+}
+
+zb_err zb_planner_run_family(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
   memset(out, 0, sizeof *out);
   out->family = req->family;
   out->chosen = req->family;
@@ -144,7 +182,12 @@ zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_
   int period = 0;
   if ((err = planner_generate(req, out, &run, &period, diag)))
     return err;
-  err = planner_check(req, out, run, period, diag);
+  planner_opts o = {.name = zb_family_name(req->family),
+                    .compute_only = req->compute_only,
+                    .keep_compute = req->keep_compute,
+                    .figures_only = req->figures_only,
+                    .par = req->par};
+  err = planner_check(&o, out, run, period, diag);
   zb_schedule_free(run);
   if (!req->keep_compute && !req->compute_only) {
     zb_schedule_free(out->compute);
@@ -153,11 +196,59 @@ zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_
   return err;
 }
 
+/* Whether s holds PyTorch's WAIT_SEND markers (a compute_comms order). */
+static bool planner_has_send_waits(const zb_schedule *s) {
+  for (int r = 0; r < s->p; r++)
+    for (int i = 0; i < s->ranks[r].n; i++)
+      if (s->ranks[r].actions[i].op == ZB_OP_WAIT_SEND_F || s->ranks[r].actions[i].op == ZB_OP_WAIT_SEND_B)
+        return true;
+  return false;
+}
+
+zb_err zb_planner_given(const zb_planner_given_request *req, zb_planner_result *out, zb_diag *diag) {
+  const zb_schedule *s = req->schedule;
+  memset(out, 0, sizeof *out);
+  out->family = out->chosen = ZB_FAMILY_COUNT_;
+  out->p = s->p;
+  out->v = s->v;
+  out->m = s->m;
+  out->placement = s->placement;
+  out->generate_seconds = -1;
+  out->failed = ZB_PLANNER_COSTS;
+  planner_opts o = {.name = req->name ? req->name : "schedule",
+                    .keep_compute = req->keep_compute,
+                    .figures_only = req->figures_only,
+                    .par = req->par};
+  if (req->costs->n_stages != s->p * s->v)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s: costs for %d stages, the schedule has %d", o.name,
+                       req->costs->n_stages, s->p * s->v);
+  out->costs = zb_costs_clone(req->costs);
+  out->compute = zb_schedule_clone(s);
+  if (zb_schedule_has_comm(s)) {
+    /* PyTorch's sends and receives are posted early and waited on at use,
+     * which blocking comm actions would serialise: its compute order is
+     * what it schedules, lowered anew; zb's own lowered lists run as given */
+    out->relowered = planner_has_send_waits(s);
+    zb_schedule_strip_comm(out->compute);
+    if (!out->relowered)
+      out->lowered = zb_schedule_clone(s);
+  }
+  out->failed = ZB_PLANNER_VALIDATE; /* the compute order first: its faults name the user's actions */
+  zb_err err = zb_validate(out->compute, out->costs, &out->violation);
+  if (err) {
+    char line[200];
+    zb_violation_format(&out->violation, line, (int)sizeof line);
+    return zb_diag_set(diag, err, "%s: invalid schedule: %s", o.name, line);
+  }
+  return planner_check(&o, out, NULL, 0, diag);
+}
+
 void zb_planner_result_free(zb_planner_result *r) {
   zb_costs_free(r->costs);
   zb_schedule_free(r->compute);
   zb_schedule_free(r->lowered);
   zb_sim_result_free(r->sim);
+  zb_sim_result_free(r->sim_compute);
   memset(r, 0, sizeof *r);
 }
 

@@ -6,10 +6,14 @@
  *   generate  the family's compute-only schedule (zb_plan.h);
  *   lower     SEND/RECV actions and transport groups inserted (zb_lower.h);
  *   validate  dependencies, placement, comm pairing, memory (zb_validate.h);
- *   simulate  makespan, bubble ratios and peak memory (zb_sim.h).
+ *   simulate  makespan, bubble ratios and peak memory (zb_sim.h), twice:
+ *             the lowered plan as workers run it (the headline figures)
+ *             and the compute-only lists (the paper's view).
  *
  * zbctl, the coordinator, the tests and the benchmarks all plan through
- * zb_planner_run (docs/schedules.md, Planning pipeline). Pure: no I/O, no
+ * zb_planner_run, and a schedule given whole (a CSV file) through
+ * zb_planner_given, so one plan has one set of figures whatever its
+ * source (docs/schedules.md, Planning pipeline). Pure: no I/O, no
  * threads, no globals; the only time it reads is the caller's clock, the
  * only threads it uses the caller's runner's.
  *
@@ -72,11 +76,19 @@ typedef struct zb_planner_result {
   zb_family chosen; /* the family whose lists these are: family, or what zb-auto's search chose */
   int p, v, m;
   zb_placement placement;
-  zb_costs *costs;         /* what was planned with: per stage, mem_limit absolute (0: none) */
-  zb_schedule *compute;    /* generated lists; NULL unless keep_compute (or compute_only) */
-  zb_schedule *lowered;    /* what every rank runs; NULL when compute_only */
-  zb_violation violation;  /* the validator's finding (kind NONE on success) */
-  zb_sim_result *sim;      /* of lowered (of compute when compute_only); no times when figures_only */
+  zb_costs *costs;        /* what was planned with: per stage, mem_limit absolute (0: none) */
+  zb_schedule *compute;   /* generated lists; NULL unless keep_compute (or compute_only) */
+  zb_schedule *lowered;   /* what every rank runs; NULL when compute_only */
+  zb_violation violation; /* the validator's finding (kind NONE on success) */
+  /* The headline figures: of lowered, as the executor runs it (of
+   * compute when compute_only); no times when figures_only. */
+  zb_sim_result *sim;
+  /* The compute-only lists' figures (no times): transfers as latency
+   * only, the paper's view; NULL when compute_only (sim is they). */
+  zb_sim_result *sim_compute;
+  /* zb_planner_given only: the schedule's own comm order was PyTorch's
+   * asynchronous one, replaced by a lowering of its compute order. */
+  bool relowered;
   double generate_seconds; /* the generator's time by req->clock; -1 without one */
   zb_planner_step failed;  /* where a failed run stopped */
 } zb_planner_result;
@@ -89,14 +101,40 @@ typedef struct zb_planner_result {
  * (docs/schedules.md, Families). */
 zb_err zb_planner_run(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag);
 
-/* zb-auto over every placement (zb_planner_search.c): what zb_planner_run
- * does for a zb-auto request whose chunks are open (v = 0) and whose costs
- * are one rank's share (no costs, no stage_times). Every family is planned
- * at the shape, compute-only (zb-auto on loop placement, zb-interleaved
- * with 2..4 chunks and the V families within the request's limit, the
- * handcrafted ones as they are); the best objective whose peak fits the
- * limit (default 1F1B's, p units) is planned in full; result->chosen names
- * it, result->v and ->placement are its. */
+/* zb_planner_run for req->family's own generator, never the search
+ * (zb-auto as the loop-placement generator alone). */
+zb_err zb_planner_run_family(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag);
+
+/* A schedule given whole, to be planned as a generated one is. */
+typedef struct zb_planner_given_request {
+  const char *name;            /* for messages ("FILE: invalid schedule: ..."); NULL: "schedule" */
+  const zb_schedule *schedule; /* compute-only; lowered by zb (SEND/RECV); or PyTorch's compute_comms */
+  const zb_costs *costs;       /* of its p*v stages; mem_limit (0: none) is validated */
+  bool keep_compute, figures_only;
+  const zb_par *par;
+} zb_planner_given_request;
+
+/* Plans a given schedule: its compute order validated, lowered (a list
+ * lowered by zb is kept as it is and validated; PyTorch's compute_comms
+ * order, whose sends and receives are asynchronous, is replaced by a
+ * lowering of its compute order, and result->relowered says so), and
+ * simulated both ways, as zb_planner_run does for a generated one: a
+ * family's plan written as CSV and read back here has the same figures.
+ * result->family is ZB_FAMILY_COUNT_ (none); failures as zb_planner_run. */
+zb_err zb_planner_given(const zb_planner_given_request *req, zb_planner_result *out, zb_diag *diag);
+
+/* zb-auto as a choice among plans (zb_planner_search.c): what
+ * zb_planner_run does for every zb-auto request. Every family that serves
+ * the request is planned (over every placement when its chunks are open,
+ * v = 0, and its costs are one rank's share; otherwise those of its
+ * chunks under its costs): each as it plans alone, and the ones that plan
+ * within a limit at the request's limit (default 1F1B's peak) and at a
+ * ladder of limits below it. The plan with the best figure of the kind
+ * the result reports (lowered; compute-only for a compute_only request)
+ * whose peak fits the limit is planned in full: result->chosen names it,
+ * result->v and ->placement are its. So a higher limit never gives a
+ * worse plan at limits on the ladder, and zb-auto is never behind a named
+ * family at that family's own peak (docs/schedules.md, zb-auto). */
 bool zb_planner_searches(const zb_planner_request *req);
 zb_err zb_planner_search(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag);
 void zb_planner_result_free(zb_planner_result *r);

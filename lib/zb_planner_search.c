@@ -1,28 +1,53 @@
-/* zb_planner_search.c — zb-auto over every placement (docs/schedules.md,
- * zb-auto): when a zb-auto request leaves the chunks open and gives its
- * costs as one rank's share, every family is planned at that shape (the
- * loop zb-auto and zb-interleaved, and the V families, within the request's
- * memory limit; the handcrafted ones as they are), compute-only, and the
- * one with the best objective whose peak fits the limit is planned in
- * full. The named families are its candidates, so it is never behind any
- * of them at its limit; the result says which it chose. */
+/* zb_planner_search.c — zb-auto as a choice among plans (docs/schedules.md,
+ * zb-auto). Every family that can serve the request is planned, and the
+ * plan with the best figure of the kind the result reports (the lowered
+ * plan's, or the compute-only lists' for a compute_only request) whose peak
+ * fits the limit is planned in full; result->chosen names it.
+ *
+ * Candidates: every family as it plans by itself (no limit: the plan a
+ * user naming it gets), and the families that plan within a limit (the
+ * loop zb-auto, zb-interleaved, the V families) at the request's limit and
+ * at each rung of a ladder below it: multiples of 1F1B's peak and the
+ * peaks of the families' own plans. A limit that rises keeps every rung
+ * that a lower one had, so the choice never gets worse with more memory
+ * at limits on the ladder (and never worse than a named family at that
+ * family's own peak). Placements are open (loop with 1 to 4 chunks, V)
+ * when the request leaves the chunks open and gives one rank's share;
+ * otherwise the families of the request's chunks, under its costs.
+ *
+ * The compute-only makespan bounds the lowered one from below (a lowered
+ * plan only adds waits), so it prunes candidates that cannot win; it
+ * never decides.
+ */
 #include <math.h>
 #include <string.h>
 
 #include "zb_plan_internal.h"
 #include "zb_planner.h"
 
+#define SEARCH_EPS 1e-9
+/* Plans above this many compute actions per rank's share (p v m) plan the
+ * ladder's first rung only: each rung plans every limited family again. */
+#define SEARCH_LADDER_OPS 4096
+enum { SEARCH_MAX_RUNGS = 16 };
+
 bool zb_planner_searches(const zb_planner_request *req) {
-  return req->family == ZB_FAMILY_ZB_AUTO && req->v == 0 && !req->costs && req->n_stage_times == 0;
+  return req->family == ZB_FAMILY_ZB_AUTO;
 }
 
-typedef struct search_cand {
+/* Whether the request leaves the placement open (one rank's share). */
+static bool search_open(const zb_planner_request *req) {
+  return req->v == 0 && !req->costs && req->n_stage_times == 0;
+}
+
+typedef struct search_fam {
   zb_family family;
   int v;
-  bool limited; /* planned within the request's limit (else its own) */
-} search_cand;
+  bool limited; /* plans within a limit (else as it is) */
+} search_fam;
 
-static const search_cand search_cands[] = {
+static const search_fam search_fams[] = {
+    {ZB_FAMILY_ZB_V, 2, true},
     {ZB_FAMILY_ZB_AUTO, 1, true},
     {ZB_FAMILY_1F1B, 1, false},
     {ZB_FAMILY_GPIPE, 1, false},
@@ -31,68 +56,196 @@ static const search_cand search_cands[] = {
     {ZB_FAMILY_INTERLEAVED_1F1B, 2, false},
     {ZB_FAMILY_INTERLEAVED_1F1B, 3, false},
     {ZB_FAMILY_INTERLEAVED_1F1B, 4, false},
-    {ZB_FAMILY_ZB_V, 2, true},
     {ZB_FAMILY_V_HALF, 2, true},
     {ZB_FAMILY_V_MIN, 2, true},
     {ZB_FAMILY_ZB_INTERLEAVED, 2, true},
     {ZB_FAMILY_ZB_INTERLEAVED, 3, true},
     {ZB_FAMILY_ZB_INTERLEAVED, 4, true},
 };
+enum { SEARCH_FAMS = sizeof search_fams / sizeof search_fams[0] };
 
-/* Candidates left out to keep the search quick: V-Half and V-Min when the
- * limit holds ZB-V (1F1B's peak, which they trade bubble for), and
- * zb-interleaved beyond 2 chunks on large plans (p v m above 16384). */
-static bool search_skips(const zb_planner_request *req, const search_cand *sc, double limit) {
-  if ((sc->family == ZB_FAMILY_V_HALF || sc->family == ZB_FAMILY_V_MIN) && limit >= req->p)
-    return true;
-  return sc->family == ZB_FAMILY_ZB_INTERLEAVED && sc->v > 2 && (double)req->p * sc->v * req->m > 16384;
+/* One search: the request, its limit and 1F1B's peak (absolute), the
+ * best so far. */
+typedef struct search_state {
+  const zb_planner_request *req;
+  int v; /* the request's chunks when the placement is closed */
+  double limit, one_f1b;
+  double rungs[SEARCH_MAX_RUNGS];
+  int n_rungs;
+  double best_key;
+  int best_fam;
+  double best_level; /* the winner's limit; 0: its own */
+} search_state;
+
+/* Costs of family sf's shape with mem_limit level (absolute; 0: none),
+ * or NULL when they cannot be built. Caller owns. */
+static zb_costs *search_costs(const search_state *st, const search_fam *sf, double level) {
+  const zb_planner_request *req = st->req;
+  zb_costs *c;
+  if (req->costs) {
+    c = zb_costs_clone(req->costs);
+  } else {
+    c = zb_costs_from_rank_share(req->p, sf->v, &req->rank, 0);
+    for (int s = 0; s < req->n_stage_times && req->n_stage_times == c->n_stages; s++) {
+      c->t_f[s] = req->stage_times[s][0];
+      c->t_b[s] = req->stage_times[s][1];
+      c->t_w[s] = req->stage_times[s][2];
+    }
+  }
+  c->mem_limit = level;
+  if (zb_costs_check(c, NULL) != ZB_OK) {
+    zb_costs_free(c);
+    return NULL;
+  }
+  return c;
 }
 
-/* Generates candidate sc under the request's rank costs (its limit for a
- * limited one) and scores it: the objective (makespan, or the longest
- * rank span) and whether it fits the limit. Generation and the fast
- * simulation only: the winner is validated when it is planned in full. */
-static bool search_score(const zb_planner_request *req, const search_cand *sc, double limit, double *key) {
-  zb_costs *c = zb_costs_from_rank_share(req->p, sc->v, &req->rank, sc->limited ? limit * req->rank.m_f : 0);
-  zb_plan_request gen = {
-      .family = sc->family, .p = req->p, .v = sc->v, .m = req->m, .costs = c, .objective = req->objective};
+/* The largest per-rank peak of s under c (absolute). */
+static double search_peak(const zb_schedule *s, const zb_costs *c) {
+  double peak = 0;
+  for (int r = 0; r < s->p; r++) {
+    double mem = 0;
+    for (int i = 0; i < s->ranks[r].n; i++) {
+      mem += zb_costs_mem(c, s->ranks[r].actions[i].op, s->ranks[r].actions[i].stage);
+      peak = mem > peak ? mem : peak;
+    }
+  }
+  return peak;
+}
+
+/* The figure the request is judged by of s (compute-only lists) under c:
+ * the lowered plan's unless the request is compute-only or T_comm is 0
+ * (then the two agree). false when it cannot be had or the compute-only
+ * bound already loses to the best. */
+static bool search_key(const search_state *st, const zb_schedule *s, const zb_costs *c, double *key) {
+  bool span = st->req->objective == ZB_OBJ_SPAN;
+  double makespan, max_span;
+  if (zb_simulate_makespan(s, c, &makespan, &max_span) != ZB_OK)
+    return false;
+  *key = span ? max_span : makespan;
+  if (st->req->compute_only || c->t_comm <= 0)
+    return true;
+  if (!span && makespan >= st->best_key - SEARCH_EPS) /* a bound: lowering only adds waits */
+    return false;
+  zb_schedule *low = NULL;
+  bool ok =
+      zb_lower(s, c, &low, NULL) == ZB_OK && zb_simulate_makespan(low, c, &makespan, &max_span) == ZB_OK;
+  zb_schedule_free(low);
+  *key = span ? max_span : makespan;
+  return ok;
+}
+
+/* Plans family k at level (absolute; 0: its own), keeps it when it fits
+ * the limit and beats the best; *peak (when given) its peak, or -1. */
+static void search_try(search_state *st, int k, double level, double *peak) {
+  const search_fam *sf = &search_fams[k];
+  if (peak)
+    *peak = -1;
+  zb_costs *c = search_costs(st, sf, level);
+  zb_plan_request gen = {.family = sf->family,
+                         .p = st->req->p,
+                         .v = sf->v,
+                         .m = st->req->m,
+                         .costs = c,
+                         .objective = st->req->objective};
   zb_schedule *s = NULL;
-  double makespan, span;
-  bool ok = zb_costs_check(c, NULL) == ZB_OK && zb_plan_generate(&gen, &s, NULL) == ZB_OK;
-  c->mem_limit = limit * req->rank.m_f; /* the fit is judged by the request's limit */
-  ok = ok && zb_plan_fits_memory(s, c) && zb_simulate_makespan(s, c, &makespan, &span) == ZB_OK;
-  *key = req->objective == ZB_OBJ_SPAN ? span : makespan;
+  if (c && zb_plan_generate(&gen, &s, NULL) == ZB_OK) {
+    double at = search_peak(s, c), key;
+    if (peak)
+      *peak = at;
+    if (at <= st->limit * (1 + SEARCH_EPS) + SEARCH_EPS && search_key(st, s, c, &key) &&
+        key < st->best_key - SEARCH_EPS * (1 + fabs(key))) {
+      st->best_key = key;
+      st->best_fam = k;
+      st->best_level = level;
+    }
+  }
   zb_schedule_free(s);
   zb_costs_free(c);
-  return ok;
+}
+
+/* Adds a rung below the limit unless it is there already. */
+static void search_add_rung(search_state *st, double level) {
+  if (level <= 0 || level >= st->limit * (1 - SEARCH_EPS) || st->n_rungs == SEARCH_MAX_RUNGS)
+    return;
+  for (int i = 0; i < st->n_rungs; i++)
+    if (fabs(st->rungs[i] - level) <= SEARCH_EPS * (1 + level))
+      return;
+  st->rungs[st->n_rungs++] = level;
+}
+
+/* Whether family k serves the request at all, and at this level: V-Half
+ * and V-Min trade bubble for memory below 1F1B's peak and are not planned
+ * within a limit at it or above (as they plan alone, they are);
+ * zb-interleaved beyond 2 chunks not on large plans. */
+static bool search_serves(const search_state *st, int k, double level) {
+  const search_fam *sf = &search_fams[k];
+  const zb_planner_request *req = st->req;
+  if (search_open(req) ? false : sf->v != st->v)
+    return false;
+  if (zb_plan_check_shape(sf->family, req->p, sf->v, req->m, NULL) != ZB_OK)
+    return false;
+  if ((sf->family == ZB_FAMILY_V_HALF || sf->family == ZB_FAMILY_V_MIN) &&
+      level >= st->one_f1b * (1 - SEARCH_EPS))
+    return false;
+  return !(sf->family == ZB_FAMILY_ZB_INTERLEAVED && sf->v > 2 && (double)req->p * sf->v * req->m > 16384);
+}
+
+/* Every family as it is (its peak a rung), then the limited ones at the
+ * limit and at every rung below it. */
+static void search_all(search_state *st) {
+  bool ladder = (double)st->req->p * st->req->m * (st->v ? st->v : 1) <= SEARCH_LADDER_OPS;
+  for (int k = 1; k * st->one_f1b < st->limit * (1 - SEARCH_EPS) && (ladder || k == 1); k++)
+    search_add_rung(st, k * st->one_f1b);
+  for (int k = 0; k < SEARCH_FAMS; k++) {
+    double peak = -1;
+    if (search_fams[k].family != ZB_FAMILY_ZB_AUTO && search_serves(st, k, 0))
+      search_try(st, k, 0, &peak);
+    if (ladder)
+      search_add_rung(st, peak);
+  }
+  for (int k = 0; k < SEARCH_FAMS; k++) {
+    if (!search_fams[k].limited)
+      continue;
+    if (search_serves(st, k, st->limit))
+      search_try(st, k, st->limit, NULL);
+    for (int i = 0; i < st->n_rungs; i++)
+      if (search_serves(st, k, st->rungs[i]))
+        search_try(st, k, st->rungs[i], NULL);
+  }
 }
 
 zb_err zb_planner_search(const zb_planner_request *req, zb_planner_result *out, zb_diag *diag) {
   memset(out, 0, sizeof *out); /* the caller frees it either way */
   out->family = out->chosen = ZB_FAMILY_ZB_AUTO;
-  double limit = req->mem_limit > 0 ? req->mem_limit : req->p; /* 1F1B's peak by default */
-  int best = -1;
-  double best_key = INFINITY;
-  for (int k = 0; k < (int)(sizeof search_cands / sizeof search_cands[0]); k++) {
-    const search_cand *sc = &search_cands[k];
-    double key;
-    if (zb_plan_check_shape(sc->family, req->p, sc->v, req->m, NULL) != ZB_OK ||
-        search_skips(req, sc, limit) || !search_score(req, sc, limit, &key))
-      continue;
-    if (key < best_key - 1e-9) {
-      best = k;
-      best_key = key;
-    }
-  }
-  if (best < 0)
+  search_state st = {.req = req, .v = req->v > 0 ? req->v : 1, .best_key = INFINITY, .best_fam = -1};
+  if (search_open(req))
+    st.v = 0;
+  else if (req->costs && req->costs->n_stages % req->p == 0)
+    st.v = req->costs->n_stages / req->p;
+  zb_costs *base = search_costs(&st, &(search_fam){ZB_FAMILY_1F1B, st.v ? st.v : 1, false}, 0);
+  if (!base)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "zb-auto: the costs do not describe %d ranks", req->p);
+  double unit = zb_costs_rank_mf(base, ZB_PLACE_LOOP, req->p, st.v ? st.v : 1, 0);
+  double given = req->costs ? req->costs->mem_limit : req->mem_limit * req->rank.m_f;
+  st.one_f1b = req->p * unit;
+  st.limit = given > 0 ? given : st.one_f1b; /* 1F1B's peak by default */
+  zb_costs_free(base);
+  search_all(&st);
+  if (st.best_fam < 0)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE,
-                       "zb-auto: no schedule of any placement fits %g x M_F per rank", limit);
-  zb_planner_request win = *req;
-  win.family = search_cands[best].family;
-  win.v = search_cands[best].v;
-  win.mem_limit = search_cands[best].limited ? limit : 0;
-  zb_err err = zb_planner_run(&win, out, diag);
+                       "zb-auto: no schedule of any placement fits %g x M_F per rank", st.limit / unit);
+  const search_fam *win = &search_fams[st.best_fam];
+  zb_costs *c = search_costs(&st, win, st.best_level);
+  zb_planner_request run = *req;
+  run.family = win->family;
+  run.v = win->v;
+  run.costs = c;
+  zb_err err = zb_planner_run_family(&run, out, diag);
+  zb_costs_free(c);
   out->family = ZB_FAMILY_ZB_AUTO;
-  out->chosen = win.family;
+  out->chosen = win->family;
+  if (out->costs)
+    out->costs->mem_limit = st.limit;
   return err;
 }

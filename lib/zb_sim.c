@@ -565,3 +565,23 @@ void zb_sim_result_free(zb_sim_result *r) {
   free(r->peak_memory_units);
   free(r);
 }
+
+static double *sim_copy_ranks(const double *v, int p) {
+  if (!v)
+    return NULL;
+  double *out = zb_malloc((size_t)p * sizeof *out);
+  memcpy(out, v, (size_t)p * sizeof *out);
+  return out;
+}
+
+zb_sim_result *zb_sim_result_copy_figures(const zb_sim_result *r) {
+  zb_sim_result *out = zb_calloc(1, sizeof *out);
+  *out = *r;
+  out->start = out->end = NULL;
+  out->busy = sim_copy_ranks(r->busy, r->p);
+  out->span_start = sim_copy_ranks(r->span_start, r->p);
+  out->span_end = sim_copy_ranks(r->span_end, r->p);
+  out->peak_memory = sim_copy_ranks(r->peak_memory, r->p);
+  out->peak_memory_units = sim_copy_ranks(r->peak_memory_units, r->p);
+  return out;
+}

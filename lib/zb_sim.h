@@ -45,6 +45,9 @@ zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out,
  * that never draw or trace it (the coordinator). */
 zb_err zb_simulate_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
 void zb_sim_result_free(zb_sim_result *r);
+/* A new result (caller frees) with r's figures and per-rank arrays but no
+ * per-action times, as zb_simulate_figures gives them. */
+zb_sim_result *zb_sim_result_copy_figures(const zb_sim_result *r);
 
 /* The figures and each action's start only (end NULL): an action's end
  * is its start plus zb_costs_time of it, the sum the simulation makes,
