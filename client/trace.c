@@ -173,9 +173,9 @@ static bool trace_plan(const zb_job_spec *job_spec, const Zb__V1__IterationMetri
   zb_diag d;
   bool ok = zb_job_plan(&spec, ZB_OBJ_MAKESPAN, plan, &d) == ZB_OK && plan->lowered && plan->sim;
   if (ok) { /* the drawing needs every action's times */
-    zb_sim_result_free(plan->sim);
-    plan->sim = NULL;
-    ok = zb_simulate(plan->lowered, plan->costs, &plan->sim, &d) == ZB_OK;
+    zb_costs *c = zb_costs_clone(plan->costs);
+    ok = zb_planner_resimulate(plan, c, true, &d) == ZB_OK;
+    zb_costs_free(c);
   }
   if (!ok) {
     cli_error("trace", "warning: cannot plan %s for the job's shape (%s); writing the measured timeline only",

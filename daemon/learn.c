@@ -47,7 +47,7 @@ static void learn_costs(coord_job *j, const zb_planner_result *pl, const zb_tl_c
 /* The plan's lowered lists simulated under the learned costs. */
 static void predict_learned(const coord_job *j, const zb_planner_result *pl, Zb__V1__IterationMetrics *it) {
   zb_sim_result *sim = NULL;
-  if (!pl->lowered || zb_simulate(pl->lowered, j->learned, &sim, NULL) != ZB_OK)
+  if (!pl->lowered || zb_planner_predict(pl, j->learned, &sim, NULL) != ZB_OK)
     return;
   it->predicted_bubble_ratio = sim->bubble_ratio;
   it->predicted_bubble_ratio_paper = sim->bubble_ratio_paper;
@@ -159,19 +159,11 @@ static bool adapt_best(const coord_job *j, zb_planner_result *best) {
  * sleeps, and what stragglers are measured against), which must stay the
  * job's own; its simulation is redone under them. */
 static void adapt_spec_costs(zb_planner_result *plan, const zb_costs *spec_costs) {
-  zb_costs_free(plan->costs);
-  plan->costs = zb_costs_clone(spec_costs);
-  zb_sim_result *sim = NULL;
-  if (zb_simulate(plan->lowered, plan->costs, &sim, NULL) == ZB_OK) {
-    zb_sim_result_free(plan->sim);
-    plan->sim = sim;
+  if (zb_planner_resimulate(plan, spec_costs, false, NULL) !=
+      ZB_OK) { /* keep the spec's costs all the same */
+    zb_costs_free(plan->costs);
+    plan->costs = zb_costs_clone(spec_costs);
   }
-  zb_schedule *compute = zb_schedule_clone(plan->lowered); /* the compute-only figures too */
-  zb_schedule_strip_comm(compute);
-  zb_sim_result_free(plan->sim_compute);
-  plan->sim_compute = NULL;
-  zb_simulate_figures(compute, plan->costs, &plan->sim_compute, NULL);
-  zb_schedule_free(compute);
 }
 
 /* Planning runs on the coordinator's loop between two reports: shapes
@@ -192,7 +184,7 @@ void job_adapt(coord *co, coord_job *j) {
     return;
   }
   zb_sim_result *now = NULL;
-  if (zb_simulate(j->plan.lowered, j->learned, &now, NULL) != ZB_OK)
+  if (zb_planner_predict(&j->plan, j->learned, &now, NULL) != ZB_OK)
     return;
   zb_planner_result best;
   if (adapt_best(j, &best)) {

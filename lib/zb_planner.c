@@ -243,6 +243,43 @@ zb_err zb_planner_given(const zb_planner_given_request *req, zb_planner_result *
   return planner_check(&o, out, NULL, 0, diag);
 }
 
+static const zb_schedule *planner_lists(const zb_planner_result *r) {
+  return r->lowered ? r->lowered : r->compute;
+}
+
+zb_err zb_planner_predict(const zb_planner_result *r, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
+  *out = NULL;
+  if (!planner_lists(r))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "no plan to simulate");
+  return zb_simulate_figures(planner_lists(r), c, out, diag);
+}
+
+zb_err zb_planner_resimulate(zb_planner_result *r, const zb_costs *c, bool times, zb_diag *diag) {
+  const zb_schedule *s = planner_lists(r);
+  if (!s)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "no plan to simulate");
+  zb_sim_result *sim = NULL, *compute = NULL;
+  zb_err err = (times ? zb_simulate : zb_simulate_figures)(s, c, &sim, diag);
+  if (!err && r->lowered) { /* the compute-only figures of its compute lists */
+    zb_schedule *cs = r->compute ? NULL : zb_schedule_clone(r->lowered);
+    if (cs)
+      zb_schedule_strip_comm(cs);
+    err = zb_simulate_figures(r->compute ? r->compute : cs, c, &compute, diag);
+    zb_schedule_free(cs);
+  }
+  if (err) {
+    zb_sim_result_free(sim);
+    return err;
+  }
+  zb_costs_free(r->costs);
+  r->costs = zb_costs_clone(c);
+  zb_sim_result_free(r->sim);
+  zb_sim_result_free(r->sim_compute);
+  r->sim = sim;
+  r->sim_compute = compute;
+  return ZB_OK;
+}
+
 void zb_planner_result_free(zb_planner_result *r) {
   zb_costs_free(r->costs);
   zb_schedule_free(r->compute);

@@ -123,6 +123,17 @@ typedef struct zb_planner_given_request {
  * result->family is ZB_FAMILY_COUNT_ (none); failures as zb_planner_run. */
 zb_err zb_planner_given(const zb_planner_given_request *req, zb_planner_result *out, zb_diag *diag);
 
+/* The headline figures (no times) of r's plan, its lowered lists (its
+ * compute lists when it has none), under other costs c: what it would
+ * take if c were true (the coordinator's predictions from learned
+ * costs). *out is the caller's. */
+zb_err zb_planner_predict(const zb_planner_result *r, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
+
+/* Simulates r's plan again under c (copied into r->costs), both figure
+ * sets, the headline with every action's times when times is set (for
+ * drawing); r is unchanged on failure. */
+zb_err zb_planner_resimulate(zb_planner_result *r, const zb_costs *c, bool times, zb_diag *diag);
+
 /* zb-auto as a choice among plans (zb_planner_search.c): what
  * zb_planner_run does for every zb-auto request. Every family that serves
  * the request is planned (over every placement when its chunks are open,
