@@ -1,10 +1,23 @@
-/* zb_plan_internal.h — what the generator files share inside libzb. */
+/* zb_plan_internal.h — what the generator files share inside libzb.
+ *
+ * The generators call each other in layers, never in a circle:
+ *   zb_family.c        the family table (no generator)
+ *   zb_plan_loop.c     the handcrafted loop lists (no generator)
+ *   zb_plan_greedy.c   the greedy list scheduler
+ *   zb_plan_keep.c     scores, keeping the better, the local search, the
+ *                      best greedy within a limit (calls the greedy)
+ *   zb_plan_auto.c, zb_plan_vblock.c, zb_plan_vtimed.c, zb_plan_zbi.c,
+ *   zb_plan_dualpipe.c, then zb_plan_v.c (calls vblock and vtimed):
+ *                      the families' generators, on the layers above
+ *   zb_plan.c          the dispatcher, the only caller of every generator
+ */
 #ifndef ZB_PLAN_INTERNAL_H
 #define ZB_PLAN_INTERNAL_H
 
 #include "zb_plan.h"
 
-/* Handcrafted loop-placement families (zb_plan.c). */
+/* Handcrafted loop-placement families (zb_plan_loop.c). */
+zb_schedule *zb_plan_gpipe(int p, int m);
 zb_schedule *zb_plan_zb_h1(int p, int m);
 zb_schedule *zb_plan_zb_h2(int p, int m);
 zb_schedule *zb_plan_1f1b(int p, int m);
@@ -42,7 +55,7 @@ zb_schedule *zb_plan_greedy(int p, int v, int m, zb_placement pl, const zb_costs
  * run). *score as for zb_plan_greedy. Caller owns the result. */
 zb_schedule *zb_plan_place_w(const zb_schedule *order, const zb_costs *c, int w_policy, zb_plan_score *score);
 
-/* The best greedy schedule of the shape under c->mem_limit (zb_plan_v.c):
+/* The best greedy schedule of the shape under c->mem_limit (zb_plan_keep.c):
  * stage 0 (where microbatches enter) may hold k in flight; the largest k
  * that does not get stuck is found by a galloping search, and it and 0.9
  * of it run in full. NULL when none gets through. Caller owns it. */
@@ -56,7 +69,7 @@ void zb_plan_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *ca
                   const zb_plan_score *known, const zb_costs *c, zb_objective obj);
 
 /* Whether every stage's T_F, T_B and T_W are equal and T_comm is 0 (the
- * costs the handcrafted ZB-V is exact for; zb_plan_v.c). */
+ * costs the handcrafted ZB-V is exact for; zb_plan_keep.c). */
 bool zb_plan_costs_even(const zb_costs *c);
 
 /* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
@@ -86,7 +99,7 @@ zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, bool fill
 enum { ZB_VT_VARIANTS = 4 };
 int zb_plan_v_timed(int p, int m, const zb_costs *c, zb_schedule **out);
 
-/* Megatron's interleaved 1F1B order (zb_plan.c); m % p == 0. The _warm
+/* Megatron's interleaved 1F1B order (zb_plan_loop.c); m % p == 0. The _warm
  * form warms rank r up with (v-1)p + 2(p-1-r) + extra chunk forwards
  * (extra < 0: all of them), where the plain one does so with extra 0, or
  * all when m = p. par (or NULL) writes the ranks' lists in shares. */
@@ -103,7 +116,7 @@ zb_schedule *zb_plan_dualpipe_v(int p, int m);
 
 /* Microbatches of the short run that req's family plans and then
  * prolongs to req->m (zb_period_extend; *q: microbatches per period), or
- * 0 when the family or the size plans in full (zb_plan.c). */
+ * 0 when the family or the size plans in full (zb_family.c). */
 int zb_plan_short_run(const zb_plan_request *req, int *q);
 
 zb_err zb_plan_auto(const zb_plan_request *req, const zb_costs *c, zb_schedule **out, zb_diag *diag);

@@ -14,7 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "zb_alloc.h"
 #include "zb_lower.h"
 #include "zb_plan_internal.h"
 
@@ -81,71 +80,6 @@ static zb_schedule *zb_plan_zb_v_handcrafted(int p, int m) {
       v_op(&x, ZB_OP_W, 0);
   }
   return s;
-}
-
-/* Whether the greedy schedule admitting k microbatches at stage 0 gets
- * through (it sticks when the memory limit blocks the F that would feed a
- * B). Probed on at most vp + 2 microbatches: getting stuck happens during
- * the warm-up, which that covers, and the probe costs a fraction of a run. */
-static bool greedy_admits(int p, int v, int m, zb_placement pl, const zb_costs *c, int *cap, int k) {
-  int mp = m < v * p + 2 ? m : v * p + 2;
-  cap[0] = k;
-  zb_schedule *s = zb_plan_greedy(p, v, mp, pl, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
-  zb_schedule_free(s);
-  return s != NULL;
-}
-
-zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const zb_costs *c) {
-  int S = v * p;
-  int *cap = zb_calloc((size_t)S, sizeof(int));
-  /* lo admits, hi + 1 does not. Start at what the limit holds of stage 0's
-   * M_F, where the answer usually lies, and step out from there. */
-  int lo = 0, hi = S, k = S;
-  if (c->mem_limit > 0 && c->m_f[0] > 0 && c->mem_limit / c->m_f[0] < k)
-    k = (int)(c->mem_limit / c->m_f[0] + 1e-9);
-  k = k > 1 ? k : 1;
-  for (int step = 1; lo < hi; step *= 2) {
-    if (greedy_admits(p, v, m, pl, c, cap, k)) {
-      lo = k;
-      k = k + step < hi ? k + step : hi;
-    } else {
-      hi = k - 1;
-      k = k - step > lo ? k - step : lo + 1;
-    }
-    if (k <= lo || k > hi) /* bracketed: bisect */
-      k = (lo + hi + 1) / 2;
-  }
-  zb_schedule *best = NULL;
-  zb_plan_score best_score = {INFINITY, INFINITY, ZB_OBJ_MAKESPAN};
-  const struct { int k, w_policy; } runs[] = {{lo * 9 / 10, ZB_W_GAP}, {lo, ZB_W_GAP}};
-  for (size_t i = 0; lo > 0 && i < sizeof runs / sizeof runs[0]; i++) {
-    if (runs[i].k < 1 || (i > 0 && runs[i].k == runs[i - 1].k))
-      continue;
-    cap[0] = runs[i].k;
-    zb_plan_score sc;
-    zb_schedule *cand = zb_plan_greedy(p, v, m, pl, c, cap, runs[i].w_policy, ZB_OBJ_MAKESPAN, &sc);
-    if (cand && (!best || zb_plan_score_better(sc, best_score))) {
-      zb_schedule_free(best);
-      best = cand;
-      best_score = sc;
-    } else {
-      zb_schedule_free(cand);
-    }
-  }
-  /* the probe saw only the first vp + 2 microbatches: walk down if it erred */
-  for (int j = lo - 1; !best && j >= 1; j--) {
-    cap[0] = j;
-    best = zb_plan_greedy(p, v, m, pl, c, cap, ZB_W_GAP, ZB_OBJ_MAKESPAN, NULL);
-  }
-  free(cap);
-  return best;
-}
-
-bool zb_plan_costs_even(const zb_costs *c) {
-  for (int s = 0; s < c->n_stages; s++)
-    if (c->t_f[s] != c->t_b[s] || c->t_b[s] != c->t_w[s] || c->t_f[s] != c->t_f[0])
-      return false;
-  return c->t_comm == 0;
 }
 
 /* Of the n candidates (owned; NULL ones skipped), the one whose longest
