@@ -213,7 +213,7 @@ zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const z
   if (c->mem_limit > 0 && c->m_f[0] > 0 && c->mem_limit / c->m_f[0] < k)
     k = (int)(c->mem_limit / c->m_f[0] + 1e-9);
   k = k > 1 ? k : 1;
-  for (int step = 1; lo < hi; step *= 2) {
+  for (int step = 1; lo < hi; step = step < S ? 2 * step : S) { /* the range shrinks each pass */
     if (greedy_admits(p, v, m, pl, c, cap, k)) {
       lo = k;
       k = k + step < hi ? k + step : hi;
