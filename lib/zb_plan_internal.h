@@ -36,6 +36,11 @@ typedef struct zb_plan_score {
 } zb_plan_score;
 bool zb_plan_score_of(const zb_schedule *s, const zb_costs *c, zb_objective obj, zb_plan_score *out);
 bool zb_plan_score_better(zb_plan_score a, zb_plan_score b);
+/* The same with a ceiling on the other figure (the makespan when the
+ * objective is span): when cap > 0 and either score's other figure is
+ * over it, the lower of the two other figures wins (so one within the cap
+ * beats one over it); else zb_plan_score_better. */
+bool zb_plan_score_better_capped(zb_plan_score a, zb_plan_score b, double cap);
 
 /* Greedy list scheduler over any placement (zb_plan_greedy.c). For every
  * stage s, cap[s] bounds the microbatches between its F and its B (<= 0:
@@ -67,6 +72,9 @@ zb_schedule *zb_plan_greedy_search(int p, int v, int m, zb_placement pl, const z
  * by construction), or NULL to check the limit and simulate. */
 void zb_plan_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
                   const zb_plan_score *known, const zb_costs *c, zb_objective obj);
+/* The same, compared by zb_plan_score_better_capped. */
+void zb_plan_keep_capped(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
+                         const zb_plan_score *known, const zb_costs *c, zb_objective obj, double cap);
 
 /* Whether every stage's T_F, T_B and T_W are equal and T_comm is 0 (the
  * costs the handcrafted ZB-V is exact for; zb_plan_keep.c). */
@@ -80,6 +88,9 @@ bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
  * not need the first; keeps strict improvements that fit the memory limit;
  * at most max_evals simulations. */
 void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max_evals);
+/* The same, moves compared by zb_plan_score_better_capped: while s's
+ * other figure is over cap (> 0) it walks that figure's critical path. */
+void zb_plan_refine_capped(zb_schedule *s, const zb_costs *c, zb_objective obj, double cap, int max_evals);
 
 /* The V building block (zb_plan_vblock.c): m microbatches of a block whose
  * chunk-0 F and chunk-1 B advance one rank per hop slots (1: V-Min's

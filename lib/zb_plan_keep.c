@@ -48,6 +48,18 @@ bool zb_plan_score_better(zb_plan_score a, zb_plan_score b) {
   return a2 < b2 - tol;
 }
 
+/* The figure a score is not ranked by first. */
+static double score_other(zb_plan_score a) {
+  return a.objective == ZB_OBJ_SPAN ? a.makespan : a.span;
+}
+
+bool zb_plan_score_better_capped(zb_plan_score a, zb_plan_score b, double cap) {
+  double oa = score_other(a), ob = score_other(b), tol = 1e-9 * (1 + fabs(cap));
+  if (cap > 0 && (oa > cap + tol || ob > cap + tol) && fabs(oa - ob) > tol)
+    return oa < ob;
+  return zb_plan_score_better(a, b);
+}
+
 /* Whether `later` needs `earlier` (both on one rank): the same-rank edges
  * of the dependencies in docs/schedules.md. */
 static bool refine_depends(const zb_action *later, const zb_action *earlier) {
@@ -137,9 +149,10 @@ static int refine_candidates(const zb_schedule *s, const zb_costs *c, const zb_s
 }
 
 /* Local search after the greedy (see zb_plan_internal.h): first
- * improvement over the swaps found on the current critical path, until a
- * pass finds none or max_evals simulations are spent. */
-void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max_evals) {
+ * improvement over the swaps found on the current critical path (the
+ * other figure's while that is over cap), until a pass finds none or
+ * max_evals simulations are spent. */
+void zb_plan_refine_capped(zb_schedule *s, const zb_costs *c, zb_objective obj, double cap, int max_evals) {
   zb_plan_score best;
   if (!zb_plan_score_of(s, c, obj, &best))
     return;
@@ -152,7 +165,9 @@ void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max
     zb_sim_result *sim = NULL;
     if (zb_simulate(s, c, &sim, NULL) != ZB_OK)
       return;
-    int n = refine_candidates(s, c, sim, obj, cr, ci, MAX_CAND);
+    bool over = cap > 0 && score_other(best) > cap + 1e-9 * (1 + cap);
+    zb_objective path = over ? (obj == ZB_OBJ_SPAN ? ZB_OBJ_MAKESPAN : ZB_OBJ_SPAN) : obj;
+    int n = refine_candidates(s, c, sim, path, cr, ci, MAX_CAND);
     zb_sim_result_free(sim);
     for (int k = 0; k < n && evals < max_evals && !improved; k++) {
       zb_action *w = &s->ranks[cr[k]].actions[ci[k]], *next = w + 1;
@@ -161,7 +176,8 @@ void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max
       *next = tmp;
       zb_plan_score sc;
       evals++;
-      if (zb_plan_fits_memory(s, c) && zb_plan_score_of(s, c, obj, &sc) && zb_plan_score_better(sc, best)) {
+      if (zb_plan_fits_memory(s, c) && zb_plan_score_of(s, c, obj, &sc) &&
+          zb_plan_score_better_capped(sc, best, cap)) {
         best = sc;
         improved = true;
       } else {
@@ -172,8 +188,17 @@ void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max
   }
 }
 
+void zb_plan_refine(zb_schedule *s, const zb_costs *c, zb_objective obj, int max_evals) {
+  zb_plan_refine_capped(s, c, obj, 0, max_evals);
+}
+
 void zb_plan_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
                   const zb_plan_score *known, const zb_costs *c, zb_objective obj) {
+  zb_plan_keep_capped(best, best_score, cand, known, c, obj, 0);
+}
+
+void zb_plan_keep_capped(zb_schedule **best, zb_plan_score *best_score, zb_schedule *cand,
+                         const zb_plan_score *known, const zb_costs *c, zb_objective obj, double cap) {
   zb_plan_score sc;
   if (!cand)
     return;
@@ -183,7 +208,7 @@ void zb_plan_keep(zb_schedule **best, zb_plan_score *best_score, zb_schedule *ca
     zb_schedule_free(cand);
     return;
   }
-  if (!*best || zb_plan_score_better(sc, *best_score)) {
+  if (!*best || zb_plan_score_better_capped(sc, *best_score, cap)) {
     zb_schedule_free(*best);
     *best = cand;
     *best_score = sc;

@@ -83,65 +83,111 @@ static zb_schedule *zb_plan_zb_v_handcrafted(int p, int m) {
 }
 
 /* Of the n candidates (owned; NULL ones skipped), the one whose longest
- * rank span is shortest once lowered (ties: the earlier), the others
- * freed. That span is what the plan's figures will say: with T_comm > 0
- * it can differ from the compute-only lists' own (a transfer then waits
- * for both its sides), so candidates those figures rank closely are told
- * apart by it. */
-static zb_schedule *v_pick_lowered(zb_schedule **cand, int n, const zb_costs *c) {
+ * rank span is shortest once lowered among those whose lowered makespan
+ * is within cap (zb_plan_score_better_capped; ties: the earlier), the
+ * others freed. That span is what the plan's figures will say: with
+ * T_comm > 0 it can differ from the compute-only lists' own (a transfer
+ * then waits for both its sides), so candidates those figures rank
+ * closely are told apart by it. */
+static zb_schedule *v_pick_lowered(zb_schedule **cand, int n, const zb_costs *c, double cap) {
   zb_schedule *best = NULL;
-  double best_span = INFINITY;
+  zb_plan_score best_sc = {INFINITY, INFINITY, ZB_OBJ_SPAN};
   for (int k = 0; k < n; k++) {
     zb_schedule *low = NULL;
-    zb_plan_score sc;
+    zb_plan_score sc = {INFINITY, INFINITY, ZB_OBJ_SPAN};
     bool ok =
         cand[k] && zb_lower(cand[k], c, &low, NULL) == ZB_OK && zb_plan_score_of(low, c, ZB_OBJ_SPAN, &sc);
     zb_schedule_free(low);
-    if (cand[k] && (!best || (ok && sc.span < best_span - 1e-9))) {
+    if (cand[k] && (!best || (ok && zb_plan_score_better_capped(sc, best_sc, cap)))) {
       zb_schedule_free(best);
       best = cand[k];
-      best_span = ok ? sc.span : INFINITY;
+      best_sc = sc;
     } else
       zb_schedule_free(cand[k]);
   }
   return best;
 }
 
+/* The makespan of the handcrafted lists under c, compute-only (*cap) and
+ * lowered (*cap_lowered): zb-v's ceiling on small plans. */
+static void v_hand_caps(const zb_schedule *hand, const zb_costs *c, double *cap, double *cap_lowered) {
+  zb_plan_score sc;
+  zb_schedule *low = NULL;
+  *cap = zb_plan_score_of(hand, c, ZB_OBJ_SPAN, &sc) ? sc.makespan : 0;
+  *cap_lowered = 0;
+  if (c->t_comm > 0 && zb_lower(hand, c, &low, NULL) == ZB_OK && zb_plan_score_of(low, c, ZB_OBJ_SPAN, &sc))
+    *cap_lowered = sc.makespan;
+  zb_schedule_free(low);
+}
+
+/* zb-v's candidates so far: the best by span within cap (the makespan
+ * ceiling; 0: none) and, when the ceiling is set, the best span of all
+ * (wide), which the local search then brings under it. */
+typedef struct v_best {
+  const zb_costs *c;
+  double cap;
+  zb_schedule *s, *wide;
+  zb_plan_score score, wide_score;
+} v_best;
+
+/* Keeps cand (owned; NULL: no-op; known as zb_plan_keep's) where it wins. */
+static void v_keep(v_best *b, zb_schedule *cand, const zb_plan_score *known) {
+  if (cand && b->cap > 0)
+    zb_plan_keep(&b->wide, &b->wide_score, zb_schedule_clone(cand), known, b->c, ZB_OBJ_SPAN);
+  zb_plan_keep_capped(&b->s, &b->score, cand, known, b->c, ZB_OBJ_SPAN, b->cap);
+}
+
 /* ZB-V under uneven costs, within 1F1B's peak (limit): the handcrafted
  * lists and the V timed against the costs (every variant); up to p m =
  * ZBV_COST_AWARE_PM (or when those find nothing) also the greedy, and up
  * to it the handcrafted F and B order with W placed by timing (every
- * policy) and the V building blocks. The shortest longest rank span, up
- * to that size then improved by a local search (swaps that shorten the
- * critical path); with T_comm > 0 the result, what the search started
- * from and the best timed lists then compete once more, lowered. */
-static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, zb_schedule **out,
-                              zb_diag *diag) {
+ * policy) and the V building blocks. The shortest longest rank span;
+ * for the makespan objective (the default), up to that size within the
+ * handcrafted lists' makespan (the ceiling:
+ * the authors' ZB-V, PyTorch's ZBVZeroBubble, whose iteration it never
+ * lengthens there), improved by the local search from the best within
+ * the ceiling and from the best span of all (which first walks its
+ * makespan's critical path down under it); with T_comm > 0 the results,
+ * what the search started from, the best timed and the handcrafted lists
+ * then compete once more, lowered. */
+static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, zb_objective obj,
+                              zb_schedule **out, zb_diag *diag) {
   zb_costs *c = zb_costs_clone(cin);
   c->mem_limit = cin->mem_limit > 0 && cin->mem_limit < limit ? cin->mem_limit : limit;
-  zb_schedule *s = NULL, *timed = NULL;
-  zb_plan_score score, timed_score;
   bool small = (double)p * m <= ZBV_COST_AWARE_PM, recheck = small && c->t_comm > 0;
-  if (m >= 2 * p - 1) {
-    zb_schedule *hand = zb_plan_zb_v_handcrafted(p, m);
-    for (int w = 0; small && w < ZB_W_POLICIES; w++)
-      zb_plan_keep(&s, &score, zb_plan_place_w(hand, c, w, NULL), NULL, c, ZB_OBJ_SPAN);
-    zb_plan_keep(&s, &score, hand, NULL, c, ZB_OBJ_SPAN);
-  }
+  v_best b = {.c = c};
+  zb_schedule *timed = NULL, *hand = m >= 2 * p - 1 ? zb_plan_zb_v_handcrafted(p, m) : NULL;
+  zb_plan_score timed_score;
+  double cap_lowered = 0;
+  if (hand && small && obj == ZB_OBJ_MAKESPAN) /* the span objective asks for the span alone */
+    v_hand_caps(hand, c, &b.cap, &cap_lowered);
+  for (int w = 0; hand && small && w < ZB_W_POLICIES; w++)
+    v_keep(&b, zb_plan_place_w(hand, c, w, NULL), NULL);
+  v_keep(&b, recheck && hand ? zb_schedule_clone(hand) : hand, NULL); /* hand: the recheck's */
   zb_schedule *variants[ZB_VT_VARIANTS];
-  for (int k = 0, n = zb_plan_v_timed(p, m, c, variants); k < n; k++)
-    zb_plan_keep(&timed, &timed_score, variants[k], NULL, c, ZB_OBJ_SPAN);
+  for (int k = 0, n = zb_plan_v_timed(p, m, c, variants); k < n; k++) {
+    if (b.cap > 0) /* the best span of all may be a run the ceiling sets aside */
+      zb_plan_keep(&b.wide, &b.wide_score, zb_schedule_clone(variants[k]), NULL, c, ZB_OBJ_SPAN);
+    zb_plan_keep_capped(&timed, &timed_score, variants[k], NULL, c, ZB_OBJ_SPAN, b.cap);
+  }
   if (timed) /* kept apart for the lowered recheck */
-    zb_plan_keep(&s, &score, recheck ? zb_schedule_clone(timed) : timed, &timed_score, c, ZB_OBJ_SPAN);
-  if (small || !s)
-    zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_SPAN);
+    zb_plan_keep_capped(&b.s, &b.score, recheck ? zb_schedule_clone(timed) : timed, &timed_score, c,
+                        ZB_OBJ_SPAN, b.cap);
+  if (small || !b.s)
+    v_keep(&b, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL);
   for (int hop = 1; small && hop <= 2; hop++)
-    zb_plan_keep(&s, &score, zb_plan_v_block(p, m, hop, c, true, NULL), NULL, c, ZB_OBJ_SPAN);
-  zb_schedule *start = s && recheck ? zb_schedule_clone(s) : NULL;
-  if (s && small)
-    zb_plan_refine(s, c, ZB_OBJ_SPAN, ZBV_REFINE_EVALS);
+    v_keep(&b, zb_plan_v_block(p, m, hop, c, true, NULL), NULL);
+  zb_schedule *s = b.s, *start = s && recheck ? zb_schedule_clone(s) : NULL;
+  if (s && small) {
+    zb_plan_refine_capped(s, c, ZB_OBJ_SPAN, b.cap, ZBV_REFINE_EVALS);
+    zb_plan_score_of(s, c, ZB_OBJ_SPAN, &b.score);
+  }
+  if (b.wide) {
+    zb_plan_refine_capped(b.wide, c, ZB_OBJ_SPAN, b.cap, ZBV_REFINE_EVALS);
+    zb_plan_keep_capped(&s, &b.score, b.wide, NULL, c, ZB_OBJ_SPAN, b.cap);
+  }
   if (recheck)
-    s = v_pick_lowered((zb_schedule *[]){s, start, timed}, 3, c);
+    s = v_pick_lowered((zb_schedule *[]){s, start, timed, hand}, 4, c, cap_lowered);
   zb_costs_free(c);
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "zb-v found no V schedule within 1F1B's peak");
@@ -160,7 +206,7 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
   if (units > p)
     units = p;
   if (req->family == ZB_FAMILY_ZB_V && !zb_plan_costs_even(cin) && (double)p * m <= ZBV_TIMED_PM)
-    return zb_v_cost_aware(p, m, cin, units * unit, out, diag);
+    return zb_v_cost_aware(p, m, cin, units * unit, req->objective, out, diag);
   if (req->family == ZB_FAMILY_ZB_V && m >= 2 * p - 1) {
     *out = zb_plan_zb_v_handcrafted(p, m);
     return ZB_OK;
