@@ -187,3 +187,49 @@ bool cli_write_output(const char *cmd, const char *path, const zb_buf *b) {
   }
   return true;
 }
+
+static void cli_stream_sink(void *ctx, const char *bytes, size_t n) {
+  cli_stream *o = ctx;
+  if (o->file) {
+    zb_file_write(&o->w, bytes, n);
+  } else if (!o->failed && fwrite(bytes, 1, n, stdout) != n) {
+    o->failed = true;
+    o->saved_errno = errno;
+  }
+}
+
+bool cli_stream_begin(cli_stream *o, const char *cmd, const char *path, zb_buf *b) {
+  memset(o, 0, sizeof *o);
+  o->cmd = cmd;
+  o->path = path;
+  o->file = path && strcmp(path, "-") != 0;
+  zb_diag d;
+  if (o->file && zb_file_begin(&o->w, "output", path, &d) != ZB_OK) {
+    cli_error(cmd, "%s", d.msg);
+    return false;
+  }
+  o->w.plain = true;
+  b->sink = cli_stream_sink;
+  b->sink_ctx = o;
+  return true;
+}
+
+bool cli_stream_end(cli_stream *o, zb_buf *b) {
+  zb_buf_drain(b);
+  b->sink = NULL;
+  if (o->file) {
+    zb_diag d;
+    if (zb_file_commit(&o->w, &d) != ZB_OK) {
+      cli_error(o->cmd, "%s", d.msg);
+      return false;
+    }
+    return true;
+  }
+  if (!o->failed && fflush(stdout) != 0) {
+    o->failed = true;
+    o->saved_errno = errno;
+  }
+  if (o->failed)
+    cli_error(o->cmd, "cannot write to stdout: %s", strerror(o->saved_errno));
+  return !o->failed;
+}

@@ -130,15 +130,6 @@ const char zbctl_plan_compare_help[] =
 
 /* Bounds of the shape options: far above any real pipeline, low enough
  * that p*v*m stays in int. */
-typedef enum plan_format {
-  PLAN_FMT_ASCII = 0,
-  PLAN_FMT_JSON,
-  PLAN_FMT_CSV,
-  PLAN_FMT_CSV_COMM,
-  PLAN_FMT_TRACE,
-  PLAN_FMT_SVG,
-} plan_format;
-
 static const char *const plan_format_names[] = {"ascii", "json", "csv", "csv-comm", "trace", "svg"};
 
 static const cli_opt plan_options[] = {
@@ -202,6 +193,9 @@ static void plan_ascii(const plan_args *a, const plan_output *o, zb_buf *b) {
 
 static int plan_emit(const plan_args *a, const plan_output *o) {
   zb_buf b = ZB_BUF_INIT;
+  cli_stream out; /* written as it is formatted: at scale a document is hundreds of MB */
+  if (!cli_stream_begin(&out, a->cmd, a->output, &b))
+    return ZBCTL_EXIT_FAIL;
   switch ((plan_format)a->format) {
   case PLAN_FMT_ASCII: plan_ascii(a, o, &b); break;
   case PLAN_FMT_JSON: {
@@ -223,7 +217,7 @@ static int plan_emit(const plan_args *a, const plan_output *o) {
   case PLAN_FMT_TRACE: zb_trace_write(o->shown, o->sim, &b); break;
   case PLAN_FMT_SVG: zb_svg_write(o->shown, o->sim, &b); break;
   }
-  bool ok = cli_write_output(a->cmd, a->output, &b);
+  bool ok = cli_stream_end(&out, &b);
   zb_buf_free(&b);
   return ok ? ZBCTL_EXIT_OK : ZBCTL_EXIT_FAIL;
 }
@@ -256,7 +250,11 @@ static int plan_from_csv(const plan_args *a, const char *stage_text) {
   double units = plan_limit_units(a, s->p);
   if (!(c = plan_costs(a, s->p, s->v, stage_text, units, &code)))
     goto cleanup;
-  zb_planner_given_request req = {.name = a->from_csv, .schedule = s, .costs = c, .keep_compute = true};
+  zb_planner_given_request req = {.name = a->from_csv,
+                                  .schedule = s,
+                                  .costs = c,
+                                  .keep_compute = plan_keeps_compute(a),
+                                  .figures_only = !plan_draws(a)};
   if (zb_planner_given(&req, &r, &d) != ZB_OK) {
     bool hint = r.violation.kind == ZB_VIOL_PLACEMENT && s->placement == ZB_PLACE_LOOP && s->v == 2 &&
                 a->have_placement;

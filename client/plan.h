@@ -48,6 +48,23 @@ enum plan_opt_id {
   OPT_HELP,
 };
 
+typedef enum plan_format {
+  PLAN_FMT_ASCII = 0,
+  PLAN_FMT_JSON,
+  PLAN_FMT_CSV,
+  PLAN_FMT_CSV_COMM,
+  PLAN_FMT_TRACE,
+  PLAN_FMT_SVG,
+} plan_format;
+/* What a's output needs of the plan: the compute-only lists (csv), and
+ * every action's simulated times (the drawings: ascii, trace, svg). At
+ * scale each is a large share of the peak, so the rest go without. */
+static inline bool plan_keeps_compute(const plan_args *a) {
+  return a->format == PLAN_FMT_CSV;
+}
+static inline bool plan_draws(const plan_args *a) {
+  return a->format == PLAN_FMT_ASCII || a->format == PLAN_FMT_TRACE || a->format == PLAN_FMT_SVG;
+}
 typedef enum compare_format { COMPARE_FMT_TABLE = 0, COMPARE_FMT_JSON } compare_format;
 
 #define PLAN_COUNT(a) (sizeof(a) / sizeof((a)[0]))

@@ -234,7 +234,8 @@ zb_err plan_auto_search(const plan_args *a, zb_planner_result *r, zb_diag *diag)
                             .rank = a->rc,
                             .mem_limit = plan_limit_units(a, a->p),
                             .objective = a->objective,
-                            .keep_compute = true,
+                            .keep_compute = plan_keeps_compute(a),
+                            .figures_only = !plan_draws(a),
                             .clock = zb_clock_s,
                             .par = &par};
   return zb_planner_run(&req, r, diag);
@@ -249,7 +250,8 @@ zb_err plan_family(const plan_args *a, zb_family f, int v, const zb_costs *c, zb
                             .m = a->m,
                             .costs = c,
                             .objective = a->objective,
-                            .keep_compute = true,
+                            .keep_compute = plan_keeps_compute(a),
+                            .figures_only = !plan_draws(a),
                             .clock = zb_clock_s,
                             .par = &par};
   return zb_planner_run(&req, r, diag);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "zb_buf.h"
+#include "zb_file.h"
 
 /* Exit codes of every subcommand. */
 enum { ZBCTL_EXIT_OK = 0, ZBCTL_EXIT_FAIL = 1, ZBCTL_EXIT_USAGE = 2 };
@@ -134,5 +135,22 @@ bool cli_read_file(const char *cmd, const char *path, char **data, size_t *len);
 /* Writes b to stdout (path NULL or "-"), or to path atomically
  * (zb_file_write_atomic), so readers never see a part. */
 bool cli_write_output(const char *cmd, const char *path, const zb_buf *b);
+
+/* Output written while it is formatted: a zb_buf whose sink is stdout
+ * (path NULL or "-") or path's temporary file, published atomically by
+ * cli_stream_end only once complete (zb_file.h), so a large document is
+ * never held whole and readers never see a part. */
+typedef struct cli_stream {
+  const char *cmd, *path;
+  bool file, failed;
+  int saved_errno;
+  zb_file_writer w;
+} cli_stream;
+/* Opens the output and makes b (empty) stream into it; false (said why)
+ * when the file cannot be opened. */
+bool cli_stream_begin(cli_stream *o, const char *cmd, const char *path, zb_buf *b);
+/* Writes what b still holds and closes the output: false (said why) when
+ * any write failed, the file then left as it was. */
+bool cli_stream_end(cli_stream *o, zb_buf *b);
 
 #endif

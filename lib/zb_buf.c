@@ -45,15 +45,22 @@ void zb_buf_printf(zb_buf *b, const char *fmt, ...) {
 
 void zb_buf_json_str(zb_buf *b, const char *s) {
   zb_buf_append(b, "\"", 1);
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+  const unsigned char *c = (const unsigned char *)s;
+  while (*c) {
+    size_t run = 0; /* the bytes up to the next that needs escaping, in one append */
+    while (c[run] && c[run] != '"' && c[run] != '\\' && c[run] >= 0x20)
+      run++;
+    zb_buf_append(b, (const char *)c, run);
+    c += run;
+    if (!*c)
+      break;
     if (*c == '"' || *c == '\\') {
       char esc[2] = {'\\', (char)*c};
       zb_buf_append(b, esc, 2);
-    } else if (*c < 0x20) {
-      zb_buf_printf(b, "\\u%04x", *c);
     } else {
-      zb_buf_append(b, (const char *)c, 1);
+      zb_buf_printf(b, "\\u%04x", *c);
     }
+    c++;
   }
   zb_buf_append(b, "\"", 1);
 }
@@ -66,6 +73,19 @@ void zb_buf_json_num(zb_buf *b, double x) {
   char tmp[64];
   snprintf(tmp, sizeof tmp, "%.12g", x);
   zb_buf_puts(b, tmp);
+}
+
+void zb_buf_drain(zb_buf *b) {
+  if (!b->sink || b->len == 0)
+    return;
+  b->sink(b->sink_ctx, b->data, b->len);
+  b->len = 0;
+  b->data[0] = '\0';
+}
+
+void zb_buf_flush(zb_buf *b) {
+  if (b->len >= ZB_BUF_FLUSH_AT)
+    zb_buf_drain(b);
 }
 
 void zb_buf_free(zb_buf *b) {

@@ -313,6 +313,7 @@ static void csv_write(const zb_schedule *s, bool waits, zb_buf *out) {
       }
     }
     zb_buf_append(out, "\n", 1);
+    zb_buf_flush(out);
   }
 }
 

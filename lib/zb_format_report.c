@@ -112,6 +112,7 @@ void zb_json_write(const zb_plan_report *r, zb_buf *out) {
       zb_buf_json_str(out, cell);
     }
     zb_buf_puts(out, "]");
+    zb_buf_flush(out);
   }
   zb_buf_puts(out, s && s->p ? "\n  ]\n}\n" : "]\n}\n");
 }
@@ -153,6 +154,7 @@ void zb_fmt_trace_plan_events(const zb_schedule *s, const zb_sim_result *sim, in
       zb_buf_json_str(out, act);
       zb_buf_printf(out, ", \"stage\": %d, \"microbatch\": %d, \"chunk\": %d}}", (int)a->stage, (int)a->mb,
                     stage_chunk(s, a->stage));
+      zb_buf_flush(out);
     }
 }
 

@@ -5,6 +5,7 @@ same shape and both are within 0.05 of the simulator's prediction. And
 search over every placement."""
 
 import json
+import os
 
 import zbsvc
 from zbsvc import STATE, Cluster, iteration_events, job_spec
@@ -71,6 +72,42 @@ def test_plan_compare_rows_every_family_and_auto_searches():
         assert table.returncode == 0, table.stderr
         line = next(ln for ln in table.stdout.splitlines() if ln.startswith("zb-auto "))
         assert "(chose %s)" % auto["chose"] in line and line.split()[1] == str(auto["chunks"]), line
+
+
+def test_plan_csv_reads_back_with_the_same_figures():
+    """One figure definition: a family's plan written with -o csv and read
+    back with --from-csv has the same headline (lowered) and compute-only
+    figures as --schedule gave, through the zbctl binary; with T_comm > 0
+    the two sets differ, and zb-auto with twice the memory is no slower."""
+    import tempfile
+    fams = [("zb-v", []), ("interleaved-1f1b", []), ("v-half", []), ("zb-h1", []), ("zb-interleaved", []),
+            ("zb-auto", ["--mem-limit", "2p"])]
+    figures = ("makespan", "bubble_ratio", "bubble_ratio_paper", "peak_memory")
+    differ = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, extra in fams:
+            for costs in ("1,1,1,0", "1,1,1,0.3"):
+                args = ["plan", "--schedule", name, "--ranks", "8", "--microbatches", "32", "--costs", costs] + extra
+                plan = zbsvc.run_zbctl(*args, "-o", "json")
+                assert plan.returncode == 0, plan.stderr
+                csv = os.path.join(tmp, "%s.csv" % name)
+                wrote = zbsvc.run_zbctl(*args, "-o", "csv", "--output-file", csv)
+                assert wrote.returncode == 0, wrote.stderr
+                back = zbsvc.run_zbctl("plan", "--from-csv", csv, "--costs", costs, "-o", "json")
+                assert back.returncode == 0, back.stderr
+                a, b = json.loads(plan.stdout), json.loads(back.stdout)
+                for key in figures:
+                    assert a[key] == b[key], (name, costs, key, a[key], b[key])
+                    assert a["compute_only"][key] == b["compute_only"][key], (name, costs, key)
+                differ += a["makespan"] != a["compute_only"]["makespan"]
+    assert differ > 0  # T_comm 0.3 tells the two sets apart somewhere
+    limits = {}
+    for limit in ("1p", "2p"):
+        cp = zbsvc.run_zbctl("plan", "--schedule", "zb-auto", "--ranks", "4", "--microbatches", "32", "--costs",
+                             "1,1.2,0.8,0.05", "--mem", "1,0,-1", "--mem-limit", limit, "-o", "json")
+        assert cp.returncode == 0, cp.stderr
+        limits[limit] = json.loads(cp.stdout)["makespan"]
+    assert limits["2p"] <= limits["1p"], limits
 
 
 if __name__ == "__main__":
