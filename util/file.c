@@ -35,7 +35,8 @@ zb_err zb_file_begin(zb_file_writer *w, const char *what, const char *path, zb_d
 void zb_file_write(zb_file_writer *w, const void *p, size_t n) {
   if (w->failed)
     return;
-  w->sum = fnv(w->sum, p, n);
+  if (!w->plain) /* a plain file has no checksum trailer */
+    w->sum = fnv(w->sum, p, n);
   const char *c = p;
   while (n > 0) { /* write may write fewer bytes than asked */
     ssize_t got = write(w->fd, c, n);
