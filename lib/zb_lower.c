@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "zb_alloc.h"
 #include "zb_lower_internal.h"
@@ -19,6 +20,18 @@ typedef struct lower_xfer {
   zb_action send, recv;
   int from, to;
 } lower_xfer;
+
+/* A receive whose send went out, waiting on its rank until its tensor
+ * arrives (due: producer end plus T_comm). */
+typedef struct pending_recv {
+  zb_action recv;
+  double due;
+} pending_recv;
+
+typedef struct recv_queue {
+  pending_recv *a;
+  int head, n, cap;
+} recv_queue;
 
 typedef struct xfer_heap {
   lower_xfer *a;
@@ -121,18 +134,20 @@ static int ready_pop(ready_heap *h) {
 typedef struct lower_state {
   const zb_schedule *s;
   const zb_sim_result *sim;
+  double t_comm;
   int S;
   unsigned char *f_sent, *b_sent;
   int *pos;       /* next compute action per rank */
   bool *in_ready; /* per rank: in ready */
   ready_heap ready;
   xfer_heap pending;
+  recv_queue *recvs; /* per rank: receives whose send went out, not yet placed */
   long seq;
   zb_schedule *out;
 } lower_state;
 
-static void lower_state_init(lower_state *st, const zb_schedule *s, const zb_sim_result *sim) {
-  *st = (lower_state){.s = s, .sim = sim, .S = zb_schedule_stages(s)};
+static void lower_state_init(lower_state *st, const zb_schedule *s, const zb_sim_result *sim, double t_comm) {
+  *st = (lower_state){.s = s, .sim = sim, .t_comm = t_comm, .S = zb_schedule_stages(s)};
   size_t cells = (size_t)st->S * (size_t)s->m;
   st->f_sent = zb_calloc(cells, 1);
   st->b_sent = zb_calloc(cells, 1);
@@ -140,10 +155,14 @@ static void lower_state_init(lower_state *st, const zb_schedule *s, const zb_sim
   st->in_ready = zb_calloc((size_t)s->p, sizeof(bool));
   st->ready.rank = zb_malloc(sizeof(int) * (size_t)s->p);
   st->ready.key = zb_malloc(sizeof(double) * (size_t)s->p);
+  st->recvs = zb_calloc((size_t)s->p, sizeof *st->recvs);
   st->out = zb_schedule_new(s->p, s->v, s->m, s->placement);
 }
 
 static void lower_state_free(lower_state *st) {
+  for (int r = 0; r < st->s->p; r++)
+    free(st->recvs[r].a);
+  free(st->recvs);
   free(st->pending.a);
   free(st->pos);
   free(st->in_ready);
@@ -173,12 +192,42 @@ static void lower_try_ready(lower_state *st, int r) {
   ready_push(&st->ready, r, st->sim->start[r][st->pos[r]]);
 }
 
-/* Emits the earliest pending transfer: the send on the producer's rank and
- * the matching receive on the consumer's, at one global step. */
+/* Places rank r's queued receives that arrive by `by` (INFINITY: all),
+ * oldest first: the queue is in transfer order, and with one T_comm for
+ * every transfer that is also arrival order. */
+static void lower_flush_recvs(lower_state *st, int r, double by) {
+  recv_queue *q = &st->recvs[r];
+  while (q->n > 0 && q->a[q->head].due <= by) {
+    zb_schedule_push(st->out, r, q->a[q->head].recv);
+    q->head++;
+    q->n--;
+  }
+  if (q->n == 0)
+    q->head = 0;
+}
+
+static void lower_queue_recv(lower_state *st, int r, zb_action recv, double due) {
+  recv_queue *q = &st->recvs[r];
+  if (q->head + q->n == q->cap) {
+    if (q->head > 0)
+      memmove(q->a, q->a + q->head, sizeof *q->a * (size_t)q->n);
+    else
+      q->a = zb_realloc(q->a, sizeof *q->a * (size_t)(q->cap = q->cap ? 2 * q->cap : 16));
+    q->head = 0;
+  }
+  q->a[q->head + q->n++] = (pending_recv){.recv = recv, .due = due};
+}
+
+/* Emits the earliest pending transfer: the send on the producer's rank,
+ * after every receive queued there (they come earlier in transfer order,
+ * so each rank's comm actions keep that order, which makes the lists
+ * deadlock-free: docs/schedules.md, Lowering), and queues the receive on
+ * the consumer's rank, due when the tensor arrives. */
 static void lower_emit_xfer(lower_state *st) {
   lower_xfer x = xfer_pop(&st->pending);
+  lower_flush_recvs(st, x.from, INFINITY);
   zb_schedule_push(st->out, x.from, x.send);
-  zb_schedule_push(st->out, x.to, x.recv);
+  lower_queue_recv(st, x.to, x.recv, x.at + st->t_comm);
   size_t cell = (size_t)x.send.stage * st->s->m + x.send.mb;
   if (x.send.op == ZB_OP_SEND_F)
     st->f_sent[cell] = 1;
@@ -193,6 +242,7 @@ static void lower_emit_compute(lower_state *st, int r) {
   const zb_schedule *s = st->s;
   const zb_action *a = &s->ranks[r].actions[st->pos[r]];
   double end = st->sim->end[r][st->pos[r]];
+  lower_flush_recvs(st, r, st->sim->start[r][st->pos[r]]); /* what has arrived by its start */
   st->pos[r]++;
   st->in_ready[r] = false;
   zb_schedule_push(st->out, r, *a);
@@ -225,9 +275,10 @@ static void lower_mark_batches(zb_schedule *o) {
 
 /* Merges compute actions and transfers in simulated time order (a transfer
  * goes first on a tie); fails if some rank's list cannot be emitted. */
-static zb_err lower_walk(const zb_schedule *s, const zb_sim_result *sim, zb_schedule **out, zb_diag *diag) {
+static zb_err lower_walk(const zb_schedule *s, const zb_sim_result *sim, double t_comm, zb_schedule **out,
+                         zb_diag *diag) {
   lower_state st;
-  lower_state_init(&st, s, sim);
+  lower_state_init(&st, s, sim, t_comm);
   for (int r = 0; r < s->p; r++)
     lower_try_ready(&st, r);
   for (;;) {
@@ -240,6 +291,8 @@ static zb_err lower_walk(const zb_schedule *s, const zb_sim_result *sim, zb_sche
     else
       break;
   }
+  for (int r = 0; r < s->p; r++) /* receives after a rank's last compute action */
+    lower_flush_recvs(&st, r, INFINITY);
   zb_err err = ZB_OK;
   for (int r = 0; r < s->p; r++)
     if (st.pos[r] < s->ranks[r].n) {
@@ -364,7 +417,7 @@ static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, bo
   else if (!merge) {
     zb_sim_result *sim = NULL;
     if (!(err = zb_simulate(s, c, &sim, diag)))
-      err = lower_walk(s, sim, out, diag);
+      err = lower_walk(s, sim, c->t_comm, out, diag);
     zb_sim_result_free(sim);
   }
   zb_costs_free(unit);

@@ -14,9 +14,12 @@
  * in the same per-rank order with comm actions inserted. Comm between two
  * stages on one rank is local and gets no action. Comm actions that follow
  * each other on a rank form one batch. The order is derived from the
- * simulated timeline under c (NULL: unit costs), which makes the result
- * deadlock-free by construction: every send/recv pair is placed at one
- * global step on both ranks. Fails when s already has comm actions
+ * simulated timeline under c (NULL: unit costs): a send at its
+ * producer's end, its receive where the tensor arrives (T_comm later)
+ * unless a send of the receiving rank comes due first, which pulls it
+ * ahead. Every rank's comm actions are thus in one global transfer
+ * order, which makes the result deadlock-free by construction
+ * (docs/schedules.md, Lowering). Fails when s already has comm actions
  * (ZB_ERR_INVALID_ARG) or cannot be simulated (ZB_ERR_DEADLOCK). */
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 

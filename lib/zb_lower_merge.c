@@ -3,7 +3,9 @@
  *
  * The walk emits every event in one global order: by time, a
  * transfer before a compute action on a tie, transfers by (producer end,
- * emission order), compute actions by (start, rank). When every F, B and
+ * emission order), compute actions by (start, rank); a transfer's send
+ * goes in there, its receive once the tensor arrives or the receiving
+ * rank's next send goes in, whichever is first. When every F, B and
  * W takes time, a producer starts strictly before its output can be used,
  * so the emission order of producers is their (start, rank) order, and a
  * rank's part of the global order is a merge of three sorted streams it
@@ -164,12 +166,18 @@ static void lower_rank(const lower_job *j, int r, xfer_stream *x) {
   const zb_rank_list *in = &j->s->ranks[r];
   const double *start = j->sim->start[r];
   zb_rank_list *l = &j->out->ranks[r]; /* room for in->n and every transfer (lower_room) */
+  const double t_comm = j->c->t_comm;
   bool kept = true, after_xfer = false;
   xfer_stream *best = xfer_stream_first(x, streams);
   for (int i = 0;;) {
-    if (best && (i == in->n || best->at <= start[i])) {
+    /* A send is due at its producer's end; a receive when its tensor
+     * arrives, or sooner when a send of r's that comes later in transfer
+     * order (r's own stream's head, as best is the first) is due: each
+     * rank's comm actions stay in transfer order. */
+    double due = best && best->q != r && x[0].at > best->at + t_comm ? best->at + t_comm : x[0].at;
+    if (best && (i == in->n || due <= start[i])) {
       if (best->q != r) /* a receive: does the rank wait for it longer than s's timeline does? */
-        kept = kept && i < in->n && best->at + j->c->t_comm <= start[i];
+        kept = kept && i < in->n && best->at + t_comm <= start[i];
       lower_append_xfer(j, best, l, after_xfer);
       after_xfer = true;
       xfer_stream_seek(j, best, best->i + 1);

@@ -254,5 +254,36 @@ static void test_lower_figures_only_when_same(void) {
   CHECK(shared[1] < total);
 }
 
+/* Receives at arrival: 1F1B at p = 2, m = 3 with T_F = T_B = T_W =
+ * T_comm = 1. A receive placed at its producer's end held the op after
+ * it until the tensor arrived (makespan 18 against the compute lists'
+ * 16); placed where the tensor arrives, none holds its rank, the lowered
+ * plan runs on the compute plan's timeline, and lowering hands back its
+ * own simulation's figures. The lists validate (no send blocks on a
+ * receive its peer posts only after a send back). */
+static void test_lower_recv_at_arrival(void) {
+  zb_rank_costs rc = zb_rank_costs_default();
+  rc.t_comm = 1;
+  zb_costs *c = zb_costs_from_rank_share(2, 1, &rc, 0);
+  zb_plan_request req = {.family = ZB_FAMILY_1F1B, .p = 2, .v = 1, .m = 3, .costs = c};
+  zb_schedule *s = NULL, *low = NULL;
+  zb_sim_result *fig = NULL;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_plan_generate(&req, &s, &d), ZB_OK);
+  CHECK_EQ(zb_lower_par_figures(s, NULL, 0, c, NULL, &low, &fig, &d), ZB_OK);
+  double mk0 = 0, mk1 = 0, span;
+  CHECK(zb_simulate_makespan(s, c, &mk0, &span) == ZB_OK &&
+        zb_simulate_makespan(low, c, &mk1, &span) == ZB_OK);
+  CHECK_MSG(mk0 == 16 && mk1 == 16, "compute-only %g, lowered %g", mk0, mk1);
+  CHECK(fig != NULL && fig->makespan == 16);
+  zb_violation viol;
+  CHECK_MSG(zb_validate(low, c, &viol) == ZB_OK, "%s", viol.detail);
+  zb_sim_result_free(fig);
+  zb_schedule_free(low);
+  zb_schedule_free(s);
+  zb_costs_free(c);
+}
+
 ZBT_MAIN(ZBT(test_lower_merge_equals_walk), ZBT(test_lower_zero_cost_w), ZBT(test_lower_misplaced_stage),
-         ZBT(test_lower_par_same_lists), ZBT(test_lower_figures_only_when_same))
+         ZBT(test_lower_par_same_lists), ZBT(test_lower_figures_only_when_same),
+         ZBT(test_lower_recv_at_arrival))

@@ -550,6 +550,39 @@ static void test_deadlock_blocking_recv_first(void) {
   CHECK(ok);
 }
 
+static void test_deadlock_send_before_arrival_by_hand(void) {
+  /* Two ranks, two microbatches, written out by hand. Each rank sends in
+   * the window of a transfer coming its way and receives that transfer
+   * only after its own send back, as placing every receive at arrival
+   * would: rank 0 blocks in SEND_F(0,1) until rank 1 posts RECV_F(1,1),
+   * which comes after rank 1's SEND_B(1,0), blocked until rank 0 posts
+   * RECV_B(0,0), which comes after SEND_F(0,1). Moving RECV_F(1,1) ahead
+   * of SEND_B(1,0), in one group with it (what lowering does when a
+   * receive's arrival falls after a send that comes later in transfer
+   * order, docs/schedules.md, Lowering), breaks the cycle. */
+  zb_schedule *s = zb_schedule_new(2, 1, 2, ZB_PLACE_LOOP);
+  const zb_action r0[] = {act(ZB_OP_F, 0, 0, -1, false),     act(ZB_OP_SEND_F, 0, 0, 1, false),
+                          act(ZB_OP_F, 0, 1, -1, false),     act(ZB_OP_SEND_F, 0, 1, 1, false),
+                          act(ZB_OP_RECV_B, 0, 0, 1, false), act(ZB_OP_BW, 0, 0, -1, false),
+                          act(ZB_OP_RECV_B, 0, 1, 1, false), act(ZB_OP_BW, 0, 1, -1, false)};
+  const zb_action r1[] = {act(ZB_OP_RECV_F, 1, 0, 0, false), act(ZB_OP_F, 1, 0, -1, false),
+                          act(ZB_OP_BW, 1, 0, -1, false),    act(ZB_OP_SEND_B, 1, 0, 0, false),
+                          act(ZB_OP_RECV_F, 1, 1, 0, false), act(ZB_OP_F, 1, 1, -1, false),
+                          act(ZB_OP_BW, 1, 1, -1, false),    act(ZB_OP_SEND_B, 1, 1, 0, false)};
+  for (size_t i = 0; i < sizeof r0 / sizeof r0[0]; i++) {
+    zb_schedule_push(s, 0, r0[i]);
+    zb_schedule_push(s, 1, r1[i]);
+  }
+  bool ok = expect_violation(s, NULL, ZB_VIOL_DEADLOCK, 0, 3, act(ZB_OP_SEND_F, 0, 1, 1, false));
+  move_action(s, 1, 4, 3); /* rank 1: ..., BW(1,0), RECV_F(1,1), SEND_B(1,0), F(1,1), ... */
+  s->ranks[1].actions[3].batch = true;
+  zb_violation v;
+  zb_err err = validate_both(s, NULL, &v);
+  zb_schedule_free(s);
+  CHECK(ok);
+  CHECK_EQ(err, ZB_OK);
+}
+
 /* ---- MEMORY ----------------------------------------------------------- */
 
 static void test_memory_limit(void) {
@@ -683,5 +716,6 @@ ZBT_MAIN(ZBT(test_generated_schedules_are_valid), ZBT(test_costs_for_other_shape
          ZBT(test_comm_mismatch_never_sent), ZBT(test_comm_mismatch_local_transfer_in_v),
          ZBT(test_comm_mismatch_out_of_posting_order), ZBT(test_deadlock_compute_cycle_generated),
          ZBT(test_deadlock_compute_cycle_by_hand), ZBT(test_deadlock_blocking_sends_head_to_head),
-         ZBT(test_deadlock_blocking_recv_first), ZBT(test_memory_limit), ZBT(test_memory_limit_lowered),
-         ZBT(test_violation_format), ZBT(test_violation_kind_names))
+         ZBT(test_deadlock_blocking_recv_first), ZBT(test_deadlock_send_before_arrival_by_hand),
+         ZBT(test_memory_limit), ZBT(test_memory_limit_lowered), ZBT(test_violation_format),
+         ZBT(test_violation_kind_names))
