@@ -16,12 +16,15 @@
  * otherwise the families of the request's chunks, under its costs.
  *
  * The compute-only makespan bounds the lowered one from below (a lowered
- * plan only adds waits), so it prunes candidates that cannot win; it
- * never decides.
+ * plan only adds waits), and a family's placement bounds both before it
+ * is planned (search_bound), so they prune candidates that cannot win;
+ * they never decide.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "zb_alloc.h"
 #include "zb_plan_internal.h"
 #include "zb_planner.h"
 
@@ -135,13 +138,39 @@ static bool search_key(const search_state *st, const zb_schedule *s, const zb_co
   return ok;
 }
 
+/* A lower bound, under c, of the figure the request is judged by for any
+ * plan of family sf's placement: every rank works its whole share, and
+ * (for the makespan) rank r starts no earlier than the forwards of
+ * stages 0..r-1, each with its hop, that its first stage r waits for. */
+static double search_bound(const search_state *st, const search_fam *sf, const zb_costs *c) {
+  int p = st->req->p, v = sf->v, m = st->req->m;
+  zb_placement pl = zb_family_placement(sf->family);
+  double *busy = zb_calloc((size_t)p, sizeof *busy), start = 0, bound = 0;
+  for (int s = 0; s < p * v; s++)
+    busy[zb_placement_rank(pl, p, v, s)] += m * (c->t_f[s] + c->t_b[s] + c->t_w[s]);
+  bool span = st->req->objective == ZB_OBJ_SPAN;
+  for (int r = 0; r < p; r++) {
+    double at = (span ? 0 : start) + busy[r];
+    bound = at > bound ? at : bound;
+    start += c->t_f[r] + c->t_comm;
+  }
+  free(busy);
+  return bound;
+}
+
 /* Plans family k at level (absolute; 0: its own), keeps it when it fits
- * the limit and beats the best; *peak (when given) its peak, or -1. */
+ * the limit and beats the best; *peak (when given) its peak, or -1. A
+ * family whose bound cannot beat the best is not planned (its peak is
+ * then unknown). */
 static void search_try(search_state *st, int k, double level, double *peak) {
   const search_fam *sf = &search_fams[k];
   if (peak)
     *peak = -1;
   zb_costs *c = search_costs(st, sf, level);
+  if (c && search_bound(st, sf, c) >= st->best_key - SEARCH_EPS * (1 + fabs(st->best_key))) {
+    zb_costs_free(c);
+    return;
+  }
   zb_plan_request gen = {.family = sf->family,
                          .p = st->req->p,
                          .v = sf->v,
