@@ -159,15 +159,16 @@ static double search_bound(const search_state *st, const search_fam *sf, const z
 }
 
 /* Plans family k at level (absolute; 0: its own), keeps it when it fits
- * the limit and beats the best; *peak (when given) its peak, or -1. A
- * family whose bound cannot beat the best is not planned (its peak is
- * then unknown). */
-static void search_try(search_state *st, int k, double level, double *peak) {
+ * the limit and beats the best; *peak (when given) its peak, or -1. With
+ * prune, a family whose bound cannot beat the best is not planned (its
+ * peak then unknown): not while the peaks make the ladder, whose rungs
+ * must not depend on what was found first. */
+static void search_try(search_state *st, int k, double level, bool prune, double *peak) {
   const search_fam *sf = &search_fams[k];
   if (peak)
     *peak = -1;
   zb_costs *c = search_costs(st, sf, level);
-  if (c && search_bound(st, sf, c) >= st->best_key - SEARCH_EPS * (1 + fabs(st->best_key))) {
+  if (c && prune && search_bound(st, sf, c) >= st->best_key - SEARCH_EPS * (1 + fabs(st->best_key))) {
     zb_costs_free(c);
     return;
   }
@@ -229,7 +230,7 @@ static void search_all(search_state *st) {
   for (int k = 0; k < SEARCH_FAMS; k++) {
     double peak = -1;
     if (search_fams[k].family != ZB_FAMILY_ZB_AUTO && search_serves(st, k, 0))
-      search_try(st, k, 0, &peak);
+      search_try(st, k, 0, !ladder, &peak);
     if (ladder)
       search_add_rung(st, peak);
   }
@@ -237,10 +238,10 @@ static void search_all(search_state *st) {
     if (!search_fams[k].limited)
       continue;
     if (search_serves(st, k, st->limit))
-      search_try(st, k, st->limit, NULL);
+      search_try(st, k, st->limit, true, NULL);
     for (int i = 0; i < st->n_rungs; i++)
       if (search_serves(st, k, st->rungs[i]))
-        search_try(st, k, st->rungs[i], NULL);
+        search_try(st, k, st->rungs[i], true, NULL);
   }
 }
 
