@@ -98,8 +98,13 @@ void zb_plan_refine_capped(zb_schedule *s, const zb_costs *c, zb_objective obj, 
  * spacings under c (by makespan; *score, when given, its figures, the
  * result fitting the limit), each spacing's W placed by timing (with
  * fill_all also with ZB_W_FILL_ALL) or left where the block put them.
- * NULL when none fits the limit. Caller owns it. */
-zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, bool fill_all, zb_plan_score *score);
+ * squeezes says which squeezes compete: WHOLE moves every pass, HELD
+ * keeps the steady stretch where the block put it and squeezes the
+ * cool-down again with the W lifted out (the Zero Bubble authors'
+ * reordering). NULL when none fits the limit. Caller owns it. */
+enum { ZB_VB_WHOLE = 1, ZB_VB_HELD = 2, ZB_VB_BOTH = 3 };
+zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, bool fill_all, int squeezes,
+                             zb_plan_score *score);
 
 /* ZB-V timed against c (zb_plan_vtimed.c): the V built pass by pass on
  * a clock within c->mem_limit, W ops filling the waits for inputs, in
