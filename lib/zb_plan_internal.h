@@ -25,8 +25,12 @@ zb_schedule *zb_plan_1f1b(int p, int m);
 /* When the greedy runs a pending W: GAP only into an idle gap at least
  * T_W long (an input not yet produced counts as far away); FILL_ALL into
  * any gap; CAUTIOUS like GAP but estimating when an unproduced input can
- * arrive at the earliest. */
-enum { ZB_W_GAP = 0, ZB_W_FILL_ALL = 1, ZB_W_CAUTIOUS = 2, ZB_W_POLICIES = 3 };
+ * arrive at the earliest. ZB_W_POLICIES counts those three, which zb-v and
+ * zb-interleaved try in turn. EVEN_IDLE (zb-auto's) like GAP, and into a
+ * shorter gap too when idling through it would give the rank more idle
+ * time since its first op than any rank has had so far: the Zero Bubble
+ * authors' heuristic's bubble budget, which evens the ranks' spans. */
+enum { ZB_W_GAP = 0, ZB_W_FILL_ALL = 1, ZB_W_CAUTIOUS = 2, ZB_W_POLICIES = 3, ZB_W_EVEN_IDLE = 3 };
 
 /* Objective used to compare candidates: the request's objective first,
  * the other one on ties. */
