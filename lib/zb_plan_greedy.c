@@ -4,7 +4,9 @@
  * time order; a rank runs a ready B first (critical path), else a ready F
  * while its stage's warm-up cap and the memory limit allow, else a pending
  * W when the gap until its next input is at least T_W (or, with
- * fill_small_gaps, any gap), else it idles until that input arrives.
+ * fill_small_gaps, any gap; with even_idle, a shorter gap too when idling
+ * through it would leave the rank the most idle of all so far), else it
+ * idles until that input arrives.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -68,6 +70,8 @@ typedef struct greedy {
   const int *cap;
   bool fill_small_gaps;
   bool cautious;         /* estimate unknown inputs instead of assuming they are far */
+  bool even_idle;        /* ZB_W_EVEN_IDLE */
+  double worst_idle;     /* the most idle time any rank has had since its first op */
   int *stage_rank;       /* S */
   int **rank_stages;     /* p x v, deepest stage first */
   int *nf, *nb, *nw;     /* per stage: ops done (in microbatch order) */
@@ -76,6 +80,7 @@ typedef struct greedy {
   double *d;             /* per rank: next decision time (INFINITY: blocked) */
   double *mem;
   double *first;             /* per rank: start of its first op (NAN: none yet) */
+  double *idle;              /* per rank: idle time since its first op */
   int *left;                 /* per rank: ops left */
   bool *waited_guess;        /* per rank: idled once on a cautious estimate since its last op */
   const zb_schedule *follow; /* NULL, or the F and B order each rank keeps */
@@ -137,6 +142,10 @@ static void greedy_run(greedy *g, rank_heap *h, zb_schedule *out, int r, zb_op o
   double end = at + zb_costs_time(g->c, op, s);
   if (isnan(g->first[r]))
     g->first[r] = at;
+  else if (at > g->e[r]) {
+    g->idle[r] += at - g->e[r];
+    g->worst_idle = g->idle[r] > g->worst_idle ? g->idle[r] : g->worst_idle;
+  }
   g->mem[r] += zb_costs_mem(g->c, op, s);
   g->e[r] = end;
   g->d[r] = end;
@@ -314,7 +323,11 @@ static void greedy_step(greedy *g, rank_heap *h, zb_schedule *out, int r) {
   double next = look.next;
   if (w_stage >= 0) {
     double tw = g->c->t_w[w_stage];
-    if (look.want_f >= 0 || isinf(gap_end) || gap_end - t >= tw - ZB_EPS || g->fill_small_gaps) {
+    /* even_idle: a rank that would idle through the gap to more than any
+     * rank so far (its span the longest, by what it has run) runs the W */
+    bool most_idle =
+        g->even_idle && !isnan(g->first[r]) && g->idle[r] + (gap_end - t) > g->worst_idle + ZB_EPS;
+    if (look.want_f >= 0 || isinf(gap_end) || gap_end - t >= tw - ZB_EPS || g->fill_small_gaps || most_idle) {
       greedy_run(g, h, out, r, ZB_OP_W, w_stage, t);
       return;
     }
@@ -359,6 +372,7 @@ static void greedy_init(greedy *g) {
   g->d = zb_calloc(p, sizeof(double));
   g->mem = zb_calloc(p, sizeof(double));
   g->first = zb_malloc(sizeof(double) * p);
+  g->idle = zb_calloc(p, sizeof(double));
   g->left = zb_calloc(p, sizeof(int));
   g->waited_guess = zb_calloc(p, sizeof(bool));
   for (int r = 0; r < g->p; r++) {
@@ -381,6 +395,7 @@ static void greedy_free(greedy *g) {
   free(g->d);
   free(g->mem);
   free(g->first);
+  free(g->idle);
   free(g->left);
   free(g->waited_guess);
   free(g->next_fb);
@@ -422,6 +437,7 @@ static void greedy_score(const greedy *g, zb_objective obj, zb_plan_score *score
 static zb_schedule *greedy_go(greedy *g, int w_policy, zb_objective obj, zb_plan_score *score) {
   g->fill_small_gaps = w_policy == ZB_W_FILL_ALL;
   g->cautious = w_policy == ZB_W_CAUTIOUS;
+  g->even_idle = w_policy == ZB_W_EVEN_IDLE;
   greedy_init(g);
   rank_heap h;
   greedy_heap_init(g, &h);

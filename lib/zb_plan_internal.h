@@ -25,8 +25,12 @@ zb_schedule *zb_plan_1f1b(int p, int m);
 /* When the greedy runs a pending W: GAP only into an idle gap at least
  * T_W long (an input not yet produced counts as far away); FILL_ALL into
  * any gap; CAUTIOUS like GAP but estimating when an unproduced input can
- * arrive at the earliest. */
-enum { ZB_W_GAP = 0, ZB_W_FILL_ALL = 1, ZB_W_CAUTIOUS = 2, ZB_W_POLICIES = 3 };
+ * arrive at the earliest. ZB_W_POLICIES counts those three, which zb-v and
+ * zb-interleaved try in turn. EVEN_IDLE (zb-auto's) like GAP, and into a
+ * shorter gap too when idling through it would give the rank more idle
+ * time since its first op than any rank has had so far: the Zero Bubble
+ * authors' heuristic's bubble budget, which evens the ranks' spans. */
+enum { ZB_W_GAP = 0, ZB_W_FILL_ALL = 1, ZB_W_CAUTIOUS = 2, ZB_W_POLICIES = 3, ZB_W_EVEN_IDLE = 3 };
 
 /* Objective used to compare candidates: the request's objective first,
  * the other one on ties. */
@@ -98,8 +102,13 @@ void zb_plan_refine_capped(zb_schedule *s, const zb_costs *c, zb_objective obj, 
  * spacings under c (by makespan; *score, when given, its figures, the
  * result fitting the limit), each spacing's W placed by timing (with
  * fill_all also with ZB_W_FILL_ALL) or left where the block put them.
- * NULL when none fits the limit. Caller owns it. */
-zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, bool fill_all, zb_plan_score *score);
+ * squeezes says which squeezes compete: WHOLE moves every pass, HELD
+ * keeps the steady stretch where the block put it and squeezes the
+ * cool-down again with the W lifted out (the Zero Bubble authors'
+ * reordering). NULL when none fits the limit. Caller owns it. */
+enum { ZB_VB_WHOLE = 1, ZB_VB_HELD = 2, ZB_VB_BOTH = 3 };
+zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, bool fill_all, int squeezes,
+                             zb_plan_score *score);
 
 /* ZB-V timed against c (zb_plan_vtimed.c): the V built pass by pass on
  * a clock within c->mem_limit, W ops filling the waits for inputs, in

@@ -176,7 +176,7 @@ static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, z
   if (small || !b.s)
     v_keep(&b, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL);
   for (int hop = 1; small && hop <= 2; hop++)
-    v_keep(&b, zb_plan_v_block(p, m, hop, c, true, NULL), NULL);
+    v_keep(&b, zb_plan_v_block(p, m, hop, c, true, ZB_VB_BOTH, NULL), NULL);
   zb_schedule *s = b.s, *start = s && recheck ? zb_schedule_clone(s) : NULL;
   if (s && small) {
     zb_plan_refine_capped(s, c, ZB_OBJ_SPAN, b.cap, ZBV_REFINE_EVALS);
@@ -193,6 +193,28 @@ static zb_err zb_v_cost_aware(int p, int m, const zb_costs *cin, double limit, z
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "zb-v found no V schedule within 1F1B's peak");
   *out = s;
   return ZB_OK;
+}
+
+/* The V building block's best (zb_plan_v_block, *score its figures);
+ * with refine, the local search run from the best of each squeeze apart
+ * and the better kept: it climbs from where it starts, and a better start
+ * can end worse (V-Min at p=8, m=8, 1:1.2:0.8:0.05: 40.7 from the whole
+ * squeeze's best, 42.9 from the held one's). */
+static zb_schedule *v_blocks(int p, int m, int hop, const zb_costs *c, bool fill_all, bool refine,
+                             zb_plan_score *score) {
+  zb_schedule *s = NULL;
+  for (int k = 0; k < (refine ? 2 : 1); k++) {
+    zb_plan_score known;
+    zb_schedule *b = zb_plan_v_block(p, m, hop, c, fill_all,
+                                     !refine ? ZB_VB_BOTH
+                                     : k     ? ZB_VB_HELD
+                                             : ZB_VB_WHOLE,
+                                     &known);
+    if (b && refine)
+      zb_plan_refine(b, c, ZB_OBJ_MAKESPAN, ZBV_REFINE_EVALS);
+    zb_plan_keep(&s, score, b, refine ? NULL : &known, c, ZB_OBJ_MAKESPAN); /* known: no second simulation */
+  }
+  return s;
 }
 
 zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_schedule **out, zb_diag *diag) {
@@ -223,17 +245,16 @@ zb_err zb_plan_v_family(const zb_plan_request *req, const zb_costs *cin, zb_sche
    * one's lists (zb_plan.h, short_run). */
   int q;
   bool extras = !zb_plan_costs_even(c) && !req->short_run && zb_plan_short_run(req, &q) == 0;
-  if (req->family != ZB_FAMILY_ZB_V) { /* its figures come with it: no second simulation */
-    zb_plan_score known;
-    zb_schedule *block = zb_plan_v_block(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c, extras, &known);
-    zb_plan_keep(&s, &score, block, &known, c, ZB_OBJ_MAKESPAN);
-  }
-  if (!s) /* zb-v below 2p-1, or a limit the block cannot keep */
-    zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_MAKESPAN);
   /* the local search, as zb-v's, on plans small enough (V-Half at p <= 8
    * then meets the Zero Bubble authors' generator) */
-  if (s && extras && (double)p * m <= ZBV_COST_AWARE_PM)
-    zb_plan_refine(s, c, ZB_OBJ_MAKESPAN, ZBV_REFINE_EVALS);
+  bool refine = extras && (double)p * m <= ZBV_COST_AWARE_PM;
+  if (req->family != ZB_FAMILY_ZB_V)
+    s = v_blocks(p, m, req->family == ZB_FAMILY_V_HALF ? 2 : 1, c, extras, refine, &score);
+  if (!s) { /* zb-v below 2p-1, or a limit the block cannot keep */
+    zb_plan_keep(&s, &score, zb_plan_greedy_search(p, 2, m, ZB_PLACE_V, c), NULL, c, ZB_OBJ_MAKESPAN);
+    if (s && refine)
+      zb_plan_refine(s, c, ZB_OBJ_MAKESPAN, ZBV_REFINE_EVALS);
+  }
   zb_costs_free(c);
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INFEASIBLE, "%s found no V schedule within %g x M_F per rank",

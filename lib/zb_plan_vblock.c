@@ -19,10 +19,18 @@
  * the cool-down full of empty slots; the squeeze moves every pass, in slot
  * order, to the earliest free slot after its inputs (and after the same
  * pass of the previous microbatch) where the rank's memory stays within
- * the limit. The ops of a rank in slot order are its list. Several
- * spacings (g, and a delay at the V's other turn) are tried, squeezed and
- * not, and the best under the real costs is kept.
+ * the limit. The ops of a rank in slot order are its list.
+ *
+ * A second squeeze, after the Zero Bubble authors' V-Half generator, holds
+ * the steady stretch where the block put it (moving its passes reshuffles
+ * the F and B order, which the real costs can make slower: in slot
+ * order 3.3 time units per microbatch instead of 3.0 at p = 16 under
+ * 1:1.2:0.8:0.05), then lifts every W out, each to
+ * run in the first free slot after its B, and squeezes the cool-down
+ * again. Several spacings (g, and a delay at the V's other turn) are
+ * tried, with both squeezes, and the best under the real costs is kept.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,18 +255,45 @@ static void vb_squeeze_one(vb_grid *g, int r, int t, const double *delta, double
     vb_prof_add(pr, u, t, d);
 }
 
-/* Squeezes every pass, in slot order, towards its inputs. */
-static void vb_squeeze(vb_grid *g, const zb_costs *c) {
-  int p = g->p, T = g->T, nb = (T + VB_BLK - 1) / VB_BLK;
-  double *mem = zb_malloc(sizeof(double) * (size_t)p * (size_t)T);
-  double *blocks = zb_malloc(sizeof(double) * 2 * (size_t)p * (size_t)nb);
-  int *free_n = zb_malloc(sizeof(int) * (size_t)p * (size_t)nb);
+/* Every rank's memory delta per pass kind: [r * VB_KINDS + kind]. */
+static double *vb_deltas(int p, const zb_costs *c) {
   double *delta = zb_malloc(sizeof(double) * (size_t)p * VB_KINDS);
-  vb_prof *prof = zb_malloc(sizeof *prof * (size_t)p);
   for (int r = 0; r < p; r++) {
     int stage[2] = {r, 2 * p - 1 - r};
     for (int k = 0; k < VB_KINDS; k++)
       delta[r * VB_KINDS + k] = zb_costs_mem(c, vb_op[k], stage[vb_chunk[k]]);
+  }
+  return delta;
+}
+
+/* The steady stretch of g as it stands, in the order the squeezes go in
+ * (slot by slot, ranks in turn; key slot * p + rank): from rank 0's
+ * first chunk-0 B to the first chunk-0 F of the last microbatch at or
+ * after it, both in. */
+static void vb_steady(vb_grid *g, long long *open, long long *close) {
+  long long p = g->p;
+  *open = *vb_slot(g, 0, 3, 0) * p;
+  *close = LLONG_MAX;
+  for (int r = 0; r < g->p; r++) {
+    long long key = *vb_slot(g, r, 0, g->m - 1) * p + r;
+    if (key >= *open && key < *close)
+      *close = key;
+  }
+}
+
+/* Squeezes every pass, in slot order, towards its inputs; with hold, the
+ * passes of the steady stretch (vb_steady) keep their slots. */
+static void vb_squeeze(vb_grid *g, const zb_costs *c, bool hold) {
+  int p = g->p, T = g->T, nb = (T + VB_BLK - 1) / VB_BLK;
+  double *mem = zb_malloc(sizeof(double) * (size_t)p * (size_t)T);
+  double *blocks = zb_malloc(sizeof(double) * 2 * (size_t)p * (size_t)nb);
+  int *free_n = zb_malloc(sizeof(int) * (size_t)p * (size_t)nb);
+  double *delta = vb_deltas(p, c);
+  vb_prof *prof = zb_malloc(sizeof *prof * (size_t)p);
+  long long open = LLONG_MAX, close = LLONG_MAX;
+  if (hold)
+    vb_steady(g, &open, &close);
+  for (int r = 0; r < p; r++) {
     size_t o = (size_t)r * (size_t)nb;
     prof[r] = (vb_prof){.mem = &mem[(size_t)r * (size_t)T],
                         .add = &blocks[2 * o],
@@ -285,8 +320,11 @@ static void vb_squeeze(vb_grid *g, const zb_costs *c) {
       if (g->at[(size_t)r * (size_t)T + (size_t)t] >= 0)
         ranks[fill[t]++] = r;
   for (int t = 0; t < T; t++)
-    for (int i = first[t]; i < first[t + 1]; i++)
-      vb_squeeze_one(g, ranks[i], t, &delta[ranks[i] * VB_KINDS], c->mem_limit, &prof[ranks[i]]);
+    for (int i = first[t]; i < first[t + 1]; i++) {
+      long long key = (long long)t * p + ranks[i];
+      if (key < open || key > close)
+        vb_squeeze_one(g, ranks[i], t, &delta[ranks[i] * VB_KINDS], c->mem_limit, &prof[ranks[i]]);
+    }
   free(first);
   free(ranks);
   free(fill);
@@ -308,6 +346,115 @@ static zb_schedule *vb_emit(const vb_grid *g) {
         zb_schedule_push_op(s, r, vb_op[w / g->m], stage[vb_chunk[w / g->m]], w % g->m);
     }
   }
+  return s;
+}
+
+/* ---- the cool-down once more, W lifted ----
+ * With the steady stretch held, the squeeze leaves the cool-down's W
+ * where they were laid out or moved, in slots an F or B could take. As
+ * the Zero Bubble authors' V-Half generator reorders its pattern: every
+ * W is lifted out, each to run in the first free slot after its B
+ * (first in, first out), and the cool-down's passes move, in slot order,
+ * to the earliest free slot after their inputs where the rank's memory,
+ * with the W run that way, stays within the limit. */
+typedef struct vb_lift {
+  double *mem; /* [t]: memory after slot t, W lifted */
+  int *wait;   /* [t]: W waiting for a free slot after slot t */
+  int *fifo;   /* scratch: the waiting W's kinds, oldest first (2m) */
+  int last;    /* the rank's last pass is at or before it */
+} vb_lift;
+
+/* Walks row (W lifted) from slot u on and says whether its memory stays
+ * within lim; lf holds its figures before u. With write, stores the
+ * figures from u on in lf. When the rank's two W free alike, the walk
+ * starts at u and ends where it meets lf's figures again at or after t
+ * (the rest is unchanged); else it starts at 0 and runs to the end. */
+static bool vb_lift_walk(const int *row, int m, const double *delta, double lim, vb_lift *lf, int u, int t,
+                         bool write) {
+  bool alike = delta[4] == delta[5];
+  int x = alike ? u : 0, head = 0, tail = 0;
+  double mem = x > 0 ? lf->mem[x - 1] : 0;
+  for (int k = 0, n = x > 0 ? lf->wait[x - 1] : 0; k < n; k++)
+    lf->fifo[tail++] = 4; /* alike: which kind does not matter */
+  for (; x <= lf->last; x++) {
+    int who = row[x], k = who / m;
+    if (who >= 0) {
+      mem += delta[k];
+      if (k == 2 || k == 3)
+        lf->fifo[tail++] = k == 2 ? 5 : 4; /* W1 after B1, W0 after B0 */
+    } else if (head < tail)
+      mem += delta[lf->fifo[head++]];
+    if (lim > 0 && mem > lim + 1e-9)
+      return false;
+    if (alike && x >= t && lf->wait[x] == tail - head)
+      return true;
+    if (write)
+      lf->mem[x] = mem, lf->wait[x] = tail - head;
+  }
+  return true;
+}
+
+/* Moves rank r's pass at slot t to the earliest free slot from its ready
+ * time on where the rank's memory, W lifted, stays within lim. */
+static void vb_lift_one(vb_grid *g, int r, int t, const double *delta, double lim, vb_lift *lf) {
+  int *row = &g->at[(size_t)r * (size_t)g->T], who = row[t], k = who / g->m, mb = who % g->m;
+  for (int u = vb_ready(g, r, k, mb); u < t; u++) {
+    if (row[u] >= 0)
+      continue;
+    row[t] = -1, row[u] = who;
+    if (lim <= 0 || vb_lift_walk(row, g->m, delta, lim, lf, u, t, false)) {
+      *vb_slot(g, r, k, mb) = u;
+      if (lim > 0 && delta[4] == delta[5])
+        vb_lift_walk(row, g->m, delta, 0, lf, u, t, true);
+      return;
+    }
+    row[u] = -1, row[t] = who;
+  }
+}
+
+/* The squeezed grid (steady stretch held) with its W lifted and the
+ * cool-down squeezed again: the lists, W in the first free slots. */
+static zb_schedule *vb_lift_cooldown(vb_grid *g, const zb_costs *c) {
+  int p = g->p, T = g->T, m = g->m;
+  double *delta = vb_deltas(p, c);
+  vb_lift *lf = zb_malloc(sizeof *lf * (size_t)p);
+  double *mem = zb_malloc(sizeof(double) * (size_t)p * (size_t)T);
+  int *wait = zb_malloc(sizeof(int) * (size_t)p * (size_t)T), *fifo = zb_malloc(sizeof(int) * 2 * (size_t)m);
+  for (int r = 0; r < p; r++) {
+    int *row = &g->at[(size_t)r * (size_t)T];
+    lf[r] = (vb_lift){.mem = &mem[(size_t)r * (size_t)T], .wait = &wait[(size_t)r * (size_t)T], .fifo = fifo};
+    for (int t = 0; t < T; t++) {
+      row[t] = row[t] >= 4 * m ? -1 : row[t];
+      lf[r].last = row[t] >= 0 ? t : lf[r].last;
+    }
+    vb_lift_walk(row, m, &delta[r * VB_KINDS], 0, &lf[r], 0, T, true);
+  }
+  long long open, close;
+  vb_steady(g, &open, &close);
+  for (int t = close == LLONG_MAX ? T : (int)(close / p); t < T; t++)
+    for (int r = 0; r < p; r++)
+      if ((long long)t * p + r > close && g->at[(size_t)r * (size_t)T + (size_t)t] >= 0)
+        vb_lift_one(g, r, t, &delta[r * VB_KINDS], c->mem_limit, &lf[r]);
+  zb_schedule *s = zb_schedule_new_room(p, 2, m, ZB_PLACE_V, 6);
+  for (int r = 0; r < p; r++) {
+    int stage[2] = {r, 2 * p - 1 - r}, done[2] = {0, 0}, head = 0, tail = 0;
+    for (int t = 0; t < T || head < tail; t++) {
+      int who = t < T ? g->at[(size_t)r * (size_t)T + (size_t)t] : -1, k = who / m;
+      if (who >= 0) {
+        zb_schedule_push_op(s, r, vb_op[k], stage[vb_chunk[k]], who % m);
+        if (k == 2 || k == 3)
+          fifo[tail++] = k == 2 ? 1 : 0;
+      } else if (head < tail) {
+        int ch = fifo[head++];
+        zb_schedule_push_op(s, r, ZB_OP_W, stage[ch], done[ch]++);
+      }
+    }
+  }
+  free(delta);
+  free(lf);
+  free(mem);
+  free(wait);
+  free(fifo);
   return s;
 }
 
@@ -346,48 +493,65 @@ static bool vb_raw_fits(const vb_grid *g, const zb_costs *c) {
   return true;
 }
 
-zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, bool fill_all, zb_plan_score *score) {
+/* Keeps the best of order's candidates in *best: W placed anew by timing
+ * (when timing; with fill_all also run into every gap) and order as it
+ * is. */
+static void vb_keep_order(zb_schedule **best, zb_plan_score *best_score, zb_schedule *order,
+                          const zb_costs *c, bool timing, bool fill_all, bool large) {
+  zb_plan_score sc;
+  zb_schedule *timed = timing ? zb_plan_place_w(order, c, ZB_W_GAP, &sc) : NULL;
+  /* W run into every gap competes too when asked: under uneven costs it
+   * made V-Half 3-45% shorter on the paper's grid (the cautious policy
+   * never beat the gap one there) */
+  if (timing && fill_all)
+    zb_plan_keep(best, best_score, zb_plan_place_w(order, c, ZB_W_FILL_ALL, NULL), NULL, c, ZB_OBJ_MAKESPAN);
+  /* The squeezed order as it is, each W in the first free slot after its
+   * B, is a candidate too: under uneven costs it often beats W placed by
+   * timing (V-Half 7% shorter at p=16, m=128); at even costs it never
+   * did, so large plans spare its simulation there. Compared, both are
+   * simulated: the greedy's own figures are only an upper bound. */
+  bool both = !timed || !large || !zb_plan_costs_even(c);
+  zb_plan_keep(best, best_score, timed, both ? NULL : &sc, c, ZB_OBJ_MAKESPAN);
+  if (both)
+    zb_plan_keep(best, best_score, order, NULL, c, ZB_OBJ_MAKESPAN);
+  else
+    zb_schedule_free(order);
+}
+
+zb_schedule *zb_plan_v_block(int p, int m, int hop, const zb_costs *c, bool fill_all, int squeezes,
+                             zb_plan_score *score) {
   zb_schedule *best = NULL;
   zb_plan_score best_score;
   /* the tightest spacings whose block fits the limit as laid out: the
    * squeeze keeps it within, and W placed by timing then decides; one on
    * large plans, where the second gained at most 0.2% in the grids */
-  bool large = (double)p * m > 4096, even = zb_plan_costs_even(c);
+  bool large = (double)p * m > 4096;
   int tries = large ? 1 : 2;
+  /* the held squeeze never won on large plans at even costs */
+  if (large && zb_plan_costs_even(c) && squeezes == ZB_VB_BOTH)
+    squeezes = ZB_VB_WHOLE;
   for (int sum = 0; sum < 3 * VB_PERIOD && tries > 0; sum++)
     for (int h = 0; h <= sum && tries > 0; h++) {
       int g = sum - h;
       if (!vb_fits(p, hop, g, h))
         continue;
-      vb_grid grid;
-      vb_layout(&grid, p, m, hop, g, h);
-      if (vb_raw_fits(&grid, c)) {
-        tries--;
-        vb_squeeze(&grid, c);
-        zb_schedule *order = vb_emit(&grid);
-        zb_plan_score sc;
-        zb_schedule *timed = zb_plan_place_w(order, c, ZB_W_GAP, &sc);
-        /* W run into every gap competes too when asked: under uneven
-         * costs it made V-Half 3-45% shorter on the paper's grid (the
-         * cautious policy never beat the gap one there) */
-        if (fill_all)
-          zb_plan_keep(&best, &best_score, zb_plan_place_w(order, c, ZB_W_FILL_ALL, NULL), NULL, c,
-                       ZB_OBJ_MAKESPAN);
-        /* The squeezed order as it is, each W in the block's first free
-         * slot after its B, is a candidate too: under uneven costs it often
-         * beats W placed by timing (V-Half 7% shorter at p=16, m=128); at
-         * even costs it never did, so large plans spare its simulation
-         * there. Compared, both are simulated: the greedy's own figures
-         * are only an upper bound. */
-        bool both = !timed || !large || !even;
-        zb_plan_keep(&best, &best_score, timed, both ? NULL : &sc, c, ZB_OBJ_MAKESPAN);
-        if (both)
-          zb_plan_keep(&best, &best_score, order, NULL, c, ZB_OBJ_MAKESPAN);
-        else
-          zb_schedule_free(order);
+      bool fits = true;
+      for (int hold = 0; hold < 2 && fits; hold++) {
+        if (!(squeezes & (hold ? ZB_VB_HELD : ZB_VB_WHOLE)))
+          continue;
+        vb_grid grid;
+        vb_layout(&grid, p, m, hop, g, h);
+        if ((fits = vb_raw_fits(&grid, c))) {
+          vb_squeeze(&grid, c, hold);
+          /* held: its W lifted, the cool-down squeezed again; by timing
+           * too on plans that are not large (it never won on large ones) */
+          vb_keep_order(&best, &best_score, hold ? vb_lift_cooldown(&grid, c) : vb_emit(&grid), c,
+                        !hold || !large, fill_all, large);
+        }
+        free(grid.slot);
+        free(grid.at);
       }
-      free(grid.slot);
-      free(grid.at);
+      tries -= fits;
     }
   if (best && score)
     *score = best_score;

@@ -185,5 +185,16 @@ static void test_v_half_uneven_meets_reference(void) {
   }
 }
 
+/* On a plan large enough to be prolonged from a short run, V-Half under
+ * those costs takes the held squeeze (zb_plan_vblock.c): the steady
+ * stretch as the block put it, the cool-down squeezed again with the W
+ * lifted. The whole squeeze alone gave 1816.0 at p = 64, m = 512. */
+static void test_v_half_uneven_held_squeeze(void) {
+  double makespan, bubble;
+  CHECK(v_half_uneven(64, 512, &makespan, &bubble));
+  CHECK_MSG(makespan <= 1700, "makespan %g, want at most 1700 (held squeeze: 1694.6)", makespan);
+}
+
 ZBT_MAIN(ZBT(test_grid_all_families), ZBT(test_refusals_say_why), ZBT(test_zb_auto_respects_tight_limit),
-         ZBT(test_v_half_uneven_keeps_block_order), ZBT(test_v_half_uneven_meets_reference))
+         ZBT(test_v_half_uneven_keeps_block_order), ZBT(test_v_half_uneven_meets_reference),
+         ZBT(test_v_half_uneven_held_squeeze))
