@@ -83,7 +83,7 @@ static void svg_lanes(const zb_schedule *s, const zb_sim_result *sim, double sca
       const zb_action *a = &s->ranks[r].actions[i];
       if (!zb_op_is_compute(a->op))
         continue;
-      double t0 = sim->start[r][i], t1 = sim->end[r][i];
+      double t0 = sim->start[r][i], t1 = zb_sim_end(sim, a, r, i);
       double x = SVG_LEFT + t0 * scale, w = (t1 - t0) * scale;
       if (!isfinite(x) || !isfinite(w) || w < 0)
         continue;
@@ -213,7 +213,7 @@ void zb_ascii_write(const zb_schedule *s, const zb_sim_result *sim, int width, z
       const zb_action *a = &s->ranks[r].actions[i];
       if (!zb_op_is_compute(a->op))
         continue;
-      double lo = ceil(sim->start[r][i] / dt - 0.5), hi = ceil(sim->end[r][i] / dt - 0.5);
+      double lo = ceil(sim->start[r][i] / dt - 0.5), hi = ceil(zb_sim_end(sim, a, r, i) / dt - 0.5);
       if (lo < 0)
         lo = 0;
       if (hi > width)

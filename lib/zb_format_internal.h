@@ -29,7 +29,7 @@ static inline int stage_chunk(const zb_schedule *s, int stage) {
 
 /* true when sim carries per-action times for every rank of s. */
 static inline bool sim_matches(const zb_schedule *s, const zb_sim_result *sim) {
-  return s && sim && sim->p == s->p && sim->start && sim->end;
+  return s && sim && sim->p == s->p && sim->start && (sim->end || sim->op_time);
 }
 
 /* Shared by the Chrome trace writers (zb_format_report.c): the

@@ -243,7 +243,7 @@ static void msvg_planned(msvg *g, const zb_measured_view *v, int y0) {
       const zb_action *a = &s->ranks[r].actions[i];
       if (!zb_op_is_compute(a->op))
         continue;
-      double t0 = v->sim->start[r][i], t1 = v->sim->end[r][i];
+      double t0 = v->sim->start[r][i], t1 = zb_sim_end(v->sim, a, r, i);
       zb_action_format(a, act, (int)sizeof act);
       snprintf(tip, sizeof tip, "planned %s s%d mb%d (%s): %.3f to %.3f ms", zb_op_name(a->op), (int)a->stage,
                (int)a->mb, act, t0 * 1e3, t1 * 1e3);

@@ -149,7 +149,7 @@ void zb_fmt_trace_plan_events(const zb_schedule *s, const zb_sim_result *sim, in
                     zb_op_name(a->op), (int)a->stage, (int)a->mb, zb_op_name(a->op), pid, r);
       zb_buf_json_num(out, sim->start[r][i] * scale);
       zb_buf_puts(out, ", \"dur\": ");
-      zb_buf_json_num(out, (sim->end[r][i] - sim->start[r][i]) * scale);
+      zb_buf_json_num(out, (zb_sim_end(sim, a, r, i) - sim->start[r][i]) * scale);
       zb_buf_puts(out, ", \"args\": {\"action\": ");
       zb_buf_json_str(out, act);
       zb_buf_printf(out, ", \"stage\": %d, \"microbatch\": %d, \"chunk\": %d}}", (int)a->stage, (int)a->mb,

@@ -72,8 +72,8 @@ static void planner_check_piece(void *arg, int k) {
   if (k == 0)
     j->valid_err = zb_validate_par(j->runs, j->costs, j->par, &j->violation);
   else
-    j->sim_err =
-        (j->figures_only ? zb_simulate_figures : zb_simulate)(j->runs, j->costs, &j->sim, &j->sim_diag);
+    j->sim_err = (j->figures_only ? zb_simulate_figures : zb_simulate_starts)(j->runs, j->costs, &j->sim,
+                                                                              &j->sim_diag);
 }
 
 /* The compute-only lists' figures into out->sim_compute, unless the plan
@@ -259,7 +259,7 @@ zb_err zb_planner_resimulate(zb_planner_result *r, const zb_costs *c, bool times
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "no plan to simulate");
   zb_sim_result *sim = NULL, *compute = NULL;
-  zb_err err = (times ? zb_simulate : zb_simulate_figures)(s, c, &sim, diag);
+  zb_err err = (times ? zb_simulate_starts : zb_simulate_figures)(s, c, &sim, diag);
   if (!err && r->lowered) { /* the compute-only figures of its compute lists */
     zb_schedule *cs = r->compute ? NULL : zb_schedule_clone(r->lowered);
     if (cs)

@@ -81,7 +81,8 @@ typedef struct zb_planner_result {
   zb_schedule *lowered;   /* what every rank runs; NULL when compute_only */
   zb_violation violation; /* the validator's finding (kind NONE on success) */
   /* The headline figures: of lowered, as the executor runs it (of
-   * compute when compute_only); no times when figures_only. */
+   * compute when compute_only); no times when figures_only, else each
+   * action's start (its end: zb_sim_end). */
   zb_sim_result *sim;
   /* The compute-only lists' figures (no times): transfers as latency
    * only, the paper's view; NULL when compute_only (sim is they). */
@@ -130,8 +131,8 @@ zb_err zb_planner_given(const zb_planner_given_request *req, zb_planner_result *
 zb_err zb_planner_predict(const zb_planner_result *r, const zb_costs *c, zb_sim_result **out, zb_diag *diag);
 
 /* Simulates r's plan again under c (copied into r->costs), both figure
- * sets, the headline with every action's times when times is set (for
- * drawing); r is unchanged on failure. */
+ * sets, the headline with every action's start when times is set (for
+ * drawing; ends by zb_sim_end); r is unchanged on failure. */
 zb_err zb_planner_resimulate(zb_planner_result *r, const zb_costs *c, bool times, zb_diag *diag);
 
 /* zb-auto as a choice among plans (zb_planner_search.c): what

@@ -494,6 +494,10 @@ static zb_err sim_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r
   /* The paper's m(T_F+T_B+T_W) is one rank's work; with per-stage costs we
    * take the most loaded rank's, which is that figure when costs are even. */
   r->bubble_ratio_paper = r->max_span > 0 ? (r->max_span - busy_max) / r->max_span : 0;
+  if (r->start && !r->end && !r->op_time) { /* ends from starts: zb_sim_end */
+    r->op_time = zb_costs_op_table(c, false);
+    r->n_stages = c->n_stages;
+  }
   return ZB_OK;
 }
 
@@ -563,6 +567,7 @@ void zb_sim_result_free(zb_sim_result *r) {
   free(r->span_end);
   free(r->peak_memory);
   free(r->peak_memory_units);
+  free(r->op_time);
   free(r);
 }
 
@@ -578,6 +583,7 @@ zb_sim_result *zb_sim_result_copy_figures(const zb_sim_result *r) {
   zb_sim_result *out = zb_calloc(1, sizeof *out);
   *out = *r;
   out->start = out->end = NULL;
+  out->op_time = NULL;
   out->busy = sim_copy_ranks(r->busy, r->p);
   out->span_start = sim_copy_ranks(r->span_start, r->p);
   out->span_end = sim_copy_ranks(r->span_end, r->p);

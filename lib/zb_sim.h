@@ -32,7 +32,22 @@ typedef struct zb_sim_result {
    * its base: zb_sim_result_free frees those, so a result built by hand
    * is freed by its builder. */
   double **start, **end;
+  /* With start times but no end (zb_simulate_starts): each compute op's
+   * time, zb_costs_op_table of the costs, for zb_sim_end; else NULL. */
+  double *op_time;
+  int n_stages;
 } zb_sim_result;
+
+/* The end of rank r's action a, the i-th of its list: its simulated end,
+ * or from a starts-only result its start plus its op's time (the sum the
+ * simulation made). Needs start times. */
+static inline double zb_sim_end(const zb_sim_result *sim, const zb_action *a, int r, int i) {
+  if (sim->end)
+    return sim->end[r][i];
+  if (!sim->op_time || !zb_op_is_compute(a->op))
+    return sim->start[r][i];
+  return sim->start[r][i] + sim->op_time[zb_costs_op_at(a->op, a->stage, sim->n_stages)];
+}
 
 /* Simulates s under c. On success *out is a new result the caller frees.
  * Fails with ZB_ERR_DEADLOCK (and names the stuck ranks in diag) when the

@@ -779,8 +779,51 @@ static void test_ascii_chunks(void) {
   zb_schedule_free(s);
 }
 
-ZBT_MAIN(ZBT(test_csv_too_large), ZBT(test_action_roundtrip), ZBT(test_action_malformed),
-         ZBT(test_csv_roundtrip_compute), ZBT(test_csv_roundtrip_comm), ZBT(test_csv_peers_by_placement),
-         ZBT(test_csv_line_endings), ZBT(test_csv_errors), ZBT(test_torchtitan_2rank),
-         ZBT(test_torchtitan_4rank), ZBT(test_torchtitan_8rank), ZBT(test_json_report), ZBT(test_trace),
-         ZBT(test_svg), ZBT(test_ascii_exact), ZBT(test_ascii_chunks))
+/* The drawings from a starts-only simulation (zb_simulate_starts: ends
+ * from each op's time, zb_sim_end) are those from a full one, byte for
+ * byte, under uneven per-stage costs; and a result with neither ends nor
+ * op times draws nothing, as one without times does. */
+static void test_drawings_from_starts(void) {
+  zb_schedule *s;
+  zb_costs *c;
+  zb_sim_result *full;
+  CHECK_MSG(load_and_simulate("4-rank.csv", &s, &c, &full) == 0, "load/simulate 4-rank.csv");
+  zb_sim_result_free(full);
+  for (int k = 0; k < c->n_stages; k++)
+    c->t_f[k] = 1 + 0.25 * (k % 3), c->t_b[k] = 1.5 + 0.1 * k, c->t_w[k] = 0.7;
+  zb_sim_result *starts = NULL;
+  CHECK(zb_simulate(s, c, &full, NULL) == ZB_OK && zb_simulate_starts(s, c, &starts, NULL) == ZB_OK);
+  CHECK(starts->end == NULL && starts->op_time != NULL);
+  for (int kind = 0; kind < 3; kind++) {
+    zb_buf a = ZB_BUF_INIT, b = ZB_BUF_INIT;
+    void (*draw)(const zb_schedule *, const zb_sim_result *, zb_buf *) =
+        kind == 0 ? zb_trace_write : zb_svg_write;
+    if (kind == 2) {
+      zb_ascii_write(s, full, 90, &a);
+      zb_ascii_write(s, starts, 90, &b);
+    } else {
+      draw(s, full, &a);
+      draw(s, starts, &b);
+    }
+    CHECK_MSG(a.len > 200 && a.len == b.len && memcmp(a.data, b.data, a.len) == 0, "drawing %d differs",
+              kind);
+    zb_buf_free(&a);
+    zb_buf_free(&b);
+  }
+  free(starts->op_time); /* neither ends nor op times: nothing to draw with */
+  starts->op_time = NULL;
+  zb_buf t = ZB_BUF_INIT;
+  zb_trace_write(s, starts, &t);
+  CHECK(strstr(t.data, "\"ph\": \"X\"") == NULL);
+  zb_buf_free(&t);
+  zb_sim_result_free(starts);
+  zb_sim_result_free(full);
+  zb_costs_free(c);
+  zb_schedule_free(s);
+}
+
+ZBT_MAIN(ZBT(test_drawings_from_starts), ZBT(test_csv_too_large), ZBT(test_action_roundtrip),
+         ZBT(test_action_malformed), ZBT(test_csv_roundtrip_compute), ZBT(test_csv_roundtrip_comm),
+         ZBT(test_csv_peers_by_placement), ZBT(test_csv_line_endings), ZBT(test_csv_errors),
+         ZBT(test_torchtitan_2rank), ZBT(test_torchtitan_4rank), ZBT(test_torchtitan_8rank),
+         ZBT(test_json_report), ZBT(test_trace), ZBT(test_svg), ZBT(test_ascii_exact), ZBT(test_ascii_chunks))

@@ -23,7 +23,7 @@ static zb_tl_rank *from_sim(const zb_planner_result *pl, const double *offset, d
       if (!zb_op_is_compute(a->op) && !zb_op_is_comm(a->op))
         continue;
       double st = pl->sim->start[r][i] + (offset ? offset[r] : 0),
-             en = pl->sim->end[r][i] + (offset ? offset[r] : 0);
+             en = zb_sim_end(pl->sim, a, r, i) + (offset ? offset[r] : 0);
       if (zb_op_is_comm(a->op))
         en = st + t_wait;
       ops[n++] = (zb_tl_op){.op = a->op,
