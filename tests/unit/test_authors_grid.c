@@ -1,7 +1,8 @@
 /* zb against the Zero Bubble authors' own generators over their reference
  * grid (tests/data/zb_authors_grid.csv: p in {4, 8, 16, 32}, m in {p, 2p,
  * 4p, 8p}, equal costs and 1:1.2:0.8:0.05, memory M = 1, 0, -1; their
- * lists figured by zb, compute-only). Each row's zb counterpart is planned
+ * lists figured by zb, compute-only; 280 of the 288 points, as their
+ * ZB-H2 has no order at m = p). Each row's zb counterpart is planned
  * at the row's peak, compute-only as the row is, and its paper bubble
  * ratio must be no higher than theirs (to 5e-5, the 4 decimals such
  * figures are printed with): 1F1B, interleaved 1F1B (2 chunks), ZB-H1,
@@ -109,7 +110,7 @@ static double zb_bubble(const grid_row *g) {
 static void test_at_or_below_the_authors(void) {
   static grid_row rows[320];
   int n = read_grid(rows, 320);
-  CHECK_MSG(n == 272, "%s: %d rows", GRID_CSV, n);
+  CHECK_MSG(n == 280, "%s: %d rows", GRID_CSV, n);
   int behind = 0, still_open = 0, reached_open = 0;
   for (int k = 0; k < n; k++) {
     const grid_row *g = &rows[k];
