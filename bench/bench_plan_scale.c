@@ -225,7 +225,10 @@ static bool run_row(zb_family f, int v, const bench_cfg *cfg) {
   }
   bool met = ph.ok && total < 1000 && ph.rss_mb < 500;
   char name[40];
-  snprintf(name, sizeof name, "%s v=%d", zb_family_name(f), v);
+  if (f == ZB_FAMILY_ZB_AUTO) /* its chunks are the search's to choose */
+    snprintf(name, sizeof name, "zb-auto (search)");
+  else
+    snprintf(name, sizeof name, "%s v=%d", zb_family_name(f), v);
   printf("%-22s", name);
   char sim[16] = "  lowering"; /* the figures came with the lowering */
   if (!ph.shared)
