@@ -204,6 +204,37 @@ static bool report_times_ok(const coord_job *j, int rank, int iteration, const Z
   return ok;
 }
 
+/* The measured figures a rank reported, checked before they are kept (a
+ * NaN or a negative time would be averaged and exported as it is): every
+ * time finite and not negative, the bubble ratio a ratio, peaks and
+ * counts not negative. The loss and the gradient norm are the model's and
+ * may be non-finite (a diverged run, a skipped step). False with diag
+ * naming the field. */
+static bool report_figures_ok(const Zb__V1__RankIteration *m, zb_diag *d) {
+  const struct {
+    const char *name;
+    double v;
+  } secs[] = {{"wall_seconds", m->wall_seconds},           {"busy_f_seconds", m->busy_f_seconds},
+              {"busy_b_seconds", m->busy_b_seconds},       {"busy_w_seconds", m->busy_w_seconds},
+              {"idle_seconds", m->idle_seconds},           {"cpu_wait_seconds", m->cpu_wait_seconds},
+              {"comm_wait_seconds", m->comm_wait_seconds}, {"peak_memory", m->peak_memory}};
+  for (size_t k = 0; k < sizeof secs / sizeof secs[0]; k++)
+    if (!isfinite(secs[k].v) || secs[k].v < 0 || secs[k].v > 1e9) {
+      zb_diag_set(d, ZB_ERR_INVALID_ARG, "%s: %g is not a measured figure (finite, 0 to 1e9)", secs[k].name,
+                  secs[k].v);
+      return false;
+    }
+  if (!isfinite(m->bubble_ratio) || m->bubble_ratio < 0 || m->bubble_ratio > 1) {
+    zb_diag_set(d, ZB_ERR_INVALID_ARG, "bubble_ratio: %g is not a ratio (0 to 1)", m->bubble_ratio);
+    return false;
+  }
+  if (m->bytes_sent < 0 || m->peak_memory_bytes < 0 || m->comm_groups < 0 || m->comm_actions < 0) {
+    zb_diag_set(d, ZB_ERR_INVALID_ARG, "bytes_sent, peak_memory_bytes, comm_groups, comm_actions: negative");
+    return false;
+  }
+  return true;
+}
+
 /* A rank's iteration figures into their slot; false after failing call. */
 static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_worker *w,
                              const Zb__V1__ReportRequest *req) {
@@ -229,7 +260,8 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
     return false;
   }
   zb_diag d = {{0}};
-  if (!report_times_ok(j, w->rank, req->iteration, req->metrics, &d)) {
+  if (!report_figures_ok(req->metrics, &d) ||
+      !report_times_ok(j, w->rank, req->iteration, req->metrics, &d)) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "metrics.%s", d.msg);
     return false;
   }

@@ -26,8 +26,9 @@ Runs the tests the way CI does:
        ctest --preset P -j N --output-on-failure [CTEST_ARGS]
      The GPU path (ZB_CUDA) is AUTO: built when nvcc, CUDA and NCCL are
      found; with CI=true it is ON, so a CI machine without them fails.
-  4. preset nocuda (ZB_CUDA=OFF, build/nocuda): configure and build only,
-     proving a machine without CUDA still builds everything else.
+  4. preset nocuda (ZB_CUDA=OFF, build/nocuda): configure, build and its
+     unit tests (ctest -L unit), proving a machine without CUDA still
+     builds everything else and its library passes.
   5. fuzz: scripts/fuzz.sh --seconds N builds the libFuzzer harnesses
      (preset fuzz: clang-14, ASan + UBSan, build/fuzz) and runs each for N
      seconds (default 20) on a copy of its seed corpus; a crash, leak,
@@ -146,7 +147,22 @@ if [[ ${#presets[@]} -eq 2 ]]; then
   log=build/nocuda.log
   mkdir -p build
   if { cmake --preset nocuda && cmake --build --preset nocuda -j "$jobs"; } >"$log" 2>&1; then
-    summary+=("nocuda: build ok (ZB_CUDA=OFF)")
+    # its unit tests: what the build without CUDA compiles differently is
+    # the library and worker code they cover; the service suite runs in
+    # the two presets above
+    echo "=== [nocuda] ctest -L unit"
+    tlog=build/nocuda/test.sh-ctest.log
+    rc=0
+    ctest --preset nocuda -j "$jobs" -L unit --output-on-failure 2>&1 | tee "$tlog" || rc=$?
+    line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$tlog" | tail -n1 || true)
+    if [[ $rc -eq 0 && -n $line ]]; then
+      read -r nfail ntotal < <(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1 \2/' <<<"$line")
+      total_pass=$((total_pass + ntotal - nfail))
+      summary+=("nocuda: build ok (ZB_CUDA=OFF), unit ctest ok ($((ntotal - nfail)) passed, $nfail failed)")
+    else
+      summary+=("nocuda: unit ctest FAILED (exit $rc; see $tlog)")
+      failed=1
+    fi
   else
     tail -n 40 "$log"
     summary+=("nocuda: build FAILED (ZB_CUDA=OFF; see $log)")

@@ -279,6 +279,12 @@ def test_reports_that_do_not_fit():
             (["clock_offset_seconds"], dict(clock_offset_seconds=float("nan"))),
             (["clock_offset_seconds"], dict(clock_offset_seconds=1e17)),
             (["start_monotonic_seconds"], dict(start_monotonic_seconds=float("inf"))),
+            # figures that would be averaged and exported as they are
+            (["comm_wait_seconds", "nan"], dict(comm_wait_seconds=float("nan"))),
+            (["busy_b_seconds", "-1"], dict(busy_b_seconds=-1)),
+            (["peak_memory", "inf"], dict(peak_memory=float("inf"))),
+            (["bubble_ratio", "ratio"], dict(bubble_ratio=1.5)),
+            (["bytes_sent"], dict(bytes_sent=-5)),
         ]
         for needles, fields in bad_times:
             expect(c, INVALID, ["metrics."] + needles, s.Report,
