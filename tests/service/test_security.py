@@ -175,6 +175,59 @@ def test_foreign_expired_and_plaintext_clients_are_refused():
         c.assert_serving()
 
 
+def sign_by_hand(c, name, san):
+    """A certificate of the cluster's CA with exactly the SAN text san (what
+    scripts/make-certs.sh never writes), as c.cert_paths(name)."""
+    import subprocess
+    import tempfile
+    d = os.path.join(c.dir, "certs")
+    with tempfile.NamedTemporaryFile("w", suffix=".ext", delete=False) as ext:
+        ext.write("subjectAltName=%s\nextendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n"
+                  "keyUsage=critical,digitalSignature\n" % san)
+    key, csr, pem = (os.path.join(d, name + x) for x in (".key", ".csr", ".pem"))
+    for argv in (["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                  "-subj", "/O=zb/CN=" + name, "-keyout", key, "-out", csr],
+                 ["openssl", "x509", "-req", "-in", csr, "-CA", os.path.join(d, "ca.pem"), "-CAkey",
+                  os.path.join(d, "ca.key"), "-CAcreateserial", "-extfile", ext.name, "-out", pem, "-days", "2"]):
+        cp = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 0, cp.stderr
+    os.unlink(ext.name)
+
+
+def test_only_one_zb_uri_names_an_identity():
+    """Only a URI SAN with the zb:// scheme names who a certificate is: a
+    cluster-CA certificate whose DNS or email SAN reads zb://admin/... is
+    nobody, one with two zb:// URIs is nobody (not the first of them), and
+    neither can cancel another user's job."""
+    with Cluster(workers=1, tls=True, name="sec-san") as c:
+        jid = c.submit(job_spec(ranks=1, microbatches=2, iterations=100000))
+        c.wait_iterations(jid, 1)
+        forged = [("dns-admin", "DNS:zb://admin/evil"), ("email-admin", "email:zb://admin/evil"),
+                  ("two-uris", "URI:zb://admin/evil,URI:zb://user/alice"),
+                  ("two-uris-user-first", "URI:zb://user/alice,URI:zb://admin/evil")]
+        for name, san in forged:
+            sign_by_hand(c, name, san)
+            ch = c.open_channel(who=name)
+            try:
+                stub = zb_pb2_grpc_stub(ch)
+                expect("%s cancels a job" % san,
+                       rpc_error(stub.CancelJob, zb_pb2.CancelJobRequest(job_id=jid, reason="evil"), timeout=5),
+                       codes=(grpc.StatusCode.UNAUTHENTICATED,), text="zb://ROLE/NAME")
+            finally:
+                ch.close()
+        sign_by_hand(c, "one-uri", "DNS:localhost,URI:zb://user/bob,URI:https://example.invalid/x")
+        ch = c.open_channel(who="one-uri")  # one zb:// URI among others names bob
+        try:
+            expect("bob cancels alice's job", rpc_error(zb_pb2_grpc_stub(ch).CancelJob,
+                                                        zb_pb2.CancelJobRequest(job_id=jid), timeout=5),
+                   codes=(grpc.StatusCode.PERMISSION_DENIED,), text="another user than bob")
+        finally:
+            ch.close()
+        assert c.get(jid).state == STATE.JOB_STATE_RUNNING
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid), timeout=10)
+        c.assert_serving()
+
+
 def test_insecure_mode_says_so():
     with Cluster(workers=1, name="sec-insecure") as c:
         assert c.health(service="zb.v1.Zb.tls") == health_pb2.HealthCheckResponse.NOT_SERVING
