@@ -26,6 +26,7 @@ typedef enum coord_key {
   CO_RETAIN_JOBS,
   CO_RETAIN_S,
   CO_METRICS_KEEP,
+  CO_MAX_PENDING,
   CO_COUNT_
 } coord_key;
 /* by key, so that each name sits next to its key */
@@ -41,7 +42,8 @@ static const char *const coord_keys[CO_COUNT_] = {[CO_LISTEN] = "listen",
                                                   [CO_MAX_PLAN_OPS] = "max_plan_ops",
                                                   [CO_RETAIN_JOBS] = "retain_finished_jobs",
                                                   [CO_RETAIN_S] = "retain_finished_s",
-                                                  [CO_METRICS_KEEP] = "metrics_keep_ended_s"};
+                                                  [CO_METRICS_KEEP] = "metrics_keep_ended_s",
+                                                  [CO_MAX_PENDING] = "max_pending_per_identity"};
 
 static const zb_yaml_int_range HEARTBEAT_RANGE = {0, 100, 600000};
 static const zb_yaml_int_range MAX_MESSAGE_RANGE = {0, 4096, 1073741824};
@@ -49,6 +51,7 @@ static const zb_yaml_int_range MAX_PLAN_OPS_RANGE = {0, 1000, 1LL << 31};
 static const zb_yaml_int_range RETAIN_JOBS_RANGE = {0, 1, 10000000};
 static const zb_yaml_int_range RETAIN_S_RANGE = {0, 1, 10LL * 366 * 86400};
 static const zb_yaml_int_range METRICS_KEEP_RANGE = {0, 1, 86400};
+static const zb_yaml_int_range MAX_PENDING_RANGE = {0, 1, 1000000};
 
 void zb_coord_config_default(zb_coord_config *c) {
   memset(c, 0, sizeof *c);
@@ -62,6 +65,7 @@ void zb_coord_config_default(zb_coord_config *c) {
   c->retain_finished_jobs = 1000;
   c->retain_finished_s = 7 * 86400;
   c->metrics_keep_ended_s = 300;
+  c->max_pending_per_identity = 64;
 }
 
 /* "host:port" with a non-empty host ("[v6]" bracketed) and a decimal port
@@ -139,9 +143,11 @@ static zb_err coord_value(const zb_yaml_walk *w, coord_key k, const yaml_node_t 
     *(k == CO_RETAIN_JOBS ? &c->retain_finished_jobs : &c->retain_finished_s) = x;
     return ZB_OK;
   case CO_METRICS_KEEP:
-    if ((err = zb_yaml_get_int(w, v, coord_keys[k], &METRICS_KEEP_RANGE, &x)))
+  case CO_MAX_PENDING:
+    if ((err = zb_yaml_get_int(w, v, coord_keys[k],
+                               k == CO_METRICS_KEEP ? &METRICS_KEEP_RANGE : &MAX_PENDING_RANGE, &x)))
       return err;
-    c->metrics_keep_ended_s = x;
+    *(k == CO_METRICS_KEEP ? &c->metrics_keep_ended_s : &c->max_pending_per_identity) = x;
     return ZB_OK;
   case CO_TLS_CA:
   case CO_TLS_CERT:

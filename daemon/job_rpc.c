@@ -122,6 +122,24 @@ static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec)
   return true;
 }
 
+/* Room in the queue for one more job of owner's: fewer than the
+ * configured max_pending_per_identity of its jobs wait PENDING (one caller
+ * cannot fill the coordinator with waiting jobs and their plans). Checked
+ * before planning and again when the plan is in, as submits plan at once;
+ * fails call (RESOURCE_EXHAUSTED) when not. */
+static bool admit_queue(coord *co, zb_rpc_call *call, const char *owner) {
+  long long waiting = 0;
+  for (const coord_job *j = co->jobs; j; j = j->next)
+    waiting += j->row.state == ZB_JOB_PENDING && strcmp(j->spec.owner, owner) == 0;
+  if (waiting < co->cfg.max_pending_per_identity)
+    return true;
+  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "%s has %lld jobs waiting, the most one identity may (max_pending_per_identity in the "
+              "coordinator's config): cancel one or wait for one to start",
+              owner[0] ? owner : "this caller", waiting);
+  return false;
+}
+
 /* Gives an admitted job its id and row and queues it last. */
 static void job_enqueue(coord *co, coord_job *j) {
   snprintf(j->row.id, sizeof j->row.id, "j-%" PRId64, co->next_job_number++);
@@ -180,7 +198,7 @@ static void submit_planned(coord_plan_op *base) {
   zb_rpc_call *call = base->call;
   coord_job *j = op->j;
   free(op);
-  if (!call || !admit_workers(co, call, &j->spec) ||
+  if (!call || !admit_queue(co, call, j->spec.owner) || !admit_workers(co, call, &j->spec) ||
       !coord_admit_planned(co, call, j, &j->spec, "spec.", &j->plan)) {
     job_discard(j);
     return;
@@ -249,7 +267,8 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
    * the loop and keep the plan, so a bad or oversized plan is refused
    * before it is queued and the job starts with the plan it was admitted
    * with */
-  if (!admit_workers(co, call, &j->spec) || !coord_admit_before_plan(co, call, &j->spec, "spec."))
+  if (!admit_queue(co, call, j->spec.owner) || !admit_workers(co, call, &j->spec) ||
+      !coord_admit_before_plan(co, call, &j->spec, "spec."))
     goto fail;
   submit_op *op = zb_calloc(1, sizeof *op);
   op->j = j;

@@ -52,6 +52,32 @@ def test_oversized_submits_are_refused_before_planning():
         c.assert_serving()
 
 
+def test_waiting_jobs_per_identity_are_capped():
+    """One caller cannot fill the coordinator with waiting jobs: past
+    max_pending_per_identity its submits are refused (RESOURCE_EXHAUSTED,
+    naming the key) before any planning; cancelling one makes room."""
+    import os
+    import tempfile
+    cfg = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
+    cfg.write("max_pending_per_identity: 3\n")
+    cfg.close()
+    try:
+        with Cluster(workers=1, name="limits-queue", coordinator_args=["--config", cfg.name]) as c:
+            waiting = job_spec(ranks=4, microbatches=4, iterations=1, wait_for_workers_s=600)
+            ids = [c.submit(waiting) for _ in range(3)]
+            code, details = rpc_error(c.stub.SubmitJob, zb_pb2.SubmitJobRequest(spec=waiting), timeout=10)
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+            assert "max_pending_per_identity" in details and "3 jobs waiting" in details, details
+            assert len(c.list_jobs()) == 3
+            c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=ids[0]), timeout=10)
+            c.wait_state(ids[0], STATE.JOB_STATE_CANCELLED)
+            ids.append(c.submit(waiting))  # room again
+            assert c.get(ids[-1]).state == STATE.JOB_STATE_PENDING
+            c.assert_serving()
+    finally:
+        os.unlink(cfg.name)
+
+
 def test_health_is_answered_while_a_large_plan_is_made():
     """Health checks sent while SubmitJob plans a large job complete before
     the submission does: the plan is made off the loop. Planning on the

@@ -66,16 +66,19 @@ static void test_coord_defaults_and_full(void) {
                      "max_plan_ops: 5000\n"
                      "retain_finished_jobs: 7\n"
                      "retain_finished_s: 60\n"
+                     "max_pending_per_identity: 5\n"
                      "tls_ca: /etc/zb/ca.pem\n"
                      "tls_cert: /etc/zb/coordinator.pem\n"
                      "tls_key: /etc/zb/coordinator.key\n";
   CHECK_EQ(c.max_plan_ops, 1 << 24);
+  CHECK_EQ(c.max_pending_per_identity, 64);
   CHECK(!zb_tls_files_set(&c.tls));
   zb_diag d = {{0}};
   CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
   CHECK_EQ(c.max_plan_ops, 5000);
   CHECK_EQ(c.retain_finished_jobs, 7);
   CHECK_EQ(c.retain_finished_s, 60);
+  CHECK_EQ(c.max_pending_per_identity, 5);
   CHECK_STREQ(c.tls.ca, "/etc/zb/ca.pem");
   CHECK_STREQ(c.tls.cert, "/etc/zb/coordinator.pem");
   CHECK_STREQ(c.tls.key, "/etc/zb/coordinator.key");
@@ -112,6 +115,7 @@ static void test_coord_layering(void) {
 static void test_coord_invalid_leaves_unchanged(void) {
   CHECK(coord_fails("max_plan_ops: 10\n", ZB_ERR_INVALID_ARG, "max_plan_ops", NULL));
   CHECK(coord_fails("retain_finished_jobs: 0\n", ZB_ERR_INVALID_ARG, "retain_finished_jobs", NULL));
+  CHECK(coord_fails("max_pending_per_identity: 0\n", ZB_ERR_INVALID_ARG, "max_pending_per_identity", NULL));
   CHECK(coord_fails("retain_finished_s: 0\n", ZB_ERR_INVALID_ARG, "retain_finished_s", NULL));
   CHECK(coord_fails("tls_ca: [a, b]\n", ZB_ERR_PARSE, "tls_ca", NULL));
   /* Valid keys before the bad one: nothing of them may stick. */
