@@ -121,6 +121,7 @@ struct coord_job {
    * again naming it; its schedule stays (the data secret is gone) */
   bool recovered;
   int64_t recover_until_ms;
+  bool spec_unreadable; /* its stored spec did not decode at load: it never runs again */
   struct coord_job *next;
 };
 
@@ -358,6 +359,10 @@ void worker_send(coord_worker *w, const Zb__V1__Command *cmd);
 
 /* recovery.c: jobs outlive a coordinator restart. */
 void job_recover(coord *co, coord_job *j);
+/* A job PENDING when the coordinator stopped, planned anew from its
+ * stored spec (plans are not stored): it waits for workers as before, or
+ * fails naming why it cannot be planned. */
+void job_readmit(coord *co, coord_job *j);
 /* An attaching worker that names a running job: takes its rank back, or
  * releases it from a job this coordinator will not run. */
 void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int rank);

@@ -224,7 +224,8 @@ coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
 /* ---- start-up, ticks, teardown ---- */
 
 /* Loads the jobs; those RUNNING when the coordinator stopped are taken
- * back (recovery.c), those PENDING wait as before. */
+ * back (recovery.c), those PENDING planned anew to wait as before; either
+ * with a stored spec that no longer reads fails. */
 zb_err coord_load(coord *co, zb_diag *diag) {
   zb_err err;
   zb_store_job *rows = NULL;
@@ -241,8 +242,10 @@ zb_err coord_load(coord *co, zb_diag *diag) {
     Zb__V1__JobSpec *pb = (Zb__V1__JobSpec *)protobuf_c_message_unpack(&zb__v1__job_spec__descriptor, NULL,
                                                                        j->row.spec_len, j->row.spec);
     zb_diag d;
-    if (!pb || zb_wire_spec_from_pb(pb, &j->spec, &d) != ZB_OK)
+    if (!pb || zb_wire_spec_from_pb(pb, &j->spec, &d) != ZB_OK) {
       zb_job_spec_default(&j->spec); /* kept for its history; never runs again */
+      j->spec_unreadable = true;
+    }
     if (pb)
       protobuf_c_message_free_unpacked(&pb->base, NULL);
     /* ids are j-<number>: the next one follows the largest stored (read
@@ -263,9 +266,15 @@ zb_err coord_load(coord *co, zb_diag *diag) {
   if (last >= co->next_job_number && last < INT64_MAX)
     co->next_job_number = last + 1;
   ZB_INFO("loaded %d job(s) from the store; next id j-%" PRId64, n, co->next_job_number);
-  for (coord_job *j = co->jobs; j; j = j->next)
-    if (j->row.state == ZB_JOB_RUNNING)
+  for (coord_job *j = co->jobs; j; j = j->next) {
+    bool live = j->row.state == ZB_JOB_RUNNING || j->row.state == ZB_JOB_PENDING;
+    if (live && j->spec_unreadable)
+      job_finish(co, j, ZB_JOB_FAILED, "the coordinator restarted and cannot read the job's stored spec");
+    else if (j->row.state == ZB_JOB_RUNNING)
       job_recover(co, j);
+    else if (j->row.state == ZB_JOB_PENDING)
+      job_readmit(co, j);
+  }
   return ZB_OK;
 }
 

@@ -57,6 +57,20 @@ void job_recover(coord *co, coord_job *j) {
   job_event(co, j, NULL, NULL);
 }
 
+void job_readmit(coord *co, coord_job *j) {
+  zb_diag d;
+  if (zb_job_plan(&j->spec, ZB_OBJ_MAKESPAN, &j->plan, &d) == ZB_OK) {
+    ZB_INFO("job %s: waiting again after a coordinator restart, planned anew (%s)", j->row.id,
+            j->row.schedule);
+    return;
+  }
+  char reason[256];
+  snprintf(reason, sizeof reason, "the coordinator restarted and cannot plan the waiting job again: %.180s",
+           d.msg);
+  zb_planner_result_free(&j->plan);
+  job_finish(co, j, ZB_JOB_FAILED, reason);
+}
+
 static void release(coord_worker *w, const char *job_id, const char *why) {
   ZB_INFO("worker %s runs job %s, which %s: releasing it", w->id, job_id, why);
   Zb__V1__Command cmd = ZB__V1__COMMAND__INIT;

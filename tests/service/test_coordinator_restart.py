@@ -80,6 +80,29 @@ def test_coordinator_crash_and_restart():
             assert w.alive(), w.name
 
 
+def test_pending_job_survives_a_crash_with_its_own_schedule():
+    """A job waiting PENDING (more ranks than workers) when the coordinator
+    is killed is planned anew from its stored spec after the restart, and
+    runs to SUCCEEDED with its own schedule once enough workers attach (it
+    was reloaded without a plan and, when workers came, ran a zeroed one)."""
+    with Cluster(workers=2, name="restart-pending") as c:
+        jid = c.submit(job_spec(name="waiting", ranks=4, schedule="zb-v", iterations=3, wait_for_workers_s=600))
+        assert c.get(jid).state == STATE.JOB_STATE_PENDING
+        port = c.port
+        c.coordinator.kill()
+        time.sleep(0.5)
+        c.start_coordinator(port=port)
+        job = c.get(jid)
+        assert job.state == STATE.JOB_STATE_PENDING and job.schedule == "zb-v", job
+        for k in (2, 3):
+            c.start_worker("w%d" % k)
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+        assert job.iterations_done == 3 and job.schedule == "zb-v", job
+        its = iteration_events(c.events(jid))
+        assert [it.schedule for it in its] == ["zb-v"] * 3, [it.schedule for it in its]
+        c.assert_serving()
+
+
 def test_coordinator_graceful_restart():
     """SIGTERM drains the coordinator; its successor takes the job back and
     the job ends SUCCEEDED, every iteration once. Three drains in one job:
