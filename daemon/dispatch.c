@@ -215,9 +215,13 @@ static bool job_waits_for_workers(coord *co, coord_job *j, int able, int64_t now
   return true;
 }
 
-/* Starts pending jobs, oldest first, while enough workers are idle; the
- * first that cannot start holds the rest (no overtaking), and one that
- * lacks attached workers waits for them, up to its wait_for_workers_s. */
+/* Starts pending jobs, oldest first, while enough workers are idle. One
+ * that lacks attached workers waits for them, up to its
+ * wait_for_workers_s, and holds nothing: no job's end could start it, so
+ * later jobs that fit start beside it (backfill). The first that has the
+ * workers but not idle ones holds the rest (no overtaking): it starts as
+ * soon as jobs end, so a large job is not starved by smaller ones once
+ * its workers are there. */
 void coord_start_pending(coord *co) {
   int64_t now = zb_clock_unix_ms();
   for (coord_job *j = co->jobs; j; j = j->next) {
@@ -228,8 +232,10 @@ void coord_start_pending(coord *co) {
       continue;
     }
     int able = workers_able(co, &j->spec);
-    if (able < j->spec.ranks && !job_waits_for_workers(co, j, able, now))
-      continue; /* it failed: the next may start */
+    if (able < j->spec.ranks) {
+      job_waits_for_workers(co, j, able, now); /* or fails, past its wait */
+      continue;
+    }
     return;
   }
 }

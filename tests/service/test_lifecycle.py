@@ -11,9 +11,10 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 
 import zbsvc
-from zbsvc import SLOW, STATE, Cluster, job_spec
+from zbsvc import SLOW, STATE, Cluster, job_spec, zb_pb2
 
 
 def run(argv, timeout=30):
@@ -216,6 +217,30 @@ def test_job_waits_for_its_workers():
         assert "no 3 workers" in job.reason and "wait_for_workers_s 2" in job.reason and "2 attached" in job.reason
         after = c.submit(job_spec(ranks=2, microbatches=4, iterations=2))  # the queue moves on
         c.wait_state(after, STATE.JOB_STATE_SUCCEEDED)
+        c.assert_serving()
+
+
+def test_waiting_job_does_not_hold_the_queue():
+    """A job still waiting for workers to attach holds nothing: a later job
+    that fits the idle workers starts beside it (backfill). Once the big
+    job's workers are attached it holds the ones behind it again, so it
+    starts as soon as the running job ends."""
+    with Cluster(workers=2, name="backfill") as c:
+        big = c.submit(job_spec(name="big", ranks=4, microbatches=4, iterations=2, wait_for_workers_s=600))
+        small = c.submit(job_spec(name="small", ranks=2, microbatches=4, iterations=2))
+        c.wait_state(small, STATE.JOB_STATE_SUCCEEDED, timeout=30)
+        assert c.get(big).state == STATE.JOB_STATE_PENDING, c.get(big)
+        busy = c.submit(job_spec(name="busy", ranks=2, microbatches=4, iterations=100000))
+        c.wait_state(busy, STATE.JOB_STATE_RUNNING)
+        c.start_worker("w2")
+        c.start_worker("w3")
+        c.wait_workers(4, idle=False)
+        later = c.submit(job_spec(name="later", ranks=2, microbatches=4, iterations=2))
+        time.sleep(1)  # two idle workers: it would fit, but big has its workers now and is first
+        assert c.get(later).state == STATE.JOB_STATE_PENDING, c.get(later)
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=busy), timeout=10)
+        c.wait_state(big, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+        c.wait_state(later, STATE.JOB_STATE_SUCCEEDED, timeout=60)
         c.assert_serving()
 
 
