@@ -176,5 +176,8 @@ void *job_thread(void *arg);
 
 /* memory.c: available host memory, capped by the cgroup's limit (0: unknown). */
 long long worker_host_memory(void);
+/* The memory limit of the worker's own cgroup and its ancestors (v2
+ * memory.max, v1 memory.limit_in_bytes, the tightest); 0: none. */
+long long worker_memory_limit(void);
 
 #endif

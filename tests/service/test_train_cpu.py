@@ -17,6 +17,8 @@ real activations over TCP, AdamW on every rank after its W ops).
 - zbctl watch and get show the loss; get shows the model.
 """
 
+import os
+
 import zbsvc
 from zbsvc import STATE, Cluster, iteration_events, rpc_error, zb_pb2
 
@@ -219,6 +221,67 @@ def test_model_that_cannot_fit_is_refused_at_submission():
         print("a worker without --memory-bytes advertises %.1f GiB" % (probed.memory_bytes / 2**30))
         assert probed.memory_bytes > small, probed
         c.assert_serving()
+
+
+def own_memory_cgroup(limit):
+    """A fresh cgroup under this process's own memory cgroup (v2 when the
+    memory controller is there, else v1) limited to limit bytes: (path of
+    its cgroup.procs, cleanup), or None where none can be made (not root,
+    a read-only cgroupfs)."""
+    import uuid
+    mounts = [ln.split() for ln in open("/proc/self/mountinfo")]
+    cgroups = [ln.rstrip("\n").split(":", 2) for ln in open("/proc/self/cgroup")]
+    for v2 in (True, False):
+        mount = next((m[4] for m in mounts if (m[m.index("-") + 1] == "cgroup2") == v2 and
+                      m[m.index("-") + 1].startswith("cgroup") and
+                      (v2 or "memory" in m[m.index("-") + 3].split(","))), None)
+        path = next((c[2] for c in cgroups if (c[1] == "" if v2 else "memory" in c[1].split(","))), None)
+        if not mount or path is None:
+            continue
+        d = os.path.join(mount + path, "zbtest-" + uuid.uuid4().hex[:8])
+        try:
+            os.mkdir(d)
+            with open(os.path.join(d, "memory.max" if v2 else "memory.limit_in_bytes"), "w") as f:
+                f.write(str(limit))
+            return os.path.join(d, "cgroup.procs"), lambda d=d: os.rmdir(d)
+        except OSError:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+    return None
+
+
+def test_worker_advertises_its_own_cgroups_limit():
+    """A worker in a 2 GiB memory cgroup (its own, not the root's)
+    advertises at most 2 GiB, so a job that cannot fit it is refused
+    naming both figures."""
+    two = 2 << 30
+    made = own_memory_cgroup(two)
+    if made is None:
+        print("SKIP: cannot make a memory cgroup here (needs root and a writable cgroupfs)")
+        return
+    procs, cleanup = made
+    try:
+        with Cluster(workers=0, name="train-cgroup") as c:
+            argv = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs, zbsvc.WORKER, "--coordinator", c.address,
+                    "--id", "boxed", "--heartbeat-ms", "200"]
+            p = zbsvc.Proc("worker-boxed", argv, c.dir)
+            c.workers["boxed"] = p
+            c.procs.append(p)
+            c.wait_workers(1)
+            boxed = c.list_workers()[0]
+            print("a worker in a 2 GiB cgroup advertises %.2f GiB" % (boxed.memory_bytes / 2**30))
+            assert 0 < boxed.memory_bytes <= two, boxed
+            spec = cpu_spec("big", 1, "1f1b", iterations=1)
+            spec.model.hidden = 2048  # 400 M parameters: far past 2 GiB with gradients and moments
+            spec.model.heads = 16
+            spec.model.layers = 8
+            code, details = rpc_error(c.stub.SubmitJob, zb_pb2.SubmitJobRequest(spec=spec), timeout=30)
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "spec.model" in details, (code, details)
+            c.assert_serving()
+    finally:
+        cleanup()
 
 
 if __name__ == "__main__":
