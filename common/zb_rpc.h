@@ -50,6 +50,10 @@ typedef struct zb_rpc_method {
   bool deferred;
 } zb_rpc_method;
 
+/* Calls one client connection may have open at once (HTTP/2's
+ * SETTINGS_MAX_CONCURRENT_STREAMS): past it a client's further calls wait
+ * on its side for one of its own to end. */
+enum { ZB_RPC_MAX_STREAMS = 100 };
 /* Binds addr ("host:port"; port 0: any free port, written to *bound_port),
  * registers the methods (the table must outlive the server), starts the
  * completion-queue thread and attaches to loop. max_message_bytes bounds

@@ -522,7 +522,7 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
   srv->n_methods = n_methods;
   srv->user = user;
   pthread_mutex_init(&srv->mu, NULL);
-  grpc_arg args[4] = {
+  grpc_arg args[5] = {
       {.type = GRPC_ARG_INTEGER,
        .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
        .value.integer = (int)max_message_bytes},
@@ -535,8 +535,12 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
       /* a connection with no call for 5 minutes gets a GOAWAY (clients
        * reconnect when they next call); workers keep their Attach open */
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_CONNECTION_IDLE_MS, .value.integer = 300000},
+      /* calls one connection may have open at once: a client that opens
+       * hundreds of streams (watchers that never read) on one connection
+       * waits for its own to end instead of holding a call slot each */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_CONCURRENT_STREAMS, .value.integer = ZB_RPC_MAX_STREAMS},
   };
-  grpc_channel_args ch_args = {.num_args = 4, .args = args};
+  grpc_channel_args ch_args = {.num_args = 5, .args = args};
   srv->server = grpc_server_create(&ch_args, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(srv->server, srv->cq, NULL);

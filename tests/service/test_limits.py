@@ -181,8 +181,10 @@ sys.path.insert(0, os.environ["ZB_PY_STUBS"])
 import grpc
 from zb.v1 import zb_pb2, zb_pb2_grpc
 addr, jid, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-stub = zb_pb2_grpc.ZbStub(grpc.insecure_channel(addr))
-streams = [stub.WatchJob(zb_pb2.WatchJobRequest(job_id=jid), timeout=600) for _ in range(n)]
+# 50 streams a connection: the coordinator lets one connection hold 100
+local = [("grpc.use_local_subchannel_pool", 1)]
+stubs = [zb_pb2_grpc.ZbStub(grpc.insecure_channel(addr, options=local)) for _ in range((n + 49) // 50)]
+streams = [stubs[k // 50].WatchJob(zb_pb2.WatchJobRequest(job_id=jid), timeout=600) for k in range(n)]
 for s in streams:
     next(s)  # each is open and delivering
 print("open", flush=True)
@@ -225,6 +227,33 @@ def test_watchers_hold_bounded_memory_and_miss_nothing():
         code, _ = rpc_error(lambda: list(c.stub.WatchJob(zb_pb2.WatchJobRequest(job_id=jid, after_seq=-1),
                                                           timeout=10)))
         assert code == grpc.StatusCode.INVALID_ARGUMENT, code
+        c.assert_serving()
+
+
+def test_one_connection_holds_at_most_100_calls():
+    """A client connection may have 100 calls open at once (HTTP/2's
+    MAX_CONCURRENT_STREAMS): its 101st waits on its own side until one of
+    its calls ends, while other connections are served as before."""
+    with Cluster(workers=1, name="limits-streams") as c:
+        jid = c.submit(job_spec(ranks=1, microbatches=2, iterations=100000))
+        c.wait_iterations(jid, 1)
+        local = [("grpc.use_local_subchannel_pool", 1)]
+        ch = grpc.insecure_channel(c.address, options=local)
+        try:
+            stub = zbsvc.zb_pb2_grpc.ZbStub(ch)
+            streams = [stub.WatchJob(zb_pb2.WatchJobRequest(job_id=jid), timeout=120) for _ in range(100)]
+            for s in streams:
+                next(s)  # all 100 open and delivering
+            code, _ = rpc_error(stub.GetJob, zb_pb2.GetJobRequest(job_id=jid), timeout=3)
+            assert code == grpc.StatusCode.DEADLINE_EXCEEDED, code  # the 101st waited
+            assert c.get(jid).state == STATE.JOB_STATE_RUNNING  # another connection is served
+            streams[0].cancel()
+            assert stub.GetJob(zb_pb2.GetJobRequest(job_id=jid), timeout=10).id == jid  # room again
+            for s in streams[1:]:
+                s.cancel()
+        finally:
+            ch.close()
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid), timeout=10)
         c.assert_serving()
 
 
