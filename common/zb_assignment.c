@@ -136,7 +136,9 @@ void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assign
   out->ranks = pl->p;
   out->chunks = pl->v;
   out->microbatches = pl->m;
-  out->schedule = (char *)zb_family_name(pl->family);
+  /* the family whose lists these are (zb-auto's choice, not "zb-auto"):
+   * the worker takes the stages' placement from it */
+  out->schedule = (char *)zb_family_name(pl->chosen);
   out->plan_version = src->plan_version;
   out->first_iteration = src->first_iteration;
   out->iterations = spec->iterations;

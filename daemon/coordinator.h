@@ -123,6 +123,7 @@ struct coord_job {
   int64_t recover_until_ms;
   bool spec_unreadable; /* its stored spec did not decode at load: it never runs again */
   struct coord_job *next;
+  struct coord_job *next_planning; /* in coord.planning while its submit is planned */
 };
 
 struct coord {
@@ -138,7 +139,8 @@ struct coord {
   bool store_failing;
   zb_rpc_server *rpc;
   int grpc_port, metrics_port;
-  coord_job *jobs; /* oldest first */
+  coord_job *jobs;     /* oldest first */
+  coord_job *planning; /* submitted, their plans being made off the loop (not yet in jobs) */
   coord_worker *workers;
   int64_t next_job_number;               /* the next job id's number: 64-bit, never repeats */
   int64_t last_prune_ms;                 /* retention.c */

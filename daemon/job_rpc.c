@@ -123,14 +123,17 @@ static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec)
 }
 
 /* Room in the queue for one more job of owner's: fewer than the
- * configured max_pending_per_identity of its jobs wait PENDING (one caller
- * cannot fill the coordinator with waiting jobs and their plans). Checked
- * before planning and again when the plan is in, as submits plan at once;
- * fails call (RESOURCE_EXHAUSTED) when not. */
+ * configured max_pending_per_identity of its jobs wait PENDING or are
+ * being planned (one caller cannot fill the coordinator with waiting jobs
+ * and their plans, nor the planners with a burst of submits). Checked
+ * before planning and again when the plan is in; fails call
+ * (RESOURCE_EXHAUSTED) when not. */
 static bool admit_queue(coord *co, zb_rpc_call *call, const char *owner) {
   long long waiting = 0;
   for (const coord_job *j = co->jobs; j; j = j->next)
     waiting += j->row.state == ZB_JOB_PENDING && strcmp(j->spec.owner, owner) == 0;
+  for (const coord_job *j = co->planning; j; j = j->next_planning) /* submits still being planned */
+    waiting += strcmp(j->spec.owner, owner) == 0;
   if (waiting < co->cfg.max_pending_per_identity)
     return true;
   zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -198,6 +201,11 @@ static void submit_planned(coord_plan_op *base) {
   zb_rpc_call *call = base->call;
   coord_job *j = op->j;
   free(op);
+  for (coord_job **at = &co->planning; *at; at = &(*at)->next_planning)
+    if (*at == j) {
+      *at = j->next_planning;
+      break;
+    }
   if (!call || !admit_queue(co, call, j->spec.owner) || !admit_workers(co, call, &j->spec) ||
       !coord_admit_planned(co, call, j, &j->spec, "spec.", &j->plan)) {
     job_discard(j);
@@ -279,6 +287,8 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
                              .plan = &j->plan,
                              .what = "spec.",
                              .done = submit_planned};
+  j->next_planning = co->planning; /* counted by admit_queue until planned */
+  co->planning = j;
   coord_plan_off_loop(&op->base);
   return;
 fail:

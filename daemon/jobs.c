@@ -270,11 +270,14 @@ zb_err coord_load(coord *co, zb_diag *diag) {
     bool live = j->row.state == ZB_JOB_RUNNING || j->row.state == ZB_JOB_PENDING;
     if (live && j->spec_unreadable)
       job_finish(co, j, ZB_JOB_FAILED, "the coordinator restarted and cannot read the job's stored spec");
-    else if (j->row.state == ZB_JOB_RUNNING)
-      job_recover(co, j);
     else if (j->row.state == ZB_JOB_PENDING)
       job_readmit(co, j);
   }
+  /* the running ones last: each starts the window its ranks have to come
+   * back in, which the waiting ones' planning must not eat into */
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (j->row.state == ZB_JOB_RUNNING)
+      job_recover(co, j);
   return ZB_OK;
 }
 

@@ -143,8 +143,10 @@ static bool adapt_best(const coord_job *j, zb_planner_result *best) {
   for (int k = 0; k < n; k++) {
     zb_planner_request req = {.family = fams[k], .p = cur->p, .m = cur->m, .v = cur->v, .costs = j->learned};
     zb_planner_result r;
-    if (zb_planner_run(&req, &r, NULL) == ZB_OK && r.sim && r.placement == cur->placement && r.v == cur->v &&
-        (!best->sim || r.sim->makespan < best->sim->makespan)) {
+    /* each family's own generator (zb-auto the loop one, not its whole
+     * choice among plans): this runs on the loop, within ADAPT_MAX_OPS */
+    if (zb_planner_run_family(&req, &r, NULL) == ZB_OK && r.sim && r.placement == cur->placement &&
+        r.v == cur->v && (!best->sim || r.sim->makespan < best->sim->makespan)) {
       zb_planner_result_free(best);
       *best = r;
     } else {

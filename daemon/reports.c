@@ -126,7 +126,7 @@ static coord_iter_slot *job_slot(coord_job *j, int iteration) {
   slot->predicted_paper = pl->sim ? pl->sim->bubble_ratio_paper : 0;
   slot->loss_rank = -1;
   if (zb_job_spec_trains_model(&j->spec))
-    slot->loss_rank = zb_placement_rank(zb_family_placement(pl->family), pl->p, pl->v, pl->p * pl->v - 1);
+    slot->loss_rank = zb_placement_rank(pl->placement, pl->p, pl->v, pl->p * pl->v - 1); /* the plan's own */
   return slot;
 }
 
