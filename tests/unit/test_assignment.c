@@ -70,9 +70,11 @@ static bool same_list(const zb_rank_list *want, const zb_rank_list *got, char *w
 static bool check_rank(const zb_planner_result *pl, int r, const zb_assignment *a, const char *const *addrs,
                        char *why, size_t len) {
   if (a->rank != r || a->ranks != pl->p || a->chunks != pl->v || a->microbatches != pl->m ||
-      a->family != pl->family || a->iterations != 7 || a->bytes_per_activation != 4096) {
-    snprintf(why, len, "header: rank %d ranks %d chunks %d m %d", a->rank, a->ranks, a->chunks,
-             a->microbatches);
+      a->family != pl->chosen || a->sched->placement != pl->placement || a->iterations != 7 ||
+      a->bytes_per_activation != 4096) {
+    /* the family the lists are of (zb-auto's choice), and so their placement */
+    snprintf(why, len, "header: rank %d ranks %d chunks %d m %d %s, placement %d", a->rank, a->ranks,
+             a->chunks, a->microbatches, zb_family_name(a->family), (int)a->sched->placement);
     return false;
   }
   if (!same_list(&pl->lowered->ranks[r], &a->sched->ranks[r], why, len))
