@@ -84,7 +84,9 @@ void zb_plan_keep_capped(zb_schedule **best, zb_plan_score *best_score, zb_sched
  * costs the handcrafted ZB-V is exact for; zb_plan_keep.c). */
 bool zb_plan_costs_even(const zb_costs *c);
 
-/* Peak memory per rank of s under c is within c->mem_limit (or no limit). */
+/* The largest running sum of memory deltas over s's ranks under c
+ * (absolute units), and whether it is within c->mem_limit (or no limit). */
+double zb_plan_peak(const zb_schedule *s, const zb_costs *c);
 bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c);
 
 /* Local search on s in place: swaps two neighbouring ops of a rank where

@@ -14,20 +14,21 @@
 
 #define ZB_EPS 1e-9
 
-bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c) {
-  double lim = c->mem_limit;
-  if (lim <= 0)
-    return true;
+double zb_plan_peak(const zb_schedule *s, const zb_costs *c) {
+  double peak = 0;
   for (int r = 0; r < s->p; r++) {
     double mem = 0;
     for (int i = 0; i < s->ranks[r].n; i++) {
-      const zb_action *a = &s->ranks[r].actions[i];
-      mem += zb_costs_mem(c, a->op, a->stage);
-      if (mem > lim + ZB_EPS * (1 + fabs(lim)))
-        return false;
+      mem += zb_costs_mem(c, s->ranks[r].actions[i].op, s->ranks[r].actions[i].stage);
+      peak = mem > peak ? mem : peak;
     }
   }
-  return true;
+  return peak;
+}
+
+bool zb_plan_fits_memory(const zb_schedule *s, const zb_costs *c) {
+  double lim = c->mem_limit;
+  return lim <= 0 || zb_plan_peak(s, c) <= lim + ZB_EPS * (1 + fabs(lim));
 }
 
 bool zb_plan_score_of(const zb_schedule *s, const zb_costs *c, zb_objective obj, zb_plan_score *out) {

@@ -103,19 +103,6 @@ static zb_costs *search_costs(const search_state *st, const search_fam *sf, doub
   return c;
 }
 
-/* The largest per-rank peak of s under c (absolute). */
-static double search_peak(const zb_schedule *s, const zb_costs *c) {
-  double peak = 0;
-  for (int r = 0; r < s->p; r++) {
-    double mem = 0;
-    for (int i = 0; i < s->ranks[r].n; i++) {
-      mem += zb_costs_mem(c, s->ranks[r].actions[i].op, s->ranks[r].actions[i].stage);
-      peak = mem > peak ? mem : peak;
-    }
-  }
-  return peak;
-}
-
 /* The figure the request is judged by of s (compute-only lists) under c:
  * the lowered plan's unless the request is compute-only or T_comm is 0
  * (then the two agree). false when it cannot be had or the compute-only
@@ -180,7 +167,7 @@ static void search_try(search_state *st, int k, double level, bool prune, double
                          .objective = st->req->objective};
   zb_schedule *s = NULL;
   if (c && zb_plan_generate(&gen, &s, NULL) == ZB_OK) {
-    double at = search_peak(s, c), key;
+    double at = zb_plan_peak(s, c), key;
     if (peak)
       *peak = at;
     if (at <= st->limit * (1 + SEARCH_EPS) + SEARCH_EPS && search_key(st, s, c, &key) &&
