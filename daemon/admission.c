@@ -235,8 +235,9 @@ void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     free(op);
     return;
   }
+  /* without its action lists the answer is a few figures */
   if (!plan_within_budget(co, call, &op->spec, "spec.") ||
-      !plan_fits(call, &op->spec, true, co->cfg.max_message_bytes, NULL)) {
+      (req->with_action_lists && !plan_fits(call, &op->spec, true, co->cfg.max_message_bytes, NULL))) {
     zb_job_spec_free(&op->spec);
     free(op);
     return;
@@ -250,5 +251,6 @@ void on_plan(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
                              .what = "spec.",
                              .then = plan_rpc_answer,
                              .done = plan_rpc_planned};
+  snprintf(op->base.owner, sizeof op->base.owner, "%s", who.name);
   coord_plan_off_loop(&op->base);
 }

@@ -27,6 +27,8 @@ typedef enum coord_key {
   CO_RETAIN_S,
   CO_METRICS_KEEP,
   CO_MAX_PENDING,
+  CO_PLANS,
+  CO_PLANS_PER_ID,
   CO_COUNT_
 } coord_key;
 /* by key, so that each name sits next to its key */
@@ -43,7 +45,9 @@ static const char *const coord_keys[CO_COUNT_] = {[CO_LISTEN] = "listen",
                                                   [CO_RETAIN_JOBS] = "retain_finished_jobs",
                                                   [CO_RETAIN_S] = "retain_finished_s",
                                                   [CO_METRICS_KEEP] = "metrics_keep_ended_s",
-                                                  [CO_MAX_PENDING] = "max_pending_per_identity"};
+                                                  [CO_MAX_PENDING] = "max_pending_per_identity",
+                                                  [CO_PLANS] = "max_concurrent_plans",
+                                                  [CO_PLANS_PER_ID] = "max_concurrent_plans_per_identity"};
 
 static const zb_yaml_int_range HEARTBEAT_RANGE = {0, 100, 600000};
 static const zb_yaml_int_range MAX_MESSAGE_RANGE = {0, 4096, 1073741824};
@@ -52,6 +56,8 @@ static const zb_yaml_int_range RETAIN_JOBS_RANGE = {0, 1, 10000000};
 static const zb_yaml_int_range RETAIN_S_RANGE = {0, 1, 10LL * 366 * 86400};
 static const zb_yaml_int_range METRICS_KEEP_RANGE = {0, 1, 86400};
 static const zb_yaml_int_range MAX_PENDING_RANGE = {0, 1, 1000000};
+/* libuv's thread pool has 4 threads by default (UV_THREADPOOL_SIZE) */
+static const zb_yaml_int_range PLANS_RANGE = {0, 1, 4};
 
 void zb_coord_config_default(zb_coord_config *c) {
   memset(c, 0, sizeof *c);
@@ -66,6 +72,8 @@ void zb_coord_config_default(zb_coord_config *c) {
   c->retain_finished_s = 7 * 86400;
   c->metrics_keep_ended_s = 300;
   c->max_pending_per_identity = 64;
+  c->max_concurrent_plans = 2;
+  c->max_concurrent_plans_per_identity = 1;
 }
 
 /* "host:port" with a non-empty host ("[v6]" bracketed) and a decimal port
@@ -149,6 +157,12 @@ static zb_err coord_value(const zb_yaml_walk *w, coord_key k, const yaml_node_t 
       return err;
     *(k == CO_METRICS_KEEP ? &c->metrics_keep_ended_s : &c->max_pending_per_identity) = x;
     return ZB_OK;
+  case CO_PLANS:
+  case CO_PLANS_PER_ID:
+    if ((err = zb_yaml_get_int(w, v, coord_keys[k], &PLANS_RANGE, &x)))
+      return err;
+    *(k == CO_PLANS ? &c->max_concurrent_plans : &c->max_concurrent_plans_per_identity) = (int)x;
+    return ZB_OK;
   case CO_TLS_CA:
   case CO_TLS_CERT:
   case CO_TLS_KEY: {
@@ -166,7 +180,7 @@ zb_err zb_coord_config_parse(const char *yaml, size_t len, zb_coord_config *out,
   zb_coord_config c = *out; /* parsed aside: *out changes only on success */
   yaml_document_t doc;
   yaml_node_t *root = NULL;
-  char known[200], what[240];
+  char known[640], what[700];
   int seen[CO_COUNT_] = {0};
   zb_err err = zb_yaml_load(yaml, len, &doc, &root, diag);
   if (err)

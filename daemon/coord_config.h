@@ -23,6 +23,8 @@
  *                                     #   microbatches x 3 compute ops (1000..2^31)
  *   metrics_keep_ended_s: 300         # a finished job's series stay on /metrics this long (1..86400)
  *   max_pending_per_identity: 64      # jobs one certificate's name may have waiting (1..10^6)
+ *   max_concurrent_plans: 2           # plans made at once, off the loop (1..4)
+ *   max_concurrent_plans_per_identity: 1  # of them one identity's; its others wait (1..4)
  *   retain_finished_jobs: 1000        # finished jobs kept, newest first (1..10^7)
  *   retain_finished_s: 604800         # and for at most this long (1..10 years)
  *   tls_ca: /etc/zb/ca.pem            # mutual TLS (all three, or none:
@@ -40,6 +42,7 @@ typedef struct zb_coord_config {
   long long retain_finished_jobs, retain_finished_s;
   long long metrics_keep_ended_s;
   long long max_pending_per_identity;
+  int max_concurrent_plans, max_concurrent_plans_per_identity;
   zb_tls_files tls;
 } zb_coord_config;
 

@@ -84,8 +84,10 @@ struct coord_job {
   zb_store_job row; /* what the store keeps (row.spec / row.last owned here) */
   zb_job_spec spec;
   /* while RUNNING */
-  /* plan: made once at submission and kept; next_plan: an update waiting
-   * for switch_at */
+  /* plan: made at submission for admission, kept if the job starts then;
+   * a job that waits PENDING holds none (its plan is made again when
+   * workers are there, start_planning meanwhile): waiting jobs cost no
+   * plan memory. next_plan: an update waiting for switch_at */
   zb_planner_result plan, next_plan;
   int plan_version, switch_at;
   coord_worker **ranks; /* p workers, by rank */
@@ -114,6 +116,7 @@ struct coord_job {
   double *slowdown;       /* by rank, from the last sampled iteration (NULL before one) */
   bool dirty;             /* its row's last write failed (a full disk): retried each tick */
   bool updating;          /* an UpdateSchedule plan is being made for it (plan_async.c) */
+  bool start_planning;    /* its plan is being made to start it (dispatch.c) */
   bool metrics_forgotten; /* its series left /metrics (metrics_text.c) */
   char (*rank_hosts)[64]; /* by rank once started: its worker's host (Job.rank_hosts) */
   /* taken back after a coordinator restart (recovery.c): until
@@ -141,6 +144,10 @@ struct coord {
   int grpc_port, metrics_port;
   coord_job *jobs;     /* oldest first */
   coord_job *planning; /* submitted, their plans being made off the loop (not yet in jobs) */
+  /* plan_async.c: identities with plans queued or running, in
+   * round-robin order; the plans on the pool now */
+  struct coord_plan_owner *plan_owners;
+  int plans_running;
   coord_worker *workers;
   int64_t next_job_number;               /* the next job id's number: 64-bit, never repeats */
   int64_t last_prune_ms;                 /* retention.c */
@@ -234,29 +241,47 @@ void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 /* GetIteration: one completed iteration's figures, timelines included, from the store. */
 void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 
-/* plan_async.c: a plan made off the loop for a deferred call. The caller
- * fills co, call, spec, objective, plan (both its own, alive until done),
- * what (the field prefix errors name, "spec." or "") and done, then calls
- * coord_plan_off_loop, which answers the call when the client left, the
- * coordinator is stopping (UNAVAILABLE) or the planner refused the spec
- * (INVALID_ARGUMENT); done then runs on the loop with op->call NULL, or
- * with the call still to answer. done owns op and *plan from then on. */
+/* plan_async.c: a plan made off the loop, queued per identity and served
+ * round-robin (max_concurrent_plans, max_concurrent_plans_per_identity).
+ * The caller fills co, call (NULL: no caller waits, say a job's start),
+ * owner (the identity it is planned for), spec, objective, plan (both its
+ * own, alive until done), what (the field prefix errors name, "spec." or
+ * "") and done, then calls coord_plan_off_loop, which answers the call
+ * when the coordinator is stopping (UNAVAILABLE) or the planner refused
+ * the spec (INVALID_ARGUMENT); done then runs on the loop with op->call
+ * NULL (the client left, or was answered), or with the call still to
+ * answer; op->cancelled when no plan was made (the client left while it
+ * was queued, or the coordinator stops), op->err when planning failed.
+ * done owns op and *plan from then on. */
 typedef struct coord_plan_op {
   uv_work_t req;
   coord *co;
   zb_rpc_call *call;
+  char owner[64];
   const zb_job_spec *spec;
   zb_objective objective;
   zb_planner_result *plan;
   const char *what;
   zb_err err;
   zb_diag diag;
+  bool queued, cancelled;
+  struct coord_plan_op *next_queued;
   /* optional: more work on the pool thread after a plan made (say, its
    * answer built), touching nothing but the op */
   void (*then)(struct coord_plan_op *op);
   void (*done)(struct coord_plan_op *op);
 } coord_plan_op;
+/* One identity's plans: those waiting for a planner, in order, and how
+ * many of its plans are being made. */
+typedef struct coord_plan_owner {
+  char name[64];
+  coord_plan_op *head, *tail;
+  int running;
+  struct coord_plan_owner *next;
+} coord_plan_owner;
 void coord_plan_off_loop(coord_plan_op *op);
+/* Ends every queued plan (done with cancelled set) at shutdown. */
+void coord_plans_drop_queued(coord *co);
 
 /* admission.c */
 /* Admission of a plan (what: "spec." or "", the prefix of the field
@@ -361,9 +386,10 @@ void worker_send(coord_worker *w, const Zb__V1__Command *cmd);
 
 /* recovery.c: jobs outlive a coordinator restart. */
 void job_recover(coord *co, coord_job *j);
-/* A job PENDING when the coordinator stopped, planned anew from its
- * stored spec (plans are not stored): it waits for workers as before, or
- * fails naming why it cannot be planned. */
+/* A job PENDING when the coordinator stopped waits for workers as
+ * before: like every waiting job it holds no plan, and its plan is made
+ * from its stored spec when its workers are there (or it fails then,
+ * naming why it cannot be planned). */
 void job_readmit(coord *co, coord_job *j);
 /* An attaching worker that names a running job: takes its rank back, or
  * releases it from a job this coordinator will not run. */

@@ -215,19 +215,84 @@ static bool job_waits_for_workers(coord *co, coord_job *j, int able, int64_t now
   return true;
 }
 
+/* A waiting job's plan being made again to start it (plan_async.c). */
+typedef struct start_op {
+  coord_plan_op base;
+  coord_job *j;
+} start_op;
+
+/* Back on the loop: the job starts if it still waits and its workers are
+ * still idle (coord_start_pending), fails naming why it cannot be planned,
+ * or, cancelled meanwhile, drops the plan. */
+static void start_planned(coord_plan_op *base) {
+  start_op *op = (start_op *)base;
+  coord *co = base->co;
+  coord_job *j = op->j;
+  bool cancelled = base->cancelled;
+  zb_err err = base->err;
+  char why[200];
+  snprintf(why, sizeof why, "%.180s", base->diag.msg);
+  free(op);
+  j->start_planning = false;
+  if (cancelled || co->stopping || j->row.state != ZB_JOB_PENDING) {
+    zb_planner_result_free(&j->plan);
+    return;
+  }
+  if (err) {
+    char reason[256];
+    snprintf(reason, sizeof reason, "cannot be planned at its start: %s", why);
+    zb_planner_result_free(&j->plan);
+    job_finish(co, j, ZB_JOB_FAILED, reason);
+  } else {
+    coord_metrics_observe_plan(co, j->plan.generate_seconds);
+  }
+  coord_start_pending(co);
+}
+
+/* Makes j's plan again, off the loop, to start it (the plan it was
+ * admitted with was dropped while it waited). */
+static void job_plan_for_start(coord *co, coord_job *j) {
+  start_op *op = zb_calloc(1, sizeof *op);
+  op->j = j;
+  op->base = (coord_plan_op){.co = co,
+                             .spec = &j->spec,
+                             .objective = ZB_OBJ_MAKESPAN,
+                             .plan = &j->plan,
+                             .what = "spec.",
+                             .done = start_planned};
+  snprintf(op->base.owner, sizeof op->base.owner, "%s", j->spec.owner);
+  j->start_planning = true;
+  ZB_INFO("job %s: workers are there; making its plan again to start it", j->row.id);
+  coord_plan_off_loop(&op->base);
+}
+
+/* The jobs that go on waiting hold no plan. */
+static void pending_drop_plans(coord *co) {
+  for (coord_job *j = co->jobs; j; j = j->next)
+    if (j->row.state == ZB_JOB_PENDING && !j->start_planning && j->plan.p)
+      zb_planner_result_free(&j->plan);
+}
+
 /* Starts pending jobs, oldest first, while enough workers are idle. One
  * that lacks attached workers waits for them, up to its
  * wait_for_workers_s, and holds nothing: no job's end could start it, so
  * later jobs that fit start beside it (backfill). The first that has the
  * workers but not idle ones holds the rest (no overtaking): it starts as
  * soon as jobs end, so a large job is not starved by smaller ones once
- * its workers are there. */
-void coord_start_pending(coord *co) {
+ * its workers are there. So does one whose plan is being made to start
+ * it. */
+static void start_in_order(coord *co) {
   int64_t now = zb_clock_unix_ms();
   for (coord_job *j = co->jobs; j; j = j->next) {
     if (j->row.state != ZB_JOB_PENDING)
       continue;
+    if (j->start_planning)
+      return;
     if (workers_idle(co, &j->spec) >= j->spec.ranks) {
+      if (!j->plan.p) {
+        job_plan_for_start(co, j);
+        return;
+      }
       job_start(co, j);
       continue;
     }
@@ -238,6 +303,11 @@ void coord_start_pending(coord *co) {
     }
     return;
   }
+}
+
+void coord_start_pending(coord *co) {
+  start_in_order(co);
+  pending_drop_plans(co);
 }
 
 /* Whether j can take an update now; fails call when not. */
@@ -365,5 +435,6 @@ void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user
                              .plan = &op->plan,
                              .what = "",
                              .done = update_planned};
+  snprintf(op->base.owner, sizeof op->base.owner, "%s", j->spec.owner);
   coord_plan_off_loop(&op->base);
 }

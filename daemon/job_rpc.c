@@ -287,6 +287,7 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
                              .plan = &j->plan,
                              .what = "spec.",
                              .done = submit_planned};
+  snprintf(op->base.owner, sizeof op->base.owner, "%s", j->spec.owner);
   j->next_planning = co->planning; /* counted by admit_queue until planned */
   co->planning = j;
   coord_plan_off_loop(&op->base);

@@ -274,7 +274,7 @@ zb_err coord_load(coord *co, zb_diag *diag) {
       job_readmit(co, j);
   }
   /* the running ones last: each starts the window its ranks have to come
-   * back in, which the waiting ones' planning must not eat into */
+   * back in (their plans are made here, on the loop) */
   for (coord_job *j = co->jobs; j; j = j->next)
     if (j->row.state == ZB_JOB_RUNNING)
       job_recover(co, j);
@@ -299,6 +299,7 @@ void job_free(coord_job *j) {
 }
 
 void coord_free_state(coord *co) {
+  coord_plans_drop_queued(co); /* a queued start plan points at its job */
   coord_job *j = co->jobs;
   while (j) {
     coord_job *next = j->next;

@@ -36,6 +36,8 @@ static const char usage_text[] =
     "                           heartbeat_timeout_ms, log_level, max_message_bytes,\n"
     "                           max_plan_ops, retain_finished_jobs, retain_finished_s,\n"
     "                           metrics_keep_ended_s, max_pending_per_identity,\n"
+    "                           max_concurrent_plans,\n"
+    "                           max_concurrent_plans_per_identity,\n"
     "                           tls_ca, tls_cert, tls_key)\n"
     "  --listen ADDR            gRPC address (default 127.0.0.1:7070; port 0: any)\n"
     "  --metrics-listen ADDR    Prometheus /metrics address (default 127.0.0.1:9464)\n"

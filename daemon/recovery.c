@@ -58,17 +58,9 @@ void job_recover(coord *co, coord_job *j) {
 }
 
 void job_readmit(coord *co, coord_job *j) {
-  zb_diag d;
-  if (zb_job_plan(&j->spec, ZB_OBJ_MAKESPAN, &j->plan, &d) == ZB_OK) {
-    ZB_INFO("job %s: waiting again after a coordinator restart, planned anew (%s)", j->row.id,
-            j->row.schedule);
-    return;
-  }
-  char reason[256];
-  snprintf(reason, sizeof reason, "the coordinator restarted and cannot plan the waiting job again: %.180s",
-           d.msg);
-  zb_planner_result_free(&j->plan);
-  job_finish(co, j, ZB_JOB_FAILED, reason);
+  (void)co; /* its plan is made when its workers are there (dispatch.c) */
+  ZB_INFO("job %s: waiting again after a coordinator restart (%s; planned anew at its start)", j->row.id,
+          j->row.schedule);
 }
 
 static void release(coord_worker *w, const char *job_id, const char *why) {

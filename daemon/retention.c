@@ -12,9 +12,9 @@
 enum { PRUNE_EVERY_MS = 1000, PRUNE_BATCH = 64 };
 
 /* A finished job nobody still points at: no watcher streaming it, no
- * worker holding it, no update being planned for it, its row durable. */
+ * worker holding it, no plan being made for it, its row durable. */
 static bool prunable(const coord *co, const coord_job *j) {
-  if (!job_terminal(j) || j->watchers || j->dirty || j->updating)
+  if (!job_terminal(j) || j->watchers || j->dirty || j->updating || j->start_planning)
     return false;
   for (const coord_worker *w = co->workers; w; w = w->next)
     if (w->job == j)
