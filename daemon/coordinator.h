@@ -1,6 +1,8 @@
 /* coordinator.h — zb-coordinator's state and the files that share it,
  * divided the way its work is (docs/architecture.md, Processes):
  *   rpc.c        the RPC table: every method and its handler;
+ *   job_core.c   the lifecycle's rules, below this header (job_core.h:
+ *                no RPC, no loop; unit-tested against in-memory SQLite);
  *   jobs.c       jobs and their lifecycle, events, the store;
  *   job_rpc.c    the users' job RPCs (submit, get, list, cancel, watch);
  *   admission.c  the one admission check of a plan, and the Plan RPC;
@@ -21,6 +23,7 @@
 #include <uv.h>
 
 #include "coord_config.h"
+#include "job_core.h"
 #include "zb/v1/zb.pb-c.h"
 #include "zb_assignment.h"
 #include "zb_buf.h"

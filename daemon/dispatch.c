@@ -2,6 +2,7 @@
  * workers (ranks in attach order), sending each rank its Assignment
  * (zb_assignment.h), releasing them, and schedule updates of a running
  * job (a new plan from an iteration no rank has started). */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,20 +192,23 @@ static void job_start(coord *co, coord_job *j) {
   job_send_plan(j, &j->plan, 1, 0);
 }
 
-/* A pending job with fewer able workers attached than ranks: its reason
- * says how many it has (an event when that changes), and past its
- * wait_for_workers_s it fails. false once it failed. */
-static bool job_waits_for_workers(coord *co, coord_job *j, int able, int64_t now_ms) {
+/* A pending job past its wait_for_workers_s with fewer able workers
+ * attached than ranks fails, saying so. */
+static void job_timed_out(coord *co, coord_job *j, int able) {
   const zb_job_spec *s = &j->spec;
   char reason[sizeof j->row.reason];
-  if (s->wait_for_workers_s > 0 && now_ms - j->row.created_ms > (int64_t)s->wait_for_workers_s * 1000) {
-    snprintf(
-        reason, sizeof reason,
-        "no %d workers able to run it (backend %s, transport %s) within wait_for_workers_s %d: %d attached",
-        s->ranks, s->backend, s->transport, s->wait_for_workers_s, able);
-    job_finish(co, j, ZB_JOB_FAILED, reason);
-    return false;
-  }
+  snprintf(
+      reason, sizeof reason,
+      "no %d workers able to run it (backend %s, transport %s) within wait_for_workers_s %d: %d attached",
+      s->ranks, s->backend, s->transport, s->wait_for_workers_s, able);
+  job_finish(co, j, ZB_JOB_FAILED, reason);
+}
+
+/* A pending job with fewer able workers attached than ranks: its reason
+ * says how many it has (an event when that changes). */
+static void job_waits_for_workers(coord *co, coord_job *j, int able) {
+  const zb_job_spec *s = &j->spec;
+  char reason[sizeof j->row.reason];
   snprintf(reason, sizeof reason,
            "waiting for %d workers able to run it (backend %s, transport %s), %d attached", s->ranks,
            s->backend, s->transport, able);
@@ -212,7 +216,6 @@ static bool job_waits_for_workers(coord *co, coord_job *j, int able, int64_t now
     snprintf(j->row.reason, sizeof j->row.reason, "%s", reason);
     job_event(co, j, NULL, NULL);
   }
-  return true;
 }
 
 /* A waiting job's plan being made again to start it (plan_async.c). */
@@ -266,11 +269,18 @@ static void job_plan_for_start(coord *co, coord_job *j) {
   coord_plan_off_loop(&op->base);
 }
 
-/* The jobs that go on waiting hold no plan. */
+/* The jobs that go on waiting hold no plan; the memory goes back to the
+ * system (a plan made on a pool thread sits in that thread's arena, which
+ * free alone keeps). */
 static void pending_drop_plans(coord *co) {
+  bool dropped = false;
   for (coord_job *j = co->jobs; j; j = j->next)
-    if (j->row.state == ZB_JOB_PENDING && !j->start_planning && j->plan.p)
+    if (j->row.state == ZB_JOB_PENDING && !j->start_planning && j->plan.p) {
       zb_planner_result_free(&j->plan);
+      dropped = true;
+    }
+  if (dropped)
+    malloc_trim(0);
 }
 
 /* Starts pending jobs, oldest first, while enough workers are idle. One
@@ -286,22 +296,20 @@ static void start_in_order(coord *co) {
   for (coord_job *j = co->jobs; j; j = j->next) {
     if (j->row.state != ZB_JOB_PENDING)
       continue;
-    if (j->start_planning)
-      return;
-    if (workers_idle(co, &j->spec) >= j->spec.ranks) {
-      if (!j->plan.p) {
-        job_plan_for_start(co, j);
-        return;
-      }
-      job_start(co, j);
-      continue;
+    jc_waiting w = {.ranks = j->spec.ranks,
+                    .able = workers_able(co, &j->spec),
+                    .idle = workers_idle(co, &j->spec),
+                    .has_plan = j->plan.p > 0,
+                    .planning = j->start_planning,
+                    .created_ms = j->row.created_ms,
+                    .wait_for_workers_s = j->spec.wait_for_workers_s};
+    switch (jc_queue_step(&w, now)) {
+    case JC_START: job_start(co, j); break;
+    case JC_PLAN: job_plan_for_start(co, j); return;
+    case JC_HOLD: return;
+    case JC_WAIT_WORKERS: job_waits_for_workers(co, j, w.able); break;
+    case JC_TIMED_OUT: job_timed_out(co, j, w.able); break;
     }
-    int able = workers_able(co, &j->spec);
-    if (able < j->spec.ranks) {
-      job_waits_for_workers(co, j, able, now); /* or fails, past its wait */
-      continue;
-    }
-    return;
   }
 }
 

@@ -134,7 +134,7 @@ static bool admit_queue(coord *co, zb_rpc_call *call, const char *owner) {
     waiting += j->row.state == ZB_JOB_PENDING && strcmp(j->spec.owner, owner) == 0;
   for (const coord_job *j = co->planning; j; j = j->next_planning) /* submits still being planned */
     waiting += strcmp(j->spec.owner, owner) == 0;
-  if (waiting < co->cfg.max_pending_per_identity)
+  if (jc_room_in_queue(waiting, co->cfg.max_pending_per_identity))
     return true;
   zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
               "%s has %lld jobs waiting, the most one identity may (max_pending_per_identity in the "
@@ -145,19 +145,7 @@ static bool admit_queue(coord *co, zb_rpc_call *call, const char *owner) {
 
 /* Gives an admitted job its id and row and queues it last. */
 static void job_enqueue(coord *co, coord_job *j) {
-  snprintf(j->row.id, sizeof j->row.id, "j-%" PRId64, co->next_job_number++);
-  snprintf(j->row.name, sizeof j->row.name, "%s", j->spec.name);
-  snprintf(j->row.schedule, sizeof j->row.schedule, "%s", j->spec.schedule);
-  j->row.state = ZB_JOB_PENDING;
-  snprintf(j->row.reason, sizeof j->row.reason, "submitted");
-  j->row.created_ms = zb_clock_unix_ms();
-  j->row.next_seq = 1;
-  Zb__V1__JobSpec pb;
-  zb_wire_spec_to_pb(&j->spec, &pb);
-  j->row.spec_len = protobuf_c_message_get_packed_size(&pb.base);
-  j->row.spec = zb_malloc(j->row.spec_len);
-  protobuf_c_message_pack(&pb.base, j->row.spec);
-  zb_wire_spec_pb_clear(&pb);
+  jc_row_new(&j->spec, &co->next_job_number, zb_clock_unix_ms(), &j->row);
   coord_job **tail = &co->jobs;
   while (*tail)
     tail = &(*tail)->next;
@@ -175,9 +163,7 @@ static void job_unqueue(coord *co, coord_job *j) {
   if (*pp)
     *pp = j->next;
   co->next_job_number--;
-  free(j->row.spec);
-  free(j->row.last);
-  j->row.spec = j->row.last = NULL;
+  jc_row_clear(&j->row);
 }
 
 /* A submission being planned off the loop (plan_async.c): the job, not

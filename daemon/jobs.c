@@ -73,44 +73,32 @@ void coord_store_retry(coord *co) {
 }
 
 bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_diag *diag) {
-  Zb__V1__JobEvent ev = ZB__V1__JOB_EVENT__INIT;
-  ev.seq = j->row.next_seq++;
-  ev.unix_ms = zb_clock_unix_ms();
-  ev.state = (Zb__V1__JobState)j->row.state;
-  ev.reason = j->row.reason;
-  ev.iteration = (Zb__V1__IterationMetrics *)it;
-  j->row.updated_ms = ev.unix_ms;
-  zb_store_event se = {.seq = ev.seq, .unix_ms = ev.unix_ms, .state = j->row.state};
-  snprintf(se.job_id, sizeof se.job_id, "%s", j->row.id);
-  snprintf(se.reason, sizeof se.reason, "%s", j->row.reason);
-  uint8_t *packed = NULL;
-  if (it) {
-    se.iteration_len = protobuf_c_message_get_packed_size(&it->base);
-    packed = zb_malloc(se.iteration_len);
+  size_t packed_len = it ? protobuf_c_message_get_packed_size(&it->base) : 0;
+  uint8_t *packed = it ? zb_malloc(packed_len ? packed_len : 1) : NULL;
+  if (it) { /* the job row keeps the last iteration's figures */
     protobuf_c_message_pack(&it->base, packed);
-    se.iteration = packed;
+    free(j->row.last);
+    j->row.last = packed;
+    j->row.last_len = packed_len;
   }
+  zb_store_event se;
   zb_diag d;
-  bool stored = zb_store_append_event(co->store, &se, &d) == ZB_OK;
-  if (!stored) {
+  bool stored = jc_record(co->store, &j->row, packed, packed_len, zb_clock_unix_ms(), &se, &d) == ZB_OK;
+  if (stored) {
+    j->dirty = false;
+  } else {
     if (!co->store_failing)
       ZB_ERROR("store: %s; NOT_SERVING until it takes writes again", d.msg);
     j->dirty = co->store_failing = true;
     if (diag)
       *diag = d;
   }
-  if (it) { /* the job row keeps the last iteration's figures */
-    free(j->row.last);
-    j->row.last = packed;
-    j->row.last_len = se.iteration_len;
-    packed = NULL;
-  }
-  free(packed);
-  zb_diag pd;
-  bool persisted = job_persist(co, j, &pd);
-  if (!persisted && stored && diag)
-    *diag = pd;
-  stored = stored && persisted;
+  Zb__V1__JobEvent ev = ZB__V1__JOB_EVENT__INIT;
+  ev.seq = se.seq;
+  ev.unix_ms = se.unix_ms;
+  ev.state = (Zb__V1__JobState)j->row.state;
+  ev.reason = j->row.reason;
+  ev.iteration = (Zb__V1__IterationMetrics *)it;
   for (coord_watcher *w = j->watchers; w; w = w->next) {
     if (!w->live)
       continue; /* replaying: it reads this one from the store */
@@ -146,7 +134,7 @@ static void job_runtime_free(coord_job *j) {
 /* Moves a job to a final state: releases its workers, ends its watchers'
  * streams. */
 void job_finish(coord *co, coord_job *j, int state, const char *reason) {
-  if (job_terminal(j))
+  if (!jc_may_move(j->row.state, state))
     return;
   j->row.state = state;
   snprintf(j->row.reason, sizeof j->row.reason, "%s", reason);
@@ -267,16 +255,16 @@ zb_err coord_load(coord *co, zb_diag *diag) {
     co->next_job_number = last + 1;
   ZB_INFO("loaded %d job(s) from the store; next id j-%" PRId64, n, co->next_job_number);
   for (coord_job *j = co->jobs; j; j = j->next) {
-    bool live = j->row.state == ZB_JOB_RUNNING || j->row.state == ZB_JOB_PENDING;
-    if (live && j->spec_unreadable)
+    jc_restart what = jc_at_restart(j->row.state, !j->spec_unreadable);
+    if (what == JC_FAIL_UNREADABLE)
       job_finish(co, j, ZB_JOB_FAILED, "the coordinator restarted and cannot read the job's stored spec");
-    else if (j->row.state == ZB_JOB_PENDING)
+    else if (what == JC_READMIT)
       job_readmit(co, j);
   }
   /* the running ones last: each starts the window its ranks have to come
    * back in (their plans are made here, on the loop) */
   for (coord_job *j = co->jobs; j; j = j->next)
-    if (j->row.state == ZB_JOB_RUNNING)
+    if (jc_at_restart(j->row.state, !j->spec_unreadable) == JC_RECOVER)
       job_recover(co, j);
   return ZB_OK;
 }

@@ -35,7 +35,7 @@ void coord_prune_jobs(coord *co, int64_t now_ms) {
   int pruned = 0;
   for (coord_job **pp = &co->jobs; *pp && pruned < PRUNE_BATCH;) {
     coord_job *j = *pp;
-    bool expired = job_terminal(j) && (over-- > 0 || j->row.updated_ms < cutoff);
+    bool expired = jc_expired(&j->row, &over, cutoff);
     if (!expired || !prunable(co, j)) {
       pp = &j->next;
       continue;

@@ -19,7 +19,8 @@ Runs the tests the way CI does:
      Kubernetes check uses, in build/venv-deploy; offline, that check skips)
   2. lint: clang-format --dry-run --Werror on every C file, and
      scripts/check-size.sh (no product file over 700 lines, no function
-     over 80)
+     over 80), scripts/check-includes.sh (no include cycle in daemon/;
+     the job core, store and config below coordinator.h)
   3. for each of the CMake presets dev (RelWithDebInfo, build/dev) and asan
      (Debug + ZB_SANITIZE=ON, build/asan):
        cmake --preset P; cmake --build --preset P -j N;
@@ -94,10 +95,10 @@ failed=0
 echo
 echo "=== lint"
 mapfile -t c_files < <(git ls-files '*.c' '*.h')
-if clang-format --dry-run --Werror "${c_files[@]}" && scripts/check-size.sh; then
-  summary+=("lint: ok (clang-format, sizes)")
+if clang-format --dry-run --Werror "${c_files[@]}" && scripts/check-size.sh && scripts/check-includes.sh; then
+  summary+=("lint: ok (clang-format, sizes, daemon/ include layers)")
 else
-  summary+=("lint: FAILED (clang-format -i FILE fixes the style; scripts/check-size.sh lists the sizes)")
+  summary+=("lint: FAILED (clang-format -i FILE fixes the style; scripts/check-size.sh lists the sizes; scripts/check-includes.sh the layers)")
   failed=1
 fi
 

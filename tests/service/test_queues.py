@@ -74,11 +74,12 @@ def test_a_waiting_job_is_planned_again_and_runs_its_own_schedule():
 
 
 def test_another_users_submit_is_planned_during_a_plan_flood():
-    """alice opens 100 Plan calls of the largest admitted shape; bob's
-    1-rank submit is still planned at once (within 2 s): alice's calls
-    wait for her one planner, and bob's plan takes the other."""
+    """alice opens 100 Plan calls of a large shape (about a second each;
+    queued first-come, bob would wait for 50 of them); bob's 1-rank submit
+    is still planned at once (within 2 s): alice's calls wait for her one
+    planner, and bob's plan takes the other."""
     with Cluster(workers=1, tls=True, name="queues-flood") as c:
-        flood = job_spec(name="flood", ranks=32, microbatches=174762, schedule="1f1b")
+        flood = job_spec(name="flood", ranks=32, microbatches=40000, schedule="1f1b")
         futures = [c.stub.Plan.future(zb_pb2.PlanRequest(spec=flood), timeout=600) for _ in range(100)]
         time.sleep(1)  # alice's first plan is being made, the rest queued behind it
         ch, bob = c.stub_as("user-bob")
