@@ -3,6 +3,7 @@
  * per-call completion queues. The server side (a completion-queue thread
  * feeding a libuv loop) is zb_rpc_server.c. See docs/architecture.md,
  * Threads. */
+#include "zb_pb_strings.h"
 #include "zb_rpc_internal.h"
 
 #include <grpc/byte_buffer_reader.h>
@@ -29,18 +30,26 @@ grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg) {
   return bb;
 }
 
-ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
+ProtobufCMessage *rpc_unpack_strict(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                                    char *nul_field, size_t cap) {
+  if (cap)
+    nul_field[0] = '\0';
   if (!bb)
     return NULL;
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb))
     return NULL;
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
-  ProtobufCMessage *msg =
-      protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  ProtobufCMessage *msg = NULL;
+  if (!cap || !zb_pb_string_with_nul(desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), nul_field, cap))
+    msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
   grpc_slice_unref(s);
   grpc_byte_buffer_reader_destroy(&r);
   return msg;
+}
+
+ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
+  return rpc_unpack_strict(bb, desc, NULL, 0);
 }
 
 static const char *const rpc_status_names[] = {

@@ -11,5 +11,9 @@
 grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg);
 /* NULL when bb is NULL or does not parse as desc; else the caller frees it. */
 ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc);
+/* rpc_unpack, refusing (NULL) a message with a NUL byte in a string
+ * field, whose dotted name goes to nul_field (empty when none). */
+ProtobufCMessage *rpc_unpack_strict(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                                    char *nul_field, size_t cap);
 
 #endif

@@ -377,8 +377,13 @@ static void rpc_on_new_call(method_slot *sl) {
     zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request: no %s message", sl->m->request->name);
     return;
   }
-  ProtobufCMessage *req = rpc_unpack(payload, sl->m->request);
+  char nul_field[128];
+  ProtobufCMessage *req = rpc_unpack_strict(payload, sl->m->request, nul_field, sizeof nul_field);
   grpc_byte_buffer_destroy(payload);
+  if (nul_field[0]) { /* "j-1\0j-2" would be read as "j-1" */
+    zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s: contains a NUL byte", nul_field);
+    return;
+  }
   if (!req) {
     ZB_WARN("rpc: %s from %s: request is not a valid %s", sl->m->path, zb_rpc_call_peer(c),
             sl->m->request->name);

@@ -340,6 +340,22 @@ def test_text_that_is_not_utf8():
         assert cp.returncode == 0 and json.loads(cp.stdout)["jobs"][0]["reason"] == job.reason, cp.stdout
 
 
+def test_strings_with_nul_are_refused():
+    """protobuf-c hands strings over as C strings: GetJob("j-1\\0j-2")
+    answered j-1. A NUL in any string field, nested ones included, is
+    refused naming the field, and nothing is changed."""
+    with Cluster(workers=2, name="nul") as c:
+        one = c.submit(job_spec(name="one", ranks=2, microbatches=4, iterations=100000))
+        c.wait_iterations(one, 1)
+        expect(c, INVALID, ["job_id", "NUL"], c.stub.GetJob, zb_pb2.GetJobRequest(job_id=one + "\0j-2"))
+        expect(c, INVALID, ["job_id", "NUL"], c.stub.CancelJob,
+               zb_pb2.CancelJobRequest(job_id=one + "\0", reason="gone"))
+        expect(c, INVALID, ["spec.name", "NUL"], c.stub.SubmitJob,
+               zb_pb2.SubmitJobRequest(spec=job_spec(name="two\0three", ranks=1)))
+        assert c.get(one).state == STATE.JOB_STATE_RUNNING
+        assert [j.id for j in c.list_jobs()] == [one]
+
+
 def test_payloads_that_are_not_protobuf_and_unknown_methods():
     with Cluster(workers=1, name="raw-grpc") as c:
         ch = c.channel
