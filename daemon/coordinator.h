@@ -46,6 +46,7 @@ typedef struct coord_worker {
   long long memory_bytes;            /* host memory for cpu jobs; 0: not advertised */
   long long gpu_memory_bytes;        /* its GPU's, for cuda jobs; 0: none or not advertised */
   zb_rpc_call *attach;               /* the Attach stream; NULL when detached */
+  char owner[ZB_STORE_OWNER_CAP];    /* who it is, as a rank's owner is kept (authz_worker_owner) */
   int64_t last_seen_ms;
   int64_t last_ping_ms; /* the last keep-alive sent on its stream */
   coord_job *job;       /* NULL: idle */
@@ -185,6 +186,10 @@ bool authz_owns(const coord *co, const zb_identity *who, const coord_job *j);
 bool authz_job(coord *co, zb_rpc_call *call, const zb_identity *who, const coord_job *j);
 /* Whether the caller is the worker worker_id (Attach, Report). */
 bool authz_worker(coord *co, zb_rpc_call *call, const char *worker_id, const char *action);
+/* The identity a worker's ranks are kept under (zb_store_job.rank_owners):
+ * with mutual TLS its certificate's, "zb://worker/NAME"; in insecure mode,
+ * which has no identities, "insecure:" and the worker id it claims. */
+void authz_worker_owner(const coord *co, zb_rpc_call *call, const char *worker_id, char *out, size_t cap);
 
 /* rpc.c */
 extern const zb_rpc_method coord_methods[];
@@ -365,6 +370,11 @@ void job_recover(coord *co, coord_job *j);
  * stored spec (plans are not stored): it waits for workers as before, or
  * fails naming why it cannot be planned. */
 void job_readmit(coord *co, coord_job *j);
+/* An attaching worker (owner: authz_worker_owner) that names a rank of a
+ * job waiting for its ranks: false, after failing call with
+ * PERMISSION_DENIED, when another identity ran that rank; the rank waits
+ * on for its own worker. */
+bool coord_attach_allowed(coord *co, zb_rpc_call *call, const char *owner, const char *job_id, int rank);
 /* An attaching worker that names a running job: takes its rank back, or
  * releases it from a job this coordinator will not run. */
 void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int rank);
