@@ -361,6 +361,10 @@ void coord_metrics_forget_job(coord *co, const char *job_id);
 
 /* dispatch.c: the run-time state of a job about to run. */
 void job_runtime_init(coord_job *j);
+/* Who runs each rank (every rank has a worker), into the job's row, so
+ * written by the same statement as its next state: after a coordinator
+ * restart a rank goes back only to its own worker (recovery.c). */
+void job_record_owners(coord_job *j);
 /* Writes cmd on w's Attach stream (none: dropped). */
 void worker_send(coord_worker *w, const Zb__V1__Command *cmd);
 

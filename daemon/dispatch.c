@@ -176,10 +176,7 @@ void job_runtime_init(coord_job *j) {
   }
 }
 
-/* Who runs each rank, kept in the job's row and so written by the same
- * statement as its RUNNING state: after a coordinator restart a rank goes
- * back only to its own worker (recovery.c). */
-static void job_record_owners(coord_job *j) {
+void job_record_owners(coord_job *j) {
   int p = j->spec.ranks;
   free(j->row.rank_owners);
   j->row.rank_owners = zb_calloc((size_t)p, sizeof *j->row.rank_owners);

@@ -139,6 +139,8 @@ void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int ra
   if (back < j->spec.ranks)
     return;
   j->recover_until_ms = 0;
+  if (!j->row.n_rank_owners) /* a job from store schema 1: kept from now on */
+    job_record_owners(j);
   snprintf(j->row.reason, sizeof j->row.reason, "running again after a coordinator restart: every rank back");
   job_event(co, j, NULL, NULL);
 }

@@ -6,7 +6,8 @@ reports the dead coordinator took for iterations it had not completed are
 sent again, and counted once); workers then run the next job. A job whose
 workers do not come back fails naming the rank. With mutual TLS a rank goes
 back only to the worker identity that ran it: another worker certificate
-naming it is refused and its reports are not counted. Job ids follow the
+naming it is refused and its reports are not counted; a store of schema
+version 1 is migrated and its running job taken back as before. Job ids follow the
 largest stored one as 64-bit numbers: after j-2147483647 comes
 j-2147483648 (it used to overflow an int and hand out j--2147483648)."""
 
@@ -230,6 +231,41 @@ def test_a_recovering_rank_goes_back_only_to_the_identity_that_ran_it():
         assert "zb://worker/w9 named rank 0, which zb://worker/%s ran: refused" % real in log, c.coordinator.tail()
         assert "rank 0 back on worker %s, zb://worker/%s" % (real, real) in log, c.coordinator.tail()
         c.assert_serving()
+
+
+def test_a_job_from_a_version_1_store_is_taken_back():
+    """The coordinator is killed mid-job and its store turned back into
+    schema version 1 (no rank_owners column, user_version 1): the next
+    coordinator migrates it in place, takes the job back from its first
+    workers naming the ranks (the store does not say who ran them; it warns
+    so), keeps those as the ranks' owners from then on, and the job ends
+    SUCCEEDED, every iteration once."""
+    with Cluster(workers=2, name="restart-v1") as c:
+        jid = c.submit(job_spec(name="old-store", ranks=2, microbatches=4, t=0.002, iterations=60))
+        c.wait_iterations(jid, 3)
+        ranks = [c.worker_of_rank(jid, r) for r in range(2)]
+        port = c.port
+        c.coordinator.kill()
+        db = sqlite3.connect(os.path.join(c.data_dir, "zb.db"))
+        db.execute("ALTER TABLE jobs DROP COLUMN rank_owners")
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+        db.close()
+        c.start_coordinator(port=port)
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+        its = [it.iteration for it in iteration_events(c.events(jid))]
+        assert its == list(range(60)), its
+        log = c.coordinator.log_text()
+        assert "the store does not say which workers ran its ranks" in log, c.coordinator.tail()
+        db = sqlite3.connect(os.path.join(c.data_dir, "zb.db"))
+        try:
+            assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+            owners = db.execute("SELECT rank_owners FROM jobs WHERE id = ?", (jid,)).fetchone()[0]
+        finally:
+            db.close()
+        # the workers that took the ranks back are its owners from then on
+        assert owners == b"insecure:%s\0insecure:%s\0" % (ranks[0].encode(), ranks[1].encode()), owners
+        print("migrated store: %s %s" % (zbsvc.state_name(job.state), job.reason))
 
 
 def test_paused_coordinator_does_not_leave_a_job_hanging():
