@@ -5,9 +5,10 @@
  * submit, read, watch, cancel and re-plan its own jobs; an admin may do
  * all of that on every job. Reports are held to the job and rank the
  * worker was given (reports.c), and after a coordinator restart a rank
- * goes back only to the identity that ran it (recovery.c). A caller without a certificate is
- * UNAUTHENTICATED, one acting outside its role PERMISSION_DENIED. In
- * insecure mode (no TLS) every caller may do everything. */
+ * goes back only to the identity that ran it (recovery.c). A caller
+ * without a certificate is UNAUTHENTICATED, one acting outside its role
+ * PERMISSION_DENIED. In insecure mode (no TLS) every caller may do
+ * everything. */
 #include <stdio.h>
 #include <string.h>
 
