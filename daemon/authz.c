@@ -4,9 +4,12 @@
  * worker id in its certificate; a user may plan, list the workers, and
  * submit, read, watch, cancel and re-plan its own jobs; an admin may do
  * all of that on every job. Reports are held to the job and rank the
- * worker was given (reports.c). A caller without a certificate is
- * UNAUTHENTICATED, one acting outside its role PERMISSION_DENIED. In
- * insecure mode (no TLS) every caller may do everything. */
+ * worker was given (reports.c), and after a coordinator restart a rank
+ * goes back only to the identity that ran it (recovery.c). A caller
+ * without a certificate is UNAUTHENTICATED, one acting outside its role
+ * PERMISSION_DENIED. In insecure mode (no TLS) every caller may do
+ * everything. */
+#include <stdio.h>
 #include <string.h>
 
 #include "coordinator.h"
@@ -51,4 +54,14 @@ bool authz_worker(coord *co, zb_rpc_call *call, const char *worker_id, const cha
   zb_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED, "worker_id: worker %s may not %s as worker '%.64s'",
               who.name, action, worker_id ? worker_id : "");
   return false;
+}
+
+void authz_worker_owner(const coord *co, zb_rpc_call *call, const char *worker_id, char *out, size_t cap) {
+  if (!co->tls) {
+    snprintf(out, cap, "insecure:%s", worker_id);
+    return;
+  }
+  zb_identity who;
+  zb_rpc_call_identity(call, &who);
+  snprintf(out, cap, "zb://%s/%s", zb_role_name(who.role), who.name);
 }

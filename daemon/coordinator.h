@@ -49,6 +49,7 @@ typedef struct coord_worker {
   long long memory_bytes;            /* host memory for cpu jobs; 0: not advertised */
   long long gpu_memory_bytes;        /* its GPU's, for cuda jobs; 0: none or not advertised */
   zb_rpc_call *attach;               /* the Attach stream; NULL when detached */
+  char owner[ZB_STORE_OWNER_CAP];    /* who it is, as a rank's owner is kept (authz_worker_owner) */
   int64_t last_seen_ms;
   int64_t last_ping_ms; /* the last keep-alive sent on its stream */
   coord_job *job;       /* NULL: idle */
@@ -195,6 +196,10 @@ bool authz_owns(const coord *co, const zb_identity *who, const coord_job *j);
 bool authz_job(coord *co, zb_rpc_call *call, const zb_identity *who, const coord_job *j);
 /* Whether the caller is the worker worker_id (Attach, Report). */
 bool authz_worker(coord *co, zb_rpc_call *call, const char *worker_id, const char *action);
+/* The identity a worker's ranks are kept under (zb_store_job.rank_owners):
+ * with mutual TLS its certificate's, "zb://worker/NAME"; in insecure mode,
+ * which has no identities, "insecure:" and the worker id it claims. */
+void authz_worker_owner(const coord *co, zb_rpc_call *call, const char *worker_id, char *out, size_t cap);
 
 /* rpc.c */
 extern const zb_rpc_method coord_methods[];
@@ -384,6 +389,10 @@ void coord_metrics_forget_job(coord *co, const char *job_id);
 
 /* dispatch.c: the run-time state of a job about to run. */
 void job_runtime_init(coord_job *j);
+/* Who runs each rank (every rank has a worker), into the job's row, so
+ * written by the same statement as its next state: after a coordinator
+ * restart a rank goes back only to its own worker (recovery.c). */
+void job_record_owners(coord_job *j);
 /* Writes cmd on w's Attach stream (none: dropped). */
 void worker_send(coord_worker *w, const Zb__V1__Command *cmd);
 
@@ -394,6 +403,11 @@ void job_recover(coord *co, coord_job *j);
  * from its stored spec when its workers are there (or it fails then,
  * naming why it cannot be planned). */
 void job_readmit(coord *co, coord_job *j);
+/* An attaching worker (owner: authz_worker_owner) that names a rank of a
+ * job waiting for its ranks: false, after failing call with
+ * PERMISSION_DENIED, when another identity ran that rank; the rank waits
+ * on for its own worker. */
+bool coord_attach_allowed(coord *co, zb_rpc_call *call, const char *owner, const char *job_id, int rank);
 /* An attaching worker that names a running job: takes its rank back, or
  * releases it from a job this coordinator will not run. */
 void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int rank);

@@ -177,11 +177,21 @@ void job_runtime_init(coord_job *j) {
   }
 }
 
+void job_record_owners(coord_job *j) {
+  int p = j->spec.ranks;
+  free(j->row.rank_owners);
+  j->row.rank_owners = zb_calloc((size_t)p, sizeof *j->row.rank_owners);
+  j->row.n_rank_owners = p;
+  for (int r = 0; r < p; r++)
+    snprintf(j->row.rank_owners[r], sizeof j->row.rank_owners[r], "%s", j->ranks[r]->owner);
+}
+
 static void job_start(coord *co, coord_job *j) {
   int p = j->spec.ranks;
   job_take_workers(co, j);
   if (!job_fits_workers(co, j))
     return;
+  job_record_owners(j);
   job_runtime_init(j);
   j->row.state = ZB_JOB_RUNNING;
   snprintf(j->row.reason, sizeof j->row.reason, "ranks assigned: %d workers", p);

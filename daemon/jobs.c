@@ -227,6 +227,7 @@ zb_err coord_load(coord *co, zb_diag *diag) {
     job_new_data_secret(j);
     j->row = rows[k];
     rows[k].spec = rows[k].last = NULL; /* moved */
+    rows[k].rank_owners = NULL;
     Zb__V1__JobSpec *pb = (Zb__V1__JobSpec *)protobuf_c_message_unpack(&zb__v1__job_spec__descriptor, NULL,
                                                                        j->row.spec_len, j->row.spec);
     zb_diag d;
@@ -283,6 +284,7 @@ void job_free(coord_job *j) {
   zb_job_spec_free(&j->spec);
   free(j->row.spec);
   free(j->row.last);
+  free(j->row.rank_owners);
   free(j);
 }
 

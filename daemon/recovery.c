@@ -6,8 +6,11 @@
  * the store. Each rank's worker, attaching again, names the job and rank
  * it runs and gets it back, then sends again the reports the old
  * coordinator took for iterations it had not completed; each is counted
- * once. A rank not back within the recovery window fails the job; a
- * worker naming a job this coordinator will not run is released from it. */
+ * once. A rank goes back only to the identity the store says ran it (the
+ * row's rank_owners, written when the job started): any other worker
+ * naming it is refused, and the rank waits on for its own. A rank not back
+ * within the recovery window fails the job; a worker naming a job this
+ * coordinator will not run is released from it. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +44,21 @@ void job_recover(coord *co, coord_job *j) {
     return;
   }
   int p = j->spec.ranks;
+  if (j->row.n_rank_owners != p && j->row.n_rank_owners != 0) {
+    char reason[256];
+    snprintf(reason, sizeof reason,
+             "the coordinator restarted and cannot take the job back: its store names the workers of %d "
+             "ranks, not %d",
+             j->row.n_rank_owners, p);
+    zb_planner_result_free(&j->plan);
+    job_finish(co, j, ZB_JOB_FAILED, reason);
+    return;
+  }
+  if (!j->row.n_rank_owners) /* started under store schema 1, which did not keep them */
+    ZB_WARN(
+        "job %s: the store does not say which workers ran its ranks (it started before schema version 2): "
+        "the first worker naming a rank takes it back, whoever it is",
+        j->row.id);
   job_runtime_init(j);
   for (int r = 0; r < p; r++) /* what the store has is counted: a repeat is a retry */
     j->rank_reported[r] = j->row.iterations_done - 1;
@@ -71,6 +89,24 @@ static void release(coord_worker *w, const char *job_id, const char *why) {
   worker_send(w, &cmd);
 }
 
+bool coord_attach_allowed(coord *co, zb_rpc_call *call, const char *owner, const char *job_id, int rank) {
+  coord_job *j = job_id && job_id[0] ? job_find(co, job_id) : NULL;
+  /* only a rank waiting for its worker is guarded here; any other naming is
+   * released by coord_attach_running, which gives nothing */
+  if (!j || j->row.state != ZB_JOB_RUNNING || !j->recover_until_ms || rank < 0 || rank >= j->spec.ranks ||
+      j->ranks[rank] || j->row.n_rank_owners != j->spec.ranks)
+    return true;
+  const char *ran = j->row.rank_owners[rank];
+  if (strcmp(ran, owner) == 0)
+    return true;
+  ZB_WARN("job %s: %s named rank %d, which %s ran: refused; the rank waits for its own worker", j->row.id,
+          owner, rank, ran);
+  zb_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+              "running_rank: rank %d of job %s ran on %s, and %s may not take it back", rank, j->row.id, ran,
+              owner);
+  return false;
+}
+
 void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int rank) {
   if (!job_id || !job_id[0])
     return;
@@ -90,10 +126,13 @@ void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int ra
   int back = 0;
   for (int r = 0; r < j->spec.ranks; r++)
     back += j->ranks[r] != NULL;
-  ZB_INFO("job %s: rank %d back on worker %s (%d of %d)", j->row.id, rank, w->id, back, j->spec.ranks);
+  ZB_INFO("job %s: rank %d back on worker %s, %s (%d of %d)", j->row.id, rank, w->id, w->owner, back,
+          j->spec.ranks);
   if (back < j->spec.ranks)
     return;
   j->recover_until_ms = 0;
+  if (!j->row.n_rank_owners) /* a job from store schema 1: kept from now on */
+    job_record_owners(j);
   snprintf(j->row.reason, sizeof j->row.reason, "running again after a coordinator restart: every rank back");
   job_event(co, j, NULL, NULL);
 }

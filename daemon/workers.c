@@ -217,40 +217,47 @@ static bool attach_sizes_ok(zb_rpc_call *call, const Zb__V1__AttachRequest *req)
   return true;
 }
 
-void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
-  coord *co = user;
-  const Zb__V1__AttachRequest *req = (const void *)m;
-  if (!authz_worker(co, call, req->worker_id, "attach"))
-    return;
+/* The AttachRequest's fields: ids and addresses present and in bounds,
+ * texts UTF-8, sizes not negative; false after failing call. */
+static bool attach_request_ok(zb_rpc_call *call, const Zb__V1__AttachRequest *req) {
   if (!req->worker_id || !req->worker_id[0] || strlen(req->worker_id) >= 64) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "worker_id: required, 1..63 characters");
-    return;
+    return false;
   }
   if (!req->data_address || !req->data_address[0] || strlen(req->data_address) >= 128 ||
       !strrchr(req->data_address, ':')) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "data_address: required, host:port");
-    return;
+    return false;
   }
   const char *texts[] = {req->worker_id, req->data_address, req->hostname, req->gpu, req->running_job_id};
   const char *names[] = {"worker_id", "data_address", "hostname", "gpu", "running_job_id"};
   for (int k = 0; k < 5; k++)
     if (!utf8_valid(texts[k])) {
       zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: not valid UTF-8", names[k]);
-      return;
+      return false;
     }
   for (size_t k = 0; k < req->n_backends + req->n_transports; k++)
     if (!utf8_valid(k < req->n_backends ? req->backends[k] : req->transports[k - req->n_backends])) {
       zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: not valid UTF-8",
                   k < req->n_backends ? "backends" : "transports");
-      return;
+      return false;
     }
-  if (!attach_sizes_ok(call, req))
-    return;
+  return attach_sizes_ok(call, req);
+}
 
+void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
+  coord *co = user;
+  const Zb__V1__AttachRequest *req = (const void *)m;
+  if (!authz_worker(co, call, req->worker_id, "attach") || !attach_request_ok(call, req))
+    return;
   if (co->stopping) {
     zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
     return;
   }
+  char owner[ZB_STORE_OWNER_CAP];
+  authz_worker_owner(co, call, req->worker_id, owner, sizeof owner);
+  if (!coord_attach_allowed(co, call, owner, req->running_job_id, req->running_rank))
+    return;
   coord_worker *w = worker_find(co, req->worker_id);
   if (w) { /* the same worker again (it restarted, or its stream broke) */
     if (w->attach) {
@@ -274,6 +281,7 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
       tail = &(*tail)->next;
     *tail = w;
   }
+  snprintf(w->owner, sizeof w->owner, "%s", owner);
   snprintf(w->data_address, sizeof w->data_address, "%s", req->data_address);
   w->max_receive_bytes = req->max_receive_bytes;
   w->memory_bytes = req->memory_bytes;

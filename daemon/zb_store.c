@@ -1,6 +1,7 @@
-/* zb_store.c — the job store on SQLite (see zb_store.h): schema version 1,
- * statements prepared once at open, write groups, jobs and events
- * (zb_store_upkeep.c has the start-up pass and pruning).
+/* zb_store.c — the job store on SQLite (see zb_store.h): opening a file
+ * (its schema and migrations are zb_store_schema.c), statements prepared
+ * once at open, write groups, jobs and events (zb_store_upkeep.c has the
+ * start-up pass and pruning).
  *
  * Errors: every failure fills zb_diag with what was being done and SQLite's
  * own message ("store: insert event for job j-3 seq 7: UNIQUE constraint
@@ -24,47 +25,11 @@
 
 #include "zb_alloc.h"
 
-/* The schema this file reads and writes; PRAGMA user_version holds it. */
-#define ZB_STORE_SCHEMA_VERSION 1
 #define ZB_STORE_STR_(x) #x
 #define ZB_STORE_STR(x) ZB_STORE_STR_(x)
 /* How long a write waits for another connection's lock (a second
  * coordinator by mistake, or sqlite3 on the command line) before failing. */
 #define ZB_STORE_BUSY_TIMEOUT_MS 5000
-
-static const char zb_store_schema_sql[] =
-    "CREATE TABLE IF NOT EXISTS jobs ("
-    " id TEXT PRIMARY KEY NOT NULL,"
-    " name TEXT NOT NULL,"
-    " state INTEGER NOT NULL,"
-    " reason TEXT NOT NULL,"
-    " schedule TEXT NOT NULL,"
-    " created_ms INTEGER NOT NULL,"
-    " updated_ms INTEGER NOT NULL,"
-    " iterations_done INTEGER NOT NULL,"
-    " next_seq INTEGER NOT NULL,"
-    " spec BLOB,"
-    " last BLOB);"
-    "CREATE TABLE IF NOT EXISTS events ("
-    " job_id TEXT NOT NULL,"
-    " seq INTEGER NOT NULL,"
-    " unix_ms INTEGER NOT NULL,"
-    " state INTEGER NOT NULL,"
-    " reason TEXT NOT NULL,"
-    " iteration BLOB,"
-    " PRIMARY KEY (job_id, seq));"
-    /* The largest job number ever stored, kept with the
-     * row that raised it and never lowered, so ids do
-     * not repeat after their jobs are pruned. */
-    "CREATE TABLE IF NOT EXISTS meta ("
-    " key TEXT PRIMARY KEY NOT NULL,"
-    " value INTEGER NOT NULL);"
-    "CREATE TRIGGER IF NOT EXISTS jobs_last_number AFTER INSERT ON jobs"
-    " WHEN NEW.id GLOB 'j-[0-9]*' BEGIN"
-    " INSERT INTO meta (key, value)"
-    " VALUES ('last_job_number', CAST(substr(NEW.id, 3) AS INTEGER))"
-    " ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value);"
-    " END;";
 
 /* Column order of the job and event SELECTs is the bind order of the
  * INSERTs, so row_to_job/row_to_event and bind_job/bind_event share it. */
@@ -75,12 +40,12 @@ static const char *const zb_store_stmt_sql[STMT_COUNT] = {
     [STMT_BEGIN] = "BEGIN IMMEDIATE",
     [STMT_COMMIT] = "COMMIT",
     [STMT_ROLLBACK] = "ROLLBACK",
-    [STMT_PUT_JOB] =
-        "INSERT OR REPLACE INTO jobs (id, name, state, reason, schedule, created_ms, updated_ms,"
-        " iterations_done, next_seq, spec, last) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    [STMT_PUT_JOB] = "INSERT OR REPLACE INTO jobs (id, name, state, reason, schedule, created_ms, updated_ms,"
+                     " iterations_done, next_seq, spec, last, rank_owners)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     [STMT_LIST_JOBS] =
         "SELECT id, name, state, reason, schedule, created_ms, updated_ms, iterations_done, next_seq,"
-        " spec, last FROM jobs ORDER BY created_ms, id",
+        " spec, last, rank_owners FROM jobs ORDER BY created_ms, id",
     [STMT_APPEND_EVENT] = "INSERT INTO events (job_id, seq, unix_ms, state, reason, iteration)"
                           " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [STMT_LIST_EVENTS] = "SELECT job_id, seq, unix_ms, state, reason, iteration FROM events"
@@ -184,25 +149,53 @@ done:
   return rc;
 }
 
-/* Creates the tables if missing and prepares every statement, in one
- * transaction: a database whose tables have other columns fails to prepare,
- * and the rollback then leaves its user_version as it was. */
+/* Reads the file's schema version into *version; a newer one than this
+ * build's is refused. */
+static zb_err read_version(zb_store *st, const char *path, int64_t *version, zb_diag *diag) {
+  *version = 0;
+  int rc = zb_store_query_one(st->db, "PRAGMA user_version", version, NULL, 0);
+  if (rc != SQLITE_OK)
+    return zb_store_fail(st->db, rc, diag, "read schema version of %s", path);
+  if (*version > ZB_STORE_SCHEMA_VERSION)
+    return zb_diag_set(
+        diag, ZB_ERR_PARSE,
+        "store: %s has schema version %lld, newer than the %d this build knows; refusing to open it", path,
+        (long long)*version, ZB_STORE_SCHEMA_VERSION);
+  return ZB_OK;
+}
+
+/* Brings the schema to this build's version (creating the tables of a new
+ * file, migrating an older one) and prepares every statement, in one
+ * transaction: a database whose tables are not ours fails to migrate or to
+ * prepare, and the rollback then leaves it and its user_version as they
+ * were. The version is read again under the write lock, so two processes
+ * opening one old file do not both migrate it. */
 static zb_err store_init_schema(zb_store *st, const char *path, zb_diag *diag) {
-  zb_err err = ZB_OK;
   int rc = sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
   if (rc != SQLITE_OK)
     return zb_store_fail(st->db, rc, diag, "create schema in %s", path);
-  rc = sqlite3_exec(st->db, zb_store_schema_sql, NULL, NULL, NULL);
+  int64_t version = 0, failed = -1;
+  zb_err err = read_version(st, path, &version, diag);
+  if (err != ZB_OK)
+    goto done;
+  rc = zb_store_migrate(st->db, version, &failed);
+  if (rc == SQLITE_ERROR) { /* our SQL is fixed: its tables are not ours */
+    err = zb_diag_set(diag, ZB_ERR_PARSE, "store: %s is not a zb job store of schema version %lld (%s)", path,
+                      (long long)version, sqlite3_errmsg(st->db));
+    goto done;
+  }
   if (rc != SQLITE_OK) {
-    err = zb_store_fail(st->db, rc, diag, "create schema in %s", path);
+    err = failed >= 0 ? zb_store_fail(st->db, rc, diag, "migrate %s from schema version %lld", path,
+                                      (long long)failed)
+                      : zb_store_fail(st->db, rc, diag, "create schema in %s", path);
     goto done;
   }
   for (int i = 0; i < STMT_COUNT; i++) {
     rc = sqlite3_prepare_v3(st->db, zb_store_stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i], NULL);
     if (rc != SQLITE_OK) {
       /* Our SQL is fixed, so a failure means the tables are not ours. */
-      zb_diag_set(diag, ZB_ERR_PARSE, "store: %s is not a zb job store (%s)", path, sqlite3_errmsg(st->db));
-      err = ZB_ERR_PARSE;
+      err = zb_diag_set(diag, ZB_ERR_PARSE, "store: %s is not a zb job store (%s)", path,
+                        sqlite3_errmsg(st->db));
       goto done;
     }
   }
@@ -239,18 +232,9 @@ zb_err zb_store_open(const char *path, zb_store **out, zb_diag *diag) {
    * (SQLITE_NOTADB), and a newer schema is refused before anything, even
    * the journal mode, is written to it. */
   int64_t version = 0;
-  rc = zb_store_query_one(st->db, "PRAGMA user_version", &version, NULL, 0);
-  if (rc != SQLITE_OK) {
-    err = zb_store_fail(st->db, rc, diag, "read schema version of %s", path);
+  err = read_version(st, path, &version, diag);
+  if (err != ZB_OK)
     goto fail;
-  }
-  if (version > ZB_STORE_SCHEMA_VERSION) {
-    err = zb_diag_set(
-        diag, ZB_ERR_PARSE,
-        "store: %s has schema version %lld, newer than the %d this build knows; refusing to open it", path,
-        (long long)version, ZB_STORE_SCHEMA_VERSION);
-    goto fail;
-  }
 
   /* WAL: readers (zbctl's WatchJob replays) never block the writer, and
    * with synchronous=NORMAL a commit is one append without fsync, yet a
@@ -383,6 +367,58 @@ static bool copy_text(sqlite3_stmt *s, int col, char *dst, size_t cap) {
   return true;
 }
 
+/* Rank owners as the rank_owners column keeps them: each identity with its
+ * NUL, one after another (identities are C strings, so NUL cannot occur
+ * inside one). NULL (SQL NULL) when there are none; free() it. */
+static char *owners_pack(const zb_store_job *job, size_t *len) {
+  *len = 0;
+  if (job->n_rank_owners <= 0)
+    return NULL;
+  for (int r = 0; r < job->n_rank_owners; r++)
+    *len += strlen(job->rank_owners[r]) + 1;
+  char *blob = zb_malloc(*len), *p = blob;
+  for (int r = 0; r < job->n_rank_owners; r++) {
+    size_t n = strlen(job->rank_owners[r]) + 1;
+    memcpy(p, job->rank_owners[r], n);
+    p += n;
+  }
+  return blob;
+}
+
+/* The rank_owners column back into row; false when the stored bytes are
+ * not what owners_pack writes (the file was altered). */
+static bool owners_unpack(sqlite3_stmt *s, int col, zb_store_job *row) {
+  if (sqlite3_column_type(s, col) == SQLITE_NULL)
+    return true;
+  const char *blob = sqlite3_column_blob(s, col); /* before _bytes, as SQLite documents */
+  size_t len = (size_t)sqlite3_column_bytes(s, col);
+  int n = 0;
+  for (size_t k = 0; k < len; k++)
+    n += blob[k] == '\0';
+  if (len == 0 || blob[len - 1] != '\0')
+    return false;
+  row->rank_owners = zb_calloc((size_t)n, sizeof *row->rank_owners);
+  row->n_rank_owners = n;
+  for (int r = 0; r < n; r++) {
+    size_t id_len = strlen(blob);
+    if (id_len == 0 || id_len >= sizeof *row->rank_owners)
+      return false;
+    memcpy(row->rank_owners[r], blob, id_len + 1);
+    blob += id_len + 1;
+  }
+  return true;
+}
+
+/* The rank owners of a job to be written: each non-empty and terminated. */
+static bool owners_valid(const zb_store_job *job) {
+  if (job->n_rank_owners < 0 || (job->n_rank_owners > 0 && !job->rank_owners))
+    return false;
+  for (int r = 0; r < job->n_rank_owners; r++)
+    if (!job->rank_owners[r][0] || !fits(job->rank_owners[r], sizeof *job->rank_owners))
+      return false;
+  return true;
+}
+
 static zb_err check_job(const zb_store_job *job, zb_diag *diag) {
   if (!job)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "store: put job: job is NULL");
@@ -396,6 +432,7 @@ static zb_err check_job(const zb_store_job *job, zb_diag *diag) {
                     : job->next_seq < 0                          ? "next_seq"
                     : !job->spec && job->spec_len                ? "spec"
                     : !job->last && job->last_len                ? "last"
+                    : !owners_valid(job)                         ? "rank_owners"
                                                                  : NULL;
   if (bad)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "store: put job %s: invalid %s", job->id, bad);
@@ -411,6 +448,8 @@ zb_err zb_store_put_job(zb_store *st, const zb_store_job *job, zb_diag *diag) {
   if (err != ZB_OK)
     return err;
   sqlite3_stmt *s = st->stmt[STMT_PUT_JOB];
+  size_t owners_len = 0;
+  char *owners = owners_pack(job, &owners_len);
   int rc;
   if ((rc = sqlite3_bind_text(s, 1, job->id, -1, SQLITE_STATIC)) != SQLITE_OK ||
       (rc = sqlite3_bind_text(s, 2, job->name, -1, SQLITE_STATIC)) != SQLITE_OK ||
@@ -423,9 +462,11 @@ zb_err zb_store_put_job(zb_store *st, const zb_store_job *job, zb_diag *diag) {
       (rc = sqlite3_bind_int64(s, 9, job->next_seq)) != SQLITE_OK ||
       (rc = bind_blob(s, 10, job->spec, job->spec_len)) != SQLITE_OK ||
       (rc = bind_blob(s, 11, job->last, job->last_len)) != SQLITE_OK ||
+      (rc = bind_blob(s, 12, (const uint8_t *)owners, owners_len)) != SQLITE_OK ||
       (rc = zb_store_step_done(s)) != SQLITE_OK)
     err = zb_store_fail(st->db, rc, diag, "put job %s", job->id);
-  zb_store_stmt_done(s);
+  zb_store_stmt_done(s); /* before the free: the statement pointed at owners */
+  free(owners);
   return err;
 }
 
@@ -448,6 +489,14 @@ static zb_err row_to_job(sqlite3_stmt *s, zb_store_job *row, zb_diag *diag) {
   row->next_seq = sqlite3_column_int64(s, 8);
   copy_blob(s, 9, &row->spec, &row->spec_len);
   copy_blob(s, 10, &row->last, &row->last_len);
+  if (!owners_unpack(s, 11, row)) {
+    /* the row is not counted in the list yet: its parts are freed here */
+    free(row->spec);
+    free(row->last);
+    free(row->rank_owners);
+    return zb_diag_set(diag, ZB_ERR_PARSE, "store: list jobs: job %s: stored rank owners are malformed",
+                       row->id);
+  }
   return ZB_OK;
 }
 
@@ -491,6 +540,7 @@ void zb_store_jobs_free(zb_store_job *rows, int n) {
   for (int i = 0; i < n; i++) {
     free(rows[i].spec);
     free(rows[i].last);
+    free(rows[i].rank_owners);
   }
   free(rows);
 }

@@ -23,6 +23,10 @@
 
 typedef struct zb_store zb_store;
 
+/* Room for one rank owner's identity, NUL included (the coordinator's
+ * "zb://worker/NAME" or "insecure:ID", docs/operations.md). */
+#define ZB_STORE_OWNER_CAP 96
+
 typedef struct zb_store_job {
   char id[64];
   char name[64];
@@ -36,6 +40,12 @@ typedef struct zb_store_job {
   size_t spec_len;
   uint8_t *last; /* packed zb.v1.IterationMetrics of the last iteration, may be NULL */
   size_t last_len;
+  /* By rank, once the job started: the identity of the worker that ran it,
+   * the only one that may take the rank back after a coordinator restart.
+   * NULL and 0: not started, or started under schema version 1, which did
+   * not keep them. Each is 1..ZB_STORE_OWNER_CAP-1 bytes. */
+  char (*rank_owners)[ZB_STORE_OWNER_CAP];
+  int n_rank_owners;
 } zb_store_job;
 
 typedef struct zb_store_event {
@@ -47,15 +57,18 @@ typedef struct zb_store_event {
   size_t iteration_len;
 } zb_store_event;
 
-/* Opens (creating if needed) the database at path and its schema; diag
- * says why it failed (path, SQLite's message). */
+/* Opens (creating if needed) the database at path and its schema; a
+ * store of an older schema version is migrated in place, one of a newer
+ * version refused (ZB_ERR_PARSE). diag says why it failed (path, SQLite's
+ * message). */
 zb_err zb_store_open(const char *path, zb_store **out, zb_diag *diag);
 void zb_store_close(zb_store *st);
 
 zb_err zb_store_begin(zb_store *st, zb_diag *diag);
 zb_err zb_store_commit(zb_store *st, zb_diag *diag);
 
-/* Inserts the job or replaces the row with the same id (blobs copied). */
+/* Inserts the job or replaces the row with the same id (blobs and rank
+ * owners copied): its state and its rank owners in one statement. */
 zb_err zb_store_put_job(zb_store *st, const zb_store_job *job, zb_diag *diag);
 /* Every job, oldest first. */
 zb_err zb_store_list_jobs(zb_store *st, zb_store_job **rows, int *n, zb_diag *diag);

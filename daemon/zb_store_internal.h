@@ -1,6 +1,7 @@
 /* zb_store_internal.h — what the files of the job store share (zb_store.c:
- * schema, statements, rows; zb_store_upkeep.c: recovery at start, the id
- * counter and pruning). Not for the store's users: they have zb_store.h. */
+ * opening, statements, rows; zb_store_schema.c: the schema and its
+ * migrations; zb_store_upkeep.c: recovery at start, the id counter and
+ * pruning). Not for the store's users: they have zb_store.h. */
 #ifndef ZB_STORE_INTERNAL_H
 #define ZB_STORE_INTERNAL_H
 
@@ -8,6 +9,9 @@
 #include <stdbool.h>
 
 #include "zb_store.h"
+
+/* The schema this build reads and writes; PRAGMA user_version holds it. */
+#define ZB_STORE_SCHEMA_VERSION 2
 
 /* Capacity of the reason field of rows (the mark's reason is copied there). */
 #define ZB_STORE_REASON_CAP sizeof(((zb_store_job *)0)->reason)
@@ -52,5 +56,11 @@ zb_err zb_store_check_group(const zb_store *st, zb_diag *diag, const char *what,
 /* Runs a statement that yields one row and returns its first column
  * (SQLITE_DONE: no row). */
 int zb_store_query_one(sqlite3 *db, const char *sql, int64_t *num, char *text, size_t text_cap);
+
+/* Brings a file of schema `version` (0: new) to ZB_STORE_SCHEMA_VERSION
+ * inside the caller's transaction: each migration from there, then the
+ * current schema's CREATE ... IF NOT EXISTS. SQLITE_OK when done; else
+ * *step_failed is the version whose migration failed (-1: the CREATE). */
+int zb_store_migrate(sqlite3 *db, int64_t version, int64_t *step_failed);
 
 #endif

@@ -4,7 +4,10 @@ job that was RUNNING goes on: its workers kept running it, attach again
 naming it, and it ends SUCCEEDED with every iteration reported once (the
 reports the dead coordinator took for iterations it had not completed are
 sent again, and counted once); workers then run the next job. A job whose
-workers do not come back fails naming the rank. Job ids follow the
+workers do not come back fails naming the rank. With mutual TLS a rank goes
+back only to the worker identity that ran it: another worker certificate
+naming it is refused and its reports are not counted; a store of schema
+version 1 is migrated and its running job taken back as before. Job ids follow the
 largest stored one as 64-bit numbers: after j-2147483647 comes
 j-2147483648 (it used to overflow an int and hand out j--2147483648)."""
 
@@ -15,7 +18,9 @@ import subprocess
 import time
 
 import zbsvc
-from zbsvc import STATE, Cluster, iteration_events, job_spec
+from zbsvc import STATE, Cluster, iteration_events, job_spec, rpc_error, zb_pb2
+
+import grpc
 
 
 def event_tuples(events):
@@ -143,6 +148,124 @@ def test_a_rank_that_does_not_come_back_fails_the_job():
         print("without rank 1: %s" % job.reason)
         assert "rank 1" in job.reason and "did not come back" in job.reason, job.reason
         c.wait_workers(1, idle=True, timeout=30)
+
+
+def attach_as(stub, worker_id, **running):
+    """An Attach stream as worker_id (naming running_job_id/running_rank
+    when given): (stream, None) once it delivered its first command, or
+    (None, (code, details)) when it was refused."""
+    stream = stub.Attach(zb_pb2.AttachRequest(worker_id=worker_id, data_address="127.0.0.1:1", backends=["sim"],
+                                              transports=["tcp"], **running), timeout=30 * zbsvc.SLOW)
+    try:
+        next(stream)
+    except grpc.RpcError as e:
+        return None, (e.code(), e.details() or "")
+    return stream, None
+
+
+FORGED_WALL = 777.0  # a figure no real rank reports
+
+
+def forged_reports(stub, jid, first):
+    """Reports for rank 0 of jid, iterations first.., as worker w9: the
+    errors they got (each must be one)."""
+    errors = []
+    for it in range(first, first + 5):
+        m = zb_pb2.RankIteration(rank=0, wall_seconds=FORGED_WALL)
+        req = zb_pb2.ReportRequest(worker_id="w9", job_id=jid, rank=0, iteration=it, plan_version=1, metrics=m)
+        errors.append(rpc_error(stub.Report, req, timeout=10 * zbsvc.SLOW))
+    return errors
+
+
+def test_a_recovering_rank_goes_back_only_to_the_identity_that_ran_it():
+    """Mutual TLS: the store keeps which worker identity ran each rank. The
+    coordinator is killed and started again while the job's workers are held
+    (SIGSTOP); a foreign worker, with a valid worker certificate of another
+    identity (w9), attaches first naming the job's rank 0. It is refused
+    (PERMISSION_DENIED naming both identities) and not registered; neither
+    its reports then, nor those it sends once attached as an idle worker,
+    are counted; the rank waits. The real workers come back and the job ends
+    SUCCEEDED with every iteration once, none with the forged figures.
+    (Before: w9 took rank 0, the real worker was released, its forged
+    reports counted and the job failed.)"""
+    with Cluster(workers=2, tls=True, name="restart-owner") as c:
+        c.make_certs(workers=["w9"])
+        jid = c.submit(job_spec(name="owned", ranks=2, microbatches=4, t=0.002, iterations=60))
+        c.wait_iterations(jid, 3)
+        real = c.worker_of_rank(jid, 0)
+        port = c.port
+        c.coordinator.kill()
+        for w in c.workers.values():  # held until w9 has tried: it attaches first
+            w.signal(signal.SIGSTOP)
+        try:
+            c.start_coordinator(port=port)
+            done = c.get(jid).iterations_done
+            ch, w9 = c.stub_as("worker-w9")
+            try:
+                _, refused = attach_as(w9, "w9", running_job_id=jid, running_rank=0)
+                print("w9 naming rank 0: %s" % (refused,))
+                assert refused and refused[0] == grpc.StatusCode.PERMISSION_DENIED, refused
+                assert "zb://worker/w9" in refused[1] and "zb://worker/%s" % real in refused[1], refused
+                assert "w9" not in [w.id for w in c.list_workers()]
+                for code, details in forged_reports(w9, jid, done):  # not attached
+                    assert code == grpc.StatusCode.UNAVAILABLE and "w9" in details, (code, details)
+                stream, _ = attach_as(w9, "w9")  # as an idle worker it may attach
+                assert stream is not None
+                try:
+                    for code, details in forged_reports(w9, jid, done):
+                        assert code == grpc.StatusCode.UNAVAILABLE and "waits for its ranks" in details, details
+                finally:
+                    stream.cancel()
+            finally:
+                ch.close()
+            job = c.get(jid)
+            assert job.state == STATE.JOB_STATE_RUNNING and "waiting for its 2 ranks" in job.reason, job
+        finally:
+            for w in c.workers.values():
+                w.signal(signal.SIGCONT)
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+        its = iteration_events(c.events(jid))
+        assert [it.iteration for it in its] == list(range(60)), [it.iteration for it in its]
+        assert not any(r.wall_seconds == FORGED_WALL for it in its for r in it.ranks), "a forged report counted"
+        log = c.coordinator.log_text()
+        assert "zb://worker/w9 named rank 0, which zb://worker/%s ran: refused" % real in log, c.coordinator.tail()
+        assert "rank 0 back on worker %s, zb://worker/%s" % (real, real) in log, c.coordinator.tail()
+        c.assert_serving()
+
+
+def test_a_job_from_a_version_1_store_is_taken_back():
+    """The coordinator is killed mid-job and its store turned back into
+    schema version 1 (no rank_owners column, user_version 1): the next
+    coordinator migrates it in place, takes the job back from its first
+    workers naming the ranks (the store does not say who ran them; it warns
+    so), keeps those as the ranks' owners from then on, and the job ends
+    SUCCEEDED, every iteration once."""
+    with Cluster(workers=2, name="restart-v1") as c:
+        jid = c.submit(job_spec(name="old-store", ranks=2, microbatches=4, t=0.002, iterations=60))
+        c.wait_iterations(jid, 3)
+        ranks = [c.worker_of_rank(jid, r) for r in range(2)]
+        port = c.port
+        c.coordinator.kill()
+        db = sqlite3.connect(os.path.join(c.data_dir, "zb.db"))
+        db.execute("ALTER TABLE jobs DROP COLUMN rank_owners")
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+        db.close()
+        c.start_coordinator(port=port)
+        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+        its = [it.iteration for it in iteration_events(c.events(jid))]
+        assert its == list(range(60)), its
+        log = c.coordinator.log_text()
+        assert "the store does not say which workers ran its ranks" in log, c.coordinator.tail()
+        db = sqlite3.connect(os.path.join(c.data_dir, "zb.db"))
+        try:
+            assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+            owners = db.execute("SELECT rank_owners FROM jobs WHERE id = ?", (jid,)).fetchone()[0]
+        finally:
+            db.close()
+        # the workers that took the ranks back are its owners from then on
+        assert owners == b"insecure:%s\0insecure:%s\0" % (ranks[0].encode(), ranks[1].encode()), owners
+        print("migrated store: %s %s" % (zbsvc.state_name(job.state), job.reason))
 
 
 def test_paused_coordinator_does_not_leave_a_job_hanging():

@@ -2,7 +2,8 @@
  * blob round-trips byte for byte, replace by id, events after a seq, data
  * that survives close and reopen and a killed process, crash recovery
  * (mark_interrupted), write groups (batching, isolation, rollback when the
- * group never commits), and clean failures on bad paths, garbage files and
+ * group never commits), rank owners, a schema version 1 file migrated in
+ * place with its jobs, and clean failures on bad paths, garbage files and
  * newer or foreign schemas.
  *
  * Each test runs in a fresh directory under /tmp that is removed after it,
@@ -143,6 +144,11 @@ static const char *job_diff(const zb_store_job *a, const zb_store_job *b) {
     return "spec";
   if (!blob_eq(a->last, a->last_len, b->last, b->last_len))
     return "last";
+  if (a->n_rank_owners != b->n_rank_owners || (a->rank_owners == NULL) != (b->rank_owners == NULL))
+    return "n_rank_owners";
+  for (int r = 0; r < a->n_rank_owners; r++)
+    if (strcmp(a->rank_owners[r], b->rank_owners[r]) != 0)
+      return "rank_owners";
   return NULL;
 }
 
@@ -647,13 +653,13 @@ static void open_garbage_file(fixture *fx) {
 static void schema_and_pragmas(fixture *fx) {
   zb_diag diag = {{0}};
   CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 1);
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 2);
   /* WAL is a property of the file; the -wal file exists while open. */
   char wal[128];
   snprintf(wal, sizeof wal, "%s-wal", fx->path);
   struct stat sb;
   CHECK_MSG(stat(wal, &sb) == 0, "no %s: not in WAL mode", wal);
-  CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('jobs')"), 11);
+  CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('jobs')"), 12);
   CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('events')"), 6);
   /* (job_id, seq) is the primary key, in that order. */
   CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('events') WHERE pk > 0"), 2);
@@ -665,20 +671,25 @@ static void schema_and_pragmas(fixture *fx) {
 static void newer_version_refused(fixture *fx) {
   zb_diag diag = {{0}};
   CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
+  zb_store_job job = make_job("j-1", ZB_JOB_RUNNING, 1, spec_a, sizeof spec_a, NULL, 0);
+  CHECK_OK(zb_store_put_job(fx->st, &job, &diag));
   zb_store_close(fx->st);
   fx->st = NULL;
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version = 2"), 0);
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version = 3"), 0);
 
   zb_store *st = NULL;
   CHECK_EQ(zb_store_open(fx->path, &st, &diag), ZB_ERR_PARSE);
   CHECK(st == NULL);
   CHECK_HAS(diag.msg, fx->path);
-  CHECK_HAS(diag.msg, "schema version 2");
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 2);
+  CHECK_HAS(diag.msg, "schema version 3, newer than the 2 this build knows");
+  /* left as it was: not marked failed, not re-stamped */
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 3);
+  CHECK_EQ(raw_query(fx->path, "SELECT state FROM jobs WHERE id = 'j-1'"), ZB_JOB_RUNNING);
 
-  /* Version 1 (its own) opens again. */
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version = 1"), 0);
+  /* Version 2 (its own) opens again. */
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version = 2"), 0);
   CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
+  CHECK_JOBS(fx->st, &job, 1);
 }
 
 /* A SQLite file of some other program that happens to have a jobs table:
@@ -697,6 +708,180 @@ static void foreign_schema_refused(fixture *fx) {
   CHECK_HAS(diag.msg, "not a zb job store");
   CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 0);
   CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM sqlite_master WHERE name = 'events'"), 0);
+}
+
+/* ---- rank owners and schema versions ------------------------------------- */
+
+/* Runs sql (several statements allowed) on the file with plain SQLite;
+ * SQLITE_OK when it ran. */
+static int raw_exec(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+  sqlite3_close(db);
+  return rc;
+}
+
+/* A started job keeps, by rank, who ran it: written with the row, read
+ * back in rank order after a reopen, replaced with the row, and checked
+ * both ways (bad ones refused on write, altered bytes refused on read). */
+static void rank_owners_round_trip(fixture *fx) {
+  zb_diag diag = {{0}};
+  CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
+  char owners[3][ZB_STORE_OWNER_CAP] = {"zb://worker/w0", "insecure:w\xc3\xbc 1", ""};
+  memset(owners[2], 'o', sizeof owners[2] - 1); /* the longest that fits */
+  owners[2][sizeof owners[2] - 1] = '\0';
+  zb_store_job run = make_job("j-1", ZB_JOB_RUNNING, 1, spec_a, sizeof spec_a, NULL, 0);
+  run.rank_owners = owners;
+  run.n_rank_owners = 3;
+  zb_store_job pending = make_job("j-2", ZB_JOB_PENDING, 2, spec_b, sizeof spec_b, NULL, 0);
+  CHECK_OK(zb_store_put_job(fx->st, &run, &diag));
+  CHECK_OK(zb_store_put_job(fx->st, &pending, &diag));
+  zb_store_job want[2] = {run, pending};
+  CHECK_JOBS(fx->st, want, 2);
+  CHECK_OK(reopen(fx, &diag));
+  CHECK_JOBS(fx->st, want, 2);
+  CHECK_EQ(raw_query(fx->path, "SELECT length(rank_owners) FROM jobs WHERE id = 'j-1'"),
+           (long long)(strlen(owners[0]) + strlen(owners[1]) + strlen(owners[2]) + 3));
+
+  /* a later write of the row carries them, or drops them when it has none */
+  want[0].iterations_done = run.iterations_done = 9;
+  CHECK_OK(zb_store_put_job(fx->st, &run, &diag));
+  CHECK_JOBS(fx->st, want, 2);
+  pending.rank_owners = owners;
+  pending.n_rank_owners = 1;
+  want[1] = pending;
+  CHECK_OK(zb_store_put_job(fx->st, &pending, &diag));
+  CHECK_JOBS(fx->st, want, 2);
+  run.rank_owners = NULL;
+  run.n_rank_owners = 0;
+  want[0] = run;
+  CHECK_OK(zb_store_put_job(fx->st, &run, &diag));
+  CHECK_JOBS(fx->st, want, 2);
+
+  /* refused on write: an empty one, one without its NUL, none behind a count */
+  char bad[1][ZB_STORE_OWNER_CAP] = {""};
+  zb_store_job b = make_job("j-3", ZB_JOB_RUNNING, 3, spec_a, sizeof spec_a, NULL, 0);
+  b.rank_owners = bad;
+  b.n_rank_owners = 1;
+  CHECK_EQ(zb_store_put_job(fx->st, &b, &diag), ZB_ERR_INVALID_ARG);
+  CHECK_HAS(diag.msg, "invalid rank_owners");
+  memset(bad[0], 'x', sizeof bad[0]);
+  CHECK_EQ(zb_store_put_job(fx->st, &b, &diag), ZB_ERR_INVALID_ARG);
+  b.rank_owners = NULL;
+  CHECK_EQ(zb_store_put_job(fx->st, &b, &diag), ZB_ERR_INVALID_ARG);
+  b.n_rank_owners = -1;
+  CHECK_EQ(zb_store_put_job(fx->st, &b, &diag), ZB_ERR_INVALID_ARG);
+  CHECK_JOBS(fx->st, want, 2);
+
+  /* refused on read: bytes the store never writes */
+  const char *altered[] = {"UPDATE jobs SET rank_owners = x'7730' WHERE id = 'j-2'",   /* no NUL */
+                           "UPDATE jobs SET rank_owners = x'770000' WHERE id = 'j-2'", /* an empty one */
+                           "UPDATE jobs SET rank_owners = x'' WHERE id = 'j-2'",
+                           "UPDATE jobs SET rank_owners = zeroblob(97) WHERE id = 'j-2'"};
+  for (size_t k = 0; k < sizeof altered / sizeof altered[0]; k++) {
+    CHECK_EQ(raw_exec(fx->path, altered[k]), SQLITE_OK);
+    zb_store_job *rows = &(zb_store_job){.id = {0}};
+    int n = -1;
+    CHECK_EQ(zb_store_list_jobs(fx->st, &rows, &n, &diag), ZB_ERR_PARSE);
+    CHECK(rows == NULL && n == 0);
+    CHECK_HAS(diag.msg, "job j-2: stored rank owners are malformed");
+  }
+  char long_one[200]; /* one owner of ZB_STORE_OWNER_CAP bytes before its NUL: one too long */
+  snprintf(long_one, sizeof long_one,
+           "UPDATE jobs SET rank_owners = CAST(substr(replace(hex(zeroblob(%d)), '0', 'o'), 1, %d) || x'00'"
+           " AS BLOB) WHERE id = 'j-2'",
+           ZB_STORE_OWNER_CAP, ZB_STORE_OWNER_CAP);
+  CHECK_EQ(raw_exec(fx->path, long_one), SQLITE_OK);
+  CHECK_EQ(raw_query(fx->path, "SELECT length(rank_owners) FROM jobs WHERE id = 'j-2'"),
+           ZB_STORE_OWNER_CAP + 1);
+  zb_store_job *rows = NULL;
+  int n = 0;
+  CHECK_EQ(zb_store_list_jobs(fx->st, &rows, &n, &diag), ZB_ERR_PARSE);
+  CHECK_HAS(diag.msg, "stored rank owners are malformed");
+}
+
+/* The schema of version 1, word for word as that release created it: the
+ * jobs table without rank_owners. */
+static const char schema_v1[] =
+    "CREATE TABLE jobs (id TEXT PRIMARY KEY NOT NULL, name TEXT NOT NULL, state INTEGER NOT NULL,"
+    " reason TEXT NOT NULL, schedule TEXT NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,"
+    " iterations_done INTEGER NOT NULL, next_seq INTEGER NOT NULL, spec BLOB, last BLOB);"
+    "CREATE TABLE events (job_id TEXT NOT NULL, seq INTEGER NOT NULL, unix_ms INTEGER NOT NULL,"
+    " state INTEGER NOT NULL, reason TEXT NOT NULL, iteration BLOB, PRIMARY KEY (job_id, seq));"
+    "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);"
+    "CREATE TRIGGER jobs_last_number AFTER INSERT ON jobs WHEN NEW.id GLOB 'j-[0-9]*' BEGIN"
+    " INSERT INTO meta (key, value) VALUES ('last_job_number', CAST(substr(NEW.id, 3) AS INTEGER))"
+    " ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value); END;"
+    "PRAGMA journal_mode = WAL;";
+
+/* A store written by version 1 (made here by hand, rows and all) opens,
+ * is migrated to version 2 in place, and keeps its jobs, events and job
+ * numbers; the RUNNING job it had reads back with no owners on record,
+ * and rows written from then on keep theirs. */
+static void migrates_version_1(fixture *fx) {
+  CHECK_EQ(raw_exec(fx->path, schema_v1), SQLITE_OK);
+  CHECK_EQ(
+      raw_exec(fx->path,
+               "INSERT INTO jobs VALUES ('j-7', 'old', 2, 'iteration 4 done', 'zb-h1', 100, 150, 5, 3,"
+               " x'0a0300', x'08');"
+               "INSERT INTO jobs VALUES ('j-8', 'queued', 1, 'waiting', '', 200, 200, 0, 1, x'12', NULL);"
+               "INSERT INTO events VALUES ('j-7', 1, 100, 1, 'submitted', NULL);"
+               "INSERT INTO events VALUES ('j-7', 2, 120, 2, 'ranks assigned', NULL);"
+               "PRAGMA user_version = 1;"),
+      SQLITE_OK);
+
+  zb_diag diag = {{0}};
+  CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 2);
+  CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'rank_owners'"),
+           1);
+  static const uint8_t spec7[] = {0x0a, 0x03, 0x00}, last7[] = {0x08}, spec8[] = {0x12};
+  zb_store_job want[2] = {make_job("j-7", ZB_JOB_RUNNING, 100, spec7, sizeof spec7, last7, sizeof last7),
+                          make_job("j-8", ZB_JOB_PENDING, 200, spec8, sizeof spec8, NULL, 0)};
+  snprintf(want[0].name, sizeof want[0].name, "old");
+  snprintf(want[0].reason, sizeof want[0].reason, "iteration 4 done");
+  want[0].updated_ms = 150, want[0].iterations_done = 5, want[0].next_seq = 3;
+  snprintf(want[1].name, sizeof want[1].name, "queued");
+  snprintf(want[1].reason, sizeof want[1].reason, "waiting");
+  want[1].schedule[0] = '\0';
+  want[1].updated_ms = 200, want[1].iterations_done = 0, want[1].next_seq = 1;
+  CHECK_JOBS(fx->st, want, 2);
+  zb_store_event ev[2] = {make_event("j-7", 1, ZB_JOB_PENDING, NULL, 0),
+                          make_event("j-7", 2, ZB_JOB_RUNNING, NULL, 0)};
+  ev[0].unix_ms = 100, ev[1].unix_ms = 120;
+  snprintf(ev[0].reason, sizeof ev[0].reason, "submitted");
+  snprintf(ev[1].reason, sizeof ev[1].reason, "ranks assigned");
+  CHECK_EVENTS(fx->st, "j-7", 0, ev, 2);
+  int64_t last = 0;
+  CHECK_OK(zb_store_last_job_number(fx->st, &last, &diag));
+  CHECK_EQ(last, 8);
+
+  /* the migrated store takes owners, and opens again as it is */
+  char owners[2][ZB_STORE_OWNER_CAP] = {"zb://worker/a", "zb://worker/b"};
+  want[1].state = ZB_JOB_RUNNING;
+  want[1].rank_owners = owners;
+  want[1].n_rank_owners = 2;
+  CHECK_OK(zb_store_put_job(fx->st, &want[1], &diag));
+  CHECK_OK(reopen(fx, &diag));
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 2);
+  CHECK_JOBS(fx->st, want, 2);
+}
+
+/* A file stamped version 1 whose tables are not the store's: the
+ * migration fails, says so, and leaves the file as it was. */
+static void failed_migration_leaves_file(fixture *fx) {
+  CHECK_EQ(raw_exec(fx->path, "CREATE TABLE other (x INTEGER); PRAGMA user_version = 1;"), SQLITE_OK);
+  zb_diag diag = {{0}};
+  zb_store *st = NULL;
+  CHECK_EQ(zb_store_open(fx->path, &st, &diag), ZB_ERR_PARSE);
+  CHECK(st == NULL);
+  CHECK_HAS(diag.msg, "is not a zb job store of schema version 1");
+  CHECK_HAS(diag.msg, "jobs");
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 1);
+  CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM sqlite_master WHERE name IN ('jobs', 'events', 'meta')"),
+           0);
 }
 
 /* ---- arguments ----------------------------------------------------------- */
@@ -862,6 +1047,15 @@ static void test_store_newer_version_refused(void) {
 static void test_store_foreign_schema_refused(void) {
   with_tmpdir(foreign_schema_refused);
 }
+static void test_store_rank_owners_round_trip(void) {
+  with_tmpdir(rank_owners_round_trip);
+}
+static void test_store_migrates_version_1(void) {
+  with_tmpdir(migrates_version_1);
+}
+static void test_store_failed_migration_leaves_file(void) {
+  with_tmpdir(failed_migration_leaves_file);
+}
 static void test_store_bad_arguments(void) {
   with_tmpdir(bad_arguments);
 }
@@ -876,5 +1070,6 @@ ZBT_MAIN(ZBT(test_store_round_trip), ZBT(test_store_replace_by_id), ZBT(test_sto
          ZBT(test_store_close_with_open_group), ZBT(test_store_killed_in_group), ZBT(test_store_group_misuse),
          ZBT(test_store_open_missing_dir), ZBT(test_store_open_garbage_file),
          ZBT(test_store_schema_and_pragmas), ZBT(test_store_newer_version_refused),
-         ZBT(test_store_foreign_schema_refused), ZBT(test_store_bad_arguments),
-         ZBT(test_store_delete_keeps_last_number))
+         ZBT(test_store_foreign_schema_refused), ZBT(test_store_rank_owners_round_trip),
+         ZBT(test_store_migrates_version_1), ZBT(test_store_failed_migration_leaves_file),
+         ZBT(test_store_bad_arguments), ZBT(test_store_delete_keeps_last_number))
