@@ -44,6 +44,7 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
     if (perr)
       return perr;
     cj->device = js->dev;
+    cj->roots = &js->w->roots;
     cj->host_transport = strcmp(zb_transport_name(js->tr), "nccl") != 0;
     zb_err err = cj->be ? cpu_job_update(cj, a, js->tr, diag) : cpu_job_open(cj, a, js->stop, diag);
     if (!err)

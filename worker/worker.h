@@ -24,11 +24,12 @@
 #include "zb_assignment.h"
 #include "zb_clock.h"
 #include "zb_executor.h"
+#include "zb_roots.h"
 #include "zb_rpc.h"
 #include "zb_step.h"
 #include "zb_timeline.h"
 
-enum { WORKER_MAX_PATH_ROOTS = 16, WORKER_SENT_REPORTS = 8 };
+enum { WORKER_MAX_PATH_ROOTS = ZB_ROOTS_MAX, WORKER_SENT_REPORTS = 8 };
 
 typedef struct worker {
   char id[64];
@@ -71,13 +72,13 @@ typedef struct worker {
   double sim_slowdown;
   int sim_slowdown_from;
   /* --path-root: the only directories job-spec paths may name (none:
-   * any); each resolved at start */
-  char path_roots[WORKER_MAX_PATH_ROOTS][512];
-  int n_path_roots;
+   * any), each held open from start; a job's every file is opened beneath
+   * one (zb_roots.h) */
+  zb_roots roots;
 } worker;
 
 /* paths.c (docs/operations.md, Security) */
-/* Adds a --path-root (it must exist; kept resolved). */
+/* Adds a --path-root (it must exist; kept open). */
 zb_err worker_add_path_root(worker *w, const char *dir, zb_diag *diag);
 /* ZB_OK when path ("" passes) lies inside a path root, or none is set;
  * else an error naming what, the path and the roots. */
