@@ -207,7 +207,11 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
   const zb_rank_list *l = &a->sched->ranks[a->rank];
   zb_backend *be = NULL, *sim = NULL;
   zb_executor *ex = NULL;
-  zb_err err = job_connect(js, diag);
+  /* before anything is allocated: a rank this worker cannot hold fails
+   * naming both figures rather than aborting it */
+  zb_err err = worker_admit(js->w, a, diag);
+  if (!err)
+    err = job_connect(js, diag);
   if (!err)
     err = job_backend(js, &be, &sim, diag);
   js->sim = sim;

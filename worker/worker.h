@@ -5,6 +5,7 @@
  *   job.c           the job runner: one assignment and its updates at a
  *                   time, on the job thread;
  *   report.c        Reports to the coordinator, from either thread;
+ *   admit.c         whether the worker can hold an assignment's rank;
  *   cpu_job.c       a cpu job's training state: model, optimizers, step,
  *   cpu_job_ckpt.c  dumps; its checkpoints and resume;
  *   gpu.c           the GPU it offers (--gpu), probed at start;
@@ -85,6 +86,19 @@ zb_err worker_add_path_root(worker *w, const char *dir, zb_diag *diag);
 zb_err worker_check_path(const worker *w, const char *what, const char *path, zb_diag *diag);
 /* model.data, model.checkpoint_dir and model.dump_dir of a job. */
 zb_err worker_check_model_paths(const worker *w, const zb_model_spec *ms, zb_diag *diag);
+
+/* admit.c (docs/operations.md, Workers) */
+/* What an assignment's rank needs here, a lower bound in bytes: model
+ * state, and `live` activations (the plan's peak, in units of one; a sim
+ * job's two buffers) of bytes_per_activation each. */
+typedef struct worker_need {
+  double state, activations, live;
+} worker_need;
+void worker_assignment_need(const zb_assignment *a, worker_need *out);
+/* ZB_ERR_INFEASIBLE naming the rank, the worker and both figures when the
+ * need is more than the memory the worker advertised (the GPU's for a
+ * cuda job); ZB_OK otherwise, and when it advertised none. */
+zb_err worker_admit(const worker *w, const zb_assignment *a, zb_diag *diag);
 
 /* The worker's clock in seconds: CLOCK_MONOTONIC plus the test skew. */
 static inline double worker_clock(const worker *w) {
