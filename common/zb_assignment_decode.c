@@ -8,15 +8,27 @@
 #include "zb_alloc.h"
 #include "zb_assignment.h"
 #include "zb_format.h"
+#include "zb_jobspec_fields.h"
 #include "zb_wire.h"
 
 /* Bounds that keep a hostile message from sizing our allocations; the job
- * spec's own limits are far below them. */
+ * spec's own limits are far below them. The scalars a worker sizes
+ * buffers or loops from are held to the job spec's limits (zb_job_limits)
+ * themselves: a coordinator never sends more. */
 enum {
   DECODE_MAX_RANKS = ZB_MAX_RANKS,
   DECODE_MAX_STAGES = ZB_MAX_STAGES,
   DECODE_MAX_MICROBATCHES = ZB_MAX_MICROBATCHES
 };
+
+/* field's value within the job spec's limit for it. */
+static zb_err check_limit(const char *field, long long v, zb_job_key key, zb_diag *diag) {
+  const zb_int_limit *l = &zb_job_limits[key];
+  if (v < l->min || v > l->max)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s: %lld is outside %lld..%lld", field, v,
+                       l->min, l->max);
+  return ZB_OK;
+}
 
 bool zb_action_op_of(Zb__V1__ActionKind k, zb_op *op) {
   switch (k) {
@@ -238,10 +250,13 @@ static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_d
   if (a->microbatches > DECODE_MAX_MICROBATCHES)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.microbatches: %d, more than %d", a->microbatches,
                        DECODE_MAX_MICROBATCHES);
-  if (a->first_iteration < 0 || a->iterations < 1 || a->bytes_per_activation < 0)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "assignment: first_iteration %d, iterations %d, bytes_per_activation %lld",
-                       a->first_iteration, a->iterations, a->bytes_per_activation);
+  if ((err = check_limit("iterations", a->iterations, ZB_JK_ITERATIONS, diag)) ||
+      (err = check_limit("bytes_per_activation", a->bytes_per_activation, ZB_JK_BYTES, diag)) ||
+      (err = check_limit("trace_every", a->trace_every, ZB_JK_TRACE_EVERY, diag)))
+    return err;
+  if (a->first_iteration < 0 || a->first_iteration > a->iterations)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.first_iteration: %d, not in 0..%d (iterations)",
+                       a->first_iteration, a->iterations);
   return ZB_OK;
 }
 
@@ -252,7 +267,9 @@ static zb_err decode_model(const Zb__V1__Assignment *pb, zb_assignment *a, zb_di
   if (!pb->model)
     return ZB_OK;
   a->has_model = true;
-  return zb_wire_model_from_pb(pb->model, &a->model, diag);
+  zb_err err = zb_wire_model_from_pb(pb->model, &a->model, diag);
+  /* the worker sizes the model's tensors and buffers from these */
+  return err ? err : zb_model_spec_check_sizes(&a->model, "assignment.", diag);
 }
 
 zb_err zb_assignment_decode(const Zb__V1__Assignment *pb, zb_assignment *out, zb_diag *diag) {

@@ -481,6 +481,14 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
   return check_model(s, f);
 }
 
+zb_err zb_model_spec_check_sizes(const zb_model_spec *m, const char *prefix, zb_diag *diag) {
+  zb_job_fault f;
+  zb_err err = check_model_sizes(m, &f);
+  if (err)
+    zb_diag_set(diag, err, "%s%s: %s", prefix, f.field, f.reason);
+  return err;
+}
+
 zb_err zb_job_spec_check(const zb_job_spec *s, zb_diag *diag) {
   zb_job_fault f;
   zb_err err = zb_job_spec_find_fault(s, &f);

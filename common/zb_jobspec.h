@@ -150,6 +150,12 @@ void zb_job_spec_default(zb_job_spec *s);
  * costs that zb_costs_check accepts, stage_costs count = ranks * chunks.
  * The message names the field as the YAML and proto do ("ranks", "costs.f"). */
 zb_err zb_job_spec_check(const zb_job_spec *s, zb_diag *diag);
+/* The model's size checks of zb_job_spec_check alone (each size in its
+ * range, heads dividing hidden, the products inside an int, one
+ * activation within bytes_per_activation's limit), for a model that came
+ * some other way (a worker decoding its Assignment); the message starts
+ * with prefix ("assignment.") and names the field ("model.hidden"). */
+zb_err zb_model_spec_check_sizes(const zb_model_spec *m, const char *prefix, zb_diag *diag);
 /* Fills what a cpu or cuda job derives from its other fields (nothing for other
  * backends): model.layers 0 becomes ranks x chunks (the family's default
  * chunks when 0), and bytes_per_activation becomes

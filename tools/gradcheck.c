@@ -102,7 +102,7 @@ static int scan_dir(const gc_opts *o, gc_file **out, int *n_out) {
     snprintf(f.path, plen, "%s/%s", o->dir, name);
     zb_dump d;
     zb_diag diag = {{0}};
-    if (zb_dump_load(f.path, &d, &diag) != ZB_OK) {
+    if (zb_dump_load(NULL, f.path, &d, &diag) != ZB_OK) {
       fprintf(stderr, PREFIX "%s\n", diag.msg);
       free(f.path);
       rc = 2;

@@ -280,7 +280,7 @@ static void compare(gc_iter *it, zb_model_stage *st, const zb_dump *d, const int
 static int load_iteration(gc_iter *it, const gc_file *f, zb_dump *d, int nf) {
   for (int k = 0; k < nf; k++) {
     zb_diag diag = {{0}};
-    if (zb_dump_load(f[k].path, &d[k], &diag) != ZB_OK) {
+    if (zb_dump_load(NULL, f[k].path, &d[k], &diag) != ZB_OK) {
       gc_fail(it, 2, "%s", diag.msg);
       return it->status;
     }

@@ -19,9 +19,9 @@ typedef struct ckpt_head {
   uint32_t n_tensors, pad1;
 } ckpt_head;
 
-zb_err zb_ckpt_save(const char *path, const zb_ckpt *c, zb_diag *diag) {
+zb_err zb_ckpt_save(const zb_roots *roots, const char *path, const zb_ckpt *c, zb_diag *diag) {
   zb_file_writer w;
-  zb_err err = zb_file_begin(&w, "checkpoint", path, diag);
+  zb_err err = zb_file_begin_in(&w, roots, "checkpoint", path, diag);
   if (err)
     return err;
   ckpt_head h;
@@ -42,9 +42,9 @@ zb_err zb_ckpt_save(const char *path, const zb_ckpt *c, zb_diag *diag) {
   return zb_file_commit(&w, diag);
 }
 
-zb_err zb_ckpt_load(const char *path, zb_ckpt *c, zb_diag *diag) {
+zb_err zb_ckpt_load(const zb_roots *roots, const char *path, zb_ckpt *c, zb_diag *diag) {
   zb_file_reader r;
-  zb_err err = zb_file_open(&r, "checkpoint", path, diag);
+  zb_err err = zb_file_open_in(&r, roots, "checkpoint", path, diag);
   if (err)
     return err;
   uint64_t *sizes = NULL;

@@ -38,7 +38,7 @@ static bool dump_sizes_ok(const zb_dump_tensor *t, int nt, size_t n) {
   return sum == n;
 }
 
-zb_err zb_dump_save(const char *path, const zb_dump *d, zb_diag *diag) {
+zb_err zb_dump_save(const zb_roots *roots, const char *path, const zb_dump *d, zb_diag *diag) {
   if (d->n_tensors < 0 || !dump_sizes_ok(d->tensors, d->n_tensors, d->n))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "dump '%s': the tensor sizes do not add up to %zu", path,
                        d->n);
@@ -65,7 +65,7 @@ zb_err zb_dump_save(const char *path, const zb_dump *d, zb_diag *diag) {
   h.grad_norm = d->grad_norm;
   snprintf(h.data, sizeof h.data, "%s", d->data);
   zb_file_writer w;
-  zb_err err = zb_file_begin(&w, "dump", path, diag);
+  zb_err err = zb_file_begin_in(&w, roots, "dump", path, diag);
   if (err)
     return err;
   zb_file_write(&w, &h, sizeof h);
@@ -98,10 +98,10 @@ void zb_dump_free(zb_dump *d) {
 #define DUMP_MAX_TENSORS 1000000u
 #define DUMP_MAX_FLOATS ((size_t)1 << 33)
 
-zb_err zb_dump_load(const char *path, zb_dump *out, zb_diag *diag) {
+zb_err zb_dump_load(const zb_roots *roots, const char *path, zb_dump *out, zb_diag *diag) {
   memset(out, 0, sizeof *out);
   zb_file_reader r;
-  zb_err err = zb_file_open(&r, "dump", path, diag);
+  zb_err err = zb_file_open_in(&r, roots, "dump", path, diag);
   if (err)
     return err;
   dump_head h;

@@ -14,7 +14,9 @@
  *   the right size.
  *
  * Saving is atomic (zb_file.h): a crash at any point leaves either the old
- * file or the new one, never a mixture.
+ * file or the new one, never a mixture. With roots on (zb_roots.h, a
+ * worker's --path-root) the file is opened beneath its root, following no
+ * symbolic link; NULL: the path as it is.
  *
  * Ownership: the caller owns every buffer; nothing is kept past a call.
  * Results: zb_err from lib/zb_err.h; ZB_ERR_IO (cannot write or read) and
@@ -27,6 +29,7 @@
 #include <stdint.h>
 
 #include "zb_err.h"
+#include "zb_roots.h"
 
 #define ZB_CKPT_VERSION 1
 
@@ -42,12 +45,12 @@ typedef struct zb_ckpt {
 } zb_ckpt;
 
 /* Writes c to path atomically (path's directory must exist). */
-zb_err zb_ckpt_save(const char *path, const zb_ckpt *c, zb_diag *diag);
+zb_err zb_ckpt_save(const zb_roots *roots, const char *path, const zb_ckpt *c, zb_diag *diag);
 
 /* Reads path into c: the header must match c's job_id, stage, n_tensors
  * and sizes (the caller fills them from its own model); on success
  * c->iteration, c->steps and the three arrays hold the file's. On failure
  * the arrays may have been written. */
-zb_err zb_ckpt_load(const char *path, zb_ckpt *c, zb_diag *diag);
+zb_err zb_ckpt_load(const zb_roots *roots, const char *path, zb_ckpt *c, zb_diag *diag);
 
 #endif

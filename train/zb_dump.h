@@ -23,6 +23,9 @@
  *  then  float before[n], grads[n], after[n] (n = the sum of rows*cols,
  *        tensors in the stage's order), then the uint64 FNV-1a checksum.
  *
+ * With roots on (zb_roots.h, a worker's --path-root) the file is opened
+ * beneath its root, following no symbolic link; NULL: the path as it is.
+ *
  * Ownership: zb_dump_save borrows everything; zb_dump_load allocates the
  * tensor table and the arrays into *out, freed by zb_dump_free.
  * Results: zb_err from lib/zb_err.h; ZB_ERR_IO (cannot write or read) and
@@ -35,6 +38,7 @@
 #include <stdint.h>
 
 #include "zb_err.h"
+#include "zb_roots.h"
 
 #define ZB_DUMP_VERSION 1
 
@@ -64,10 +68,10 @@ typedef struct zb_dump {
 } zb_dump;
 
 /* Writes d to path atomically (path's directory must exist). */
-zb_err zb_dump_save(const char *path, const zb_dump *d, zb_diag *diag);
+zb_err zb_dump_save(const zb_roots *roots, const char *path, const zb_dump *d, zb_diag *diag);
 
 /* Reads path into *out (allocating; zb_dump_free frees). */
-zb_err zb_dump_load(const char *path, zb_dump *out, zb_diag *diag);
+zb_err zb_dump_load(const zb_roots *roots, const char *path, zb_dump *out, zb_diag *diag);
 
 /* Frees what zb_dump_load allocated; a zeroed dump is a no-op. */
 void zb_dump_free(zb_dump *d);

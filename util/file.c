@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "zb_alloc.h"
+#include "zb_beneath.h"
 #include "zb_file.h"
 
 #define FNV_START 1469598103934665603ULL
@@ -20,15 +21,34 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 }
 
 zb_err zb_file_begin(zb_file_writer *w, const char *what, const char *path, zb_diag *diag) {
+  return zb_file_begin_in(w, NULL, what, path, diag);
+}
+
+zb_err zb_file_begin_in(zb_file_writer *w, const zb_roots *roots, const char *what, const char *path,
+                        zb_diag *diag) {
   memset(w, 0, sizeof *w);
   w->what = what;
   w->sum = FNV_START;
+  w->fd = w->dirfd = -1;
+  w->confined = zb_roots_on(roots);
   if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s '%.100s...': path too long", what, path);
   snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", path, (int)getpid());
-  w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd < 0)
-    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot create: %s", what, w->tmp, strerror(errno));
+  const char *leaf;
+  w->dirfd = zb_roots_open_dir(roots, w->path, &leaf);
+  if (w->dirfd < 0)
+    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot open its directory: %s", what, path,
+                       zb_beneath_strerror(errno));
+  w->leaf_at = (size_t)(leaf - w->path);
+  int nofollow = w->confined ? O_NOFOLLOW : 0;
+  w->fd = openat(w->dirfd, w->tmp + w->leaf_at, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | nofollow, 0644);
+  if (w->fd < 0) {
+    int saved = errno;
+    close(w->dirfd);
+    w->dirfd = -1;
+    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot create: %s", what, w->tmp,
+                       zb_beneath_strerror(saved));
+  }
   return ZB_OK;
 }
 
@@ -52,12 +72,20 @@ void zb_file_write(zb_file_writer *w, const void *p, size_t n) {
   }
 }
 
+/* Closes the writer's directory; ends it. */
+static void writer_end(zb_file_writer *w) {
+  if (w->dirfd >= 0)
+    close(w->dirfd);
+  w->dirfd = -1;
+}
+
 void zb_file_abort(zb_file_writer *w) {
   if (w->fd >= 0) {
     close(w->fd);
-    unlink(w->tmp);
+    unlinkat(w->dirfd, w->tmp + w->leaf_at, 0);
   }
   w->fd = -1;
+  writer_end(w);
 }
 
 zb_err zb_file_commit(zb_file_writer *w, zb_diag *diag) {
@@ -74,40 +102,49 @@ zb_err zb_file_commit(zb_file_writer *w, zb_diag *diag) {
     w->saved_errno = errno;
   }
   w->fd = -1;
-  if (!w->failed && rename(w->tmp, w->path) != 0) {
+  /* both names in the directory reached at begin: nothing is resolved again */
+  if (!w->failed && renameat(w->dirfd, w->tmp + w->leaf_at, w->dirfd, w->path + w->leaf_at) != 0) {
     w->failed = true;
     w->saved_errno = errno;
   }
   if (w->failed) {
-    unlink(w->tmp);
+    unlinkat(w->dirfd, w->tmp + w->leaf_at, 0);
+    writer_end(w);
     return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot write: %s", w->what, w->path,
-                       strerror(w->saved_errno));
+                       zb_beneath_strerror(w->saved_errno));
   }
   /* and the rename itself must survive a crash: fsync the directory */
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s", w->path);
-  char *slash = strrchr(dir, '/');
-  if (slash)
-    slash[slash == dir ? 1 : 0] = 0;
-  else
-    snprintf(dir, sizeof dir, ".");
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || fsync(dfd) != 0) {
-    int saved = errno;
-    if (dfd >= 0)
-      close(dfd);
-    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot sync directory '%s': %s", w->what, w->path, dir,
+  int rc = fsync(w->dirfd), saved = errno;
+  writer_end(w);
+  if (rc != 0)
+    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot sync its directory: %s", w->what, w->path,
                        strerror(saved));
-  }
-  close(dfd);
   return ZB_OK;
 }
 
+/* path opened for reading as a stream (beneath its root when roots are
+ * on); NULL with errno. */
+static FILE *open_read(const zb_roots *roots, const char *path) {
+  int fd = zb_roots_open(roots, path, O_RDONLY, 0);
+  FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+  if (fd >= 0 && !f) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+  }
+  return f;
+}
+
 zb_err zb_file_open(zb_file_reader *r, const char *what, const char *path, zb_diag *diag) {
+  return zb_file_open_in(r, NULL, what, path, diag);
+}
+
+zb_err zb_file_open_in(zb_file_reader *r, const zb_roots *roots, const char *what, const char *path,
+                       zb_diag *diag) {
   r->sum = FNV_START;
-  r->f = fopen(path, "rb");
+  r->f = open_read(roots, path);
   if (!r->f)
-    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot open: %s", what, path, strerror(errno));
+    return zb_diag_set(diag, ZB_ERR_IO, "%s '%s': cannot open: %s", what, path, zb_beneath_strerror(errno));
   return ZB_OK;
 }
 
@@ -131,10 +168,15 @@ void zb_file_close(zb_file_reader *r) {
 }
 
 zb_err zb_file_slurp(const char *what, const char *path, uint8_t **out, size_t *len, zb_diag *diag) {
+  return zb_file_slurp_in(NULL, what, path, out, len, diag);
+}
+
+zb_err zb_file_slurp_in(const zb_roots *roots, const char *what, const char *path, uint8_t **out, size_t *len,
+                        zb_diag *diag) {
   bool is_stdin = strcmp(path, "-") == 0;
-  FILE *f = is_stdin ? stdin : fopen(path, "rb");
+  FILE *f = is_stdin ? stdin : open_read(roots, path);
   if (!f)
-    return zb_diag_set(diag, ZB_ERR_IO, "%s: cannot open '%s': %s", what, path, strerror(errno));
+    return zb_diag_set(diag, ZB_ERR_IO, "%s: cannot open '%s': %s", what, path, zb_beneath_strerror(errno));
   size_t cap = 1 << 16, n = 0;
   uint8_t *buf = zb_malloc(cap);
   size_t got;
@@ -168,19 +210,13 @@ zb_err zb_file_write_atomic(const char *what, const char *path, const void *data
 }
 
 zb_err zb_file_mkdirs(const char *what, const char *dir, zb_diag *diag) {
-  char buf[1024];
-  if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf)
+  return zb_file_mkdirs_in(NULL, what, dir, diag);
+}
+
+zb_err zb_file_mkdirs_in(const zb_roots *roots, const char *what, const char *dir, zb_diag *diag) {
+  if (strlen(dir) >= 1024)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s directory '%.100s...': too long", what, dir);
-  for (char *p = buf + 1;; p++) {
-    if (*p == '/' || *p == 0) {
-      char c = *p;
-      *p = 0;
-      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return zb_diag_set(diag, ZB_ERR_IO, "%s directory '%s': %s", what, buf, strerror(errno));
-      *p = c;
-      if (!c)
-        break;
-    }
-  }
+  if (zb_roots_mkdirs(roots, dir) != 0)
+    return zb_diag_set(diag, ZB_ERR_IO, "%s directory '%s': %s", what, dir, zb_beneath_strerror(errno));
   return ZB_OK;
 }

@@ -31,7 +31,7 @@ static zb_err cpu_job_settings(cpu_job *cj, const zb_assignment *a, const atomic
   snprintf(cj->resume_from, sizeof cj->resume_from, "%s", ms->resume_from);
   if (ms->dump_dir[0]) {
     snprintf(cj->dump_dir, sizeof cj->dump_dir, "%s/%s", ms->dump_dir, a->job_id);
-    zb_err err = zb_file_mkdirs("dump", cj->dump_dir, diag);
+    zb_err err = zb_file_mkdirs_in(cj->roots, "dump", cj->dump_dir, diag);
     if (err)
       return err;
   }
@@ -63,7 +63,7 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
   }
   zb_err err;
   if (first || cj->last) {
-    if ((err = zb_file_slurp("model.data", ms->data, &cj->text, &cj->text_len, diag)))
+    if ((err = zb_file_slurp_in(cj->roots, "model.data", ms->data, &cj->text, &cj->text_len, diag)))
       return err;
     if (cj->text_len < (size_t)ms->seq_len + 1)
       return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
@@ -222,7 +222,7 @@ static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *ste
     snprintf(d.data, sizeof d.data, "%s", ms->data);
     char path[800];
     snprintf(path, sizeof path, "%s/it%d-stage%d.dump", cj->dump_dir, iteration, cj->stages[i]);
-    err = zb_dump_save(path, &d, diag);
+    err = zb_dump_save(cj->roots, path, &d, diag);
     free(tensors);
   }
   return err;

@@ -17,6 +17,7 @@
 #include "zb_assignment.h"
 #include "zb_backend.h"
 #include "zb_optimizer.h"
+#include "zb_roots.h"
 #include "zb_step.h"
 #include "zb_step_device.h"
 #include "zb_transport.h"
@@ -30,6 +31,9 @@ typedef struct cpu_job {
    * host memory (tcp), so messages are staged through the host. */
   zb_device *device;
   bool host_transport;
+  /* and the worker's --path-root set (borrowed): the text, checkpoints and
+   * dumps are opened beneath it (zb_roots.h); off: the paths as named */
+  const zb_roots *roots;
   zb_backend *be;
   zb_adamw **opt; /* per hosted stage, in the backend's (ascending) order */
   zb_stepper *stepper;

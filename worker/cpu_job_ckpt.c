@@ -1,7 +1,8 @@
 /* cpu_job_ckpt.c — a cpu job's checkpoints (docs/model.md, Checkpoints and
  * resume): every hosted stage's weights and AdamW state after an
  * iteration, the previous one kept, and resume from the last iteration
- * every rank holds. See cpu_job.h. */
+ * every rank holds. Every file operation goes through cj->roots, beneath
+ * the worker's --path-root when it has one (zb_roots.h). See cpu_job.h. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "cpu_job.h"
 #include "worker.h"
 #include "zb_alloc.h"
+#include "zb_beneath.h"
 #include "zb_checkpoint.h"
 #include "zb_file.h"
 #include "zb_log.h"
@@ -54,7 +56,7 @@ void cpu_job_forget_checkpoints(const cpu_job *cj) {
     for (int prev = 0; prev < 2; prev++) {
       char path[800];
       ckpt_path(cj, cj->job_id, cj->stages[i], prev, path, sizeof path);
-      unlink(path);
+      zb_roots_unlink(cj->roots, path);
     }
 }
 
@@ -64,7 +66,7 @@ zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
     return ZB_OK; /* the periodic save just wrote this state */
   char dir[700];
   snprintf(dir, sizeof dir, "%s/%s", cj->ckpt_dir, cj->job_id);
-  zb_err err = zb_file_mkdirs("checkpoint", dir, diag);
+  zb_err err = zb_file_mkdirs_in(cj->roots, "checkpoint", dir, diag);
   if (!err)
     err = cpu_job_pull_state(cj, diag);
   for (int i = 0; !err && i < cj->n_stages; i++) {
@@ -83,17 +85,17 @@ zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
     /* the current file becomes .prev by a hard link renamed into place, so
      * at every moment the file itself is there, old or new */
     snprintf(tmp, sizeof tmp, "%s.tmp", prev);
-    unlink(tmp);
-    if (link(path, tmp) == 0) {
-      if (rename(tmp, prev) != 0)
+    zb_roots_unlink(cj->roots, tmp);
+    if (zb_roots_link(cj->roots, path, tmp) == 0) {
+      if (zb_roots_rename(cj->roots, tmp, prev) != 0)
         err = zb_diag_set(diag, ZB_ERR_IO, "checkpoint '%s': cannot keep it as .prev: %s", path,
-                          strerror(errno));
+                          zb_beneath_strerror(errno));
     } else if (errno != ENOENT) {
       err = zb_diag_set(diag, ZB_ERR_IO, "checkpoint '%s': cannot link it to '%s': %s", path, tmp,
-                        strerror(errno));
+                        zb_beneath_strerror(errno));
     }
     if (!err)
-      err = zb_ckpt_save(path, &c, diag);
+      err = zb_ckpt_save(cj->roots, path, &c, diag);
     free(sizes);
   }
   if (!err) {
@@ -119,9 +121,9 @@ static zb_err ckpt_candidates(cpu_job *cj, const char *from, int i, int32_t out[
     ckpt_path(cj, from, cj->stages[i], k == 1, path, sizeof path);
     out[k] = -1;
     struct stat sb;
-    if (stat(path, &sb) != 0 && errno == ENOENT)
+    if (zb_roots_stat(cj->roots, path, &sb) != 0 && errno == ENOENT)
       continue;
-    if (!(err = zb_ckpt_load(path, &c, diag)))
+    if (!(err = zb_ckpt_load(cj->roots, path, &c, diag)))
       out[k] = c.iteration;
   }
   free(buf);
@@ -185,9 +187,9 @@ static zb_err resume_load(cpu_job *cj, int k, zb_diag *diag) {
     c.v = mv + c.n;
     char path[800];
     ckpt_path(cj, cj->resume_from, cj->stages[i], false, path, sizeof path);
-    if (!(err = zb_ckpt_load(path, &c, diag)) && c.iteration != k) {
+    if (!(err = zb_ckpt_load(cj->roots, path, &c, diag)) && c.iteration != k) {
       ckpt_path(cj, cj->resume_from, cj->stages[i], true, path, sizeof path);
-      err = zb_ckpt_load(path, &c, diag);
+      err = zb_ckpt_load(cj->roots, path, &c, diag);
     }
     if (!err && c.iteration != k)
       err =

@@ -231,6 +231,7 @@ static zb_err restage_into(cpu_job *cj, cpu_job *nj, const zb_assignment *a, zb_
                            zb_diag *diag) {
   nj->device = cj->device;
   nj->host_transport = cj->host_transport;
+  nj->roots = cj->roots;
   zb_err err = cpu_job_pull_state(cj, diag);
   if (!err)
     err = cpu_job_open(nj, a, cj->stop, diag);

@@ -44,6 +44,7 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
     if (perr)
       return perr;
     cj->device = js->dev;
+    cj->roots = &js->w->roots;
     cj->host_transport = strcmp(zb_transport_name(js->tr), "nccl") != 0;
     zb_err err = cj->be ? cpu_job_update(cj, a, js->tr, diag) : cpu_job_open(cj, a, js->stop, diag);
     if (!err)
@@ -206,7 +207,11 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
   const zb_rank_list *l = &a->sched->ranks[a->rank];
   zb_backend *be = NULL, *sim = NULL;
   zb_executor *ex = NULL;
-  zb_err err = job_connect(js, diag);
+  /* before anything is allocated: a rank this worker cannot hold fails
+   * naming both figures rather than aborting it */
+  zb_err err = worker_admit(js->w, a, diag);
+  if (!err)
+    err = job_connect(js, diag);
   if (!err)
     err = job_backend(js, &be, &sim, diag);
   js->sim = sim;

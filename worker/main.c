@@ -498,6 +498,7 @@ int main(int argc, char **argv) {
   pthread_join(jt, NULL);
   zb_rpc_client_free(w.rpc);
   close(w.data_fd);
+  zb_roots_close(&w.roots);
   pthread_mutex_destroy(&w.mu);
   pthread_cond_destroy(&w.cv);
   return 0;

@@ -2,10 +2,15 @@
  * Security): with --path-root DIR (repeatable) a job's model.data,
  * checkpoint_dir and dump_dir must lie inside one of those directories,
  * or the job fails naming the path; without any, every path is allowed
- * (and the worker says so at start). A path is judged where it really
- * leads: its deepest existing ancestor is resolved (symbolic links
- * followed) and the rest may hold no "." or "..", so neither a symbolic
- * link nor a ".." climbs out of a root. */
+ * (and the worker says so at start).
+ *
+ * This is the check at job start, for a clear early refusal: a path must
+ * be named under a root (zb_roots_find: the root's real path or the name
+ * it was given), and lead there too: its deepest existing ancestor is
+ * resolved (symbolic links followed) and the rest may hold no "." or
+ * "..". What keeps a running job inside is not this check but every open
+ * after it, each beneath the root's held descriptor, following no link
+ * (zb_roots.h): a link planted later fails that open, naming the path. */
 #define _DEFAULT_SOURCE /* realpath */
 #include <errno.h>
 #include <limits.h>
@@ -16,16 +21,7 @@
 #include "worker.h"
 
 zb_err worker_add_path_root(worker *w, const char *dir, zb_diag *diag) {
-  if (w->n_path_roots == WORKER_MAX_PATH_ROOTS)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "--path-root: at most %d", WORKER_MAX_PATH_ROOTS);
-  char real[PATH_MAX];
-  if (!realpath(dir, real))
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "--path-root %s: %s", dir, strerror(errno));
-  if (strlen(real) >= sizeof w->path_roots[0])
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "--path-root %s: longer than %zu characters", dir,
-                       sizeof w->path_roots[0] - 1);
-  memcpy(w->path_roots[w->n_path_roots++], real, strlen(real) + 1);
-  return ZB_OK;
+  return zb_roots_add(&w->roots, dir, diag);
 }
 
 /* path as it really leads, into out; false when it cannot be told (not
@@ -68,16 +64,19 @@ static bool inside(const char *path, const char *root) {
 }
 
 zb_err worker_check_path(const worker *w, const char *what, const char *path, zb_diag *diag) {
-  if (!path[0] || w->n_path_roots == 0)
+  const zb_roots *rs = &w->roots;
+  if (!path[0] || !zb_roots_on(rs))
     return ZB_OK;
   char real[PATH_MAX];
-  if (resolve(path, real, sizeof real))
-    for (int k = 0; k < w->n_path_roots; k++)
-      if (inside(real, w->path_roots[k]))
+  int root_fd;
+  const char *rel;
+  if (zb_roots_find(rs, path, &root_fd, &rel) && resolve(path, real, sizeof real))
+    for (int k = 0; k < rs->n; k++)
+      if (inside(real, rs->root[k].real))
         return ZB_OK;
   char roots[512] = "";
-  for (int k = 0, len = 0; k < w->n_path_roots && len < (int)sizeof roots - 2; k++)
-    len += snprintf(roots + len, sizeof roots - (size_t)len, "%s%s", k ? ", " : "", w->path_roots[k]);
+  for (int k = 0, len = 0; k < rs->n && len < (int)sizeof roots - 2; k++)
+    len += snprintf(roots + len, sizeof roots - (size_t)len, "%s%s", k ? ", " : "", rs->root[k].real);
   return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s: '%.200s' is outside this worker's path roots (%.200s)",
                      what, path, roots);
 }

@@ -5,6 +5,7 @@
  *   job.c           the job runner: one assignment and its updates at a
  *                   time, on the job thread;
  *   report.c        Reports to the coordinator, from either thread;
+ *   admit.c         whether the worker can hold an assignment's rank;
  *   cpu_job.c       a cpu job's training state: model, optimizers, step,
  *   cpu_job_ckpt.c  dumps; its checkpoints and resume;
  *   gpu.c           the GPU it offers (--gpu), probed at start;
@@ -24,11 +25,12 @@
 #include "zb_assignment.h"
 #include "zb_clock.h"
 #include "zb_executor.h"
+#include "zb_roots.h"
 #include "zb_rpc.h"
 #include "zb_step.h"
 #include "zb_timeline.h"
 
-enum { WORKER_MAX_PATH_ROOTS = 16, WORKER_SENT_REPORTS = 8 };
+enum { WORKER_MAX_PATH_ROOTS = ZB_ROOTS_MAX, WORKER_SENT_REPORTS = 8 };
 
 typedef struct worker {
   char id[64];
@@ -71,19 +73,32 @@ typedef struct worker {
   double sim_slowdown;
   int sim_slowdown_from;
   /* --path-root: the only directories job-spec paths may name (none:
-   * any); each resolved at start */
-  char path_roots[WORKER_MAX_PATH_ROOTS][512];
-  int n_path_roots;
+   * any), each held open from start; a job's every file is opened beneath
+   * one (zb_roots.h) */
+  zb_roots roots;
 } worker;
 
 /* paths.c (docs/operations.md, Security) */
-/* Adds a --path-root (it must exist; kept resolved). */
+/* Adds a --path-root (it must exist; kept open). */
 zb_err worker_add_path_root(worker *w, const char *dir, zb_diag *diag);
 /* ZB_OK when path ("" passes) lies inside a path root, or none is set;
  * else an error naming what, the path and the roots. */
 zb_err worker_check_path(const worker *w, const char *what, const char *path, zb_diag *diag);
 /* model.data, model.checkpoint_dir and model.dump_dir of a job. */
 zb_err worker_check_model_paths(const worker *w, const zb_model_spec *ms, zb_diag *diag);
+
+/* admit.c (docs/operations.md, Workers) */
+/* What an assignment's rank needs here, a lower bound in bytes: model
+ * state, and `live` activations (the plan's peak, in units of one; a sim
+ * job's two buffers) of bytes_per_activation each. */
+typedef struct worker_need {
+  double state, activations, live;
+} worker_need;
+void worker_assignment_need(const zb_assignment *a, worker_need *out);
+/* ZB_ERR_INFEASIBLE naming the rank, the worker and both figures when the
+ * need is more than the memory the worker advertised (the GPU's for a
+ * cuda job); ZB_OK otherwise, and when it advertised none. */
+zb_err worker_admit(const worker *w, const zb_assignment *a, zb_diag *diag);
 
 /* The worker's clock in seconds: CLOCK_MONOTONIC plus the test skew. */
 static inline double worker_clock(const worker *w) {

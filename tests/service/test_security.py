@@ -5,6 +5,7 @@ with PERMISSION_DENIED or UNAUTHENTICATED and changes nothing; the
 legitimate flows work; certificates from another CA, expired ones and
 plaintext clients are refused; insecure mode says so."""
 
+import ctypes
 import os
 import time
 
@@ -346,6 +347,90 @@ def test_path_roots_confine_job_paths():
                                    checkpoint_dir=os.path.join(root, "ck", "new")))
             c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=60)
             assert os.listdir(os.path.join(root, "ck", "new", jid)), "no checkpoint written inside the root"
+            c.assert_serving()
+    finally:
+        zbsvc.shutil.rmtree(root, ignore_errors=True)
+        zbsvc.shutil.rmtree(outside, ignore_errors=True)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def exchange(a, b):
+    """Swaps two names atomically: renameat2(2) with RENAME_EXCHANGE."""
+    if _libc.renameat2(-100, a.encode(), -100, b.encode(), 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), a)
+
+
+def swap_for_link(d, link_to):
+    """Puts a symbolic link to link_to in directory d's place for a moment,
+    then d back, each in one atomic exchange, so the worker never finds d
+    missing, only a link. True when the link was in place."""
+    link = d + ".link"
+    try:
+        os.symlink(link_to, link)
+    except OSError:
+        return False
+    try:
+        exchange(d, link)  # d is the link now, d.link the directory
+    except FileNotFoundError:  # d is not there (yet): nothing to swap
+        os.unlink(link)
+        return False
+    time.sleep(0.002)
+    exchange(d, link)
+    os.unlink(link)
+    return True
+
+
+def test_path_roots_hold_while_a_job_runs():
+    """The finding of issue 28 (item 6): the path roots were checked once,
+    at job start, so a worker went on writing checkpoints and dumps through
+    directories swapped for links to outside the root. A cpu job writing a
+    checkpoint and a dump every iteration under the root runs while its
+    checkpoint and dump directories (the job's and their parents) are
+    swapped again and again for links to a directory outside: nothing is
+    ever written outside, and the job either goes on writing inside (then
+    it is cancelled) or fails naming the path that held a link. The swaps
+    are atomic exchanges, so the worker never meets a missing directory.
+    (A worker that checked the paths at job start only wrote 19 and 50
+    files outside in two runs of this test.)"""
+    root = os.path.realpath(zbsvc.tempfile.mkdtemp(prefix="zb-root-"))
+    outside = zbsvc.tempfile.mkdtemp(prefix="zb-outside-")
+    try:
+        text = os.path.join(root, "text.txt")
+        with open(text, "w") as f:
+            f.write("the quick brown fox jumps over the lazy dog " * 20)
+        with Cluster(workers=2, name="sec-swaps", worker_args=lambda k: ["--path-root", root]) as c:
+            ck, dump = os.path.join(root, "ck"), os.path.join(root, "dump")
+            spec = cpu_job("swapped", data=text, checkpoint_every=1, checkpoint_dir=ck, dump_dir=dump,
+                           dump_every=1)
+            spec.iterations = 1000000  # runs until the swaps are done, then is cancelled
+            jid = c.submit(spec)
+            c.wait_iterations(jid, 2, timeout=60)
+            targets = [os.path.join(ck, jid), os.path.join(dump, jid), ck, dump]
+            swaps = cycles = 0
+            ended = False
+            while cycles < 400 and not ended:
+                swaps += swap_for_link(targets[cycles % len(targets)], outside)
+                cycles += 1
+                ended = cycles % 10 == 0 and c.get(jid).state in zbsvc.TERMINAL
+            if c.get(jid).state not in zbsvc.TERMINAL:
+                c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="swaps done"),
+                                 timeout=10 * zbsvc.SLOW)
+            job = c.wait_state(jid, [STATE.JOB_STATE_FAILED, STATE.JOB_STATE_CANCELLED], timeout=60)
+            c.wait_workers(2)
+            written = [os.path.join(d, f) for d, _, files in os.walk(outside) for f in files]
+            print("%d links planted in %d swaps; job %s after %d iterations: %s; outside holds %d files" %
+                  (swaps, cycles, zbsvc.state_name(job.state), job.iterations_done, job.reason[:150],
+                   len(written)))
+            assert swaps > 0, "no directory was ever swapped for a link"
+            assert written == [], "written outside the root: %s" % written[:5]
+            if job.state == STATE.JOB_STATE_FAILED:
+                assert root in job.reason and "symbolic link" in job.reason, job.reason
+            else:
+                inside = [f for d, _, files in os.walk(root) for f in files if f.endswith((".ckpt", ".dump"))]
+                assert inside, "cancelled, yet nothing was written inside the root"
             c.assert_serving()
     finally:
         zbsvc.shutil.rmtree(root, ignore_errors=True)

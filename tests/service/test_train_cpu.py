@@ -15,9 +15,14 @@ real activations over TCP, AdamW on every rank after its W ops).
   (1f1b -> zb-h1) carries the weights and optimizer state over: the curve
   is 1f1b's. One that would move stages between ranks (-> zb-v) is refused.
 - zbctl watch and get show the loss; get shows the model.
+- Memory: a model past what the workers advertise is refused at
+  submission; one admitted whose ranks still cannot fit (state plus live
+  activations) fails naming the rank, the worker and both figures; a model
+  too large for a worker advertising nothing fails as out of memory.
 """
 
 import os
+import re
 
 import zbsvc
 from zbsvc import STATE, Cluster, iteration_events, rpc_error, zb_pb2
@@ -220,6 +225,36 @@ def test_model_that_cannot_fit_is_refused_at_submission():
         probed = [w for w in c.list_workers() if w.id == "probed"][0]
         print("a worker without --memory-bytes advertises %.1f GiB" % (probed.memory_bytes / 2**30))
         assert probed.memory_bytes > small, probed
+        c.assert_serving()
+
+
+def test_rank_that_cannot_fit_fails_naming_both_figures():
+    """Issue 28, item 5: a job the coordinator admits (the model's state
+    over the ranks fits what the workers advertise) whose ranks still need
+    more than that (their hosted stages' state plus the activations the
+    plan keeps live, 64 MiB each here) fails before any rank allocates,
+    saying which rank on which worker needs how many bytes and how many it
+    has; so does a sim job whose buffers would not fit. The workers stay
+    attached and run a job that fits."""
+    small = 64 << 20
+    with Cluster(workers=2, name="train-admit", worker_args=lambda k: ["--memory-bytes", str(small)]) as c:
+        spec = cpu_spec("wide", 2, "1f1b", iterations=1)
+        spec.model.hidden = 256  # 1.8 M parameters: 14 MB of state per rank
+        spec.model.heads = 4
+        spec.model.layers = 2
+        spec.model.seq_len = 256
+        spec.model.batch = 256  # one activation: 64 MiB
+        sim = zbsvc.job_spec("buffers", ranks=2, microbatches=4, bytes_per_activation=1 << 30)
+        for what, job_spec in (("cpu", spec), ("sim", sim)):
+            jid = c.submit(job_spec)
+            job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=60)
+            print("%s: %s" % (what, job.reason))
+            assert re.search(r"rank \d on worker w\d needs \d+ bytes, it has %d \(the host memory" % small,
+                             job.reason), job.reason
+            assert "bytes_per_activation" in job.reason, job.reason
+            c.wait_workers(2)
+        ok = c.submit(cpu_spec("fits", 2, "1f1b", iterations=2))
+        c.wait_state(ok, STATE.JOB_STATE_SUCCEEDED, timeout=60)
         c.assert_serving()
 
 

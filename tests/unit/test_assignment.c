@@ -3,7 +3,8 @@
  * decoded again (p = 1..8) equals the planner's lowered list field by field (op,
  * stage, microbatch, peer, transport group), with the rank's peers'
  * addresses and its hosted stages' costs; the older all-ranks form still
- * decodes, its action strings checked as the columns are; bad messages are refused naming the field; and a
+ * decodes, its action strings checked as the columns are; bad messages are refused naming the field (sizes a
+ * worker would allocate from, bytes_per_activation = 2^40 or a model past the spec's limits, too); and a
  * job's total assignment bytes grow linearly with its ranks. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,6 +367,19 @@ static void b_stage_costs(Zb__V1__Assignment *a) {
 static void b_no_list(Zb__V1__Assignment *a) {
   a->action_list = NULL;
 }
+/* a hostile coordinator's sizes: the worker would allocate them */
+static void b_bytes(Zb__V1__Assignment *a) {
+  a->bytes_per_activation = 1LL << 40;
+}
+static void b_iterations(Zb__V1__Assignment *a) {
+  a->iterations = 2000000000;
+}
+static void b_trace_every(Zb__V1__Assignment *a) {
+  a->trace_every = 1 << 30;
+}
+static void b_first_iteration(Zb__V1__Assignment *a) {
+  a->first_iteration = a->iterations + 1;
+}
 
 static void test_bad_assignments_refused(void) {
   static const bad_case cases[] = {
@@ -385,6 +399,11 @@ static void test_bad_assignments_refused(void) {
       {"stages", "assignment.stages[0]: stage 40", b_stage_costs},
       {"no list", "assignment.action_list: required", b_no_list},
       {"precision", "assignment.precision: 'fp8'", b_precision},
+      {"bytes_per_activation 2^40", "assignment.bytes_per_activation: 1099511627776 is outside 0..1073741824",
+       b_bytes},
+      {"iterations", "assignment.iterations: 2000000000", b_iterations},
+      {"trace_every", "assignment.trace_every: 1073741824", b_trace_every},
+      {"first_iteration", "assignment.first_iteration: 8", b_first_iteration},
   };
   zb_planner_result pl;
   CHECK(plan_shape(ZB_FAMILY_1F1B, 4, 0, 8, &pl));
@@ -406,6 +425,48 @@ static void test_bad_assignments_refused(void) {
     CHECK_MSG(err != ZB_OK && strstr(d.msg, cases[k].expect), "%s: err %d, '%s' (expected '%s')",
               cases[k].name, (int)err, d.msg, cases[k].expect);
   }
+  zb_planner_result_free(&pl);
+}
+
+/* A cpu job's model is held to the job spec's size checks: a worker sizes
+ * its tensors and buffers from it. */
+static void test_model_sizes_refused(void) {
+  zb_planner_result pl;
+  CHECK(plan_shape(ZB_FAMILY_1F1B, 2, 0, 4, &pl));
+  zb_job_spec spec = spec_for("cpu");
+  spec.model.layers = 2; /* what the coordinator derives, one per stage */
+  zb_assignment_src src = {.job_id = "j-3", .spec = &spec, .plan = &pl, .plan_version = 1};
+  static const struct {
+    int hidden, heads, seq_len, batch;
+    const char *expect;
+  } cases[] = {
+      {1 << 20, 4, 8, 1, "assignment.model.hidden"},
+      {64, 3, 8, 1, "assignment.model.heads: must divide model.hidden (64)"},
+      {65536, 4, 4096, 64, "assignment.model: too large"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    Zb__V1__Assignment a;
+    zb_assignment_encode(&src, 1, &a);
+    CHECK(a.model != NULL);
+    a.model->hidden = cases[k].hidden;
+    a.model->heads = cases[k].heads;
+    a.model->seq_len = cases[k].seq_len;
+    a.model->batch = cases[k].batch;
+    zb_assignment got;
+    zb_diag d = {{0}};
+    zb_err err = zb_assignment_decode(&a, &got, &d);
+    zb_assignment_free(&got);
+    zb_assignment_encode_clear(&a);
+    CHECK_MSG(err == ZB_ERR_INVALID_ARG && strstr(d.msg, cases[k].expect), "case %zu: err %d, '%s'", k,
+              (int)err, d.msg);
+  }
+  Zb__V1__Assignment a; /* and the model as encoded decodes */
+  zb_assignment_encode(&src, 1, &a);
+  zb_assignment got;
+  zb_diag d = {{0}};
+  CHECK_MSG(zb_assignment_decode(&a, &got, &d) == ZB_OK, "%s", d.msg);
+  zb_assignment_free(&got);
+  zb_assignment_encode_clear(&a);
   zb_planner_result_free(&pl);
 }
 
@@ -501,5 +562,5 @@ static void test_bytes_linear_in_ranks(void) {
 }
 
 ZBT_MAIN(ZBT(test_round_trip_every_family), ZBT(test_old_form_decodes),
-         ZBT(test_old_form_bad_actions_refused), ZBT(test_bad_assignments_refused), ZBT(test_cuda_job_fields),
-         ZBT(test_bytes_linear_in_ranks))
+         ZBT(test_old_form_bad_actions_refused), ZBT(test_bad_assignments_refused),
+         ZBT(test_model_sizes_refused), ZBT(test_cuda_job_fields), ZBT(test_bytes_linear_in_ranks))

@@ -36,24 +36,24 @@ static void test_round_trip(void) {
   CHECK_EQ(zb_file_mkdirs("checkpoint", dir, &d), ZB_OK);
   float p[5] = {1, -2, 3.5f, 1e-30f, -0.0f}, m[5] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f}, v[5] = {1, 2, 3, 4, 5};
   zb_ckpt c = make(p, m, v);
-  CHECK_EQ(zb_ckpt_save(path, &c, &d), ZB_OK);
+  CHECK_EQ(zb_ckpt_save(NULL, path, &c, &d), ZB_OK);
   float p2[5], m2[5], v2[5];
   zb_ckpt r = make(p2, m2, v2);
   r.iteration = -1;
   r.steps = -1;
-  CHECK_EQ(zb_ckpt_load(path, &r, &d), ZB_OK);
+  CHECK_EQ(zb_ckpt_load(NULL, path, &r, &d), ZB_OK);
   CHECK_EQ(r.iteration, 5);
   CHECK_EQ(r.steps, 6);
   CHECK(memcmp(p, p2, sizeof p) == 0 && memcmp(m, m2, sizeof m) == 0 && memcmp(v, v2, sizeof v) == 0);
 
   /* not the checkpoint expected: another stage, another shape */
   r.stage = 2;
-  CHECK_EQ(zb_ckpt_load(path, &r, &d), ZB_ERR_PARSE);
+  CHECK_EQ(zb_ckpt_load(NULL, path, &r, &d), ZB_ERR_PARSE);
   CHECK(strstr(d.msg, path) && strstr(d.msg, "stage"));
   r.stage = 1;
   const uint64_t other[2] = {3, 3};
   r.sizes = other;
-  CHECK_EQ(zb_ckpt_load(path, &r, &d), ZB_ERR_PARSE);
+  CHECK_EQ(zb_ckpt_load(NULL, path, &r, &d), ZB_ERR_PARSE);
   CHECK(strstr(d.msg, path) && strstr(d.msg, "elements"));
   r.sizes = sizes;
 
@@ -65,28 +65,28 @@ static void test_round_trip(void) {
   fseek(f, -30, SEEK_END);
   fputc(ch ^ 0x40, f);
   fclose(f);
-  CHECK_EQ(zb_ckpt_load(path, &r, &d), ZB_ERR_PARSE);
+  CHECK_EQ(zb_ckpt_load(NULL, path, &r, &d), ZB_ERR_PARSE);
   CHECK(strstr(d.msg, path) && strstr(d.msg, "corrupt"));
 
   /* torn: a prefix of the file */
-  CHECK_EQ(zb_ckpt_save(path, &c, &d), ZB_OK);
+  CHECK_EQ(zb_ckpt_save(NULL, path, &c, &d), ZB_OK);
   CHECK_EQ(truncate(path, 150), 0);
-  CHECK_EQ(zb_ckpt_load(path, &r, &d), ZB_ERR_PARSE);
+  CHECK_EQ(zb_ckpt_load(NULL, path, &r, &d), ZB_ERR_PARSE);
   CHECK(strstr(d.msg, path) && strstr(d.msg, "truncated"));
-  CHECK_EQ(zb_ckpt_save(path, &c, &d), ZB_OK);
+  CHECK_EQ(zb_ckpt_save(NULL, path, &c, &d), ZB_OK);
 
   /* a save that cannot complete (its directory is gone) leaves nothing
    * half-written under the final name */
   char missing[400];
   snprintf(missing, sizeof missing, "%s/nodir/rank0-stage1.ckpt", dir);
-  CHECK_EQ(zb_ckpt_save(missing, &c, &d), ZB_ERR_IO);
-  CHECK_EQ(zb_ckpt_load(path, &r, &d), ZB_OK);
+  CHECK_EQ(zb_ckpt_save(NULL, missing, &c, &d), ZB_ERR_IO);
+  CHECK_EQ(zb_ckpt_load(NULL, path, &r, &d), ZB_OK);
 
   /* not a checkpoint at all */
   f = fopen(path, "wb");
   fputs("hello", f);
   fclose(f);
-  CHECK_EQ(zb_ckpt_load(path, &r, &d), ZB_ERR_PARSE);
+  CHECK_EQ(zb_ckpt_load(NULL, path, &r, &d), ZB_ERR_PARSE);
   CHECK(strstr(d.msg, "magic"));
   unlink(path);
 }

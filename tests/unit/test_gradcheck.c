@@ -171,7 +171,7 @@ static int run_iteration(const fixture *fx, zb_model_stage **st, const zb_cpu_te
     snprintf(dd.data, sizeof dd.data, "%s", fx->text);
     char path[160];
     dump_path(fx, it, s, path, sizeof path);
-    if (zb_dump_save(path, &dd, &d) != ZB_OK) {
+    if (zb_dump_save(NULL, path, &dd, &d) != ZB_OK) {
       fprintf(stderr, "  %s\n", d.msg);
       ok = 0;
     }
@@ -304,12 +304,12 @@ static int edit_dump(const fixture *fx, int it, int stage, void (*edit)(zb_dump 
   dump_path(fx, it, stage, path, sizeof path);
   zb_dump d;
   zb_diag diag = {{0}};
-  if (zb_dump_load(path, &d, &diag) != ZB_OK) {
+  if (zb_dump_load(NULL, path, &d, &diag) != ZB_OK) {
     fprintf(stderr, "  %s\n", diag.msg);
     return 0;
   }
   edit(&d, ud);
-  zb_err err = zb_dump_save(path, &d, &diag);
+  zb_err err = zb_dump_save(NULL, path, &d, &diag);
   if (err)
     fprintf(stderr, "  %s\n", diag.msg);
   zb_dump_free(&d);
@@ -323,7 +323,7 @@ static int find_tensor(const fixture *fx, int it, const char *name, int *stage, 
     char path[160];
     dump_path(fx, it, s, path, sizeof path);
     zb_dump d;
-    if (zb_dump_load(path, &d, NULL) != ZB_OK)
+    if (zb_dump_load(NULL, path, &d, NULL) != ZB_OK)
       return 0;
     size_t o = 0;
     for (int t = 0; t < d.n_tensors; t++) {
