@@ -386,6 +386,8 @@ void coord_metrics_observe_ops(coord *co, const coord_job *job, const Zb__V1__Ra
 void coord_metrics_count_report(coord *co);
 /* Drops a pruned job's series. */
 void coord_metrics_forget_job(coord *co, const char *job_id);
+/* metrics_deadline.c: cuts /metrics requests past their deadline (each tick). */
+void coord_metrics_sweep(coord *co);
 
 /* dispatch.c: the run-time state of a job about to run. */
 void job_runtime_init(coord_job *j);

@@ -109,6 +109,7 @@ static void watchdog_ping(coord *co) {
 
 static void on_tick(uv_timer_t *t) {
   coord_tick(t->data);
+  coord_metrics_sweep(t->data);
   watchdog_ping(t->data);
 }
 

@@ -69,6 +69,7 @@ static enum MHD_Result metrics_handler(void *cls, struct MHD_Connection *conn, c
   coord_metrics *mx = cls;
   struct MHD_Response *resp;
   unsigned int code = MHD_HTTP_OK;
+  metrics_request_answering(mx, conn);
   if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
     static const char msg[] = "only GET /metrics\n";
     resp = MHD_create_response_from_buffer(sizeof msg - 1, (void *)msg, MHD_RESPMEM_PERSISTENT);
@@ -120,15 +121,16 @@ static bool metrics_addr(const char *addr, struct sockaddr_storage *sa, zb_diag 
 }
 
 /* Bounds against slow or idle clients (slowloris): a client that sends
- * nothing for METRICS_IDLE_S is dropped; one address may hold at most
- * METRICS_MAX_PER_IP connections, so one misbehaving host cannot take the
- * scraper's place; a request (line and headers) larger than
- * METRICS_REQUEST_BYTES is refused. MHD_USE_AUTO picks epoll, which, unlike
+ * nothing for METRICS_IDLE_S is dropped, and one whose request takes
+ * longer than METRICS_REQUEST_MS to arrive (metrics_deadline.c); one
+ * address may hold at most METRICS_MAX_PER_IP connections, so even 60
+ * misbehaving hosts cannot take the scraper's place; a request (line and
+ * headers) larger than METRICS_REQUEST_BYTES is refused. MHD_USE_AUTO picks epoll, which, unlike
  * select, is not limited to descriptors below 1024. */
 enum {
   METRICS_IDLE_S = 5,
   METRICS_MAX_CONNECTIONS = 512,
-  METRICS_MAX_PER_IP = 32,
+  METRICS_MAX_PER_IP = 8,
   METRICS_REQUEST_BYTES = 16 * 1024,
 };
 
@@ -146,6 +148,7 @@ static void mhd_line(void *cls, const char *fmt, va_list ap) {
 zb_err coord_metrics_start(coord *co, zb_diag *diag) {
   coord_metrics *mx = zb_calloc(1, sizeof *mx);
   pthread_mutex_init(&mx->mu, NULL);
+  pthread_mutex_init(&mx->conn_mu, NULL);
   pthread_cond_init(&mx->rendered_cv, NULL);
   co->metrics = mx;
   uv_async_init(co->loop, &mx->async, on_render);
@@ -159,13 +162,14 @@ zb_err coord_metrics_start(coord *co, zb_diag *diag) {
   if (!metrics_addr(co->cfg.metrics_listen, &sa, diag))
     return ZB_ERR_INVALID_ARG;
   unsigned int v6 = sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0;
-  mx->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG | v6, 0, NULL,
-                             NULL, metrics_handler, mx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)METRICS_IDLE_S,
-                             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_CONNECTIONS,
-                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_PER_IP,
-                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_REQUEST_BYTES,
-                             MHD_OPTION_EXTERNAL_LOGGER, mhd_line, NULL, MHD_OPTION_END);
+  mx->mhd = MHD_start_daemon(
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG | v6, 0, NULL, NULL, metrics_handler,
+      mx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned int)METRICS_IDLE_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_CONNECTIONS,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_PER_IP,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_REQUEST_BYTES, MHD_OPTION_NOTIFY_CONNECTION,
+      metrics_notify_connection, mx, MHD_OPTION_NOTIFY_COMPLETED, metrics_request_completed, mx,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_line, NULL, MHD_OPTION_END);
   if (!mx->mhd)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: cannot listen on %s (address in use?)",
                        co->cfg.metrics_listen);
@@ -198,6 +202,7 @@ void coord_metrics_stop(coord *co) {
     MHD_stop_daemon(mx->mhd);
   pthread_cond_destroy(&mx->rendered_cv);
   pthread_mutex_destroy(&mx->mu);
+  pthread_mutex_destroy(&mx->conn_mu);
   free(mx->text);
   free(mx->ops);
   free(mx);

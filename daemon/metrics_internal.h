@@ -4,6 +4,7 @@
 #ifndef ZB_METRICS_INTERNAL_H
 #define ZB_METRICS_INTERNAL_H
 
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,6 +30,10 @@ typedef struct op_hist {
 
 typedef struct coord_metrics {
   struct MHD_Daemon *mhd;
+  /* open connections and when their requests began (metrics_deadline.c):
+   * guarded by conn_mu */
+  pthread_mutex_t conn_mu;
+  struct metrics_conn *conns;
   /* the text, rendered on the loop when a scrape asks (async): guarded by mu */
   pthread_mutex_t mu;
   pthread_cond_t rendered_cv;
@@ -46,6 +51,15 @@ typedef struct coord_metrics {
   op_hist *ops;
   int n_ops, cap_ops;
 } coord_metrics;
+
+/* metrics_deadline.c: libmicrohttpd's connection and request callbacks
+ * (cls: the coord_metrics), and the handler's note that a request is in. */
+enum { METRICS_REQUEST_MS = 10000 };
+void metrics_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                               enum MHD_ConnectionNotificationCode toe);
+void metrics_request_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                               enum MHD_RequestTerminationCode toe);
+void metrics_request_answering(coord_metrics *mx, struct MHD_Connection *conn);
 
 /* metrics_text.c: the whole text, from the loop's state. */
 void metrics_render_text(coord *co, zb_buf *out);
