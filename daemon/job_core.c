@@ -47,13 +47,18 @@ bool jc_may_move(int from, int to) {
   return zb_job_state_final(to) && (from == ZB_JOB_PENDING || from == ZB_JOB_RUNNING);
 }
 
-zb_err jc_record(zb_store *st, zb_store_job *row, const uint8_t *iteration, size_t iteration_len,
-                 int64_t now_ms, zb_store_event *ev, zb_diag *diag) {
+zb_err jc_record(zb_store *st, zb_store_job *row, const jc_iteration *it, int64_t now_ms, zb_store_event *ev,
+                 zb_diag *diag) {
   *ev = (zb_store_event){.seq = row->next_seq++, .unix_ms = now_ms, .state = row->state};
   snprintf(ev->job_id, sizeof ev->job_id, "%s", row->id);
   snprintf(ev->reason, sizeof ev->reason, "%s", row->reason);
-  ev->iteration = (uint8_t *)iteration;
-  ev->iteration_len = iteration ? iteration_len : 0;
+  if (it) {
+    ev->iteration = (uint8_t *)it->packed;
+    ev->iteration_len = it->len;
+    ev->indexed = true;
+    ev->iteration_no = it->number;
+    ev->traced = it->traced;
+  }
   row->updated_ms = now_ms;
   zb_diag d;
   zb_err first = zb_store_append_event(st, ev, &d);
@@ -70,7 +75,7 @@ zb_err jc_move(zb_store *st, zb_store_job *row, int to, const char *reason, int6
                        zb_job_state_name(row->state), zb_job_state_name(to));
   row->state = to;
   snprintf(row->reason, sizeof row->reason, "%s", reason);
-  return jc_record(st, row, NULL, 0, now_ms, ev, diag);
+  return jc_record(st, row, NULL, now_ms, ev, diag);
 }
 
 jc_step jc_queue_step(const jc_waiting *w, int64_t now_ms) {

@@ -40,14 +40,24 @@ void jc_row_clear(zb_store_job *row);
  * changes); never out of a final state. */
 bool jc_may_move(int from, int to);
 
+/* What an iteration's event carries: its packed IterationMetrics, its
+ * number and whether it has aligned timelines (GetIteration's "last
+ * traced"), which the store indexes. */
+typedef struct jc_iteration {
+  const uint8_t *packed;
+  size_t len;
+  int number;
+  bool traced;
+} jc_iteration;
+
 /* Records row's current state and reason as its next event (seq
- * row->next_seq, then advanced; row->updated_ms = now_ms), with the packed
- * IterationMetrics `iteration` (NULL: none), and writes the row. *ev
+ * row->next_seq, then advanced; row->updated_ms = now_ms), with iteration
+ * `it` (NULL: none), and writes the row. *ev
  * receives the event as stored (its blobs are the caller's). ZB_OK when
  * both the event and the row are in the store; else the first error, the
  * row's fields advanced all the same (the caller retries the row). */
-zb_err jc_record(zb_store *st, zb_store_job *row, const uint8_t *iteration, size_t iteration_len,
-                 int64_t now_ms, zb_store_event *ev, zb_diag *diag);
+zb_err jc_record(zb_store *st, zb_store_job *row, const jc_iteration *it, int64_t now_ms, zb_store_event *ev,
+                 zb_diag *diag);
 
 /* Moves row to state `to` with `reason` and records it (jc_record);
  * ZB_ERR_INVALID_ARG, the row unchanged, when jc_may_move refuses. */

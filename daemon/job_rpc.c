@@ -490,6 +490,35 @@ static bool event_is_iteration(const zb_store_event *ev, int want, Zb__V1__Itera
   return false;
 }
 
+/* Iteration `want` of j (-1: the last traced) into *out (NULL: none),
+ * through the store's index; a job whose events predate it (schema
+ * version 3) is read whole. False after failing call. */
+static bool find_iteration(coord *co, zb_rpc_call *call, coord_job *j, int want,
+                           Zb__V1__IterationMetrics **out) {
+  zb_store_event *ev = NULL;
+  bool unindexed = false;
+  zb_diag d;
+  if (zb_store_find_iteration(co->store, j->row.id, want, &ev, &unindexed, &d) != ZB_OK) {
+    zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "%s", d.msg);
+    return false;
+  }
+  if (ev) {
+    event_is_iteration(ev, want, out);
+    zb_store_events_free(ev, 1);
+    return true;
+  }
+  if (!unindexed)
+    return true;
+  zb_store_event *evs = NULL;
+  int n = 0;
+  if (!job_stored_events(co, call, j, &evs, &n))
+    return false;
+  for (int k = n - 1; k >= 0 && !event_is_iteration(&evs[k], want, out); k--)
+    ;
+  zb_store_events_free(evs, n);
+  return true;
+}
+
 void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__GetIterationRequest *req = (const void *)m;
@@ -501,14 +530,9 @@ void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user) 
                 "iteration: %d is not an iteration (>= 0, or -1: the last traced)", req->iteration);
     return;
   }
-  zb_store_event *evs = NULL;
-  int n = 0;
-  if (!job_stored_events(co, call, j, &evs, &n))
-    return;
   Zb__V1__IterationMetrics *it = NULL;
-  for (int k = n - 1; k >= 0 && !event_is_iteration(&evs[k], req->iteration, &it); k--)
-    ;
-  zb_store_events_free(evs, n);
+  if (!find_iteration(co, call, j, req->iteration, &it))
+    return;
   if (!it) {
     if (req->iteration < 0 && j->spec.trace_every <= 0)
       zb_rpc_fail(call, GRPC_STATUS_NOT_FOUND,

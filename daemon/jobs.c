@@ -83,7 +83,9 @@ bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_d
   }
   zb_store_event se;
   zb_diag d;
-  bool stored = jc_record(co->store, &j->row, packed, packed_len, zb_clock_unix_ms(), &se, &d) == ZB_OK;
+  jc_iteration jit = {
+      .packed = packed, .len = packed_len, .number = it ? it->iteration : 0, .traced = it && it->aligned};
+  bool stored = jc_record(co->store, &j->row, it ? &jit : NULL, zb_clock_unix_ms(), &se, &d) == ZB_OK;
   if (stored) {
     j->dirty = false;
   } else {

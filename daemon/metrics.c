@@ -164,12 +164,12 @@ zb_err coord_metrics_start(coord *co, zb_diag *diag) {
   unsigned int v6 = sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0;
   mx->mhd = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG | v6, 0, NULL, NULL, metrics_handler,
-      mx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned int)METRICS_IDLE_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_CONNECTIONS,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)METRICS_MAX_PER_IP,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_REQUEST_BYTES, MHD_OPTION_NOTIFY_CONNECTION,
-      metrics_notify_connection, mx, MHD_OPTION_NOTIFY_COMPLETED, metrics_request_completed, mx,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_line, NULL, MHD_OPTION_END);
+      mx, MHD_OPTION_EXTERNAL_LOGGER, mhd_line, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)METRICS_IDLE_S, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned int)METRICS_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned int)METRICS_MAX_PER_IP, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)METRICS_REQUEST_BYTES,
+      MHD_OPTION_NOTIFY_CONNECTION, metrics_notify_connection, mx, MHD_OPTION_NOTIFY_COMPLETED,
+      metrics_request_completed, mx, MHD_OPTION_END);
   if (!mx->mhd)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "metrics_listen: cannot listen on %s (address in use?)",
                        co->cfg.metrics_listen);

@@ -46,8 +46,8 @@ static const char *const zb_store_stmt_sql[STMT_COUNT] = {
     [STMT_LIST_JOBS] =
         "SELECT id, name, state, reason, schedule, created_ms, updated_ms, iterations_done, next_seq,"
         " spec, last, rank_owners FROM jobs ORDER BY created_ms, id",
-    [STMT_APPEND_EVENT] = "INSERT INTO events (job_id, seq, unix_ms, state, reason, iteration)"
-                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [STMT_APPEND_EVENT] = "INSERT INTO events (job_id, seq, unix_ms, state, reason, iteration, iteration_no,"
+                          " traced) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [STMT_LIST_EVENTS] = "SELECT job_id, seq, unix_ms, state, reason, iteration FROM events"
                          " WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
     /* mark_interrupted runs under a savepoint: outside a group it is the
@@ -580,14 +580,15 @@ zb_err zb_store_append_event(zb_store *st, const zb_store_event *ev, zb_diag *di
       (rc = sqlite3_bind_int(s, 4, ev->state)) != SQLITE_OK ||
       (rc = sqlite3_bind_text(s, 5, ev->reason, -1, SQLITE_STATIC)) != SQLITE_OK ||
       (rc = bind_blob(s, 6, ev->iteration, ev->iteration_len)) != SQLITE_OK ||
+      (rc = ev->indexed ? sqlite3_bind_int(s, 7, ev->iteration_no) : sqlite3_bind_null(s, 7)) != SQLITE_OK ||
+      (rc = sqlite3_bind_int(s, 8, ev->indexed && ev->traced)) != SQLITE_OK ||
       (rc = zb_store_step_done(s)) != SQLITE_OK)
     err = zb_store_fail(st->db, rc, diag, "insert event for job %s seq %lld", ev->job_id, (long long)ev->seq);
   zb_store_stmt_done(s);
   return err;
 }
 
-/* Fills row from the current result row of STMT_LIST_EVENTS. */
-static zb_err row_to_event(sqlite3_stmt *s, zb_store_event *row, zb_diag *diag) {
+zb_err zb_store_row_to_event(sqlite3_stmt *s, zb_store_event *row, zb_diag *diag) {
   memset(row, 0, sizeof *row);
   row->seq = sqlite3_column_int64(s, 1);
   if (!copy_text(s, 0, row->job_id, sizeof row->job_id) || !copy_text(s, 4, row->reason, sizeof row->reason))
@@ -621,7 +622,7 @@ zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t afte
       cap = cap ? 2 * cap : 16;
       out = zb_realloc(out, (size_t)cap * sizeof *out);
     }
-    err = row_to_event(s, &out[count], diag);
+    err = zb_store_row_to_event(s, &out[count], diag);
     if (err != ZB_OK)
       goto done;
     count++;

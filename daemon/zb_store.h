@@ -15,6 +15,7 @@
 #ifndef ZB_STORE_H
 #define ZB_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,6 +56,11 @@ typedef struct zb_store_event {
   char reason[256];
   uint8_t *iteration; /* packed zb.v1.IterationMetrics, may be NULL */
   size_t iteration_len;
+  /* written, not read back: an iteration's event says its number and
+   * whether it carries timelines (traced), for zb_store_find_iteration */
+  bool indexed;
+  int iteration_no;
+  bool traced;
 } zb_store_event;
 
 /* Opens (creating if needed) the database at path and its schema; a
@@ -85,6 +91,15 @@ static inline zb_err zb_store_list_events(zb_store *st, const char *job_id, int6
   return zb_store_list_events_limit(st, job_id, after_seq, -1, rows, n, diag);
 }
 void zb_store_events_free(zb_store_event *rows, int n);
+
+/* The event of a job's iteration `iteration` (its latest, should one be
+ * recorded twice), or with iteration -1 its latest traced one, found
+ * through the index: *out NULL when there is none; else free it with
+ * zb_store_events_free(*out, 1). Rows written before schema version 3
+ * are not indexed: *unindexed says whether the job has iteration events
+ * the index does not cover (the caller then reads its history). */
+zb_err zb_store_find_iteration(zb_store *st, const char *job_id, int iteration, zb_store_event **out,
+                               bool *unindexed, zb_diag *diag);
 
 /* Start-up after a crash: every job still PENDING or RUNNING becomes
  * FAILED with `reason`, and gets an event saying so. *n_marked counts them. */

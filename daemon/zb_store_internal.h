@@ -1,7 +1,8 @@
 /* zb_store_internal.h — what the files of the job store share (zb_store.c:
  * opening, statements, rows; zb_store_schema.c: the schema and its
  * migrations; zb_store_upkeep.c: recovery at start, the id counter and
- * pruning). Not for the store's users: they have zb_store.h. */
+ * pruning; zb_store_iteration.c: one iteration's event by its index). Not for the store's users: they have
+ * zb_store.h. */
 #ifndef ZB_STORE_INTERNAL_H
 #define ZB_STORE_INTERNAL_H
 
@@ -11,7 +12,7 @@
 #include "zb_store.h"
 
 /* The schema this build reads and writes; PRAGMA user_version holds it. */
-#define ZB_STORE_SCHEMA_VERSION 2
+#define ZB_STORE_SCHEMA_VERSION 3
 
 /* Capacity of the reason field of rows (the mark's reason is copied there). */
 #define ZB_STORE_REASON_CAP sizeof(((zb_store_job *)0)->reason)
@@ -56,6 +57,11 @@ zb_err zb_store_check_group(const zb_store *st, zb_diag *diag, const char *what,
 /* Runs a statement that yields one row and returns its first column
  * (SQLITE_DONE: no row). */
 int zb_store_query_one(sqlite3 *db, const char *sql, int64_t *num, char *text, size_t text_cap);
+
+/* Fills row from the current result row of a statement selecting
+ * job_id, seq, unix_ms, state, reason, iteration (in that order) from
+ * events. */
+zb_err zb_store_row_to_event(sqlite3_stmt *s, zb_store_event *row, zb_diag *diag);
 
 /* Brings a file of schema `version` (0: new) to ZB_STORE_SCHEMA_VERSION
  * inside the caller's transaction: each migration from there, then the

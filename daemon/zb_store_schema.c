@@ -1,7 +1,8 @@
 /* zb_store_schema.c — the job store's schema and its versions
  * (docs/operations.md, The job store). PRAGMA user_version holds the
  * version a file was written with: 0 is a new file, 1 the first release's
- * schema, 2 adds jobs.rank_owners. An older file is migrated in place, in
+ * schema, 2 adds jobs.rank_owners, 3 events.iteration_no and traced
+ * with their indexes. An older file is migrated in place, in
  * the transaction that opens it, so a failed migration leaves it as it
  * was; a newer one is refused (zb_store.c) because this build cannot know
  * what its rows mean. */
@@ -32,7 +33,15 @@ static const char zb_store_schema_sql[] =
     " state INTEGER NOT NULL,"
     " reason TEXT NOT NULL,"
     " iteration BLOB,"
+    /* the iteration's number and whether it carries timelines, so that
+     * one iteration is found through an index, not by reading the
+     * history (NULL and 0: not an iteration, or a row before version 3) */
+    " iteration_no INTEGER,"
+    " traced INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY (job_id, seq));"
+    "CREATE INDEX IF NOT EXISTS events_by_iteration ON events (job_id, iteration_no)"
+    " WHERE iteration_no IS NOT NULL;"
+    "CREATE INDEX IF NOT EXISTS events_traced ON events (job_id, seq) WHERE traced = 1;"
     /* The largest job number ever stored, kept with the
      * row that raised it and never lowered, so ids do
      * not repeat after their jobs are pruned. */
@@ -51,6 +60,9 @@ static const char zb_store_schema_sql[] =
 static const char *const zb_store_migrations[ZB_STORE_SCHEMA_VERSION] = {
     /* rows written before it keep NULL: their jobs have no owners on record */
     [1] = "ALTER TABLE jobs ADD COLUMN rank_owners BLOB",
+    /* rows written before it are found by reading the history (job_rpc.c) */
+    [2] = "ALTER TABLE events ADD COLUMN iteration_no INTEGER;"
+          "ALTER TABLE events ADD COLUMN traced INTEGER NOT NULL DEFAULT 0",
 };
 
 int zb_store_migrate(sqlite3 *db, int64_t version, int64_t *step_failed) {

@@ -248,6 +248,10 @@ def test_a_job_from_a_version_1_store_is_taken_back():
         c.coordinator.kill()
         db = sqlite3.connect(os.path.join(c.data_dir, "zb.db"))
         db.execute("ALTER TABLE jobs DROP COLUMN rank_owners")
+        for index in ("events_by_iteration", "events_traced"):  # version 3's
+            db.execute("DROP INDEX %s" % index)
+        for column in ("iteration_no", "traced"):
+            db.execute("ALTER TABLE events DROP COLUMN %s" % column)
         db.execute("PRAGMA user_version = 1")
         db.commit()
         db.close()
@@ -259,7 +263,7 @@ def test_a_job_from_a_version_1_store_is_taken_back():
         assert "the store does not say which workers ran its ranks" in log, c.coordinator.tail()
         db = sqlite3.connect(os.path.join(c.data_dir, "zb.db"))
         try:
-            assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+            assert db.execute("PRAGMA user_version").fetchone()[0] == 3
             owners = db.execute("SELECT rank_owners FROM jobs WHERE id = ?", (jid,)).fetchone()[0]
         finally:
             db.close()

@@ -78,11 +78,22 @@ static void test_moves_are_durable_events(void) {
   jc_row_new(&s, &next, 100, &row);
   zb_store_event ev;
   uint8_t metrics[] = {8, 7}; /* IterationMetrics{iteration: 7} */
-  bool ok = jc_record(st, &row, NULL, 0, 100, &ev, &d) == ZB_OK && ev.seq == 1 &&
+  bool ok = jc_record(st, &row, NULL, 100, &ev, &d) == ZB_OK && ev.seq == 1 &&
             jc_move(st, &row, ZB_JOB_RUNNING, "ranks assigned", 200, &ev, &d) == ZB_OK && ev.seq == 2 &&
-            jc_record(st, &row, metrics, sizeof metrics, 250, &ev, &d) == ZB_OK && ev.seq == 3 &&
-            jc_move(st, &row, ZB_JOB_SUCCEEDED, "done", 300, &ev, &d) == ZB_OK && ev.seq == 4;
+            jc_record(st, &row, &(jc_iteration){metrics, sizeof metrics, 7, true}, 250, &ev, &d) == ZB_OK &&
+            ev.seq == 3 && jc_move(st, &row, ZB_JOB_SUCCEEDED, "done", 300, &ev, &d) == ZB_OK && ev.seq == 4;
   zb_err refused = jc_move(st, &row, ZB_JOB_RUNNING, "again", 400, &ev, &d);
+  /* the iteration's event is found through the index, by number and as
+   * the last traced; another number is not there */
+  zb_store_event *by_no = NULL, *traced = NULL, *absent = NULL;
+  bool unindexed = true;
+  zb_err found = zb_store_find_iteration(st, "j-1", 7, &by_no, &unindexed, &d);
+  found = found ? found : zb_store_find_iteration(st, "j-1", -1, &traced, &unindexed, &d);
+  found = found ? found : zb_store_find_iteration(st, "j-1", 8, &absent, &unindexed, &d);
+  bool index_right =
+      found == ZB_OK && by_no && by_no->seq == 3 && traced && traced->seq == 3 && !absent && !unindexed;
+  zb_store_events_free(by_no, 1);
+  zb_store_events_free(traced, 1);
   zb_store_event *evs = NULL;
   zb_store_job *rows = NULL;
   int n_ev = 0, n_rows = 0;
@@ -103,6 +114,7 @@ static void test_moves_are_durable_events(void) {
   CHECK(strstr(d.msg, "SUCCEEDED to RUNNING"));
   CHECK(events_right);
   CHECK(row_right);
+  CHECK_MSG(index_right, "find_iteration: %s", d.msg);
 }
 
 /* A write the store refuses (an event whose seq it already has): the
@@ -116,9 +128,9 @@ static void test_refused_record_is_an_error(void) {
   zb_store_job row;
   jc_row_new(&s, &next, 1, &row);
   zb_store_event ev;
-  zb_err first = jc_record(st, &row, NULL, 0, 1, &ev, &d);
+  zb_err first = jc_record(st, &row, NULL, 1, &ev, &d);
   row.next_seq = 1; /* a stale row: its next event's seq is taken */
-  zb_err second = jc_record(st, &row, NULL, 0, 2, &ev, &d);
+  zb_err second = jc_record(st, &row, NULL, 2, &ev, &d);
   zb_store_event *evs = NULL;
   int n = 0;
   zb_err listed = zb_store_list_events(st, "j-1", 0, &evs, &n, &d);

@@ -653,14 +653,14 @@ static void open_garbage_file(fixture *fx) {
 static void schema_and_pragmas(fixture *fx) {
   zb_diag diag = {{0}};
   CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 2);
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 3);
   /* WAL is a property of the file; the -wal file exists while open. */
   char wal[128];
   snprintf(wal, sizeof wal, "%s-wal", fx->path);
   struct stat sb;
   CHECK_MSG(stat(wal, &sb) == 0, "no %s: not in WAL mode", wal);
   CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('jobs')"), 12);
-  CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('events')"), 6);
+  CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('events')"), 8);
   /* (job_id, seq) is the primary key, in that order. */
   CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('events') WHERE pk > 0"), 2);
   CHECK_EQ(raw_query(fx->path, "SELECT pk FROM pragma_table_info('events') WHERE name = 'job_id'"), 1);
@@ -675,19 +675,19 @@ static void newer_version_refused(fixture *fx) {
   CHECK_OK(zb_store_put_job(fx->st, &job, &diag));
   zb_store_close(fx->st);
   fx->st = NULL;
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version = 3"), 0);
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version = 4"), 0);
 
   zb_store *st = NULL;
   CHECK_EQ(zb_store_open(fx->path, &st, &diag), ZB_ERR_PARSE);
   CHECK(st == NULL);
   CHECK_HAS(diag.msg, fx->path);
-  CHECK_HAS(diag.msg, "schema version 3, newer than the 2 this build knows");
+  CHECK_HAS(diag.msg, "schema version 4, newer than the 3 this build knows");
   /* left as it was: not marked failed, not re-stamped */
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 3);
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 4);
   CHECK_EQ(raw_query(fx->path, "SELECT state FROM jobs WHERE id = 'j-1'"), ZB_JOB_RUNNING);
 
-  /* Version 2 (its own) opens again. */
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version = 2"), 0);
+  /* Version 3 (its own) opens again. */
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version = 3"), 0);
   CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
   CHECK_JOBS(fx->st, &job, 1);
 }
@@ -817,7 +817,7 @@ static const char schema_v1[] =
     "PRAGMA journal_mode = WAL;";
 
 /* A store written by version 1 (made here by hand, rows and all) opens,
- * is migrated to version 2 in place, and keeps its jobs, events and job
+ * is migrated to version 3 in place, and keeps its jobs, events and job
  * numbers; the RUNNING job it had reads back with no owners on record,
  * and rows written from then on keep theirs. */
 static void migrates_version_1(fixture *fx) {
@@ -829,14 +829,25 @@ static void migrates_version_1(fixture *fx) {
                "INSERT INTO jobs VALUES ('j-8', 'queued', 1, 'waiting', '', 200, 200, 0, 1, x'12', NULL);"
                "INSERT INTO events VALUES ('j-7', 1, 100, 1, 'submitted', NULL);"
                "INSERT INTO events VALUES ('j-7', 2, 120, 2, 'ranks assigned', NULL);"
+               "INSERT INTO events VALUES ('j-9', 1, 300, 2, 'an iteration', x'0800');"
                "PRAGMA user_version = 1;"),
       SQLITE_OK);
 
   zb_diag diag = {{0}};
   CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 2);
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 3);
   CHECK_EQ(raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'rank_owners'"),
            1);
+  CHECK_EQ(
+      raw_query(fx->path, "SELECT count(*) FROM pragma_table_info('events') WHERE name = 'iteration_no'"), 1);
+  /* an iteration stored before version 3 is not in the index, and the
+   * store says so (GetIteration then reads that job's history) */
+  zb_store_event *found = NULL;
+  bool unindexed = false;
+  CHECK_OK(zb_store_find_iteration(fx->st, "j-9", 0, &found, &unindexed, &diag));
+  CHECK(!found && unindexed);
+  CHECK_OK(zb_store_find_iteration(fx->st, "j-7", 0, &found, &unindexed, &diag));
+  CHECK(!found && !unindexed);
   static const uint8_t spec7[] = {0x0a, 0x03, 0x00}, last7[] = {0x08}, spec8[] = {0x12};
   zb_store_job want[2] = {make_job("j-7", ZB_JOB_RUNNING, 100, spec7, sizeof spec7, last7, sizeof last7),
                           make_job("j-8", ZB_JOB_PENDING, 200, spec8, sizeof spec8, NULL, 0)};
@@ -865,7 +876,7 @@ static void migrates_version_1(fixture *fx) {
   want[1].n_rank_owners = 2;
   CHECK_OK(zb_store_put_job(fx->st, &want[1], &diag));
   CHECK_OK(reopen(fx, &diag));
-  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 2);
+  CHECK_EQ(raw_query(fx->path, "PRAGMA user_version"), 3);
   CHECK_JOBS(fx->st, want, 2);
 }
 
