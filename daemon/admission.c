@@ -156,6 +156,50 @@ bool coord_admit_planned(coord *co, zb_rpc_call *call, coord_job *j, const zb_jo
   return false;
 }
 
+/* The most bytes a rank of plan needs: the model's fixed state on a rank
+ * and the activations the plan keeps live at the rank's peak (the sim's
+ * peak in units of the rank's M_F, one forward's activation) times
+ * bytes_per_activation; *worst the rank. */
+static double plan_rank_bytes(const zb_job_spec *spec, const zb_planner_result *plan, int *worst) {
+  double state = zb_job_spec_rank_state_bytes(spec), most = 0;
+  *worst = 0;
+  for (int r = 0; plan->sim && r < plan->sim->p; r++) {
+    double need = state + plan->sim->peak_memory_units[r] * (double)spec->bytes_per_activation;
+    if (need > most) {
+      most = need;
+      *worst = r;
+    }
+  }
+  return most;
+}
+
+bool coord_admit_activations(coord *co, zb_rpc_call *call, const zb_job_spec *spec,
+                             const zb_planner_result *plan) {
+  if (!zb_job_spec_trains_model(spec))
+    return true;
+  int worst;
+  double need = plan_rank_bytes(spec, plan, &worst), gib = 1024.0 * 1024.0 * 1024.0;
+  int offer = 0, fit = 0;
+  long long most = 0;
+  for (const coord_worker *w = co->workers; w; w = w->next) {
+    if (!worker_offers_job(w, spec))
+      continue;
+    long long have = worker_memory_for(w, spec);
+    offer++;
+    fit += !have || need <= (double)have;
+    most = have > most ? have : most;
+  }
+  if (offer < spec->ranks || fit >= spec->ranks)
+    return true; /* too few workers at all: the job waits for them, or was refused for that */
+  zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "spec: rank %d of its %s plan needs %.3g GiB (the model's state on a rank and the activations "
+              "live at its peak, %lld bytes each), but %d of the %d workers able to run it have that much %s "
+              "memory (the most: %.3g GiB); use more ranks, fewer microbatches in flight or a smaller model",
+              worst, zb_family_name(plan->family), need / gib, spec->bytes_per_activation, fit, offer,
+              job_needs_gpu(spec) ? "GPU" : "host", (double)most / gib);
+  return false;
+}
+
 /* The objective a PlanRequest names; fails call for an unknown one. */
 static bool plan_objective(zb_rpc_call *call, const char *name, zb_objective *out) {
   *out = ZB_OBJ_MAKESPAN;

@@ -303,6 +303,12 @@ void coord_plans_drop_queued(coord *co);
 bool coord_admit_before_plan(coord *co, zb_rpc_call *call, const zb_job_spec *spec, const char *what);
 bool coord_admit_planned(coord *co, zb_rpc_call *call, coord_job *j, const zb_job_spec *spec,
                          const char *what, zb_planner_result *plan);
+/* The plan's memory against the workers': RESOURCE_EXHAUSTED (naming the
+ * rank, what it needs and the most a worker has) when fewer workers able
+ * to run a model job have the bytes its neediest rank takes, state and
+ * live activations at its peak, than it has ranks. */
+bool coord_admit_activations(coord *co, zb_rpc_call *call, const zb_job_spec *spec,
+                             const zb_planner_result *plan);
 /* The largest Assignment workers ws (n of them) can all receive, and the
  * first worker that sets it (NULL: the coordinator's own limit). */
 long long coord_assignment_limit(coord *co, coord_worker *const *ws, int n, const coord_worker **by);

@@ -193,7 +193,8 @@ static void submit_planned(coord_plan_op *base) {
       break;
     }
   if (!call || !admit_queue(co, call, j->spec.owner) || !admit_workers(co, call, &j->spec) ||
-      !coord_admit_planned(co, call, j, &j->spec, "spec.", &j->plan)) {
+      !coord_admit_planned(co, call, j, &j->spec, "spec.", &j->plan) ||
+      !coord_admit_activations(co, call, &j->spec, &j->plan)) {
     job_discard(j);
     return;
   }

@@ -229,13 +229,14 @@ def test_model_that_cannot_fit_is_refused_at_submission():
 
 
 def test_rank_that_cannot_fit_fails_naming_both_figures():
-    """Issue 28, item 5: a job the coordinator admits (the model's state
-    over the ranks fits what the workers advertise) whose ranks still need
-    more than that (their hosted stages' state plus the activations the
-    plan keeps live, 64 MiB each here) fails before any rank allocates,
-    saying which rank on which worker needs how many bytes and how many it
-    has; so does a sim job whose buffers would not fit. The workers stay
-    attached and run a job that fits."""
+    """Issue 28, item 5: a model job whose ranks need more than the workers
+    advertise once the activations its plan keeps live are counted (64 MiB
+    each here; its state alone fits) is refused at submission, naming the
+    rank, the plan and both figures; a job that reaches a worker anyway (a
+    sim job, whose buffers the coordinator does not count) fails before any
+    rank allocates, saying which rank on which worker needs how many bytes
+    and how many it has. The workers stay attached and run a job that
+    fits."""
     small = 64 << 20
     with Cluster(workers=2, name="train-admit", worker_args=lambda k: ["--memory-bytes", str(small)]) as c:
         spec = cpu_spec("wide", 2, "1f1b", iterations=1)
@@ -244,8 +245,14 @@ def test_rank_that_cannot_fit_fails_naming_both_figures():
         spec.model.layers = 2
         spec.model.seq_len = 256
         spec.model.batch = 256  # one activation: 64 MiB
+        code, details = rpc_error(c.stub.SubmitJob, zb_pb2.SubmitJobRequest(spec=spec), timeout=30)
+        print("cpu: refused: %s %s" % (code.name, details))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (code, details)
+        assert re.search(r"rank \d of its 1f1b plan needs [0-9.]+ GiB", details), details
+        assert "0 of the 2 workers" in details and "0.0625 GiB" in details, details
+        assert c.list_jobs() == []
         sim = zbsvc.job_spec("buffers", ranks=2, microbatches=4, bytes_per_activation=1 << 30)
-        for what, job_spec in (("cpu", spec), ("sim", sim)):
+        for what, job_spec in (("sim", sim),):
             jid = c.submit(job_spec)
             job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=60)
             print("%s: %s" % (what, job.reason))
