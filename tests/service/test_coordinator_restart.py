@@ -1,6 +1,8 @@
 """zb-coordinator killed (SIGKILL) or stopped, then started again on the
-same data dir and port: every job and its event history survive, and the
-job that was RUNNING goes on: its workers kept running it, attach again
+same data dir and port: every job and its event history survive, in every
+state (SUCCEEDED, CANCELLED, FAILED as they were; a PENDING one waits again
+and runs its own schedule when workers come), and the job that was RUNNING
+goes on: its workers kept running it, attach again
 naming it, and it ends SUCCEEDED with every iteration reported once (the
 reports the dead coordinator took for iterations it had not completed are
 sent again, and counted once); workers then run the next job. A job whose
@@ -38,9 +40,14 @@ def test_coordinator_crash_and_restart():
         c.stub.CancelJob(zbsvc.zb_pb2.CancelJobRequest(job_id=cancelled, reason="make room"), timeout=10)
         c.wait_workers(4, idle=True)
         cancelled_events = c.events(cancelled)
+        failed = c.submit(job_spec(name="failed-before", ranks=5, wait_for_workers_s=1))
+        c.wait_state(failed, STATE.JOB_STATE_FAILED, timeout=30)
+        failed_events = c.events(failed)
 
         running = c.submit(job_spec(name="interrupted", schedule="zb-h1", t=0.002, iterations=60))
         c.wait_iterations(running, 5)
+        # waits for a fifth worker (it holds no plan while it waits)
+        pending = c.submit(job_spec(name="waiting", ranks=5, schedule="zb-h2", iterations=3, wait_for_workers_s=600))
         before = {j.id: j for j in c.list_jobs()}
         port = c.port
         watch = subprocess.Popen(zbsvc._WRAP + [zbsvc.ZBCTL, "watch", running, "--coordinator", c.address],
@@ -55,16 +62,18 @@ def test_coordinator_crash_and_restart():
         assert c.port == port
 
         jobs = {j.id: j for j in c.list_jobs()}
-        assert list(jobs) == [done, cancelled, running], list(jobs)
-        for jid in (done, cancelled):
+        assert list(jobs) == [done, cancelled, failed, running, pending], list(jobs)
+        for jid in (done, cancelled, failed):
             a, b = before[jid], jobs[jid]
             assert (a.state, a.reason, a.iterations_done, a.schedule, a.spec, a.last) == \
                    (b.state, b.reason, b.iterations_done, b.schedule, b.spec, b.last), (a, b)
         assert jobs[running].state == STATE.JOB_STATE_RUNNING, jobs[running]
+        assert jobs[pending].state == STATE.JOB_STATE_PENDING and jobs[pending].schedule == "zb-h2", jobs[pending]
 
         # histories replay as they were; the interrupted job goes on to the end
         assert event_tuples(c.events(done)) == event_tuples(done_events)
         assert event_tuples(c.events(cancelled)) == event_tuples(cancelled_events)
+        assert event_tuples(c.events(failed)) == event_tuples(failed_events)
         job = c.wait_state(running, STATE.JOB_STATE_SUCCEEDED, timeout=120)
         ev = c.events(running)
         assert [e.seq for e in ev] == list(range(1, len(ev) + 1)), [e.seq for e in ev]
@@ -76,10 +85,14 @@ def test_coordinator_crash_and_restart():
         cp = c.zbctl("watch", done)
         assert cp.returncode == 0 and "SUCCEEDED" in cp.stdout, (cp.returncode, cp.stdout, cp.stderr)
 
+        # the waiting job runs its own schedule once a fifth worker comes
+        c.start_worker("w4")
+        job = c.wait_state(pending, STATE.JOB_STATE_SUCCEEDED, timeout=60)
+        assert job.schedule == "zb-h2" and job.iterations_done == 3, job
         # the workers are free again, and new ids do not collide
-        c.wait_workers(4, idle=True, timeout=20)
+        c.wait_workers(5, idle=True, timeout=20)
         nxt = c.submit(job_spec(name="after-restart", schedule="zb-v", iterations=3))
-        assert nxt not in (done, cancelled, running), nxt
+        assert nxt not in (done, cancelled, failed, running, pending), nxt
         c.wait_state(nxt, STATE.JOB_STATE_SUCCEEDED, timeout=60)
         for w in c.workers.values():
             assert w.alive(), w.name
