@@ -447,6 +447,42 @@ def test_stalled_replays_hold_at_most_the_total():
         assert [e.seq for e in rest] == list(range(resume + 1, n_events + 1)), (resume, [e.seq for e in rest][:5])
 
 
+def test_zbctl_watch_resumes_after_a_cut():
+    """zbctl watch, stopped long enough to be cut, takes up after the last
+    event it printed: every event once, in order; it says so on stderr once."""
+    with coordinator_config("max_watch_bytes_per_stream: 1048576\n") as conf, \
+            Cluster(workers=2, name="limits-zbctl", coordinator_args=conf) as c:
+        jid = c.submit(job_spec(name="watched", iterations=1000000, **BIG_EVENTS))
+        c.wait_iterations(jid, 1)
+        out_path, err_path = os.path.join(c.dir, "watch.out"), os.path.join(c.dir, "watch.err")
+        lines = lambda path: open(path).read().splitlines()
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            zbctl = subprocess.Popen([zbsvc.ZBCTL, "watch", jid, "--output", "json", "--coordinator", c.address],
+                                     stdout=out, stderr=err)
+        try:
+            zbsvc.wait_until("zbctl watch to print", lambda: len(lines(out_path)) >= 2, 60)
+            zbctl.send_signal(signal.SIGSTOP)
+            zbsvc.wait_until("zbctl's stream cut", lambda: watch_metrics(c)[2] >= 1, 120)
+            zbctl.send_signal(signal.SIGCONT)
+            zbsvc.wait_until("zbctl to resume", lambda: "resuming after event" in open(err_path).read(), 60)
+            printed = len(lines(out_path))
+            zbsvc.wait_until("events after the resumption", lambda: len(lines(out_path)) >= printed + 3, 60)
+            c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid), timeout=30)
+            rc = zbctl.wait(timeout=120 * zbsvc.SLOW)
+        finally:
+            if zbctl.poll() is None:
+                zbctl.kill()
+                zbctl.wait()
+        events = [json.loads(line) for line in lines(out_path)]
+        seqs = [int(e["seq"]) for e in events]
+        notes = [line for line in lines(err_path) if "resuming" in line]
+        print("zbctl watch: %d events, exit %d; stderr: %s" % (len(seqs), rc, notes[0][:160]))
+        assert seqs == list(range(1, len(seqs) + 1)), seqs
+        assert events[-1]["state"] == "JOB_STATE_CANCELLED" and rc == 1, (events[-1]["state"], rc)
+        assert len(notes) == 1 and "after_seq=" in notes[0], open(err_path).read()
+        assert not zbsvc.sanitizer_report(open(err_path).read())
+
+
 def test_streams_per_identity_are_capped():
     """Past max_streams_per_identity a certificate's next WatchJob is
     refused (RESOURCE_EXHAUSTED naming the key); another identity is served,
