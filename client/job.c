@@ -79,7 +79,10 @@ const char zbctl_watch_help[] =
     "cuda) or\n"
     "samples/s, the measured and predicted bubble ratio (global) and peak memory\n"
     "per rank, with a progress bar. Exits when the job ends: 0 if it SUCCEEDED,\n"
-    "1 otherwise. --output json prints one JSON event per line.\n"
+    "1 otherwise. --output json prints one JSON event per line. When the\n"
+    "coordinator cuts the stream because watch fell behind (its byte budget for\n"
+    "a watcher), watch takes up after the last event it printed, saying so on\n"
+    "stderr once: no event is missed or repeated.\n"
     "  --every N             print every Nth iteration (and the last; default 1)\n";
 const char zbctl_cancel_help[] =
     "usage: zbctl cancel JOB_ID [--reason TEXT] [--coordinator ADDR] [--output text|json]\n"
@@ -474,6 +477,37 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
   zbctl_print_sampled(it);
 }
 
+/* How zbctl watch prints events, and the state the last one gave. */
+typedef struct watch_print {
+  bool json;
+  int every, iterations;
+  double tokens_per_sample;
+  int final_state;
+} watch_print;
+
+static void watch_print_event(const Zb__V1__JobEvent *ev, void *ctx) {
+  watch_print *pr = ctx;
+  pr->final_state = ev->state;
+  if (pr->json) {
+    zb_buf b = ZB_BUF_INIT;
+    zb_pbjson_write(&ev->base, -1, &b);
+    zb_buf_puts(&b, "\n");
+    fwrite(b.data, 1, b.len, stdout);
+    zb_buf_free(&b);
+  } else if (ev->iteration) {
+    /* every Nth iteration, and always the last and anything unusual */
+    const Zb__V1__IterationMetrics *it = ev->iteration;
+    if ((it->iteration + 1) % pr->every == 0 || it->iteration + 1 == pr->iterations || pr->every == 1 ||
+        it->n_straggler_ranks > 0)
+      print_iteration(it, pr->iterations, true, pr->tokens_per_sample);
+  } else {
+    char when[32];
+    fmt_time(ev->unix_ms, when, sizeof when);
+    printf("%s  %-10s %s\n", when, state_short(ev->state), ev->reason);
+  }
+  fflush(stdout);
+}
+
 static bool watch_opt(const char *cmd, int id, const char *val, void *ctx) {
   return id == OPT_EVERY && cli_parse_int(cmd, "--every", val, 1, 1000000, ctx);
 }
@@ -503,43 +537,13 @@ int zbctl_watch(const zbctl_command *cmd, int argc, char **argv) {
   int iterations = spec ? spec->iterations : 0;
   double tokens_per_sample = job_tokens_per_sample(spec);
   protobuf_c_message_free_unpacked(gresp, NULL);
-  Zb__V1__WatchJobRequest req = ZB__V1__WATCH_JOB_REQUEST__INIT;
-  req.job_id = (char *)a.positional;
-  zb_rpc_stream *s = zb_rpc_stream_open(c, ZB_METHOD_WATCH_JOB, &req.base, 0, false);
-  int final_state = 0;
-  ProtobufCMessage *msg;
-  int got;
-  while ((got = zb_rpc_stream_read(s, &zb__v1__job_event__descriptor, &msg, -1)) != 0) {
-    if (got < 0)
-      continue;
-    Zb__V1__JobEvent *ev = (void *)msg;
-    final_state = ev->state;
-    if (a.json) {
-      zb_buf b = ZB_BUF_INIT;
-      zb_pbjson_write(msg, -1, &b);
-      zb_buf_puts(&b, "\n");
-      fwrite(b.data, 1, b.len, stdout);
-      zb_buf_free(&b);
-    } else if (ev->iteration) {
-      /* every Nth iteration, and always the last and anything unusual */
-      const Zb__V1__IterationMetrics *it = ev->iteration;
-      if ((it->iteration + 1) % every == 0 || it->iteration + 1 == iterations || every == 1 ||
-          it->n_straggler_ranks > 0)
-        print_iteration(it, iterations, true, tokens_per_sample);
-    } else {
-      char when[32];
-      fmt_time(ev->unix_ms, when, sizeof when);
-      printf("%s  %-10s %s\n", when, state_short(ev->state), ev->reason);
-    }
-    fflush(stdout);
-    protobuf_c_message_free_unpacked(msg, NULL);
-  }
-  st = zb_rpc_stream_status(s, details, sizeof details);
-  zb_rpc_stream_free(s);
+  watch_print pr = {
+      .json = a.json, .every = every, .iterations = iterations, .tokens_per_sample = tokens_per_sample};
+  st = zbctl_watch_events(c, a.positional, watch_print_event, &pr, details, sizeof details);
   zb_rpc_client_free(c);
   if (st != GRPC_STATUS_OK)
     return remote_error("watch", st, details, a.coordinator);
-  return final_state == ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? ZBCTL_EXIT_OK : ZBCTL_EXIT_FAIL;
+  return pr.final_state == ZB__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? ZBCTL_EXIT_OK : ZBCTL_EXIT_FAIL;
 }
 
 /* ---- cancel ---- */

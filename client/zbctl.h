@@ -83,6 +83,14 @@ struct Zb__V1__IterationMetrics;
 struct Zb__V1__Job;
 void zbctl_print_sampled(const struct Zb__V1__IterationMetrics *it);
 void zbctl_print_learned(const struct Zb__V1__Job *j);
+/* watch_stream.c: every event of job_id from the first, in order, to
+ * on_event, until the stream ends; a stream the coordinator cut because
+ * this client fell behind is taken up again after the last event (said on
+ * stderr once). Returns the final status; details as zb_rpc_stream_status. */
+struct Zb__V1__JobEvent;
+typedef void (*zbctl_watch_event_fn)(const struct Zb__V1__JobEvent *ev, void *ctx);
+grpc_status_code zbctl_watch_events(zb_rpc_client *c, const char *job_id, zbctl_watch_event_fn on_event,
+                                    void *ctx, char *details, size_t cap);
 #endif
 
 /* ---- argument parsing (cli.c) ---- */

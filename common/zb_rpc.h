@@ -24,6 +24,7 @@
 #include <grpc/status.h>
 #include <protobuf-c/protobuf-c.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "zb_err.h"
@@ -79,6 +80,15 @@ void zb_rpc_fail(zb_rpc_call *call, grpc_status_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Server streaming: queues one message (sent in order, one in flight). */
 void zb_rpc_stream_write(zb_rpc_call *call, const ProtobufCMessage *msg);
+/* The same for a message packed ahead (zb_rpc_pack; stays the caller's,
+ * its bytes shared, not copied: one event packed once for every watcher),
+ * with the caller's tag (>= 0; say, the message's sequence number), which
+ * zb_rpc_stream_sent_tag gives back once it is handed to gRPC. */
+void zb_rpc_stream_write_packed(zb_rpc_call *call, const grpc_byte_buffer *packed, int64_t tag);
+/* The tag of the last message handed to gRPC on the stream, which reaches
+ * the peer before any status does (zb_rpc_fail drops only those queued
+ * behind it); -1 when none was, or it had no tag. */
+int64_t zb_rpc_stream_sent_tag(const zb_rpc_call *call);
 /* Ends a stream once the queued messages are sent. */
 void zb_rpc_stream_finish(zb_rpc_call *call, grpc_status_code code, const char *details);
 /* Runs cb on the loop when the peer goes away (cancel, deadline, broken
@@ -96,6 +106,31 @@ void zb_rpc_call_identity(const zb_rpc_call *call, zb_identity *out);
 const char *zb_rpc_call_peer(const zb_rpc_call *call);
 /* Messages queued but not yet sent on a stream (back-pressure check). */
 int zb_rpc_call_queued(const zb_rpc_call *call);
+
+/* What a queued message costs beyond its own bytes (its grpc_byte_buffer,
+ * some 320 bytes with its inline slices, and its queue slot, rounded up):
+ * counted with it, so a queue of tiny messages is not taken for free. */
+enum { ZB_RPC_MESSAGE_OVERHEAD = 512 };
+/* The bytes a stream holds in messages queued or in flight (each with
+ * ZB_RPC_MESSAGE_OVERHEAD): what a peer that stopped reading costs. */
+long long zb_rpc_call_queued_bytes(const zb_rpc_call *call);
+/* Those of them queued behind the message in flight: what zb_rpc_fail
+ * frees at once. */
+long long zb_rpc_call_backlog_bytes(const zb_rpc_call *call);
+/* Streams counted together, for budgets over many of them (the
+ * coordinator's watchers, per identity and in all). A call counted in an
+ * account adds its queued bytes and itself to it and to every parent above
+ * it, from zb_rpc_call_account until the server frees the call, which is
+ * after the call ended and its last message left (a stream cut while one
+ * message is in flight still counts). The caller owns the accounts; each
+ * must outlive the calls counted in it (the server shut down: all freed). */
+typedef struct zb_rpc_account {
+  long long bytes; /* queued or in flight, as zb_rpc_call_queued_bytes */
+  long long calls;
+  struct zb_rpc_account *parent; /* NULL: none */
+} zb_rpc_account;
+/* Counts call in acct from now on (NULL: in none). */
+void zb_rpc_call_account(zb_rpc_call *call, zb_rpc_account *acct);
 
 /* ---- client ---- */
 

@@ -1,5 +1,6 @@
 /* zb_rpc_internal.h — what the client and server halves of the gRPC glue
- * (zb_rpc.c, zb_rpc_server.c) share. Not for other modules. */
+ * (zb_rpc.c, zb_rpc_server.c, zb_rpc_identity.c) share. Not for other
+ * modules. */
 #ifndef ZB_RPC_INTERNAL_H
 #define ZB_RPC_INTERNAL_H
 
@@ -15,5 +16,8 @@ ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescrip
  * field, whose dotted name goes to nul_field (empty when none). */
 ProtobufCMessage *rpc_unpack_strict(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
                                     char *nul_field, size_t cap);
+/* zb_rpc_identity.c: the peer of a server call (zb_rpc_call_identity);
+ * secure: the server serves TLS. */
+void rpc_identity_of_call(grpc_call *call, bool secure, zb_identity *out);
 
 #endif

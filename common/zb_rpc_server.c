@@ -55,6 +55,14 @@ typedef struct unknown_slot {
   grpc_metadata_array md;
 } unknown_slot;
 
+/* A message queued on a stream: its bytes as counted (with
+ * ZB_RPC_MESSAGE_OVERHEAD) and the caller's tag (-1: none). */
+typedef struct rpc_out {
+  grpc_byte_buffer *bb;
+  long long bytes;
+  int64_t tag;
+} rpc_out;
+
 struct zb_rpc_call {
   zb_rpc_server *srv;
   grpc_call *call;
@@ -68,8 +76,11 @@ struct zb_rpc_call {
   bool close_posted; /* RECV_CLOSE_ON_SERVER is in flight or done */
   grpc_status_code fin_code;
   char *fin_details;
-  grpc_byte_buffer **queue;
+  rpc_out *queue;
   int q_head, q_len, q_cap;
+  long long q_bytes, busy_bytes; /* queued; the message in flight */
+  int64_t sent_tag;              /* the last message handed to gRPC (zb_rpc_stream_sent_tag) */
+  zb_rpc_account *acct;          /* NULL: counted in none */
   void (*on_close)(zb_rpc_call *, void *);
   void *on_close_arg;
   void (*on_drain)(zb_rpc_call *, void *);
@@ -154,6 +165,22 @@ static void rpc_arm_unknown(zb_rpc_server *srv) {
   grpc_server_request_call(srv->server, &u->call, &u->details, &u->md, srv->cq, srv->cq, &u->tag);
 }
 
+/* Adds bytes and calls to acct and every account above it. */
+static void rpc_account_add(zb_rpc_account *acct, long long bytes, long long calls) {
+  for (; acct; acct = acct->parent) {
+    acct->bytes += bytes;
+    acct->calls += calls;
+  }
+}
+
+/* Drops the messages queued behind the one in flight. */
+static void rpc_queue_drop(zb_rpc_call *c) {
+  for (; c->q_len > 0; c->q_len--, c->q_head = (c->q_head + 1) % c->q_cap)
+    grpc_byte_buffer_destroy(c->queue[c->q_head].bb);
+  rpc_account_add(c->acct, -c->q_bytes, 0);
+  c->q_bytes = 0;
+}
+
 static void rpc_call_unref(zb_rpc_call *c) {
   if (--c->refs > 0)
     return;
@@ -164,8 +191,8 @@ static void rpc_call_unref(zb_rpc_call *c) {
     srv->live = c->next;
   if (c->next)
     c->next->prev = c->prev;
-  for (int k = 0; k < c->q_len; k++)
-    grpc_byte_buffer_destroy(c->queue[(c->q_head + k) % c->q_cap]);
+  rpc_queue_drop(c);
+  rpc_account_add(c->acct, -c->busy_bytes, -1); /* a send whose batch never started */
   free(c->queue);
   free(c->fin_details);
   gpr_free(c->peer);
@@ -244,18 +271,21 @@ static void rpc_send_status(zb_rpc_call *c, grpc_byte_buffer *bb, grpc_status_co
 static void rpc_send_next(zb_rpc_call *c) {
   if (c->send_busy || c->q_len == 0)
     return;
-  grpc_byte_buffer *bb = c->queue[c->q_head];
+  rpc_out out = c->queue[c->q_head];
   c->q_head = (c->q_head + 1) % c->q_cap;
   c->q_len--;
+  c->q_bytes -= out.bytes;
+  c->busy_bytes = out.bytes; /* still held until its send completes */
+  c->sent_tag = out.tag;
   grpc_op ops[2];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
   rpc_add_initial_md(c, ops, &n);
   ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n++].data.send_message.send_message = bb;
+  ops[n++].data.send_message.send_message = out.bb;
   c->send_busy = true;
   rpc_start(c, ops, n, &c->send_tag);
-  grpc_byte_buffer_destroy(bb); /* gRPC took the slices */
+  grpc_byte_buffer_destroy(out.bb); /* gRPC took the slices */
 }
 
 void zb_rpc_reply(zb_rpc_call *c, const ProtobufCMessage *msg) {
@@ -284,9 +314,7 @@ void zb_rpc_fail(zb_rpc_call *c, grpc_status_code code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  /* drop what a stream had queued: the status says it all */
-  for (; c->q_len > 0; c->q_len--, c->q_head = (c->q_head + 1) % c->q_cap)
-    grpc_byte_buffer_destroy(c->queue[c->q_head]);
+  rpc_queue_drop(c); /* what a stream had queued: the status says it all */
   if (c->send_busy) {
     c->finishing = true;
     c->fin_code = code;
@@ -296,12 +324,11 @@ void zb_rpc_fail(zb_rpc_call *c, grpc_status_code code, const char *fmt, ...) {
   rpc_send_status(c, NULL, code, msg);
 }
 
-void zb_rpc_stream_write(zb_rpc_call *c, const ProtobufCMessage *msg) {
-  if (c->ended || c->finishing)
-    return;
+/* Queues bb (taken over) with tag and sends it when it is its turn. */
+static void rpc_queue_push(zb_rpc_call *c, grpc_byte_buffer *bb, int64_t tag) {
   if (c->q_len == c->q_cap) {
     int cap = c->q_cap ? 2 * c->q_cap : 8;
-    grpc_byte_buffer **q = zb_malloc(sizeof *q * (size_t)cap);
+    rpc_out *q = zb_malloc(sizeof *q * (size_t)cap);
     for (int k = 0; k < c->q_len; k++)
       q[k] = c->queue[(c->q_head + k) % c->q_cap];
     free(c->queue);
@@ -309,9 +336,26 @@ void zb_rpc_stream_write(zb_rpc_call *c, const ProtobufCMessage *msg) {
     c->q_head = 0;
     c->q_cap = cap;
   }
-  c->queue[(c->q_head + c->q_len) % c->q_cap] = rpc_pack(msg);
+  long long bytes = (long long)grpc_byte_buffer_length(bb) + ZB_RPC_MESSAGE_OVERHEAD;
+  c->queue[(c->q_head + c->q_len) % c->q_cap] = (rpc_out){bb, bytes, tag};
   c->q_len++;
+  c->q_bytes += bytes;
+  rpc_account_add(c->acct, bytes, 0);
   rpc_send_next(c);
+}
+
+void zb_rpc_stream_write(zb_rpc_call *c, const ProtobufCMessage *msg) {
+  if (!c->ended && !c->finishing)
+    rpc_queue_push(c, rpc_pack(msg), -1);
+}
+
+void zb_rpc_stream_write_packed(zb_rpc_call *c, const grpc_byte_buffer *packed, int64_t tag) {
+  if (!c->ended && !c->finishing) /* a copy of a raw buffer shares its slices */
+    rpc_queue_push(c, grpc_byte_buffer_copy((grpc_byte_buffer *)packed), tag < 0 ? -1 : tag);
+}
+
+int64_t zb_rpc_stream_sent_tag(const zb_rpc_call *c) {
+  return c->sent_tag;
 }
 
 void zb_rpc_stream_finish(zb_rpc_call *c, grpc_status_code code, const char *details) {
@@ -343,6 +387,21 @@ int zb_rpc_call_queued(const zb_rpc_call *c) {
   return c->q_len + (c->send_busy ? 1 : 0);
 }
 
+long long zb_rpc_call_queued_bytes(const zb_rpc_call *c) {
+  return c->q_bytes + c->busy_bytes;
+}
+
+long long zb_rpc_call_backlog_bytes(const zb_rpc_call *c) {
+  return c->q_bytes;
+}
+
+void zb_rpc_call_account(zb_rpc_call *c, zb_rpc_account *acct) {
+  long long held = c->q_bytes + c->busy_bytes;
+  rpc_account_add(c->acct, -held, -1);
+  c->acct = acct;
+  rpc_account_add(acct, held, 1);
+}
+
 static void rpc_on_new_call(method_slot *sl) {
   zb_rpc_server *srv = sl->srv;
   grpc_call *call = sl->call;
@@ -359,6 +418,7 @@ static void rpc_on_new_call(method_slot *sl) {
   c->close_tag = (rpc_tag){TAG_CLOSE, c};
   c->send_tag = (rpc_tag){TAG_SEND, c};
   c->status_tag = (rpc_tag){TAG_STATUS, c};
+  c->sent_tag = -1;
   c->next = srv->live;
   if (srv->live)
     srv->live->prev = c;
@@ -465,9 +525,10 @@ static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
   case TAG_SEND: {
     zb_rpc_call *c = tag->owner;
     c->send_busy = false;
+    rpc_account_add(c->acct, -c->busy_bytes, 0);
+    c->busy_bytes = 0;
     if (!success) /* the peer is gone; RECV_CLOSE will tell */
-      for (; c->q_len > 0; c->q_len--, c->q_head = (c->q_head + 1) % c->q_cap)
-        grpc_byte_buffer_destroy(c->queue[c->q_head]);
+      rpc_queue_drop(c);
     if (c->q_len > 0)
       rpc_send_next(c);
     else if (c->finishing && !c->ended)
@@ -624,40 +685,6 @@ static void rpc_finish_shutdown(zb_rpc_server *srv) {
   uv_close((uv_handle_t *)&srv->async, rpc_on_async_closed);
 }
 
-/* The identity a verified certificate names: its one URI SAN with the
- * zb:// scheme. A DNS, email or IP SAN never names one (whatever text it
- * holds), and a certificate with two zb:// URIs names none: which of them
- * it acts as must not be the order they were written in. */
-static bool rpc_identity_of(grpc_auth_context *ctx, zb_identity *out) {
-  grpc_auth_property_iterator it =
-      grpc_auth_context_find_properties_by_name(ctx, GRPC_PEER_URI_PROPERTY_NAME);
-  int named = 0;
-  bool ok = false;
-  for (const grpc_auth_property *p; (p = grpc_auth_property_iterator_next(&it));) {
-    if (p->value_length < 5 || memcmp(p->value, "zb://", 5) != 0)
-      continue;
-    char uri[128];
-    size_t n = p->value_length < sizeof uri - 1 ? p->value_length : sizeof uri - 1;
-    memcpy(uri, p->value, n);
-    uri[n] = '\0';
-    ok = ++named == 1 && n == p->value_length && strlen(uri) == n && zb_identity_from_uri(uri, out);
-  }
-  return ok && named == 1;
-}
-
 void zb_rpc_call_identity(const zb_rpc_call *call, zb_identity *out) {
-  memset(out, 0, sizeof *out);
-  if (!call->srv->secure) {
-    out->role = ZB_ROLE_ADMIN;
-    snprintf(out->name, sizeof out->name, "insecure");
-    return;
-  }
-  grpc_auth_context *ctx = grpc_call_auth_context(call->call);
-  if (!ctx)
-    return;
-  /* only a verified peer counts: with REQUEST (not REQUIRE) a client may
-   * come without a certificate, which leaves the context unauthenticated */
-  if (grpc_auth_context_peer_is_authenticated(ctx) && !rpc_identity_of(ctx, out))
-    memset(out, 0, sizeof *out); /* ZB_ROLE_NONE */
-  grpc_auth_context_release(ctx);
+  rpc_identity_of_call(call->call, call->srv->secure, out);
 }

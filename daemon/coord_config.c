@@ -29,6 +29,9 @@ typedef enum coord_key {
   CO_MAX_PENDING,
   CO_PLANS,
   CO_PLANS_PER_ID,
+  CO_MAX_STREAMS,
+  CO_WATCH_BYTES,
+  CO_WATCH_TOTAL,
   CO_COUNT_
 } coord_key;
 /* by key, so that each name sits next to its key */
@@ -47,7 +50,10 @@ static const char *const coord_keys[CO_COUNT_] = {[CO_LISTEN] = "listen",
                                                   [CO_METRICS_KEEP] = "metrics_keep_ended_s",
                                                   [CO_MAX_PENDING] = "max_pending_per_identity",
                                                   [CO_PLANS] = "max_concurrent_plans",
-                                                  [CO_PLANS_PER_ID] = "max_concurrent_plans_per_identity"};
+                                                  [CO_PLANS_PER_ID] = "max_concurrent_plans_per_identity",
+                                                  [CO_MAX_STREAMS] = "max_streams_per_identity",
+                                                  [CO_WATCH_BYTES] = "max_watch_bytes_per_stream",
+                                                  [CO_WATCH_TOTAL] = "max_watch_bytes_total"};
 
 static const zb_yaml_int_range HEARTBEAT_RANGE = {0, 100, 600000};
 static const zb_yaml_int_range MAX_MESSAGE_RANGE = {0, 4096, 1073741824};
@@ -58,6 +64,8 @@ static const zb_yaml_int_range METRICS_KEEP_RANGE = {0, 1, 86400};
 static const zb_yaml_int_range MAX_PENDING_RANGE = {0, 1, 1000000};
 /* libuv's thread pool has 4 threads by default (UV_THREADPOOL_SIZE) */
 static const zb_yaml_int_range PLANS_RANGE = {0, 1, 4};
+static const zb_yaml_int_range WATCH_BYTES_RANGE = {0, 64 << 10, 1 << 30};
+static const zb_yaml_int_range WATCH_TOTAL_RANGE = {0, 1 << 20, 1LL << 40};
 
 void zb_coord_config_default(zb_coord_config *c) {
   memset(c, 0, sizeof *c);
@@ -74,6 +82,9 @@ void zb_coord_config_default(zb_coord_config *c) {
   c->max_pending_per_identity = 64;
   c->max_concurrent_plans = 2;
   c->max_concurrent_plans_per_identity = 1;
+  c->max_streams_per_identity = 64;
+  c->max_watch_bytes_per_stream = 4 << 20;
+  c->max_watch_bytes_total = 256 << 20;
 }
 
 /* "host:port" with a non-empty host ("[v6]" bracketed) and a decimal port
@@ -95,6 +106,20 @@ static bool address_ok(const char *a) {
   const char *port = colon + 1;
   size_t digits = strspn(port, "0123456789");
   return digits >= 1 && digits <= 5 && !port[digits] && atol(port) <= 65535;
+}
+
+/* The integer keys of limits: each its range and its field. */
+static zb_err coord_limit(const zb_yaml_walk *w, coord_key k, const yaml_node_t *v, zb_coord_config *c) {
+  const zb_yaml_int_range *range = k == CO_METRICS_KEEP  ? &METRICS_KEEP_RANGE
+                                   : k == CO_WATCH_BYTES ? &WATCH_BYTES_RANGE
+                                   : k == CO_WATCH_TOTAL ? &WATCH_TOTAL_RANGE
+                                                         : &MAX_PENDING_RANGE;
+  long long *field = k == CO_METRICS_KEEP  ? &c->metrics_keep_ended_s
+                     : k == CO_MAX_PENDING ? &c->max_pending_per_identity
+                     : k == CO_MAX_STREAMS ? &c->max_streams_per_identity
+                     : k == CO_WATCH_BYTES ? &c->max_watch_bytes_per_stream
+                                           : &c->max_watch_bytes_total;
+  return zb_yaml_get_int(w, v, coord_keys[k], range, field);
 }
 
 static zb_err coord_value(const zb_yaml_walk *w, coord_key k, const yaml_node_t *v, zb_coord_config *c) {
@@ -150,19 +175,17 @@ static zb_err coord_value(const zb_yaml_walk *w, coord_key k, const yaml_node_t 
       return err;
     *(k == CO_RETAIN_JOBS ? &c->retain_finished_jobs : &c->retain_finished_s) = x;
     return ZB_OK;
-  case CO_METRICS_KEEP:
-  case CO_MAX_PENDING:
-    if ((err = zb_yaml_get_int(w, v, coord_keys[k],
-                               k == CO_METRICS_KEEP ? &METRICS_KEEP_RANGE : &MAX_PENDING_RANGE, &x)))
-      return err;
-    *(k == CO_METRICS_KEEP ? &c->metrics_keep_ended_s : &c->max_pending_per_identity) = x;
-    return ZB_OK;
   case CO_PLANS:
   case CO_PLANS_PER_ID:
     if ((err = zb_yaml_get_int(w, v, coord_keys[k], &PLANS_RANGE, &x)))
       return err;
     *(k == CO_PLANS ? &c->max_concurrent_plans : &c->max_concurrent_plans_per_identity) = (int)x;
     return ZB_OK;
+  case CO_METRICS_KEEP:
+  case CO_MAX_PENDING:
+  case CO_MAX_STREAMS:
+  case CO_WATCH_BYTES:
+  case CO_WATCH_TOTAL: return coord_limit(w, k, v, c);
   case CO_TLS_CA:
   case CO_TLS_CERT:
   case CO_TLS_KEY: {
@@ -198,6 +221,13 @@ zb_err zb_coord_config_parse(const char *yaml, size_t len, zb_coord_config *out,
     if ((err = zb_yaml_map_key(&w, zb_yaml_node_at(&w, pair->key), coord_keys, CO_COUNT_, "", seen, &k)) ||
         (err = coord_value(&w, (coord_key)k, zb_yaml_node_at(&w, pair->value), &c)))
       goto cleanup;
+  }
+  if (c.max_watch_bytes_total < c.max_watch_bytes_per_stream) {
+    err = zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                      "key 'max_watch_bytes_total': %lld is less than max_watch_bytes_per_stream (%lld): "
+                      "one watcher could never be sent what its own budget allows",
+                      c.max_watch_bytes_total, c.max_watch_bytes_per_stream);
+    goto cleanup;
   }
   *out = c;
 cleanup:

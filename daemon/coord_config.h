@@ -25,6 +25,10 @@
  *   max_pending_per_identity: 64      # jobs one certificate's name may have waiting (1..10^6)
  *   max_concurrent_plans: 2           # plans made at once, off the loop (1..4)
  *   max_concurrent_plans_per_identity: 1  # of them one identity's; its others wait (1..4)
+ *   max_streams_per_identity: 64      # WatchJob streams one identity may have open (1..10^6)
+ *   max_watch_bytes_per_stream: 4194304  # queued for one watcher before it is cut (64 KiB..1 GiB)
+ *   max_watch_bytes_total: 268435456  # queued for all watchers together (1 MiB..1 TiB, at
+ *                                     #   least max_watch_bytes_per_stream)
  *   retain_finished_jobs: 1000        # finished jobs kept, newest first (1..10^7)
  *   retain_finished_s: 604800         # and for at most this long (1..10 years)
  *   tls_ca: /etc/zb/ca.pem            # mutual TLS (all three, or none:
@@ -43,6 +47,8 @@ typedef struct zb_coord_config {
   long long metrics_keep_ended_s;
   long long max_pending_per_identity;
   int max_concurrent_plans, max_concurrent_plans_per_identity;
+  long long max_streams_per_identity;
+  long long max_watch_bytes_per_stream, max_watch_bytes_total;
   zb_tls_files tls;
 } zb_coord_config;
 

@@ -4,7 +4,8 @@
  *   job_core.c   the lifecycle's rules, below this header (job_core.h:
  *                no RPC, no loop; unit-tested against in-memory SQLite);
  *   jobs.c       jobs and their lifecycle, events, the store;
- *   job_rpc.c    the users' job RPCs (submit, get, list, cancel, watch);
+ *   job_rpc.c    the users' job RPCs (submit, get, list, cancel, iteration);
+ *   watch.c      WatchJob streams, bounded in bytes and per identity;
  *   admission.c  the one admission check of a plan, and the Plan RPC;
  *   dispatch.c   starting jobs, Assignments, releases, schedule updates;
  *   workers.c    the worker registry, Attach streams, liveness, the tick;
@@ -70,19 +71,35 @@ typedef struct coord_iter_slot {
 
 enum { COORD_ITER_SLOTS = 8 };
 
-/* A WatchJob stream: replaying the stored events a page at a time as the
- * client reads (after: the last seq sent), then live; one that falls
- * COORD_WATCH_MAX_QUEUED events behind goes back to the store. */
+/* A WatchJob stream (watch.c): replaying the stored events a page at a
+ * time as the client reads (after: the last seq queued), then live. What
+ * it holds is bounded in bytes (max_watch_bytes_per_stream, and
+ * max_watch_bytes_total for all of them): one that falls behind past
+ * either is cut, naming the seq to resume after (docs/wire.md, WatchJob). */
 typedef struct coord_watcher {
   zb_rpc_call *call;
   coord *co;
   coord_job *job;
   int64_t after;
+  int64_t from; /* the request's after_seq: where a stream cut before any event resumes */
   bool live;
   struct coord_watcher *next;
 } coord_watcher;
 
-enum { COORD_WATCH_PAGE = 32, COORD_WATCH_MAX_QUEUED = 64 };
+/* Stored events read for a replaying watcher at a time, at most (and at
+ * most its byte budget of them). */
+enum { COORD_WATCH_PAGE = 32 };
+
+/* One identity's WatchJob streams (watch.c): a certificate's ROLE/NAME, or
+ * in insecure mode the client's host; counted against
+ * max_streams_per_identity from the stream's start until the server frees
+ * it (a stream cut while its last message waits for the client still
+ * counts). */
+typedef struct coord_stream_owner {
+  char key[96];
+  zb_rpc_account acct; /* its parent: coord.watch_acct */
+  struct coord_stream_owner *next;
+} coord_stream_owner;
 
 struct coord_job {
   zb_store_job row; /* what the store keeps (row.spec / row.last owned here) */
@@ -161,6 +178,12 @@ struct coord {
   int64_t last_tick_ms; /* when coord_tick last ran (the tick timer's start before the first) */
   uv_signal_t sigterm, sigint, sighup;
   bool stopping;
+  /* WatchJob streams (watch.c): every one's bytes and count, each
+   * identity's, and those cut for falling behind (by their own budget, by
+   * the total) */
+  zb_rpc_account watch_acct;
+  coord_stream_owner *stream_owners;
+  long long watch_cut_behind, watch_cut_total;
   /* metrics: counters the loop keeps, the text libmicrohttpd serves */
   struct coord_metrics *metrics;
 };
@@ -226,10 +249,6 @@ bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_d
 /* Writes the rows the store refused before (each tick while it fails);
  * the coordinator serves again once they are all in. */
 void coord_store_retry(coord *co);
-/* job_rpc.c: sends the watcher its next page of stored events (an
- * on_drain callback; arg the watcher); caught up, it goes live, or its
- * stream ends when the job has. */
-void watch_pump(zb_rpc_call *call, void *arg);
 /* Moves a job to a final state: releases its workers, ends its watchers'
  * streams. */
 void job_finish(coord *co, coord_job *j, int state, const char *reason);
@@ -245,9 +264,21 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 void on_get_job(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 void on_list_jobs(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 void on_cancel(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
-void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 /* GetIteration: one completed iteration's figures, timelines included, from the store. */
 void on_get_iteration(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+
+/* watch.c: WatchJob streams (docs/wire.md, WatchJob) */
+void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
+/* Sends ev, j's newest event, to j's live watchers (job_event), cutting
+ * those whose budget it does not fit. */
+void watch_send_live(coord_job *j, const Zb__V1__JobEvent *ev);
+/* The job ended: its watchers' streams end (OK) once their clients have
+ * read all. */
+void watch_end_live(coord_job *j);
+/* Frees j's watchers (at exit, after the RPC server is gone). */
+void watch_free_all(coord_job *j);
+/* Frees the stream owners (at exit, after the RPC server is gone). */
+void watch_free_owners(coord *co);
 
 /* plan_async.c: a plan made off the loop, queued per identity and served
  * round-robin (max_concurrent_plans, max_concurrent_plans_per_identity).

@@ -1,6 +1,6 @@
 /* job_rpc.c — the users' job RPCs: SubmitJob (with resume), GetJob,
- * ListJobs, CancelJob and WatchJob. Admission is admission.c's; starting
- * a job is dispatch.c's. */
+ * ListJobs, CancelJob and GetIteration. Admission is admission.c's;
+ * starting a job is dispatch.c's; WatchJob is watch.c's. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -381,30 +381,6 @@ void on_cancel(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord_start_pending(co);
 }
 
-/* Takes w off its job's list. */
-static void watcher_unlink(coord_watcher *w) {
-  coord_watcher **pp = &w->job->watchers;
-  while (*pp && *pp != w)
-    pp = &(*pp)->next;
-  if (*pp)
-    *pp = w->next;
-}
-
-static void watcher_closed(zb_rpc_call *call, void *arg) {
-  (void)call;
-  watcher_unlink(arg);
-  free(arg);
-}
-
-/* Ends w's stream (after what is queued) and frees it. */
-static void watcher_end(coord_watcher *w, grpc_status_code code, const char *details) {
-  watcher_unlink(w);
-  zb_rpc_call_on_close(w->call, NULL, NULL);
-  zb_rpc_call_on_drain(w->call, NULL, NULL);
-  zb_rpc_stream_finish(w->call, code, details);
-  free(w);
-}
-
 /* j's stored events into *evs (zb_store_events_free), or false after
  * failing call with the store's error. */
 static bool job_stored_events(coord *co, zb_rpc_call *call, const coord_job *j, zb_store_event **evs,
@@ -414,65 +390,6 @@ static bool job_stored_events(coord *co, zb_rpc_call *call, const coord_job *j, 
     return true;
   zb_rpc_fail(call, GRPC_STATUS_INTERNAL, "store: %s", d.msg);
   return false;
-}
-
-static void watch_write_stored(zb_rpc_call *call, const zb_store_event *e) {
-  Zb__V1__JobEvent ev = ZB__V1__JOB_EVENT__INIT;
-  ev.seq = e->seq;
-  ev.unix_ms = e->unix_ms;
-  ev.state = (Zb__V1__JobState)e->state;
-  ev.reason = (char *)e->reason;
-  if (e->iteration)
-    ev.iteration = (Zb__V1__IterationMetrics *)protobuf_c_message_unpack(
-        &zb__v1__iteration_metrics__descriptor, NULL, e->iteration_len, e->iteration);
-  zb_rpc_stream_write(call, &ev.base);
-  if (ev.iteration)
-    protobuf_c_message_free_unpacked(&ev.iteration->base, NULL);
-}
-
-void watch_pump(zb_rpc_call *call, void *arg) {
-  coord_watcher *w = arg;
-  if (w->live)
-    return;
-  zb_store_event *evs = NULL;
-  int n = 0;
-  zb_diag d;
-  if (zb_store_list_events_limit(w->co->store, w->job->row.id, w->after, COORD_WATCH_PAGE, &evs, &n, &d) !=
-      ZB_OK) {
-    char why[300];
-    snprintf(why, sizeof why, "store: %.280s", d.msg);
-    watcher_end(w, GRPC_STATUS_INTERNAL, why);
-    return;
-  }
-  for (int k = 0; k < n; k++) {
-    watch_write_stored(call, &evs[k]);
-    w->after = evs[k].seq;
-  }
-  zb_store_events_free(evs, n);
-  if (n == COORD_WATCH_PAGE)
-    return; /* more: the next page when these are read */
-  if (job_terminal(w->job))
-    watcher_end(w, GRPC_STATUS_OK, "");
-  else
-    w->live = true; /* caught up: job_event sends the next ones */
-}
-
-void on_watch(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
-  coord *co = user;
-  const Zb__V1__WatchJobRequest *req = (const void *)m;
-  coord_job *j = job_lookup(co, call, req->job_id);
-  if (!j)
-    return;
-  if (req->after_seq < 0) {
-    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "after_seq: %" PRId64 " is negative", req->after_seq);
-    return;
-  }
-  coord_watcher *w = zb_calloc(1, sizeof *w);
-  *w = (coord_watcher){.call = call, .co = co, .job = j, .after = req->after_seq, .next = j->watchers};
-  j->watchers = w;
-  zb_rpc_call_on_close(call, watcher_closed, w);
-  zb_rpc_call_on_drain(call, watch_pump, w);
-  watch_pump(call, w);
 }
 
 /* Whether stored event ev is the iteration req asks for (-1: one with

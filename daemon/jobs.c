@@ -101,16 +101,7 @@ bool job_event(coord *co, coord_job *j, const Zb__V1__IterationMetrics *it, zb_d
   ev.state = (Zb__V1__JobState)j->row.state;
   ev.reason = j->row.reason;
   ev.iteration = (Zb__V1__IterationMetrics *)it;
-  for (coord_watcher *w = j->watchers; w; w = w->next) {
-    if (!w->live)
-      continue; /* replaying: it reads this one from the store */
-    if (zb_rpc_call_queued(w->call) >= COORD_WATCH_MAX_QUEUED) {
-      w->live = false; /* fell behind: the store feeds it from here as it reads */
-      continue;
-    }
-    zb_rpc_stream_write(w->call, &ev.base);
-    w->after = ev.seq;
-  }
+  watch_send_live(j, &ev);
   return stored;
 }
 
@@ -145,19 +136,7 @@ void job_finish(coord *co, coord_job *j, int state, const char *reason) {
   coord_metrics_job_finished(co, state);
   job_release_workers(j);
   job_event(co, j, NULL, NULL);
-  coord_watcher **pp = &j->watchers;
-  while (*pp) { /* live ones end here; one still replaying ends when it has read all */
-    coord_watcher *w = *pp;
-    if (!w->live) {
-      pp = &w->next;
-      continue;
-    }
-    *pp = w->next;
-    zb_rpc_call_on_close(w->call, NULL, NULL);
-    zb_rpc_call_on_drain(w->call, NULL, NULL);
-    zb_rpc_stream_finish(w->call, GRPC_STATUS_OK, "");
-    free(w);
-  }
+  watch_end_live(j);
   job_runtime_free(j);
 }
 
@@ -273,12 +252,7 @@ zb_err coord_load(coord *co, zb_diag *diag) {
 }
 
 void job_free(coord_job *j) {
-  coord_watcher *w = j->watchers;
-  while (w) {
-    coord_watcher *wn = w->next;
-    free(w);
-    w = wn;
-  }
+  watch_free_all(j);
   job_runtime_free(j);
   zb_costs_free(j->learned); /* kept past the run: zbctl get shows it */
   free(j->rank_hosts);
@@ -306,4 +280,5 @@ void coord_free_state(coord *co) {
     w = next;
   }
   co->workers = NULL;
+  watch_free_owners(co);
 }

@@ -58,6 +58,15 @@ static void render_totals(coord *co, zb_buf *b) {
   family(b, "zb_jobs_pruned_total", "counter",
          "Finished jobs removed with their events by retention (retain_finished_jobs, retain_finished_s).");
   zb_buf_printf(b, "zb_jobs_pruned_total %lld\n", co->jobs_pruned);
+  family(b, "zb_watch_streams", "gauge", "WatchJob streams open (a cut one until its last message left).");
+  zb_buf_printf(b, "zb_watch_streams %lld\n", co->watch_acct.calls);
+  family(b, "zb_watch_queued_bytes", "gauge",
+         "Bytes of events queued or in flight for WatchJob streams (max_watch_bytes_total bounds them).");
+  zb_buf_printf(b, "zb_watch_queued_bytes %lld\n", co->watch_acct.bytes);
+  family(b, "zb_watch_streams_cut_total", "counter",
+         "WatchJob streams cut for falling behind: past their own budget, or the total's.");
+  zb_buf_printf(b, "zb_watch_streams_cut_total{budget=\"stream\"} %lld\n", co->watch_cut_behind);
+  zb_buf_printf(b, "zb_watch_streams_cut_total{budget=\"total\"} %lld\n", co->watch_cut_total);
 }
 
 /* The lines of the per-job and per-rank families, gathered in one pass

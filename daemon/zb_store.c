@@ -601,7 +601,7 @@ zb_err zb_store_row_to_event(sqlite3_stmt *s, zb_store_event *row, zb_diag *diag
 }
 
 zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t after_seq, int limit,
-                                  zb_store_event **rows, int *n, zb_diag *diag) {
+                                  long long max_bytes, zb_store_event **rows, int *n, zb_diag *diag) {
   if (rows && n)
     *rows = NULL, *n = 0;
   if (!rows || !n || !st || !job_id || !*job_id)
@@ -610,6 +610,7 @@ zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t afte
   sqlite3_stmt *s = st->stmt[STMT_LIST_EVENTS];
   zb_store_event *out = NULL;
   int count = 0, cap = 0, rc;
+  long long bytes = 0;
   zb_err err = ZB_OK;
   if ((rc = sqlite3_bind_text(s, 1, job_id, -1, SQLITE_STATIC)) != SQLITE_OK ||
       (rc = sqlite3_bind_int64(s, 2, after_seq)) != SQLITE_OK ||
@@ -618,6 +619,11 @@ zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t afte
     goto done;
   }
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    bytes += sqlite3_column_bytes(s, 5); /* the iteration blob, before it is copied */
+    if (count > 0 && max_bytes > 0 && bytes > max_bytes) {
+      rc = SQLITE_DONE; /* the page is full */
+      break;
+    }
     if (count == cap) {
       cap = cap ? 2 * cap : 16;
       out = zb_realloc(out, (size_t)cap * sizeof *out);

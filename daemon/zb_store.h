@@ -82,13 +82,15 @@ void zb_store_jobs_free(zb_store_job *rows, int n);
 
 zb_err zb_store_append_event(zb_store *st, const zb_store_event *ev, zb_diag *diag);
 /* Events of one job with seq > after_seq, in seq order, at most limit of
- * them (<= 0: all): a page. */
+ * them (<= 0: all) and no more of them than keep their iteration blobs
+ * within max_bytes (<= 0: no bound; the first is read whatever its size):
+ * a page. */
 zb_err zb_store_list_events_limit(zb_store *st, const char *job_id, int64_t after_seq, int limit,
-                                  zb_store_event **rows, int *n, zb_diag *diag);
+                                  long long max_bytes, zb_store_event **rows, int *n, zb_diag *diag);
 /* All of them. */
 static inline zb_err zb_store_list_events(zb_store *st, const char *job_id, int64_t after_seq,
                                           zb_store_event **rows, int *n, zb_diag *diag) {
-  return zb_store_list_events_limit(st, job_id, after_seq, -1, rows, n, diag);
+  return zb_store_list_events_limit(st, job_id, after_seq, -1, -1, rows, n, diag);
 }
 void zb_store_events_free(zb_store_event *rows, int n);
 

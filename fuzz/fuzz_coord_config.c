@@ -30,6 +30,11 @@ static void check_valid(const zb_coord_config *c) {
   FUZZ_CHECK(c->max_message_bytes >= 4096 && c->max_message_bytes <= (1LL << 30), "max_message_bytes %lld",
              c->max_message_bytes);
   FUZZ_CHECK(c->max_plan_ops >= 1000 && c->max_plan_ops <= (1LL << 31), "max_plan_ops %lld", c->max_plan_ops);
+  FUZZ_CHECK(c->max_streams_per_identity >= 1, "max_streams_per_identity %lld", c->max_streams_per_identity);
+  FUZZ_CHECK(c->max_watch_bytes_per_stream >= (64 << 10) &&
+                 c->max_watch_bytes_per_stream <= c->max_watch_bytes_total,
+             "max_watch_bytes_per_stream %lld, max_watch_bytes_total %lld", c->max_watch_bytes_per_stream,
+             c->max_watch_bytes_total);
   FUZZ_CHECK(strchr(c->listen, ':') && strchr(c->metrics_listen, ':'), "an address without a port");
 }
 

@@ -67,11 +67,17 @@ static void test_coord_defaults_and_full(void) {
                      "retain_finished_jobs: 7\n"
                      "retain_finished_s: 60\n"
                      "max_pending_per_identity: 5\n"
+                     "max_streams_per_identity: 3\n"
+                     "max_watch_bytes_per_stream: 65536\n"
+                     "max_watch_bytes_total: 1048576\n"
                      "tls_ca: /etc/zb/ca.pem\n"
                      "tls_cert: /etc/zb/coordinator.pem\n"
                      "tls_key: /etc/zb/coordinator.key\n";
   CHECK_EQ(c.max_plan_ops, 1 << 24);
   CHECK_EQ(c.max_pending_per_identity, 64);
+  CHECK_EQ(c.max_streams_per_identity, 64);
+  CHECK_EQ(c.max_watch_bytes_per_stream, 4 << 20);
+  CHECK_EQ(c.max_watch_bytes_total, 256 << 20);
   CHECK(!zb_tls_files_set(&c.tls));
   zb_diag d = {{0}};
   CHECK_EQ(zb_coord_config_parse(yaml, strlen(yaml), &c, &d), ZB_OK);
@@ -79,6 +85,9 @@ static void test_coord_defaults_and_full(void) {
   CHECK_EQ(c.retain_finished_jobs, 7);
   CHECK_EQ(c.retain_finished_s, 60);
   CHECK_EQ(c.max_pending_per_identity, 5);
+  CHECK_EQ(c.max_streams_per_identity, 3);
+  CHECK_EQ(c.max_watch_bytes_per_stream, 65536);
+  CHECK_EQ(c.max_watch_bytes_total, 1048576);
   CHECK_STREQ(c.tls.ca, "/etc/zb/ca.pem");
   CHECK_STREQ(c.tls.cert, "/etc/zb/coordinator.pem");
   CHECK_STREQ(c.tls.key, "/etc/zb/coordinator.key");
@@ -117,6 +126,14 @@ static void test_coord_invalid_leaves_unchanged(void) {
   CHECK(coord_fails("retain_finished_jobs: 0\n", ZB_ERR_INVALID_ARG, "retain_finished_jobs", NULL));
   CHECK(coord_fails("max_pending_per_identity: 0\n", ZB_ERR_INVALID_ARG, "max_pending_per_identity", NULL));
   CHECK(coord_fails("retain_finished_s: 0\n", ZB_ERR_INVALID_ARG, "retain_finished_s", NULL));
+  CHECK(coord_fails("max_streams_per_identity: 0\n", ZB_ERR_INVALID_ARG, "max_streams_per_identity", NULL));
+  CHECK(coord_fails("max_watch_bytes_per_stream: 1000\n", ZB_ERR_INVALID_ARG, "max_watch_bytes_per_stream",
+                    "between 65536 and", NULL));
+  CHECK(coord_fails("max_watch_bytes_total: 1000\n", ZB_ERR_INVALID_ARG, "max_watch_bytes_total", NULL));
+  /* the total below one stream's budget: no watcher could get what its own allows */
+  CHECK(coord_fails("max_watch_bytes_per_stream: 8388608\nmax_watch_bytes_total: 4194304\n",
+                    ZB_ERR_INVALID_ARG, "'max_watch_bytes_total'", "less than max_watch_bytes_per_stream",
+                    NULL));
   CHECK(coord_fails("tls_ca: [a, b]\n", ZB_ERR_PARSE, "tls_ca", NULL));
   /* Valid keys before the bad one: nothing of them may stick. */
   CHECK(coord_fails("log_level: debug\nlisten: 10.0.0.1:1\nheartbeat_timeout_ms: 50\n", ZB_ERR_INVALID_ARG,

@@ -349,6 +349,44 @@ static void events_after_seq(fixture *fx) {
   CHECK_EVENTS(fx->st, "j-1", -1, ev, 5);
 }
 
+/* A page bounded in bytes too: as many events as keep their iteration
+ * blobs within max_bytes, the first whatever its size; events without one
+ * count nothing. */
+static void events_page_by_bytes(fixture *fx) {
+  zb_diag diag = {{0}};
+  CHECK_OK(zb_store_open(fx->path, &fx->st, &diag));
+  static uint8_t blob[100];
+  zb_store_event ev[5];
+  for (int i = 0; i < 5; i++) {
+    ev[i] = make_event("j-1", i + 1, ZB_JOB_RUNNING, i == 3 ? NULL : blob, i == 3 ? 0 : sizeof blob);
+    CHECK_OK(zb_store_append_event(fx->st, &ev[i], &diag));
+  }
+  static const struct {
+    int64_t after;
+    int limit;
+    long long max_bytes;
+    int want_first, want_n;
+  } pages[] = {
+      {0, 32, 250, 1, 2}, /* 100 + 100 fit, a third would pass 250 */
+      {0, 32, 200, 1, 2}, /* exactly at the bound */
+      {0, 32, 50, 1, 1},  /* the first, larger than the bound, still comes */
+      {0, 32, 0, 1, 5},   /* no bound */
+      {2, 32, 200, 3, 3}, /* 100, the blobless 0, 100 */
+      {0, 1, 1000, 1, 1}, /* the count bounds too */
+      {5, 32, 50, 0, 0},  /* nothing after the last */
+  };
+  for (size_t k = 0; k < sizeof pages / sizeof pages[0]; k++) {
+    zb_store_event *rows = NULL;
+    int n = -1;
+    CHECK_OK(zb_store_list_events_limit(fx->st, "j-1", pages[k].after, pages[k].limit, pages[k].max_bytes,
+                                        &rows, &n, &diag));
+    CHECK_MSG(n == pages[k].want_n, "page %zu: %d events, want %d", k, n, pages[k].want_n);
+    for (int i = 0; i < n && n == pages[k].want_n; i++)
+      CHECK_EQ(rows[i].seq, pages[k].want_first + i);
+    zb_store_events_free(rows, n);
+  }
+}
+
 /* ---- restarts ------------------------------------------------------------ */
 
 static void survives_reopen(fixture *fx) {
@@ -1016,6 +1054,9 @@ static void test_store_replace_by_id(void) {
 static void test_store_events_after_seq(void) {
   with_tmpdir(events_after_seq);
 }
+static void test_store_events_page_by_bytes(void) {
+  with_tmpdir(events_page_by_bytes);
+}
 static void test_store_survives_reopen(void) {
   with_tmpdir(survives_reopen);
 }
@@ -1075,12 +1116,13 @@ static void test_store_delete_keeps_last_number(void) {
 }
 
 ZBT_MAIN(ZBT(test_store_round_trip), ZBT(test_store_replace_by_id), ZBT(test_store_events_after_seq),
-         ZBT(test_store_survives_reopen), ZBT(test_store_mark_interrupted_after_crash),
-         ZBT(test_store_mark_interrupted_stale_next_seq), ZBT(test_store_mark_interrupted_in_group),
-         ZBT(test_store_batch_of_1000), ZBT(test_store_autocommit_outside_group),
-         ZBT(test_store_close_with_open_group), ZBT(test_store_killed_in_group), ZBT(test_store_group_misuse),
-         ZBT(test_store_open_missing_dir), ZBT(test_store_open_garbage_file),
-         ZBT(test_store_schema_and_pragmas), ZBT(test_store_newer_version_refused),
-         ZBT(test_store_foreign_schema_refused), ZBT(test_store_rank_owners_round_trip),
-         ZBT(test_store_migrates_version_1), ZBT(test_store_failed_migration_leaves_file),
-         ZBT(test_store_bad_arguments), ZBT(test_store_delete_keeps_last_number))
+         ZBT(test_store_events_page_by_bytes), ZBT(test_store_survives_reopen),
+         ZBT(test_store_mark_interrupted_after_crash), ZBT(test_store_mark_interrupted_stale_next_seq),
+         ZBT(test_store_mark_interrupted_in_group), ZBT(test_store_batch_of_1000),
+         ZBT(test_store_autocommit_outside_group), ZBT(test_store_close_with_open_group),
+         ZBT(test_store_killed_in_group), ZBT(test_store_group_misuse), ZBT(test_store_open_missing_dir),
+         ZBT(test_store_open_garbage_file), ZBT(test_store_schema_and_pragmas),
+         ZBT(test_store_newer_version_refused), ZBT(test_store_foreign_schema_refused),
+         ZBT(test_store_rank_owners_round_trip), ZBT(test_store_migrates_version_1),
+         ZBT(test_store_failed_migration_leaves_file), ZBT(test_store_bad_arguments),
+         ZBT(test_store_delete_keeps_last_number))
