@@ -77,7 +77,7 @@ int zbtcp_resolve(const char *addr, bool passive, struct addrinfo **out) {
   return getaddrinfo(node, port, &hints, out);
 }
 
-static void format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t len) {
+void zbtcp_format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t len) {
   char host[INET6_ADDRSTRLEN] = "?";
   if (ss->ss_family == AF_INET6) {
     const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
@@ -128,12 +128,16 @@ static void tcp_abort(void *self, const char *why) {
 
 static void tcp_free(void *self) {
   tcp_transport *t = self;
-  for (int q = 0; q < t->nranks; q++)
+  for (int q = 0; q < t->nranks; q++) {
     if (t->fds[q] >= 0)
       close(t->fds[q]);
+    zbtcp_frame_mac_free(t->links[q].tx);
+    zbtcp_frame_mac_free(t->links[q].rx);
+  }
   if (t->listen_fd >= 0 && t->owns_listener)
     close(t->listen_fd);
   free(t->fds);
+  free(t->links);
   free(t->ops);
   free(t->pfds);
   free(t->pfd_peer);
@@ -219,7 +223,7 @@ static zb_err tcp_listen(tcp_transport *t, const zb_tcp_config *cfg, zb_diag *di
   if (getsockname(t->listen_fd, (struct sockaddr *)&ss, &sl) < 0)
     return zb_diag_set(diag, ZB_ERR_IO, "rank %d: getsockname: %s", t->rank,
                        zbtcp_errstr(errno, eb, sizeof eb));
-  format_sockaddr(&ss, t->address, sizeof t->address);
+  zbtcp_format_sockaddr(&ss, t->address, sizeof t->address);
   return ZB_OK;
 }
 
@@ -247,6 +251,7 @@ zb_err zb_transport_tcp_new(const zb_tcp_config *cfg, zb_transport **out, zb_dia
   t->fds = zb_malloc(sizeof(int) * p);
   for (size_t q = 0; q < p; q++)
     t->fds[q] = -1;
+  t->links = zb_calloc(p, sizeof *t->links);
   t->pfds = zb_calloc(p + 1, sizeof *t->pfds);
   t->pfd_peer = zb_calloc(p + 1, sizeof(int));
   t->send_head = zb_calloc(p, sizeof(int));
