@@ -120,6 +120,10 @@ static void tcp_stats(void *self, zb_transport_stats *out) {
   *out = ((tcp_transport *)self)->stats;
 }
 
+static bool tcp_failed_by_peer(void *self) {
+  return ((tcp_transport *)self)->failed_by_peer;
+}
+
 static void tcp_abort(void *self, const char *why) {
   tcp_transport *t = self;
   if (!t->failed)
@@ -155,6 +159,7 @@ static const zb_transport_ops tcp_ops = {
     .recv = zbtcp_recv,
     .group_end = zbtcp_group_end,
     .stats = tcp_stats,
+    .failed_by_peer = tcp_failed_by_peer,
     .abort = tcp_abort,
     .free = tcp_free,
 };

@@ -130,6 +130,7 @@ typedef struct tcp_transport {
   int *pfd_peer;
   int *send_head, *recv_head; /* scratch, by rank */
   zb_err failed;              /* ZB_OK while healthy */
+  bool failed_by_peer;        /* the first failure: a peer closed or reset its connection */
   char failure[sizeof(((zb_diag *)0)->msg)];
   zb_transport_stats stats;
 } tcp_transport;

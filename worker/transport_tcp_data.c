@@ -107,13 +107,15 @@ static zb_err tcp_trailer_arrived(tcp_transport *t, tcp_op *op, zb_diag *diag) {
  * failed, named with what rank was doing. */
 static zb_err tcp_io_error(tcp_transport *t, const tcp_op *op, const char *doing, bool *retry,
                            zb_diag *diag) {
-  *retry = errno == EINTR;
-  if (*retry || errno == EAGAIN || errno == EWOULDBLOCK)
+  int e = errno;
+  *retry = e == EINTR;
+  if (*retry || e == EAGAIN || e == EWOULDBLOCK)
     return ZB_OK;
   char tb[48], eb[96];
+  t->failed_by_peer = e == ECONNRESET || e == EPIPE; /* the first failure, as in tcp_step_recv */
   return zbtcp_fail(t, ZB_ERR_IO, diag, "connection to peer rank %d failed while rank %d was %s %s: %s",
                     op->peer, t->rank, doing, zb_tag_format(op->tag, tb, sizeof tb),
-                    zbtcp_errstr(errno, eb, sizeof eb));
+                    zbtcp_errstr(e, eb, sizeof eb));
 }
 
 /* The payload bytes among op's bytes [from, from + n) on the wire: *off
@@ -159,12 +161,14 @@ static zb_err tcp_step_recv(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *
   char tb[48];
   while (op->done < tcp_op_total(op)) {
     ssize_t n = tcp_recv_part(fd, op);
-    if (n == 0)
+    if (n == 0) {
+      t->failed_by_peer = true; /* the first failure: a failed transport has no ops to step */
       return zbtcp_fail(
           t, ZB_ERR_IO, diag,
           "peer rank %d closed the connection while rank %d was receiving %s (%zu of %zu bytes)", op->peer,
           t->rank, zb_tag_format(op->tag, tb, sizeof tb), op->done > TCP_FRAME ? op->done - TCP_FRAME : 0,
           op->len);
+    }
     if (n < 0) {
       bool retry;
       zb_err err = tcp_io_error(t, op, "receiving", &retry, diag);

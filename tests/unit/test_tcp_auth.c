@@ -9,7 +9,9 @@
  * sockets on 127.0.0.1) frames pass both ways untouched, and a flipped
  * payload bit, a flipped header bit, a replayed frame and a dropped frame
  * (all frames tagged alike, so only the MACs can tell) each fail the
- * receive naming the frame, the peer's rank and its address. The header
+ * receive naming the frame, the peer's rank and its address; the peer,
+ * which then sees the connection close, reports that as a peer's failure
+ * (zb_transport_failed_by_peer), the receiver does not. The header
  * decoder the handshake and the receives share (zbtcp_frame_parse, which
  * fuzz/fuzz_tcp_frame.c fuzzes) takes well-formed frames and refuses each
  * kind of malformed one, saying why. */
@@ -284,6 +286,10 @@ typedef struct outcome {
   zb_diag diag;
   char rank0[64];   /* rank 0's data address */
   bool back_intact; /* after FRAMES intact: a frame rank 1 sent back arrived */
+  /* after a failure: whether each rank's transport blames a peer (rank 0
+   * then waits for a frame from rank 1, which has closed) */
+  bool rank0_by_peer, rank1_by_peer;
+  zb_diag rank0_diag;
 } outcome;
 
 /* Rank 0 sends FRAMES messages of PAYLOAD bytes (byte k + 1 throughout
@@ -318,6 +324,10 @@ static outcome through_relay(relay *r) {
   zb_tag back = {.kind = ZB_OP_B, .stage = 1, .mb = 0};
   out.back_intact = !out.err && zb_transport_send(t1, 0, back, "gradient", 8, &d) == ZB_OK &&
                     zb_transport_recv(t0, 1, back, buf, 8, &d) == ZB_OK && memcmp(buf, "gradient", 8) == 0;
+  if (out.err && zb_transport_recv(t0, 1, back, buf, 8, &out.rank0_diag) != ZB_OK) {
+    out.rank0_by_peer = zb_transport_failed_by_peer(t0);
+    out.rank1_by_peer = zb_transport_failed_by_peer(t1);
+  }
   zb_transport_free(t0);
   zb_transport_free(t1);
   relay_stop(r);
@@ -347,6 +357,10 @@ static void check_frame_1_refused(relay *r, const char *which) {
   CHECK_MSG(o.err == ZB_ERR_IO && strstr(o.diag.msg, want), "err %d, '%s' (expected '%s')", (int)o.err,
             o.diag.msg, want);
   CHECK_EQ(o.intact, 1);
+  /* rank 1 found the fault; rank 0 only saw rank 1 close or reset (the
+   * coordinator prefers rank 1's reason: docs/wire.md, Reports) */
+  CHECK_MSG(o.rank0_by_peer && strstr(o.rank0_diag.msg, "peer rank 1"), "rank 0: %s", o.rank0_diag.msg);
+  CHECK(!o.rank1_by_peer);
 }
 
 static void test_a_changed_payload_is_refused(void) {
