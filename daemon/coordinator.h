@@ -120,9 +120,11 @@ struct coord_job {
   double samples_per_second;
   coord_watcher *watchers;
   /* a rank's reported failure, held until fail_at_ms (0: none) in case a
-   * lost worker of the job caused it */
+   * lost worker of the job caused it, or (fail_from_peer: the rank only saw
+   * a peer close its connection) another rank reports its own */
   int64_t fail_at_ms;
   char fail_reason[256];
+  bool fail_from_peer;
   /* an nccl job's bootstrap id, from rank 0's Report (memory only: a
    * coordinator restart fails the running jobs anyway) */
   bool has_nccl_id;

@@ -280,12 +280,18 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
 
 /* A rank's failure: the first one is kept, and the job fails with it after
  * COORD_FAIL_GRACE_MS unless a worker of the job is lost first: "peer rank
- * 2 closed the connection" from rank 1 is a symptom of rank 2. */
-static void report_failure(coord_job *j, const coord_worker *w, const char *error) {
-  if (j->fail_at_ms)
+ * 2 closed the connection" from rank 1 is a symptom of rank 2. For the
+ * same reason a kept failure that only echoes a peer's (from_peer) gives
+ * way to a rank's own that arrives within the grace, which it does not
+ * extend: rank 1's "frame 0 from rank 0 failed its MAC" over rank 0's
+ * "peer rank 1 closed the connection", whichever came first. */
+static void report_failure(coord_job *j, const coord_worker *w, const char *error, bool from_peer) {
+  if (j->fail_at_ms && (from_peer || !j->fail_from_peer))
     return;
   snprintf(j->fail_reason, sizeof j->fail_reason, "rank %d (worker %s) failed: %s", w->rank, w->id, error);
-  j->fail_at_ms = zb_clock_unix_ms() + COORD_FAIL_GRACE_MS;
+  j->fail_from_peer = from_peer;
+  if (!j->fail_at_ms)
+    j->fail_at_ms = zb_clock_unix_ms() + COORD_FAIL_GRACE_MS;
 }
 
 /* Answers a report; when it carried the worker's send time, with the
@@ -387,7 +393,7 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   if (!j)
     return;
   if (req->error && req->error[0]) {
-    report_failure(j, w, req->error);
+    report_failure(j, w, req->error, req->error_from_peer);
     resp.stop = true;
     report_reply(call, &resp, req, t2);
     return;

@@ -18,6 +18,7 @@ static void encode(const zbtcp_frame *f, unsigned char *b) {
     put_u32(b + 8, (uint32_t)f->tag.stage);
     put_u32(b + 12, (uint32_t)f->tag.mb);
     put_u64(b + 16, f->len);
+    memcpy(b + TCP_FIELDS, f->mac, TCP_TAG); /* the header tag: carried, checked only with the key */
     return;
   }
   put_u32(b + 4, TCP_VERSION);
@@ -41,6 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(size == (message ? TCP_FRAME : TCP_HELLO_FRAME), "a %zu-byte header decoded", size);
   if (message) {
     FUZZ_CHECK(f.tag.kind == ZB_OP_F || f.tag.kind == ZB_OP_B, "message kind %d", (int)f.tag.kind);
+    FUZZ_CHECK(f.mac == data + TCP_FIELDS, "header tag outside the header");
   } else {
     FUZZ_CHECK(f.rank >= 0 && f.rank < f.nranks, "rank %d of %d", f.rank, f.nranks);
     FUZZ_CHECK(f.nonce == data + 24 && f.mac == data + 24 + TCP_NONCE, "nonce or MAC outside the header");

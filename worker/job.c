@@ -281,7 +281,8 @@ static zb_err job_transport(job_state *js, const zb_assignment *first, atomic_bo
 
 /* Runs one assignment (and the updates that follow) to its end. Returns
  * an error message in diag when the rank failed (not when stopped). */
-static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *stop, zb_diag *diag) {
+static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *stop, bool *from_peer,
+                          zb_diag *diag) {
   job_state js = {.w = w, .stop = stop, .a = first, .next = first->first_iteration};
   /* the device first: an nccl transport orders its stream after the device's */
   zb_err err = worker_cuda_device(w, first, &js.dev, diag);
@@ -305,6 +306,7 @@ static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *st
   cpu_job_close(cj);
 #endif
   worker_assignment_free(js.owned);
+  *from_peer = err && js.tr && zb_transport_failed_by_peer(js.tr);
   if (js.tr && err)
     zb_transport_abort(js.tr, diag->msg); /* peers blocked on this rank fail now */
   zb_transport_free(js.tr);
@@ -338,13 +340,14 @@ void *job_thread(void *arg) {
     if (!a)
       return NULL;
     zb_diag d = {{0}};
-    zb_err err = job_execute(w, a, &stop, &d);
+    bool from_peer = false;
+    zb_err err = job_execute(w, a, &stop, &from_peer, &d);
     bool stopped = atomic_load(&stop);
     if (err && !stopped) {
       ZB_ERROR("job %s rank %d failed: %s", a->job_id, a->rank, d.msg);
-      worker_report_end(w, a->job_id, a->rank, d.msg);
+      worker_report_end(w, a->job_id, a->rank, d.msg, from_peer);
     } else if (!err && !stopped) {
-      worker_report_end(w, a->job_id, a->rank, NULL);
+      worker_report_end(w, a->job_id, a->rank, NULL, false);
       ZB_INFO("job %s rank %d: done", a->job_id, a->rank);
     } else {
       ZB_INFO("job %s rank %d: stopped", a->job_id, a->rank);

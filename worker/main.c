@@ -182,7 +182,7 @@ static void on_assign(worker *w, const Zb__V1__Assignment *pb) {
   ZB_ERROR("job %s rank %d: %s", pb->job_id ? pb->job_id : "?", pb->rank, d.msg);
   if (pb->job_id && pb->job_id[0]) {
     stop_running_job(w, pb->job_id);
-    worker_report_end(w, pb->job_id, pb->rank, d.msg);
+    worker_report_end(w, pb->job_id, pb->rank, d.msg, false);
   }
 }
 

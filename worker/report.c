@@ -184,11 +184,12 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
   return !switch_now;
 }
 
-void worker_report_end(worker *w, const char *job_id, int rank, const char *error) {
+void worker_report_end(worker *w, const char *job_id, int rank, const char *error, bool from_peer) {
   Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
   req.worker_id = w->id;
   req.job_id = (char *)job_id;
   req.rank = rank;
+  req.error_from_peer = error && from_peer;
   if (error)
     req.error = (char *)error;
   else

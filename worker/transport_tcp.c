@@ -77,7 +77,7 @@ int zbtcp_resolve(const char *addr, bool passive, struct addrinfo **out) {
   return getaddrinfo(node, port, &hints, out);
 }
 
-static void format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t len) {
+void zbtcp_format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t len) {
   char host[INET6_ADDRSTRLEN] = "?";
   if (ss->ss_family == AF_INET6) {
     const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
@@ -120,6 +120,10 @@ static void tcp_stats(void *self, zb_transport_stats *out) {
   *out = ((tcp_transport *)self)->stats;
 }
 
+static bool tcp_failed_by_peer(void *self) {
+  return ((tcp_transport *)self)->failed_by_peer;
+}
+
 static void tcp_abort(void *self, const char *why) {
   tcp_transport *t = self;
   if (!t->failed)
@@ -128,12 +132,16 @@ static void tcp_abort(void *self, const char *why) {
 
 static void tcp_free(void *self) {
   tcp_transport *t = self;
-  for (int q = 0; q < t->nranks; q++)
+  for (int q = 0; q < t->nranks; q++) {
     if (t->fds[q] >= 0)
       close(t->fds[q]);
+    zbtcp_frame_mac_free(t->links[q].tx);
+    zbtcp_frame_mac_free(t->links[q].rx);
+  }
   if (t->listen_fd >= 0 && t->owns_listener)
     close(t->listen_fd);
   free(t->fds);
+  free(t->links);
   free(t->ops);
   free(t->pfds);
   free(t->pfd_peer);
@@ -151,6 +159,7 @@ static const zb_transport_ops tcp_ops = {
     .recv = zbtcp_recv,
     .group_end = zbtcp_group_end,
     .stats = tcp_stats,
+    .failed_by_peer = tcp_failed_by_peer,
     .abort = tcp_abort,
     .free = tcp_free,
 };
@@ -219,7 +228,7 @@ static zb_err tcp_listen(tcp_transport *t, const zb_tcp_config *cfg, zb_diag *di
   if (getsockname(t->listen_fd, (struct sockaddr *)&ss, &sl) < 0)
     return zb_diag_set(diag, ZB_ERR_IO, "rank %d: getsockname: %s", t->rank,
                        zbtcp_errstr(errno, eb, sizeof eb));
-  format_sockaddr(&ss, t->address, sizeof t->address);
+  zbtcp_format_sockaddr(&ss, t->address, sizeof t->address);
   return ZB_OK;
 }
 
@@ -247,6 +256,7 @@ zb_err zb_transport_tcp_new(const zb_tcp_config *cfg, zb_transport **out, zb_dia
   t->fds = zb_malloc(sizeof(int) * p);
   for (size_t q = 0; q < p; q++)
     t->fds[q] = -1;
+  t->links = zb_calloc(p, sizeof *t->links);
   t->pfds = zb_calloc(p + 1, sizeof *t->pfds);
   t->pfd_peer = zb_calloc(p + 1, sizeof(int));
   t->send_head = zb_calloc(p, sizeof(int));

@@ -3,7 +3,9 @@
  *   transport_tcp.c          construction, listening, failure, life cycle;
  *   transport_tcp_data.c     posting and progressing sends and receives;
  *   transport_tcp_connect.c  dialing, accepting and the handshake;
- *   transport_tcp_frame.c    decoding and checking the headers peers send.
+ *   transport_tcp_frame.c    decoding and checking the headers peers send;
+ *   transport_tcp_auth.c     the handshake's MACs and the frame keys;
+ *   transport_tcp_mac.c      the per-frame MACs.
  * One TCP connection per pair of ranks, non-blocking sockets, and a poll()
  * loop that moves every posted send and receive of a group at once.
  *
@@ -12,8 +14,9 @@
  *   hello (72 bytes): magic "ZBHL" | version u32 | rank u32 | nranks u32 |
  *            session u64 | nonce [16] | mac [32]
  *   proof (72 bytes): magic "ZBPF", the rest as a hello's, nonce zero
- *   message (24 bytes): magic "ZBMS" | kind u32 ('F'/'B') | stage i32 |
- *            mb i32 | len u64, then len payload bytes.
+ *   message: a 40-byte header, magic "ZBMS" | kind u32 ('F'/'B') |
+ *            stage i32 | mb i32 | len u64 | header tag [16], then len
+ *            payload bytes, then the frame tag [16].
  * The handshake proves that both ends hold the job's data secret (sent by
  * the coordinator with each rank's assignment) without sending it
  * (docs/operations.md, Security): the dialer (lower rank) sends a hello
@@ -23,8 +26,34 @@
  * same MAC under "zb-tcp-dial"; only then is the connection the peer's.
  * A connection that fails the proof is closed and never counted, so a
  * stranger who knows the job id can neither take a rank's place nor
- * inject a frame. A receive reads exactly one header and then exactly its
- * payload, so nothing beyond the message it was posted for is consumed.
+ * open a connection of its own. A receive reads exactly one header, its
+ * payload and its tag, so nothing beyond the message it was posted for is
+ * consumed.
+ *
+ * Frame MACs: after the handshake every message is authenticated, so a
+ * relay on the path can neither change one nor drop, replay or reorder
+ * them. Each direction of a connection has its own key,
+ *   key = HMAC-SHA256(secret, "zb-frame dialer-to-acceptor" (or
+ *         "zb-frame acceptor-to-dialer") | both nonces | both ranks |
+ *         nranks | session),
+ * the handshake's construction under another label: fresh per
+ * connection (the nonces), never shared by the two directions. Frames
+ * are counted per direction from 0 (seq, never sent: both ends count),
+ * and tags are HMAC-SHA256 under the direction's key, truncated to 16
+ * bytes:
+ *   header tag = HMAC(key, "h" | seq u64 | the header's first 24 bytes)
+ *   frame tag  = HMAC(key, "f" | seq u64 | the header's first 24 bytes |
+ *                payload)
+ * The receiver checks the header tag before it trusts the header (so a
+ * changed, dropped, replayed or reordered frame is named as such, not as
+ * a tag mismatch of the two ranks' lists), feeds the payload to the MAC
+ * as it arrives (no copy), and completes the receive only when the frame
+ * tag checks: a frame that fails either fails the transport naming the
+ * peer's rank and address, and the group never returns its payload. The
+ * sender feeds each payload byte to the MAC as the socket takes it.
+ * Without a data secret (tests) the session stands in for it, as in the
+ * handshake: frames are still checked but anyone who knows the job id
+ * could forge them.
  */
 #ifndef ZB_TRANSPORT_TCP_H
 #define ZB_TRANSPORT_TCP_H
@@ -35,15 +64,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "zb_transport.h"
 
-#define TCP_HELLO_MAGIC 0x4c48425au /* "ZBHL" as bytes on the wire */
-#define TCP_MSG_MAGIC 0x534d425au   /* "ZBMS" */
-#define TCP_PROOF_MAGIC 0x4650425au /* "ZBPF" */
-#define TCP_VERSION 2u
-#define TCP_FRAME 24       /* a message header */
-#define TCP_HELLO_FRAME 72 /* a hello or a proof */
+#define TCP_HELLO_MAGIC 0x4c48425au      /* "ZBHL" as bytes on the wire */
+#define TCP_MSG_MAGIC 0x534d425au        /* "ZBMS" */
+#define TCP_PROOF_MAGIC 0x4650425au      /* "ZBPF" */
+#define TCP_VERSION 3u                   /* 3: frame MACs */
+#define TCP_FIELDS 24                    /* a message header's fields, before its tag */
+#define TCP_TAG 16                       /* a frame MAC: HMAC-SHA256 truncated */
+#define TCP_FRAME (TCP_FIELDS + TCP_TAG) /* a message header */
+#define TCP_HELLO_FRAME 72               /* a hello or a proof */
 #define TCP_NONCE 16
 #define TCP_MAC 32
 #define TCP_KEY_MAX 64
@@ -59,8 +91,25 @@ typedef struct tcp_op {
   unsigned char *buf; /* a send's buffer is never written */
   size_t len;
   unsigned char hdr[TCP_FRAME];
-  size_t done; /* bytes of header + payload moved */
+  unsigned char trailer[TCP_TAG]; /* the frame tag: a send's once its payload is out, a receive's as read */
+  bool begun;                     /* a send: numbered, header tagged, its MAC fed from here on */
+  size_t done;                    /* bytes of header + payload + frame tag moved */
 } tcp_op;
+
+/* The bytes of op on the wire. */
+static inline size_t tcp_op_total(const tcp_op *op) {
+  return TCP_FRAME + op->len + TCP_TAG;
+}
+
+/* One direction's frame MAC of a connection (transport_tcp_mac.c). */
+typedef struct zbtcp_frame_mac zbtcp_frame_mac;
+
+/* What the transport keeps per connected peer. */
+typedef struct tcp_link {
+  zbtcp_frame_mac *tx, *rx; /* keyed by the handshake; NULL while not connected */
+  uint64_t tx_seq, rx_seq;  /* the next frame's number, each way */
+  char address[96];         /* the peer's data address as given, else the socket's */
+} tcp_link;
 
 typedef struct tcp_transport {
   int rank, nranks;
@@ -72,7 +121,8 @@ typedef struct tcp_transport {
   int listen_fd;
   bool owns_listener; /* false: the caller's (zb_tcp_config.has_listener) */
   char address[96];
-  int *fds; /* by rank; -1 when not connected */
+  int *fds;        /* by rank; -1 when not connected */
+  tcp_link *links; /* by rank */
   int depth;
   tcp_op *ops;
   int n_ops, cap_ops;
@@ -80,6 +130,7 @@ typedef struct tcp_transport {
   int *pfd_peer;
   int *send_head, *recv_head; /* scratch, by rank */
   zb_err failed;              /* ZB_OK while healthy */
+  bool failed_by_peer;        /* the first failure: a peer closed or reset its connection */
   char failure[sizeof(((zb_diag *)0)->msg)];
   zb_transport_stats stats;
 } tcp_transport;
@@ -123,6 +174,8 @@ int zbtcp_set_nonblocking(int fd);
  * waiting for the receiver to reach its RECV, as the simulator assumes
  * (docs/model.md, Transports). Best effort. */
 void zbtcp_set_buffers(int fd);
+/* "host:port" ("[v6]:port") of a socket address. */
+void zbtcp_format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t len);
 /* getaddrinfo of "host:port" (host may be "[v6]", empty or "*" when
  * passive); EAI_NONAME for a malformed address. */
 int zbtcp_resolve(const char *addr, bool passive, struct addrinfo **out);
@@ -139,7 +192,10 @@ typedef struct zbtcp_frame {
   /* a hello or a proof (TCP_HELLO_FRAME bytes) */
   int rank, nranks; /* 0 <= rank < nranks */
   uint64_t session;
-  const unsigned char *nonce, *mac; /* TCP_NONCE and TCP_MAC bytes inside the header parsed */
+  const unsigned char *nonce; /* TCP_NONCE bytes inside the header parsed */
+  /* inside the header parsed: a hello's or proof's TCP_MAC bytes, or a
+   * message's header tag (TCP_TAG bytes, unchecked here: it needs the key) */
+  const unsigned char *mac;
 } zbtcp_frame;
 
 /* Decodes the n bytes of a header read from a peer: a message header (n
@@ -171,6 +227,30 @@ void zbtcp_mac(const tcp_transport *t, const char *label, const unsigned char *n
 /* Whether mac is that MAC (compared in constant time). */
 bool zbtcp_mac_ok(const tcp_transport *t, const char *label, const unsigned char *nonce_d,
                   const unsigned char *nonce_a, int rank_d, int rank_a, const unsigned char *mac);
+/* The two frame keys of a connection (Frame MACs, above), from the
+ * handshake's nonces and ranks. */
+void zbtcp_frame_keys(const tcp_transport *t, const unsigned char *nonce_d, const unsigned char *nonce_a,
+                      int rank_d, int rank_a, unsigned char to_acceptor[TCP_MAC],
+                      unsigned char to_dialer[TCP_MAC]);
+
+/* ---- frame MACs (transport_tcp_mac.c; Frame MACs, above) ---- */
+
+/* A MAC keyed with key (TCP_MAC bytes, copied), or NULL when libcrypto
+ * cannot make one. Owned by the caller: zbtcp_frame_mac_free (NULL is a
+ * no-op). */
+zbtcp_frame_mac *zbtcp_frame_mac_new(const unsigned char *key);
+void zbtcp_frame_mac_free(zbtcp_frame_mac *m);
+/* The header tag of frame seq with header hdr (its first TCP_FIELDS
+ * bytes count); false when libcrypto failed. */
+bool zbtcp_header_tag(zbtcp_frame_mac *m, uint64_t seq, const unsigned char *hdr, unsigned char tag[TCP_TAG]);
+/* The frame tag, fed in parts: begin with the header, add the payload as
+ * it moves (any pieces), end. End is false when libcrypto failed at any
+ * step since begin (the tag is then no tag). One frame at a time per m. */
+void zbtcp_frame_begin(zbtcp_frame_mac *m, uint64_t seq, const unsigned char *hdr);
+void zbtcp_frame_add(zbtcp_frame_mac *m, const unsigned char *p, size_t n);
+bool zbtcp_frame_end(zbtcp_frame_mac *m, unsigned char tag[TCP_TAG]);
+/* Whether two tags are equal (in constant time). */
+bool zbtcp_tag_equal(const unsigned char *a, const unsigned char *b);
 
 /* ---- the vtable's entries in the other files ---- */
 

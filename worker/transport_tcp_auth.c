@@ -1,6 +1,6 @@
-/* transport_tcp_auth.c — the MACs of the tcp transport's handshake
- * (transport_tcp.h): HMAC-SHA256 from OpenSSL's libcrypto, nonces from the
- * kernel's random source. */
+/* transport_tcp_auth.c — the MACs of the tcp transport's handshake and the
+ * frame keys derived from it (transport_tcp.h): HMAC-SHA256 from OpenSSL's
+ * libcrypto, nonces from the kernel's random source. */
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -40,4 +40,11 @@ bool zbtcp_mac_ok(const tcp_transport *t, const char *label, const unsigned char
   unsigned char want[TCP_MAC];
   zbtcp_mac(t, label, nonce_d, nonce_a, rank_d, rank_a, want);
   return CRYPTO_memcmp(want, mac, TCP_MAC) == 0;
+}
+
+void zbtcp_frame_keys(const tcp_transport *t, const unsigned char *nonce_d, const unsigned char *nonce_a,
+                      int rank_d, int rank_a, unsigned char to_acceptor[TCP_MAC],
+                      unsigned char to_dialer[TCP_MAC]) {
+  zbtcp_mac(t, "zb-frame dialer-to-acceptor", nonce_d, nonce_a, rank_d, rank_a, to_acceptor);
+  zbtcp_mac(t, "zb-frame acceptor-to-dialer", nonce_d, nonce_a, rank_d, rank_a, to_dialer);
 }

@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,12 +159,26 @@ static bool hs_proof_ok(const tcp_transport *t, const tcp_hs *h) {
 }
 
 /* The connection of h is established: it becomes the transport's
- * connection to h->peer. */
-static void hs_connected(tcp_transport *t, tcp_hs *h) {
+ * connection to h->peer, with frame MACs keyed from this handshake
+ * (transport_tcp.h, Frame MACs). */
+static zb_err hs_connected(tcp_transport *t, tcp_hs *h, zb_diag *diag) {
+  bool dialer = h->outbound;
+  unsigned char to_acceptor[TCP_MAC], to_dialer[TCP_MAC];
+  zbtcp_frame_keys(t, dialer ? h->mine : h->theirs, dialer ? h->theirs : h->mine, dialer ? t->rank : h->peer,
+                   dialer ? h->peer : t->rank, to_acceptor, to_dialer);
+  tcp_link *l = &t->links[h->peer];
+  l->tx = zbtcp_frame_mac_new(dialer ? to_acceptor : to_dialer);
+  l->rx = zbtcp_frame_mac_new(dialer ? to_dialer : to_acceptor);
+  OPENSSL_cleanse(to_acceptor, sizeof to_acceptor);
+  OPENSSL_cleanse(to_dialer, sizeof to_dialer);
+  if (!l->tx || !l->rx)
+    return zbtcp_fail(t, ZB_ERR_IO, diag, "rank %d: libcrypto could not make the frame MACs of peer rank %d",
+                      t->rank, h->peer);
   h->st = HS_DONE;
   set_nodelay(h->fd);
   t->fds[h->peer] = h->fd;
   h->fd = -1;
+  return ZB_OK;
 }
 
 /* HS_DIAL: the non-blocking connect finished (HS_WRITE), failed (retry),
@@ -186,7 +201,7 @@ static void hs_step_dial(tcp_hs *h, short re) {
 
 /* HS_WRITE: sends our hello or proof. Then a dialer reads the answer (or,
  * after its proof, is connected); an acceptor reads the proof. */
-static void hs_step_write(tcp_transport *t, tcp_hs *h) {
+static zb_err hs_step_write(tcp_transport *t, tcp_hs *h, zb_diag *diag) {
   char eb[96];
   if (h->done == 0)
     tcp_encode_hello(t, h);
@@ -195,23 +210,22 @@ static void hs_step_write(tcp_transport *t, tcp_hs *h) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return;
+      return ZB_OK;
     if (n < 0) {
       if (h->outbound)
         hs_retry(h, zbtcp_errstr(errno, eb, sizeof eb));
       else
         h->st = HS_DROP;
-      return;
+      return ZB_OK;
     }
     h->done += (size_t)n;
   }
   h->done = 0;
-  if (h->outbound && h->proving) {
-    hs_connected(t, h);
-  } else {
-    h->st = HS_READ;
-    h->proving = !h->outbound; /* the acceptor reads the proof next */
-  }
+  if (h->outbound && h->proving)
+    return hs_connected(t, h, diag);
+  h->st = HS_READ;
+  h->proving = !h->outbound; /* the acceptor reads the proof next */
+  return ZB_OK;
 }
 
 /* HS_READ: reads and checks the other end's hello (a dialer then sends its
@@ -236,11 +250,11 @@ static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, const bool *need, zb_dia
   }
   h->done = 0;
   if (h->proving) { /* the acceptor, with the dialer's proof */
-    if (!hs_proof_ok(t, h) || t->fds[h->peer] >= 0)
+    if (!hs_proof_ok(t, h) || t->fds[h->peer] >= 0) {
       h->st = HS_DROP; /* no proof, or a second connection claiming the same rank */
-    else
-      hs_connected(t, h);
-    return ZB_OK;
+      return ZB_OK;
+    }
+    return hs_connected(t, h, diag);
   }
   bool drop;
   zb_err err = hs_check_hello(t, h, need, diag, &drop);
@@ -262,10 +276,8 @@ static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, const bool *need, zb_dia
 static zb_err hs_step(tcp_transport *t, tcp_hs *h, short re, const bool *need, zb_diag *diag) {
   if (h->st == HS_DIAL)
     hs_step_dial(h, re);
-  if (h->st == HS_WRITE) {
-    hs_step_write(t, h);
-    return ZB_OK;
-  }
+  if (h->st == HS_WRITE)
+    return hs_step_write(t, h, diag);
   if (h->st == HS_READ)
     return hs_step_read(t, h, need, diag);
   return ZB_OK;
@@ -420,6 +432,24 @@ static zb_err hs_round(tcp_transport *t, tcp_conn_state *cs, const bool *need, b
   return hs_handle_events(t, cs, polled, inbound_missing, need, diag);
 }
 
+/* Names each connected peer for errors: the data address it was given
+ * as, else the far end of its socket. */
+static void name_links(tcp_transport *t, const char *const *addresses) {
+  for (int q = 0; q < t->nranks; q++) {
+    tcp_link *l = &t->links[q];
+    if (t->fds[q] < 0 || l->address[0])
+      continue;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (addresses && addresses[q])
+      snprintf(l->address, sizeof l->address, "%s", addresses[q]);
+    else if (getpeername(t->fds[q], (struct sockaddr *)&ss, &sl) == 0)
+      zbtcp_format_sockaddr(&ss, l->address, sizeof l->address);
+    else
+      snprintf(l->address, sizeof l->address, "address unknown");
+  }
+}
+
 static void hs_free(tcp_conn_state *cs) {
   for (int i = 0; i < cs->n; i++) {
     if (cs->hs[i].fd >= 0)
@@ -457,6 +487,7 @@ zb_err zbtcp_connect(void *self, const char *const *addresses, const bool *peers
     }
     err = hs_round(t, &cs, need, inbound_missing, now, deadline, diag);
   }
+  name_links(t, addresses);
   hs_free(&cs);
   free(need);
   return err;

@@ -1,6 +1,7 @@
 /* transport_tcp_data.c — the tcp transport's progress engine
  * (transport_tcp.h): posted sends and receives, moved by one poll() loop
- * per group, each stream in posting order. */
+ * per group, each stream in posting order, every frame MAC'd as its bytes
+ * move (transport_tcp.h, Frame MACs). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -48,9 +49,31 @@ static zb_err tcp_post(tcp_transport *t, bool is_send, int peer, zb_tag tag, voi
   return t->depth > 0 ? ZB_OK : tcp_progress(t, diag);
 }
 
-/* Checks a received header against what op expects. */
-static zb_err tcp_check_header(tcp_transport *t, const tcp_op *op, zb_diag *diag) {
+static zb_err tcp_fail_crypto(tcp_transport *t, zb_diag *diag) {
+  return zbtcp_fail(t, ZB_ERR_IO, diag, "rank %d: libcrypto could not compute a frame MAC", t->rank);
+}
+
+/* Fails t: frame seq from op's peer failed its MAC (the header's or the
+ * whole frame's). */
+static zb_err tcp_fail_mac(tcp_transport *t, const tcp_op *op, uint64_t seq, const char *which,
+                           zb_diag *diag) {
+  return zbtcp_fail(t, ZB_ERR_IO, diag,
+                    "frame %llu from rank %d (%s) failed its %s: the data plane was changed in transit "
+                    "(or frames were dropped, replayed or reordered)",
+                    (unsigned long long)seq, op->peer, t->links[op->peer].address, which);
+}
+
+/* Checks a received header: its tag first (so a frame changed on the way
+ * is named as that), then against what op expects. Then starts the
+ * frame's MAC. */
+static zb_err tcp_header_arrived(tcp_transport *t, tcp_op *op, zb_diag *diag) {
   char want[48], got[48];
+  tcp_link *l = &t->links[op->peer];
+  unsigned char tag[TCP_TAG];
+  if (!zbtcp_header_tag(l->rx, l->rx_seq, op->hdr, tag))
+    return tcp_fail_crypto(t, diag);
+  if (!zbtcp_tag_equal(tag, op->hdr + TCP_FIELDS))
+    return tcp_fail_mac(t, op, l->rx_seq, "header MAC", diag);
   zbtcp_frame f;
   zb_diag why;
   if (zbtcp_frame_parse(op->hdr, TCP_FRAME, &f, &why) != ZB_OK)
@@ -62,6 +85,20 @@ static zb_err tcp_check_header(tcp_transport *t, const tcp_op *op, zb_diag *diag
                       "rank %d got message %s (%llu bytes) from peer rank %d, expected %s (%zu bytes)",
                       t->rank, zb_tag_format(f.tag, got, sizeof got), (unsigned long long)f.len, op->peer,
                       zb_tag_format(op->tag, want, sizeof want), op->len);
+  zbtcp_frame_begin(l->rx, l->rx_seq, op->hdr);
+  return ZB_OK;
+}
+
+/* The frame tag of op has arrived: the receive completes only if it is
+ * the MAC of the frame. */
+static zb_err tcp_trailer_arrived(tcp_transport *t, tcp_op *op, zb_diag *diag) {
+  tcp_link *l = &t->links[op->peer];
+  unsigned char tag[TCP_TAG];
+  if (!zbtcp_frame_end(l->rx, tag))
+    return tcp_fail_crypto(t, diag);
+  if (!zbtcp_tag_equal(tag, op->trailer))
+    return tcp_fail_mac(t, op, l->rx_seq, "MAC", diag);
+  l->rx_seq++;
   return ZB_OK;
 }
 
@@ -70,41 +107,68 @@ static zb_err tcp_check_header(tcp_transport *t, const tcp_op *op, zb_diag *diag
  * failed, named with what rank was doing. */
 static zb_err tcp_io_error(tcp_transport *t, const tcp_op *op, const char *doing, bool *retry,
                            zb_diag *diag) {
-  *retry = errno == EINTR;
-  if (*retry || errno == EAGAIN || errno == EWOULDBLOCK)
+  int e = errno;
+  *retry = e == EINTR;
+  if (*retry || e == EAGAIN || e == EWOULDBLOCK)
     return ZB_OK;
   char tb[48], eb[96];
+  t->failed_by_peer = e == ECONNRESET || e == EPIPE; /* the first failure, as in tcp_step_recv */
   return zbtcp_fail(t, ZB_ERR_IO, diag, "connection to peer rank %d failed while rank %d was %s %s: %s",
                     op->peer, t->rank, doing, zb_tag_format(op->tag, tb, sizeof tb),
-                    zbtcp_errstr(errno, eb, sizeof eb));
+                    zbtcp_errstr(e, eb, sizeof eb));
 }
 
-/* Advances op by n bytes moved; returns how many of them were payload
- * (past the frame header). */
-static int64_t tcp_advance(tcp_op *op, size_t n, bool *moved) {
-  size_t before = op->done;
+/* The payload bytes among op's bytes [from, from + n) on the wire: *off
+ * into the payload, and how many. */
+static size_t tcp_payload_span(const tcp_op *op, size_t from, size_t n, size_t *off) {
+  size_t lo = from > TCP_FRAME ? from : TCP_FRAME,
+         hi = from + n < TCP_FRAME + op->len ? from + n : TCP_FRAME + op->len;
+  *off = lo - TCP_FRAME;
+  return hi > lo ? hi - lo : 0;
+}
+
+/* Reads into the part of op the next bytes belong to: the header, the
+ * payload or the frame tag, never past it. */
+static ssize_t tcp_recv_part(int fd, tcp_op *op) {
+  size_t body = TCP_FRAME + op->len;
+  if (op->done < TCP_FRAME)
+    return recv(fd, op->hdr + op->done, TCP_FRAME - op->done, 0);
+  if (op->done < body)
+    return recv(fd, op->buf + (op->done - TCP_FRAME), body - op->done, 0);
+  return recv(fd, op->trailer + (op->done - body), tcp_op_total(op) - op->done, 0);
+}
+
+/* op received n more bytes: MACs the payload among them, checks the
+ * header and the frame tag when they are complete. */
+static zb_err tcp_received(tcp_transport *t, tcp_op *op, size_t n, zb_diag *diag) {
+  size_t before = op->done, off;
   op->done += n;
-  *moved = true;
-  return op->done > TCP_FRAME ? (int64_t)(op->done - (before > TCP_FRAME ? before : TCP_FRAME)) : 0;
+  size_t payload = tcp_payload_span(op, before, n, &off);
+  if (payload > 0) {
+    zbtcp_frame_add(t->links[op->peer].rx, op->buf + off, payload);
+    t->stats.bytes_received += (int64_t)payload;
+  }
+  if (before < TCP_FRAME && op->done == TCP_FRAME)
+    return tcp_header_arrived(t, op, diag);
+  if (op->done == tcp_op_total(op))
+    return tcp_trailer_arrived(t, op, diag);
+  return ZB_OK;
 }
 
 /* Moves bytes of op until it completes or the socket would block. */
 static zb_err tcp_step_recv(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *diag) {
   int fd = t->fds[op->peer];
-  size_t total = TCP_FRAME + op->len;
   char tb[48];
-  while (op->done < total) {
-    ssize_t n;
-    if (op->done < TCP_FRAME)
-      n = recv(fd, op->hdr + op->done, TCP_FRAME - op->done, 0);
-    else
-      n = recv(fd, op->buf + (op->done - TCP_FRAME), total - op->done, 0);
-    if (n == 0)
+  while (op->done < tcp_op_total(op)) {
+    ssize_t n = tcp_recv_part(fd, op);
+    if (n == 0) {
+      t->failed_by_peer = true; /* the first failure: a failed transport has no ops to step */
       return zbtcp_fail(
           t, ZB_ERR_IO, diag,
           "peer rank %d closed the connection while rank %d was receiving %s (%zu of %zu bytes)", op->peer,
           t->rank, zb_tag_format(op->tag, tb, sizeof tb), op->done > TCP_FRAME ? op->done - TCP_FRAME : 0,
           op->len);
+    }
     if (n < 0) {
       bool retry;
       zb_err err = tcp_io_error(t, op, "receiving", &retry, diag);
@@ -112,30 +176,57 @@ static zb_err tcp_step_recv(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *
         return err;
       continue;
     }
-    size_t before = op->done;
-    t->stats.bytes_received += tcp_advance(op, (size_t)n, moved);
-    if (before < TCP_FRAME && op->done >= TCP_FRAME) {
-      zb_err err = tcp_check_header(t, op, diag);
-      if (err)
-        return err;
-    }
+    *moved = true;
+    zb_err err = tcp_received(t, op, (size_t)n, diag);
+    if (err)
+      return err;
   }
   t->stats.messages_received++;
   return ZB_OK;
 }
 
+/* The send op moves first: it takes the next frame number of its
+ * connection, tags its header and starts its frame MAC. */
+static zb_err tcp_begin_send(tcp_transport *t, tcp_op *op, zb_diag *diag) {
+  tcp_link *l = &t->links[op->peer];
+  uint64_t seq = l->tx_seq++;
+  op->begun = true;
+  if (!zbtcp_header_tag(l->tx, seq, op->hdr, op->hdr + TCP_FIELDS))
+    return tcp_fail_crypto(t, diag);
+  zbtcp_frame_begin(l->tx, seq, op->hdr);
+  return ZB_OK;
+}
+
+/* The iovecs of what op sends next: the rest of its header and payload,
+ * or (once they are out and the tag is made) the rest of its tag. */
+static int tcp_send_parts(tcp_op *op, struct iovec iov[2]) {
+  size_t body = TCP_FRAME + op->len;
+  int niov = 0;
+  if (op->done >= body) {
+    iov[niov++] =
+        (struct iovec){.iov_base = op->trailer + (op->done - body), .iov_len = tcp_op_total(op) - op->done};
+    return niov;
+  }
+  if (op->done < TCP_FRAME)
+    iov[niov++] = (struct iovec){.iov_base = op->hdr + op->done, .iov_len = TCP_FRAME - op->done};
+  size_t off = op->done > TCP_FRAME ? op->done - TCP_FRAME : 0;
+  if (op->len > off)
+    iov[niov++] = (struct iovec){.iov_base = op->buf + off, .iov_len = op->len - off};
+  return niov;
+}
+
 static zb_err tcp_step_send(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *diag) {
   int fd = t->fds[op->peer];
-  size_t total = TCP_FRAME + op->len;
-  while (op->done < total) {
+  zbtcp_frame_mac *mac = t->links[op->peer].tx;
+  size_t body = TCP_FRAME + op->len;
+  if (!op->begun) {
+    zb_err err = tcp_begin_send(t, op, diag);
+    if (err)
+      return err;
+  }
+  while (op->done < tcp_op_total(op)) {
     struct iovec iov[2];
-    int niov = 0;
-    if (op->done < TCP_FRAME)
-      iov[niov++] = (struct iovec){.iov_base = op->hdr + op->done, .iov_len = TCP_FRAME - op->done};
-    size_t off = op->done > TCP_FRAME ? op->done - TCP_FRAME : 0;
-    if (op->len > off)
-      iov[niov++] = (struct iovec){.iov_base = op->buf + off, .iov_len = op->len - off};
-    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)tcp_send_parts(op, iov)};
     ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       bool retry;
@@ -144,7 +235,17 @@ static zb_err tcp_step_send(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *
         return err;
       continue;
     }
-    t->stats.bytes_sent += tcp_advance(op, (size_t)n, moved);
+    size_t before = op->done, off;
+    op->done += (size_t)n;
+    *moved = true;
+    size_t payload = tcp_payload_span(op, before, (size_t)n, &off);
+    if (payload > 0) {
+      zbtcp_frame_add(mac, op->buf + off, payload);
+      t->stats.bytes_sent += (int64_t)payload;
+    }
+    /* header and payload are out: the tag follows */
+    if (before < body && op->done == body && !zbtcp_frame_end(mac, op->trailer))
+      return tcp_fail_crypto(t, diag);
   }
   t->stats.messages_sent++;
   return ZB_OK;
@@ -155,7 +256,7 @@ static zb_err tcp_step_send(tcp_transport *t, tcp_op *op, bool *moved, zb_diag *
 static int tcp_next_op(const tcp_transport *t, int q, bool is_send, int from) {
   for (int i = from; i < t->n_ops; i++) {
     const tcp_op *op = &t->ops[i];
-    if (op->peer == q && op->is_send == is_send && op->done < TCP_FRAME + op->len)
+    if (op->peer == q && op->is_send == is_send && op->done < tcp_op_total(op))
       return i;
   }
   return -1;
@@ -166,7 +267,7 @@ static zb_err tcp_fail_stopped(tcp_transport *t, zb_diag *diag) {
   char tb[48];
   const tcp_op *op = &t->ops[0];
   for (int i = 0; i < t->n_ops; i++)
-    if (t->ops[i].done < TCP_FRAME + t->ops[i].len) {
+    if (t->ops[i].done < tcp_op_total(&t->ops[i])) {
       op = &t->ops[i];
       break;
     }
@@ -217,7 +318,7 @@ static zb_err tcp_progress(tcp_transport *t, zb_diag *diag) {
         zb_err err = tcp_step_recv(t, &t->ops[i], &moved, diag);
         if (err)
           return err;
-        if (t->ops[i].done < TCP_FRAME + t->ops[i].len)
+        if (t->ops[i].done < tcp_op_total(&t->ops[i]))
           break; /* would block */
       }
       for (int i = t->send_head[q]; i >= 0 && (re & (POLLOUT | POLLHUP | POLLERR));
@@ -225,7 +326,7 @@ static zb_err tcp_progress(tcp_transport *t, zb_diag *diag) {
         zb_err err = tcp_step_send(t, &t->ops[i], &moved, diag);
         if (err)
           return err;
-        if (t->ops[i].done < TCP_FRAME + t->ops[i].len)
+        if (t->ops[i].done < tcp_op_total(&t->ops[i]))
           break;
       }
     }

@@ -15,6 +15,7 @@ static zb_err parse_message(const unsigned char *h, zbtcp_frame *out, zb_diag *d
                       .stage = (int32_t)get_u32(h + 8),
                       .mb = (int32_t)get_u32(h + 12)};
   out->len = get_u64(h + 16);
+  out->mac = h + TCP_FIELDS; /* the header tag */
   return ZB_OK;
 }
 

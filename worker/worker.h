@@ -125,8 +125,10 @@ report_result worker_report_retry(worker *w, Zb__V1__ReportRequest *req, const a
                                   size_t why_len);
 enum { WORKER_REPORT_RIDE_OUT_S = 60 };
 /* Reports that rank of job_id ended: failed with error, or done (NULL),
- * riding out a coordinator that does not answer as worker_report_retry. */
-void worker_report_end(worker *w, const char *job_id, int rank, const char *error);
+ * riding out a coordinator that does not answer as worker_report_retry.
+ * from_peer: the error only says a peer closed its connection
+ * (zb_transport_failed_by_peer; ReportRequest.error_from_peer). */
+void worker_report_end(worker *w, const char *job_id, int rank, const char *error, bool from_peer);
 /* After attaching again with a running job: sends its kept reports again
  * (the coordinator counts each once). */
 void worker_report_resend(worker *w);

@@ -77,6 +77,7 @@ typedef struct zb_transport_ops {
   zb_err (*recv)(void *self, int peer, zb_tag tag, void *buf, size_t len, zb_diag *diag);
   zb_err (*group_end)(void *self, zb_diag *diag);
   void (*stats)(void *self, zb_transport_stats *out);
+  bool (*failed_by_peer)(void *self); /* NULL: never tells */
   void (*abort)(void *self, const char *why);
   void (*free)(void *self);
 } zb_transport_ops;
@@ -135,6 +136,15 @@ static inline zb_err zb_transport_group_end(zb_transport *t, zb_diag *diag) {
 /* Fills *out with the counters. Does not block. */
 static inline void zb_transport_stats_get(zb_transport *t, zb_transport_stats *out) {
   t->ops->stats(t->self, out);
+}
+
+/* Whether t's first failure was a peer closing or resetting its
+ * connection: this rank only saw another's failure (or the network's),
+ * which the coordinator takes as the weaker reason for the job's
+ * (docs/wire.md, Reports). False while t is healthy, and for a transport
+ * that cannot tell (nccl). Does not block. */
+static inline bool zb_transport_failed_by_peer(zb_transport *t) {
+  return t->ops->failed_by_peer && t->ops->failed_by_peer(t->self);
 }
 
 /* Poisons t on purpose (ncclCommAbort): shuts every connection down so

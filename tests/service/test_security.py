@@ -15,6 +15,7 @@ from zbsvc import STATE, Cluster, health_pb2, iteration_events, job_spec, rpc_er
 import grpc
 
 DENIED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+TCP_VERSION = 3  # the data plane's handshake version (worker/transport_tcp.h)
 
 
 def attach_error(stub, worker_id):
@@ -275,7 +276,7 @@ def test_data_plane_stranger_cannot_join():
         rank1 = [w for w in c.list_workers() if w.id == "w1"][0].data_address
         host, port = rank1.rsplit(":", 1)
         s = socket.create_connection((host, int(port)), timeout=10 * zbsvc.SLOW)
-        s.sendall(struct.pack("<4sIIIQ16s32s", b"ZBHL", 2, 0, 2, fnv1a(nxt), b"\0" * 16, b"\0" * 32))
+        s.sendall(struct.pack("<4sIIIQ16s32s", b"ZBHL", TCP_VERSION, 0, 2, fnv1a(nxt), b"\0" * 16, b"\0" * 32))
         outcome = {}
 
         def stranger():
@@ -287,8 +288,9 @@ def test_data_plane_stranger_cannot_join():
                         break
                     answer += chunk
                 outcome["answered"] = answer[:4]
-                s.sendall(struct.pack("<4sIIIQ16s32s", b"ZBPF", 2, 0, 2, fnv1a(nxt), b"\0" * 16, b"\xab" * 32))
-                s.sendall(struct.pack("<4sIiiQ", b"ZBMS", ord("F"), 0, 0, 16) + b"\x7f" * 16)  # inject
+                s.sendall(struct.pack("<4sIIIQ16s32s", b"ZBPF", TCP_VERSION, 0, 2, fnv1a(nxt), b"\0" * 16,
+                                      b"\xab" * 32))
+                s.sendall(struct.pack("<4sIiiQ16s", b"ZBMS", ord("F"), 0, 0, 16, b"\0" * 16) + b"\x7f" * 32)  # inject
                 outcome["closed"] = s.recv(1) == b""
             except OSError as e:  # closed on it while it wrote (dropped too), or never served
                 outcome["closed"] = isinstance(e, (ConnectionResetError, BrokenPipeError))

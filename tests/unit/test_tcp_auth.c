@@ -1,16 +1,26 @@
-/* The tcp transport's authenticated handshake (worker/transport_tcp.h):
- * two ranks holding different data secrets never connect (the dialer
- * names the failed authentication, the acceptor counts nothing); a
- * stranger who knows the job's session and rank layout but not the secret
- * is dropped after its forged proof, and the real rank then connects and
- * exchanges data; a frame the stranger sends in place of the proof never
- * reaches a receive. Real sockets on 127.0.0.1. The header decoder the
- * handshake and the receives share (zbtcp_frame_parse, which
- * fuzz/fuzz_tcp_frame.c fuzzes) takes well-formed frames and refuses
- * each kind of malformed one, saying why. */
+/* The tcp transport's authenticated handshake and frames
+ * (worker/transport_tcp.h): two ranks holding different data secrets never
+ * connect (the dialer names the failed authentication, the acceptor counts
+ * nothing); a stranger who knows the job's session and rank layout but not
+ * the secret is dropped after its forged proof, and the real rank then
+ * connects and exchanges data; a frame the stranger sends in place of the
+ * proof never reaches a receive. After the handshake every frame carries
+ * MACs: through a relay on the path (a thread here, forwarding real
+ * sockets on 127.0.0.1) frames pass both ways untouched, and a flipped
+ * payload bit, a flipped header bit, a replayed frame and a dropped frame
+ * (all frames tagged alike, so only the MACs can tell) each fail the
+ * receive naming the frame, the peer's rank and its address; the peer,
+ * which then sees the connection close, reports that as a peer's failure
+ * (zb_transport_failed_by_peer), the receiver does not. The header
+ * decoder the handshake and the receives share (zbtcp_frame_parse, which
+ * fuzz/fuzz_tcp_frame.c fuzzes) takes well-formed frames and refuses each
+ * kind of malformed one, saying why. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +48,8 @@ static zb_transport *tcp_rank(int rank, const char *secret) {
                       .listen = "127.0.0.1:0",
                       .session = SESSION,
                       .secret = (const unsigned char *)secret,
-                      .secret_len = strlen(secret)};
+                      .secret_len = strlen(secret),
+                      .idle_timeout_s = 10}; /* a frame that never comes fails, never hangs */
   zb_transport *t = NULL;
   zb_diag d = {{0}};
   if (zb_transport_tcp_new(&tc, &t, &d) != ZB_OK)
@@ -95,7 +106,7 @@ static bool stranger(const char *addr, const unsigned char *second, size_t len) 
     return false;
   unsigned char b[72] = {0};
   memcpy(b, "ZBHL", 4);
-  put32(b + 4, 2);
+  put32(b + 4, TCP_VERSION);
   put32(b + 8, 0);
   put32(b + 12, 2);
   put32(b + 16, SESSION);
@@ -133,7 +144,7 @@ static void test_stranger_is_dropped_and_the_rank_connects(void) {
   pthread_create(&th, NULL, connect_main, &e1); /* rank 1 accepts */
   unsigned char forged[72] = {0}, message[72] = {0};
   memcpy(forged, "ZBPF", 4);
-  put32(forged + 4, 2);
+  put32(forged + 4, TCP_VERSION);
   memset(forged + 40, 0xab, 32); /* a MAC it cannot compute */
   memcpy(message, "ZBMS", 4);    /* a data frame in place of the proof */
   put32(message + 4, 'F');
@@ -153,6 +164,231 @@ static void test_stranger_is_dropped_and_the_rank_connects(void) {
   zb_transport_free(t1);
 }
 
+/* ---- frames through a relay on the path ---- */
+
+enum { FRAMES = 3, PAYLOAD = 64, HANDSHAKE = 2 * TCP_HELLO_FRAME };
+
+/* Where frame k begins in the dialer's byte stream (after its hello and
+ * proof). */
+static size_t frame_at(int k) {
+  return HANDSHAKE + (size_t)k * (TCP_FRAME + PAYLOAD + TCP_TAG);
+}
+
+/* A relay: accepts one connection, dials upstream, and forwards both ways;
+ * the dialer's stream (offsets from its first byte) can be changed. */
+typedef struct relay {
+  int listen_fd;
+  char address[64];
+  const char *upstream;
+  size_t flip_at;                /* this byte is XORed with 0x01 (SIZE_MAX: none) */
+  size_t drop_from, drop_to;     /* these bytes are not passed on */
+  size_t replay_from, replay_to; /* these bytes are passed on twice */
+  unsigned char seen[4096];      /* the dialer's stream so far, for the replay */
+  size_t n_seen;
+  atomic_bool stop;
+  pthread_t th;
+} relay;
+
+static bool write_all(int fd, const unsigned char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w <= 0)
+      return false;
+    p += w;
+    n -= (size_t)w;
+  }
+  return true;
+}
+
+/* Passes n bytes of the dialer's stream on to fd, changed as r says. */
+static bool relay_dialer_bytes(relay *r, int fd, const unsigned char *in, size_t n) {
+  unsigned char out[2 * sizeof r->seen];
+  size_t o = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t at = r->n_seen;
+    unsigned char c = in[i];
+    if (r->n_seen < sizeof r->seen)
+      r->seen[r->n_seen] = c;
+    r->n_seen++;
+    if (at >= r->drop_from && at < r->drop_to)
+      continue;
+    out[o++] = at == r->flip_at ? c ^ 0x01 : c;
+    if (at + 1 == r->replay_to)
+      for (size_t k = r->replay_from; k < r->replay_to; k++)
+        out[o++] = r->seen[k];
+    if (o > sizeof out - sizeof r->seen) { /* keep room for one byte and a replay */
+      if (!write_all(fd, out, o))
+        return false;
+      o = 0;
+    }
+  }
+  return write_all(fd, out, o);
+}
+
+/* Moves what one side has to the other; false at its end. */
+static bool relay_pump(relay *r, int from, int to, bool from_dialer) {
+  unsigned char buf[1024];
+  ssize_t n = recv(from, buf, sizeof buf, 0);
+  if (n <= 0)
+    return false;
+  return from_dialer ? relay_dialer_bytes(r, to, buf, (size_t)n) : write_all(to, buf, (size_t)n);
+}
+
+static void *relay_main(void *arg) {
+  relay *r = arg;
+  struct pollfd lp = {.fd = r->listen_fd, .events = POLLIN};
+  while (!atomic_load(&r->stop) && poll(&lp, 1, 100) == 0)
+    continue;
+  int d = atomic_load(&r->stop) ? -1 : accept(r->listen_fd, NULL, NULL);
+  int a = d >= 0 ? dial(r->upstream) : -1;
+  struct pollfd p[2] = {{.fd = d, .events = POLLIN}, {.fd = a, .events = POLLIN}};
+  bool open = d >= 0 && a >= 0;
+  while (open && !atomic_load(&r->stop)) {
+    if (poll(p, 2, 100) <= 0)
+      continue;
+    if (p[0].revents)
+      open = relay_pump(r, d, a, true);
+    if (open && p[1].revents)
+      open = relay_pump(r, a, d, false);
+  }
+  if (d >= 0)
+    close(d);
+  if (a >= 0)
+    close(a);
+  return NULL;
+}
+
+/* Starts r (its changes set) in front of upstream. */
+static bool relay_start(relay *r, const char *upstream) {
+  struct sockaddr_in sa = {.sin_family = AF_INET};
+  socklen_t sl = sizeof sa;
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  r->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (r->listen_fd < 0 || bind(r->listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(r->listen_fd, 4) != 0 || getsockname(r->listen_fd, (struct sockaddr *)&sa, &sl) != 0)
+    return false;
+  snprintf(r->address, sizeof r->address, "127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+  r->upstream = upstream;
+  atomic_init(&r->stop, false);
+  return pthread_create(&r->th, NULL, relay_main, r) == 0;
+}
+
+static void relay_stop(relay *r) {
+  atomic_store(&r->stop, true);
+  pthread_join(r->th, NULL);
+  close(r->listen_fd);
+}
+
+/* What rank 1 saw of FRAMES frames rank 0 sent it through r. */
+typedef struct outcome {
+  int intact; /* frames received whole and right before the first failure */
+  zb_err err;
+  zb_diag diag;
+  char rank0[64];   /* rank 0's data address */
+  bool back_intact; /* after FRAMES intact: a frame rank 1 sent back arrived */
+  /* after a failure: whether each rank's transport blames a peer (rank 0
+   * then waits for a frame from rank 1, which has closed) */
+  bool rank0_by_peer, rank1_by_peer;
+  zb_diag rank0_diag;
+} outcome;
+
+/* Rank 0 sends FRAMES messages of PAYLOAD bytes (byte k + 1 throughout
+ * frame k), all with one tag, to rank 1 through r; rank 1 receives them in
+ * order and, when all are intact, sends one back. */
+static outcome through_relay(relay *r) {
+  outcome out = {.err = ZB_ERR_IO};
+  zb_transport *t0 = tcp_rank(0, "the-job-secret"), *t1 = tcp_rank(1, "the-job-secret");
+  if (!t0 || !t1 || !relay_start(r, zb_transport_address(t1)))
+    return out;
+  snprintf(out.rank0, sizeof out.rank0, "%s", zb_transport_address(t0));
+  end e1 = {.t = t1, .addrs = {zb_transport_address(t0), r->address}, .timeout_s = 10};
+  end e0 = {.t = t0, .addrs = {zb_transport_address(t0), r->address}, .timeout_s = 10};
+  pthread_t th;
+  pthread_create(&th, NULL, connect_main, &e1);
+  connect_main(&e0);
+  pthread_join(th, NULL);
+  zb_tag tag = {.kind = ZB_OP_F, .stage = 0, .mb = 0};
+  unsigned char buf[PAYLOAD];
+  zb_diag d = {{0}};
+  out.err = e0.err ? e0.err : e1.err;
+  out.diag = e0.err ? e0.diag : e1.diag;
+  for (int k = 0; k < FRAMES && !out.err; k++) {
+    memset(buf, k + 1, sizeof buf);
+    out.err = zb_transport_send(t0, 1, tag, buf, sizeof buf, &out.diag);
+  }
+  for (int k = 0; k < FRAMES && !out.err; k++) {
+    memset(buf, 0, sizeof buf);
+    out.err = zb_transport_recv(t1, 0, tag, buf, sizeof buf, &out.diag);
+    out.intact += !out.err && buf[0] == k + 1 && buf[PAYLOAD - 1] == k + 1;
+  }
+  zb_tag back = {.kind = ZB_OP_B, .stage = 1, .mb = 0};
+  out.back_intact = !out.err && zb_transport_send(t1, 0, back, "gradient", 8, &d) == ZB_OK &&
+                    zb_transport_recv(t0, 1, back, buf, 8, &d) == ZB_OK && memcmp(buf, "gradient", 8) == 0;
+  if (out.err && zb_transport_recv(t0, 1, back, buf, 8, &out.rank0_diag) != ZB_OK) {
+    out.rank0_by_peer = zb_transport_failed_by_peer(t0);
+    out.rank1_by_peer = zb_transport_failed_by_peer(t1);
+  }
+  zb_transport_free(t0);
+  zb_transport_free(t1);
+  relay_stop(r);
+  return out;
+}
+
+static relay plain_relay(void) {
+  return (relay){.flip_at = SIZE_MAX};
+}
+
+static void test_frames_pass_an_unchanging_relay(void) {
+  relay r = plain_relay();
+  outcome o = through_relay(&r);
+  CHECK_MSG(o.err == ZB_OK, "%s", o.diag.msg);
+  CHECK_EQ(o.intact, FRAMES);
+  CHECK_MSG(o.back_intact, "the frame sent back did not arrive whole");
+}
+
+/* Frame 1 must fail its `which` (and frames 0 pass), naming rank 0 and
+ * its address. */
+static void check_frame_1_refused(relay *r, const char *which) {
+  outcome o = through_relay(r);
+  printf("  %s\n", o.diag.msg);
+  char want[160];
+  snprintf(want, sizeof want, "frame 1 from rank 0 (%s) failed its %s: the data plane was changed in transit",
+           o.rank0, which);
+  CHECK_MSG(o.err == ZB_ERR_IO && strstr(o.diag.msg, want), "err %d, '%s' (expected '%s')", (int)o.err,
+            o.diag.msg, want);
+  CHECK_EQ(o.intact, 1);
+  /* rank 1 found the fault; rank 0 only saw rank 1 close or reset (the
+   * coordinator prefers rank 1's reason: docs/wire.md, Reports) */
+  CHECK_MSG(o.rank0_by_peer && strstr(o.rank0_diag.msg, "peer rank 1"), "rank 0: %s", o.rank0_diag.msg);
+  CHECK(!o.rank1_by_peer);
+}
+
+static void test_a_changed_payload_is_refused(void) {
+  relay r = plain_relay();
+  r.flip_at = frame_at(1) + TCP_FRAME + PAYLOAD / 2;
+  check_frame_1_refused(&r, "MAC");
+}
+
+static void test_a_changed_header_is_refused(void) {
+  relay r = plain_relay();
+  r.flip_at = frame_at(1) + 12; /* microbatch 0 becomes 1 */
+  check_frame_1_refused(&r, "header MAC");
+}
+
+static void test_a_replayed_frame_is_refused(void) {
+  relay r = plain_relay();
+  r.replay_from = frame_at(0); /* frame 0 again in frame 1's place: same tag, same length */
+  r.replay_to = frame_at(1);
+  check_frame_1_refused(&r, "header MAC");
+}
+
+static void test_a_dropped_frame_is_refused(void) {
+  relay r = plain_relay();
+  r.drop_from = frame_at(1); /* frame 2 arrives in frame 1's place */
+  r.drop_to = frame_at(2);
+  check_frame_1_refused(&r, "header MAC");
+}
+
 /* Header b of n bytes must be refused with a message naming why. */
 static void check_refused(const unsigned char *b, size_t n, const char *why) {
   zbtcp_frame f;
@@ -162,7 +398,7 @@ static void check_refused(const unsigned char *b, size_t n, const char *why) {
 }
 
 static void test_frame_parse(void) {
-  unsigned char m[TCP_FRAME], h[TCP_HELLO_FRAME] = {0};
+  unsigned char m[TCP_FRAME] = {0}, h[TCP_HELLO_FRAME] = {0};
   put_u32(m, TCP_MSG_MAGIC);
   put_u32(m + 4, 'B');
   put_u32(m + 8, (uint32_t)-3); /* the stage of a restage move: any int32 */
@@ -177,11 +413,12 @@ static void test_frame_parse(void) {
   zbtcp_frame f;
   CHECK(zbtcp_frame_parse(m, sizeof m, &f, NULL) == ZB_OK);
   CHECK(f.tag.kind == ZB_OP_B && f.tag.stage == -3 && f.tag.mb == 5 && f.len == 4096);
+  CHECK(f.mac == m + TCP_FIELDS); /* the header tag: carried, checked by the transport with its key */
   CHECK(zbtcp_frame_parse(h, sizeof h, &f, NULL) == ZB_OK);
   CHECK(f.magic == TCP_HELLO_MAGIC && f.rank == 3 && f.nranks == 4 && f.session == SESSION &&
         f.nonce[0] == 0xab);
-  check_refused(m, sizeof m - 1, "a message header is 24 bytes, not 23");
-  check_refused(h, TCP_FRAME, "a handshake header is 72 bytes, not 24");
+  check_refused(m, sizeof m - 1, "a message header is 40 bytes, not 39");
+  check_refused(h, TCP_FRAME, "a handshake header is 72 bytes, not 40");
   put_u32(m + 4, 'X');
   check_refused(m, sizeof m, "message kind 0x00000058 is neither 'F' nor 'B'");
   put_u32(m, 0x50545448); /* "HTTP" */
@@ -190,8 +427,10 @@ static void test_frame_parse(void) {
   put_u32(h + 8, 4);
   check_refused(h, sizeof h, "handshake from rank 4 of 4 ranks");
   put_u32(h + 4, TCP_VERSION + 1);
-  check_refused(h, sizeof h, "handshake version 3, this worker speaks 2");
+  check_refused(h, sizeof h, "handshake version 4, this worker speaks 3");
 }
 
 ZBT_MAIN(ZBT(test_different_secrets_never_connect), ZBT(test_stranger_is_dropped_and_the_rank_connects),
-         ZBT(test_frame_parse))
+         ZBT(test_frames_pass_an_unchanging_relay), ZBT(test_a_changed_payload_is_refused),
+         ZBT(test_a_changed_header_is_refused), ZBT(test_a_replayed_frame_is_refused),
+         ZBT(test_a_dropped_frame_is_refused), ZBT(test_frame_parse))
