@@ -5,6 +5,7 @@
  * Threads. */
 #include "zb_rpc_internal.h"
 
+#include <dlfcn.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -17,6 +18,27 @@
 
 #include "zb_alloc.h"
 #include "zb_log.h"
+
+/* ---- gRPC's start ---- */
+
+/* Debian builds Abseil without NDEBUG, so every absl::Mutex gRPC locks
+ * also checks lock order against a process-wide graph under a global lock
+ * (a debug aid): a tenth of the coordinator's user time under a flood of
+ * Reports. absl::SetMutexDeadlockDetectionMode(kIgnore), the default of
+ * release builds, turns it off; looked up by name, so another Abseil (or
+ * none) simply keeps its own setting. */
+static void rpc_absl_checks_off(void) {
+  void (*set_mode)(int) = (void (*)(int))dlsym(
+      RTLD_DEFAULT, "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE");
+  if (set_mode)
+    set_mode(0); /* absl::OnDeadlockCycle::kIgnore */
+}
+
+void rpc_grpc_init(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, rpc_absl_checks_off);
+  grpc_init();
+}
 
 /* ---- protobuf-c <-> byte buffers ---- */
 
@@ -64,7 +86,7 @@ zb_rpc_client *zb_rpc_client_new(const char *target, long long max_message_bytes
 }
 
 zb_rpc_client *zb_rpc_client_new_tls(const char *target, long long max_message_bytes, const zb_tls *tls) {
-  grpc_init();
+  rpc_grpc_init();
   zb_rpc_client *c = zb_calloc(1, sizeof *c);
   grpc_arg args[3] = {
       {.type = GRPC_ARG_INTEGER,

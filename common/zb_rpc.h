@@ -2,11 +2,12 @@
  * zbctl (docs/architecture.md, Threads; docs/wire.md, Protocol).
  *
  * Server: one completion-queue thread hands every event to the owner's
- * libuv loop with uv_async_send; all gRPC calls and every handler run on
- * that loop thread, so handlers touch daemon state without locks. Methods
- * are a table (path, request type, handler); requests arrive unpacked; a
- * request that does not parse is answered INVALID_ARGUMENT before any
- * handler sees it; unknown methods get UNIMPLEMENTED.
+ * libuv loop, many per wake-up (zb_rpc_handoff.h); all gRPC calls and
+ * every handler run on that loop thread, so handlers touch daemon state
+ * without locks. Methods are a table (path, request type, handler);
+ * requests arrive unpacked; a request that does not parse is answered
+ * INVALID_ARGUMENT before any handler sees it; unknown methods get
+ * UNIMPLEMENTED.
  *
  * Client: blocking calls, each on its own completion queue, so several
  * threads can call at once (a worker's control thread and its executor).

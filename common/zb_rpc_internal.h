@@ -7,6 +7,9 @@
 
 #include "zb_rpc.h"
 
+/* grpc_init, the first time with Abseil's lock-order checks off (a debug
+ * aid Debian's Abseil leaves on). */
+void rpc_grpc_init(void);
 /* A message packed into a new byte buffer (the caller destroys it). */
 grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg);
 /* NULL when bb is NULL or does not parse as desc; else the caller frees it. */

@@ -1,14 +1,14 @@
 /* zb_rpc_server.c — the server side of the gRPC glue: one completion-queue
- * thread per server takes gRPC's events and hands them to the libuv loop,
- * which runs every handler; replies and stream writes go back through
- * per-call op batches (one batch per RPC shape: a unary reply carries its
- * message, status and close together). See docs/architecture.md, Threads.
+ * thread per server takes gRPC's events and hands them to the libuv loop
+ * (zb_rpc_handoff.c), which runs every handler; replies and stream writes
+ * go back through per-call op batches (one batch per RPC shape: a unary
+ * reply carries its message, status and close together). See
+ * docs/architecture.md, Threads.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 
 #include "zb_alloc.h"
 #include "zb_log.h"
+#include "zb_rpc_handoff.h"
 #include "zb_rpc_internal.h"
 
 typedef enum rpc_tag_kind {
@@ -33,6 +34,13 @@ typedef struct rpc_tag {
   rpc_tag_kind kind;
   void *owner;
 } rpc_tag;
+
+/* Requests kept outstanding per method: a call that arrives finds one
+ * armed and completes on the completion-queue thread as it reads it; with
+ * one, calls that came meanwhile wait in gRPC until the loop re-arms, and
+ * each then completes from the loop thread, which must wake the
+ * completion-queue thread to hand it back (docs/architecture.md, Threads). */
+enum { RPC_SLOTS_PER_METHOD = 32 };
 
 /* One outstanding request for a registered method (re-armed on each call). */
 typedef struct method_slot {
@@ -77,21 +85,11 @@ struct zb_rpc_call {
   struct zb_rpc_call *prev, *next; /* the server's live calls */
 };
 
-typedef struct rpc_event {
-  void *tag;
-  int success;
-} rpc_event;
-
 struct zb_rpc_server {
   uv_loop_t *loop;
-  uv_async_t async;
   grpc_server *server;
   grpc_completion_queue *cq;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  rpc_event *events; /* guarded by mu: handed from the CQ thread to the loop */
-  int n_events, cap_events;
-  bool cq_done; /* guarded by mu: the thread saw GRPC_QUEUE_SHUTDOWN */
+  rpc_handoff *handoff; /* the completion-queue thread and its queue to the loop */
   const zb_rpc_method *methods;
   int n_methods;
   method_slot *slots;
@@ -107,33 +105,6 @@ struct zb_rpc_server {
   void *done_arg;
   bool secure; /* TLS: callers are who their certificates say */
 };
-
-/* Adds an event for the loop (mu held). */
-static void rpc_event_add(zb_rpc_server *srv, void *tag, int success) {
-  if (srv->n_events == srv->cap_events) {
-    srv->cap_events = srv->cap_events ? 2 * srv->cap_events : 64;
-    srv->events = zb_realloc(srv->events, sizeof *srv->events * (size_t)srv->cap_events);
-  }
-  srv->events[srv->n_events++] = (rpc_event){tag, success};
-}
-
-static void *rpc_cq_thread(void *arg) {
-  zb_rpc_server *srv = arg;
-  for (;;) {
-    grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    pthread_mutex_lock(&srv->mu);
-    if (ev.type == GRPC_QUEUE_SHUTDOWN) {
-      srv->cq_done = true;
-    } else if (ev.type == GRPC_OP_COMPLETE) {
-      rpc_event_add(srv, ev.tag, ev.success);
-    }
-    bool stop = srv->cq_done;
-    pthread_mutex_unlock(&srv->mu);
-    uv_async_send(&srv->async);
-    if (stop)
-      return NULL;
-  }
-}
 
 static void rpc_arm_slot(method_slot *sl) {
   grpc_metadata_array_init(&sl->md);
@@ -173,20 +144,11 @@ static void rpc_call_unref(zb_rpc_call *c) {
   free(c);
 }
 
-/* An event for tag that never went to gRPC: op failed, handled on the
- * loop's next pass over the events, as the queue's own would be. */
-static void rpc_post_failed(zb_rpc_server *srv, rpc_tag *tag) {
-  pthread_mutex_lock(&srv->mu);
-  rpc_event_add(srv, tag, 0);
-  pthread_mutex_unlock(&srv->mu);
-  uv_async_send(&srv->async);
-}
-
 static void rpc_start(zb_rpc_call *c, const grpc_op *ops, size_t n, rpc_tag *tag) {
   c->refs++;
   if (c->srv->cq_shut) { /* a handler ending its call after shutdown (a drained watcher): it fails */
     ZB_DEBUG("rpc: a batch after shutdown fails without going to gRPC");
-    rpc_post_failed(c->srv, tag);
+    rpc_handoff_post(c->srv->handoff, tag, 0);
     return;
   }
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
@@ -419,9 +381,9 @@ static void rpc_on_unknown_call(zb_rpc_server *srv) {
   }
 }
 
-static void rpc_finish_shutdown(zb_rpc_server *srv);
-
-static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
+static void rpc_handle(void *t, int success, void *arg) {
+  zb_rpc_server *srv = arg;
+  rpc_tag *tag = t;
   switch (tag->kind) {
   case TAG_NEW_CALL: {
     method_slot *sl = tag->owner;
@@ -480,26 +442,15 @@ static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
   }
 }
 
-static void rpc_on_async(uv_async_t *h) {
-  zb_rpc_server *srv = h->data;
-  for (;;) {
-    pthread_mutex_lock(&srv->mu);
-    int n = srv->n_events;
-    rpc_event *evs = srv->events;
-    bool cq_done = srv->cq_done;
-    srv->events = NULL;
-    srv->n_events = srv->cap_events = 0;
-    pthread_mutex_unlock(&srv->mu);
-    for (int k = 0; k < n; k++)
-      rpc_handle(srv, evs[k].tag, evs[k].success);
-    free(evs);
-    if (n == 0) {
-      if (cq_done)
-        rpc_finish_shutdown(srv);
-      return;
-    }
-  }
+/* The end of a call's final batch only gives back a reference: the loop
+ * takes it with the next events rather than waking for it (tag kinds are
+ * set before a batch starts and never change while gRPC holds it). */
+static bool rpc_tag_is_quiet(void *t) {
+  const rpc_tag *tag = t;
+  return tag->kind == TAG_STATUS;
 }
+
+static void rpc_finish_shutdown(void *arg);
 
 /* The server's credentials: TLS asking for a client certificate (checked
  * against the CA when given; handlers decide what a caller without one
@@ -515,13 +466,12 @@ static grpc_server_credentials *rpc_server_creds(const zb_tls *tls) {
 zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_message_bytes,
                            const zb_rpc_method *methods, int n_methods, void *user, const zb_tls *tls,
                            zb_rpc_server **out, int *bound_port, zb_diag *diag) {
-  grpc_init();
+  rpc_grpc_init();
   zb_rpc_server *srv = zb_calloc(1, sizeof *srv);
   srv->loop = loop;
   srv->methods = methods;
   srv->n_methods = n_methods;
   srv->user = user;
-  pthread_mutex_init(&srv->mu, NULL);
   grpc_arg args[5] = {
       {.type = GRPC_ARG_INTEGER,
        .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
@@ -544,40 +494,46 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
   srv->server = grpc_server_create(&ch_args, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
-  srv->slots = zb_calloc((size_t)n_methods, sizeof *srv->slots);
+  srv->slots = zb_calloc((size_t)n_methods * RPC_SLOTS_PER_METHOD, sizeof *srv->slots);
   for (int k = 0; k < n_methods; k++) {
-    method_slot *sl = &srv->slots[k];
-    sl->tag = (rpc_tag){TAG_NEW_CALL, sl};
-    sl->srv = srv;
-    sl->m = &methods[k];
-    sl->registered = grpc_server_register_method(srv->server, methods[k].path, NULL,
-                                                 GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    void *registered = grpc_server_register_method(srv->server, methods[k].path, NULL,
+                                                   GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    for (int i = 0; i < RPC_SLOTS_PER_METHOD; i++) {
+      method_slot *sl = &srv->slots[k * RPC_SLOTS_PER_METHOD + i];
+      sl->tag = (rpc_tag){TAG_NEW_CALL, sl};
+      sl->srv = srv;
+      sl->m = &methods[k];
+      sl->registered = registered;
+    }
   }
   srv->unknown.tag = (rpc_tag){TAG_UNKNOWN_CALL, srv};
   srv->secure = tls != NULL;
   grpc_server_credentials *creds = rpc_server_creds(tls);
   int port = grpc_server_add_http2_port(srv->server, addr, creds);
   grpc_server_credentials_release(creds);
-  if (port <= 0) {
+  zb_err err = ZB_OK;
+  if (port <= 0)
+    err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cannot listen on %s (address in use or invalid)", addr);
+  rpc_handoff_ops ops = {
+      .on_event = rpc_handle, .is_quiet = rpc_tag_is_quiet, .on_drained = rpc_finish_shutdown, .arg = srv};
+  if (err == ZB_OK)
+    err = rpc_handoff_start(loop, srv->cq, &ops, &srv->handoff, diag);
+  if (err != ZB_OK) {
     grpc_server_destroy(srv->server);
     grpc_completion_queue_shutdown(srv->cq);
     while (grpc_completion_queue_next(srv->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL).type !=
            GRPC_QUEUE_SHUTDOWN)
       ;
     grpc_completion_queue_destroy(srv->cq);
-    pthread_mutex_destroy(&srv->mu);
     free(srv->slots);
     free(srv);
     grpc_shutdown();
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cannot listen on %s (address in use or invalid)", addr);
+    return err;
   }
   grpc_server_start(srv->server);
-  for (int k = 0; k < n_methods; k++)
+  for (int k = 0; k < n_methods * RPC_SLOTS_PER_METHOD; k++)
     rpc_arm_slot(&srv->slots[k]);
   rpc_arm_unknown(srv);
-  uv_async_init(loop, &srv->async, rpc_on_async);
-  srv->async.data = srv;
-  pthread_create(&srv->thread, NULL, rpc_cq_thread, srv);
   if (bound_port)
     *bound_port = port;
   *out = srv;
@@ -595,12 +551,10 @@ void zb_rpc_server_shutdown(zb_rpc_server *srv, void (*done)(void *), void *arg)
   grpc_server_cancel_all_calls(srv->server);
 }
 
-static void rpc_on_async_closed(uv_handle_t *h) {
-  zb_rpc_server *srv = h->data;
+static void rpc_on_handoff_closed(void *a) {
+  zb_rpc_server *srv = a;
   void (*done)(void *) = srv->done;
   void *arg = srv->done_arg;
-  pthread_mutex_destroy(&srv->mu);
-  free(srv->events);
   free(srv->slots);
   free(srv);
   grpc_shutdown();
@@ -608,15 +562,15 @@ static void rpc_on_async_closed(uv_handle_t *h) {
     done(arg);
 }
 
-static void rpc_finish_shutdown(zb_rpc_server *srv) {
-  if (uv_is_closing((uv_handle_t *)&srv->async))
-    return;
-  pthread_join(srv->thread, NULL);
+/* The queue shut down and its every event was handled: the thread is
+ * joined (rpc_handoff_close) before the queue it waited on is destroyed. */
+static void rpc_finish_shutdown(void *arg) {
+  zb_rpc_server *srv = arg;
   if (srv->live)
     ZB_WARN("rpc: %s still referenced at shutdown", "a call");
+  rpc_handoff_close(srv->handoff, rpc_on_handoff_closed, srv);
   grpc_server_destroy(srv->server);
   grpc_completion_queue_destroy(srv->cq);
-  uv_close((uv_handle_t *)&srv->async, rpc_on_async_closed);
 }
 
 /* The identity a verified certificate names: its one URI SAN with the
