@@ -28,6 +28,7 @@
 #include "zb_job_plan.h"
 #include "zb_rpc.h"
 #include "zb_store.h"
+#include "zb_strmap.h"
 #include "zb_timeline.h"
 #include "zb_utf8.h"
 #include "zb_wire.h"
@@ -115,6 +116,9 @@ struct coord_job {
   bool dirty;             /* its row's last write failed (a full disk): retried each tick */
   bool updating;          /* an UpdateSchedule plan is being made for it (plan_async.c) */
   bool metrics_forgotten; /* its series left /metrics (metrics_text.c) */
+  /* its op-duration histograms, by rank x op (metrics.c), from its first
+   * sampled iteration until its series leave /metrics (NULL otherwise) */
+  struct op_hist *op_hists;
   char (*rank_hosts)[64]; /* by rank once started: its worker's host (Job.rank_hosts) */
   /* taken back after a coordinator restart (recovery.c): until
    * recover_until_ms (0: every rank is back) its ranks' workers may attach
@@ -142,6 +146,9 @@ struct coord {
   coord_job *jobs;     /* oldest first */
   coord_job *planning; /* submitted, their plans being made off the loop (not yet in jobs) */
   coord_worker *workers;
+  /* the same jobs and workers by id (job_find, worker_find: every Report
+   * looks both up); entries are added and removed with the lists' */
+  zb_strmap job_index, worker_index;
   int64_t next_job_number;               /* the next job id's number: 64-bit, never repeats */
   int64_t last_prune_ms;                 /* retention.c */
   int64_t watchdog_ms, last_watchdog_ms; /* systemd's WatchdogSec (0: none), main.c */
@@ -349,10 +356,10 @@ void coord_metrics_detach_loop(coord *co);
 void coord_metrics_worker_lost(coord *co);
 void coord_metrics_job_finished(coord *co, int state);
 void coord_metrics_observe_plan(coord *co, double seconds);
-void coord_metrics_observe_ops(coord *co, const coord_job *job, const Zb__V1__RankIteration *it);
+void coord_metrics_observe_ops(coord *co, coord_job *job, const Zb__V1__RankIteration *it);
 void coord_metrics_count_report(coord *co);
-/* Drops a pruned job's series. */
-void coord_metrics_forget_job(coord *co, const char *job_id);
+/* Drops a job's op histograms (its series left /metrics, or it is pruned). */
+void coord_metrics_forget_job(coord_job *job);
 
 /* dispatch.c: the run-time state of a job about to run. */
 void job_runtime_init(coord_job *j);

@@ -13,10 +13,7 @@
 #include "zb_log.h"
 
 coord_worker *worker_find(coord *co, const char *id) {
-  for (coord_worker *w = co->workers; w; w = w->next)
-    if (strcmp(w->id, id) == 0)
-      return w;
-  return NULL;
+  return zb_strmap_get(&co->worker_index, id);
 }
 
 /* Whether name is one of a worker's comma-separated capabilities. */
@@ -163,6 +160,7 @@ static void worker_remove(coord *co, coord_worker *w) {
     pp = &(*pp)->next;
   if (*pp)
     *pp = w->next;
+  zb_strmap_remove(&co->worker_index, w->id);
   free(w);
 }
 
@@ -203,6 +201,20 @@ static void join_list(char *out, size_t cap, char **items, size_t n) {
     size_t len = strlen(out);
     snprintf(out + len, cap - len, "%s%s", k ? "," : "", items[k]);
   }
+}
+
+/* A worker first seen: last in the registry (attach order), and indexed. */
+static coord_worker *worker_new(coord *co, const char *id) {
+  coord_worker *w = zb_calloc(1, sizeof *w);
+  w->co = co;
+  snprintf(w->id, sizeof w->id, "%s", id);
+  w->rank = -1;
+  coord_worker **tail = &co->workers;
+  while (*tail)
+    tail = &(*tail)->next;
+  *tail = w;
+  zb_strmap_put(&co->worker_index, w->id, w);
+  return w;
 }
 
 /* The sizes an AttachRequest advertises are never negative (0: unknown). */
@@ -265,14 +277,7 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
       job_finish(co, w->job, ZB_JOB_FAILED, reason);
     }
   } else {
-    w = zb_calloc(1, sizeof *w);
-    w->co = co;
-    snprintf(w->id, sizeof w->id, "%s", req->worker_id);
-    w->rank = -1;
-    coord_worker **tail = &co->workers;
-    while (*tail)
-      tail = &(*tail)->next;
-    *tail = w;
+    w = worker_new(co, req->worker_id);
   }
   snprintf(w->data_address, sizeof w->data_address, "%s", req->data_address);
   w->max_receive_bytes = req->max_receive_bytes;
