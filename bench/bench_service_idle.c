@@ -3,14 +3,17 @@
  *
  * The workers are simulated here, by one thread on one completion queue,
  * each as a zb-worker behaves on the wire: its own connection (a channel
- * with a private subchannel pool, as a separate process would have), one
- * Attach stream held open and read, and a heartbeat Report (worker_id and
- * sent_seconds) every heartbeat period, 5 s deadline, one at a time. The
- * period is zb-worker's default, 1000 ms; the first beat of each comes at
- * a random point of its first period, since real workers start at
- * different times. The figure is the coordinator process's user+system
- * time over a window (10 s; --quick 5 s) after every worker attached and
- * a warm-up, over the window's length. */
+ * with a private subchannel pool, as a separate process would have, and
+ * zb-worker's channel arguments: no bandwidth-delay probes, common/zb_rpc.c),
+ * one Attach stream held open and read, and a heartbeat Report (worker_id
+ * and sent_seconds) every heartbeat period, 5 s deadline, one at a time.
+ * The period is zb-worker's default, 1000 ms, or the longer one the
+ * coordinator asks for on a Command (Command.heartbeat_ms), as zb-worker
+ * does; the first beat of each comes at a random point of its first
+ * period, since real workers start at different times. The figure is the
+ * coordinator process's user+system time over a window (10 s; --quick
+ * 5 s) after every worker attached and a warm-up, over the window's
+ * length. */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
@@ -107,9 +110,12 @@ static void post_recv(sim_worker *w) {
 }
 
 static void attach_open(sim *s, sim_worker *w, const char *target) {
-  grpc_arg args[1] = {
-      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, .value.integer = 1}};
-  grpc_channel_args ch_args = {.num_args = 1, .args = args};
+  grpc_arg args[2] = {
+      /* a connection of its own, not one shared by every channel here */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, .value.integer = 1},
+      /* as zb-worker's client (common/zb_rpc.c) */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_HTTP2_BDP_PROBE, .value.integer = 0}};
+  grpc_channel_args ch_args = {.num_args = 2, .args = args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   w->ch = grpc_channel_create(target, creds, &ch_args);
   grpc_channel_credentials_release(creds);
@@ -189,15 +195,27 @@ static void beat_done(sim *s, sim_worker *w) {
     w->next_beat = now + w->period;
 }
 
-/* One Command on the stream: the first says the worker is attached. */
+/* One Command on the stream: the first says the worker is attached; one
+ * with heartbeat_ms sets the period, as zb-worker's control loop does. */
 static void on_command(sim *s, sim_worker *w) {
   s->counts.commands++;
+  grpc_byte_buffer_reader r;
+  Zb__V1__Command *cmd = NULL;
+  if (grpc_byte_buffer_reader_init(&r, w->recv)) {
+    grpc_slice sl = grpc_byte_buffer_reader_readall(&r);
+    cmd = zb__v1__command__unpack(NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+    grpc_slice_unref(sl);
+    grpc_byte_buffer_reader_destroy(&r);
+  }
+  int ms = cmd && cmd->heartbeat_ms > IDLE_BEAT_MS ? cmd->heartbeat_ms : IDLE_BEAT_MS;
+  if (cmd)
+    zb__v1__command__free_unpacked(cmd, NULL);
   if (!w->attached) {
     w->attached = true;
     s->counts.attached++;
-    w->period = IDLE_BEAT_MS / 1000.0;
-    w->next_beat = zb_clock_s() + w->period * (double)rand() / RAND_MAX;
+    w->next_beat = zb_clock_s() + ms / 1000.0 * (double)rand() / RAND_MAX;
   }
+  w->period = ms / 1000.0;
 }
 
 static void on_event(sim *s, const grpc_event *ev) {
@@ -288,7 +306,13 @@ static bool enough_descriptors(int n) {
   return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)n + 256;
 }
 
-static void idle_report(cluster *c, const sim_counts *d, double cpu, double window) {
+static void idle_report(cluster *c, const sim *s, const sim_counts *d, double cpu, double window) {
+  double lo = 1e9, hi = 0;
+  for (int k = 0; k < s->n; k++) {
+    lo = s->ws[k].period < lo ? s->ws[k].period : lo;
+    hi = s->ws[k].period > hi ? s->ws[k].period : hi;
+  }
+  printf("heartbeat period at the end: %.0f..%.0f ms\n", 1e3 * lo, 1e3 * hi);
   printf("%ld heartbeat Reports answered in the window (%.0f/s, %ld failed), %ld Commands on the streams "
          "(%.0f/s), %ld streams ended; the coordinator lists %d workers\n",
          d->beats_ok, (double)d->beats_ok / window, d->beats_failed, d->commands,
@@ -306,8 +330,9 @@ void bench_idle(bool quick) {
   double window = quick ? 5 : 10, warmup = 3;
   printf("== (f) idle: the coordinator's CPU with %d attached workers (heartbeat timeout %d ms) ==\n",
          IDLE_WORKERS, IDLE_TIMEOUT_MS);
-  printf("simulated workers, one connection and one Attach stream each, heartbeat Reports every %d ms;\n"
-         "a %.0f s window after all attached and %.0f s of warm-up\n",
+  printf("simulated workers, one connection and one Attach stream each, heartbeat Reports every %d ms\n"
+         "or the longer period the coordinator asks for; a %.0f s window after all attached and %.0f s of\n"
+         "warm-up\n",
          IDLE_BEAT_MS, window, warmup);
   if (!enough_descriptors(IDLE_WORKERS)) {
     printf("skipped: the open-files limit is below %d (ulimit -n)\n\n", IDLE_WORKERS + 256);
@@ -336,7 +361,7 @@ void bench_idle(bool quick) {
                     .beats_ok = s.counts.beats_ok - before.beats_ok,
                     .beats_failed = s.counts.beats_failed - before.beats_failed,
                     .ended = s.counts.ended - before.ended};
-    idle_report(&c, &d, cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1, took);
+    idle_report(&c, &s, &d, cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1, took);
   }
   sim_free(&s);
   grpc_shutdown();

@@ -88,15 +88,19 @@ zb_rpc_client *zb_rpc_client_new(const char *target, long long max_message_bytes
 zb_rpc_client *zb_rpc_client_new_tls(const char *target, long long max_message_bytes, const zb_tls *tls) {
   rpc_grpc_init();
   zb_rpc_client *c = zb_calloc(1, sizeof *c);
-  grpc_arg args[3] = {
+  grpc_arg args[4] = {
       {.type = GRPC_ARG_INTEGER,
        .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
        .value.integer = (int)max_message_bytes},
       /* reconnect fast after a coordinator restart */
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, .value.integer = 100},
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 1000},
+      /* no bandwidth-delay probes: a worker's probe after each answer it
+       * reads cost the coordinator a read and a write per heartbeat (a
+       * large Assignment still gets a window of its own size) */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_HTTP2_BDP_PROBE, .value.integer = 0},
   };
-  grpc_channel_args ch_args = {.num_args = 3, .args = args};
+  grpc_channel_args ch_args = {.num_args = 4, .args = args};
   grpc_ssl_pem_key_cert_pair pair = {.private_key = tls ? tls->key_pem : NULL,
                                      .cert_chain = tls ? tls->cert_pem : NULL};
   grpc_channel_credentials *creds =

@@ -472,7 +472,7 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
   srv->methods = methods;
   srv->n_methods = n_methods;
   srv->user = user;
-  grpc_arg args[5] = {
+  grpc_arg args[6] = {
       {.type = GRPC_ARG_INTEGER,
        .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
        .value.integer = (int)max_message_bytes},
@@ -489,8 +489,12 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
        * hundreds of streams (watchers that never read) on one connection
        * waits for its own to end instead of holding a call slot each */
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_CONCURRENT_STREAMS, .value.integer = ZB_RPC_MAX_STREAMS},
+      /* no bandwidth-delay probes: they ping the peer after data arrives,
+       * a write and a read more for each small request (a heartbeat);
+       * a large message opens the window to its own size anyway */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_HTTP2_BDP_PROBE, .value.integer = 0},
   };
-  grpc_channel_args ch_args = {.num_args = 5, .args = args};
+  grpc_channel_args ch_args = {.num_args = 6, .args = args};
   srv->server = grpc_server_create(&ch_args, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(srv->server, srv->cq, NULL);

@@ -48,8 +48,8 @@ typedef struct coord_worker {
   long long gpu_memory_bytes;        /* its GPU's, for cuda jobs; 0: none or not advertised */
   zb_rpc_call *attach;               /* the Attach stream; NULL when detached */
   int64_t last_seen_ms;
-  int64_t last_ping_ms; /* the last keep-alive sent on its stream */
-  coord_job *job;       /* NULL: idle */
+  int told_heartbeat_ms; /* the heartbeat period its stream last carried (heartbeat.h) */
+  coord_job *job;        /* NULL: idle */
   int rank;
   struct coord_worker *next;
 } coord_worker;
@@ -149,6 +149,7 @@ struct coord {
   /* the same jobs and workers by id (job_find, worker_find: every Report
    * looks both up); entries are added and removed with the lists' */
   zb_strmap job_index, worker_index;
+  int heartbeat_ms;                      /* the period asked of workers now (heartbeat.h) */
   int64_t next_job_number;               /* the next job id's number: 64-bit, never repeats */
   int64_t last_prune_ms;                 /* retention.c */
   int64_t watchdog_ms, last_watchdog_ms; /* systemd's WatchdogSec (0: none), main.c */
@@ -163,9 +164,6 @@ struct coord {
 
 /* The period of coord_tick. */
 enum { COORD_TICK_MS = 250 };
-/* A keep-alive on an idle Attach stream at most this often: every tick
- * for every worker cost 23% of a core at 1,000 workers. */
-enum { COORD_PING_MS = 1000 };
 /* How long a rank's reported failure waits for the loss of a worker of the
  * same job, which is the better reason: a killed worker's neighbours see
  * its connections close about when the coordinator sees its stream close. */
@@ -298,7 +296,8 @@ void job_switch_plan(coord_job *j, zb_planner_result *plan, int at);
 void job_send_nccl_id(coord_job *j);
 
 /* workers.c */
-/* Periodic work: heartbeat timeouts, pings, pending jobs, metrics text. */
+/* Periodic work: heartbeat timeouts, the heartbeat period asked of the
+ * workers, deferred rank failures, pending jobs, recovery, retention. */
 void coord_tick(coord *co);
 coord_worker *worker_find(coord *co, const char *id);
 /* An attached worker that offers the job's backend and transport (and a
