@@ -23,6 +23,7 @@
  * jobs; letters pick sections, default all)
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -134,6 +135,31 @@ double proc_cpu_seconds(pid_t pid) {
   if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
     return -1;
   return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+long long proc_ctx_switches(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d)
+    return -1;
+  long long total = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.')
+      continue;
+    char status[512], line[256];
+    snprintf(status, sizeof status, "%s/%s/status", path, e->d_name);
+    FILE *f = fopen(status, "r");
+    long long n;
+    while (f && fgets(line, sizeof line, f))
+      if ((sscanf(line, "voluntary_ctxt_switches: %lld", &n) == 1 ||
+           sscanf(line, "nonvoluntary_ctxt_switches: %lld", &n) == 1))
+        total += n;
+    if (f)
+      fclose(f);
+  }
+  closedir(d);
+  return total;
 }
 
 /* The coordinator and n_workers workers; worker k gets env[k] (a
@@ -411,10 +437,12 @@ static void bench_ingest(bool quick) {
   for (int t = 0; t < 3000 && atomic_load(&ready) < N; t++)
     sleep_s(0.01);
   double cpu0 = proc_cpu_seconds(c.coord), t0 = zb_clock_s();
+  long long ctx0 = proc_ctx_switches(c.coord);
   atomic_store(&go, true);
   for (int k = 0; k < N; k++)
     pthread_join(th[k], NULL);
   double elapsed = zb_clock_s() - t0, cpu1 = proc_cpu_seconds(c.coord);
+  long long ctx1 = proc_ctx_switches(c.coord);
   long done = 0, failed = 0;
   for (int k = 0; k < N; k++) {
     done += rs[k].done;
@@ -424,10 +452,14 @@ static void bench_ingest(bool quick) {
          (double)done / elapsed);
   if (cpu0 >= 0 && cpu1 >= 0 && done > 0)
     printf("coordinator CPU per Report: %.1f us  (target <= 10 us; its process's user+system time, %.2f s, "
-           "over the Reports it answered; %.0f%% of a core)\n\n",
+           "over the Reports it answered; %.0f%% of a core)\n",
            1e6 * (cpu1 - cpu0) / (double)done, cpu1 - cpu0, 100 * (cpu1 - cpu0) / elapsed);
   else
-    printf("coordinator CPU per Report: not measured (/proc/%d/stat unreadable)\n\n", (int)c.coord);
+    printf("coordinator CPU per Report: not measured (/proc/%d/stat unreadable)\n", (int)c.coord);
+  if (ctx0 >= 0 && ctx1 >= 0 && done > 0)
+    printf("coordinator context switches per Report: %.2f  (all its threads)\n",
+           (double)(ctx1 - ctx0) / (double)done);
+  printf("\n");
   cluster_stop(&c);
 }
 

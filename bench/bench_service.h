@@ -37,6 +37,10 @@ int attached_workers(cluster *c);
  * it cannot be read. */
 double proc_cpu_seconds(pid_t pid);
 
+/* Context switches (voluntary and not) of process pid's live threads so
+ * far (/proc/PID/task/TID/status); -1 when they cannot be read. */
+long long proc_ctx_switches(pid_t pid);
+
 /* (f), bench_service_idle.c: the coordinator's CPU with 1,000 attached
  * idle workers. */
 void bench_idle(bool quick);

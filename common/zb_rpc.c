@@ -51,15 +51,22 @@ grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg) {
   return bb;
 }
 
-ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
+ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                             ProtobufCAllocator *alloc) {
   if (!bb)
     return NULL;
+  /* a message that came in one uncompressed slice is read where it lies */
+  if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+      bb->data.raw.slice_buffer.count == 1) {
+    grpc_slice s = bb->data.raw.slice_buffer.slices[0];
+    return protobuf_c_message_unpack(desc, alloc, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  }
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb))
     return NULL;
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
   ProtobufCMessage *msg =
-      protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+      protobuf_c_message_unpack(desc, alloc, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
   grpc_slice_unref(s);
   grpc_byte_buffer_reader_destroy(&r);
   return msg;
@@ -194,7 +201,7 @@ grpc_status_code zb_rpc_unary(zb_rpc_client *c, const char *method, const Protob
     grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
   grpc_byte_buffer_destroy(send);
   if (status == GRPC_STATUS_OK) {
-    *resp = rpc_unpack(recv, resp_desc);
+    *resp = rpc_unpack(recv, resp_desc, NULL);
     if (!*resp) {
       status = GRPC_STATUS_INTERNAL;
       snprintf(details, details_len, "the response is not a valid %s message", resp_desc->name);
@@ -294,7 +301,7 @@ int zb_rpc_stream_read(zb_rpc_stream *st, const ProtobufCMessageDescriptor *resp
     st->ended = true;
     return 0;
   }
-  *msg = rpc_unpack(st->recv, resp_desc);
+  *msg = rpc_unpack(st->recv, resp_desc, NULL);
   grpc_byte_buffer_destroy(st->recv);
   st->recv = NULL;
   return *msg ? 1 : -2;

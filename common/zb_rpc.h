@@ -94,7 +94,7 @@ void zb_rpc_call_on_drain(zb_rpc_call *call, void (*cb)(zb_rpc_call *call, void 
  * without one; on a plaintext server an admin named "insecure". */
 void zb_rpc_call_identity(const zb_rpc_call *call, zb_identity *out);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid while the call is. */
-const char *zb_rpc_call_peer(const zb_rpc_call *call);
+const char *zb_rpc_call_peer(zb_rpc_call *call);
 /* Messages queued but not yet sent on a stream (back-pressure check). */
 int zb_rpc_call_queued(const zb_rpc_call *call);
 

@@ -12,7 +12,9 @@
 void rpc_grpc_init(void);
 /* A message packed into a new byte buffer (the caller destroys it). */
 grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg);
-/* NULL when bb is NULL or does not parse as desc; else the caller frees it. */
-ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc);
+/* NULL when bb is NULL or does not parse as desc; else the caller frees
+ * it (with alloc: protobuf-c's allocator to unpack into, NULL for malloc). */
+ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                             ProtobufCAllocator *alloc);
 
 #endif

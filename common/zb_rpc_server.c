@@ -16,6 +16,7 @@
 
 #include "zb_alloc.h"
 #include "zb_log.h"
+#include "zb_rpc_arena.h"
 #include "zb_rpc_handoff.h"
 #include "zb_rpc_internal.h"
 
@@ -82,14 +83,21 @@ struct zb_rpc_call {
   void *on_close_arg;
   void (*on_drain)(zb_rpc_call *, void *);
   void *on_drain_arg;
-  struct zb_rpc_call *prev, *next; /* the server's live calls */
+  struct zb_rpc_call *prev, *next; /* the server's live calls, or its spare ones */
 };
+
+/* Ended calls kept for the next ones (a call costs no malloc then), and
+ * the bytes every request is unpacked into (zb_rpc_arena.h). */
+enum { RPC_SPARE_CALLS = 64, RPC_ARENA_BYTES = 64 << 10 };
 
 struct zb_rpc_server {
   uv_loop_t *loop;
   grpc_server *server;
   grpc_completion_queue *cq;
   rpc_handoff *handoff; /* the completion-queue thread and its queue to the loop */
+  zb_rpc_call *spare;   /* ended calls to reuse, linked by next */
+  int n_spare;
+  rpc_arena arena; /* the request being handled is unpacked here */
   const zb_rpc_method *methods;
   int n_methods;
   method_slot *slots;
@@ -141,7 +149,24 @@ static void rpc_call_unref(zb_rpc_call *c) {
   free(c->fin_details);
   gpr_free(c->peer);
   grpc_call_unref(c->call);
-  free(c);
+  if (srv->n_spare == RPC_SPARE_CALLS) {
+    free(c);
+    return;
+  }
+  c->next = srv->spare;
+  srv->spare = c;
+  srv->n_spare++;
+}
+
+/* A zeroed call: a spare one, or a new one. */
+static zb_rpc_call *rpc_call_new(zb_rpc_server *srv) {
+  zb_rpc_call *c = srv->spare;
+  if (!c)
+    return zb_calloc(1, sizeof *c);
+  srv->spare = c->next;
+  srv->n_spare--;
+  memset(c, 0, sizeof *c);
+  return c;
 }
 
 static void rpc_start(zb_rpc_call *c, const grpc_op *ops, size_t n, rpc_tag *tag) {
@@ -298,7 +323,10 @@ void zb_rpc_call_on_drain(zb_rpc_call *c, void (*cb)(zb_rpc_call *, void *), voi
   c->on_drain_arg = arg;
 }
 
-const char *zb_rpc_call_peer(const zb_rpc_call *c) {
+/* Asked for rarely (logs): made on the first ask, not for every call. */
+const char *zb_rpc_call_peer(zb_rpc_call *c) {
+  if (!c->peer)
+    c->peer = grpc_call_get_peer(c->call);
   return c->peer ? c->peer : "?";
 }
 int zb_rpc_call_queued(const zb_rpc_call *c) {
@@ -313,11 +341,10 @@ static void rpc_on_new_call(method_slot *sl) {
   if (!srv->shutting_down)
     rpc_arm_slot(sl); /* re-arm first, so the next call is not kept waiting */
 
-  zb_rpc_call *c = zb_calloc(1, sizeof *c);
+  zb_rpc_call *c = rpc_call_new(srv);
   c->srv = srv;
   c->call = call;
   c->refs = 1; /* the handler's */
-  c->peer = grpc_call_get_peer(call);
   c->close_tag = (rpc_tag){TAG_CLOSE, c};
   c->send_tag = (rpc_tag){TAG_SEND, c};
   c->status_tag = (rpc_tag){TAG_STATUS, c};
@@ -339,16 +366,17 @@ static void rpc_on_new_call(method_slot *sl) {
     zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request: no %s message", sl->m->request->name);
     return;
   }
-  ProtobufCMessage *req = rpc_unpack(payload, sl->m->request);
+  ProtobufCMessage *req = rpc_unpack(payload, sl->m->request, &srv->arena.allocator);
   grpc_byte_buffer_destroy(payload);
   if (!req) {
+    rpc_arena_release(&srv->arena, NULL);
     ZB_WARN("rpc: %s from %s: request is not a valid %s", sl->m->path, zb_rpc_call_peer(c),
             sl->m->request->name);
     zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request is not a valid %s message", sl->m->request->name);
     return;
   }
   sl->m->handler(c, req, srv->user);
-  protobuf_c_message_free_unpacked(req, NULL);
+  rpc_arena_release(&srv->arena, req);
   if (!sl->m->streaming && !sl->m->deferred && !c->ended && !c->finishing) /* a unary handler that forgot */
     zb_rpc_fail(c, GRPC_STATUS_INTERNAL, "%s: no answer", sl->m->path);
 }
@@ -463,16 +491,11 @@ static grpc_server_credentials *rpc_server_creds(const zb_tls *tls) {
                                                GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
 }
 
-zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_message_bytes,
-                           const zb_rpc_method *methods, int n_methods, void *user, const zb_tls *tls,
-                           zb_rpc_server **out, int *bound_port, zb_diag *diag) {
-  rpc_grpc_init();
-  zb_rpc_server *srv = zb_calloc(1, sizeof *srv);
-  srv->loop = loop;
-  srv->methods = methods;
-  srv->n_methods = n_methods;
-  srv->user = user;
-  grpc_arg args[6] = {
+enum { RPC_SERVER_ARGS = 6 };
+
+/* The server's channel arguments into args. */
+static void rpc_server_args(grpc_arg *args, long long max_message_bytes) {
+  grpc_arg all[RPC_SERVER_ARGS] = {
       {.type = GRPC_ARG_INTEGER,
        .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
        .value.integer = (int)max_message_bytes},
@@ -494,7 +517,22 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
        * a large message opens the window to its own size anyway */
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_HTTP2_BDP_PROBE, .value.integer = 0},
   };
-  grpc_channel_args ch_args = {.num_args = 6, .args = args};
+  memcpy(args, all, sizeof all);
+}
+
+zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_message_bytes,
+                           const zb_rpc_method *methods, int n_methods, void *user, const zb_tls *tls,
+                           zb_rpc_server **out, int *bound_port, zb_diag *diag) {
+  rpc_grpc_init();
+  zb_rpc_server *srv = zb_calloc(1, sizeof *srv);
+  srv->loop = loop;
+  srv->methods = methods;
+  srv->n_methods = n_methods;
+  srv->user = user;
+  rpc_arena_init(&srv->arena, RPC_ARENA_BYTES);
+  grpc_arg args[RPC_SERVER_ARGS];
+  rpc_server_args(args, max_message_bytes);
+  grpc_channel_args ch_args = {.num_args = RPC_SERVER_ARGS, .args = args};
   srv->server = grpc_server_create(&ch_args, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
@@ -529,6 +567,7 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
            GRPC_QUEUE_SHUTDOWN)
       ;
     grpc_completion_queue_destroy(srv->cq);
+    rpc_arena_destroy(&srv->arena);
     free(srv->slots);
     free(srv);
     grpc_shutdown();
@@ -559,6 +598,12 @@ static void rpc_on_handoff_closed(void *a) {
   zb_rpc_server *srv = a;
   void (*done)(void *) = srv->done;
   void *arg = srv->done_arg;
+  while (srv->spare) {
+    zb_rpc_call *c = srv->spare;
+    srv->spare = c->next;
+    free(c);
+  }
+  rpc_arena_destroy(&srv->arena);
   free(srv->slots);
   free(srv);
   grpc_shutdown();
