@@ -17,10 +17,6 @@
 
 #include "zb_alloc.h"
 
-/* Quiet events waiting before they wake the loop on their own: bounds the
- * memory of ended calls not freed yet on a server that gets nothing else. */
-enum { QUIET_MAX = 64 };
-
 typedef struct rpc_event {
   void *tag;
   int success;
@@ -66,9 +62,9 @@ static void wake(rpc_handoff *h) {
 }
 
 /* Queues one event (mu held); whether the caller must wake the loop. */
-static bool queue_event(rpc_handoff *h, void *tag, int success, bool quiet) {
+static bool queue_event(rpc_handoff *h, void *tag, int success) {
   list_add(&h->queue, tag, success);
-  if (h->loop_awake || (quiet && h->queue.n < QUIET_MAX))
+  if (h->loop_awake)
     return false;
   h->loop_awake = true;
   return true;
@@ -78,7 +74,6 @@ static void *cq_thread(void *arg) {
   rpc_handoff *h = arg;
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(h->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    bool quiet = ev.type == GRPC_OP_COMPLETE && h->ops.is_quiet(ev.tag);
     pthread_mutex_lock(&h->mu);
     bool must_wake = false, done = ev.type == GRPC_QUEUE_SHUTDOWN;
     if (done) {
@@ -86,7 +81,7 @@ static void *cq_thread(void *arg) {
       must_wake = !h->loop_awake;
       h->loop_awake = true;
     } else if (ev.type == GRPC_OP_COMPLETE) {
-      must_wake = queue_event(h, ev.tag, ev.success, quiet);
+      must_wake = queue_event(h, ev.tag, ev.success);
     }
     pthread_mutex_unlock(&h->mu);
     if (must_wake)
@@ -116,6 +111,8 @@ static void on_readable(uv_poll_t *p, int status, int events) {
     for (int k = 0; k < batch.n; k++)
       h->ops.on_event(batch.items[k].tag, batch.items[k].success, h->ops.arg);
     h->spare = batch;
+    if (batch.n > 0 && h->ops.after_batch)
+      h->ops.after_batch(h->ops.arg);
     if (batch.n == 0) {
       if (done && !h->drained_told) {
         h->drained_told = true;
@@ -156,7 +153,7 @@ zb_err rpc_handoff_start(uv_loop_t *loop, grpc_completion_queue *cq, const rpc_h
 
 void rpc_handoff_post(rpc_handoff *h, void *tag, int success) {
   pthread_mutex_lock(&h->mu);
-  bool must_wake = queue_event(h, tag, success, false);
+  bool must_wake = queue_event(h, tag, success);
   pthread_mutex_unlock(&h->mu);
   if (must_wake)
     wake(h);

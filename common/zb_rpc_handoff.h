@@ -3,10 +3,8 @@
  * queue and appends each event to a queue under a lock; the loop drains
  * the whole queue at each wake-up. The thread wakes the loop (an eventfd
  * watched by a uv_poll_t) only when the loop is not already awake for the
- * queue, so under load one wake-up carries many events; and a quiet event
- * (one the loop only has to free memory for, say the end of a unary call)
- * wakes it on its own only once QUIET_MAX of them wait. Private to the gRPC
- * glue (zb_rpc_server.c).
+ * queue, so under load one wake-up carries many events. Private to the
+ * gRPC glue (zb_rpc_server.c).
  */
 #ifndef ZB_RPC_HANDOFF_H
 #define ZB_RPC_HANDOFF_H
@@ -23,10 +21,8 @@ typedef struct rpc_handoff_ops {
   /* On the loop: one event (tag, success) gRPC completed, or one the loop
    * posted itself (rpc_handoff_post). */
   void (*on_event)(void *tag, int success, void *arg);
-  /* On the completion-queue thread, before the event is queued: whether
-   * the loop may take it at its next wake-up instead of waking for it.
-   * It may read only what does not change while the tag is with gRPC. */
-  bool (*is_quiet)(void *tag);
+  /* On the loop, after each batch of events was handled (may be NULL). */
+  void (*after_batch)(void *arg);
   /* On the loop, once: the queue shut down and every event was handed. */
   void (*on_drained)(void *arg);
   void *arg;

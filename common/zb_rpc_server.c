@@ -49,6 +49,7 @@ typedef struct method_slot {
   zb_rpc_server *srv;
   const zb_rpc_method *m;
   void *registered;
+  grpc_completion_queue *bound_cq;
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array md;
@@ -94,8 +95,9 @@ struct zb_rpc_server {
   uv_loop_t *loop;
   grpc_server *server;
   grpc_completion_queue *cq;
-  rpc_handoff *handoff; /* the completion-queue thread and its queue to the loop */
-  zb_rpc_call *spare;   /* ended calls to reuse, linked by next */
+  grpc_completion_queue *unary_cq; /* where unary calls complete (rpc_drain_unary) */
+  rpc_handoff *handoff;            /* the completion-queue thread and its queue to the loop */
+  zb_rpc_call *spare;              /* ended calls to reuse, linked by next */
   int n_spare;
   rpc_arena arena; /* the request being handled is unpacked here */
   const zb_rpc_method *methods;
@@ -120,7 +122,7 @@ static void rpc_arm_slot(method_slot *sl) {
   sl->payload = NULL;
   grpc_call_error e =
       grpc_server_request_registered_call(sl->srv->server, sl->registered, &sl->call, &sl->deadline, &sl->md,
-                                          &sl->payload, sl->srv->cq, sl->srv->cq, &sl->tag);
+                                          &sl->payload, sl->bound_cq, sl->srv->cq, &sl->tag);
   if (e != GRPC_CALL_OK)
     ZB_ERROR("rpc: cannot accept calls for %s (grpc_call_error %d)", sl->m->path, (int)e);
 }
@@ -470,15 +472,22 @@ static void rpc_handle(void *t, int success, void *arg) {
   }
 }
 
-/* The end of a call's final batch only gives back a reference: the loop
- * takes it with the next events rather than waking for it (tag kinds are
- * set before a batch starts and never change while gRPC holds it). */
-static bool rpc_tag_is_quiet(void *t) {
-  const rpc_tag *tag = t;
-  return tag->kind == TAG_STATUS;
-}
-
 static void rpc_finish_shutdown(void *arg);
+
+/* A unary call answered at once has one completion: its reply sent,
+ * which only gives back a reference. Such calls are bound to a second,
+ * non-polling queue (no thread waits on it), so that completion wakes no
+ * thread; the loop takes what is there after each batch of events, each
+ * of which (a new call) is what started them. */
+static void rpc_drain_unary(void *arg) {
+  zb_rpc_server *srv = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(srv->unary_cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      return;
+    rpc_handle(ev.tag, ev.success, srv);
+  }
+}
 
 /* The server's credentials: TLS asking for a client certificate (checked
  * against the CA when given; handlers decide what a caller without one
@@ -536,6 +545,10 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
   srv->server = grpc_server_create(&ch_args, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
+  grpc_completion_queue_attributes qa = {
+      .version = 1, .cq_completion_type = GRPC_CQ_NEXT, .cq_polling_type = GRPC_CQ_NON_POLLING};
+  srv->unary_cq = grpc_completion_queue_create(grpc_completion_queue_factory_lookup(&qa), &qa, NULL);
+  grpc_server_register_completion_queue(srv->server, srv->unary_cq, NULL);
   srv->slots = zb_calloc((size_t)n_methods * RPC_SLOTS_PER_METHOD, sizeof *srv->slots);
   for (int k = 0; k < n_methods; k++) {
     void *registered = grpc_server_register_method(srv->server, methods[k].path, NULL,
@@ -546,6 +559,8 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
       sl->srv = srv;
       sl->m = &methods[k];
       sl->registered = registered;
+      /* streams and deferred calls wait on the peer: their events wake the loop */
+      sl->bound_cq = methods[k].streaming || methods[k].deferred ? srv->cq : srv->unary_cq;
     }
   }
   srv->unknown.tag = (rpc_tag){TAG_UNKNOWN_CALL, srv};
@@ -557,7 +572,7 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
   if (port <= 0)
     err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cannot listen on %s (address in use or invalid)", addr);
   rpc_handoff_ops ops = {
-      .on_event = rpc_handle, .is_quiet = rpc_tag_is_quiet, .on_drained = rpc_finish_shutdown, .arg = srv};
+      .on_event = rpc_handle, .after_batch = rpc_drain_unary, .on_drained = rpc_finish_shutdown, .arg = srv};
   if (err == ZB_OK)
     err = rpc_handoff_start(loop, srv->cq, &ops, &srv->handoff, diag);
   if (err != ZB_OK) {
@@ -567,6 +582,8 @@ zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_mess
            GRPC_QUEUE_SHUTDOWN)
       ;
     grpc_completion_queue_destroy(srv->cq);
+    grpc_completion_queue_shutdown(srv->unary_cq);
+    grpc_completion_queue_destroy(srv->unary_cq);
     rpc_arena_destroy(&srv->arena);
     free(srv->slots);
     free(srv);
@@ -612,14 +629,23 @@ static void rpc_on_handoff_closed(void *a) {
 }
 
 /* The queue shut down and its every event was handled: the thread is
- * joined (rpc_handoff_close) before the queue it waited on is destroyed. */
+ * joined (rpc_handoff_close) before the queue it waited on is destroyed,
+ * and the unary calls' last completions are taken first. */
 static void rpc_finish_shutdown(void *arg) {
   zb_rpc_server *srv = arg;
+  rpc_handoff_close(srv->handoff, rpc_on_handoff_closed, srv);
+  grpc_completion_queue_shutdown(srv->unary_cq); /* its last calls ended with the server's */
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(srv->unary_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      break;
+    rpc_handle(ev.tag, ev.success, srv);
+  }
   if (srv->live)
     ZB_WARN("rpc: %s still referenced at shutdown", "a call");
-  rpc_handoff_close(srv->handoff, rpc_on_handoff_closed, srv);
   grpc_server_destroy(srv->server);
   grpc_completion_queue_destroy(srv->cq);
+  grpc_completion_queue_destroy(srv->unary_cq);
 }
 
 /* The identity a verified certificate names: its one URI SAN with the
