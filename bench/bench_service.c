@@ -1,11 +1,12 @@
 /* bench_service.c — zb_bench_service: what the service costs, on real
  * processes over loopback (a zb-coordinator and sim-backend zb-workers
- * started here, logs in a temp directory). Three figures:
+ * started here, logs in a temp directory). Its figures:
  *   (a) runtime overhead: measured iteration time over the simulated
  *       makespan of the same plan, for 1f1b, zb-h1 and zb-v at p=4, m=16
  *       and p=16, m=64 with 10 ms ops (one rank's share);
  *   (b) the coordinator's ingest rate of Report calls from 64 concurrent
- *       reporters (attached workers sending heartbeat Reports);
+ *       reporters (attached workers sending heartbeat Reports), and its
+ *       CPU time per Report;
  *   (c) SubmitJob to the first op executed, p50/p99 over many small jobs;
  *   (d) what per-op timelines cost: the p=16, m=64 job of (a) with tracing
  *       off, every 10th iteration (the default) and every iteration, runs
@@ -13,12 +14,16 @@
  *   (e) adaptive re-planning under drift: a zb-auto job (p=4, m=8, 20 ms
  *       ops) whose rank 1 slows by 30% at iteration 20 (the workers' test
  *       knobs), with adaptation on and off: median iteration time of the
- *       last third, adaptive over static.
+ *       last third, adaptive over static;
+ *   (f) the coordinator's CPU with 1,000 attached idle workers
+ *       (bench_service_idle.c).
+ * (b) and (f) read the coordinator's process CPU time (bench_service.h).
  * It prints; it never fails on a slow figure (targets are printed beside).
- * Usage: zb_bench_service [--quick] [a] [b] [c] [d] [e]   (--quick: fewer iterations and
+ * Usage: zb_bench_service [--quick] [a] [b] [c] [d] [e] [f]   (--quick: fewer iterations and
  * jobs; letters pick sections, default all)
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -33,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_service.h"
 #include "zb/v1/zb.pb-c.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
@@ -47,14 +53,14 @@ extern char **environ;
 #error "ZB_COORDINATOR_BIN must name the zb-coordinator binary"
 #endif
 
-static void sleep_s(double s) {
+void sleep_s(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
   nanosleep(&ts, NULL);
 }
 
 /* ---- processes ---- */
 
-static char bench_dir[256];
+char bench_dir[256];
 
 /* argv[0] with the environment plus extra (NULL-terminated; may be NULL). */
 static pid_t spawn_env(const char *log_name, char *const argv[], char *const extra[]) {
@@ -102,15 +108,7 @@ static void stop(pid_t pid) {
   waitpid(pid, NULL, 0);
 }
 
-typedef struct cluster {
-  pid_t coord;
-  pid_t workers[64];
-  int n_workers;
-  char addr[64];
-  zb_rpc_client *rpc;
-} cluster;
-
-static int attached_workers(cluster *c) {
+int attached_workers(cluster *c) {
   Zb__V1__ListWorkersRequest req = ZB__V1__LIST_WORKERS_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
   char det[256];
@@ -122,19 +120,72 @@ static int attached_workers(cluster *c) {
   return n;
 }
 
+double proc_cpu_seconds(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  /* the command (field 2) may hold spaces: fields count from its ')' */
+  const char *p = strrchr(buf, ')');
+  unsigned long long utime, stime;
+  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+    return -1;
+  return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+long long proc_ctx_switches(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d)
+    return -1;
+  long long total = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.')
+      continue;
+    char status[512], line[256];
+    snprintf(status, sizeof status, "%s/%s/status", path, e->d_name);
+    FILE *f = fopen(status, "r");
+    long long n;
+    while (f && fgets(line, sizeof line, f))
+      if ((sscanf(line, "voluntary_ctxt_switches: %lld", &n) == 1 ||
+           sscanf(line, "nonvoluntary_ctxt_switches: %lld", &n) == 1))
+        total += n;
+    if (f)
+      fclose(f);
+  }
+  closedir(d);
+  return total;
+}
+
 /* The coordinator and n_workers workers; worker k gets env[k] (a
  * NULL-terminated list, or NULL) when env is given, and then workers start
  * one at a time, each attached before the next (so worker k runs rank k
  * of a job on all of them). */
-static void cluster_start_env(cluster *c, int n_workers, const char *tag, char *const *const *env);
-
-static void cluster_start(cluster *c, int n_workers, const char *tag) {
-  cluster_start_env(c, n_workers, tag, NULL);
-}
+static void cluster_start_all(cluster *c, int n_workers, const char *tag, char *const *const *env,
+                              int heartbeat_timeout_ms);
 
 static void cluster_start_env(cluster *c, int n_workers, const char *tag, char *const *const *env) {
+  cluster_start_all(c, n_workers, tag, env, 10000);
+}
+
+static void cluster_start(cluster *c, int n_workers, const char *tag) {
+  cluster_start_all(c, n_workers, tag, NULL, 10000);
+}
+
+void cluster_start_timeout(cluster *c, int n_workers, const char *tag, int heartbeat_timeout_ms) {
+  cluster_start_all(c, n_workers, tag, NULL, heartbeat_timeout_ms);
+}
+
+static void cluster_start_all(cluster *c, int n_workers, const char *tag, char *const *const *env,
+                              int heartbeat_timeout_ms) {
   memset(c, 0, sizeof *c);
-  char data[300], ports[300];
+  char data[300], ports[300], timeout[16];
+  snprintf(timeout, sizeof timeout, "%d", heartbeat_timeout_ms);
   snprintf(data, sizeof data, "%s/data-%s", bench_dir, tag);
   snprintf(ports, sizeof ports, "%s/ports-%s", bench_dir, tag);
   unlink(ports);
@@ -150,7 +201,7 @@ static void cluster_start_env(cluster *c, int n_workers, const char *tag, char *
                    "--log-level",
                    "warn",
                    "--heartbeat-timeout-ms",
-                   "10000",
+                   timeout,
                    NULL};
   c->coord = spawn("coordinator", cargv);
   int port = 0;
@@ -188,7 +239,7 @@ static void cluster_start_env(cluster *c, int n_workers, const char *tag, char *
   exit(1);
 }
 
-static void cluster_stop(cluster *c) {
+void cluster_stop(cluster *c) {
   for (int k = 0; k < c->n_workers; k++)
     stop(c->workers[k]);
   zb_rpc_client_free(c->rpc);
@@ -329,6 +380,7 @@ typedef struct reporter {
   double seconds;
   long done, failed;
   atomic_int *ready;
+  atomic_bool *go; /* set once every reporter is attached: the measured part starts */
 } reporter;
 
 static void *reporter_main(void *arg) {
@@ -344,6 +396,8 @@ static void *reporter_main(void *arg) {
   if (zb_rpc_stream_read(st, &zb__v1__command__descriptor, &msg, 10000) == 1) /* the first ping: attached */
     protobuf_c_message_free_unpacked(msg, NULL);
   atomic_fetch_add(r->ready, 1);
+  while (!atomic_load(r->go))
+    sleep_s(0.001);
   Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
   req.worker_id = id;
   double end = zb_clock_s() + r->seconds;
@@ -363,6 +417,9 @@ static void *reporter_main(void *arg) {
   return NULL;
 }
 
+/* The coordinator's CPU per Report: its process's user and system time
+ * over the measured part (every reporter attached; attaching is not
+ * counted) divided by the Reports it answered then. */
 static void bench_ingest(bool quick) {
   enum { N = 64 };
   printf("== (b) Report ingest: 64 concurrent reporters (attached, heartbeat Reports), unary calls ==\n");
@@ -371,22 +428,38 @@ static void bench_ingest(bool quick) {
   reporter rs[N];
   pthread_t th[N];
   atomic_int ready = 0;
+  atomic_bool go = false;
   double seconds = quick ? 2 : 5;
   for (int k = 0; k < N; k++) {
-    rs[k] = (reporter){.addr = c.addr, .index = k, .seconds = seconds, .ready = &ready};
+    rs[k] = (reporter){.addr = c.addr, .index = k, .seconds = seconds, .ready = &ready, .go = &go};
     pthread_create(&th[k], NULL, reporter_main, &rs[k]);
   }
-  double t0 = zb_clock_s();
+  for (int t = 0; t < 3000 && atomic_load(&ready) < N; t++)
+    sleep_s(0.01);
+  double cpu0 = proc_cpu_seconds(c.coord), t0 = zb_clock_s();
+  long long ctx0 = proc_ctx_switches(c.coord);
+  atomic_store(&go, true);
   for (int k = 0; k < N; k++)
     pthread_join(th[k], NULL);
-  double elapsed = zb_clock_s() - t0;
+  double elapsed = zb_clock_s() - t0, cpu1 = proc_cpu_seconds(c.coord);
+  long long ctx1 = proc_ctx_switches(c.coord);
   long done = 0, failed = 0;
   for (int k = 0; k < N; k++) {
     done += rs[k].done;
     failed += rs[k].failed;
   }
-  printf("%ld Reports in %.2f s (%ld failed): %.0f Reports/s  (target >= 10000)\n\n", done, elapsed, failed,
+  printf("%ld Reports in %.2f s (%ld failed): %.0f Reports/s  (target >= 10000)\n", done, elapsed, failed,
          (double)done / elapsed);
+  if (cpu0 >= 0 && cpu1 >= 0 && done > 0)
+    printf("coordinator CPU per Report: %.1f us  (target <= 10 us; its process's user+system time, %.2f s, "
+           "over the Reports it answered; %.0f%% of a core)\n",
+           1e6 * (cpu1 - cpu0) / (double)done, cpu1 - cpu0, 100 * (cpu1 - cpu0) / elapsed);
+  else
+    printf("coordinator CPU per Report: not measured (/proc/%d/stat unreadable)\n", (int)c.coord);
+  if (ctx0 >= 0 && ctx1 >= 0 && done > 0)
+    printf("coordinator context switches per Report: %.2f  (all its threads)\n",
+           (double)(ctx1 - ctx0) / (double)done);
+  printf("\n");
   cluster_stop(&c);
 }
 
@@ -508,26 +581,28 @@ static void bench_drift(bool quick) {
 }
 
 int main(int argc, char **argv) {
-  bool quick = false, want[5] = {false, false, false, false, false}, any = false;
+  bool quick = false, want[6] = {false, false, false, false, false, false}, any = false;
   for (int k = 1; k < argc; k++) {
     if (strcmp(argv[k], "--quick") == 0)
       quick = true;
-    else if (strlen(argv[k]) == 1 && argv[k][0] >= 'a' && argv[k][0] <= 'e')
+    else if (strlen(argv[k]) == 1 && argv[k][0] >= 'a' && argv[k][0] <= 'f')
       want[argv[k][0] - 'a'] = any = true;
     else {
-      fprintf(stderr, "usage: zb_bench_service [--quick] [a] [b] [c] [d] [e]   (sections; default all)\n");
+      fprintf(stderr,
+              "usage: zb_bench_service [--quick] [a] [b] [c] [d] [e] [f]   (sections; default all)\n");
       return 2;
     }
   }
   if (!any)
-    want[0] = want[1] = want[2] = want[3] = want[4] = true;
+    want[0] = want[1] = want[2] = want[3] = want[4] = want[5] = true;
   signal(SIGPIPE, SIG_IGN);
   snprintf(bench_dir, sizeof bench_dir, "/tmp/zb-bench-XXXXXX");
   if (!mkdtemp(bench_dir)) {
     perror("mkdtemp");
     return 1;
   }
-  printf("zb_bench_service: zb-coordinator and zb-workers on loopback; logs in %s\n\n", bench_dir);
+  printf("zb_bench_service: zb-coordinator and zb-workers on loopback; logs in %s\n", bench_dir);
+  printf("build type: %s (the bench and the daemons it starts come from one build tree)\n\n", ZB_BUILD_TYPE);
   if (want[0])
     bench_overhead(quick);
   if (want[1])
@@ -538,5 +613,7 @@ int main(int argc, char **argv) {
     bench_tracing(quick);
   if (want[4])
     bench_drift(quick);
+  if (want[5])
+    bench_idle(quick);
   return 0;
 }

@@ -6,6 +6,7 @@
 #include "zb_pb_strings.h"
 #include "zb_rpc_internal.h"
 
+#include <dlfcn.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
@@ -19,6 +20,27 @@
 #include "zb_alloc.h"
 #include "zb_log.h"
 
+/* ---- gRPC's start ---- */
+
+/* Debian builds Abseil without NDEBUG, so every absl::Mutex gRPC locks
+ * also checks lock order against a process-wide graph under a global lock
+ * (a debug aid): a tenth of the coordinator's user time under a flood of
+ * Reports. absl::SetMutexDeadlockDetectionMode(kIgnore), the default of
+ * release builds, turns it off; looked up by name, so another Abseil (or
+ * none) simply keeps its own setting. */
+static void rpc_absl_checks_off(void) {
+  void (*set_mode)(int) = (void (*)(int))dlsym(
+      RTLD_DEFAULT, "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE");
+  if (set_mode)
+    set_mode(0); /* absl::OnDeadlockCycle::kIgnore */
+}
+
+void rpc_grpc_init(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, rpc_absl_checks_off);
+  grpc_init();
+}
+
 /* ---- protobuf-c <-> byte buffers ---- */
 
 grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg) {
@@ -30,26 +52,41 @@ grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg) {
   return bb;
 }
 
+/* Unpacks data[0..len) as desc, or names a string field holding a NUL
+ * (nul_field, when cap) and gives NULL. */
+static ProtobufCMessage *unpack_bytes(const ProtobufCMessageDescriptor *desc, ProtobufCAllocator *alloc,
+                                      const uint8_t *data, size_t len, char *nul_field, size_t cap) {
+  if (cap && zb_pb_string_with_nul(desc, data, len, nul_field, cap))
+    return NULL;
+  return protobuf_c_message_unpack(desc, alloc, len, data);
+}
+
 ProtobufCMessage *rpc_unpack_strict(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
-                                    char *nul_field, size_t cap) {
+                                    ProtobufCAllocator *alloc, char *nul_field, size_t cap) {
   if (cap)
     nul_field[0] = '\0';
   if (!bb)
     return NULL;
+  /* a message that came in one uncompressed slice is read where it lies */
+  if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+      bb->data.raw.slice_buffer.count == 1) {
+    grpc_slice s = bb->data.raw.slice_buffer.slices[0];
+    return unpack_bytes(desc, alloc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), nul_field, cap);
+  }
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb))
     return NULL;
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
-  ProtobufCMessage *msg = NULL;
-  if (!cap || !zb_pb_string_with_nul(desc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), nul_field, cap))
-    msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  ProtobufCMessage *msg =
+      unpack_bytes(desc, alloc, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), nul_field, cap);
   grpc_slice_unref(s);
   grpc_byte_buffer_reader_destroy(&r);
   return msg;
 }
 
-ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
-  return rpc_unpack_strict(bb, desc, NULL, 0);
+ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                             ProtobufCAllocator *alloc) {
+  return rpc_unpack_strict(bb, desc, alloc, NULL, 0);
 }
 
 static const char *const rpc_status_names[] = {
@@ -73,17 +110,21 @@ zb_rpc_client *zb_rpc_client_new(const char *target, long long max_message_bytes
 }
 
 zb_rpc_client *zb_rpc_client_new_tls(const char *target, long long max_message_bytes, const zb_tls *tls) {
-  grpc_init();
+  rpc_grpc_init();
   zb_rpc_client *c = zb_calloc(1, sizeof *c);
-  grpc_arg args[3] = {
+  grpc_arg args[4] = {
       {.type = GRPC_ARG_INTEGER,
        .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
        .value.integer = (int)max_message_bytes},
       /* reconnect fast after a coordinator restart */
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, .value.integer = 100},
       {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 1000},
+      /* no bandwidth-delay probes: a worker's probe after each answer it
+       * reads cost the coordinator a read and a write per heartbeat (a
+       * large Assignment still gets a window of its own size) */
+      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_HTTP2_BDP_PROBE, .value.integer = 0},
   };
-  grpc_channel_args ch_args = {.num_args = 3, .args = args};
+  grpc_channel_args ch_args = {.num_args = 4, .args = args};
   grpc_ssl_pem_key_cert_pair pair = {.private_key = tls ? tls->key_pem : NULL,
                                      .cert_chain = tls ? tls->cert_pem : NULL};
   grpc_channel_credentials *creds =
@@ -177,7 +218,7 @@ grpc_status_code zb_rpc_unary(zb_rpc_client *c, const char *method, const Protob
     grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
   grpc_byte_buffer_destroy(send);
   if (status == GRPC_STATUS_OK) {
-    *resp = rpc_unpack(recv, resp_desc);
+    *resp = rpc_unpack(recv, resp_desc, NULL);
     if (!*resp) {
       status = GRPC_STATUS_INTERNAL;
       snprintf(details, details_len, "the response is not a valid %s message", resp_desc->name);
@@ -277,7 +318,7 @@ int zb_rpc_stream_read(zb_rpc_stream *st, const ProtobufCMessageDescriptor *resp
     st->ended = true;
     return 0;
   }
-  *msg = rpc_unpack(st->recv, resp_desc);
+  *msg = rpc_unpack(st->recv, resp_desc, NULL);
   grpc_byte_buffer_destroy(st->recv);
   st->recv = NULL;
   return *msg ? 1 : -2;

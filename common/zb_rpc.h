@@ -2,11 +2,12 @@
  * zbctl (docs/architecture.md, Threads; docs/wire.md, Protocol).
  *
  * Server: one completion-queue thread hands every event to the owner's
- * libuv loop with uv_async_send; all gRPC calls and every handler run on
- * that loop thread, so handlers touch daemon state without locks. Methods
- * are a table (path, request type, handler); requests arrive unpacked; a
- * request that does not parse is answered INVALID_ARGUMENT before any
- * handler sees it; unknown methods get UNIMPLEMENTED.
+ * libuv loop, many per wake-up (zb_rpc_handoff.h); all gRPC calls and
+ * every handler run on that loop thread, so handlers touch daemon state
+ * without locks. Methods are a table (path, request type, handler);
+ * requests arrive unpacked; a request that does not parse is answered
+ * INVALID_ARGUMENT before any handler sees it; unknown methods get
+ * UNIMPLEMENTED.
  *
  * Client: blocking calls, each on its own completion queue, so several
  * threads can call at once (a worker's control thread and its executor).
@@ -103,7 +104,7 @@ void zb_rpc_call_on_drain(zb_rpc_call *call, void (*cb)(zb_rpc_call *call, void 
  * without one; on a plaintext server an admin named "insecure". */
 void zb_rpc_call_identity(const zb_rpc_call *call, zb_identity *out);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid while the call is. */
-const char *zb_rpc_call_peer(const zb_rpc_call *call);
+const char *zb_rpc_call_peer(zb_rpc_call *call);
 /* Messages queued but not yet sent on a stream (back-pressure check). */
 int zb_rpc_call_queued(const zb_rpc_call *call);
 

@@ -1,14 +1,14 @@
 /* zb_rpc_server.c — the server side of the gRPC glue: one completion-queue
- * thread per server takes gRPC's events and hands them to the libuv loop,
- * which runs every handler; replies and stream writes go back through
- * per-call op batches (one batch per RPC shape: a unary reply carries its
- * message, status and close together). See docs/architecture.md, Threads.
+ * thread per server takes gRPC's events and hands them to the libuv loop
+ * (zb_rpc_handoff.c), which runs every handler; replies and stream writes
+ * go back through per-call op batches (one batch per RPC shape: a unary
+ * reply carries its message, status and close together). See
+ * docs/architecture.md, Threads.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,8 @@
 
 #include "zb_alloc.h"
 #include "zb_log.h"
+#include "zb_rpc_arena.h"
+#include "zb_rpc_handoff.h"
 #include "zb_rpc_internal.h"
 
 typedef enum rpc_tag_kind {
@@ -34,12 +36,20 @@ typedef struct rpc_tag {
   void *owner;
 } rpc_tag;
 
+/* Requests kept outstanding per method: a call that arrives finds one
+ * armed and completes on the completion-queue thread as it reads it; with
+ * one, calls that came meanwhile wait in gRPC until the loop re-arms, and
+ * each then completes from the loop thread, which must wake the
+ * completion-queue thread to hand it back (docs/architecture.md, Threads). */
+enum { RPC_SLOTS_PER_METHOD = 32 };
+
 /* One outstanding request for a registered method (re-armed on each call). */
 typedef struct method_slot {
   rpc_tag tag;
   zb_rpc_server *srv;
   const zb_rpc_method *m;
   void *registered;
+  grpc_completion_queue *bound_cq;
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array md;
@@ -85,24 +95,22 @@ struct zb_rpc_call {
   void *on_close_arg;
   void (*on_drain)(zb_rpc_call *, void *);
   void *on_drain_arg;
-  struct zb_rpc_call *prev, *next; /* the server's live calls */
+  struct zb_rpc_call *prev, *next; /* the server's live calls, or its spare ones */
 };
 
-typedef struct rpc_event {
-  void *tag;
-  int success;
-} rpc_event;
+/* Ended calls kept for the next ones (a call costs no malloc then), and
+ * the bytes every request is unpacked into (zb_rpc_arena.h). */
+enum { RPC_SPARE_CALLS = 64, RPC_ARENA_BYTES = 64 << 10 };
 
 struct zb_rpc_server {
   uv_loop_t *loop;
-  uv_async_t async;
   grpc_server *server;
   grpc_completion_queue *cq;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  rpc_event *events; /* guarded by mu: handed from the CQ thread to the loop */
-  int n_events, cap_events;
-  bool cq_done; /* guarded by mu: the thread saw GRPC_QUEUE_SHUTDOWN */
+  grpc_completion_queue *unary_cq; /* where unary calls complete (rpc_drain_unary) */
+  rpc_handoff *handoff;            /* the completion-queue thread and its queue to the loop */
+  zb_rpc_call *spare;              /* ended calls to reuse, linked by next */
+  int n_spare;
+  rpc_arena arena; /* the request being handled is unpacked here */
   const zb_rpc_method *methods;
   int n_methods;
   method_slot *slots;
@@ -119,40 +127,13 @@ struct zb_rpc_server {
   bool secure; /* TLS: callers are who their certificates say */
 };
 
-/* Adds an event for the loop (mu held). */
-static void rpc_event_add(zb_rpc_server *srv, void *tag, int success) {
-  if (srv->n_events == srv->cap_events) {
-    srv->cap_events = srv->cap_events ? 2 * srv->cap_events : 64;
-    srv->events = zb_realloc(srv->events, sizeof *srv->events * (size_t)srv->cap_events);
-  }
-  srv->events[srv->n_events++] = (rpc_event){tag, success};
-}
-
-static void *rpc_cq_thread(void *arg) {
-  zb_rpc_server *srv = arg;
-  for (;;) {
-    grpc_event ev = grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    pthread_mutex_lock(&srv->mu);
-    if (ev.type == GRPC_QUEUE_SHUTDOWN) {
-      srv->cq_done = true;
-    } else if (ev.type == GRPC_OP_COMPLETE) {
-      rpc_event_add(srv, ev.tag, ev.success);
-    }
-    bool stop = srv->cq_done;
-    pthread_mutex_unlock(&srv->mu);
-    uv_async_send(&srv->async);
-    if (stop)
-      return NULL;
-  }
-}
-
 static void rpc_arm_slot(method_slot *sl) {
   grpc_metadata_array_init(&sl->md);
   sl->call = NULL;
   sl->payload = NULL;
   grpc_call_error e =
       grpc_server_request_registered_call(sl->srv->server, sl->registered, &sl->call, &sl->deadline, &sl->md,
-                                          &sl->payload, sl->srv->cq, sl->srv->cq, &sl->tag);
+                                          &sl->payload, sl->bound_cq, sl->srv->cq, &sl->tag);
   if (e != GRPC_CALL_OK)
     ZB_ERROR("rpc: cannot accept calls for %s (grpc_call_error %d)", sl->m->path, (int)e);
 }
@@ -197,23 +178,31 @@ static void rpc_call_unref(zb_rpc_call *c) {
   free(c->fin_details);
   gpr_free(c->peer);
   grpc_call_unref(c->call);
-  free(c);
+  if (srv->n_spare == RPC_SPARE_CALLS) {
+    free(c);
+    return;
+  }
+  c->next = srv->spare;
+  srv->spare = c;
+  srv->n_spare++;
 }
 
-/* An event for tag that never went to gRPC: op failed, handled on the
- * loop's next pass over the events, as the queue's own would be. */
-static void rpc_post_failed(zb_rpc_server *srv, rpc_tag *tag) {
-  pthread_mutex_lock(&srv->mu);
-  rpc_event_add(srv, tag, 0);
-  pthread_mutex_unlock(&srv->mu);
-  uv_async_send(&srv->async);
+/* A zeroed call: a spare one, or a new one. */
+static zb_rpc_call *rpc_call_new(zb_rpc_server *srv) {
+  zb_rpc_call *c = srv->spare;
+  if (!c)
+    return zb_calloc(1, sizeof *c);
+  srv->spare = c->next;
+  srv->n_spare--;
+  memset(c, 0, sizeof *c);
+  return c;
 }
 
 static void rpc_start(zb_rpc_call *c, const grpc_op *ops, size_t n, rpc_tag *tag) {
   c->refs++;
   if (c->srv->cq_shut) { /* a handler ending its call after shutdown (a drained watcher): it fails */
     ZB_DEBUG("rpc: a batch after shutdown fails without going to gRPC");
-    rpc_post_failed(c->srv, tag);
+    rpc_handoff_post(c->srv->handoff, tag, 0);
     return;
   }
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
@@ -380,7 +369,10 @@ void zb_rpc_call_on_drain(zb_rpc_call *c, void (*cb)(zb_rpc_call *, void *), voi
   c->on_drain_arg = arg;
 }
 
-const char *zb_rpc_call_peer(const zb_rpc_call *c) {
+/* Asked for rarely (logs): made on the first ask, not for every call. */
+const char *zb_rpc_call_peer(zb_rpc_call *c) {
+  if (!c->peer)
+    c->peer = grpc_call_get_peer(c->call);
   return c->peer ? c->peer : "?";
 }
 int zb_rpc_call_queued(const zb_rpc_call *c) {
@@ -410,11 +402,10 @@ static void rpc_on_new_call(method_slot *sl) {
   if (!srv->shutting_down)
     rpc_arm_slot(sl); /* re-arm first, so the next call is not kept waiting */
 
-  zb_rpc_call *c = zb_calloc(1, sizeof *c);
+  zb_rpc_call *c = rpc_call_new(srv);
   c->srv = srv;
   c->call = call;
   c->refs = 1; /* the handler's */
-  c->peer = grpc_call_get_peer(call);
   c->close_tag = (rpc_tag){TAG_CLOSE, c};
   c->send_tag = (rpc_tag){TAG_SEND, c};
   c->status_tag = (rpc_tag){TAG_STATUS, c};
@@ -438,20 +429,23 @@ static void rpc_on_new_call(method_slot *sl) {
     return;
   }
   char nul_field[128];
-  ProtobufCMessage *req = rpc_unpack_strict(payload, sl->m->request, nul_field, sizeof nul_field);
+  ProtobufCMessage *req =
+      rpc_unpack_strict(payload, sl->m->request, &srv->arena.allocator, nul_field, sizeof nul_field);
   grpc_byte_buffer_destroy(payload);
   if (nul_field[0]) { /* "j-1\0j-2" would be read as "j-1" */
+    rpc_arena_release(&srv->arena, NULL);
     zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s: contains a NUL byte", nul_field);
     return;
   }
   if (!req) {
+    rpc_arena_release(&srv->arena, NULL);
     ZB_WARN("rpc: %s from %s: request is not a valid %s", sl->m->path, zb_rpc_call_peer(c),
             sl->m->request->name);
     zb_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request is not a valid %s message", sl->m->request->name);
     return;
   }
   sl->m->handler(c, req, srv->user);
-  protobuf_c_message_free_unpacked(req, NULL);
+  rpc_arena_release(&srv->arena, req);
   if (!sl->m->streaming && !sl->m->deferred && !c->ended && !c->finishing) /* a unary handler that forgot */
     zb_rpc_fail(c, GRPC_STATUS_INTERNAL, "%s: no answer", sl->m->path);
 }
@@ -484,9 +478,9 @@ static void rpc_on_unknown_call(zb_rpc_server *srv) {
   }
 }
 
-static void rpc_finish_shutdown(zb_rpc_server *srv);
-
-static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
+static void rpc_handle(void *t, int success, void *arg) {
+  zb_rpc_server *srv = arg;
+  rpc_tag *tag = t;
   switch (tag->kind) {
   case TAG_NEW_CALL: {
     method_slot *sl = tag->owner;
@@ -546,104 +540,88 @@ static void rpc_handle(zb_rpc_server *srv, rpc_tag *tag, int success) {
   }
 }
 
-static void rpc_on_async(uv_async_t *h) {
-  zb_rpc_server *srv = h->data;
-  for (;;) {
-    pthread_mutex_lock(&srv->mu);
-    int n = srv->n_events;
-    rpc_event *evs = srv->events;
-    bool cq_done = srv->cq_done;
-    srv->events = NULL;
-    srv->n_events = srv->cap_events = 0;
-    pthread_mutex_unlock(&srv->mu);
-    for (int k = 0; k < n; k++)
-      rpc_handle(srv, evs[k].tag, evs[k].success);
-    free(evs);
-    if (n == 0) {
-      if (cq_done)
-        rpc_finish_shutdown(srv);
-      return;
-    }
-  }
-}
+static void rpc_finish_shutdown(void *arg);
 
-/* The server's credentials: TLS asking for a client certificate (checked
- * against the CA when given; handlers decide what a caller without one
- * may do), or plaintext. */
-static grpc_server_credentials *rpc_server_creds(const zb_tls *tls) {
-  if (!tls)
-    return grpc_insecure_server_credentials_create();
-  grpc_ssl_pem_key_cert_pair pair = {.private_key = tls->key_pem, .cert_chain = tls->cert_pem};
-  return grpc_ssl_server_credentials_create_ex(tls->ca_pem, &pair, 1,
-                                               GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY, NULL);
+/* A unary call answered at once has one completion: its reply sent,
+ * which only gives back a reference. Such calls are bound to a second,
+ * non-polling queue (no thread waits on it), so that completion wakes no
+ * thread; the loop takes what is there after each batch of events, each
+ * of which (a new call) is what started them. */
+static void rpc_drain_unary(void *arg) {
+  zb_rpc_server *srv = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(srv->unary_cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      return;
+    rpc_handle(ev.tag, ev.success, srv);
+  }
 }
 
 zb_err zb_rpc_server_start(uv_loop_t *loop, const char *addr, long long max_message_bytes,
                            const zb_rpc_method *methods, int n_methods, void *user, const zb_tls *tls,
                            zb_rpc_server **out, int *bound_port, zb_diag *diag) {
-  grpc_init();
+  rpc_grpc_init();
   zb_rpc_server *srv = zb_calloc(1, sizeof *srv);
   srv->loop = loop;
   srv->methods = methods;
   srv->n_methods = n_methods;
   srv->user = user;
-  pthread_mutex_init(&srv->mu, NULL);
-  grpc_arg args[5] = {
-      {.type = GRPC_ARG_INTEGER,
-       .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-       .value.integer = (int)max_message_bytes},
-      /* a second coordinator on the same port must fail, not share it */
-      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
-      /* a connection that has not finished its HTTP/2 (and TLS) handshake
-       * in 10 s is closed, so idle sockets do not hold descriptors for the
-       * default 120 s */
-      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, .value.integer = 10000},
-      /* a connection with no call for 5 minutes gets a GOAWAY (clients
-       * reconnect when they next call); workers keep their Attach open */
-      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_CONNECTION_IDLE_MS, .value.integer = 300000},
-      /* calls one connection may have open at once: a client that opens
-       * hundreds of streams (watchers that never read) on one connection
-       * waits for its own to end instead of holding a call slot each */
-      {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_CONCURRENT_STREAMS, .value.integer = ZB_RPC_MAX_STREAMS},
-  };
-  grpc_channel_args ch_args = {.num_args = 5, .args = args};
+  rpc_arena_init(&srv->arena, RPC_ARENA_BYTES);
+  grpc_arg args[RPC_SERVER_ARGS];
+  rpc_server_args(args, max_message_bytes);
+  grpc_channel_args ch_args = {.num_args = RPC_SERVER_ARGS, .args = args};
   srv->server = grpc_server_create(&ch_args, NULL);
   srv->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(srv->server, srv->cq, NULL);
-  srv->slots = zb_calloc((size_t)n_methods, sizeof *srv->slots);
+  grpc_completion_queue_attributes qa = {
+      .version = 1, .cq_completion_type = GRPC_CQ_NEXT, .cq_polling_type = GRPC_CQ_NON_POLLING};
+  srv->unary_cq = grpc_completion_queue_create(grpc_completion_queue_factory_lookup(&qa), &qa, NULL);
+  grpc_server_register_completion_queue(srv->server, srv->unary_cq, NULL);
+  srv->slots = zb_calloc((size_t)n_methods * RPC_SLOTS_PER_METHOD, sizeof *srv->slots);
   for (int k = 0; k < n_methods; k++) {
-    method_slot *sl = &srv->slots[k];
-    sl->tag = (rpc_tag){TAG_NEW_CALL, sl};
-    sl->srv = srv;
-    sl->m = &methods[k];
-    sl->registered = grpc_server_register_method(srv->server, methods[k].path, NULL,
-                                                 GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    void *registered = grpc_server_register_method(srv->server, methods[k].path, NULL,
+                                                   GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    for (int i = 0; i < RPC_SLOTS_PER_METHOD; i++) {
+      method_slot *sl = &srv->slots[k * RPC_SLOTS_PER_METHOD + i];
+      sl->tag = (rpc_tag){TAG_NEW_CALL, sl};
+      sl->srv = srv;
+      sl->m = &methods[k];
+      sl->registered = registered;
+      /* streams and deferred calls wait on the peer: their events wake the loop */
+      sl->bound_cq = methods[k].streaming || methods[k].deferred ? srv->cq : srv->unary_cq;
+    }
   }
   srv->unknown.tag = (rpc_tag){TAG_UNKNOWN_CALL, srv};
   srv->secure = tls != NULL;
   grpc_server_credentials *creds = rpc_server_creds(tls);
   int port = grpc_server_add_http2_port(srv->server, addr, creds);
   grpc_server_credentials_release(creds);
-  if (port <= 0) {
+  zb_err err = ZB_OK;
+  if (port <= 0)
+    err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cannot listen on %s (address in use or invalid)", addr);
+  rpc_handoff_ops ops = {
+      .on_event = rpc_handle, .after_batch = rpc_drain_unary, .on_drained = rpc_finish_shutdown, .arg = srv};
+  if (err == ZB_OK)
+    err = rpc_handoff_start(loop, srv->cq, &ops, &srv->handoff, diag);
+  if (err != ZB_OK) {
     grpc_server_destroy(srv->server);
     grpc_completion_queue_shutdown(srv->cq);
     while (grpc_completion_queue_next(srv->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL).type !=
            GRPC_QUEUE_SHUTDOWN)
       ;
     grpc_completion_queue_destroy(srv->cq);
-    pthread_mutex_destroy(&srv->mu);
+    grpc_completion_queue_shutdown(srv->unary_cq);
+    grpc_completion_queue_destroy(srv->unary_cq);
+    rpc_arena_destroy(&srv->arena);
     free(srv->slots);
     free(srv);
     grpc_shutdown();
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cannot listen on %s (address in use or invalid)", addr);
+    return err;
   }
   grpc_server_start(srv->server);
-  for (int k = 0; k < n_methods; k++)
+  for (int k = 0; k < n_methods * RPC_SLOTS_PER_METHOD; k++)
     rpc_arm_slot(&srv->slots[k]);
   rpc_arm_unknown(srv);
-  uv_async_init(loop, &srv->async, rpc_on_async);
-  srv->async.data = srv;
-  pthread_create(&srv->thread, NULL, rpc_cq_thread, srv);
   if (bound_port)
     *bound_port = port;
   *out = srv;
@@ -661,12 +639,16 @@ void zb_rpc_server_shutdown(zb_rpc_server *srv, void (*done)(void *), void *arg)
   grpc_server_cancel_all_calls(srv->server);
 }
 
-static void rpc_on_async_closed(uv_handle_t *h) {
-  zb_rpc_server *srv = h->data;
+static void rpc_on_handoff_closed(void *a) {
+  zb_rpc_server *srv = a;
   void (*done)(void *) = srv->done;
   void *arg = srv->done_arg;
-  pthread_mutex_destroy(&srv->mu);
-  free(srv->events);
+  while (srv->spare) {
+    zb_rpc_call *c = srv->spare;
+    srv->spare = c->next;
+    free(c);
+  }
+  rpc_arena_destroy(&srv->arena);
   free(srv->slots);
   free(srv);
   grpc_shutdown();
@@ -674,15 +656,24 @@ static void rpc_on_async_closed(uv_handle_t *h) {
     done(arg);
 }
 
-static void rpc_finish_shutdown(zb_rpc_server *srv) {
-  if (uv_is_closing((uv_handle_t *)&srv->async))
-    return;
-  pthread_join(srv->thread, NULL);
+/* The queue shut down and its every event was handled: the thread is
+ * joined (rpc_handoff_close) before the queue it waited on is destroyed,
+ * and the unary calls' last completions are taken first. */
+static void rpc_finish_shutdown(void *arg) {
+  zb_rpc_server *srv = arg;
+  rpc_handoff_close(srv->handoff, rpc_on_handoff_closed, srv);
+  grpc_completion_queue_shutdown(srv->unary_cq); /* its last calls ended with the server's */
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(srv->unary_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      break;
+    rpc_handle(ev.tag, ev.success, srv);
+  }
   if (srv->live)
     ZB_WARN("rpc: %s still referenced at shutdown", "a call");
   grpc_server_destroy(srv->server);
   grpc_completion_queue_destroy(srv->cq);
-  uv_close((uv_handle_t *)&srv->async, rpc_on_async_closed);
+  grpc_completion_queue_destroy(srv->unary_cq);
 }
 
 void zb_rpc_call_identity(const zb_rpc_call *call, zb_identity *out) {

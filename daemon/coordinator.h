@@ -32,6 +32,7 @@
 #include "zb_job_plan.h"
 #include "zb_rpc.h"
 #include "zb_store.h"
+#include "zb_strmap.h"
 #include "zb_timeline.h"
 #include "zb_utf8.h"
 #include "zb_wire.h"
@@ -52,8 +53,8 @@ typedef struct coord_worker {
   zb_rpc_call *attach;               /* the Attach stream; NULL when detached */
   char owner[ZB_STORE_OWNER_CAP];    /* who it is, as a rank's owner is kept (authz_worker_owner) */
   int64_t last_seen_ms;
-  int64_t last_ping_ms; /* the last keep-alive sent on its stream */
-  coord_job *job;       /* NULL: idle */
+  int told_heartbeat_ms; /* the heartbeat period its stream last carried (heartbeat.h) */
+  coord_job *job;        /* NULL: idle */
   int rank;
   struct coord_worker *next;
 } coord_worker;
@@ -141,6 +142,9 @@ struct coord_job {
   bool updating;          /* an UpdateSchedule plan is being made for it (plan_async.c) */
   bool start_planning;    /* its plan is being made to start it (dispatch.c) */
   bool metrics_forgotten; /* its series left /metrics (metrics_text.c) */
+  /* its op-duration histograms, by rank x op (metrics.c), from its first
+   * sampled iteration until its series leave /metrics (NULL otherwise) */
+  struct op_hist *op_hists;
   char (*rank_hosts)[64]; /* by rank once started: its worker's host (Job.rank_hosts) */
   /* taken back after a coordinator restart (recovery.c): until
    * recover_until_ms (0: every rank is back) its ranks' workers may attach
@@ -172,6 +176,10 @@ struct coord {
   struct coord_plan_owner *plan_owners;
   int plans_running;
   coord_worker *workers;
+  /* the same jobs and workers by id (job_find, worker_find: every Report
+   * looks both up); entries are added and removed with the lists' */
+  zb_strmap job_index, worker_index;
+  int heartbeat_ms;                      /* the period asked of workers now (heartbeat.h) */
   int64_t next_job_number;               /* the next job id's number: 64-bit, never repeats */
   int64_t last_prune_ms;                 /* retention.c */
   int64_t watchdog_ms, last_watchdog_ms; /* systemd's WatchdogSec (0: none), main.c */
@@ -192,9 +200,6 @@ struct coord {
 
 /* The period of coord_tick. */
 enum { COORD_TICK_MS = 250 };
-/* A keep-alive on an idle Attach stream at most this often: every tick
- * for every worker cost 23% of a core at 1,000 workers. */
-enum { COORD_PING_MS = 1000 };
 /* How long a rank's reported failure waits for the loss of a worker of the
  * same job, which is the better reason: a killed worker's neighbours see
  * its connections close about when the coordinator sees its stream close. */
@@ -363,7 +368,8 @@ void job_switch_plan(coord_job *j, zb_planner_result *plan, int at);
 void job_send_nccl_id(coord_job *j);
 
 /* workers.c */
-/* Periodic work: heartbeat timeouts, pings, pending jobs, metrics text. */
+/* Periodic work: heartbeat timeouts, the heartbeat period asked of the
+ * workers, deferred rank failures, pending jobs, recovery, retention. */
 void coord_tick(coord *co);
 coord_worker *worker_find(coord *co, const char *id);
 /* An attached worker that offers the job's backend and transport (and a
@@ -421,10 +427,10 @@ void coord_metrics_detach_loop(coord *co);
 void coord_metrics_worker_lost(coord *co);
 void coord_metrics_job_finished(coord *co, int state);
 void coord_metrics_observe_plan(coord *co, double seconds);
-void coord_metrics_observe_ops(coord *co, const coord_job *job, const Zb__V1__RankIteration *it);
+void coord_metrics_observe_ops(coord *co, coord_job *job, const Zb__V1__RankIteration *it);
 void coord_metrics_count_report(coord *co);
-/* Drops a pruned job's series. */
-void coord_metrics_forget_job(coord *co, const char *job_id);
+/* Drops a job's op histograms (its series left /metrics, or it is pruned). */
+void coord_metrics_forget_job(coord_job *job);
 /* metrics_deadline.c: cuts /metrics requests past their deadline (each tick). */
 void coord_metrics_sweep(coord *co);
 

@@ -150,6 +150,7 @@ static void job_enqueue(coord *co, coord_job *j) {
   while (*tail)
     tail = &(*tail)->next;
   *tail = j;
+  zb_strmap_put(&co->job_index, j->row.id, j);
   ZB_INFO("job %s submitted: %s, %s, p=%d m=%d", j->row.id, j->spec.name, j->spec.schedule, j->spec.ranks,
           j->spec.microbatches);
 }
@@ -162,6 +163,7 @@ static void job_unqueue(coord *co, coord_job *j) {
     pp = &(*pp)->next;
   if (*pp)
     *pp = j->next;
+  zb_strmap_remove(&co->job_index, j->row.id);
   co->next_job_number--;
   jc_row_clear(&j->row);
 }

@@ -28,10 +28,7 @@ void job_new_data_secret(coord_job *j) {
 }
 
 coord_job *job_find(coord *co, const char *id) {
-  for (coord_job *j = co->jobs; j; j = j->next)
-    if (strcmp(j->row.id, id) == 0)
-      return j;
-  return NULL;
+  return zb_strmap_get(&co->job_index, id);
 }
 
 bool utf8_valid(const char *s) {
@@ -228,6 +225,7 @@ zb_err coord_load(coord *co, zb_diag *diag) {
       co->next_job_number = number + 1;
     *tail = j;
     tail = &j->next;
+    zb_strmap_put(&co->job_index, j->row.id, j);
   }
   zb_store_jobs_free(rows, n);
   int64_t last = 0; /* past every id ever stored, pruned ones included */
@@ -255,6 +253,7 @@ void job_free(coord_job *j) {
   watch_free_all(j);
   job_runtime_free(j);
   zb_costs_free(j->learned); /* kept past the run: zbctl get shows it */
+  coord_metrics_forget_job(j);
   free(j->rank_hosts);
   free(j->slowdown);
   zb_job_spec_free(&j->spec);
@@ -273,6 +272,7 @@ void coord_free_state(coord *co) {
     j = next;
   }
   co->jobs = NULL;
+  zb_strmap_free(&co->job_index);
   coord_worker *w = co->workers;
   while (w) {
     coord_worker *next = w->next;
@@ -281,4 +281,5 @@ void coord_free_state(coord *co) {
   }
   co->workers = NULL;
   watch_free_owners(co);
+  zb_strmap_free(&co->worker_index);
 }

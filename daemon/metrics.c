@@ -204,7 +204,6 @@ void coord_metrics_stop(coord *co) {
   pthread_mutex_destroy(&mx->mu);
   pthread_mutex_destroy(&mx->conn_mu);
   free(mx->text);
-  free(mx->ops);
   free(mx);
   co->metrics = NULL;
 }
@@ -237,42 +236,29 @@ void coord_metrics_observe_plan(coord *co, double seconds) {
   mx->plan_sum += seconds;
 }
 
-static op_hist *metrics_op(coord_metrics *mx, const char *job, int rank, int op) {
-  for (int k = 0; k < mx->n_ops; k++)
-    if (mx->ops[k].rank == rank && mx->ops[k].op == op && strcmp(mx->ops[k].job, job) == 0)
-      return &mx->ops[k];
-  if (mx->n_ops == mx->cap_ops) {
-    mx->cap_ops = mx->cap_ops ? 2 * mx->cap_ops : 64;
-    mx->ops = zb_realloc(mx->ops, sizeof *mx->ops * (size_t)mx->cap_ops);
-  }
-  op_hist *h = &mx->ops[mx->n_ops++];
-  memset(h, 0, sizeof *h);
-  snprintf(h->job, sizeof h->job, "%s", job);
-  h->rank = rank;
-  h->op = op;
-  return h;
+/* The histogram of (j, rank, op): an index into the job's own, made at
+ * its first sampled iteration (a scan of every series of every job took
+ * 70% of the coordinator's CPU during large jobs). */
+static op_hist *metrics_op(coord_job *j, int rank, int op) {
+  if (!j->op_hists)
+    j->op_hists = zb_calloc((size_t)j->spec.ranks * METRICS_N_OPS, sizeof *j->op_hists);
+  return &j->op_hists[rank * METRICS_N_OPS + op];
 }
 
-void coord_metrics_forget_job(coord *co, const char *job_id) {
-  coord_metrics *mx = co->metrics;
-  if (!mx)
-    return;
-  int kept = 0;
-  for (int k = 0; k < mx->n_ops; k++)
-    if (strcmp(mx->ops[k].job, job_id) != 0)
-      mx->ops[kept++] = mx->ops[k];
-  mx->n_ops = kept;
+void coord_metrics_forget_job(coord_job *j) {
+  free(j->op_hists);
+  j->op_hists = NULL;
 }
 
 /* Every compute op of a sampled iteration, at its own duration, from the
  * rank's timeline (JobSpec.trace_every); unsampled iterations carry only
  * busy time per kind, which is no op's duration, and add nothing. */
-void coord_metrics_observe_ops(coord *co, const coord_job *j, const Zb__V1__RankIteration *it) {
-  coord_metrics *mx = co->metrics;
+void coord_metrics_observe_ops(coord *co, coord_job *j, const Zb__V1__RankIteration *it) {
   zb_tl_op *ops = NULL;
   int n = 0;
   zb_diag d;
-  if (!mx || !it->timeline || zb_timeline_decode(it->timeline, 0, &ops, &n, &d) != ZB_OK)
+  if (!co->metrics || it->rank < 0 || it->rank >= j->spec.ranks || !it->timeline ||
+      zb_timeline_decode(it->timeline, 0, &ops, &n, &d) != ZB_OK)
     return;
   for (int i = 0; i < n; i++) {
     zb_op op = ops[i].op;
@@ -284,7 +270,7 @@ void coord_metrics_observe_ops(coord *co, const coord_job *j, const Zb__V1__Rank
     if (kind < 0)
       continue; /* a transport group */
     double seconds = ops[i].end - ops[i].start;
-    op_hist *h = metrics_op(mx, j->row.id, it->rank, kind);
+    op_hist *h = metrics_op(j, it->rank, kind);
     for (int b = 0; b < METRICS_N_OP_BUCKETS; b++)
       h->counts[b] += seconds <= metrics_op_buckets[b];
     h->count++;

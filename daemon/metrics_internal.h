@@ -19,10 +19,10 @@ extern const double metrics_op_buckets[METRICS_N_OP_BUCKETS];
 /* Compute op kinds of the op-duration histogram. */
 enum { METRICS_OP_F, METRICS_OP_B, METRICS_OP_W, METRICS_OP_BW, METRICS_N_OPS };
 
+/* One (job, rank, op) series of zb_op_duration_seconds: a job holds its
+ * ranks x METRICS_N_OPS of them (coord_job.op_hists), so a sampled op
+ * finds its own by index. */
 typedef struct op_hist {
-  char job[64];
-  int rank;
-  int op; /* METRICS_OP_* */
   long long counts[METRICS_N_OP_BUCKETS];
   long long count;
   double sum;
@@ -48,8 +48,6 @@ typedef struct coord_metrics {
   long long finished_total[3]; /* succeeded, failed, cancelled */
   long long plan_counts[METRICS_N_PLAN_BUCKETS], plan_count;
   double plan_sum;
-  op_hist *ops;
-  int n_ops, cap_ops;
 } coord_metrics;
 
 /* metrics_deadline.c: libmicrohttpd's connection and request callbacks

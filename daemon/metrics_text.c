@@ -28,7 +28,7 @@ static bool job_visible(const coord *co, const coord_job *j, int64_t now_ms) {
 static void forget_ended(coord *co, int64_t now_ms) {
   for (coord_job *j = co->jobs; j; j = j->next)
     if (!j->metrics_forgotten && !job_visible(co, j, now_ms)) {
-      coord_metrics_forget_job(co, j->row.id);
+      coord_metrics_forget_job(j);
       j->metrics_forgotten = true;
     }
 }
@@ -179,23 +179,29 @@ static void render_slowdowns(coord *co, zb_buf *b) {
        &flag);
 }
 
-static void render_histograms(const coord_metrics *mx, zb_buf *b) {
+/* One series of zb_op_duration_seconds: its buckets, sum and count. */
+static void render_op_hist(zb_buf *b, const char *job, int rank, const char *op, const op_hist *h) {
+  for (int q = 0; q < METRICS_N_OP_BUCKETS; q++)
+    zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",rank=\"%d\",op=\"%s\",le=\"%g\"} %lld\n",
+                  job, rank, op, metrics_op_buckets[q], h->counts[q]);
+  zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",rank=\"%d\",op=\"%s\",le=\"+Inf\"} %lld\n",
+                job, rank, op, h->count);
+  zb_buf_printf(b, "zb_op_duration_seconds_sum{job_id=\"%s\",rank=\"%d\",op=\"%s\"} %.9g\n", job, rank, op,
+                h->sum);
+  zb_buf_printf(b, "zb_op_duration_seconds_count{job_id=\"%s\",rank=\"%d\",op=\"%s\"} %lld\n", job, rank, op,
+                h->count);
+}
+
+/* Every job's op histograms (those with an op observed), then planning's. */
+static void render_histograms(coord *co, zb_buf *b) {
+  const coord_metrics *mx = co->metrics;
   family(b, "zb_op_duration_seconds", "histogram",
          "Duration of each compute op (F, B, W, BW) of sampled iterations, by job and rank.");
-  static const char *const ops[] = {"F", "B", "W", "BW"};
-  for (int k = 0; k < mx->n_ops; k++) {
-    const op_hist *h = &mx->ops[k];
-    const char *op = ops[h->op];
-    for (int q = 0; q < METRICS_N_OP_BUCKETS; q++)
-      zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",rank=\"%d\",op=\"%s\",le=\"%g\"} %lld\n",
-                    h->job, h->rank, op, metrics_op_buckets[q], h->counts[q]);
-    zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",rank=\"%d\",op=\"%s\",le=\"+Inf\"} %lld\n",
-                  h->job, h->rank, op, h->count);
-    zb_buf_printf(b, "zb_op_duration_seconds_sum{job_id=\"%s\",rank=\"%d\",op=\"%s\"} %.9g\n", h->job,
-                  h->rank, op, h->sum);
-    zb_buf_printf(b, "zb_op_duration_seconds_count{job_id=\"%s\",rank=\"%d\",op=\"%s\"} %lld\n", h->job,
-                  h->rank, op, h->count);
-  }
+  static const char *const ops[METRICS_N_OPS] = {"F", "B", "W", "BW"};
+  for (const coord_job *j = co->jobs; j; j = j->next)
+    for (int k = 0; j->op_hists && k < j->spec.ranks * METRICS_N_OPS; k++)
+      if (j->op_hists[k].count > 0)
+        render_op_hist(b, j->row.id, k / METRICS_N_OPS, ops[k % METRICS_N_OPS], &j->op_hists[k]);
   family(b, "zb_plan_seconds", "histogram", "Time libzb took to generate a schedule.");
   for (int q = 0; q < METRICS_N_PLAN_BUCKETS; q++)
     zb_buf_printf(b, "zb_plan_seconds_bucket{le=\"%g\"} %lld\n", metrics_plan_buckets[q], mx->plan_counts[q]);
@@ -210,6 +216,6 @@ void metrics_render_text(coord *co, zb_buf *out) {
   render_totals(co, out);
   render_jobs(co, out, now);
   render_slowdowns(co, out);
-  render_histograms(co->metrics, out);
+  render_histograms(co, out);
   coord_metrics_process(out);
 }

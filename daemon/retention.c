@@ -46,7 +46,8 @@ void coord_prune_jobs(coord *co, int64_t now_ms) {
       break;
     }
     *pp = j->next;
-    coord_metrics_forget_job(co, j->row.id);
+    zb_strmap_remove(&co->job_index, j->row.id);
+    coord_metrics_forget_job(j);
     job_free(j);
     pruned++;
   }

@@ -1,22 +1,21 @@
 /* workers.c — the worker registry and liveness: Attach streams (one per
  * worker, carrying its Commands), capabilities, ListWorkers, and the
- * periodic tick that times out silent workers, pings idle streams, fails
- * jobs whose rank reported a failure and starts pending jobs. */
+ * periodic tick that times out silent workers, tells them the heartbeat
+ * period when it changes (heartbeat.h), fails jobs whose rank reported a
+ * failure and starts pending jobs. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coordinator.h"
+#include "heartbeat.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_log.h"
 
 coord_worker *worker_find(coord *co, const char *id) {
-  for (coord_worker *w = co->workers; w; w = w->next)
-    if (strcmp(w->id, id) == 0)
-      return w;
-  return NULL;
+  return zb_strmap_get(&co->worker_index, id);
 }
 
 /* Whether name is one of a worker's comma-separated capabilities. */
@@ -163,6 +162,7 @@ static void worker_remove(coord *co, coord_worker *w) {
     pp = &(*pp)->next;
   if (*pp)
     *pp = w->next;
+  zb_strmap_remove(&co->worker_index, w->id);
   free(w);
 }
 
@@ -203,6 +203,31 @@ static void join_list(char *out, size_t cap, char **items, size_t n) {
     size_t len = strlen(out);
     snprintf(out + len, cap - len, "%s%s", k ? "," : "", items[k]);
   }
+}
+
+/* A worker first seen: last in the registry (attach order), and indexed. */
+static coord_worker *worker_new(coord *co, const char *id) {
+  coord_worker *w = zb_calloc(1, sizeof *w);
+  w->co = co;
+  snprintf(w->id, sizeof w->id, "%s", id);
+  w->rank = -1;
+  coord_worker **tail = &co->workers;
+  while (*tail)
+    tail = &(*tail)->next;
+  *tail = w;
+  zb_strmap_put(&co->worker_index, w->id, w);
+  return w;
+}
+
+/* A ping on w's stream with the heartbeat period asked now: the first
+ * says it is attached, a later one that the period changed. */
+static void worker_ping(coord_worker *w, int64_t now_ms) {
+  Zb__V1__Command ping = ZB__V1__COMMAND__INIT;
+  ping.kind_case = ZB__V1__COMMAND__KIND_PING_UNIX_MS;
+  ping.ping_unix_ms = now_ms;
+  ping.heartbeat_ms = w->co->heartbeat_ms;
+  w->told_heartbeat_ms = ping.heartbeat_ms;
+  zb_rpc_stream_write(w->attach, &ping.base);
 }
 
 /* The sizes an AttachRequest advertises are never negative (0: unknown). */
@@ -272,14 +297,7 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
       job_finish(co, w->job, ZB_JOB_FAILED, reason);
     }
   } else {
-    w = zb_calloc(1, sizeof *w);
-    w->co = co;
-    snprintf(w->id, sizeof w->id, "%s", req->worker_id);
-    w->rank = -1;
-    coord_worker **tail = &co->workers;
-    while (*tail)
-      tail = &(*tail)->next;
-    *tail = w;
+    w = worker_new(co, req->worker_id);
   }
   snprintf(w->owner, sizeof w->owner, "%s", owner);
   snprintf(w->data_address, sizeof w->data_address, "%s", req->data_address);
@@ -298,10 +316,9 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   w->last_seen_ms = zb_clock_unix_ms();
   zb_rpc_call_on_close(call, attach_closed, w);
   ZB_INFO("worker %s attached from %s (data %s)", w->id, zb_rpc_call_peer(call), w->data_address);
-  Zb__V1__Command ping = ZB__V1__COMMAND__INIT;
-  ping.kind_case = ZB__V1__COMMAND__KIND_PING_UNIX_MS;
-  ping.ping_unix_ms = w->last_seen_ms;
-  zb_rpc_stream_write(call, &ping.base);
+  co->heartbeat_ms =
+      coord_heartbeat_period(co->cfg.heartbeat_timeout_ms, workers_attached(co), co->heartbeat_ms);
+  worker_ping(w, w->last_seen_ms);
   coord_attach_running(co, w, req->running_job_id, req->running_rank);
   coord_start_pending(co);
 }
@@ -317,6 +334,8 @@ void coord_tick(coord *co) {
   if (stall > COORD_TICK_MS)
     for (coord_worker *x = co->workers; x; x = x->next)
       x->last_seen_ms = x->last_seen_ms + stall < now ? x->last_seen_ms + stall : now;
+  co->heartbeat_ms =
+      coord_heartbeat_period(co->cfg.heartbeat_timeout_ms, workers_attached(co), co->heartbeat_ms);
   coord_worker *w = co->workers;
   while (w) {
     coord_worker *next = w->next;
@@ -331,12 +350,8 @@ void coord_tick(coord *co) {
         zb_rpc_stream_finish(call, GRPC_STATUS_UNAVAILABLE, why);
       }
       worker_lost(co, w, why);
-    } else if (w->attach && zb_rpc_call_queued(w->attach) == 0 && now - w->last_ping_ms >= COORD_PING_MS) {
-      w->last_ping_ms = now;
-      Zb__V1__Command ping = ZB__V1__COMMAND__INIT;
-      ping.kind_case = ZB__V1__COMMAND__KIND_PING_UNIX_MS;
-      ping.ping_unix_ms = now;
-      zb_rpc_stream_write(w->attach, &ping.base);
+    } else if (w->attach && w->told_heartbeat_ms != co->heartbeat_ms) {
+      worker_ping(w, now);
     }
     w = next;
   }

@@ -54,7 +54,8 @@ static const char usage_text[] =
     "  --advertise-address HOST  the host peers dial, with the bound port (default:\n"
     "                      the --listen host; this host's name when that is\n"
     "                      0.0.0.0 or ::). In Kubernetes, the pod's IP\n"
-    "  --heartbeat-ms N    heartbeat period (default 1000)\n"
+    "  --heartbeat-ms N    heartbeat period (default 1000); the coordinator may ask\n"
+    "                      for a longer one (many workers attached)\n"
     "  --max-message-bytes N  largest message it receives from the coordinator,\n"
     "                      4096..1073741824 (default 1073741824, the most the\n"
     "                      coordinator's max_message_bytes allows: every plan the\n"
@@ -252,6 +253,18 @@ static void attach_request(worker *w, Zb__V1__AttachRequest *req, char *backends
   req->running_job_id = running;
 }
 
+/* The heartbeat period: the worker's own (--heartbeat-ms), or the longer
+ * one its coordinator asks for on a Command (docs/wire.md, Heartbeats). */
+static int heartbeat_period(int own_ms, int current_ms, const Zb__V1__Command *cmd) {
+  if (cmd->heartbeat_ms <= 0)
+    return current_ms;
+  int ms = cmd->heartbeat_ms > own_ms ? cmd->heartbeat_ms : own_ms;
+  if (ms != current_ms)
+    ZB_DEBUG("heartbeat every %d ms (the coordinator asks for %d, --heartbeat-ms %d)", ms, cmd->heartbeat_ms,
+             own_ms);
+  return ms;
+}
+
 static void control_loop(worker *w, const char *coordinator, int heartbeat_ms) {
   int backoff_ms = 100;
   uint64_t watchdog_ms = zb_sd_watchdog_usec() / 1000;
@@ -263,6 +276,7 @@ static void control_loop(worker *w, const char *coordinator, int heartbeat_ms) {
     zb_rpc_stream *st = zb_rpc_stream_open(w->rpc, ZB_METHOD_ATTACH, &req.base, 0, true);
     double last_beat = 0, opened = zb_clock_s(), next_warn = 5;
     bool attached = false;
+    int beat_ms = heartbeat_ms; /* until this coordinator asks for another */
     for (;;) {
       if (got_signal)
         break;
@@ -283,9 +297,10 @@ static void control_loop(worker *w, const char *coordinator, int heartbeat_ms) {
         }
         attached = true;
         backoff_ms = 100;
+        beat_ms = heartbeat_period(heartbeat_ms, beat_ms, (Zb__V1__Command *)msg);
         on_command(w, (Zb__V1__Command *)msg);
       }
-      if (attached && zb_clock_s() - last_beat >= heartbeat_ms / 1000.0) {
+      if (attached && zb_clock_s() - last_beat >= beat_ms / 1000.0) {
         last_beat = zb_clock_s();
         Zb__V1__ReportRequest beat = ZB__V1__REPORT_REQUEST__INIT;
         beat.worker_id = w->id;

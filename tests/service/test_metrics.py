@@ -91,6 +91,14 @@ def test_metrics_move_while_a_job_runs():
         ops = series(m2, "zb_op_duration_seconds_count", job_id=jid)
         assert sorted(set((dict(lab)["rank"], dict(lab)["op"]) for lab in ops)) == \
             [(str(r), op) for r in range(4) for op in "BFW"], ops
+        # each rank runs every microbatch's F, B and W once an iteration, so
+        # a series counts 16 per sampled iteration its rank reported, and
+        # its +Inf bucket is its count
+        inf = {(dict(lab)["rank"], dict(lab)["op"]): v
+               for lab, v in series(m2, "zb_op_duration_seconds_bucket", job_id=jid, le="+Inf").items()}
+        for lab, n in ops.items():
+            assert n > 0 and n % 16 == 0, ops
+            assert inf[(dict(lab)["rank"], dict(lab)["op"])] == n, (inf, ops)
         assert one(m2, "zb_plan_seconds_count") >= 1
 
         c.stub.CancelJob(zbsvc.zb_pb2.CancelJobRequest(job_id=jid), timeout=10)
