@@ -179,16 +179,9 @@ bool coord_admit_activations(coord *co, zb_rpc_call *call, const zb_job_spec *sp
     return true;
   int worst;
   double need = plan_rank_bytes(spec, plan, &worst), gib = 1024.0 * 1024.0 * 1024.0;
-  int offer = 0, fit = 0;
-  long long most = 0;
-  for (const coord_worker *w = co->workers; w; w = w->next) {
-    if (!worker_offers_job(w, spec))
-      continue;
-    long long have = worker_memory_for(w, spec);
-    offer++;
-    fit += !have || need <= (double)have;
-    most = have > most ? have : most;
-  }
+  int offer, fit;
+  long long most;
+  workers_memory_fit(co, spec, need, &offer, &fit, &most);
   if (offer < spec->ranks || fit >= spec->ranks)
     return true; /* too few workers at all: the job waits for them, or was refused for that */
   zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,

@@ -387,6 +387,11 @@ bool job_needs_gpu(const zb_job_spec *spec);
  * their ids (the first 8, ", ..." after) into ids. */
 int workers_with_gpu(coord *co, const zb_job_spec *spec, char *ids, size_t cap);
 int workers_idle(coord *co, const zb_job_spec *spec);
+/* Of the attached workers that offer spec's backend (*offer), how many
+ * have need bytes of the memory its kind of job uses (*fit; one that
+ * advertised none is not judged and fits), and the most one has. */
+void workers_memory_fit(coord *co, const zb_job_spec *spec, double need, int *offer, int *fit,
+                        long long *most);
 int workers_attached(coord *co);
 int workers_able(coord *co, const zb_job_spec *spec);
 void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *user);

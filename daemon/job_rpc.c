@@ -75,16 +75,9 @@ static bool admit_memory(coord *co, zb_rpc_call *call, const zb_job_spec *spec) 
   if (!zb_job_spec_trains_model(spec))
     return true;
   double need = zb_job_spec_rank_state_bytes(spec), gib = 1024.0 * 1024.0 * 1024.0;
-  int offer = 0, fit = 0;
-  long long most = 0;
-  for (const coord_worker *w = co->workers; w; w = w->next) {
-    if (!worker_offers_job(w, spec))
-      continue;
-    long long have = worker_memory_for(w, spec);
-    offer++;
-    fit += !have || need <= (double)have;
-    most = have > most ? have : most;
-  }
+  int offer, fit;
+  long long most;
+  workers_memory_fit(co, spec, need, &offer, &fit, &most);
   if (offer < spec->ranks || fit >= spec->ranks)
     return true;
   zb_rpc_fail(

@@ -362,3 +362,17 @@ void coord_tick(coord *co) {
   coord_recovery_tick(co, now);
   coord_prune_jobs(co, now);
 }
+
+void workers_memory_fit(coord *co, const zb_job_spec *spec, double need, int *offer, int *fit,
+                        long long *most) {
+  *offer = *fit = 0;
+  *most = 0;
+  for (const coord_worker *w = co->workers; w; w = w->next) {
+    if (!worker_offers_job(w, spec))
+      continue;
+    long long have = worker_memory_for(w, spec);
+    (*offer)++;
+    *fit += !have || need <= (double)have;
+    *most = have > *most ? have : *most;
+  }
+}

@@ -11,19 +11,16 @@
 #include "zb_beneath.h"
 #include "zb_roots.h"
 
-/* An absolute name with no "." or ".." component. */
-static bool plain_absolute(const char *dir) {
-  if (dir[0] != '/')
-    return false;
-  for (const char *p = dir; *p;) {
+bool zb_path_has_dots(const char *path) {
+  for (const char *p = path; *p;) {
     while (*p == '/')
       p++;
     size_t n = strcspn(p, "/");
     if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-      return false;
+      return true;
     p += n;
   }
-  return true;
+  return false;
 }
 
 zb_err zb_roots_add(zb_roots *rs, const char *dir, zb_diag *diag) {
@@ -43,7 +40,7 @@ zb_err zb_roots_add(zb_roots *rs, const char *dir, zb_diag *diag) {
   memcpy(r->real, real, strlen(real) + 1); /* both lengths checked above */
   /* the name it was given, when that is another plain one (a link above
    * the root, followed once here): job specs may name paths either way */
-  const char *given = plain_absolute(dir) && strcmp(dir, real) ? dir : "";
+  const char *given = dir[0] == '/' && !zb_path_has_dots(dir) && strcmp(dir, real) ? dir : "";
   memcpy(r->given, given, strlen(given) + 1);
   rs->n++;
   return ZB_OK;

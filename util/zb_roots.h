@@ -43,6 +43,8 @@ typedef struct zb_roots {
 /* Adds dir (it must exist and be a directory). ZB_ERR_INVALID_ARG names
  * dir when it cannot be, or the set is full. */
 zb_err zb_roots_add(zb_roots *rs, const char *dir, zb_diag *diag);
+/* Whether path has a "." or ".." component. Pure. */
+bool zb_path_has_dots(const char *path);
 void zb_roots_close(zb_roots *rs);
 
 static inline bool zb_roots_on(const zb_roots *rs) {

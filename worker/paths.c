@@ -42,14 +42,8 @@ static bool resolve(const char *path, char *out, size_t cap) {
     cut = (size_t)(slash - head);
   }
   const char *rest = path + cut; /* "" or "/a/b": what does not exist yet */
-  for (const char *p = rest; *p;) {
-    while (*p == '/')
-      p++;
-    size_t n = strcspn(p, "/");
-    if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-      return false;
-    p += n;
-  }
+  if (zb_path_has_dots(rest))
+    return false;
   int len = snprintf(out, cap, "%s%s", strcmp(real, "/") ? real : "", rest[0] ? rest : "");
   if (!out[0])
     snprintf(out, cap, "/");
