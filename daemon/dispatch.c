@@ -306,9 +306,12 @@ static void start_in_order(coord *co) {
   for (coord_job *j = co->jobs; j; j = j->next) {
     if (j->row.state != ZB_JOB_PENDING)
       continue;
+    int idle = workers_idle(co, &j->spec);
+    /* able is read only when too few are idle: no second walk of the
+     * workers for a job that starts */
     jc_waiting w = {.ranks = j->spec.ranks,
-                    .able = workers_able(co, &j->spec),
-                    .idle = workers_idle(co, &j->spec),
+                    .able = idle >= j->spec.ranks ? idle : workers_able(co, &j->spec),
+                    .idle = idle,
                     .has_plan = j->plan.p > 0,
                     .planning = j->start_planning,
                     .created_ms = j->row.created_ms,
