@@ -378,6 +378,7 @@ typedef struct reporter {
   const char *addr;
   int index;
   double seconds;
+  bool attach; /* hold an Attach stream open, as a worker does (not on the floor server) */
   long done, failed;
   atomic_int *ready;
   atomic_bool *go; /* set once every reporter is attached: the measured part starts */
@@ -388,13 +389,16 @@ static void *reporter_main(void *arg) {
   zb_rpc_client *c = zb_rpc_client_new(r->addr, 1 << 20);
   char id[32];
   snprintf(id, sizeof id, "bench-r%d", r->index);
-  Zb__V1__AttachRequest att = ZB__V1__ATTACH_REQUEST__INIT;
-  att.worker_id = id;
-  att.data_address = "127.0.0.1:9";
-  zb_rpc_stream *st = zb_rpc_stream_open(c, ZB_METHOD_ATTACH, &att.base, 0, true);
-  ProtobufCMessage *msg;
-  if (zb_rpc_stream_read(st, &zb__v1__command__descriptor, &msg, 10000) == 1) /* the first ping: attached */
-    protobuf_c_message_free_unpacked(msg, NULL);
+  zb_rpc_stream *st = NULL;
+  if (r->attach) {
+    Zb__V1__AttachRequest att = ZB__V1__ATTACH_REQUEST__INIT;
+    att.worker_id = id;
+    att.data_address = "127.0.0.1:9";
+    st = zb_rpc_stream_open(c, ZB_METHOD_ATTACH, &att.base, 0, true);
+    ProtobufCMessage *msg;
+    if (zb_rpc_stream_read(st, &zb__v1__command__descriptor, &msg, 10000) == 1) /* the first ping: attached */
+      protobuf_c_message_free_unpacked(msg, NULL);
+  }
   atomic_fetch_add(r->ready, 1);
   while (!atomic_load(r->go))
     sleep_s(0.001);
@@ -412,55 +416,91 @@ static void *reporter_main(void *arg) {
       r->failed++;
     }
   }
-  zb_rpc_stream_free(st);
+  if (st)
+    zb_rpc_stream_free(st);
   zb_rpc_client_free(c);
   return NULL;
 }
 
-/* The coordinator's CPU per Report: its process's user and system time
- * over the measured part (every reporter attached; attaching is not
- * counted) divided by the Reports it answered then. */
-static void bench_ingest(bool quick) {
+/* One measured run of N reporters against the server at addr (process
+ * pid): the server's CPU per Report, its share of a core and its context
+ * switches per Report. */
+typedef struct ingest_run {
+  long done, failed;
+  double elapsed, cpu, us_per_report, ctx_per_report;
+} ingest_run;
+
+static ingest_run ingest(const char *addr, pid_t pid, bool attach, double seconds) {
   enum { N = 64 };
-  printf("== (b) Report ingest: 64 concurrent reporters (attached, heartbeat Reports), unary calls ==\n");
-  cluster c;
-  cluster_start(&c, 0, "b");
   reporter rs[N];
   pthread_t th[N];
   atomic_int ready = 0;
   atomic_bool go = false;
-  double seconds = quick ? 2 : 5;
   for (int k = 0; k < N; k++) {
-    rs[k] = (reporter){.addr = c.addr, .index = k, .seconds = seconds, .ready = &ready, .go = &go};
+    rs[k] = (reporter){
+        .addr = addr, .index = k, .seconds = seconds, .attach = attach, .ready = &ready, .go = &go};
     pthread_create(&th[k], NULL, reporter_main, &rs[k]);
   }
   for (int t = 0; t < 3000 && atomic_load(&ready) < N; t++)
     sleep_s(0.01);
-  double cpu0 = proc_cpu_seconds(c.coord), t0 = zb_clock_s();
-  long long ctx0 = proc_ctx_switches(c.coord);
+  double cpu0 = proc_cpu_seconds(pid), t0 = zb_clock_s();
+  long long ctx0 = proc_ctx_switches(pid);
   atomic_store(&go, true);
   for (int k = 0; k < N; k++)
     pthread_join(th[k], NULL);
-  double elapsed = zb_clock_s() - t0, cpu1 = proc_cpu_seconds(c.coord);
-  long long ctx1 = proc_ctx_switches(c.coord);
-  long done = 0, failed = 0;
+  ingest_run out = {.elapsed = zb_clock_s() - t0, .us_per_report = -1, .ctx_per_report = -1};
+  double cpu1 = proc_cpu_seconds(pid);
+  long long ctx1 = proc_ctx_switches(pid);
   for (int k = 0; k < N; k++) {
-    done += rs[k].done;
-    failed += rs[k].failed;
+    out.done += rs[k].done;
+    out.failed += rs[k].failed;
   }
-  printf("%ld Reports in %.2f s (%ld failed): %.0f Reports/s  (target >= 10000)\n", done, elapsed, failed,
-         (double)done / elapsed);
-  if (cpu0 >= 0 && cpu1 >= 0 && done > 0)
+  if (cpu0 >= 0 && cpu1 >= 0 && out.done > 0) {
+    out.cpu = cpu1 - cpu0;
+    out.us_per_report = 1e6 * out.cpu / (double)out.done;
+  }
+  if (ctx0 >= 0 && ctx1 >= 0 && out.done > 0)
+    out.ctx_per_report = (double)(ctx1 - ctx0) / (double)out.done;
+  return out;
+}
+
+/* The coordinator's CPU per Report: its process's user and system time
+ * over the measured part (every reporter attached; attaching is not
+ * counted) divided by the Reports it answered then; beside it the same
+ * load on the floor server (bench_service_floor.c), run just after. */
+static void bench_ingest(bool quick) {
+  printf("== (b) Report ingest: 64 concurrent reporters (attached, heartbeat Reports), unary calls ==\n");
+  double seconds = quick ? 2 : 5;
+  cluster c;
+  cluster_start(&c, 0, "b");
+  ingest_run zb = ingest(c.addr, c.coord, true, seconds);
+  cluster_stop(&c);
+  char floor_addr[64];
+  pid_t floor_pid = floor_server_start(floor_addr, sizeof floor_addr);
+  ingest_run fl = {.us_per_report = -1};
+  if (floor_pid > 0) {
+    fl = ingest(floor_addr, floor_pid, false, seconds);
+    kill(floor_pid, SIGKILL);
+    waitpid(floor_pid, NULL, 0);
+  }
+  printf("%ld Reports in %.2f s (%ld failed): %.0f Reports/s  (target >= 10000)\n", zb.done, zb.elapsed,
+         zb.failed, (double)zb.done / zb.elapsed);
+  if (zb.us_per_report >= 0)
     printf("coordinator CPU per Report: %.1f us  (target <= 10 us; its process's user+system time, %.2f s, "
            "over the Reports it answered; %.0f%% of a core)\n",
-           1e6 * (cpu1 - cpu0) / (double)done, cpu1 - cpu0, 100 * (cpu1 - cpu0) / elapsed);
+           zb.us_per_report, zb.cpu, 100 * zb.cpu / zb.elapsed);
   else
     printf("coordinator CPU per Report: not measured (/proc/%d/stat unreadable)\n", (int)c.coord);
-  if (ctx0 >= 0 && ctx1 >= 0 && done > 0)
-    printf("coordinator context switches per Report: %.2f  (all its threads)\n",
-           (double)(ctx1 - ctx0) / (double)done);
+  if (zb.ctx_per_report >= 0)
+    printf("coordinator context switches per Report: %.2f  (all its threads)\n", zb.ctx_per_report);
+  if (fl.us_per_report > 0 && zb.us_per_report > 0)
+    printf(
+        "floor: a bare gRPC C-core server (one thread, empty answers) %.1f us per Report at %.0f Reports/s; "
+        "coordinator / floor: %.2f\n",
+        fl.us_per_report, (double)fl.done / fl.elapsed, zb.us_per_report / fl.us_per_report);
+  else
+    printf("floor: not measured (the floor server did not start or answer)\n");
   printf("\n");
-  cluster_stop(&c);
 }
 
 /* ---- (c) submit to first op ---- */
@@ -582,6 +622,8 @@ static void bench_drift(bool quick) {
 
 int main(int argc, char **argv) {
   bool quick = false, want[6] = {false, false, false, false, false, false}, any = false;
+  if (argc == 3 && strcmp(argv[1], "--floor-server") == 0)
+    return floor_server_main(argv[2]);
   for (int k = 1; k < argc; k++) {
     if (strcmp(argv[k], "--quick") == 0)
       quick = true;

@@ -7,6 +7,7 @@
 #define ZB_BENCH_SERVICE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #include "zb_rpc.h"
@@ -40,6 +41,13 @@ double proc_cpu_seconds(pid_t pid);
 /* Context switches (voluntary and not) of process pid's live threads so
  * far (/proc/PID/task/TID/status); -1 when they cannot be read. */
 long long proc_ctx_switches(pid_t pid);
+
+/* The baseline of (b), bench_service_floor.c: starts this program as a
+ * bare gRPC server of the Report method on loopback, its address into
+ * addr; its pid, or -1 when it did not start. floor_server_main is that
+ * process (`--floor-server PORT_FILE`; it runs until killed). */
+pid_t floor_server_start(char *addr, size_t addr_len);
+int floor_server_main(const char *port_file);
 
 /* (f), bench_service_idle.c: the coordinator's CPU with 1,000 attached
  * idle workers. */
