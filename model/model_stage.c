@@ -11,6 +11,7 @@
 
 #include "model_internal.h"
 #include "zb_alloc.h"
+#include "zb_arch.h"
 
 const char *const model_block_tensor_names[BT_COUNT] = {
     "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
@@ -172,12 +173,7 @@ static void build_tensors(zb_model_stage *st) {
 /* ---- the stage -------------------------------------------------------- */
 
 zb_err zb_model_layer_range(int layers, int n_stages, int stage, int *first, int *count) {
-  if (layers < 0 || n_stages < 1 || stage < 0 || stage >= n_stages)
-    return ZB_ERR_INVALID_ARG;
-  int64_t lo = (int64_t)stage * layers / n_stages, hi = (int64_t)(stage + 1) * layers / n_stages;
-  *first = (int)lo;
-  *count = (int)(hi - lo);
-  return ZB_OK;
+  return zb_arch_layer_range(layers, n_stages, stage, first, count);
 }
 
 zb_err zb_model_tensor_stage(int layers, int n_stages, const char *name, int *stage) {
