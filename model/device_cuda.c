@@ -35,49 +35,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_cuda_internal.h"
 #include "zb_cuda_kernels.h"
-#include "zb_device.h"
 
 /* tests/standin/standin.h's STANDIN_DEVICE_NAME: the stand-in says so. */
 #define STANDIN_NAME "zb CPU stand-in (not a GPU)"
-
-#define N_CLASSES 224 /* class 0: up to 512 bytes; 4 per power of two up to 2^63 */
-#define MAX_BYTES ((size_t)1 << 62)
-
-typedef struct live_block {
-  void *p; /* NULL: empty slot */
-  size_t asked, size;
-} live_block;
-
-typedef struct free_list {
-  void **p;
-  int n, cap;
-} free_list;
 
 struct zb_device_event {
   cudaEvent_t ev;
 };
 
-typedef struct cuda_dev {
-  int ordinal;
-  cudaStream_t stream;
-  cublasHandle_t blas;
-  zb_precision precision;
-  zb_err err; /* poisoned when not ZB_OK */
-  char err_msg[256];
-  zb_device_info info;
-  live_block *live; /* open addressing, linear probing; cap a power of two */
-  size_t live_cap, live_n;
-  free_list free[N_CLASSES];
-  zb_device_mem mem;
-} cuda_dev;
-
 /* ---- errors ---- */
 
-static zb_err fail(cuda_dev *d, zb_diag *diag, zb_err err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static zb_err fail(cuda_dev *d, zb_diag *diag, zb_err err, const char *fmt, ...) {
+zb_err cuda_fail(cuda_dev *d, zb_diag *diag, zb_err err, const char *fmt, ...) {
   if (d->err == ZB_OK) {
     va_list ap;
     va_start(ap, fmt);
@@ -88,11 +58,11 @@ static zb_err fail(cuda_dev *d, zb_diag *diag, zb_err err, const char *fmt, ...)
   return zb_diag_set(diag, d->err, "%s", d->err_msg);
 }
 
-static zb_err cuda_ok(cuda_dev *d, zb_diag *diag, cudaError_t e, const char *call) {
+zb_err cuda_ok(cuda_dev *d, zb_diag *diag, cudaError_t e, const char *call) {
   if (e == cudaSuccess)
     return ZB_OK;
-  return fail(d, diag, ZB_ERR_IO, "cuda device %d: %s: %s (error %d)", d->ordinal, call,
-              cudaGetErrorString(e), (int)e);
+  return cuda_fail(d, diag, ZB_ERR_IO, "cuda device %d: %s: %s (error %d)", d->ordinal, call,
+                   cudaGetErrorString(e), (int)e);
 }
 
 static const char *cublas_status_name(cublasStatus_t s) {
@@ -114,8 +84,8 @@ static const char *cublas_status_name(cublasStatus_t s) {
 static zb_err cublas_ok(cuda_dev *d, zb_diag *diag, cublasStatus_t s, const char *call) {
   if (s == CUBLAS_STATUS_SUCCESS)
     return ZB_OK;
-  return fail(d, diag, ZB_ERR_IO, "cuda device %d: %s: %s (status %d)", d->ordinal, call,
-              cublas_status_name(s), (int)s);
+  return cuda_fail(d, diag, ZB_ERR_IO, "cuda device %d: %s: %s (status %d)", d->ordinal, call,
+                   cublas_status_name(s), (int)s);
 }
 
 /* Every call starts here: the first error again, or the device made
@@ -124,7 +94,7 @@ static zb_err cublas_ok(cuda_dev *d, zb_diag *diag, cublasStatus_t s, const char
  * handled) is cleared, since a launch's status is read with
  * cudaGetLastError (zbk_*) and cuBLAS may read it too; a sticky error
  * cannot be cleared and is reported by the next call. */
-static zb_err enter(cuda_dev *d, zb_diag *diag) {
+zb_err cuda_enter(cuda_dev *d, zb_diag *diag) {
   if (d->err != ZB_OK)
     return zb_diag_set(diag, d->err, "%s", d->err_msg);
   zb_err err = cuda_ok(d, diag, cudaSetDevice(d->ordinal), "cudaSetDevice");
@@ -133,164 +103,8 @@ static zb_err enter(cuda_dev *d, zb_diag *diag) {
   return err;
 }
 
-static zb_err bad_arg(zb_diag *diag, const char *op, const char *what) {
+zb_err cuda_bad_arg(zb_diag *diag, const char *op, const char *what) {
   return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cuda device: %s: %s", op, what);
-}
-
-/* ---- the caching allocator ---- */
-
-/* Rounds bytes up to its class's size; *cls gets the class. */
-static size_t size_class(size_t bytes, int *cls) {
-  if (bytes <= 512) {
-    *cls = 0;
-    return 512;
-  }
-  int k = 63 - __builtin_clzll((unsigned long long)(bytes - 1)); /* 2^k < bytes <= 2^(k+1) */
-  size_t step = (size_t)1 << (k - 2);
-  size_t r = (bytes + step - 1) / step * step; /* 5..8 steps */
-  *cls = 1 + (k - 9) * 4 + (int)(r / step - 5);
-  return r;
-}
-
-static size_t live_slot(const cuda_dev *d, const void *p) {
-  uintptr_t h = (uintptr_t)p;
-  h ^= h >> 17;
-  h *= 0x9e3779b97f4a7c15ull;
-  return (size_t)(h >> 20) & (d->live_cap - 1);
-}
-
-static bool live_put(cuda_dev *d, void *p, size_t asked, size_t size) {
-  if ((d->live_n + 1) * 2 > d->live_cap) {
-    size_t old_cap = d->live_cap, cap = old_cap ? old_cap * 2 : 64;
-    live_block *old = d->live, *tab = calloc(cap, sizeof *tab);
-    if (!tab)
-      return false;
-    d->live = tab;
-    d->live_cap = cap;
-    d->live_n = 0;
-    for (size_t i = 0; i < old_cap; i++)
-      if (old[i].p)
-        live_put(d, old[i].p, old[i].asked, old[i].size);
-    free(old);
-  }
-  size_t i = live_slot(d, p);
-  while (d->live[i].p)
-    i = (i + 1) & (d->live_cap - 1);
-  d->live[i] = (live_block){p, asked, size};
-  d->live_n++;
-  return true;
-}
-
-/* Removes p's entry (backward-shift deletion keeps probe chains whole). */
-static bool live_take(cuda_dev *d, void *p, live_block *out) {
-  if (!d->live_cap)
-    return false;
-  size_t mask = d->live_cap - 1, i = live_slot(d, p);
-  while (d->live[i].p != p) {
-    if (!d->live[i].p)
-      return false;
-    i = (i + 1) & mask;
-  }
-  *out = d->live[i];
-  for (size_t j = (i + 1) & mask; d->live[j].p; j = (j + 1) & mask) {
-    size_t home = live_slot(d, d->live[j].p);
-    /* entry j may move to the hole at i unless its home lies in (i, j] */
-    if (((j - home) & mask) >= ((j - i) & mask)) {
-      d->live[i] = d->live[j];
-      i = j;
-    }
-  }
-  d->live[i].p = NULL;
-  d->live_n--;
-  return true;
-}
-
-/* Gives every cached block back to CUDA. */
-static void release_cache(cuda_dev *d) {
-  for (int c = 0; c < N_CLASSES; c++) {
-    for (int i = 0; i < d->free[c].n; i++)
-      cudaFree(d->free[c].p[i]);
-    d->free[c].n = 0;
-  }
-  d->mem.cached = 0;
-}
-
-static zb_err dev_alloc(void *self, size_t bytes, void **out, zb_diag *diag) {
-  cuda_dev *d = self;
-  if (!out || bytes > MAX_BYTES)
-    return bad_arg(diag, "alloc", !out ? "no output pointer" : "more than 2^62 bytes asked for");
-  *out = NULL;
-  zb_err err = enter(d, diag);
-  if (err)
-    return err;
-  int cls;
-  size_t size = size_class(bytes, &cls);
-  void *p = NULL;
-  free_list *fl = &d->free[cls];
-  if (fl->n > 0) {
-    p = fl->p[--fl->n];
-    d->mem.cached -= (int64_t)size;
-  } else {
-    cudaError_t e = cudaMalloc(&p, size);
-    if (e == cudaErrorMemoryAllocation) {
-      cudaGetLastError(); /* not sticky: clear it, free the cache, try again */
-      release_cache(d);
-      e = cudaMalloc(&p, size);
-    }
-    if (e != cudaSuccess)
-      return fail(d, diag, ZB_ERR_IO,
-                  "cuda device %d: cudaMalloc of %zu bytes (%lld in use, %lld cached): %s", d->ordinal, size,
-                  (long long)d->mem.current, (long long)d->mem.cached, cudaGetErrorString(e));
-  }
-  if (!live_put(d, p, bytes, size)) {
-    cudaFree(p);
-    return fail(d, diag, ZB_ERR_IO, "cuda device %d: out of host memory for the allocator's table",
-                d->ordinal);
-  }
-  d->mem.current += (int64_t)bytes;
-  if (d->mem.current > d->mem.peak)
-    d->mem.peak = d->mem.current;
-  *out = p;
-  return ZB_OK;
-}
-
-static void dev_free(void *self, void *p) {
-  cuda_dev *d = self;
-  live_block b;
-  if (!p)
-    return;
-  if (!live_take(d, p, &b)) {
-    /* a caller's bug; poisoning makes the next call report it */
-    fail(d, NULL, ZB_ERR_INVALID_ARG, "cuda device %d: free of %p, which this device did not hand out",
-         d->ordinal, p);
-    return;
-  }
-  int cls;
-  size_class(b.size, &cls);
-  free_list *fl = &d->free[cls];
-  if (fl->n == fl->cap) {
-    int cap = fl->cap ? fl->cap * 2 : 8;
-    void **np = realloc(fl->p, (size_t)cap * sizeof *np);
-    if (!np) { /* cannot cache it: give it back to CUDA (cudaFree waits for the device) */
-      cudaFree(p);
-      d->mem.current -= (int64_t)b.asked;
-      return;
-    }
-    fl->p = np;
-    fl->cap = cap;
-  }
-  fl->p[fl->n++] = p;
-  d->mem.current -= (int64_t)b.asked;
-  d->mem.cached += (int64_t)b.size;
-}
-
-static void dev_mem(void *self, zb_device_mem *out) {
-  *out = ((cuda_dev *)self)->mem;
-}
-
-static void dev_reset_peak(void *self) {
-  cuda_dev *d = self;
-  d->mem.peak = d->mem.current;
 }
 
 /* ---- copies, sync ---- */
@@ -301,12 +115,12 @@ static zb_err dev_copy(void *self, void *dst, const void *src, size_t bytes, zb_
   static const enum cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                               cudaMemcpyDeviceToDevice};
   if ((unsigned)kind > ZB_COPY_D2D)
-    return bad_arg(diag, "copy", "unknown copy kind");
-  zb_err err = enter(d, diag);
+    return cuda_bad_arg(diag, "copy", "unknown copy kind");
+  zb_err err = cuda_enter(d, diag);
   if (err || bytes == 0)
     return err;
   if (!dst || !src)
-    return bad_arg(diag, "copy", "NULL buffer");
+    return cuda_bad_arg(diag, "copy", "NULL buffer");
   return cuda_ok(d, diag, cudaMemcpyAsync(dst, src, bytes, kinds[kind], d->stream), "cudaMemcpyAsync");
 }
 
@@ -314,8 +128,8 @@ static zb_err dev_copy_2d(void *self, void *dst, size_t dpitch, const void *src,
                           size_t rows, zb_diag *diag) {
   cuda_dev *d = self;
   if (width > dpitch || width > spitch)
-    return bad_arg(diag, "copy_2d", "row width larger than a pitch");
-  zb_err err = enter(d, diag);
+    return cuda_bad_arg(diag, "copy_2d", "row width larger than a pitch");
+  zb_err err = cuda_enter(d, diag);
   if (err || width == 0 || rows == 0)
     return err;
   return cuda_ok(
@@ -326,8 +140,8 @@ static zb_err dev_copy_2d(void *self, void *dst, size_t dpitch, const void *src,
 static zb_err dev_zero(void *self, void *p, size_t bytes, zb_diag *diag) {
   cuda_dev *d = self;
   if (!p && bytes)
-    return bad_arg(diag, "zero", "NULL buffer");
-  zb_err err = enter(d, diag);
+    return cuda_bad_arg(diag, "zero", "NULL buffer");
+  zb_err err = cuda_enter(d, diag);
   if (err || bytes == 0)
     return err;
   return cuda_ok(d, diag, cudaMemsetAsync(p, 0, bytes, d->stream), "cudaMemsetAsync");
@@ -335,7 +149,7 @@ static zb_err dev_zero(void *self, void *p, size_t bytes, zb_diag *diag) {
 
 static zb_err dev_sync(void *self, zb_diag *diag) {
   cuda_dev *d = self;
-  zb_err err = enter(d, diag);
+  zb_err err = cuda_enter(d, diag);
   if (err)
     return err;
   return cuda_ok(d, diag, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
@@ -354,14 +168,14 @@ static void *dev_stream(void *self) {
 static zb_err dev_event_new(void *self, zb_device_event **out, zb_diag *diag) {
   cuda_dev *d = self;
   if (!out)
-    return bad_arg(diag, "event_new", "no output pointer");
+    return cuda_bad_arg(diag, "event_new", "no output pointer");
   *out = NULL;
-  zb_err err = enter(d, diag);
+  zb_err err = cuda_enter(d, diag);
   if (err)
     return err;
   zb_device_event *e = calloc(1, sizeof *e);
   if (!e)
-    return fail(d, diag, ZB_ERR_IO, "cuda device %d: out of host memory for an event", d->ordinal);
+    return cuda_fail(d, diag, ZB_ERR_IO, "cuda device %d: out of host memory for an event", d->ordinal);
   if ((err = cuda_ok(d, diag, cudaEventCreate(&e->ev), "cudaEventCreate"))) {
     free(e);
     return err;
@@ -381,8 +195,8 @@ static void dev_event_free(void *self, zb_device_event *e) {
 static zb_err dev_event_record(void *self, zb_device_event *e, zb_diag *diag) {
   cuda_dev *d = self;
   if (!e)
-    return bad_arg(diag, "event_record", "NULL event");
-  zb_err err = enter(d, diag);
+    return cuda_bad_arg(diag, "event_record", "NULL event");
+  zb_err err = cuda_enter(d, diag);
   return err ? err : cuda_ok(d, diag, cudaEventRecord(e->ev, d->stream), "cudaEventRecord");
 }
 
@@ -390,8 +204,8 @@ static zb_err dev_event_elapsed_ms(void *self, zb_device_event *start, zb_device
                                    zb_diag *diag) {
   cuda_dev *d = self;
   if (!start || !end || !ms)
-    return bad_arg(diag, "event_elapsed_ms", "NULL event or output");
-  zb_err err = enter(d, diag);
+    return cuda_bad_arg(diag, "event_elapsed_ms", "NULL event or output");
+  zb_err err = cuda_enter(d, diag);
   return err ? err : cuda_ok(d, diag, cudaEventElapsedTime(ms, start->ev, end->ev), "cudaEventElapsedTime");
 }
 
@@ -399,13 +213,13 @@ static zb_err dev_event_elapsed_ms(void *self, zb_device_event *start, zb_device
 
 static zb_err gemm_check(const zb_gemm *g, zb_diag *diag) {
   if (!g || g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 1)
-    return bad_arg(diag, "gemm", "negative shape or batch < 1");
+    return cuda_bad_arg(diag, "gemm", "negative shape or batch < 1");
   int a_cols = g->trans_a ? g->m : g->k, b_cols = g->trans_b ? g->k : g->n;
   if (g->lda < (a_cols > 1 ? a_cols : 1) || g->ldb < (b_cols > 1 ? b_cols : 1) ||
       g->ldc < (g->n > 1 ? g->n : 1))
-    return bad_arg(diag, "gemm", "a leading dimension is smaller than its matrix's row");
+    return cuda_bad_arg(diag, "gemm", "a leading dimension is smaller than its matrix's row");
   if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0)
-    return bad_arg(diag, "gemm", "negative batch stride");
+    return cuda_bad_arg(diag, "gemm", "negative batch stride");
   return ZB_OK;
 }
 
@@ -416,7 +230,7 @@ static zb_err gemm_check(const zb_gemm *g, zb_diag *diag) {
 static zb_err dev_gemm(void *self, const zb_gemm *g, zb_diag *diag) {
   cuda_dev *d = self;
   zb_err err = gemm_check(g, diag);
-  if (err || (err = enter(d, diag)) || g->m == 0 || g->n == 0)
+  if (err || (err = cuda_enter(d, diag)) || g->m == 0 || g->n == 0)
     return err;
   /* fp32: CUBLAS_COMPUTE_32F under CUBLAS_DEFAULT_MATH never uses TF32
    * (only NVIDIA_TF32_OVERRIDE=1 in the environment would); the pedantic
@@ -433,8 +247,8 @@ static zb_err dev_gemm(void *self, const zb_gemm *g, zb_diag *diag) {
 static zb_err dev_set_precision(void *self, zb_precision p, zb_diag *diag) {
   cuda_dev *d = self;
   if ((unsigned)p > ZB_PRECISION_BF16)
-    return bad_arg(diag, "set_precision", "unknown precision");
-  zb_err err = enter(d, diag);
+    return cuda_bad_arg(diag, "set_precision", "unknown precision");
+  zb_err err = cuda_enter(d, diag);
   if (!err)
     d->precision = p;
   return err;
@@ -446,8 +260,8 @@ static zb_err dev_set_precision(void *self, zb_precision p, zb_diag *diag) {
   do {                                                                                                       \
     cuda_dev *d_ = self;                                                                                     \
     if (!(ok_shape))                                                                                         \
-      return bad_arg(diag, op, "negative size");                                                             \
-    zb_err e_ = enter(d_, diag);                                                                             \
+      return cuda_bad_arg(diag, op, "negative size");                                                        \
+    zb_err e_ = cuda_enter(d_, diag);                                                                        \
     return e_ ? e_ : cuda_ok(d_, diag, launch, "zbk_" op);                                                   \
   } while (0)
 #define S(self) (((cuda_dev *)(self))->stream)
@@ -482,6 +296,32 @@ static zb_err k_layernorm_param_grads_acc(void *self, const float *dy, const flo
                                           float *db, int n, int h, zb_diag *diag) {
   LAUNCH("layernorm_param_grads_acc", n >= 0 && h >= 0,
          zbk_layernorm_param_grads_acc(S(self), dy, xhat, dg, db, n, h));
+}
+
+static zb_err k_rmsnorm_fwd(void *self, const float *x, const float *g, float *y, float *xhat, float *rstd,
+                            int n, int h, float eps, zb_diag *diag) {
+  LAUNCH("rmsnorm_fwd", n >= 0 && h >= 0, zbk_rmsnorm_fwd(S(self), x, g, y, xhat, rstd, n, h, eps));
+}
+
+static zb_err k_rmsnorm_bwd_acc(void *self, const float *dy, const float *xhat, const float *rstd,
+                                const float *g, float *dx, int n, int h, zb_diag *diag) {
+  LAUNCH("rmsnorm_bwd_acc", n >= 0 && h >= 0, zbk_rmsnorm_bwd_acc(S(self), dy, xhat, rstd, g, dx, n, h));
+}
+
+static zb_err k_rope(void *self, float *x, const float *cos, const float *sin, int n, int t, int heads,
+                     int hd, int ld, int inverse, zb_diag *diag) {
+  LAUNCH("rope", n >= 0 && t > 0 && heads >= 0 && hd >= 0 && hd % 2 == 0 && ld >= heads * hd,
+         zbk_rope(S(self), x, cos, sin, n, t, heads, hd, ld, inverse));
+}
+
+static zb_err k_swiglu_fwd(void *self, const float *gate, const float *up, float *out, size_t len,
+                           zb_diag *diag) {
+  LAUNCH("swiglu_fwd", true, zbk_swiglu_fwd(S(self), gate, up, out, len));
+}
+
+static zb_err k_swiglu_bwd_inplace(void *self, const float *dout, float *gate, float *up, size_t len,
+                                   zb_diag *diag) {
+  LAUNCH("swiglu_bwd_inplace", true, zbk_swiglu_bwd_inplace(S(self), dout, gate, up, len));
 }
 
 static zb_err k_bias_add(void *self, float *y, const float *b, int n, int cols, zb_diag *diag) {
@@ -544,13 +384,7 @@ static void dev_destroy(void *self) {
   cudaSetDevice(d->ordinal);
   if (d->stream)
     cudaStreamSynchronize(d->stream);
-  release_cache(d);
-  for (size_t i = 0; i < d->live_cap; i++) /* blocks the caller never gave back */
-    if (d->live[i].p)
-      cudaFree(d->live[i].p);
-  for (int c = 0; c < N_CLASSES; c++)
-    free(d->free[c].p);
-  free(d->live);
+  cuda_alloc_destroy(d);
   if (d->blas)
     cublasDestroy(d->blas);
   if (d->stream)
@@ -561,14 +395,14 @@ static void dev_destroy(void *self) {
 static const zb_device_ops cuda_ops = {
     .name = "cuda",
     .attn_block = 256, /* fastest with the skip on an H200 at T = 1024 (zb_bench_gpu --attn-block) */
-    .alloc = dev_alloc,
-    .free = dev_free,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
     .copy = dev_copy,
     .copy_2d = dev_copy_2d,
     .zero = dev_zero,
     .sync = dev_sync,
-    .mem = dev_mem,
-    .reset_peak = dev_reset_peak,
+    .mem = cuda_mem,
+    .reset_peak = cuda_reset_peak,
     .info = dev_info,
     .stream = dev_stream,
     .event_new = dev_event_new,
@@ -585,6 +419,11 @@ static const zb_device_ops cuda_ops = {
     .layernorm_param_grads_acc = k_layernorm_param_grads_acc,
     .bias_add = k_bias_add,
     .col_sums_acc = k_col_sums_acc,
+    .rmsnorm_fwd = k_rmsnorm_fwd,
+    .rmsnorm_bwd_acc = k_rmsnorm_bwd_acc,
+    .rope = k_rope,
+    .swiglu_fwd = k_swiglu_fwd,
+    .swiglu_bwd_inplace = k_swiglu_bwd_inplace,
     .gelu_fwd = k_gelu_fwd,
     .gelu_bwd_inplace = k_gelu_bwd_inplace,
     .softmax_causal = k_softmax_causal,

@@ -221,6 +221,47 @@ static zb_err h_ln_param(void *self, const float *dy, const float *xhat, float *
   return ZB_OK;
 }
 
+static zb_err h_rms_fwd(void *self, const float *x, const float *g, float *y, float *xhat, float *rstd, int n,
+                        int h, float eps, zb_diag *diag) {
+  (void)self;
+  (void)diag;
+  kernels_cpu_rmsnorm_fwd(x, g, y, xhat, rstd, n, h, eps);
+  return ZB_OK;
+}
+
+static zb_err h_rms_bwd(void *self, const float *dy, const float *xhat, const float *rstd, const float *g,
+                        float *dx, int n, int h, zb_diag *diag) {
+  (void)self;
+  (void)diag;
+  kernels_cpu_rmsnorm_bwd_acc(dy, xhat, rstd, g, dx, n, h);
+  return ZB_OK;
+}
+
+static zb_err h_rope(void *self, float *x, const float *cos, const float *sin, int n, int t, int heads,
+                     int hd, int ld, int inverse, zb_diag *diag) {
+  (void)self;
+  if (n < 0 || t < 1 || heads < 0 || hd < 0 || hd % 2 || ld < heads * hd)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "host rope: bad shape (n %d, t %d, heads %d, hd %d, ld %d)",
+                       n, t, heads, hd, ld);
+  kernels_cpu_rope(x, cos, sin, n, t, heads, hd, ld, inverse);
+  return ZB_OK;
+}
+
+static zb_err h_swiglu_fwd(void *self, const float *gate, const float *up, float *out, size_t len,
+                           zb_diag *diag) {
+  (void)self;
+  (void)diag;
+  kernels_cpu_swiglu_fwd(gate, up, out, len);
+  return ZB_OK;
+}
+
+static zb_err h_swiglu_bwd(void *self, const float *dout, float *gate, float *up, size_t len, zb_diag *diag) {
+  (void)self;
+  (void)diag;
+  kernels_cpu_swiglu_bwd_inplace(dout, gate, up, len);
+  return ZB_OK;
+}
+
 static zb_err h_bias_add(void *self, float *y, const float *b, int n, int cols, zb_diag *diag) {
   (void)self;
   (void)diag;
@@ -338,6 +379,11 @@ static const zb_device_ops host_ops = {
     .layernorm_affine = h_ln_affine,
     .layernorm_bwd_acc = h_ln_bwd,
     .layernorm_param_grads_acc = h_ln_param,
+    .rmsnorm_fwd = h_rms_fwd,
+    .rmsnorm_bwd_acc = h_rms_bwd,
+    .rope = h_rope,
+    .swiglu_fwd = h_swiglu_fwd,
+    .swiglu_bwd_inplace = h_swiglu_bwd,
     .bias_add = h_bias_add,
     .col_sums_acc = h_col_sums,
     .gelu_fwd = h_gelu_fwd,

@@ -116,10 +116,11 @@ void kernels_cpu_layernorm_param_grads_acc(const float *dy, const float *xhat, f
                                            int h) {
   for (int r = 0; r < n; r++) {
     const float *dr = dy + (size_t)r * h, *hr = xhat + (size_t)r * h;
-    for (int c = 0; c < h; c++) {
+    for (int c = 0; c < h; c++)
       dg[c] += dr[c] * hr[c];
-      db[c] += dr[c];
-    }
+    if (db)
+      for (int c = 0; c < h; c++)
+        db[c] += dr[c];
   }
 }
 
@@ -253,4 +254,66 @@ void kernels_cpu_sumsq(const float *restrict x, size_t n, double *out, int *nonf
     sum += (double)x[j] * (double)x[j];
   *out = sum;
   *nonfinite = !isfinite(sum);
+}
+
+/* ---- llama's row and element ops ---- */
+
+void kernels_cpu_rmsnorm_fwd(const float *x, const float *g, float *y, float *xhat, float *rstd, int n, int h,
+                             float eps) {
+  for (int r = 0; r < n; r++) {
+    const float *restrict xr = x + (size_t)r * h;
+    float *restrict hr = xhat + (size_t)r * h, *restrict yr = y + (size_t)r * h;
+    float rs = zbm_rms_rstd(dot(xr, xr, h), h, eps);
+    rstd[r] = rs;
+    for (int c = 0; c < h; c++) {
+      hr[c] = xr[c] * rs;
+      yr[c] = hr[c] * g[c];
+    }
+  }
+}
+
+void kernels_cpu_rmsnorm_bwd_acc(const float *dy, const float *xhat, const float *rstd, const float *g,
+                                 float *dx, int n, int h) {
+  for (int r = 0; r < n; r++) {
+    const float *restrict dr = dy + (size_t)r * h, *restrict hr = xhat + (size_t)r * h;
+    float *restrict xr = dx + (size_t)r * h;
+    float a2[LANES] = {0};
+    int c = 0;
+    for (; c + LANES <= h; c += LANES)
+      for (int l = 0; l < LANES; l++)
+        a2[l] += dr[c + l] * g[c + l] * hr[c + l];
+    float s2 = 0.0f;
+    for (int l = 0; l < LANES; l++)
+      s2 += a2[l];
+    for (; c < h; c++)
+      s2 += dr[c] * g[c] * hr[c];
+    float m2 = s2 / (float)h, rs = rstd[r];
+    for (c = 0; c < h; c++)
+      xr[c] += zbm_rms_dx(dr[c], g[c], hr[c], rs, m2);
+  }
+}
+
+void kernels_cpu_rope(float *x, const float *cos, const float *sin, int n, int t, int heads, int hd, int ld,
+                      int inverse) {
+  int half = hd / 2;
+  for (int r = 0; r < n; r++) {
+    const float *c = cos + (size_t)(r % t) * half, *s = sin + (size_t)(r % t) * half;
+    for (int k = 0; k < heads; k++) {
+      float *xh = x + (size_t)r * ld + (size_t)k * hd;
+      for (int i = 0; i < half; i++)
+        zbm_rope_pair(&xh[i], &xh[i + half], c[i], inverse ? -s[i] : s[i]);
+    }
+  }
+}
+
+void kernels_cpu_swiglu_fwd(const float *restrict gate, const float *restrict up, float *restrict out,
+                            size_t len) {
+  for (size_t i = 0; i < len; i++)
+    out[i] = zbm_swiglu(gate[i], up[i]);
+}
+
+void kernels_cpu_swiglu_bwd_inplace(const float *restrict dout, float *restrict gate, float *restrict up,
+                                    size_t len) {
+  for (size_t i = 0; i < len; i++)
+    zbm_swiglu_grad(gate[i], up[i], dout[i], &gate[i], &up[i]);
 }

@@ -84,4 +84,16 @@ void kernels_cpu_scale(float *x, float alpha, size_t n);
  * infinite (the double sum of finite floats' squares cannot overflow). */
 void kernels_cpu_sumsq(const float *x, size_t n, double *out, int *nonfinite);
 
+/* llama's ops (zb_device.h has their contracts): RMSNorm forward and
+ * input gradient, rotary embeddings in place, SwiGLU and its gradients
+ * in place. */
+void kernels_cpu_rmsnorm_fwd(const float *x, const float *g, float *y, float *xhat, float *rstd, int n, int h,
+                             float eps);
+void kernels_cpu_rmsnorm_bwd_acc(const float *dy, const float *xhat, const float *rstd, const float *g,
+                                 float *dx, int n, int h);
+void kernels_cpu_rope(float *x, const float *cos, const float *sin, int n, int t, int heads, int hd, int ld,
+                      int inverse);
+void kernels_cpu_swiglu_fwd(const float *gate, const float *up, float *out, size_t len);
+void kernels_cpu_swiglu_bwd_inplace(const float *dout, float *gate, float *up, size_t len);
+
 #endif

@@ -238,6 +238,66 @@ __global__ void layernorm_bwd_acc_k(const float *dy, const float *xhat, const fl
   }
 }
 
+/* ---- llama's row ops: one block per row ---- */
+
+__global__ void rmsnorm_fwd_k(const float *x, const float *g, float *y, float *xhat, float *rstd, int n,
+                              int h, float eps) {
+  __shared__ float sh[32];
+  for (int r = blockIdx.x; r < n; r += gridDim.x) {
+    const float *xr = x + (size_t)r * h;
+    float *hr = xhat + (size_t)r * h, *yr = y + (size_t)r * h;
+    float q = 0.0f;
+    for (int c = threadIdx.x; c < h; c += blockDim.x)
+      q += xr[c] * xr[c];
+    float rs = zbm_rms_rstd(block_sum(q, sh), h, eps);
+    if (threadIdx.x == 0)
+      rstd[r] = rs;
+    for (int c = threadIdx.x; c < h; c += blockDim.x) {
+      float xh = xr[c] * rs;
+      hr[c] = xh;
+      yr[c] = xh * g[c];
+    }
+  }
+}
+
+__global__ void rmsnorm_bwd_acc_k(const float *dy, const float *xhat, const float *rstd, const float *g,
+                                  float *dx, int n, int h) {
+  __shared__ float sh[32];
+  for (int r = blockIdx.x; r < n; r += gridDim.x) {
+    const float *dr = dy + (size_t)r * h, *hr = xhat + (size_t)r * h;
+    float *xr = dx + (size_t)r * h;
+    float s2 = 0.0f;
+    for (int c = threadIdx.x; c < h; c += blockDim.x)
+      s2 += dr[c] * g[c] * hr[c];
+    float m2 = block_sum(s2, sh) / (float)h, rs = rstd[r];
+    for (int c = threadIdx.x; c < h; c += blockDim.x)
+      xr[c] += zbm_rms_dx(dr[c], g[c], hr[c], rs, m2);
+  }
+}
+
+/* one thread per rotated pair: len = n * heads * hd/2 */
+__global__ void rope_k(float *x, const float *cos, const float *sin, size_t len, int t, int heads, int hd,
+                       int ld, float sign) {
+  int half = hd / 2;
+  for (size_t i = grid_start(); i < len; i += grid_step()) {
+    size_t r = i / ((size_t)heads * half);
+    int k = (int)(i / (size_t)half % (size_t)heads), j = (int)(i % (size_t)half);
+    size_t tab = (r % (size_t)t) * (size_t)half + (size_t)j;
+    float *xh = x + r * (size_t)ld + (size_t)k * hd;
+    zbm_rope_pair(&xh[j], &xh[j + half], cos[tab], sign * sin[tab]);
+  }
+}
+
+__global__ void swiglu_fwd_k(const float *gate, const float *up, float *out, size_t len) {
+  for (size_t i = grid_start(); i < len; i += grid_step())
+    out[i] = zbm_swiglu(gate[i], up[i]);
+}
+
+__global__ void swiglu_bwd_k(const float *dout, float *gate, float *up, size_t len) {
+  for (size_t i = grid_start(); i < len; i += grid_step())
+    zbm_swiglu_grad(gate[i], up[i], dout[i], &gate[i], &up[i]);
+}
+
 /* Row `row` of length len: e^(x - max) in place, scaled by 1/sum; returns
  * the sum and the max (every thread). */
 __device__ float softmax_row(float *row, int len, float *sh, float *max_out) {
@@ -335,7 +395,8 @@ __global__ void __launch_bounds__(ZBK_COL_TILE *ZBK_COL_ROWS)
     __syncthreads();
   }
   if (y == 0 && c < cols) {
-    db[c] += sd[0][x];
+    if (db)
+      db[c] += sd[0][x];
     if (xhat)
       dg[c] += sg[0][x];
   }
@@ -445,14 +506,60 @@ static cudaError_t col_sums(cudaStream_t s, const float *dy, const float *xhat, 
     return cudaErrorInvalidValue;
   if (n == 0 || cols == 0)
     return cudaSuccess;
-  col_sums_k<<<(unsigned)((cols + ZBK_COL_TILE - 1) / ZBK_COL_TILE), dim3(ZBK_COL_TILE, ZBK_COL_ROWS), 0, s>>>(
-      dy, xhat, dg, db, n, cols);
+  col_sums_k<<<(unsigned)((cols + ZBK_COL_TILE - 1) / ZBK_COL_TILE), dim3(ZBK_COL_TILE, ZBK_COL_ROWS), 0,
+               s>>>(dy, xhat, dg, db, n, cols);
   return launched();
 }
 
 cudaError_t zbk_layernorm_param_grads_acc(cudaStream_t s, const float *dy, const float *xhat, float *dg,
                                           float *db, int n, int h) {
   return col_sums(s, dy, xhat, dg, db, n, h);
+}
+
+cudaError_t zbk_rmsnorm_fwd(cudaStream_t s, const float *x, const float *g, float *y, float *xhat,
+                            float *rstd, int n, int h, float eps) {
+  if (n < 0 || h < 0)
+    return cudaErrorInvalidValue;
+  if (n == 0 || h == 0)
+    return cudaSuccess;
+  rmsnorm_fwd_k<<<row_blocks((size_t)n), row_threads((size_t)h), 0, s>>>(x, g, y, xhat, rstd, n, h, eps);
+  return launched();
+}
+
+cudaError_t zbk_rmsnorm_bwd_acc(cudaStream_t s, const float *dy, const float *xhat, const float *rstd,
+                                const float *g, float *dx, int n, int h) {
+  if (n < 0 || h < 0)
+    return cudaErrorInvalidValue;
+  if (n == 0 || h == 0)
+    return cudaSuccess;
+  rmsnorm_bwd_acc_k<<<row_blocks((size_t)n), row_threads((size_t)h), 0, s>>>(dy, xhat, rstd, g, dx, n, h);
+  return launched();
+}
+
+cudaError_t zbk_rope(cudaStream_t s, float *x, const float *cos, const float *sin, int n, int t, int heads,
+                     int hd, int ld, int inverse) {
+  if (n < 0 || t < 1 || heads < 0 || hd < 0 || hd % 2 != 0 || ld < heads * hd)
+    return cudaErrorInvalidValue;
+  size_t len = (size_t)n * (size_t)heads * (size_t)(hd / 2);
+  if (len == 0)
+    return cudaSuccess;
+  rope_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(x, cos, sin, len, t, heads, hd, ld,
+                                                         inverse ? -1.0f : 1.0f);
+  return launched();
+}
+
+cudaError_t zbk_swiglu_fwd(cudaStream_t s, const float *gate, const float *up, float *out, size_t len) {
+  if (len == 0)
+    return cudaSuccess;
+  swiglu_fwd_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(gate, up, out, len);
+  return launched();
+}
+
+cudaError_t zbk_swiglu_bwd_inplace(cudaStream_t s, const float *dout, float *gate, float *up, size_t len) {
+  if (len == 0)
+    return cudaSuccess;
+  swiglu_bwd_k<<<elementwise_blocks(len), ZBK_THREADS, 0, s>>>(dout, gate, up, len);
+  return launched();
 }
 
 cudaError_t zbk_bias_add(cudaStream_t s, float *y, const float *b, int n, int cols) {

@@ -39,6 +39,14 @@ cudaError_t zbk_layernorm_bwd_acc(cudaStream_t s, const float *dy, const float *
                                   const float *g, float *dx, int n, int h);
 cudaError_t zbk_layernorm_param_grads_acc(cudaStream_t s, const float *dy, const float *xhat, float *dg,
                                           float *db, int n, int h);
+cudaError_t zbk_rmsnorm_fwd(cudaStream_t s, const float *x, const float *g, float *y, float *xhat,
+                            float *rstd, int n, int h, float eps);
+cudaError_t zbk_rmsnorm_bwd_acc(cudaStream_t s, const float *dy, const float *xhat, const float *rstd,
+                                const float *g, float *dx, int n, int h);
+cudaError_t zbk_rope(cudaStream_t s, float *x, const float *cos, const float *sin, int n, int t, int heads,
+                     int hd, int ld, int inverse);
+cudaError_t zbk_swiglu_fwd(cudaStream_t s, const float *gate, const float *up, float *out, size_t len);
+cudaError_t zbk_swiglu_bwd_inplace(cudaStream_t s, const float *dout, float *gate, float *up, size_t len);
 cudaError_t zbk_bias_add(cudaStream_t s, float *y, const float *b, int n, int cols);
 cudaError_t zbk_col_sums_acc(cudaStream_t s, const float *dy, float *db, int n, int cols);
 cudaError_t zbk_gelu_fwd(cudaStream_t s, const float *u, float *out, size_t len);

@@ -139,9 +139,29 @@ typedef struct zb_device_ops {
   /* dx += zbm_ln_dx(...) per element (row means of dy g and dy g xhat) */
   zb_err (*layernorm_bwd_acc)(void *self, const float *dy, const float *xhat, const float *rstd,
                               const float *g, float *dx, int n, int h, zb_diag *diag);
-  /* dg += sum_rows dy * xhat, db += sum_rows dy */
+  /* dg += sum_rows dy * xhat, db += sum_rows dy (db NULL: dg only) */
   zb_err (*layernorm_param_grads_acc)(void *self, const float *dy, const float *xhat, float *dg, float *db,
                                       int n, int h, zb_diag *diag);
+  /* RMSNorm: xhat = x * rstd per row (rstd = zbm_rms_rstd), y = xhat * g;
+   * keeps xhat [n, h] and rstd [n]. Its weight's gradient is
+   * layernorm_param_grads_acc's dg (with db NULL). */
+  zb_err (*rmsnorm_fwd)(void *self, const float *x, const float *g, float *y, float *xhat, float *rstd, int n,
+                        int h, float eps, zb_diag *diag);
+  /* dx += zbm_rms_dx(...) per element (row mean of dy g xhat) */
+  zb_err (*rmsnorm_bwd_acc)(void *self, const float *dy, const float *xhat, const float *rstd, const float *g,
+                            float *dx, int n, int h, zb_diag *diag);
+  /* in place on n rows of x (row stride ld), row r at position r % t: in
+   * each of `heads` heads of hd columns (head k at column k hd), pair (i,
+   * i + hd/2) is rotated by zbm_rope_pair with cos[pos hd/2 + i] and
+   * sin[pos hd/2 + i] (tables [t, hd/2], device memory); inverse: by -sin,
+   * which is the backward */
+  zb_err (*rope)(void *self, float *x, const float *cos, const float *sin, int n, int t, int heads, int hd,
+                 int ld, int inverse, zb_diag *diag);
+  /* out = zbm_swiglu(gate, up) */
+  zb_err (*swiglu_fwd)(void *self, const float *gate, const float *up, float *out, size_t len, zb_diag *diag);
+  /* in place: gate and up become their gradients (zbm_swiglu_grad) from dout */
+  zb_err (*swiglu_bwd_inplace)(void *self, const float *dout, float *gate, float *up, size_t len,
+                               zb_diag *diag);
   /* y[r, c] += b[c] */
   zb_err (*bias_add)(void *self, float *y, const float *b, int n, int cols, zb_diag *diag);
   /* db[c] += sum_r dy[r, c] */

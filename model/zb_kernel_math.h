@@ -88,6 +88,44 @@ ZB_HD static inline float zbm_ln_dx(float dy, float g, float xhat, float rstd, f
   return rstd * (dy * g - m1 - xhat * m2);
 }
 
+/* ---- RMSNorm (llama), given a row's sum of squares ---- */
+
+/* 1/rms of a row of h values from the sum of their squares. */
+ZB_HD static inline float zbm_rms_rstd(float sumsq, int h, float eps) {
+  return 1.0f / sqrtf(sumsq / (float)h + eps);
+}
+
+/* The input gradient of one element: rstd * (dy g - xhat mean(dy g
+ * xhat)), given the row mean m2 = mean(dy g xhat). */
+ZB_HD static inline float zbm_rms_dx(float dy, float g, float xhat, float rstd, float m2) {
+  return rstd * (dy * g - xhat * m2);
+}
+
+/* ---- SwiGLU (llama's MLP): silu(gate) * up ---- */
+
+ZB_HD static inline float zbm_swiglu(float gate, float up) {
+  return gate / (1.0f + zbm_exp(-gate)) * up;
+}
+
+/* The gradients of silu(g) u: with s = logistic(g), d/dg = dout u s (1 +
+ * g (1 - s)) and d/du = dout g s. */
+ZB_HD static inline void zbm_swiglu_grad(float g, float u, float dout, float *dg, float *du) {
+  float s = 1.0f / (1.0f + zbm_exp(-g));
+  *dg = dout * u * s * (1.0f + g * (1.0f - s));
+  *du = dout * g * s;
+}
+
+/* ---- rotary position embeddings ---- */
+
+/* Rotates the pair (x1, x2) = (x[i], x[i + d/2]) of a head by the angle of
+ * cosine c and sine s, as transformers' x cos + rotate_half(x) sin does;
+ * the backward rotates by -s. */
+ZB_HD static inline void zbm_rope_pair(float *x1, float *x2, float c, float s) {
+  float a = *x1, b = *x2;
+  *x1 = a * c - b * s;
+  *x2 = b * c + a * s;
+}
+
 /* ---- softmax and cross-entropy, given a row's reductions ---- */
 
 /* The causal softmax's backward for one element: p (dp - sum_j p_j dp_j). */

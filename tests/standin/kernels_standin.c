@@ -33,8 +33,9 @@ typedef struct kjob {
   double *dout;
   int *iout;
   int n, h, t;
+  int heads, hd, ld, inverse; /* rope */
   size_t len;
-  float alpha;
+  float alpha, eps;
   zbm_adamw_step step;
 } kjob;
 
@@ -326,7 +327,7 @@ static cudaError_t col_tree_acc(const char *name, const float *a, const float *b
 static cudaError_t ln_param_run(void *arg) {
   const kjob *k = arg;
   cudaError_t e = col_tree_acc(k->name, k->a, k->b, k->o1, k->n, k->h);
-  return e != cudaSuccess ? e : col_tree_acc(k->name, k->a, NULL, k->o2, k->n, k->h);
+  return e != cudaSuccess || !k->o2 ? e : col_tree_acc(k->name, k->a, NULL, k->o2, k->n, k->h);
 }
 
 cudaError_t zbk_layernorm_param_grads_acc(cudaStream_t s, const float *dy, const float *xhat, float *dg,
@@ -340,7 +341,8 @@ cudaError_t zbk_layernorm_param_grads_acc(cudaStream_t s, const float *dy, const
   CHECK(dev(api, "dy", dy, nh, sizeof(float)));
   CHECK(dev(api, "xhat", xhat, nh, sizeof(float)));
   CHECK(dev(api, "dg", dg, (size_t)h, sizeof(float)));
-  CHECK(dev(api, "db", db, (size_t)h, sizeof(float)));
+  if (db) /* NULL: dg alone (RMSNorm's weight) */
+    CHECK(dev(api, "db", db, (size_t)h, sizeof(float)));
   return launch(s, ln_param_run,
                 &(kjob){.name = api, .a = dy, .b = xhat, .o1 = dg, .o2 = db, .n = n, .h = h});
 }
@@ -413,6 +415,157 @@ cudaError_t zbk_gelu_bwd_inplace(cudaStream_t s, const float *dout, float *u, si
   CHECK(dev(api, "dout", dout, len, sizeof(float)));
   CHECK(dev(api, "u", u, len, sizeof(float)));
   return launch(s, gelu_bwd_run, &(kjob){.name = api, .a = dout, .o1 = u, .len = len});
+}
+
+/* ---- llama: RMSNorm, rotary embeddings, SwiGLU ---- */
+
+static cudaError_t rms_fwd_run(void *arg) {
+  const kjob *k = arg;
+  int h = k->h;
+  float *buf = scratch((size_t)h);
+  if (!buf)
+    return no_memory(k->name);
+  for (int r = 0; r < k->n; r++) {
+    const float *xr = k->a + (size_t)r * h;
+    float *yr = k->o1 + (size_t)r * h, *hr = k->o2 + (size_t)r * h;
+    for (int c = 0; c < h; c++)
+      buf[c] = xr[c] * xr[c];
+    float rs = zbm_rms_rstd(tree_sum(buf, (size_t)h), h, k->eps);
+    k->o3[r] = rs;
+    for (int c = 0; c < h; c++) {
+      hr[c] = xr[c] * rs;
+      yr[c] = hr[c] * k->b[c];
+    }
+  }
+  free(buf);
+  return cudaSuccess;
+}
+
+cudaError_t zbk_rmsnorm_fwd(cudaStream_t s, const float *x, const float *g, float *y, float *xhat,
+                            float *rstd, int n, int h, float eps) {
+  const char *api = "zbk_rmsnorm_fwd";
+  if (n < 0 || h < 0)
+    return bad_shape(api, "n and h must be >= 0");
+  if (n == 0 || h == 0)
+    return cudaSuccess;
+  size_t nh = (size_t)n * h;
+  CHECK(dev(api, "x", x, nh, sizeof(float)));
+  CHECK(dev(api, "g", g, (size_t)h, sizeof(float)));
+  CHECK(dev(api, "y", y, nh, sizeof(float)));
+  CHECK(dev(api, "xhat", xhat, nh, sizeof(float)));
+  CHECK(dev(api, "rstd", rstd, (size_t)n, sizeof(float)));
+  return launch(
+      s, rms_fwd_run,
+      &(kjob){.name = api, .a = x, .b = g, .o1 = y, .o2 = xhat, .o3 = rstd, .n = n, .h = h, .eps = eps});
+}
+
+static cudaError_t rms_bwd_run(void *arg) {
+  const kjob *k = arg;
+  int h = k->h;
+  float *buf = scratch((size_t)h);
+  if (!buf)
+    return no_memory(k->name);
+  for (int r = 0; r < k->n; r++) {
+    const float *dr = k->a + (size_t)r * h, *hr = k->b + (size_t)r * h;
+    float *xr = k->o1 + (size_t)r * h;
+    for (int c = 0; c < h; c++)
+      buf[c] = dr[c] * k->d[c] * hr[c];
+    float m2 = tree_sum(buf, (size_t)h) / (float)h;
+    for (int c = 0; c < h; c++)
+      xr[c] += zbm_rms_dx(dr[c], k->d[c], hr[c], k->c[r], m2);
+  }
+  free(buf);
+  return cudaSuccess;
+}
+
+cudaError_t zbk_rmsnorm_bwd_acc(cudaStream_t s, const float *dy, const float *xhat, const float *rstd,
+                                const float *g, float *dx, int n, int h) {
+  const char *api = "zbk_rmsnorm_bwd_acc";
+  if (n < 0 || h < 0)
+    return bad_shape(api, "n and h must be >= 0");
+  if (n == 0 || h == 0)
+    return cudaSuccess;
+  size_t nh = (size_t)n * h;
+  CHECK(dev(api, "dy", dy, nh, sizeof(float)));
+  CHECK(dev(api, "xhat", xhat, nh, sizeof(float)));
+  CHECK(dev(api, "rstd", rstd, (size_t)n, sizeof(float)));
+  CHECK(dev(api, "g", g, (size_t)h, sizeof(float)));
+  CHECK(dev(api, "dx", dx, nh, sizeof(float)));
+  return launch(s, rms_bwd_run,
+                &(kjob){.name = api, .a = dy, .b = xhat, .c = rstd, .d = g, .o1 = dx, .n = n, .h = h});
+}
+
+static cudaError_t rope_run(void *arg) {
+  const kjob *k = arg;
+  int half = k->hd / 2;
+  float sign = k->inverse ? -1.0f : 1.0f;
+  for (int r = 0; r < k->n; r++) {
+    size_t tab = (size_t)(r % k->t) * (size_t)half;
+    for (int hh = 0; hh < k->heads; hh++) {
+      float *xh = k->o1 + (size_t)r * k->ld + (size_t)hh * k->hd;
+      for (int j = 0; j < half; j++)
+        zbm_rope_pair(&xh[j], &xh[j + half], k->a[tab + j], sign * k->b[tab + j]);
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t zbk_rope(cudaStream_t s, float *x, const float *cos, const float *sin, int n, int t, int heads,
+                     int hd, int ld, int inverse) {
+  const char *api = "zbk_rope";
+  if (n < 0 || t < 1 || heads < 0 || hd < 0 || hd % 2 != 0 || ld < heads * hd)
+    return bad_shape(api, "needs n >= 0, t >= 1, an even hd and ld >= heads * hd");
+  if (n == 0 || heads == 0 || hd == 0)
+    return cudaSuccess;
+  int rows_t = n < t ? n : t; /* table rows the launch reads */
+  CHECK(dev(api, "x", x, (size_t)(n - 1) * ld + (size_t)heads * hd, sizeof(float)));
+  CHECK(dev(api, "cos", cos, (size_t)rows_t * (size_t)(hd / 2), sizeof(float)));
+  CHECK(dev(api, "sin", sin, (size_t)rows_t * (size_t)(hd / 2), sizeof(float)));
+  return launch(s, rope_run,
+                &(kjob){.name = api,
+                        .a = cos,
+                        .b = sin,
+                        .o1 = x,
+                        .n = n,
+                        .t = t,
+                        .heads = heads,
+                        .hd = hd,
+                        .ld = ld,
+                        .inverse = inverse});
+}
+
+static cudaError_t swiglu_fwd_run(void *arg) {
+  const kjob *k = arg;
+  for (size_t i = 0; i < k->len; i++)
+    k->o1[i] = zbm_swiglu(k->a[i], k->b[i]);
+  return cudaSuccess;
+}
+
+cudaError_t zbk_swiglu_fwd(cudaStream_t s, const float *gate, const float *up, float *out, size_t len) {
+  const char *api = "zbk_swiglu_fwd";
+  if (len == 0)
+    return cudaSuccess;
+  CHECK(dev(api, "gate", gate, len, sizeof(float)));
+  CHECK(dev(api, "up", up, len, sizeof(float)));
+  CHECK(dev(api, "out", out, len, sizeof(float)));
+  return launch(s, swiglu_fwd_run, &(kjob){.name = api, .a = gate, .b = up, .o1 = out, .len = len});
+}
+
+static cudaError_t swiglu_bwd_run(void *arg) {
+  const kjob *k = arg;
+  for (size_t i = 0; i < k->len; i++)
+    zbm_swiglu_grad(k->o1[i], k->o2[i], k->a[i], &k->o1[i], &k->o2[i]);
+  return cudaSuccess;
+}
+
+cudaError_t zbk_swiglu_bwd_inplace(cudaStream_t s, const float *dout, float *gate, float *up, size_t len) {
+  const char *api = "zbk_swiglu_bwd_inplace";
+  if (len == 0)
+    return cudaSuccess;
+  CHECK(dev(api, "dout", dout, len, sizeof(float)));
+  CHECK(dev(api, "gate", gate, len, sizeof(float)));
+  CHECK(dev(api, "up", up, len, sizeof(float)));
+  return launch(s, swiglu_bwd_run, &(kjob){.name = api, .a = dout, .o1 = gate, .o2 = up, .len = len});
 }
 
 /* ---- causal softmax ---- */

@@ -40,7 +40,7 @@ typedef struct stat {
 
 typedef struct ctx {
   zb_device *dev[2]; /* 0: host (reference), 1: under test */
-  stat stats[40];
+  stat stats[64];
   int n_stats;
   uint64_t rng;
 } ctx;
@@ -387,6 +387,71 @@ static void test_bias_gelu(ctx *c, int n, int cols) {
   free(hd);
 }
 
+/* llama's ops: RMSNorm (and its weight's gradient through
+ * layernorm_param_grads_acc without db), SwiGLU and its gradients, on
+ * [n, h] */
+static void test_llama_rows(ctx *c, int n, int h) {
+  size_t nh = (size_t)n * h;
+  float *hx = rand_floats(c, nh, 2.0f), *hg = rand_floats(c, (size_t)h, 1.0f);
+  float *hdy = rand_floats(c, nh, 1.0f), *hacc = rand_floats(c, nh, 1.0f);
+  dbuf x = up(c, hx, nh * 4), g = up(c, hg, (size_t)h * 4), y = up(c, hx, nh * 4), xh = up(c, hx, nh * 4);
+  dbuf rs = up(c, hx, (size_t)n * 4), dy = up(c, hdy, nh * 4), dx = up(c, hacc, nh * 4),
+       dg = up(c, hg, (size_t)h * 4);
+  char desc[80];
+  snprintf(desc, sizeof desc, "n%d h%d", n, h);
+  ON_BOTH(c, "rmsnorm_fwd",
+          dv->ops->rmsnorm_fwd(dv->self, x.p[i], g.p[i], y.p[i], xh.p[i], rs.p[i], n, h, 1e-6f, DIAG));
+  cmp(c, "rmsnorm_fwd y", &y, nh, desc);
+  cmp(c, "rmsnorm_fwd xhat", &xh, nh, desc);
+  cmp(c, "rmsnorm_fwd rstd", &rs, (size_t)n, desc);
+  ON_BOTH(c, "rmsnorm_bwd_acc",
+          dv->ops->rmsnorm_bwd_acc(dv->self, dy.p[i], xh.p[i], rs.p[i], g.p[i], dx.p[i], n, h, DIAG));
+  cmp(c, "rmsnorm_bwd_acc", &dx, nh, desc);
+  ON_BOTH(c, "layernorm_param_grads_acc",
+          dv->ops->layernorm_param_grads_acc(dv->self, dy.p[i], xh.p[i], dg.p[i], NULL, n, h, DIAG));
+  cmp(c, "layernorm_param_grads dg only", &dg, (size_t)h, desc);
+  /* x as gate, y as up (normalised, so both signs and sizes occur) */
+  ON_BOTH(c, "swiglu_fwd", dv->ops->swiglu_fwd(dv->self, x.p[i], y.p[i], xh.p[i], nh, DIAG));
+  cmp(c, "swiglu_fwd", &xh, nh, desc);
+  ON_BOTH(c, "swiglu_bwd_inplace", dv->ops->swiglu_bwd_inplace(dv->self, dy.p[i], x.p[i], y.p[i], nh, DIAG));
+  cmp(c, "swiglu_bwd_inplace gate", &x, nh, desc);
+  cmp(c, "swiglu_bwd_inplace up", &y, nh, desc);
+  dbuf *all[] = {&x, &g, &y, &xh, &rs, &dy, &dx, &dg};
+  for (int i = 0; i < COUNT(all); i++)
+    release(c, all[i]);
+  free(hx);
+  free(hg);
+  free(hdy);
+  free(hacc);
+}
+
+/* Rotary embeddings on n rows of `heads` heads of hd, row stride padded
+ * past the heads (ld), positions r % t, then rotated back. */
+static void test_rope(ctx *c, int n, int t, int heads, int hd) {
+  int ld = heads * hd + 3, half = hd / 2;
+  size_t len = (size_t)n * ld, tab = (size_t)t * half;
+  float *hx = rand_floats(c, len, 2.0f), *ang = rand_floats(c, tab, 3.0f);
+  float *hc = malloc(tab * sizeof *hc), *hs = malloc(tab * sizeof *hs);
+  for (size_t k = 0; k < tab; k++) {
+    hc[k] = cosf(ang[k]);
+    hs[k] = sinf(ang[k]);
+  }
+  dbuf x = up(c, hx, len * 4), cs = up(c, hc, tab * 4), sn = up(c, hs, tab * 4);
+  char desc[80];
+  snprintf(desc, sizeof desc, "n%d t%d heads%d hd%d", n, t, heads, hd);
+  ON_BOTH(c, "rope", dv->ops->rope(dv->self, x.p[i], cs.p[i], sn.p[i], n, t, heads, hd, ld, 0, DIAG));
+  cmp(c, "rope", &x, len, desc);
+  ON_BOTH(c, "rope inverse", dv->ops->rope(dv->self, x.p[i], cs.p[i], sn.p[i], n, t, heads, hd, ld, 1, DIAG));
+  cmp(c, "rope inverse", &x, len, desc);
+  release(c, &x);
+  release(c, &cs);
+  release(c, &sn);
+  free(hx);
+  free(ang);
+  free(hc);
+  free(hs);
+}
+
 /* NaN above each diagonal: the op must not read there */
 static float *causal_input(ctx *c, int t, int count, float scale) {
   float *s = rand_floats(c, (size_t)t * t * count, scale);
@@ -612,6 +677,7 @@ static void run_all(ctx *c) {
     for (int b = 0; b < COUNT(HS); b++) {
       test_layernorm(c, NS[a], HS[b]);
       test_bias_gelu(c, NS[a], HS[b]);
+      test_llama_rows(c, NS[a], HS[b]);
       for (int t = 0; t < COUNT(TS); t++)
         for (int v = 0; v < COUNT(VS); v++)
           test_embed(c, NS[a], HS[b], TS[t], VS[v]);
@@ -619,6 +685,12 @@ static void run_all(ctx *c) {
   for (int t = 0; t < COUNT(TS); t++)
     for (int n = 1; n <= 3; n += 2)
       test_softmax(c, TS[t], n);
+  for (int a = 0; a < COUNT(NS); a++)
+    for (int t = 0; t < COUNT(TS); t++) {
+      test_rope(c, NS[a], TS[t], 1, 2);
+      test_rope(c, NS[a], TS[t], 3, 80);
+      test_rope(c, NS[a], TS[t], 2, 128);
+    }
   for (int a = 0; a < COUNT(NS); a++)
     for (int v = 0; v < COUNT(VS); v++)
       test_xent(c, NS[a], VS[v]);
