@@ -52,10 +52,11 @@ zb_err zb_tokens_parse_header(const uint8_t *bytes, size_t len, uint64_t file_si
 zb_err zb_tokens_new(const zb_tokens_source *src, int n, int seq_len, int64_t vocab, zb_tokens **out,
                      zb_diag *diag) {
   *out = NULL;
-  if (!src || n < 1 || seq_len < 1 || vocab < 1)
+  /* Ids are handed out as int32: a vocabulary of at most 2^31. */
+  if (!src || n < 1 || seq_len < 1 || vocab < 1 || vocab > ((int64_t)1 << 31))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "tokens: need >= 1 source, seq_len >= 1, vocab >= 1 (%d, %d, %lld)", n, seq_len,
-                       (long long)vocab);
+                       "tokens: need >= 1 source, seq_len >= 1, 1 <= vocab <= 2^31 (%d, %d, %lld)", n,
+                       seq_len, (long long)vocab);
   for (int i = 0; i < n; i++) {
     const char *name = src[i].name ? src[i].name : "(unnamed)";
     if (src[i].width != 1 && src[i].width != 2 && src[i].width != 4)

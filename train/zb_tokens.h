@@ -83,7 +83,7 @@ typedef struct zb_tokens_source {
 typedef struct zb_tokens zb_tokens;
 
 /* A dataset over n >= 1 sources in the given order, windows of seq_len+1
- * tokens, ids below vocab (>= 1). A source with fewer than seq_len + 1
+ * tokens, ids below vocab (1 .. 2^31: ids are int32). A source with fewer than seq_len + 1
  * tokens is refused naming it. */
 zb_err zb_tokens_new(const zb_tokens_source *src, int n, int seq_len, int64_t vocab, zb_tokens **out,
                      zb_diag *diag);

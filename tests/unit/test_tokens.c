@@ -279,6 +279,9 @@ static void test_text_bytes_as_worker(void) {
   fclose(f);
   CHECK_EQ(zb_tokens_open(ZB_TOKENS_TEXT_BYTES, pat("short.txt"), T, 256, &ds, &d), ZB_ERR_INVALID_ARG);
   CHECK_MSG(strstr(d.msg, "short.txt: 8 tokens; seq_len 8 needs at least 9"), "%s", d.msg);
+  CHECK_EQ(zb_tokens_from_text((const uint8_t *)text, sizeof text, "text", T, (int64_t)1 << 32, &ds, &d),
+           ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "1 <= vocab <= 2^31") && strstr(d.msg, "4294967296"), "%s", d.msg);
   CHECK_EQ(zb_tokens_open(ZB_TOKENS_TEXT_BYTES, pat("absent.txt"), T, 256, &ds, &d), ZB_ERR_IO);
   CHECK_MSG(strstr(d.msg, "absent.txt: cannot open"), "%s", d.msg);
   zbt_remove_dir(dir);
