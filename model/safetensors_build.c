@@ -18,7 +18,7 @@ static int by_name(const void *a, const void *b) {
 
 /* Checks e and sets *bytes to its data size. */
 static zb_err check_entry(const zb_st_entry *e, size_t i, uint64_t *bytes, zb_diag *diag) {
-  if (!e->name || !e->name[0])
+  if (!e->name)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "safetensors: entry %zu has no name", i);
   if (strcmp(e->name, "__metadata__") == 0)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "safetensors: a tensor may not be called __metadata__");
