@@ -8,7 +8,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-HARNESSES=(jobspec coord_config csv action proto tcp_frame)
+HARNESSES=(jobspec coord_config csv action proto tcp_frame safetensors)
 
 usage() {
   cat <<USAGE

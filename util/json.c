@@ -547,3 +547,15 @@ const char *zb_json_kind_name(zb_json_kind k) {
   }
   return "unknown";
 }
+
+const char *zb_json_kind_phrase(zb_json_kind k) {
+  switch (k) {
+  case ZB_JSON_NULL: return "null";
+  case ZB_JSON_BOOL: return "a boolean";
+  case ZB_JSON_NUMBER: return "a number";
+  case ZB_JSON_STRING: return "a string";
+  case ZB_JSON_ARRAY: return "an array";
+  case ZB_JSON_OBJECT: return "an object";
+  }
+  return "unknown";
+}

@@ -64,5 +64,8 @@ void zb_json_free(zb_json *j);
 const zb_json *zb_json_get(const zb_json *obj, const char *key);
 /* "null", "boolean", "number", "string", "array", "object". */
 const char *zb_json_kind_name(zb_json_kind k);
+/* The same with an article, for messages ("x is an array"): "null",
+ * "a boolean", "a number", "a string", "an array", "an object". */
+const char *zb_json_kind_phrase(zb_json_kind k);
 
 #endif

@@ -54,6 +54,7 @@ static void test_nested_document(void) {
   CHECK(zb_json_get(NULL, "a") == NULL);
   CHECK_STREQ(zb_json_kind_name(a->kind), "array");
   CHECK_STREQ(zb_json_kind_name(ZB_JSON_BOOL), "boolean");
+  CHECK_STREQ(zb_json_kind_phrase(ZB_JSON_ARRAY), "an array");
   zb_json_free(j);
   zb_json_free(NULL);
 }
