@@ -725,12 +725,12 @@ int main(void) {
   printf("rule: |got - want| <= %g * max(|want|, 1) per element\n\n", TOL);
   run_all(&c);
   int failed = 0;
-  printf("%-28s %6s %12s  %s\n", "op", "cases", "max error", "worst case");
+  printf("%-32s %6s %12s  %s\n", "op", "cases", "max error", "worst case");
   for (int i = 0; i < c.n_stats; i++) {
     stat *s = &c.stats[i];
     bool ok = s->max_err <= TOL;
     failed += !ok;
-    printf("%-28s %6d %12.3g  %s%s\n", s->op, s->cases, s->max_err, s->worst, ok ? "" : "  FAIL");
+    printf("%-32s %6d %12.3g  %s%s\n", s->op, s->cases, s->max_err, s->worst, ok ? "" : "  FAIL");
   }
   zb_device_mem m;
   c.dev[1]->ops->mem(c.dev[1]->self, &m);
