@@ -246,7 +246,7 @@ static zb_err st_fill(zb_st_table *t, const zb_json *root, zb_diag *diag) {
 zb_err zb_st_parse_header(const uint8_t *prefix, size_t prefix_len, uint64_t file_len, zb_st_table **out,
                           zb_diag *diag) {
   *out = NULL;
-  uint64_t n;
+  uint64_t n = 0;
   zb_err err = zb_st_header_len(prefix, prefix_len, file_len, &n, diag);
   if (err != ZB_OK)
     return err;
