@@ -375,7 +375,8 @@ def check(committed):
         for rel in sorted(want & have):
             ntensors += compare_file(torch, rel, os.path.join(committed, rel), os.path.join(tmp, rel), diffs)
     if diffs:
-        print(f"hf_fixtures: check FAILED: {len(diffs)} differences between {committed} and a fresh run:")
+        what = "1 difference" if len(diffs) == 1 else f"{len(diffs)} differences"
+        print(f"hf_fixtures: check FAILED: {what} between {committed} and a fresh run:")
         for d in diffs:
             print(f"  {d}")
         print("hf_fixtures: if the change is intended, regenerate with: tools/hf_fixtures.py --out " + committed)
