@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs missing packages, then builds and tests zb twice,
 # a dev build (build/dev) and an ASan+UBSan build (build/asan), with ctest,
-# then builds without CUDA and runs the fuzz harnesses briefly.
+# then builds without CUDA, runs the fuzz harnesses briefly and checks the
+# transformers fixtures.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -9,8 +10,8 @@ cd "$ROOT"
 
 usage() {
   cat <<'USAGE'
-usage: scripts/test.sh [--no-deps] [--only dev|asan] [--no-fuzz] [--fuzz-seconds N] [-j N]
-                       [-- CTEST_ARGS...]
+usage: scripts/test.sh [--no-deps] [--only dev|asan] [--no-fuzz] [--fuzz-seconds N] [--no-hf]
+                       [-j N] [-- CTEST_ARGS...]
 
 Runs the tests the way CI does:
   1. scripts/install-deps.sh (installs missing Debian 12 packages; as a user
@@ -34,14 +35,22 @@ Runs the tests the way CI does:
      (preset fuzz: clang-14, ASan + UBSan, build/fuzz) and runs each for N
      seconds (default 20) on a copy of its seed corpus; a crash, leak,
      timeout or broken property fails the step (log build/fuzz.log).
-Steps 4 and 5 run only when both presets do (no --only).
+  6. hf-fixtures: scripts/check-hf-fixtures.sh makes build/venv-hf (torch
+     and transformers from PyPI, about 2.9 GB the first time, then kept;
+     scripts/install-hf-venv.sh) and re-runs tools/hf_fixtures.py to check
+     that the committed fixtures in tests/data/hf still match (log
+     build/hf-fixtures.log). When the venv cannot be installed the step
+     is skipped, or fails with CI=true.
+Steps 4, 5 and 6 run only when both presets do (no --only), once each.
 All builds run even when one fails. Prints a summary with the test
-counts and exits non-zero if any configure, build, test or fuzz run failed.
+counts and exits non-zero if any configure, build, test, fuzz run or fixture check
+failed.
 
   --no-deps        skip step 1
   --only dev|asan  build and test one preset only
   --no-fuzz        skip step 5
   --fuzz-seconds N fuzzing time per harness in step 5 (default 20)
+  --no-hf          skip step 6
   -j N             parallel jobs for make and ctest (default: nproc, or $JOBS)
   -- CTEST_ARGS    passed to ctest, e.g. -- -R test_sim  or  -- -L unit
   --help           show this text
@@ -50,6 +59,7 @@ USAGE
 
 deps=1
 fuzz=1
+hf=1
 fuzz_seconds=20
 presets=(dev asan)
 jobs=${JOBS:-$(nproc)}
@@ -63,6 +73,7 @@ while [[ $# -gt 0 ]]; do
       shift
       ;;
     --no-fuzz) fuzz=0 ;;
+    --no-hf) hf=0 ;;
     --fuzz-seconds)
       [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: --fuzz-seconds takes a positive number" >&2; exit 2; }
       fuzz_seconds=$2
@@ -185,6 +196,27 @@ if [[ ${#presets[@]} -eq 2 && $fuzz -eq 1 ]]; then
     summary+=("fuzz: ${line#fuzz.sh: }")
   else
     summary+=("fuzz: FAILED (${line#fuzz.sh: FAILED: }; see $log)")
+    failed=1
+  fi
+fi
+
+if [[ ${#presets[@]} -eq 2 && $hf -eq 1 ]]; then
+  echo
+  echo "=== hf-fixtures (scripts/check-hf-fixtures.sh)"
+  log=build/hf-fixtures.log
+  mkdir -p build
+  rc=0
+  scripts/check-hf-fixtures.sh 2>&1 | tee "$log" || rc=$?
+  # the check closes with "hf_fixtures: check ok: ..." or a list of
+  # differences; exit 77 means the venv could not be installed (not CI)
+  line=$(grep -E '^hf_fixtures: check ' "$log" | tail -n1 || true)
+  if [[ $rc -eq 0 ]]; then
+    summary+=("hf-fixtures: ${line#hf_fixtures: check }")
+  elif [[ $rc -eq 77 ]]; then
+    summary+=("hf-fixtures: skipped (no transformers venv: scripts/install-hf-venv.sh failed; see $log)")
+  else
+    line=${line#hf_fixtures: check FAILED: }
+    summary+=("hf-fixtures: FAILED (${line%:}${line:+; }exit $rc; see $log)")
     failed=1
   fi
 fi

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# check-hf-fixtures.sh [--help]
+#
+# Checks that the committed transformers fixtures (tests/data/hf) are still
+# what tools/hf_fixtures.py makes: installs build/venv-hf when it lacks the
+# pinned torch and transformers (scripts/install-hf-venv.sh), then runs
+# `tools/hf_fixtures.py --check tests/data/hf`, which regenerates them in a
+# temporary folder and names every file, key or tensor that differs.
+#
+# Exit status: 0 when they match, 1 when they differ or the check cannot
+# run. When the venv cannot be installed (no network to PyPI, no disk):
+# with CI=true that is a failure (exit 1); otherwise it prints why and
+# exits 77, which scripts/test.sh reports as skipped.
+#
+# ZB_HF_VENV overrides the venv's path (as for install-hf-venv.sh).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv=${ZB_HF_VENV:-$root/build/venv-hf}
+
+case "${1:-}" in
+  "") ;;
+  -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "check-hf-fixtures: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
+
+if ! scripts/install-hf-venv.sh --check >/dev/null 2>&1; then
+  if ! scripts/install-hf-venv.sh; then
+    if [[ ${CI:-} == true ]]; then
+      echo "check-hf-fixtures: FAILED: could not install the transformers venv (scripts/install-hf-venv.sh); CI=true needs it" >&2
+      exit 1
+    fi
+    echo "check-hf-fixtures: skipped: could not install the transformers venv (scripts/install-hf-venv.sh says why above)" >&2
+    exit 77
+  fi
+fi
+exec "$venv/bin/python" tools/hf_fixtures.py --check tests/data/hf
