@@ -47,6 +47,7 @@ static const char *const gpt2_keys[] = {"vocab_size",
                                         "scale_attn_weights",
                                         "scale_attn_by_inverse_layer_idx",
                                         "reorder_and_upcast_attn",
+                                        "add_cross_attention",
                                         "summary_type",
                                         "summary_use_proj",
                                         "summary_activation",
@@ -178,7 +179,8 @@ static zb_err gpt2_from_hf(const zb_json *cfg, zb_arch *a, zb_diag *diag) {
       (e = get_bool(cfg, "tie_word_embeddings", 1, &a->tied, diag)) ||
       (e = require_string(cfg, "activation_function", gelu_tanh, diag)) ||
       (e = require_bool(cfg, "scale_attn_weights", 1, "scores are always divided by sqrt(head_dim)", diag)) ||
-      (e = require_bool(cfg, "scale_attn_by_inverse_layer_idx", 0, "no per-layer score scaling", diag)))
+      (e = require_bool(cfg, "scale_attn_by_inverse_layer_idx", 0, "no per-layer score scaling", diag)) ||
+      (e = require_bool(cfg, "add_cross_attention", 0, "a decoder without cross-attention", diag)))
     return e;
   int n_ctx = a->max_positions;
   if ((e = get_int(cfg, "n_ctx", a->max_positions, 1, 1 << 24, &n_ctx, diag)))
