@@ -329,7 +329,7 @@ static void attention_mode(zb_model_config cfg, int full, int reps, attn_times *
     }
   }
   time_attention(st, reps, t);
-  int blocks = zb_model_n_tensors(st) / BT_COUNT; /* a middle stage holds blocks only */
+  int blocks = st->n_layers; /* a middle stage holds blocks only */
   t->attn_f *= blocks;
   t->attn_b *= blocks;
   free(x);

@@ -68,16 +68,14 @@ static zb_err check_rope(const zb_rope *r, zb_diag *diag) {
   return ZB_OK;
 }
 
-/* The largest row count times column count of any tensor, and the
- * activations' widths, must index with an int. */
+/* Every dimension of every tensor must be an int (gemm sizes are): the
+ * fused q|k|v rows and the attention width. Sizes of whole tensors are
+ * size_t, so a model too large for memory is the allocator's to refuse. */
 static zb_err check_extent(const zb_arch *a, zb_diag *diag) {
   int64_t qkv = (int64_t)(a->heads + 2 * a->kv_heads) * a->head_dim;
-  int64_t widest = qkv > a->intermediate ? qkv : a->intermediate;
-  if (widest < a->hidden)
-    widest = a->hidden;
-  if ((int64_t)a->vocab_padded * a->hidden > INT_MAX || widest * a->hidden > INT_MAX ||
-      (int64_t)a->heads * a->head_dim > INT_MAX / 4)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model too large: a tensor would exceed 2^31 elements");
+  if (qkv > INT_MAX / 2)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model too large: (heads + 2 kv_heads) head_dim is %lld",
+                       (long long)qkv);
   return ZB_OK;
 }
 
@@ -111,4 +109,26 @@ zb_err zb_arch_check(const zb_arch *a, zb_diag *diag) {
       return e;
   }
   return check_extent(a, diag);
+}
+
+void zb_rope_freqs(const zb_rope *r, int hd, float *inv) {
+  const float two_pi = 6.283185307179586f;
+  float factor = (float)r->factor, old_len = (float)r->original_max_positions;
+  float low_wave = old_len / (float)r->low_freq_factor, high_wave = old_len / (float)r->high_freq_factor;
+  for (int i = 0; i < hd / 2; i++) {
+    float f = 1.0f / powf((float)r->theta, (float)(2 * i) / (float)hd);
+    if (r->scaling == ZB_ROPE_LINEAR) {
+      f /= factor;
+    } else if (r->scaling == ZB_ROPE_LLAMA3) {
+      float wave = two_pi / f;
+      if (wave > low_wave) {
+        f /= factor;
+      } else if (wave >= high_wave) { /* between: a blend of the two */
+        float smooth = (old_len / wave - (float)r->low_freq_factor) /
+                       ((float)r->high_freq_factor - (float)r->low_freq_factor);
+        f = (1.0f - smooth) * f / factor + smooth * f;
+      }
+    }
+    inv[i] = f;
+  }
 }

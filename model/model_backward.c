@@ -8,54 +8,96 @@
 
 /* ---- blocks ----------------------------------------------------------- */
 
+/* B of a norm (k 1 or 2) of block i: dx += the input gradient of the
+ * norm whose output gradient is da. */
+static void norm_b(zb_model_stage *st, int i, int k, const float *da, const float *xhat, const float *rstd,
+                   float *dx) {
+  const float *g = bparam(st, i, k == 1 ? ZB_T_NORM1_W : ZB_T_NORM2_W);
+  if (st->arch.norm == ZB_NORM_RMS)
+    MODEL_DEV(st, rmsnorm_bwd_acc, da, xhat, rstd, g, dx, st->n_tok, st->cfg.hidden);
+  else
+    MODEL_DEV(st, layernorm_bwd_acc, da, xhat, rstd, g, dx, st->n_tok, st->cfg.hidden);
+}
+
+/* B of block i's MLP: from g (the gradient of the block's output) the
+ * MLP input's gradient into b->da2; the pre-activations become their
+ * gradients in place (u: dfc1 or dgate; up: dup). */
+static void mlp_b(zb_model_stage *st, mb_state *s, int i, const float *g) {
+  const zb_arch *a = &st->arch;
+  block_state *b = &s->blocks[i];
+  size_t n = (size_t)st->n_tok, in = (size_t)a->intermediate, h = (size_t)st->cfg.hidden;
+  int hi = st->cfg.hidden, ii = a->intermediate;
+  float *dgel = st->ws_big;
+  model_linear_bwd_input(st, g, bparam(st, i, ZB_T_DOWN_W), dgel, ii, hi, 0);
+  b->da2 = model_takef(st, s, n * h);
+  if (a->mlp == ZB_MLP_SWIGLU) {
+    MODEL_DEV(st, swiglu_bwd_inplace, dgel, b->u, b->up, n * in);
+    model_linear_bwd_input(st, b->u, bparam(st, i, ZB_T_GATE_W), b->da2, hi, ii, 0);
+    model_linear_bwd_input(st, b->up, bparam(st, i, ZB_T_UP_W), b->da2, hi, ii, 1);
+  } else {
+    MODEL_DEV(st, gelu_bwd_inplace, dgel, b->u, n * in); /* u is dfc1 from here on */
+    model_linear_bwd_input(st, b->u, bparam(st, i, ZB_T_UP_W), b->da2, hi, ii, 0);
+  }
+}
+
 /* B of block i: st->ws_x holds the gradient of the block's output and
  * becomes that of its input. */
 static void block_b(zb_model_stage *st, mb_state *s, int i) {
-  const zb_model_config *c = &st->cfg;
+  const zb_arch *a = &st->arch;
   block_state *b = &s->blocks[i];
-  size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
-  size_t att = (size_t)c->batch * (size_t)c->heads * (size_t)c->seq_len * (size_t)c->seq_len;
-  int hi = c->hidden;
-  float *g = st->ws_x, *dout = st->ws_a, *dgel = st->ws_big;
+  size_t n = (size_t)st->n_tok, h = (size_t)st->cfg.hidden, lo = (size_t)a->heads * (size_t)a->head_dim;
+  size_t att = (size_t)st->cfg.batch * (size_t)a->heads * (size_t)st->cfg.seq_len * (size_t)st->cfg.seq_len;
+  int hi = st->cfg.hidden;
+  float *g = st->ws_x, *dout = st->ws_a;
 
   b->dfc2 = model_takef(st, s, n * h);
   model_copy(st, b->dfc2, g, n * h * sizeof(float), ZB_COPY_D2D);
-  model_linear_bwd_input(st, g, bparam(st, i, BT_FC2_W), dgel, 4 * hi, hi);
-  MODEL_DEV(st, gelu_bwd_inplace, dgel, b->u, n * 4 * h); /* u is dfc1 from here on */
-  b->da2 = model_takef(st, s, n * h);
-  model_linear_bwd_input(st, b->u, bparam(st, i, BT_FC1_W), b->da2, hi, 4 * hi);
-  MODEL_DEV(st, layernorm_bwd_acc, b->da2, b->xhat2, b->rstd2, bparam(st, i, BT_LN2_W), g, st->n_tok, hi);
+  mlp_b(st, s, i, g);
+  norm_b(st, i, 2, b->da2, b->xhat2, b->rstd2, g);
   model_dropf(st, s, &b->rstd2, n);
 
   b->dproj = model_takef(st, s, n * h);
   model_copy(st, b->dproj, g, n * h * sizeof(float), ZB_COPY_D2D);
-  model_linear_bwd_input(st, g, bparam(st, i, BT_PROJ_W), dout, hi, hi);
+  model_linear_bwd_input(st, g, bparam(st, i, ZB_T_O_W), dout, (int)lo, hi, 0);
   model_attention_bwd(st, b->qkv, b->att, dout);
-  b->dqkv = b->qkv; /* same bytes, now W's */
+  model_rope(st, b->qkv, 1); /* the gradients of q and k before their rotation */
+  b->dqkv = b->qkv;          /* same bytes, now W's */
   b->qkv = NULL;
   model_dropf(st, s, &b->att, att);
   b->da1 = model_takef(st, s, n * h);
-  model_linear_bwd_input(st, b->dqkv, bparam(st, i, BT_QKV_W), b->da1, hi, 3 * hi);
-  MODEL_DEV(st, layernorm_bwd_acc, b->da1, b->xhat1, b->rstd1, bparam(st, i, BT_LN1_W), g, st->n_tok, hi);
+  model_linear_bwd_input(st, b->dqkv, qkv_param(st, i), b->da1, hi, st->qkv_cols, 0);
+  norm_b(st, i, 1, b->da1, b->xhat1, b->rstd1, g);
   model_dropf(st, s, &b->rstd1, n);
+}
+
+/* W of a norm of block i (k 1 or 2): recomputes its output into st->ws_a
+ * from xhat (y = xhat g + b, or xhat g) and adds its gain's (and bias')
+ * gradient from its output gradient da. */
+static void norm_w(zb_model_stage *st, int i, int k, const float *xhat, const float *da) {
+  zb_tensor_role w = k == 1 ? ZB_T_NORM1_W : ZB_T_NORM2_W, bb = k == 1 ? ZB_T_NORM1_B : ZB_T_NORM2_B;
+  int h = st->cfg.hidden, n = st->n_tok;
+  MODEL_DEV(st, layernorm_affine, xhat, bparam(st, i, w), bparam(st, i, bb), st->ws_a, n, h);
+  MODEL_DEV(st, layernorm_param_grads_acc, da, xhat, bgrad(st, i, w), bgrad(st, i, bb), n, h);
 }
 
 /* W of block i: adds its parameter gradients. */
 static void block_w(zb_model_stage *st, mb_state *s, int i) {
+  const zb_arch *a = &st->arch;
   block_state *b = &s->blocks[i];
-  int h = st->cfg.hidden, n = st->n_tok;
-  float *a = st->ws_a;
+  int h = st->cfg.hidden, ii = a->intermediate, lo = a->heads * a->head_dim;
+  float *x = st->ws_a;
 
-  MODEL_DEV(st, layernorm_affine, b->xhat1, bparam(st, i, BT_LN1_W), bparam(st, i, BT_LN1_B), a, n, h);
-  model_linear_bwd_weight(st, b->dqkv, a, bgrad(st, i, BT_QKV_W), bgrad(st, i, BT_QKV_B), h, 3 * h);
-  model_linear_bwd_weight(st, b->dproj, b->o, bgrad(st, i, BT_PROJ_W), bgrad(st, i, BT_PROJ_B), h, h);
-  MODEL_DEV(st, layernorm_param_grads_acc, b->da1, b->xhat1, bgrad(st, i, BT_LN1_W), bgrad(st, i, BT_LN1_B),
-            n, h);
-  MODEL_DEV(st, layernorm_affine, b->xhat2, bparam(st, i, BT_LN2_W), bparam(st, i, BT_LN2_B), a, n, h);
-  model_linear_bwd_weight(st, b->u, a, bgrad(st, i, BT_FC1_W), bgrad(st, i, BT_FC1_B), h, 4 * h);
-  model_linear_bwd_weight(st, b->dfc2, b->gel, bgrad(st, i, BT_FC2_W), bgrad(st, i, BT_FC2_B), 4 * h, h);
-  MODEL_DEV(st, layernorm_param_grads_acc, b->da2, b->xhat2, bgrad(st, i, BT_LN2_W), bgrad(st, i, BT_LN2_B),
-            n, h);
+  norm_w(st, i, 1, b->xhat1, b->da1);
+  model_linear_bwd_weight(st, b->dqkv, x, qkv_grad(st, i), bgrad(st, i, ZB_T_QKV_B), h, st->qkv_cols);
+  model_linear_bwd_weight(st, b->dproj, b->o, bgrad(st, i, ZB_T_O_W), bgrad(st, i, ZB_T_O_B), lo, h);
+  norm_w(st, i, 2, b->xhat2, b->da2);
+  if (a->mlp == ZB_MLP_SWIGLU) {
+    model_linear_bwd_weight(st, b->u, x, bgrad(st, i, ZB_T_GATE_W), NULL, h, ii);
+    model_linear_bwd_weight(st, b->up, x, bgrad(st, i, ZB_T_UP_W), NULL, h, ii);
+  } else {
+    model_linear_bwd_weight(st, b->u, x, bgrad(st, i, ZB_T_UP_W), bgrad(st, i, ZB_T_UP_B), h, ii);
+  }
+  model_linear_bwd_weight(st, b->dfc2, b->gel, bgrad(st, i, ZB_T_DOWN_W), bgrad(st, i, ZB_T_DOWN_B), ii, h);
 }
 
 /* ---- the stage -------------------------------------------------------- */
@@ -73,8 +115,12 @@ static void head_b(zb_model_stage *st, mb_state *s, int mb) {
   model_mm(st, 0, 0, st->n_tok, c->hidden, c->vocab, 1.0f, s->probs, c->vocab, tparam(st, st->t_head),
            c->hidden, 0.0f, s->daf, c->hidden);
   MODEL_DEV(st, zero, st->ws_x, n * h * sizeof(float));
-  MODEL_DEV(st, layernorm_bwd_acc, s->daf, s->xhatf, s->rstdf, tparam(st, st->t_lnf), st->ws_x, st->n_tok,
-            c->hidden);
+  if (st->arch.norm == ZB_NORM_RMS)
+    MODEL_DEV(st, rmsnorm_bwd_acc, s->daf, s->xhatf, s->rstdf, tparam(st, st->t_lnf), st->ws_x, st->n_tok,
+              c->hidden);
+  else
+    MODEL_DEV(st, layernorm_bwd_acc, s->daf, s->xhatf, s->rstdf, tparam(st, st->t_lnf), st->ws_x, st->n_tok,
+              c->hidden);
   model_dropf(st, s, &s->rstdf, n);
 }
 
@@ -131,17 +177,18 @@ zb_err zb_model_backward_w(zb_model_stage *st, int mb, zb_diag *diag) {
   model_begin(st);
   const zb_model_config *c = &st->cfg;
   if (st->is_last) {
-    int lw = st->t_lnf, lb = lw + 1;
-    MODEL_DEV(st, layernorm_affine, s->xhatf, tparam(st, lw), tparam(st, lb), st->ws_a, st->n_tok, c->hidden);
-    model_linear_bwd_weight(st, s->probs, st->ws_a, tgrad(st, st->t_head), NULL, c->hidden, c->vocab);
-    MODEL_DEV(st, layernorm_param_grads_acc, s->daf, s->xhatf, tgrad(st, lw), tgrad(st, lb), st->n_tok,
+    int lw = st->t_lnf, lb = st->t_lnf_b;
+    MODEL_DEV(st, layernorm_affine, s->xhatf, tparam(st, lw), tparam_or_null(st, lb), st->ws_a, st->n_tok,
               c->hidden);
+    model_linear_bwd_weight(st, s->probs, st->ws_a, tgrad(st, st->t_head), NULL, c->hidden, c->vocab);
+    MODEL_DEV(st, layernorm_param_grads_acc, s->daf, s->xhatf, tgrad(st, lw), tgrad_or_null(st, lb),
+              st->n_tok, c->hidden);
   }
   for (int i = st->n_layers - 1; i >= 0; i--)
     block_w(st, s, i);
   if (st->is_first)
-    MODEL_DEV(st, embed_bwd_acc, s->dh0, s->tokens, tgrad(st, st->t_embed), tgrad(st, st->t_pos), st->n_tok,
-              c->hidden, c->seq_len);
+    MODEL_DEV(st, embed_bwd_acc, s->dh0, s->tokens, tgrad(st, st->t_embed), tgrad_or_null(st, st->t_pos),
+              st->n_tok, c->hidden, c->seq_len);
   model_mb_destroy(st, mb);
   return model_end(st, diag);
 }

@@ -7,40 +7,75 @@
 
 /* ---- blocks ----------------------------------------------------------- */
 
-/* LayerNorm of the stream st->ws_x into st->ws_a with block i's gain and
- * shift (tensors w, b), keeping the normalised input and 1/std for B. */
-static void block_layernorm(zb_model_stage *st, mb_state *s, int i, int w, int b, float **xhat,
-                            float **rstd) {
+/* The norm before attention (k 1) or the MLP (k 2) of block i: the stream
+ * st->ws_x into st->ws_a, keeping the normalised input and 1/std (or
+ * 1/rms) for B. */
+static void block_norm(zb_model_stage *st, mb_state *s, int i, int k, float **xhat, float **rstd) {
   size_t n = (size_t)st->n_tok, h = (size_t)st->cfg.hidden;
+  const float *g = bparam(st, i, k == 1 ? ZB_T_NORM1_W : ZB_T_NORM2_W);
   *xhat = model_takef(st, s, n * h);
   *rstd = model_takef(st, s, n);
-  MODEL_DEV(st, layernorm_fwd, st->ws_x, bparam(st, i, w), bparam(st, i, b), st->ws_a, *xhat, *rstd,
-            st->n_tok, st->cfg.hidden);
+  if (st->arch.norm == ZB_NORM_RMS)
+    MODEL_DEV(st, rmsnorm_fwd, st->ws_x, g, st->ws_a, *xhat, *rstd, st->n_tok, st->cfg.hidden,
+              (float)st->arch.norm_eps);
+  else
+    MODEL_DEV(st, layernorm_fwd, st->ws_x, g, bparam(st, i, k == 1 ? ZB_T_NORM1_B : ZB_T_NORM2_B), st->ws_a,
+              *xhat, *rstd, st->n_tok, st->cfg.hidden);
+}
+
+/* Rotary positions on the q and k columns of qkv (inverse: the backward,
+ * on their gradients). */
+void model_rope(zb_model_stage *st, float *qkv, int inverse) {
+  const zb_arch *a = &st->arch;
+  if (a->pos != ZB_POS_ROPE)
+    return;
+  int t = st->cfg.seq_len, hd = a->head_dim;
+  MODEL_DEV(st, rope, qkv, st->rope_cos, st->rope_sin, st->n_tok, t, a->heads, hd, st->qkv_cols, inverse);
+  MODEL_DEV(st, rope, qkv + (size_t)a->heads * hd, st->rope_cos, st->rope_sin, st->n_tok, t, a->kv_heads, hd,
+            st->qkv_cols, inverse);
+}
+
+/* The MLP of block i from st->ws_a, added to the stream: fc2(gelu(fc1))
+ * or down(swiglu(gate, up)). Keeps the pre-activations and the
+ * activation for B and W. */
+static void block_mlp(zb_model_stage *st, mb_state *s, int i) {
+  const zb_arch *a = &st->arch;
+  block_state *b = &s->blocks[i];
+  size_t n = (size_t)st->n_tok, in = (size_t)a->intermediate;
+  int hi = st->cfg.hidden, ii = a->intermediate;
+  b->u = model_takef(st, s, n * in);
+  b->gel = model_takef(st, s, n * in);
+  if (a->mlp == ZB_MLP_SWIGLU) {
+    b->up = model_takef(st, s, n * in);
+    model_linear_fwd(st, st->ws_a, bparam(st, i, ZB_T_GATE_W), NULL, b->u, hi, ii, 0);
+    model_linear_fwd(st, st->ws_a, bparam(st, i, ZB_T_UP_W), NULL, b->up, hi, ii, 0);
+    MODEL_DEV(st, swiglu_fwd, b->u, b->up, b->gel, n * in);
+  } else {
+    model_linear_fwd(st, st->ws_a, bparam(st, i, ZB_T_UP_W), bparam(st, i, ZB_T_UP_B), b->u, hi, ii, 0);
+    MODEL_DEV(st, gelu_fwd, b->u, b->gel, n * in);
+  }
+  model_linear_fwd(st, b->gel, bparam(st, i, ZB_T_DOWN_W), bparam(st, i, ZB_T_DOWN_B), st->ws_x, ii, hi, 1);
 }
 
 /* F of block i on the stream st->ws_x, in place. */
 static void block_fwd(zb_model_stage *st, mb_state *s, int i) {
-  const zb_model_config *c = &st->cfg;
+  const zb_arch *a = &st->arch;
   block_state *b = &s->blocks[i];
-  size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
-  size_t att = (size_t)c->batch * (size_t)c->heads * (size_t)c->seq_len * (size_t)c->seq_len;
-  int hi = c->hidden;
-  float *x = st->ws_x, *a = st->ws_a;
+  size_t n = (size_t)st->n_tok, lo = (size_t)a->heads * (size_t)a->head_dim;
+  size_t att = (size_t)st->cfg.batch * (size_t)a->heads * (size_t)st->cfg.seq_len * (size_t)st->cfg.seq_len;
+  int hi = st->cfg.hidden;
 
-  block_layernorm(st, s, i, BT_LN1_W, BT_LN1_B, &b->xhat1, &b->rstd1);
-  b->qkv = model_takef(st, s, n * 3 * h);
-  model_linear_fwd(st, a, bparam(st, i, BT_QKV_W), bparam(st, i, BT_QKV_B), b->qkv, hi, 3 * hi, 0);
+  block_norm(st, s, i, 1, &b->xhat1, &b->rstd1);
+  b->qkv = model_takef(st, s, n * (size_t)st->qkv_cols);
+  model_linear_fwd(st, st->ws_a, qkv_param(st, i), bparam(st, i, ZB_T_QKV_B), b->qkv, hi, st->qkv_cols, 0);
+  model_rope(st, b->qkv, 0);
   b->att = model_takef(st, s, att);
-  b->o = model_takef(st, s, n * h);
+  b->o = model_takef(st, s, n * lo);
   model_attention_fwd(st, b->qkv, b->att, b->o);
-  model_linear_fwd(st, b->o, bparam(st, i, BT_PROJ_W), bparam(st, i, BT_PROJ_B), x, hi, hi, 1);
+  model_linear_fwd(st, b->o, bparam(st, i, ZB_T_O_W), bparam(st, i, ZB_T_O_B), st->ws_x, (int)lo, hi, 1);
 
-  block_layernorm(st, s, i, BT_LN2_W, BT_LN2_B, &b->xhat2, &b->rstd2);
-  b->u = model_takef(st, s, n * 4 * h);
-  model_linear_fwd(st, a, bparam(st, i, BT_FC1_W), bparam(st, i, BT_FC1_B), b->u, hi, 4 * hi, 0);
-  b->gel = model_takef(st, s, n * 4 * h);
-  MODEL_DEV(st, gelu_fwd, b->u, b->gel, n * 4 * h);
-  model_linear_fwd(st, b->gel, bparam(st, i, BT_FC2_W), bparam(st, i, BT_FC2_B), x, 4 * hi, hi, 1);
+  block_norm(st, s, i, 2, &b->xhat2, &b->rstd2);
+  block_mlp(st, s, i);
 }
 
 static zb_err check_tokens(const zb_model_stage *st, const uint8_t *ids, const char *what, zb_diag *diag) {
@@ -51,7 +86,8 @@ static zb_err check_tokens(const zb_model_stage *st, const uint8_t *ids, const c
   return ZB_OK;
 }
 
-/* The last stage's head: final LayerNorm, logits, and the loss. Per-row
+/* The last stage's head: final norm, logits over the vocabulary (a
+ * padded embedding's extra rows are not multiplied), and the loss. Per-row
  * losses are computed on the device, copied to the host (one sync) and
  * summed there in row order, in double. */
 static void head_fwd(zb_model_stage *st, mb_state *s, const uint8_t *targets, float *loss) {
@@ -59,8 +95,12 @@ static void head_fwd(zb_model_stage *st, mb_state *s, const uint8_t *targets, fl
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
   s->xhatf = model_takef(st, s, n * h);
   s->rstdf = model_takef(st, s, n);
-  MODEL_DEV(st, layernorm_fwd, st->ws_x, tparam(st, st->t_lnf), tparam(st, st->t_lnf + 1), st->ws_a, s->xhatf,
-            s->rstdf, st->n_tok, c->hidden);
+  if (st->arch.norm == ZB_NORM_RMS)
+    MODEL_DEV(st, rmsnorm_fwd, st->ws_x, tparam(st, st->t_lnf), st->ws_a, s->xhatf, s->rstdf, st->n_tok,
+              c->hidden, (float)st->arch.norm_eps);
+  else
+    MODEL_DEV(st, layernorm_fwd, st->ws_x, tparam(st, st->t_lnf), tparam(st, st->t_lnf_b), st->ws_a, s->xhatf,
+              s->rstdf, st->n_tok, c->hidden);
   s->probs = model_takef(st, s, n * (size_t)c->vocab);
   model_mm(st, 0, 1, st->n_tok, c->vocab, c->hidden, 1.0f, st->ws_a, c->hidden, tparam(st, st->t_head),
            c->hidden, 0.0f, s->probs, c->vocab);
@@ -108,8 +148,8 @@ static zb_err forward(zb_model_stage *st, int mb, const uint8_t *tokens, const f
   if (st->is_first) {
     s->tokens = model_take(st, s, n);
     model_copy(st, s->tokens, tokens, n, ZB_COPY_H2D);
-    MODEL_DEV(st, embed_fwd, tparam(st, st->t_embed), tparam(st, st->t_pos), s->tokens, st->ws_x, st->n_tok,
-              c->hidden, c->seq_len);
+    MODEL_DEV(st, embed_fwd, tparam(st, st->t_embed), tparam_or_null(st, st->t_pos), s->tokens, st->ws_x,
+              st->n_tok, c->hidden, c->seq_len);
   } else {
     model_copy(st, st->ws_x, x, n * h * sizeof(float), io);
   }

@@ -32,33 +32,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zb_arch.h"
 #include "zb_device.h"
 #include "zb_model.h"
-
-/* A block's tensors, in table order. */
-enum {
-  BT_LN1_W,
-  BT_LN1_B,
-  BT_QKV_W,
-  BT_QKV_B,
-  BT_PROJ_W,
-  BT_PROJ_B,
-  BT_LN2_W,
-  BT_LN2_B,
-  BT_FC1_W,
-  BT_FC1_B,
-  BT_FC2_W,
-  BT_FC2_B,
-  BT_COUNT
-};
-
-/* The names of a block's tensors, indexed by BT_*. */
-extern const char *const model_block_tensor_names[BT_COUNT];
 
 enum { PHASE_F = 1, PHASE_B = 2 };
 
 typedef struct block_state {
   float *xhat1, *rstd1, *qkv, *att, *o, *xhat2, *rstd2, *u, *gel; /* from F */
+  float *up;                              /* swiglu: the up projection (u is the gate); dup after B */
   float *da1, *dqkv, *dproj, *da2, *dfc2; /* from B; dqkv is qkv's buffer, and u holds dfc1 after B */
 } block_state;
 
@@ -90,12 +72,16 @@ struct zb_model_stage {
   int n_tok;  /* N = batch * seq_len */
   int nan_mb; /* a test hook: B of this microbatch starts from NaN (-1: none) */
 
+  zb_arch arch; /* what the stage computes (zb_arch.h); the builtin's from cfg when cfg.arch is NULL */
+  int qkv_cols; /* (heads + 2 kv_heads) head_dim: a row of q | k | v */
   zb_model_tensor *tensors;
   int n_tensors;
   float *params, *grads;     /* host: tensors' param/grad; the device buffers or their mirror */
   float *d_params, *d_grads; /* device */
   size_t n_params;
-  int t_embed, t_pos, t_block0, t_lnf, t_head; /* table indices; -1 where absent */
+  int t_embed, t_pos, t_lnf, t_lnf_b, t_head; /* table indices; -1 where absent */
+  int *t_block;               /* [n_layers][ZB_T_ROLE_COUNT]: table index by role, -1 absent */
+  float *rope_cos, *rope_sin; /* device [seq_len, head_dim / 2] (rotary positions) */
 
   mb_state **mbs; /* indexed by microbatch */
   int mb_cap;
@@ -106,10 +92,10 @@ struct zb_model_stage {
 
   /* workspace, device memory */
   float *ws_x;     /* [N, h] the residual stream in F, its gradient in B */
-  float *ws_a;     /* [N, h] LayerNorm outputs; the attention output's gradient */
-  float *ws_big;   /* [N, 4h] gelu output's gradient */
+  float *ws_a;     /* [N, max(h, heads head_dim)] norm outputs; the attention output's gradient */
+  float *ws_big;   /* [N, intermediate] the MLP activation's gradient */
   float *ws_tt;    /* [heads, T, T] one sequence's score gradients */
-  float *ws_head;  /* [T, 3h] one sequence's dQ | dK | dV, laid out as qkv */
+  float *ws_head;  /* [T, qkv_cols] one sequence's dQ | dK | dV, laid out as qkv */
   double *ws_loss; /* [N] per-row losses (last stage) */
   double *h_loss;  /* [N] host copy of ws_loss */
 
@@ -125,12 +111,34 @@ static inline float *tparam(const zb_model_stage *st, int i) {
 static inline float *tgrad(const zb_model_stage *st, int i) {
   return st->d_grads + (st->tensors[i].grad - st->grads);
 }
-/* A block's parameter and gradient tensors on the device (k: BT_*). */
-static inline float *bparam(const zb_model_stage *st, int blk, int k) {
-  return tparam(st, st->t_block0 + blk * BT_COUNT + k);
+/* Tensor i's parameters / gradient on the device, NULL when i is -1 (a
+ * tensor the architecture does not have, e.g. learned positions). */
+static inline float *tparam_or_null(const zb_model_stage *st, int i) {
+  return i < 0 ? NULL : tparam(st, i);
 }
-static inline float *bgrad(const zb_model_stage *st, int blk, int k) {
-  return tgrad(st, st->t_block0 + blk * BT_COUNT + k);
+static inline float *tgrad_or_null(const zb_model_stage *st, int i) {
+  return i < 0 ? NULL : tgrad(st, i);
+}
+
+/* A block's parameter and gradient tensors on the device by role; NULL
+ * where the architecture has no such tensor (a bias of llama). q, k and v
+ * are laid out one after another, so Q_W is the fused [q; k; v] weight. */
+static inline float *bparam(const zb_model_stage *st, int blk, zb_tensor_role r) {
+  int t = st->t_block[blk * ZB_T_ROLE_COUNT + r];
+  return t < 0 ? NULL : tparam(st, t);
+}
+static inline float *bgrad(const zb_model_stage *st, int blk, zb_tensor_role r) {
+  int t = st->t_block[blk * ZB_T_ROLE_COUNT + r];
+  return t < 0 ? NULL : tgrad(st, t);
+}
+/* The fused q|k|v projection weight and gradient of block blk. */
+static inline float *qkv_param(const zb_model_stage *st, int blk) {
+  float *w = bparam(st, blk, ZB_T_QKV_W);
+  return w ? w : bparam(st, blk, ZB_T_Q_W);
+}
+static inline float *qkv_grad(const zb_model_stage *st, int blk) {
+  float *w = bgrad(st, blk, ZB_T_QKV_W);
+  return w ? w : bgrad(st, blk, ZB_T_Q_W);
 }
 
 /* Issues device op `op` unless an earlier one of this call failed; the
@@ -174,7 +182,8 @@ void model_mm(zb_model_stage *st, int ta, int tb, int m, int n, int k, float alp
               const float *b, int ldb, float beta, float *c, int ldc);
 void model_linear_fwd(zb_model_stage *st, const float *x, const float *w, const float *b, float *y, int in,
                       int out, int accumulate);
-void model_linear_bwd_input(zb_model_stage *st, const float *dy, const float *w, float *dx, int in, int out);
+void model_linear_bwd_input(zb_model_stage *st, const float *dy, const float *w, float *dx, int in, int out,
+                            int accumulate);
 void model_linear_bwd_weight(zb_model_stage *st, const float *dy, const float *x, float *dw, float *db,
                              int in, int out);
 /* Copies bytes between device buffers (D2D), or between a device buffer
@@ -182,5 +191,7 @@ void model_linear_bwd_weight(zb_model_stage *st, const float *dy, const float *x
 void model_copy(zb_model_stage *st, void *dst, const void *src, size_t bytes, zb_copy_kind kind);
 void model_attention_fwd(zb_model_stage *st, const float *qkv, float *att, float *o);
 void model_attention_bwd(zb_model_stage *st, float *qkv, const float *att, const float *dout);
+/* Rotary positions on qkv's q and k columns, or their inverse (model_forward.c). */
+void model_rope(zb_model_stage *st, float *qkv, int inverse);
 
 #endif

@@ -73,12 +73,14 @@ void model_copy(zb_model_stage *st, void *dst, const void *src, size_t bytes, zb
 void model_linear_fwd(zb_model_stage *st, const float *x, const float *w, const float *b, float *y, int in,
                       int out, int accumulate) {
   model_mm(st, 0, 1, st->n_tok, out, in, 1.0f, x, in, w, in, accumulate ? 1.0f : 0.0f, y, out);
-  MODEL_DEV(st, bias_add, y, b, st->n_tok, out);
+  if (b)
+    MODEL_DEV(st, bias_add, y, b, st->n_tok, out);
 }
 
-/* dx = dy W: the linear layer's B. */
-void model_linear_bwd_input(zb_model_stage *st, const float *dy, const float *w, float *dx, int in, int out) {
-  model_mm(st, 0, 0, st->n_tok, in, out, 1.0f, dy, out, w, in, 0.0f, dx, in);
+/* dx = dy W (dx += dy W when accumulate): the linear layer's B. */
+void model_linear_bwd_input(zb_model_stage *st, const float *dy, const float *w, float *dx, int in, int out,
+                            int accumulate) {
+  model_mm(st, 0, 0, st->n_tok, in, out, 1.0f, dy, out, w, in, accumulate ? 1.0f : 0.0f, dx, in);
 }
 
 /* dW += dy^T x, db += sum dy: the linear layer's W. */
@@ -91,10 +93,12 @@ void model_linear_bwd_weight(zb_model_stage *st, const float *dy, const float *x
 
 /* ---- attention -------------------------------------------------------- */
 
-/* A product batched over the heads of one sequence: A, B and C advance by
- * sa, sb, sc floats from one head to the next. */
+/* A product batched over the key/value heads of one sequence: A, B and C
+ * advance by sa, sb, sc floats from one to the next. Grouped-query
+ * attention runs one such product per query head of a group (m): query
+ * head kh g + m reads key/value head kh. */
 static void heads_mm(zb_model_stage *st, int ta, int tb, int m, int n, int k, float alpha, const float *a,
-                     int lda, int64_t sa, const float *b, int ldb, int64_t sb, float *c, int ldc,
+                     int lda, int64_t sa, const float *b, int ldb, int64_t sb, float beta, float *c, int ldc,
                      int64_t sc) {
   zb_gemm g = {.trans_a = ta,
                .trans_b = tb,
@@ -102,7 +106,7 @@ static void heads_mm(zb_model_stage *st, int ta, int tb, int m, int n, int k, fl
                .n = n,
                .k = k,
                .alpha = alpha,
-               .beta = 0.0f,
+               .beta = beta,
                .a = a,
                .lda = lda,
                .stride_a = sa,
@@ -112,71 +116,107 @@ static void heads_mm(zb_model_stage *st, int ta, int tb, int m, int n, int k, fl
                .c = c,
                .ldc = ldc,
                .stride_c = sc,
-               .batch = st->cfg.heads};
+               .batch = st->arch.kv_heads};
   model_gemm(st, &g);
 }
 
-/* Per sequence, batched over heads: P = softmax_causal(Q K^T / sqrt(d)),
- * O = P V. qkv rows are [q | k | v], head j at columns j*d of each. Row
- * block [r0, r1) needs keys 0..r1-1 only; what the diagonal block computes
- * above the diagonal is overwritten by the softmax's zeros. */
+/* The shape of attention: heads H in groups of g per key/value head,
+ * head dimension d, a row of qkv (ld: q | k | v), of the output (lo). */
+typedef struct attn_dims {
+  int t, d, g, ld, lo, bs;
+  int64_t tt;
+  float scale;
+} attn_dims;
+
+static attn_dims dims_of(const zb_model_stage *st) {
+  const zb_arch *a = &st->arch;
+  attn_dims x = {.t = st->cfg.seq_len,
+                 .d = a->head_dim,
+                 .g = a->heads / a->kv_heads,
+                 .ld = st->qkv_cols,
+                 .lo = a->heads * a->head_dim,
+                 .bs = st->attn_block};
+  x.tt = (int64_t)x.t * x.t;
+  x.scale = 1.0f / sqrtf((float)x.d);
+  return x;
+}
+
+/* Per sequence: P = softmax_causal(Q K^T / sqrt(d)), O = P V, head j at
+ * columns j d of q and of O. Row block [r0, r1) needs keys 0..r1-1 only;
+ * what the diagonal block computes above the diagonal is overwritten by
+ * the softmax's zeros. */
 void model_attention_fwd(zb_model_stage *st, const float *qkv, float *att, float *o) {
-  const zb_model_config *c = &st->cfg;
-  int h = c->hidden, t = c->seq_len, d = h / c->heads, ld = 3 * h, bs = st->attn_block;
-  int64_t tt = (int64_t)t * t;
-  float scale = 1.0f / sqrtf((float)d);
-  for (int b = 0; b < c->batch; b++) {
-    const float *q = qkv + (size_t)b * t * ld, *k = q + h, *v = q + 2 * h;
-    float *p = att + (size_t)b * c->heads * tt, *ob = o + (size_t)b * t * h;
-    for (int r0 = 0; r0 < t; r0 += bs) {
-      int r1 = r0 + bs < t ? r0 + bs : t;
-      heads_mm(st, 0, 1, r1 - r0, r1, d, scale, q + (size_t)r0 * ld, ld, d, k, ld, d, p + (size_t)r0 * t, t,
-               tt);
-    }
-    MODEL_DEV(st, softmax_causal, p, t, c->heads);
-    for (int r0 = 0; r0 < t; r0 += bs) {
-      int r1 = r0 + bs < t ? r0 + bs : t;
-      heads_mm(st, 0, 0, r1 - r0, d, r1, 1.0f, p + (size_t)r0 * t, t, tt, v, ld, d, ob + (size_t)r0 * h, h,
-               d);
+  attn_dims x = dims_of(st);
+  int64_t gd = (int64_t)x.g * x.d, gtt = x.g * x.tt;
+  for (int b = 0; b < st->cfg.batch; b++) {
+    const float *q = qkv + (size_t)b * x.t * x.ld, *k = q + x.lo, *v = k + (size_t)st->arch.kv_heads * x.d;
+    float *p = att + (size_t)b * st->arch.heads * x.tt, *ob = o + (size_t)b * x.t * x.lo;
+    for (int m = 0; m < x.g; m++)
+      for (int r0 = 0; r0 < x.t; r0 += x.bs) {
+        int r1 = r0 + x.bs < x.t ? r0 + x.bs : x.t;
+        heads_mm(st, 0, 1, r1 - r0, r1, x.d, x.scale, q + (size_t)r0 * x.ld + m * x.d, x.ld, gd, k, x.ld, x.d,
+                 0.0f, p + m * x.tt + (size_t)r0 * x.t, x.t, gtt);
+      }
+    MODEL_DEV(st, softmax_causal, p, x.t, st->arch.heads);
+    for (int m = 0; m < x.g; m++)
+      for (int r0 = 0; r0 < x.t; r0 += x.bs) {
+        int r1 = r0 + x.bs < x.t ? r0 + x.bs : x.t;
+        heads_mm(st, 0, 0, r1 - r0, x.d, r1, 1.0f, p + m * x.tt + (size_t)r0 * x.t, x.t, gtt, v, x.ld, x.d,
+                 0.0f, ob + (size_t)r0 * x.lo + m * x.d, x.lo, gd);
+      }
+  }
+}
+
+/* dV = sum over a group's query heads of P^T dO (dv given), or dK = sum
+ * of dS^T Q / sqrt(d) (dk given): key block [c0, c1) is reached by
+ * queries c0..T-1. */
+static void attention_bwd_kv(zb_model_stage *st, const attn_dims *x, const float *p, const float *ds,
+                             const float *dO, const float *q, float *dk, float *dv) {
+  int64_t gd = (int64_t)x->g * x->d, gtt = x->g * x->tt;
+  for (int c0 = 0; c0 < x->t; c0 += x->bs) {
+    int c1 = c0 + x->bs < x->t ? c0 + x->bs : x->t;
+    for (int m = 0; m < x->g; m++) {
+      float beta = m ? 1.0f : 0.0f;
+      if (dv)
+        heads_mm(st, 1, 0, c1 - c0, x->d, x->t - c0, 1.0f, p + m * x->tt + (size_t)c0 * x->t + c0, x->t, gtt,
+                 dO + (size_t)c0 * x->lo + m * x->d, x->lo, gd, beta, dv + (size_t)c0 * x->ld, x->ld, x->d);
+      if (dk)
+        heads_mm(st, 1, 0, c1 - c0, x->d, x->t - c0, x->scale, ds + m * x->tt + (size_t)c0 * x->t + c0, x->t,
+                 gtt, q + (size_t)c0 * x->ld + m * x->d, x->ld, gd, beta, dk + (size_t)c0 * x->ld, x->ld,
+                 x->d);
     }
   }
 }
 
-/* From dout (the gradient of O, [N, h]) turns qkv into dqkv in place, one
+/* From dout (the gradient of O) turns qkv into dqkv in place, one
  * sequence at a time: its dQ | dK | dV go to scratch laid out like qkv and
  * then over it (each sequence's Q, K, V are read only by that sequence),
- * so B never holds both. Query block [r0, r1) reaches keys 0..r1-1; key
- * block [c0, c1) is reached by queries c0..T-1. */
+ * so B never holds both. Query block [r0, r1) reaches keys 0..r1-1. */
 void model_attention_bwd(zb_model_stage *st, float *qkv, const float *att, const float *dout) {
-  const zb_model_config *c = &st->cfg;
-  int h = c->hidden, t = c->seq_len, d = h / c->heads, ld = 3 * h, bs = st->attn_block;
-  int64_t tt = (int64_t)t * t;
-  float scale = 1.0f / sqrtf((float)d), *ds = st->ws_tt, *dq = st->ws_head, *dk = dq + h, *dv = dq + 2 * h;
-  for (int b = 0; b < c->batch; b++) {
-    float *q = qkv + (size_t)b * t * ld, *k = q + h, *v = q + 2 * h;
-    const float *p = att + (size_t)b * c->heads * tt, *dO = dout + (size_t)b * t * h;
-    for (int r0 = 0; r0 < t; r0 += bs) { /* dP = dO V^T */
-      int r1 = r0 + bs < t ? r0 + bs : t;
-      heads_mm(st, 0, 1, r1 - r0, r1, d, 1.0f, dO + (size_t)r0 * h, h, d, v, ld, d, ds + (size_t)r0 * t, t,
-               tt);
-    }
-    for (int c0 = 0; c0 < t; c0 += bs) { /* dV = P^T dO */
-      int c1 = c0 + bs < t ? c0 + bs : t;
-      heads_mm(st, 1, 0, c1 - c0, d, t - c0, 1.0f, p + (size_t)c0 * t + c0, t, tt, dO + (size_t)c0 * h, h, d,
-               dv + (size_t)c0 * ld, ld, d);
-    }
-    MODEL_DEV(st, softmax_causal_bwd, p, ds, t, c->heads);
-    for (int r0 = 0; r0 < t; r0 += bs) { /* dQ = dS K / sqrt(d) */
-      int r1 = r0 + bs < t ? r0 + bs : t;
-      heads_mm(st, 0, 0, r1 - r0, d, r1, scale, ds + (size_t)r0 * t, t, tt, k, ld, d, dq + (size_t)r0 * ld,
-               ld, d);
-    }
-    for (int c0 = 0; c0 < t; c0 += bs) { /* dK = dS^T Q / sqrt(d) */
-      int c1 = c0 + bs < t ? c0 + bs : t;
-      heads_mm(st, 1, 0, c1 - c0, d, t - c0, scale, ds + (size_t)c0 * t + c0, t, tt, q + (size_t)c0 * ld, ld,
-               d, dk + (size_t)c0 * ld, ld, d);
-    }
-    model_copy(st, q, dq, (size_t)t * ld * sizeof(float), ZB_COPY_D2D);
+  attn_dims x = dims_of(st);
+  int64_t gd = (int64_t)x.g * x.d, gtt = x.g * x.tt;
+  size_t kvd = (size_t)st->arch.kv_heads * x.d;
+  float *ds = st->ws_tt, *dq = st->ws_head, *dk = dq + x.lo, *dv = dk + kvd;
+  for (int b = 0; b < st->cfg.batch; b++) {
+    float *q = qkv + (size_t)b * x.t * x.ld, *k = q + x.lo, *v = k + kvd;
+    const float *p = att + (size_t)b * st->arch.heads * x.tt, *dO = dout + (size_t)b * x.t * x.lo;
+    for (int m = 0; m < x.g; m++) /* dP = dO V^T */
+      for (int r0 = 0; r0 < x.t; r0 += x.bs) {
+        int r1 = r0 + x.bs < x.t ? r0 + x.bs : x.t;
+        heads_mm(st, 0, 1, r1 - r0, r1, x.d, 1.0f, dO + (size_t)r0 * x.lo + m * x.d, x.lo, gd, v, x.ld, x.d,
+                 0.0f, ds + m * x.tt + (size_t)r0 * x.t, x.t, gtt);
+      }
+    /* dV needs P and dO only: before the softmax's backward overwrites dP */
+    attention_bwd_kv(st, &x, p, NULL, dO, q, NULL, dv);
+    MODEL_DEV(st, softmax_causal_bwd, p, ds, x.t, st->arch.heads);
+    for (int m = 0; m < x.g; m++) /* dQ = dS K / sqrt(d) */
+      for (int r0 = 0; r0 < x.t; r0 += x.bs) {
+        int r1 = r0 + x.bs < x.t ? r0 + x.bs : x.t;
+        heads_mm(st, 0, 0, r1 - r0, x.d, r1, x.scale, ds + m * x.tt + (size_t)r0 * x.t, x.t, gtt, k, x.ld,
+                 x.d, 0.0f, dq + (size_t)r0 * x.ld + m * x.d, x.ld, gd);
+      }
+    attention_bwd_kv(st, &x, NULL, ds, NULL, q, dk, NULL);
+    model_copy(st, q, dq, (size_t)x.t * x.ld * sizeof(float), ZB_COPY_D2D);
   }
 }
 

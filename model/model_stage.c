@@ -13,11 +13,6 @@
 #include "zb_alloc.h"
 #include "zb_arch.h"
 
-const char *const model_block_tensor_names[BT_COUNT] = {
-    "ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias",
-    "ln2.weight", "ln2.bias", "mlp.fc1.weight",  "mlp.fc1.bias",  "mlp.fc2.weight",   "mlp.fc2.bias",
-};
-
 /* ---- threads ---------------------------------------------------------- */
 
 /* OpenBLAS's own; declared here too because a cblas.h from another
@@ -67,23 +62,6 @@ static void init_tensor(zb_model_tensor *t, uint64_t seed, init_kind kind, doubl
   }
 }
 
-typedef struct tensor_spec {
-  char name[48];
-  int rows, cols;
-  init_kind kind;
-  double std;
-} tensor_spec;
-
-static void add_spec(tensor_spec *specs, int *n, const char *name, int rows, int cols, init_kind kind,
-                     double std) {
-  tensor_spec *s = &specs[(*n)++];
-  snprintf(s->name, sizeof s->name, "%s", name);
-  s->rows = rows;
-  s->cols = cols;
-  s->kind = kind;
-  s->std = std;
-}
-
 /* Device memory for the stage's own buffers (parameters, workspace); NULL
  * and st->err set when the device cannot allocate. */
 static void *dev_alloc(zb_model_stage *st, size_t bytes) {
@@ -97,43 +75,87 @@ static void dev_free(zb_model_stage *st, void *p) {
     st->dev->ops->free(st->dev->self, p);
 }
 
-/* Builds the tensor table and the flat parameter and gradient arrays. */
-static void build_tensors(zb_model_stage *st) {
-  const zb_model_config *c = &st->cfg;
-  int h = c->hidden, cap = 2 + BT_COUNT * st->n_layers + 3, n = 0;
-  tensor_spec *specs = zb_calloc((size_t)cap, sizeof *specs);
-  double std = 0.02, std_res = 0.02 / sqrt(2.0 * (c->layers > 0 ? c->layers : 1));
-  st->t_embed = st->t_pos = st->t_block0 = st->t_lnf = st->t_head = -1;
-  if (st->is_first) {
-    st->t_embed = n;
-    add_spec(specs, &n, "embed.weight", c->vocab, h, INIT_NORMAL, std);
-    st->t_pos = n;
-    add_spec(specs, &n, "pos_embed.weight", c->seq_len, h, INIT_NORMAL, std / 2);
+/* How a tensor of role r starts (GPT-2's scheme, docs/model.md, Model):
+ * norm gains 1, biases 0, weights N(0, std), residual projections
+ * N(0, std / sqrt(2 layers)), learned positions N(0, std / 2). */
+static void init_of(const zb_arch *a, zb_tensor_role r, init_kind *kind, double *sd) {
+  double std = 0.02;
+  *kind = INIT_NORMAL;
+  *sd = std;
+  switch (r) {
+  case ZB_T_NORM1_W:
+  case ZB_T_NORM2_W:
+  case ZB_T_NORM_F_W: *kind = INIT_ONE; break;
+  case ZB_T_NORM1_B:
+  case ZB_T_NORM2_B:
+  case ZB_T_NORM_F_B:
+  case ZB_T_QKV_B:
+  case ZB_T_O_B:
+  case ZB_T_UP_B:
+  case ZB_T_DOWN_B: *kind = INIT_ZERO; break;
+  case ZB_T_O_W:
+  case ZB_T_DOWN_W: *sd = std / sqrt(2.0 * (a->layers > 0 ? a->layers : 1)); break;
+  case ZB_T_POS: *sd = std / 2; break;
+  default: break;
   }
-  st->t_block0 = n;
-  for (int i = 0; i < st->n_layers; i++) {
-    static const int rows[BT_COUNT] = {1, 1, 3, 1, 1, 1, 1, 1, 4, 1, 1, 1};
-    static const int cols[BT_COUNT] = {1, 1, 1, 3, 1, 1, 1, 1, 1, 4, 4, 1};
-    for (int k = 0; k < BT_COUNT; k++) {
-      char name[48];
-      snprintf(name, sizeof name, "layer%d.%s", st->first_layer + i, model_block_tensor_names[k]);
-      int is_vec = k == BT_LN1_W || k == BT_LN1_B || k == BT_LN2_W || k == BT_LN2_B || k == BT_QKV_B ||
-                   k == BT_PROJ_B || k == BT_FC1_B || k == BT_FC2_B;
-      init_kind kind = k == BT_LN1_W || k == BT_LN2_W ? INIT_ONE : is_vec ? INIT_ZERO : INIT_NORMAL;
-      double sd = k == BT_PROJ_W || k == BT_FC2_W ? std_res : std;
-      add_spec(specs, &n, name, is_vec ? 1 : rows[k] * h, cols[k] * h, kind, sd);
+}
+
+/* Table indices by role: the embeddings, the final norm and head, and
+ * each block's (st->t_block). A tied head is the embedding on a one-stage
+ * partition, else the last stage's own copy. */
+static void index_roles(zb_model_stage *st, const zb_arch_tensor *ts, int n) {
+  st->t_embed = st->t_pos = st->t_lnf = st->t_lnf_b = st->t_head = -1;
+  size_t cells = (size_t)(st->n_layers > 0 ? st->n_layers : 1) * ZB_T_ROLE_COUNT;
+  st->t_block = zb_malloc(cells * sizeof *st->t_block);
+  for (size_t k = 0; k < cells; k++)
+    st->t_block[k] = -1;
+  for (int i = 0; i < n; i++) {
+    switch (ts[i].role) {
+    case ZB_T_EMBED: st->t_embed = i; break;
+    case ZB_T_POS: st->t_pos = i; break;
+    case ZB_T_NORM_F_W: st->t_lnf = i; break;
+    case ZB_T_NORM_F_B: st->t_lnf_b = i; break;
+    case ZB_T_HEAD: st->t_head = i; break;
+    default: st->t_block[(ts[i].layer - st->first_layer) * ZB_T_ROLE_COUNT + ts[i].role] = i; break;
     }
   }
-  if (st->is_last) {
-    st->t_lnf = n;
-    add_spec(specs, &n, "ln_f.weight", 1, h, INIT_ONE, 0);
-    add_spec(specs, &n, "ln_f.bias", 1, h, INIT_ZERO, 0);
-    st->t_head = n;
-    add_spec(specs, &n, "head.weight", c->vocab, h, INIT_NORMAL, std);
+  if (st->is_last && st->t_head < 0)
+    st->t_head = st->t_embed;
+}
+
+/* Fills the table from the architecture's list and initialises every
+ * tensor; padded vocabulary rows stay zero. */
+static void fill_tensors(zb_model_stage *st, const zb_arch_tensor *ts, int n) {
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    zb_model_tensor *t = &st->tensors[i];
+    snprintf(t->name, sizeof t->name, "%s", ts[i].hf_name);
+    t->rows = ts[i].rows;
+    t->cols = ts[i].cols;
+    t->numel = (size_t)t->rows * (size_t)t->cols;
+    t->param = st->params + off;
+    t->grad = st->grads + off;
+    off += t->numel;
+    init_kind kind;
+    double sd;
+    init_of(&st->arch, ts[i].role, &kind, &sd);
+    zb_model_tensor live = *t; /* rows past the vocabulary stay zero */
+    live.numel = (size_t)ts[i].hf_rows * (size_t)ts[i].hf_cols;
+    init_tensor(&live, st->cfg.seed, kind, sd);
+    memset(t->param + live.numel, 0, (t->numel - live.numel) * sizeof(float));
   }
+}
+
+/* Builds the tensor table and the flat parameter and gradient arrays. */
+static void build_tensors(zb_model_stage *st) {
+  int n = 0;
+  zb_arch_stage_tensors(&st->arch, st->stage, st->n_stages, NULL, 0, &n, NULL);
+  zb_arch_tensor *ts = zb_calloc(n ? (size_t)n : 1, sizeof *ts);
+  zb_arch_stage_tensors(&st->arch, st->stage, st->n_stages, ts, n, &n, NULL);
+  index_roles(st, ts, n);
   size_t total = 0;
   for (int i = 0; i < n; i++)
-    total += (size_t)specs[i].rows * (size_t)specs[i].cols;
+    total += (size_t)ts[i].rows * (size_t)ts[i].cols;
   st->n_tensors = n;
   st->n_params = total;
   st->tensors = zb_calloc(n ? (size_t)n : 1, sizeof *st->tensors);
@@ -148,25 +170,12 @@ static void build_tensors(zb_model_stage *st) {
     st->params = zb_calloc(total ? total : 1, sizeof(float));
     st->grads = zb_calloc(total ? total : 1, sizeof(float));
   }
-  if (st->err != ZB_OK) { /* the stage is freed; the table stays empty */
+  if (st->err != ZB_OK) /* the stage is freed; the table stays empty */
     st->n_tensors = 0;
-    free(specs);
-    return;
-  }
-  size_t off = 0;
-  for (int i = 0; i < n; i++) {
-    zb_model_tensor *t = &st->tensors[i];
-    memcpy(t->name, specs[i].name, sizeof t->name);
-    t->rows = specs[i].rows;
-    t->cols = specs[i].cols;
-    t->numel = (size_t)t->rows * (size_t)t->cols;
-    t->param = st->params + off;
-    t->grad = st->grads + off;
-    off += t->numel;
-    init_tensor(t, c->seed, specs[i].kind, specs[i].std);
-  }
-  free(specs);
-  if (!st->host)
+  else
+    fill_tensors(st, ts, n);
+  free(ts);
+  if (st->err == ZB_OK && !st->host)
     MODEL_DEV(st, copy, st->d_params, st->params, total * sizeof(float), ZB_COPY_H2D);
 }
 
@@ -179,62 +188,100 @@ zb_err zb_model_layer_range(int layers, int n_stages, int stage, int *first, int
 zb_err zb_model_tensor_stage(int layers, int n_stages, const char *name, int *stage) {
   if (layers < 0 || n_stages < 1)
     return ZB_ERR_INVALID_ARG;
-  if (strcmp(name, "embed.weight") == 0 || strcmp(name, "pos_embed.weight") == 0) {
-    *stage = 0;
-    return ZB_OK;
-  }
-  if (strcmp(name, "ln_f.weight") == 0 || strcmp(name, "ln_f.bias") == 0 ||
-      strcmp(name, "head.weight") == 0) {
-    *stage = n_stages - 1;
-    return ZB_OK;
-  }
-  int layer, used = 0;
-  if (sscanf(name, "layer%d.%n", &layer, &used) != 1 || used == 0 || layer < 0 || layer >= layers)
-    return ZB_ERR_INVALID_ARG;
-  for (int k = 0; k < BT_COUNT; k++)
-    if (strcmp(name + used, model_block_tensor_names[k]) == 0) {
-      /* the last stage whose first layer is at or below `layer` */
-      int s = n_stages - 1, first, count;
-      while (s > 0 && zb_model_layer_range(layers, n_stages, s, &first, &count) == ZB_OK && first > layer)
-        s--;
-      *stage = s;
-      return ZB_OK;
-    }
-  return ZB_ERR_INVALID_ARG;
+  zb_arch names_only = zb_arch_builtin(256, 1, 1, layers, 1); /* the builtin's names depend on layers alone */
+  return zb_arch_tensor_stage(&names_only, n_stages, name, stage, NULL);
 }
 
-static zb_err check_config(const zb_model_config *c, zb_diag *diag) {
-  if (c->vocab < 1 || c->vocab > 256)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model vocab %d: tokens are bytes (1..256)", c->vocab);
-  if (c->hidden < 1 || c->heads < 1 || c->hidden % c->heads != 0)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model hidden %d must be a positive multiple of heads %d",
-                       c->hidden, c->heads);
+/* The architecture a config asks for: cfg->arch, or the builtin model at
+ * cfg's sizes; the config's sizes then follow the architecture. */
+static zb_err resolve_arch(zb_model_config *c, zb_arch *a, zb_diag *diag) {
+  if (!c->arch) {
+    if (c->vocab < 1 || c->vocab > 256)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                         "model vocab %d: the builtin model's tokens are bytes (1..256)", c->vocab);
+    if (c->hidden < 1 || c->heads < 1 || c->hidden % c->heads != 0)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model hidden %d must be a positive multiple of heads %d",
+                         c->hidden, c->heads);
+    *a = zb_arch_builtin(c->vocab, c->hidden, c->heads, c->layers, c->seq_len);
+  } else {
+    *a = *c->arch;
+    c->vocab = a->vocab;
+    c->hidden = a->hidden;
+    c->heads = a->heads;
+    c->layers = a->layers;
+  }
+  zb_err e = zb_arch_check(a, diag);
+  if (e != ZB_OK)
+    return e;
+  if (c->seq_len > a->max_positions)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model seq_len %d is past the architecture's %d positions",
+                       c->seq_len, a->max_positions);
+  if (a->norm == ZB_NORM_LAYER && (float)a->norm_eps != ZBM_LN_EPS)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "LayerNorm eps %g is not supported (1e-05 is)", a->norm_eps);
+  return ZB_OK;
+}
+
+static zb_err check_config(zb_model_config *c, zb_arch *a, zb_diag *diag) {
   if (c->layers < 0 || c->seq_len < 1 || c->batch < 1)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model layers %d, seq_len %d, batch %d out of range",
                        c->layers, c->seq_len, c->batch);
+  zb_err e = resolve_arch(c, a, diag);
+  if (e != ZB_OK)
+    return e;
   /* gemm dimensions and leading dimensions are ints. */
-  int64_t n = (int64_t)c->batch * c->seq_len;
-  if (n * 4 * c->hidden > INT_MAX || (int64_t)c->seq_len * c->seq_len > INT_MAX)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model shape too large (batch*seq_len*4*hidden > INT_MAX)");
+  int64_t n = (int64_t)c->batch * c->seq_len, qkv = (int64_t)(a->heads + 2 * a->kv_heads) * a->head_dim;
+  int64_t wide = a->intermediate > qkv ? a->intermediate : qkv;
+  if (n * (wide > a->vocab ? wide : a->vocab) > INT_MAX ||
+      (int64_t)c->seq_len * c->seq_len * a->heads > INT_MAX)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model shape too large (a buffer past 2^31 elements)");
   if (!isfinite(c->loss_scale))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "model loss_scale is not finite");
   return ZB_OK;
 }
 
+/* cos and sin of every (position, frequency) of rotary embeddings, as
+ * transformers computes them in fp32: inverse frequencies theta^(-2i/d),
+ * rescaled as rope_scaling says (zb_rope_freqs), times the position. */
+static void rope_tables(zb_model_stage *st) {
+  int t = st->cfg.seq_len, half = st->arch.head_dim / 2;
+  size_t len = (size_t)t * (size_t)half;
+  float *inv = zb_malloc((size_t)half * sizeof *inv), *tab = zb_malloc(2 * len * sizeof *tab);
+  zb_rope_freqs(&st->arch.rope, st->arch.head_dim, inv);
+  for (int p = 0; p < t; p++)
+    for (int i = 0; i < half; i++) {
+      float ang = (float)p * inv[i];
+      tab[(size_t)p * half + i] = cosf(ang);
+      tab[len + (size_t)p * half + i] = sinf(ang);
+    }
+  st->rope_cos = dev_alloc(st, len * sizeof(float));
+  st->rope_sin = dev_alloc(st, len * sizeof(float));
+  model_copy(st, st->rope_cos, tab, len * sizeof(float), ZB_COPY_H2D);
+  model_copy(st, st->rope_sin, tab + len, len * sizeof(float), ZB_COPY_H2D);
+  if (st->err == ZB_OK) /* tab is read by the copies: wait for them */
+    st->err = st->dev->ops->sync(st->dev->self, &st->ediag);
+  free(inv);
+  free(tab);
+}
+
 /* The stage's workspace (model_internal.h), on the device. */
 static void alloc_workspace(zb_model_stage *st) {
   const zb_model_config *c = &st->cfg;
+  const zb_arch *a = &st->arch;
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden, count = (size_t)st->n_layers;
-  size_t big = count ? n * 4 * h : 1, tt = count ? (size_t)c->heads * c->seq_len * c->seq_len : 1;
-  size_t head = count ? (size_t)c->seq_len * 3 * h : 1, loss = st->is_last ? n : 1;
+  size_t attn = (size_t)a->heads * (size_t)a->head_dim, wa = attn > h ? attn : h;
+  size_t big = count ? n * (size_t)a->intermediate : 1,
+         tt = count ? (size_t)c->heads * c->seq_len * c->seq_len : 1;
+  size_t head = count ? (size_t)c->seq_len * (size_t)st->qkv_cols : 1, loss = st->is_last ? n : 1;
   st->ws_x = dev_alloc(st, n * h * sizeof(float));
-  st->ws_a = dev_alloc(st, n * h * sizeof(float));
+  st->ws_a = dev_alloc(st, n * wa * sizeof(float));
   st->ws_big = dev_alloc(st, big * sizeof(float));
   st->ws_tt = dev_alloc(st, tt * sizeof(float));
   st->ws_head = dev_alloc(st, head * sizeof(float));
   st->ws_loss = dev_alloc(st, loss * sizeof(double));
   st->h_loss = zb_malloc(loss * sizeof(double));
-  st->workspace_bytes = (int64_t)((2 * n * h + big + tt + head) * sizeof(float) + loss * sizeof(double));
+  st->workspace_bytes = (int64_t)((n * h + n * wa + big + tt + head) * sizeof(float) + loss * sizeof(double));
+  if (a->pos == ZB_POS_ROPE && count)
+    rope_tables(st);
 }
 
 zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, zb_model_stage **out,
@@ -246,7 +293,8 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
     c.vocab = 256;
   if (c.loss_scale == 0.0f)
     c.loss_scale = 1.0f;
-  zb_err err = check_config(&c, diag);
+  zb_arch arch;
+  zb_err err = check_config(&c, &arch, diag);
   if (err != ZB_OK)
     return err;
   int first, count;
@@ -257,6 +305,9 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
 
   zb_model_stage *st = zb_calloc(1, sizeof *st);
   st->cfg = c;
+  st->cfg.arch = NULL; /* the stage keeps its own copy */
+  st->arch = arch;
+  st->qkv_cols = (arch.heads + 2 * arch.kv_heads) * arch.head_dim;
   st->stage = stage;
   st->n_stages = n_stages;
   st->first_layer = first;
@@ -297,12 +348,13 @@ void zb_model_stage_free(zb_model_stage *st) {
   free(st->cache);
   free(st->mbs);
   free(st->tensors);
+  free(st->t_block);
   if (!st->host) {
     free(st->params);
     free(st->grads);
   }
-  void *dev_bufs[] = {st->d_params, st->d_grads, st->ws_x,    st->ws_a,
-                      st->ws_big,   st->ws_tt,   st->ws_head, st->ws_loss};
+  void *dev_bufs[] = {st->d_params, st->d_grads, st->ws_x,    st->ws_a,     st->ws_big,
+                      st->ws_tt,    st->ws_head, st->ws_loss, st->rope_cos, st->rope_sin};
   for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
     dev_free(st, dev_bufs[i]);
   free(st->h_loss);

@@ -94,6 +94,14 @@ zb_err zb_arch_check(const zb_arch *a, zb_diag *diag);
  * range or layers < 0. */
 zb_err zb_arch_layer_range(int layers, int n_stages, int stage, int *first, int *count);
 
+/* The inverse frequencies of rotary embeddings for a head of hd (even):
+ * inv[i] = theta^(-2i/hd), i < hd/2, in fp32 as transformers computes
+ * them, then rescaled: linear divides by factor; llama3 divides the low
+ * frequencies (wavelength past original_max_positions / low_freq_factor)
+ * by factor, keeps the high ones (below .../high_freq_factor) and blends
+ * between. */
+void zb_rope_freqs(const zb_rope *r, int hd, float *inv);
+
 /* What one tensor is for; the ops find their weights by role. */
 typedef enum zb_tensor_role {
   ZB_T_EMBED,   /* token embedding [vocab, h] */

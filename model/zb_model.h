@@ -78,15 +78,17 @@ typedef struct zb_model_config {
   float loss_scale;  /* dL/dloss that the last stage's B starts from; 0 means 1
                         (1/m makes the accumulated gradient that of the mean over m microbatches) */
   zb_device *device; /* borrowed, outlives the stage; NULL: the stage creates and owns a host device */
-  int attn_full;     /* benchmarks and tests only: compute attention's full T x T products */
-  int attn_block;    /* benchmarks and tests only: query rows per causal block; 0: the device's */
+  const struct zb_arch *arch; /* borrowed during zb_model_stage_new; NULL: the builtin model at the sizes
+                                 above. Else its sizes replace vocab, hidden, heads and layers (zb_arch.h) */
+  int attn_full;              /* benchmarks and tests only: compute attention's full T x T products */
+  int attn_block;             /* benchmarks and tests only: query rows per causal block; 0: the device's */
 } zb_model_config;
 
 typedef struct zb_model_stage zb_model_stage;
 
 /* One parameter tensor of a stage and its gradient, row-major. */
 typedef struct zb_model_tensor {
-  char name[48];  /* global name: "embed.weight", "layer3.attn.qkv.weight", "head.weight" */
+  char name[64];  /* global name: "embed.weight", "layer3.attn.qkv.weight", or transformers' for gpt2/llama */
   int rows, cols; /* a vector has rows = 1 */
   size_t numel;
   float *param; /* owned by the stage */

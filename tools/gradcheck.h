@@ -48,7 +48,7 @@ typedef struct gc_iter {
   bool compared; /* the reference ran: the errors and loss_ref hold */
   bool abs_used; /* some g_ref was zero: its error is absolute */
   double max_rel;
-  char worst[48];
+  char worst[64];
   double loss, loss_ref, loss_rel;
   int init;        /* iteration 0: 1 identical, 0 differs; -1 not checked */
   bool skipped;    /* every stage skipped its step: not compared */

@@ -191,7 +191,10 @@ static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *ste
     zb_dump_tensor *tensors = zb_calloc((size_t)(nt ? nt : 1), sizeof *tensors);
     for (int t = 0; t < nt; t++) {
       const zb_model_tensor *tt = zb_model_tensor_at(st, t);
-      snprintf(tensors[t].name, sizeof tensors[t].name, "%s", tt->name);
+      /* the dump format keeps 47 bytes of a name: the builtin model's fit */
+      if (snprintf(tensors[t].name, sizeof tensors[t].name, "%s", tt->name) >= (int)sizeof tensors[t].name)
+        err = zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                          "dump: tensor name %s is longer than the format's 47 bytes", tt->name);
       tensors[t].rows = tt->rows;
       tensors[t].cols = tt->cols;
     }
