@@ -78,8 +78,12 @@ void kernels_cpu_layernorm_affine(const float *xhat, const float *g, const float
   for (int r = 0; r < n; r++) {
     const float *restrict hr = xhat + (size_t)r * h;
     float *restrict yr = y + (size_t)r * h;
-    for (int c = 0; c < h; c++)
-      yr[c] = hr[c] * g[c] + b[c];
+    if (b)
+      for (int c = 0; c < h; c++)
+        yr[c] = hr[c] * g[c] + b[c];
+    else /* RMSNorm: no shift */
+      for (int c = 0; c < h; c++)
+        yr[c] = hr[c] * g[c];
   }
 }
 

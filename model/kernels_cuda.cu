@@ -148,11 +148,12 @@ __global__ void embed_bwd_pos_k(const float *dx, float *dpos, int n, int h, int 
   }
 }
 
-/* y = x * g + b per column, or y = x + b without g (bias_add: in place, y == x). */
+/* y = x * g + b per column, x * g without b (RMSNorm), or x + b without g
+ * (bias_add: in place, y == x). */
 __global__ void affine_k(const float *x, const float *g, const float *b, float *y, size_t len, int cols) {
   for (size_t i = grid_start(); i < len; i += grid_step()) {
     size_t c = i % (size_t)cols;
-    y[i] = g ? x[i] * g[c] + b[c] : x[i] + b[c];
+    y[i] = !g ? x[i] + b[c] : b ? x[i] * g[c] + b[c] : x[i] * g[c];
   }
 }
 

@@ -133,7 +133,7 @@ typedef struct zb_device_ops {
   /* xhat = (x - mean) * rstd per row, y = xhat * g + b; keeps xhat [n, h] and rstd [n] */
   zb_err (*layernorm_fwd)(void *self, const float *x, const float *g, const float *b, float *y, float *xhat,
                           float *rstd, int n, int h, zb_diag *diag);
-  /* y = xhat * g + b */
+  /* y = xhat * g + b (b NULL: y = xhat * g, RMSNorm's output) */
   zb_err (*layernorm_affine)(void *self, const float *xhat, const float *g, const float *b, float *y, int n,
                              int h, zb_diag *diag);
   /* dx += zbm_ln_dx(...) per element (row means of dy g and dy g xhat) */

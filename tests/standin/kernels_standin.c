@@ -245,7 +245,7 @@ cudaError_t zbk_layernorm_fwd(cudaStream_t s, const float *x, const float *g, co
 static cudaError_t ln_affine_run(void *arg) {
   const kjob *k = arg;
   for (size_t i = 0; i < (size_t)k->n * k->h; i++)
-    k->o1[i] = k->a[i] * k->b[i % k->h] + k->c[i % k->h];
+    k->o1[i] = k->c ? k->a[i] * k->b[i % k->h] + k->c[i % k->h] : k->a[i] * k->b[i % k->h];
   return cudaSuccess;
 }
 
@@ -259,7 +259,8 @@ cudaError_t zbk_layernorm_affine(cudaStream_t s, const float *xhat, const float 
   size_t nh = (size_t)n * h;
   CHECK(dev(api, "xhat", xhat, nh, sizeof(float)));
   CHECK(dev(api, "g", g, (size_t)h, sizeof(float)));
-  CHECK(dev(api, "b", b, (size_t)h, sizeof(float)));
+  if (b) /* NULL: no shift (RMSNorm) */
+    CHECK(dev(api, "b", b, (size_t)h, sizeof(float)));
   CHECK(dev(api, "y", y, nh, sizeof(float)));
   return launch(s, ln_affine_run, &(kjob){.name = api, .a = xhat, .b = g, .c = b, .o1 = y, .n = n, .h = h});
 }

@@ -407,6 +407,9 @@ static void test_llama_rows(ctx *c, int n, int h) {
   ON_BOTH(c, "rmsnorm_bwd_acc",
           dv->ops->rmsnorm_bwd_acc(dv->self, dy.p[i], xh.p[i], rs.p[i], g.p[i], dx.p[i], n, h, DIAG));
   cmp(c, "rmsnorm_bwd_acc", &dx, nh, desc);
+  ON_BOTH(c, "layernorm_affine",
+          dv->ops->layernorm_affine(dv->self, xh.p[i], g.p[i], NULL, dx.p[i], n, h, DIAG));
+  cmp(c, "layernorm_affine no shift", &dx, nh, desc);
   ON_BOTH(c, "layernorm_param_grads_acc",
           dv->ops->layernorm_param_grads_acc(dv->self, dy.p[i], xh.p[i], dg.p[i], NULL, n, h, DIAG));
   cmp(c, "layernorm_param_grads dg only", &dg, (size_t)h, desc);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "zb_device.h"
 #include "zbtest.h"
@@ -52,6 +53,9 @@ static void test_rmsnorm_against_double(void) {
   fill(dy, N * H, 1);
   const float eps = 1e-5f;
   CHECK_EQ(d->ops->rmsnorm_fwd(d->self, x, g, y, xhat, rstd, N, H, eps, NULL), ZB_OK);
+  float again[N * H]; /* W recomputes the output from xhat: the same bits */
+  CHECK_EQ(d->ops->layernorm_affine(d->self, xhat, g, NULL, again, N, H, NULL), ZB_OK);
+  CHECK(memcmp(again, y, sizeof y) == 0);
   CHECK_EQ(d->ops->rmsnorm_bwd_acc(d->self, dy, xhat, rstd, g, dx, N, H, NULL), ZB_OK);
   for (int r = 0; r < N; r++) {
     double xd[H], ss = 0;
