@@ -37,7 +37,7 @@ typedef struct stage_run {
   zb_device *dev;
   zb_model_stage *st;
   float *x, *y, *dy, *dx; /* device memory, act_numel floats each */
-  uint8_t *targets;       /* host memory (the model copies them) */
+  int32_t *targets;       /* host memory (the model copies them) */
   bool last;
 } stage_run;
 
@@ -62,9 +62,9 @@ static void stage_open(zb_device *dev, const gpu_opts *o, int stage, stage_run *
   r->y = gpu_dev_floats(dev, na);
   r->dy = gpu_dev_floats(dev, na);
   r->dx = gpu_dev_floats(dev, na);
-  r->targets = zb_malloc(nt);
+  r->targets = zb_malloc(nt * sizeof *r->targets);
   for (size_t i = 0; i < nt; i++)
-    r->targets[i] = (uint8_t)((i * 7) % (size_t)o->vocab);
+    r->targets[i] = (int32_t)((i * 7) % (size_t)o->vocab);
 }
 
 static void stage_close(stage_run *r) {

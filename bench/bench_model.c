@@ -115,9 +115,9 @@ static int memory_run(zb_family f, int p, int m, const zb_model_config *base, co
     zb_model_stage_new(&cfg, k, S, &st[k], NULL);
   size_t na = zb_model_act_numel(st[0]), nt = (size_t)cfg.batch * cfg.seq_len;
   float **act = zb_calloc((size_t)S * m, sizeof(float *)), **grad = zb_calloc((size_t)S * m, sizeof(float *));
-  uint8_t *tok = zb_malloc(nt + 1);
+  int32_t *tok = zb_malloc((nt + 1) * sizeof *tok);
   for (size_t i = 0; i <= nt; i++)
-    tok[i] = (uint8_t)(32 + (i * 7919) % 90);
+    tok[i] = (int32_t)(32 + (i * 7919) % 90);
   int n_ops = 0;
   for (int r = 0; r < p; r++)
     n_ops += s->ranks[r].n;
@@ -386,13 +386,13 @@ int main(int argc, char **argv) {
     int last = zb_model_stage_is_last(st);
     float *x = zb_malloc(na * sizeof(float)), *y = zb_malloc(na * sizeof(float));
     float *dy = zb_malloc(na * sizeof(float)), *dx = zb_malloc(na * sizeof(float));
-    uint8_t *tgt = zb_malloc(nt);
+    int32_t *tgt = zb_malloc(nt * sizeof *tgt);
     for (size_t i = 0; i < na; i++) {
       x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
       dy[i] = (float)((i * 40503u) % 1000) / 1000.0f - 0.5f;
     }
     for (size_t i = 0; i < nt; i++)
-      tgt[i] = (uint8_t)((i * 7) % 256);
+      tgt[i] = (int32_t)((i * 7) % 256);
 
     /* One traced round gives each op's products; it also warms up. */
     zb_model_gemm *trace[3];

@@ -266,12 +266,12 @@ static zb_err dev_set_precision(void *self, zb_precision p, zb_diag *diag) {
   } while (0)
 #define S(self) (((cuda_dev *)(self))->stream)
 
-static zb_err k_embed_fwd(void *self, const float *emb, const float *pos, const uint8_t *tokens, float *x,
+static zb_err k_embed_fwd(void *self, const float *emb, const float *pos, const int32_t *tokens, float *x,
                           int n, int h, int t, zb_diag *diag) {
   LAUNCH("embed_fwd", n >= 0 && h >= 0 && t > 0, zbk_embed_fwd(S(self), emb, pos, tokens, x, n, h, t));
 }
 
-static zb_err k_embed_bwd_acc(void *self, const float *dx, const uint8_t *tokens, float *demb, float *dpos,
+static zb_err k_embed_bwd_acc(void *self, const float *dx, const int32_t *tokens, float *demb, float *dpos,
                               int n, int h, int t, zb_diag *diag) {
   LAUNCH("embed_bwd_acc", n >= 0 && h >= 0 && t > 0,
          zbk_embed_bwd_acc(S(self), dx, tokens, demb, dpos, n, h, t));
@@ -348,12 +348,12 @@ static zb_err k_softmax_causal_bwd(void *self, const float *p, float *dp, int t,
   LAUNCH("softmax_causal_bwd", t >= 0 && count >= 0, zbk_softmax_causal_bwd(S(self), p, dp, t, count));
 }
 
-static zb_err k_xent_fwd(void *self, float *logits, const uint8_t *targets, double *row_loss, int n, int v,
+static zb_err k_xent_fwd(void *self, float *logits, const int32_t *targets, double *row_loss, int n, int v,
                          zb_diag *diag) {
   LAUNCH("xent_fwd", n >= 0 && v >= 0, zbk_xent_fwd(S(self), logits, targets, row_loss, n, v));
 }
 
-static zb_err k_xent_bwd(void *self, float *probs, const uint8_t *targets, int n, int v, float scale,
+static zb_err k_xent_bwd(void *self, float *probs, const int32_t *targets, int n, int v, float scale,
                          zb_diag *diag) {
   LAUNCH("xent_bwd", n >= 0 && v >= 0, zbk_xent_bwd(S(self), probs, targets, n, v, scale));
 }

@@ -173,7 +173,7 @@ static zb_err h_set_precision(void *self, zb_precision p, zb_diag *diag) {
   return ZB_OK;
 }
 
-static zb_err h_embed_fwd(void *self, const float *emb, const float *pos, const uint8_t *tokens, float *x,
+static zb_err h_embed_fwd(void *self, const float *emb, const float *pos, const int32_t *tokens, float *x,
                           int n, int h, int t, zb_diag *diag) {
   (void)self;
   (void)diag;
@@ -181,7 +181,7 @@ static zb_err h_embed_fwd(void *self, const float *emb, const float *pos, const 
   return ZB_OK;
 }
 
-static zb_err h_embed_bwd(void *self, const float *dx, const uint8_t *tokens, float *demb, float *dpos, int n,
+static zb_err h_embed_bwd(void *self, const float *dx, const int32_t *tokens, float *demb, float *dpos, int n,
                           int h, int t, zb_diag *diag) {
   (void)self;
   (void)diag;
@@ -304,7 +304,7 @@ static zb_err h_softmax_bwd(void *self, const float *p, float *dp, int t, int co
   return ZB_OK;
 }
 
-static zb_err h_xent_fwd(void *self, float *logits, const uint8_t *targets, double *row_loss, int n, int v,
+static zb_err h_xent_fwd(void *self, float *logits, const int32_t *targets, double *row_loss, int n, int v,
                          zb_diag *diag) {
   (void)self;
   (void)diag;
@@ -312,7 +312,7 @@ static zb_err h_xent_fwd(void *self, float *logits, const uint8_t *targets, doub
   return ZB_OK;
 }
 
-static zb_err h_xent_bwd(void *self, float *probs, const uint8_t *targets, int n, int v, float scale,
+static zb_err h_xent_bwd(void *self, float *probs, const int32_t *targets, int n, int v, float scale,
                          zb_diag *diag) {
   (void)self;
   (void)diag;

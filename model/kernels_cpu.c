@@ -6,6 +6,7 @@
 #include "kernels_cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Row reductions in 8 independent lanes: the compiler vectorises them
  * (a single accumulator would be a serial chain, and reassociating it is
@@ -186,7 +187,7 @@ void kernels_cpu_softmax_causal_bwd(const float *p, float *dp, int t, int count)
     }
 }
 
-void kernels_cpu_xent_fwd(float *logits, const uint8_t *targets, double *row_loss, int n, int v) {
+void kernels_cpu_xent_fwd(float *logits, const int32_t *targets, double *row_loss, int n, int v) {
   for (int r = 0; r < n; r++) {
     float *restrict row = logits + (size_t)r * v;
     float mx = row_max(row, v);
@@ -198,7 +199,7 @@ void kernels_cpu_xent_fwd(float *logits, const uint8_t *targets, double *row_los
   }
 }
 
-void kernels_cpu_xent_bwd(float *probs, const uint8_t *targets, int n, int v, float scale) {
+void kernels_cpu_xent_bwd(float *probs, const int32_t *targets, int n, int v, float scale) {
   for (int r = 0; r < n; r++) {
     float *restrict row = probs + (size_t)r * v;
     int tg = targets[r];
@@ -207,25 +208,33 @@ void kernels_cpu_xent_bwd(float *probs, const uint8_t *targets, int n, int v, fl
   }
 }
 
-void kernels_cpu_embed_fwd(const float *emb, const float *pos, const uint8_t *tokens, float *x, int n, int h,
+void kernels_cpu_embed_fwd(const float *emb, const float *pos, const int32_t *tokens, float *x, int n, int h,
                            int t) {
   for (int r = 0; r < n; r++) {
-    const float *restrict e = emb + (size_t)tokens[r] * h, *restrict p = pos + (size_t)(r % t) * h;
+    const float *restrict e = emb + (size_t)tokens[r] * h;
     float *restrict xr = x + (size_t)r * h;
+    if (!pos) {
+      memcpy(xr, e, (size_t)h * sizeof *xr);
+      continue;
+    }
+    const float *restrict p = pos + (size_t)(r % t) * h;
     for (int k = 0; k < h; k++)
       xr[k] = e[k] + p[k];
   }
 }
 
-void kernels_cpu_embed_bwd_acc(const float *dx, const uint8_t *tokens, float *demb, float *dpos, int n, int h,
+void kernels_cpu_embed_bwd_acc(const float *dx, const int32_t *tokens, float *demb, float *dpos, int n, int h,
                                int t) {
   for (int r = 0; r < n; r++) {
     const float *d = dx + (size_t)r * h;
-    float *e = demb + (size_t)tokens[r] * h, *p = dpos + (size_t)(r % t) * h;
-    for (int k = 0; k < h; k++) {
+    float *e = demb + (size_t)tokens[r] * h;
+    for (int k = 0; k < h; k++)
       e[k] += d[k];
+    if (!dpos)
+      continue;
+    float *p = dpos + (size_t)(r % t) * h;
+    for (int k = 0; k < h; k++)
       p[k] += d[k];
-    }
   }
 }
 

@@ -57,17 +57,19 @@ void kernels_cpu_softmax_causal_bwd(const float *p, float *dp, int t, int count)
 
 /* In place: logits [n, v] become softmax probabilities; row_loss[r] =
  * -log p[target[r]] in double. */
-void kernels_cpu_xent_fwd(float *logits, const uint8_t *targets, double *row_loss, int n, int v);
+void kernels_cpu_xent_fwd(float *logits, const int32_t *targets, double *row_loss, int n, int v);
 
 /* In place: probs [n, v] become scale * (probs - onehot(target)). */
-void kernels_cpu_xent_bwd(float *probs, const uint8_t *targets, int n, int v, float scale);
+void kernels_cpu_xent_bwd(float *probs, const int32_t *targets, int n, int v, float scale);
 
-/* x[r] = emb[tokens[r]] + pos[r % t], rows of h. */
-void kernels_cpu_embed_fwd(const float *emb, const float *pos, const uint8_t *tokens, float *x, int n, int h,
+/* x[r] = emb[tokens[r]] + pos[r % t], rows of h; without pos (NULL)
+ * x[r] = emb[tokens[r]]. Ids are not checked. */
+void kernels_cpu_embed_fwd(const float *emb, const float *pos, const int32_t *tokens, float *x, int n, int h,
                            int t);
 
-/* demb[tokens[r]] += dx[r]; dpos[r % t] += dx[r], rows in order. */
-void kernels_cpu_embed_bwd_acc(const float *dx, const uint8_t *tokens, float *demb, float *dpos, int n, int h,
+/* demb[tokens[r]] += dx[r]; dpos[r % t] += dx[r] unless dpos is NULL;
+ * rows in order. */
+void kernels_cpu_embed_bwd_acc(const float *dx, const int32_t *tokens, float *demb, float *dpos, int n, int h,
                                int t);
 
 /* One AdamW step (zbm_adamw) over n parameters; decay[i] is 0 or 1. */

@@ -16,7 +16,9 @@
  *     sums of a column meet in a fixed tree in shared memory;
  *   - embed_bwd_acc: each output element (a token's or a position's row)
  *     is owned by one thread that adds its rows in row order, the host's
- *     order, so the result is the host's bit for bit.
+ *     order, so the result is the host's bit for bit. Tokens are spread
+ *     over ZBK_TOK_GROUPS blocks by id modulo the group count, so the
+ *     launch needs no vocabulary size.
  * No kernel uses atomics: every result depends only on its inputs and the
  * launch shape, so two runs agree bit for bit (docs/model.md, Devices).
  *   - sumsq: one block of 1024 threads reduces the whole vector in double,
@@ -38,6 +40,7 @@
 #define ZBK_COL_TILE 8
 #define ZBK_COL_ROWS 128 /* a power of two: the tree halves it */
 #define ZBK_SUMSQ_THREADS 1024
+#define ZBK_TOK_GROUPS 256 /* a power of two: ids are grouped by their low bits */
 
 namespace {
 
@@ -106,33 +109,42 @@ __device__ float block_max(float v, float *sh) {
 
 /* ---- element-wise ---- */
 
-__global__ void embed_fwd_k(const float *emb, const float *pos, const uint8_t *tokens, float *x, size_t len,
+__global__ void embed_fwd_k(const float *emb, const float *pos, const int32_t *tokens, float *x, size_t len,
                             int h, int t) {
   for (size_t i = grid_start(); i < len; i += grid_step()) {
     size_t r = i / (size_t)h, c = i % (size_t)h;
-    x[i] = emb[(size_t)tokens[r] * h + c] + pos[(r % (size_t)t) * h + c];
+    float e = emb[(long long)tokens[r] * h + (long long)c];
+    x[i] = pos ? e + pos[(r % (size_t)t) * h + c] : e;
   }
 }
 
-/* demb[v, :] += dx[r, :] over the rows r whose token is v (grid y), in row
- * order. Every block reads the tokens (one broadcast load per row); only
- * token v's rows of dx. A token that never occurs leaves its row untouched
- * (rows past the vocabulary are never addressed). */
-__global__ void embed_bwd_tok_k(const float *dx, const uint8_t *tokens, float *demb, int n, int h) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x, v = blockIdx.y;
+/* demb[v, :] += dx[r, :] over the rows r whose token v is in group g =
+ * v mod ZBK_TOK_GROUPS (grid y), in row order. Every block reads the
+ * tokens (one broadcast load per row); only its group's rows of dx. A
+ * token's element is owned by one thread, so its sum runs in row order;
+ * while the same token repeats it stays in a register. A token that never
+ * occurs leaves its row untouched (rows past the vocabulary are addressed
+ * only by an id outside it). */
+__global__ void embed_bwd_tok_k(const float *dx, const int32_t *tokens, float *demb, int n, int h) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y;
   if (c >= h)
     return;
-  float acc = 0.0f;
-  bool hit = false;
-  for (int r = 0; r < n; r++)
-    if (tokens[r] == v) {
-      if (!hit)
-        acc = demb[(size_t)v * h + c];
-      hit = true;
-      acc += dx[(size_t)r * h + c];
+  float acc = 0.0f, *cur = NULL;
+  for (int r = 0; r < n; r++) {
+    int32_t v = tokens[r];
+    if ((v & (ZBK_TOK_GROUPS - 1)) != g)
+      continue;
+    float *e = demb + (long long)v * h + c;
+    if (e != cur) {
+      if (cur)
+        *cur = acc;
+      cur = e;
+      acc = *e;
     }
-  if (hit)
-    demb[(size_t)v * h + c] = acc;
+    acc += dx[(size_t)r * h + c];
+  }
+  if (cur)
+    *cur = acc;
 }
 
 /* dpos[p, :] += dx[r, :] over the rows r = p, p + t, ... (position p of
@@ -167,7 +179,7 @@ __global__ void gelu_bwd_k(const float *dout, float *u, size_t len) {
     u[i] = zbm_gelu_grad(u[i], dout[i]);
 }
 
-__global__ void xent_bwd_k(float *probs, const uint8_t *targets, size_t len, int v, float scale) {
+__global__ void xent_bwd_k(float *probs, const int32_t *targets, size_t len, int v, float scale) {
   for (size_t i = grid_start(); i < len; i += grid_step()) {
     size_t r = i / (size_t)v, j = i % (size_t)v;
     probs[i] = zbm_xent_grad(probs[i], j == (size_t)targets[r], scale);
@@ -347,7 +359,7 @@ __global__ void softmax_causal_bwd_k(const float *p, float *dp, int t, size_t ro
   }
 }
 
-__global__ void xent_fwd_k(float *logits, const uint8_t *targets, double *row_loss, int n, int v) {
+__global__ void xent_fwd_k(float *logits, const int32_t *targets, double *row_loss, int n, int v) {
   __shared__ float sh[32];
   for (int r = blockIdx.x; r < n; r += gridDim.x) {
     float *row = logits + (size_t)r * v;
@@ -356,7 +368,7 @@ __global__ void xent_fwd_k(float *logits, const uint8_t *targets, double *row_lo
     float target_logit = 0.0f;
     if (threadIdx.x == 0) {
       int tg = targets[r];
-      target_logit = tg < v ? row[tg] : NAN; /* a target out of range: NaN loss */
+      target_logit = tg >= 0 && tg < v ? row[tg] : NAN; /* a target out of range: NaN loss */
     }
     float mx, sum = softmax_row(row, v, sh, &mx);
     if (threadIdx.x == 0)
@@ -443,7 +455,7 @@ cudaError_t launched(void) {
 
 extern "C" {
 
-cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, const uint8_t *tokens, float *x,
+cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, const int32_t *tokens, float *x,
                           int n, int h, int t) {
   if (n < 0 || h < 0 || t <= 0)
     return cudaErrorInvalidValue;
@@ -454,17 +466,17 @@ cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, co
   return launched();
 }
 
-cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *tokens, float *demb,
+cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const int32_t *tokens, float *demb,
                               float *dpos, int n, int h, int t) {
   if (n < 0 || h < 0 || t <= 0)
     return cudaErrorInvalidValue;
   size_t len = (size_t)n * (size_t)h;
   if (len == 0)
     return cudaSuccess;
-  dim3 tok_grid((unsigned)((h + ZBK_THREADS - 1) / ZBK_THREADS), 256);
+  dim3 tok_grid((unsigned)((h + ZBK_THREADS - 1) / ZBK_THREADS), ZBK_TOK_GROUPS);
   embed_bwd_tok_k<<<tok_grid, ZBK_THREADS, 0, s>>>(dx, tokens, demb, n, h);
   cudaError_t e = launched();
-  if (e != cudaSuccess)
+  if (e != cudaSuccess || !dpos)
     return e;
   embed_bwd_pos_k<<<elementwise_blocks((size_t)t * h), ZBK_THREADS, 0, s>>>(dx, dpos, n, h, t);
   return launched();
@@ -611,7 +623,7 @@ cudaError_t zbk_softmax_causal_bwd(cudaStream_t s, const float *p, float *dp, in
   return launched();
 }
 
-cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, double *row_loss, int n,
+cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const int32_t *targets, double *row_loss, int n,
                          int v) {
   if (n < 0 || v < 0)
     return cudaErrorInvalidValue;
@@ -621,7 +633,7 @@ cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, 
   return launched();
 }
 
-cudaError_t zbk_xent_bwd(cudaStream_t s, float *probs, const uint8_t *targets, int n, int v, float scale) {
+cudaError_t zbk_xent_bwd(cudaStream_t s, float *probs, const int32_t *targets, int n, int v, float scale) {
   if (n < 0 || v < 0)
     return cudaErrorInvalidValue;
   size_t len = (size_t)n * (size_t)v;

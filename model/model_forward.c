@@ -78,9 +78,9 @@ static void block_fwd(zb_model_stage *st, mb_state *s, int i) {
   block_mlp(st, s, i);
 }
 
-static zb_err check_tokens(const zb_model_stage *st, const uint8_t *ids, const char *what, zb_diag *diag) {
+static zb_err check_tokens(const zb_model_stage *st, const int32_t *ids, const char *what, zb_diag *diag) {
   for (int i = 0; i < st->n_tok; i++)
-    if (ids[i] >= st->cfg.vocab)
+    if (ids[i] < 0 || ids[i] >= st->cfg.vocab)
       return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stage %d: %s[%d] = %d is outside the vocab of %d",
                          st->stage, what, i, ids[i], st->cfg.vocab);
   return ZB_OK;
@@ -90,7 +90,7 @@ static zb_err check_tokens(const zb_model_stage *st, const uint8_t *ids, const c
  * padded embedding's extra rows are not multiplied), and the loss. Per-row
  * losses are computed on the device, copied to the host (one sync) and
  * summed there in row order, in double. */
-static void head_fwd(zb_model_stage *st, mb_state *s, const uint8_t *targets, float *loss) {
+static void head_fwd(zb_model_stage *st, mb_state *s, const int32_t *targets, float *loss) {
   const zb_model_config *c = &st->cfg;
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
   s->xhatf = model_takef(st, s, n * h);
@@ -104,8 +104,8 @@ static void head_fwd(zb_model_stage *st, mb_state *s, const uint8_t *targets, fl
   s->probs = model_takef(st, s, n * (size_t)c->vocab);
   model_mm(st, 0, 1, st->n_tok, c->vocab, c->hidden, 1.0f, st->ws_a, c->hidden, tparam(st, st->t_head),
            c->hidden, 0.0f, s->probs, c->vocab);
-  s->targets = model_take(st, s, n);
-  model_copy(st, s->targets, targets, n, ZB_COPY_H2D);
+  s->targets = model_take(st, s, n * sizeof(int32_t));
+  model_copy(st, s->targets, targets, n * sizeof(int32_t), ZB_COPY_H2D);
   MODEL_DEV(st, xent_fwd, s->probs, s->targets, st->ws_loss, st->n_tok, c->vocab);
   model_copy(st, st->h_loss, st->ws_loss, n * sizeof(double), ZB_COPY_D2H);
   if (st->err == ZB_OK)
@@ -118,8 +118,8 @@ static void head_fwd(zb_model_stage *st, mb_state *s, const uint8_t *targets, fl
   *loss = (float)(sum / (double)n);
 }
 
-static zb_err check_forward_args(const zb_model_stage *st, const uint8_t *tokens, const float *x,
-                                 const uint8_t *targets, const float *y, const float *loss, zb_diag *diag) {
+static zb_err check_forward_args(const zb_model_stage *st, const int32_t *tokens, const float *x,
+                                 const int32_t *targets, const float *y, const float *loss, zb_diag *diag) {
   if (st->is_first ? !tokens || x : tokens || !x)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stage %d: F takes %s", st->stage,
                        st->is_first ? "tokens, not x" : "x, not tokens");
@@ -136,8 +136,8 @@ static zb_err check_forward_args(const zb_model_stage *st, const uint8_t *tokens
 
 /* F with x and y in memory of kind `io` relative to the device: host
  * (ZB_COPY_H2D: the public API) or device (ZB_COPY_D2D). */
-static zb_err forward(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
-                      const uint8_t *targets, float *y, float *loss, zb_copy_kind io, zb_diag *diag) {
+static zb_err forward(zb_model_stage *st, int mb, const int32_t *tokens, const float *x,
+                      const int32_t *targets, float *y, float *loss, zb_copy_kind io, zb_diag *diag) {
   zb_err err = check_forward_args(st, tokens, x, targets, y, loss, diag);
   mb_state *s = NULL;
   if (err != ZB_OK || (err = model_mb_create(st, mb, &s, diag)) != ZB_OK)
@@ -146,8 +146,8 @@ static zb_err forward(zb_model_stage *st, int mb, const uint8_t *tokens, const f
   const zb_model_config *c = &st->cfg;
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
   if (st->is_first) {
-    s->tokens = model_take(st, s, n);
-    model_copy(st, s->tokens, tokens, n, ZB_COPY_H2D);
+    s->tokens = model_take(st, s, n * sizeof(int32_t));
+    model_copy(st, s->tokens, tokens, n * sizeof(int32_t), ZB_COPY_H2D);
     MODEL_DEV(st, embed_fwd, tparam(st, st->t_embed), tparam_or_null(st, st->t_pos), s->tokens, st->ws_x,
               st->n_tok, c->hidden, c->seq_len);
   } else {
@@ -170,12 +170,12 @@ static zb_err forward(zb_model_stage *st, int mb, const uint8_t *tokens, const f
   return ZB_OK;
 }
 
-zb_err zb_model_forward(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
-                        const uint8_t *targets, float *y, float *loss, zb_diag *diag) {
+zb_err zb_model_forward(zb_model_stage *st, int mb, const int32_t *tokens, const float *x,
+                        const int32_t *targets, float *y, float *loss, zb_diag *diag) {
   return forward(st, mb, tokens, x, targets, y, loss, ZB_COPY_H2D, diag);
 }
 
-zb_err zb_model_forward_dev(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
-                            const uint8_t *targets, float *y, float *loss, zb_diag *diag) {
+zb_err zb_model_forward_dev(zb_model_stage *st, int mb, const int32_t *tokens, const float *x,
+                            const int32_t *targets, float *y, float *loss, zb_diag *diag) {
   return forward(st, mb, tokens, x, targets, y, loss, ZB_COPY_D2D, diag);
 }

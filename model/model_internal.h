@@ -52,7 +52,7 @@ typedef struct cached_buf {
 typedef struct mb_state {
   int phase;
   int64_t bytes;
-  uint8_t *tokens, *targets;
+  int32_t *tokens, *targets;          /* n_tok ids each, device memory */
   float *dh0;                         /* first stage: gradient of embed + pos_embed (from B) */
   float *xhatf, *rstdf, *probs, *daf; /* last stage; probs holds dlogits after B */
   block_state *blocks;

@@ -82,7 +82,8 @@ void model_dropf(zb_model_stage *st, mb_state *s, float **p, size_t numel) {
     *p = NULL;
   }
 }
-static void dropb(zb_model_stage *st, mb_state *s, uint8_t **p, size_t bytes) {
+static void drop_ids(zb_model_stage *st, mb_state *s, int32_t **p, size_t n) {
+  size_t bytes = n * sizeof(int32_t);
   if (*p) {
     account(st, s, -(int64_t)bytes);
     cache_put(st, *p, bytes);
@@ -118,8 +119,8 @@ void model_mb_destroy(zb_model_stage *st, int mb) {
     model_dropf(st, s, &b->da2, n * h);
     model_dropf(st, s, &b->dfc2, n * h);
   }
-  dropb(st, s, &s->tokens, n);
-  dropb(st, s, &s->targets, n);
+  drop_ids(st, s, &s->tokens, n);
+  drop_ids(st, s, &s->targets, n);
   model_dropf(st, s, &s->dh0, n * h);
   model_dropf(st, s, &s->xhatf, n * h);
   model_dropf(st, s, &s->rstdf, n);

@@ -27,9 +27,9 @@
 extern "C" {
 #endif
 
-cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, const uint8_t *tokens, float *x,
+cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, const int32_t *tokens, float *x,
                           int n, int h, int t);
-cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *tokens, float *demb,
+cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const int32_t *tokens, float *demb,
                               float *dpos, int n, int h, int t);
 cudaError_t zbk_layernorm_fwd(cudaStream_t s, const float *x, const float *g, const float *b, float *y,
                               float *xhat, float *rstd, int n, int h);
@@ -53,9 +53,9 @@ cudaError_t zbk_gelu_fwd(cudaStream_t s, const float *u, float *out, size_t len)
 cudaError_t zbk_gelu_bwd_inplace(cudaStream_t s, const float *dout, float *u, size_t len);
 cudaError_t zbk_softmax_causal(cudaStream_t s, float *p, int t, int count);
 cudaError_t zbk_softmax_causal_bwd(cudaStream_t s, const float *p, float *dp, int t, int count);
-cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, double *row_loss, int n,
+cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const int32_t *targets, double *row_loss, int n,
                          int v);
-cudaError_t zbk_xent_bwd(cudaStream_t s, float *probs, const uint8_t *targets, int n, int v, float scale);
+cudaError_t zbk_xent_bwd(cudaStream_t s, float *probs, const int32_t *targets, int n, int v, float scale);
 cudaError_t zbk_adamw(cudaStream_t s, float *p, float *m, float *v, const float *g, const uint8_t *decay,
                       size_t n, zbm_adamw_step step);
 cudaError_t zbk_add(cudaStream_t s, float *y, const float *x, float alpha, size_t n);

@@ -124,11 +124,15 @@ typedef struct zb_device_ops {
   zb_err (*gemm)(void *self, const zb_gemm *g, zb_diag *diag);
   zb_err (*set_precision)(void *self, zb_precision p, zb_diag *diag);
 
-  /* x[r] = emb[tokens[r]] + pos[r % t] (rows of h); tokens: n bytes on the device */
-  zb_err (*embed_fwd)(void *self, const float *emb, const float *pos, const uint8_t *tokens, float *x, int n,
+  /* x[r] = emb[tokens[r]] + pos[r % t] (rows of h); tokens: n int32 ids
+   * on the device, each in [0, rows of emb) (an id outside is an
+   * out-of-bounds read, not checked). pos NULL: no learned positions (a
+   * rotary model), x[r] = emb[tokens[r]]. */
+  zb_err (*embed_fwd)(void *self, const float *emb, const float *pos, const int32_t *tokens, float *x, int n,
                       int h, int t, zb_diag *diag);
-  /* demb[tokens[r]] += dx[r]; dpos[r % t] += dx[r] */
-  zb_err (*embed_bwd_acc)(void *self, const float *dx, const uint8_t *tokens, float *demb, float *dpos, int n,
+  /* demb[tokens[r]] += dx[r]; dpos[r % t] += dx[r]; dpos NULL: no
+   * position gradient (pos was NULL in F) */
+  zb_err (*embed_bwd_acc)(void *self, const float *dx, const int32_t *tokens, float *demb, float *dpos, int n,
                           int h, int t, zb_diag *diag);
   /* xhat = (x - mean) * rstd per row, y = xhat * g + b; keeps xhat [n, h] and rstd [n] */
   zb_err (*layernorm_fwd)(void *self, const float *x, const float *g, const float *b, float *y, float *xhat,
@@ -179,11 +183,12 @@ typedef struct zb_device_ops {
    * of dp are not read */
   zb_err (*softmax_causal_bwd)(void *self, const float *p, float *dp, int t, int count, zb_diag *diag);
   /* in place: logits [n, v] become probabilities; row_loss[r] (device,
-   * double) = -log p[target[r]]; targets: n bytes on the device */
-  zb_err (*xent_fwd)(void *self, float *logits, const uint8_t *targets, double *row_loss, int n, int v,
+   * double) = -log p[target[r]]; targets: n int32 ids on the device, each
+   * in [0, v) */
+  zb_err (*xent_fwd)(void *self, float *logits, const int32_t *targets, double *row_loss, int n, int v,
                      zb_diag *diag);
   /* in place: probs [n, v] become zbm_xent_grad(p, j == target, scale) */
-  zb_err (*xent_bwd)(void *self, float *probs, const uint8_t *targets, int n, int v, float scale,
+  zb_err (*xent_bwd)(void *self, float *probs, const int32_t *targets, int n, int v, float scale,
                      zb_diag *diag);
   /* one AdamW step over n parameters (decay: n bytes, 0 or 1, on the device) */
   zb_err (*adamw)(void *self, float *p, float *m, float *v, const float *g, const uint8_t *decay, size_t n,

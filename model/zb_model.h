@@ -164,19 +164,20 @@ size_t zb_model_act_numel(const zb_model_stage *st);
 
 /* F of microbatch mb. Inputs (copied where kept; the caller keeps
  * ownership): tokens [batch*seq_len] on the first stage, else x
- * [act_numel]; targets [batch*seq_len] on the last stage. Outputs: y
+ * [act_numel]; targets [batch*seq_len] on the last stage; token ids are
+ * int32 in [0, vocab) (others: ZB_ERR_INVALID_ARG). Outputs: y
  * [act_numel] on every stage but the last; *loss (mean cross-entropy over
  * the microbatch's tokens) on the last. Arguments that do not apply to the
  * stage must be NULL. */
-zb_err zb_model_forward(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
-                        const uint8_t *targets, float *y, float *loss, zb_diag *diag);
+zb_err zb_model_forward(zb_model_stage *st, int mb, const int32_t *tokens, const float *x,
+                        const int32_t *targets, float *y, float *loss, zb_diag *diag);
 
 /* F and B with x, y, dy and dx in memory of the stage's device (tokens
  * and targets stay host memory): no copy through the host and no wait for
  * the outputs, which are ready in stream order. Same as zb_model_forward
  * and zb_model_backward_b on the host device. */
-zb_err zb_model_forward_dev(zb_model_stage *st, int mb, const uint8_t *tokens, const float *x,
-                            const uint8_t *targets, float *y, float *loss, zb_diag *diag);
+zb_err zb_model_forward_dev(zb_model_stage *st, int mb, const int32_t *tokens, const float *x,
+                            const int32_t *targets, float *y, float *loss, zb_diag *diag);
 zb_err zb_model_backward_b_dev(zb_model_stage *st, int mb, const float *dy, float *dx, zb_diag *diag);
 
 /* B of microbatch mb: from dy [act_numel] (the gradient of F's output; NULL

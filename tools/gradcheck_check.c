@@ -192,6 +192,13 @@ static size_t count_nonfinite(const float *a, size_t n) {
   return c;
 }
 
+/* The text's window bytes (tokens, then targets) widened to the model's
+ * int32 ids, as the cpu backend hands them over. */
+static void widen_ids(const uint8_t *bytes, int32_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    ids[i] = bytes[i];
+}
+
 /* The reference: the one-stage model with the dumped weights runs F and BW
  * on each microbatch from zeroed gradients; the per-microbatch gradients
  * are summed in double (as tests/unit/test_model.c's reference), so the
@@ -202,7 +209,8 @@ static int run_reference(gc_iter *it, zb_model_stage *st, const zb_dump *d0, con
                          double *loss_sum) {
   const zb_model_config *c = zb_model_stage_config(st);
   size_t ntok = (size_t)c->batch * (size_t)c->seq_len, n = zb_model_n_params(st);
-  uint8_t *tokens = zb_malloc(ntok), *targets = zb_malloc(ntok);
+  uint8_t *bytes = zb_malloc(2 * ntok);
+  int32_t *ids = zb_malloc(2 * ntok * sizeof *ids);
   zb_cpu_text source = {.text = text->bytes, .len = text->len, .seed = d0->seed};
   const float *grads = zb_model_grads(st);
   *loss_sum = 0;
@@ -211,8 +219,11 @@ static int run_reference(gc_iter *it, zb_model_stage *st, const zb_dump *d0, con
     zb_diag diag = {{0}};
     float loss = 0;
     zb_model_zero_grads(st);
-    if (zb_backend_cpu_text_fill(&source, it->iteration, mb, c->batch, c->seq_len, tokens, targets, &diag) ||
-        zb_model_forward(st, mb, tokens, NULL, targets, NULL, &loss, &diag) ||
+    zb_err err = zb_backend_cpu_text_fill(&source, it->iteration, mb, c->batch, c->seq_len, bytes,
+                                          bytes + ntok, &diag);
+    if (!err)
+      widen_ids(bytes, ids, 2 * ntok);
+    if (err || zb_model_forward(st, mb, ids, NULL, ids + ntok, NULL, &loss, &diag) ||
         zb_model_backward_bw(st, mb, NULL, NULL, &diag)) {
       gc_fail(it, 2, "the reference, microbatch %d (data '%s'): %s", mb, text->path, diag.msg);
       rc = 2;
@@ -222,8 +233,8 @@ static int run_reference(gc_iter *it, zb_model_stage *st, const zb_dump *d0, con
     for (size_t i = 0; i < n; i++)
       sum[i] += (double)grads[i];
   }
-  free(tokens);
-  free(targets);
+  free(bytes);
+  free(ids);
   return rc;
 }
 

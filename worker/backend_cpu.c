@@ -83,7 +83,7 @@ static zb_err cpu_forward(cpu_backend *b, cpu_stage *cs, int mb, zb_diag *diag) 
   int t;
   if ((err = cpu_time_start(b, ZB_OP_F, &t, diag)))
     return err;
-  err = zb_model_forward_dev(cs->st, mb, first ? b->tokens : NULL, x, last ? b->targets : NULL, y,
+  err = zb_model_forward_dev(cs->st, mb, first ? b->tok_ids : NULL, x, last ? b->tgt_ids : NULL, y,
                              last ? &loss : NULL, diag);
   if (!err)
     err = cpu_time_end(b, t, diag);
@@ -294,6 +294,8 @@ static void cpu_free(void *self) {
   free(b->local);
   free(b->tokens);
   free(b->targets);
+  free(b->tok_ids);
+  free(b->tgt_ids);
   free(b->losses);
   free(b->loss_epoch);
   free(b);
@@ -414,6 +416,8 @@ zb_err zb_backend_cpu_new(const zb_cpu_backend_config *cfg, zb_backend **out, zb
   size_t nt = (size_t)b->model.batch * (size_t)b->model.seq_len;
   b->tokens = zb_malloc(nt);
   b->targets = zb_malloc(nt);
+  b->tok_ids = zb_malloc(nt * sizeof *b->tok_ids);
+  b->tgt_ids = zb_malloc(nt * sizeof *b->tgt_ids);
   b->epoch = 1;
   if (b->cuda) { /* what is not microbatch state: parameters, gradients, workspace */
     zb_device_mem m;

@@ -52,10 +52,11 @@ typedef struct cpu_backend {
   int64_t nan_iteration;
   int nan_mb;
 
-  int64_t iteration; /* what the data source samples */
-  uint64_t epoch;    /* bumped by every begin_iteration; slots compare against it */
-  uint8_t *tokens, *targets;
-  float *losses; /* per mb: the last stage's loss, valid where loss_epoch == epoch */
+  int64_t iteration;          /* what the data source samples */
+  uint64_t epoch;             /* bumped by every begin_iteration; slots compare against it */
+  uint8_t *tokens, *targets;  /* the data source's bytes */
+  int32_t *tok_ids, *tgt_ids; /* the same widened to the model's token ids */
+  float *losses;              /* per mb: the last stage's loss, valid where loss_epoch == epoch */
   uint64_t *loss_epoch;
   int loss_cap;
 
@@ -110,7 +111,8 @@ static inline zb_err dev_sync(zb_device *d, zb_diag *diag) {
  * joins what is not microbatch state). */
 void cpu_device_slot_alloc(cpu_backend *b, size_t bytes, bool done);
 
-/* Fills b->tokens and b->targets for mb of the current iteration. */
+/* Fills b->tokens and b->targets for mb of the current iteration, and
+ * their int32 copies b->tok_ids and b->tgt_ids. */
 zb_err cpu_fill(cpu_backend *b, int stage, int mb, zb_diag *diag);
 /* Grows every slot array of cs (and the loss arrays) to hold mb. */
 void cpu_grow(cpu_backend *b, cpu_stage *cs, int mb);

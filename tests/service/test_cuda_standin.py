@@ -179,10 +179,10 @@ def stage_deltas(stage, stages):
     B makes, from the model's layout (docs/model.md, F, B, W): per block F
     keeps xhat1, rstd1, qkv, att, o, xhat2, rstd2, u, gel; B drops rstd1,
     att, rstd2 and adds da1, dproj, da2, dfc2 (dqkv and dfc1 reuse qkv and
-    u). The first stage adds the tokens (F) and the embedding sum's
-    gradient (B); the last the final LayerNorm, the probabilities and the
-    targets (F) and the LayerNorm's input gradient less its rstd (B). W
-    frees everything."""
+    u). The first stage adds the tokens (F; int32 ids, 4 bytes each) and
+    the embedding sum's gradient (B); the last the final LayerNorm, the
+    probabilities and the targets (F; int32 too) and the LayerNorm's input
+    gradient less its rstd (B). W frees everything."""
     h, t, b, heads = MEM_MODEL["hidden"], MEM_MODEL["seq_len"], MEM_MODEL["batch"], MEM_MODEL["heads"]
     n, L = b * t, MEM_MODEL["layers"]
     blocks = (stage + 1) * L // stages - stage * L // stages
@@ -190,10 +190,10 @@ def stage_deltas(stage, stages):
     f = blocks * 4 * (14 * n * h + 2 * n + att)
     d = blocks * 4 * (4 * n * h - 2 * n - att)
     if stage == 0:
-        f += n
+        f += 4 * n
         d += 4 * n * h
     if stage == stages - 1:
-        f += 4 * (n * h + n + n * VOCAB) + n
+        f += 4 * (n * h + n + n * VOCAB) + 4 * n
         d += 4 * (n * h - n)
     return f, d
 

@@ -12,7 +12,8 @@
  * with the identity, the order a GPU block's shared-memory reduction
  * takes, not the host kernels' lane order. What a launcher cannot check
  * before it runs (a token or target past the table) fails on the stream
- * with cudaErrorIllegalAddress, sticky, as a bad read on a GPU would.
+ * with cudaErrorIllegalAddress, sticky, as a bad read on a GPU would; a
+ * negative one too.
  *
  * Threads: launchers may be called from any thread; the loops run on the
  * stream's thread. Scratch is allocated per launch and freed by it.
@@ -29,6 +30,7 @@ typedef struct kjob {
   const char *name;
   const float *a, *b, *c, *d;
   const uint8_t *bytes;
+  const int32_t *ids; /* tokens or targets */
   float *o1, *o2, *o3;
   double *dout;
   int *iout;
@@ -125,7 +127,8 @@ static cudaError_t bad_shape(const char *api, const char *why) {
 
 /* The table's rows are checked here: the launcher does not know the vocabulary. */
 static cudaError_t row_in(const char *api, const float *table, int token, int h) {
-  if (standin_check_device(table + (size_t)token * h, (size_t)h * sizeof(float), api) != cudaSuccess) {
+  if (token < 0 ||
+      standin_check_device(table + (size_t)token * h, (size_t)h * sizeof(float), api) != cudaSuccess) {
     standin_error("%s: token %d reads past the embedding table (illegal address)", api, token);
     return cudaErrorIllegalAddress;
   }
@@ -135,18 +138,18 @@ static cudaError_t row_in(const char *api, const float *table, int token, int h)
 static cudaError_t embed_fwd_run(void *arg) {
   const kjob *k = arg;
   for (int r = 0; r < k->n; r++) {
-    cudaError_t e = row_in(k->name, k->a, k->bytes[r], k->h);
+    cudaError_t e = row_in(k->name, k->a, k->ids[r], k->h);
     if (e != cudaSuccess)
       return e;
-    const float *er = k->a + (size_t)k->bytes[r] * k->h, *pr = k->b + (size_t)(r % k->t) * k->h;
+    const float *er = k->a + (size_t)k->ids[r] * k->h, *pr = k->b ? k->b + (size_t)(r % k->t) * k->h : NULL;
     float *xr = k->o1 + (size_t)r * k->h;
     for (int c = 0; c < k->h; c++)
-      xr[c] = er[c] + pr[c];
+      xr[c] = pr ? er[c] + pr[c] : er[c];
   }
   return cudaSuccess;
 }
 
-cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, const uint8_t *tokens, float *x,
+cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, const int32_t *tokens, float *x,
                           int n, int h, int t) {
   const char *api = "zbk_embed_fwd";
   if (n < 0 || h < 0 || t <= 0)
@@ -155,30 +158,32 @@ cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, co
     return cudaSuccess;
   size_t tr = (size_t)(n < t ? n : t);
   CHECK(dev(api, "emb", emb, (size_t)h, sizeof(float)));
-  CHECK(dev(api, "pos", pos, tr * h, sizeof(float)));
-  CHECK(dev(api, "tokens", tokens, (size_t)n, 1));
+  if (pos)
+    CHECK(dev(api, "pos", pos, tr * h, sizeof(float)));
+  CHECK(dev(api, "tokens", tokens, (size_t)n, sizeof *tokens));
   CHECK(dev(api, "x", x, (size_t)n * h, sizeof(float)));
   return launch(s, embed_fwd_run,
-                &(kjob){.name = api, .a = emb, .b = pos, .bytes = tokens, .o1 = x, .n = n, .h = h, .t = t});
+                &(kjob){.name = api, .a = emb, .b = pos, .ids = tokens, .o1 = x, .n = n, .h = h, .t = t});
 }
 
 static cudaError_t embed_bwd_run(void *arg) {
   const kjob *k = arg;
   for (int r = 0; r < k->n; r++) {
-    cudaError_t e = row_in(k->name, k->o1, k->bytes[r], k->h);
+    cudaError_t e = row_in(k->name, k->o1, k->ids[r], k->h);
     if (e != cudaSuccess)
       return e;
     const float *dr = k->a + (size_t)r * k->h;
-    float *er = k->o1 + (size_t)k->bytes[r] * k->h, *pr = k->o2 + (size_t)(r % k->t) * k->h;
+    float *er = k->o1 + (size_t)k->ids[r] * k->h, *pr = k->o2 ? k->o2 + (size_t)(r % k->t) * k->h : NULL;
     for (int c = 0; c < k->h; c++) {
       er[c] += dr[c];
-      pr[c] += dr[c];
+      if (pr)
+        pr[c] += dr[c];
     }
   }
   return cudaSuccess;
 }
 
-cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *tokens, float *demb,
+cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const int32_t *tokens, float *demb,
                               float *dpos, int n, int h, int t) {
   const char *api = "zbk_embed_bwd_acc";
   if (n < 0 || h < 0 || t <= 0)
@@ -187,12 +192,12 @@ cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const uint8_t *to
     return cudaSuccess;
   size_t tr = (size_t)(n < t ? n : t);
   CHECK(dev(api, "dx", dx, (size_t)n * h, sizeof(float)));
-  CHECK(dev(api, "tokens", tokens, (size_t)n, 1));
+  CHECK(dev(api, "tokens", tokens, (size_t)n, sizeof *tokens));
   CHECK(dev(api, "demb", demb, (size_t)h, sizeof(float)));
-  CHECK(dev(api, "dpos", dpos, tr * h, sizeof(float)));
-  return launch(
-      s, embed_bwd_run,
-      &(kjob){.name = api, .a = dx, .bytes = tokens, .o1 = demb, .o2 = dpos, .n = n, .h = h, .t = t});
+  if (dpos)
+    CHECK(dev(api, "dpos", dpos, tr * h, sizeof(float)));
+  return launch(s, embed_bwd_run,
+                &(kjob){.name = api, .a = dx, .ids = tokens, .o1 = demb, .o2 = dpos, .n = n, .h = h, .t = t});
 }
 
 /* ---- LayerNorm ---- */
@@ -648,7 +653,7 @@ cudaError_t zbk_softmax_causal_bwd(cudaStream_t s, const float *p, float *dp, in
 /* ---- cross-entropy ---- */
 
 static cudaError_t bad_target(const char *name, int r, int target, int v) {
-  standin_error("%s: row %d's target %d is not below v = %d (illegal address)", name, r, target, v);
+  standin_error("%s: row %d's target %d is not in [0, v = %d) (illegal address)", name, r, target, v);
   return cudaErrorIllegalAddress;
 }
 
@@ -661,8 +666,8 @@ static cudaError_t xent_fwd_run(void *arg) {
   cudaError_t e = cudaSuccess;
   for (int r = 0; r < k->n && e == cudaSuccess; r++) {
     float *row = k->o1 + (size_t)r * v, mx;
-    int tg = k->bytes[r];
-    if (tg >= v) {
+    int tg = k->ids[r];
+    if (tg < 0 || tg >= v) {
       e = bad_target(k->name, r, tg, v);
       break;
     }
@@ -674,7 +679,7 @@ static cudaError_t xent_fwd_run(void *arg) {
   return e;
 }
 
-cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, double *row_loss, int n,
+cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const int32_t *targets, double *row_loss, int n,
                          int v) {
   const char *api = "zbk_xent_fwd";
   if (n < 0 || v < 0)
@@ -682,10 +687,10 @@ cudaError_t zbk_xent_fwd(cudaStream_t s, float *logits, const uint8_t *targets, 
   if (n == 0 || v == 0)
     return cudaSuccess;
   CHECK(dev(api, "logits", logits, (size_t)n * v, sizeof(float)));
-  CHECK(dev(api, "targets", targets, (size_t)n, 1));
+  CHECK(dev(api, "targets", targets, (size_t)n, sizeof *targets));
   CHECK(dev(api, "row_loss", row_loss, (size_t)n, sizeof(double)));
   return launch(s, xent_fwd_run,
-                &(kjob){.name = api, .o1 = logits, .bytes = targets, .dout = row_loss, .n = n, .h = v});
+                &(kjob){.name = api, .o1 = logits, .ids = targets, .dout = row_loss, .n = n, .h = v});
 }
 
 static cudaError_t xent_bwd_run(void *arg) {
@@ -693,8 +698,8 @@ static cudaError_t xent_bwd_run(void *arg) {
   int v = k->h;
   for (int r = 0; r < k->n; r++) {
     float *row = k->o1 + (size_t)r * v;
-    int tg = k->bytes[r];
-    if (tg >= v)
+    int tg = k->ids[r];
+    if (tg < 0 || tg >= v)
       return bad_target(k->name, r, tg, v);
     for (int j = 0; j < v; j++)
       row[j] = zbm_xent_grad(row[j], j == tg, k->alpha);
@@ -702,16 +707,16 @@ static cudaError_t xent_bwd_run(void *arg) {
   return cudaSuccess;
 }
 
-cudaError_t zbk_xent_bwd(cudaStream_t s, float *probs, const uint8_t *targets, int n, int v, float scale) {
+cudaError_t zbk_xent_bwd(cudaStream_t s, float *probs, const int32_t *targets, int n, int v, float scale) {
   const char *api = "zbk_xent_bwd";
   if (n < 0 || v < 0)
     return bad_shape(api, "n and v must be >= 0");
   if (n == 0 || v == 0)
     return cudaSuccess;
   CHECK(dev(api, "probs", probs, (size_t)n * v, sizeof(float)));
-  CHECK(dev(api, "targets", targets, (size_t)n, 1));
+  CHECK(dev(api, "targets", targets, (size_t)n, sizeof *targets));
   return launch(s, xent_bwd_run,
-                &(kjob){.name = api, .o1 = probs, .bytes = targets, .n = n, .h = v, .alpha = scale});
+                &(kjob){.name = api, .o1 = probs, .ids = targets, .n = n, .h = v, .alpha = scale});
 }
 
 /* ---- optimizer and vector ops ---- */

@@ -4,9 +4,14 @@
  * shapes, through device memory and a stream like device_cuda.c uses them.
  * Sums in the references run in order (the host's way); the stand-in's
  * trees differ in rounding only, so the tolerance is 1e-5 relative; one
- * test pins the tree order itself.
+ * test pins the tree order itself. Ids outside the table fail on the
+ * stream (in child processes: the error poisons the device).
  */
+#include <spawn.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 
 #include "standin.h"
 #include "zb_cuda_kernels.h"
@@ -54,13 +59,13 @@ static void test_setup(void) {
 
 static void test_embed(void) {
   float emb[V * H], pos[T * H], x[N * H], want[N * H], dx[N * H], demb[V * H], dpos[T * H];
-  uint8_t tok[N] = {3, 0, 10, 3, 7};
+  int32_t tok[N] = {3, 0, 10, 3, 7};
   fill(x, N * H), fill(emb, V * H), fill(pos, T * H), fill(dx, N * H), fill(demb, V * H), fill(dpos, T * H);
   float *demb0 = malloc(sizeof demb), *dpos0 = malloc(sizeof dpos);
   memcpy(demb0, demb, sizeof demb), memcpy(dpos0, dpos, sizeof dpos);
   float *de = up(emb, sizeof emb), *dp = up(pos, sizeof pos), *dxo = up(x, sizeof x),
         *ddx = up(dx, sizeof dx);
-  uint8_t *dt = up(tok, sizeof tok);
+  int32_t *dt = up(tok, sizeof tok);
   float *dde = up(demb, sizeof demb), *ddp = up(dpos, sizeof dpos);
   CHECK(zbk_embed_fwd(s, de, dp, dt, dxo, N, H, T) == cudaSuccess);
   CHECK(zbk_embed_bwd_acc(s, ddx, dt, dde, ddp, N, H, T) == cudaSuccess);
@@ -76,6 +81,32 @@ static void test_embed(void) {
   CHECK_EQ(near(dpos, dpos0, T * H), 0);
   cudaFree(de), cudaFree(dp), cudaFree(ddx), cudaFree(dt);
   free(demb0), free(dpos0);
+}
+
+/* Without positions (pos and dpos NULL): x[r] = emb[tok[r]]; ids past a
+ * byte (vocabulary 300). */
+static void test_embed_no_pos(void) {
+  enum { VW = 300 };
+  static float emb[VW * H], demb[VW * H], want[VW * H];
+  float x[N * H], dx[N * H];
+  int32_t tok[N] = {299, 0, 256, 299, 7};
+  fill(emb, VW * H), fill(demb, VW * H), fill(dx, N * H);
+  memcpy(want, demb, sizeof demb);
+  float *de = up(emb, sizeof emb), *dxo = up(x, sizeof x), *ddx = up(dx, sizeof dx),
+        *dde = up(demb, sizeof demb);
+  int32_t *dt = up(tok, sizeof tok);
+  CHECK(zbk_embed_fwd(s, de, NULL, dt, dxo, N, H, T) == cudaSuccess);
+  CHECK(zbk_embed_bwd_acc(s, ddx, dt, dde, NULL, N, H, T) == cudaSuccess);
+  down(x, dxo, sizeof x), down(demb, dde, sizeof demb);
+  int bad = 0;
+  for (int r = 0; r < N; r++)
+    for (int c = 0; c < H; c++) {
+      bad += x[r * H + c] != emb[tok[r] * H + c];
+      want[tok[r] * H + c] += dx[r * H + c];
+    }
+  CHECK_EQ(bad, 0);
+  CHECK_EQ(near(demb, want, VW * H), 0);
+  cudaFree(de), cudaFree(ddx), cudaFree(dt);
 }
 
 static void test_layernorm(void) {
@@ -227,7 +258,7 @@ static void test_softmax(void) {
 static void test_xent(void) {
   float lg[N * V], probs[N * V], want[N * V], wgrad[N * V];
   double loss[N], wloss[N];
-  uint8_t tg[N] = {0, 10, 4, 4, 7};
+  int32_t tg[N] = {0, 10, 4, 4, 7};
   fill(lg, N * V);
   memset(loss, 0, sizeof loss);
   for (int r = 0; r < N; r++) {
@@ -245,7 +276,7 @@ static void test_xent(void) {
     wloss[r] = zbm_xent_loss((float)sum, row[tg[r]] - mx);
   }
   float *dl = up(lg, sizeof lg);
-  uint8_t *dt = up(tg, sizeof tg);
+  int32_t *dt = up(tg, sizeof tg);
   double *dloss = up(loss, sizeof loss);
   CHECK(zbk_xent_fwd(s, dl, dt, dloss, N, V) == cudaSuccess);
   cudaStreamSynchronize(s);
@@ -317,12 +348,65 @@ static void test_sumsq(void) {
   cudaGetLastError();
 }
 
+/* One launch with a bad id (ZB_STANDIN_BAD_ID names which) on a fresh
+ * stream: it fails on the stream with cudaErrorIllegalAddress, and the
+ * message names the id. */
+static void bad_id_child(const char *which) {
+  float emb[V * H], lg[N * V];
+  fill(emb, V * H), fill(lg, N * V);
+  int32_t ids[N] = {1, 2, 3, 4, 5};
+  int neg = strstr(which, "neg") != NULL;
+  /* past the table: far past it for the embedding, where the stand-in
+   * sees an address outside every allocation (its only check there) */
+  ids[3] = neg ? -1 : (strstr(which, "xent") ? V : 1 << 24);
+  float *de = up(emb, sizeof emb), *dl = up(lg, sizeof lg), *dx = up(lg, (size_t)N * H * sizeof(float));
+  int32_t *dt = up(ids, sizeof ids);
+  double *dloss = up(lg, N * sizeof(double));
+  cudaError_t e = cudaErrorUnknown;
+  if (!strncmp(which, "embed_fwd", 9))
+    e = zbk_embed_fwd(s, de, NULL, dt, dx, N, H, T);
+  else if (!strncmp(which, "embed_bwd", 9))
+    e = zbk_embed_bwd_acc(s, dx, dt, de, NULL, N, H, T);
+  else if (!strncmp(which, "xent_fwd", 8))
+    e = zbk_xent_fwd(s, dl, dt, dloss, N, V);
+  else if (!strncmp(which, "xent_bwd", 8))
+    e = zbk_xent_bwd(s, dl, dt, N, V, 1.0f);
+  /* the launch is fine; the id fails as it runs, which may be before the
+   * launcher reads the last error */
+  CHECK(e == cudaSuccess || e == cudaErrorIllegalAddress);
+  CHECK(cudaStreamSynchronize(s) == cudaErrorIllegalAddress);
+  char want[32];
+  snprintf(want, sizeof want, strstr(which, "xent") ? "target %d " : "token %d ", ids[3]);
+  CHECK_MSG(strstr(standin_last_error(), want), "%s: %s", which, standin_last_error());
+}
+
+static void test_bad_ids(void) {
+  const char *which = getenv("ZB_STANDIN_BAD_ID");
+  if (which) {
+    bad_id_child(which);
+    return;
+  }
+  static const char *cases[] = {"embed_fwd_neg", "embed_fwd_past", "embed_bwd_neg", "embed_bwd_past",
+                                "xent_fwd_neg",  "xent_fwd_past",  "xent_bwd_neg",  "xent_bwd_past"};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char env[64];
+    snprintf(env, sizeof env, "ZB_STANDIN_BAD_ID=%s", cases[i]);
+    char *argv[] = {"/proc/self/exe", "test_setup", "test_bad_ids", NULL}, *envp[] = {env, NULL};
+    pid_t pid;
+    int st;
+    CHECK(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, envp) == 0);
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "bad id child %s failed (status %d)", cases[i], st);
+  }
+}
+
 static void test_teardown(void) {
   CHECK(cudaStreamSynchronize(s) == cudaSuccess);
   CHECK(cudaStreamDestroy(s) == cudaSuccess);
   CHECK(cudaDeviceSynchronize() == cudaSuccess);
 }
 
-ZBT_MAIN(ZBT(test_setup), ZBT(test_embed), ZBT(test_layernorm), ZBT(test_layernorm_bwd),
-         ZBT(test_bias_and_col_sums), ZBT(test_tree_order), ZBT(test_gelu), ZBT(test_softmax), ZBT(test_xent),
-         ZBT(test_adamw_and_vector_ops), ZBT(test_sumsq), ZBT(test_teardown))
+ZBT_MAIN(ZBT(test_setup), ZBT(test_embed), ZBT(test_embed_no_pos), ZBT(test_layernorm),
+         ZBT(test_layernorm_bwd), ZBT(test_bias_and_col_sums), ZBT(test_tree_order), ZBT(test_gelu),
+         ZBT(test_softmax), ZBT(test_xent), ZBT(test_adamw_and_vector_ops), ZBT(test_sumsq),
+         ZBT(test_bad_ids), ZBT(test_teardown))

@@ -124,11 +124,14 @@ static bool reference_make(reference *r, const zb_model_config *cfg, const zb_cp
   randomize(r->st);
   size_t nt = (size_t)cfg->batch * (size_t)cfg->seq_len;
   uint8_t *tok = zb_malloc(nt), *tgt = zb_malloc(nt);
+  int32_t *ids = zb_malloc(2 * nt * sizeof *ids); /* tokens, then targets, as the backend widens them */
   bool ok = true;
   for (int i = 0; i < m && ok; i++) {
     float loss = 0;
-    ok = data->fill(data->ud, iteration, i, cfg->batch, cfg->seq_len, tok, tgt, &d) == ZB_OK &&
-         zb_model_forward(r->st, i, tok, NULL, tgt, NULL, &loss, &d) == ZB_OK &&
+    ok = data->fill(data->ud, iteration, i, cfg->batch, cfg->seq_len, tok, tgt, &d) == ZB_OK;
+    for (size_t k = 0; ok && k < nt; k++)
+      ids[k] = tok[k], ids[nt + k] = tgt[k];
+    ok = ok && zb_model_forward(r->st, i, ids, NULL, ids + nt, NULL, &loss, &d) == ZB_OK &&
          zb_model_backward_b(r->st, i, NULL, NULL, &d) == ZB_OK && zb_model_backward_w(r->st, i, &d) == ZB_OK;
     r->loss += (double)loss;
   }
@@ -137,6 +140,7 @@ static bool reference_make(reference *r, const zb_model_config *cfg, const zb_cp
     fprintf(stderr, "  reference: %s\n", d.msg);
   free(tok);
   free(tgt);
+  free(ids);
   return ok;
 }
 

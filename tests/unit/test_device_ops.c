@@ -88,6 +88,14 @@ static uint8_t *rand_bytes(ctx *c, size_t n, int below) {
   return x;
 }
 
+/* Token ids below `below` (the same draws as rand_bytes). */
+static int32_t *rand_ids(ctx *c, size_t n, int below) {
+  int32_t *x = malloc((n ? n : 1) * sizeof *x);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (int32_t)(((frand(c) + 1.0f) * 0.5f) * (float)below) % below;
+  return x;
+}
+
 static dbuf up(ctx *c, const void *src, size_t bytes) {
   dbuf b = {.bytes = bytes};
   ON_BOTH(c, "alloc", dv->ops->alloc(dv->self, bytes, &b.p[i], DIAG));
@@ -231,16 +239,16 @@ static void test_gemm(ctx *c) {
 
 /* ---- element-wise and row ops ---- */
 
-static const int NS[] = {1, 7, 33}, HS[] = {3, 64, 129}, TS[] = {1, 5, 17}, VS[] = {5, 256};
+static const int NS[] = {1, 7, 33}, HS[] = {3, 64, 129}, TS[] = {1, 5, 17}, VS[] = {5, 256, 1000};
 #define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
 
 static void test_embed(ctx *c, int n, int h, int t, int vocab) {
   float *he = rand_floats(c, (size_t)vocab * h, 1.0f), *hp = rand_floats(c, (size_t)t * h, 1.0f);
   float *hx = rand_floats(c, (size_t)n * h, 1.0f);
-  uint8_t *tok = rand_bytes(c, (size_t)n, vocab);
+  int32_t *tok = rand_ids(c, (size_t)n, vocab);
   dbuf e = up(c, he, (size_t)vocab * h * 4), p = up(c, hp, (size_t)t * h * 4),
        x = up(c, hx, (size_t)n * h * 4);
-  dbuf tk = up(c, tok, (size_t)n);
+  dbuf tk = up(c, tok, (size_t)n * sizeof *tok);
   char desc[80];
   snprintf(desc, sizeof desc, "n%d h%d t%d vocab%d", n, h, t, vocab);
   ON_BOTH(c, "embed_fwd", dv->ops->embed_fwd(dv->self, e.p[i], p.p[i], tk.p[i], x.p[i], n, h, t, DIAG));
@@ -258,6 +266,36 @@ static void test_embed(ctx *c, int n, int h, int t, int vocab) {
   free(hp);
   free(hx);
   free(tok);
+}
+
+/* Without learned positions (pos and dpos NULL, a rotary model's
+ * embedding): x[r] = emb[tokens[r]], and only demb accumulates. */
+static void test_embed_no_pos(ctx *c, int n, int h, int vocab) {
+  float *he = rand_floats(c, (size_t)vocab * h, 1.0f), *hx = rand_floats(c, (size_t)n * h, 1.0f);
+  int32_t *tok = rand_ids(c, (size_t)n, vocab);
+  dbuf e = up(c, he, (size_t)vocab * h * 4), x = up(c, hx, (size_t)n * h * 4),
+       tk = up(c, tok, (size_t)n * sizeof *tok);
+  char desc[80];
+  snprintf(desc, sizeof desc, "no pos: n%d h%d vocab%d", n, h, vocab);
+  ON_BOTH(c, "embed_fwd", dv->ops->embed_fwd(dv->self, e.p[i], NULL, tk.p[i], x.p[i], n, h, 1, DIAG));
+  cmp(c, "embed_fwd", &x, (size_t)n * h, desc);
+  float *got[2] = {malloc((size_t)n * h * 4), malloc((size_t)n * h * 4)}; /* host, tested */
+  down(c, &x, got[0], got[1]);
+  bool same = true;
+  for (int r = 0; r < n; r++)
+    for (int k = 0; k < 2; k++)
+      same = same && memcmp(got[k] + (size_t)r * h, he + (size_t)tok[r] * h, (size_t)h * 4) == 0;
+  record(c, "embed_fwd no pos = emb rows", same ? 0.0 : INFINITY, desc);
+  ON_BOTH(c, "embed_bwd_acc", dv->ops->embed_bwd_acc(dv->self, x.p[i], tk.p[i], e.p[i], NULL, n, h, 1, DIAG));
+  cmp(c, "embed_bwd_acc demb", &e, (size_t)vocab * h, desc);
+  release(c, &e);
+  release(c, &x);
+  release(c, &tk);
+  free(he);
+  free(hx);
+  free(tok);
+  free(got[0]);
+  free(got[1]);
 }
 
 /* Whether n floats at device pointer p of the tested device equal want
@@ -278,16 +316,20 @@ static bool bits_equal(ctx *c, void *p, const float *want, size_t n) {
  * depend on timing: the embedding backward adds each output's rows in row
  * order, as the host does, so it equals the host bit for bit; the column
  * sums give the same bits on a second run. Vocabulary 5 over 4099 rows
- * puts ~800 terms on each token's row; 4099 rows are 16 row chunks and
- * more. Only a GPU can fail this (the stand-in runs kernels in order). */
-static void test_determinism(ctx *c) {
-  int n = 4099, h = 129, t = 17, vocab = 5;
+ * puts ~800 terms on each token's row; vocabulary 1000 puts several
+ * tokens in each of the GPU kernel's id groups; 4099 rows are 16 row
+ * chunks and more. Only a GPU can fail this (the stand-in runs kernels in
+ * order). */
+static void test_determinism(ctx *c, int vocab) {
+  int n = 4099, h = 129, t = 17;
+  char desc[80];
+  snprintf(desc, sizeof desc, "n4099 h129 t17 vocab%d", vocab);
   size_t nh = (size_t)n * h;
   float *hx = rand_floats(c, nh, 1.0f), *he = rand_floats(c, (size_t)vocab * h, 1.0f),
         *hp = rand_floats(c, (size_t)t * h, 1.0f), *hg = rand_floats(c, (size_t)h, 1.0f);
-  uint8_t *tok = rand_bytes(c, (size_t)n, vocab);
+  int32_t *tok = rand_ids(c, (size_t)n, vocab);
   dbuf x = up(c, hx, nh * 4), e = up(c, he, (size_t)vocab * h * 4), p = up(c, hp, (size_t)t * h * 4),
-       tk = up(c, tok, (size_t)n);
+       tk = up(c, tok, (size_t)n * sizeof *tok);
   ON_BOTH(c, "embed_bwd_acc",
           dv->ops->embed_bwd_acc(dv->self, x.p[i], tk.p[i], e.p[i], p.p[i], n, h, t, DIAG));
   float *want_e = malloc((size_t)vocab * h * 4), *want_p = malloc((size_t)t * h * 4),
@@ -296,7 +338,7 @@ static void test_determinism(ctx *c) {
   down(c, &p, want_p, scratch);
   bool same =
       bits_equal(c, e.p[1], want_e, (size_t)vocab * h) && bits_equal(c, p.p[1], want_p, (size_t)t * h);
-  record(c, "embed_bwd_acc bits = host", same ? 0.0 : INFINITY, "n4099 h129 t17 vocab5");
+  record(c, "embed_bwd_acc bits = host", same ? 0.0 : INFINITY, desc);
   /* column sums twice from the same accumulators: the same bits */
   dbuf g1 = up(c, hg, (size_t)h * 4), b1 = up(c, hg, (size_t)h * 4), g2 = up(c, hg, (size_t)h * 4),
        b2 = up(c, hg, (size_t)h * 4);
@@ -484,9 +526,10 @@ static void test_softmax(ctx *c, int t, int count) {
 static void test_xent(ctx *c, int n, int v) {
   size_t len = (size_t)n * v;
   float *hl = rand_floats(c, len, 6.0f);
-  uint8_t *tg = rand_bytes(c, (size_t)n, v);
+  int32_t *tg = rand_ids(c, (size_t)n, v);
   double *zero = calloc((size_t)n, sizeof *zero);
-  dbuf l = up(c, hl, len * 4), t = up(c, tg, (size_t)n), loss = up(c, zero, (size_t)n * sizeof(double));
+  dbuf l = up(c, hl, len * 4), t = up(c, tg, (size_t)n * sizeof *tg),
+       loss = up(c, zero, (size_t)n * sizeof(double));
   char desc[80];
   snprintf(desc, sizeof desc, "n%d v%d", n, v);
   ON_BOTH(c, "xent_fwd", dv->ops->xent_fwd(dv->self, l.p[i], t.p[i], loss.p[i], n, v, DIAG));
@@ -684,6 +727,7 @@ static void run_all(ctx *c) {
       for (int t = 0; t < COUNT(TS); t++)
         for (int v = 0; v < COUNT(VS); v++)
           test_embed(c, NS[a], HS[b], TS[t], VS[v]);
+      test_embed_no_pos(c, NS[a], HS[b], 1000);
     }
   for (int t = 0; t < COUNT(TS); t++)
     for (int n = 1; n <= 3; n += 2)
@@ -702,7 +746,8 @@ static void run_all(ctx *c) {
     test_adamw_sumsq(c, lens[i], false);
     test_adamw_sumsq(c, lens[i], true);
   }
-  test_determinism(c);
+  test_determinism(c, 5);
+  test_determinism(c, 1000);
   test_copies(c);
   test_mem(c);
   test_events(c);

@@ -100,6 +100,7 @@ static int run_iteration(const fixture *fx, zb_model_stage **st, const zb_cpu_te
   const zb_model_config c = tiny_cfg();
   size_t ntok = (size_t)c.batch * (size_t)c.seq_len, na = zb_model_act_numel(st[0]);
   uint8_t *tok = zb_malloc(ntok), *tgt = zb_malloc(ntok);
+  int32_t *ids = zb_malloc(2 * ntok * sizeof *ids); /* tokens, then targets, widened */
   float *act[STAGES][MBS], *grad[STAGES][MBS], *before[STAGES], loss[MBS];
   for (int s = 0; s < STAGES; s++) {
     size_t n = zb_model_n_params(st[s]);
@@ -115,10 +116,13 @@ static int run_iteration(const fixture *fx, zb_model_stage **st, const zb_cpu_te
   int ok = 1;
   for (int mb = 0; mb < MBS && ok; mb++) {
     ok = zb_backend_cpu_text_fill((void *)text, it, mb, c.batch, c.seq_len, tok, tgt, &d) == ZB_OK;
+    for (size_t k = 0; ok && k < ntok; k++)
+      ids[k] = tok[k], ids[ntok + k] = tgt[k];
     for (int s = 0; s < STAGES && ok; s++) {
       int first = s == 0, last = s == STAGES - 1;
-      ok = zb_model_forward(st[s], mb, first ? tok : NULL, first ? NULL : act[s - 1][mb], last ? tgt : NULL,
-                            last ? NULL : act[s][mb], last ? &loss[mb] : NULL, &d) == ZB_OK;
+      ok = zb_model_forward(st[s], mb, first ? ids : NULL, first ? NULL : act[s - 1][mb],
+                            last ? ids + ntok : NULL, last ? NULL : act[s][mb], last ? &loss[mb] : NULL,
+                            &d) == ZB_OK;
     }
   }
   for (int mb = MBS - 1; mb >= 0 && ok; mb--)
@@ -187,6 +191,7 @@ static int run_iteration(const fixture *fx, zb_model_stage **st, const zb_cpu_te
   }
   free(tok);
   free(tgt);
+  free(ids);
   return ok;
 }
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "zb_alloc.h"
+#include "zb_arch.h"
 #include "zb_jobspec.h"
 #include "zb_model.h"
 #include "zb_plan.h"
@@ -69,9 +70,9 @@ static void randomize(zb_model_stage *st, uint64_t seed) {
   }
 }
 
-static void fill_tokens(uint8_t *dst, size_t n, int vocab, uint64_t key) {
+static void fill_tokens(int32_t *dst, size_t n, int vocab, uint64_t key) {
   for (size_t i = 0; i < n; i++)
-    dst[i] = (uint8_t)(mix64(key * 1000003ULL + i) % (uint64_t)vocab);
+    dst[i] = (int32_t)(mix64(key * 1000003ULL + i) % (uint64_t)vocab);
 }
 
 static zb_model_config tiny_cfg(int layers) {
@@ -164,7 +165,7 @@ static void test_partition_params(void) {
   /* The default init is GPT-2's: the initial loss is near ln(256). */
   c = (zb_model_config){.hidden = 32, .heads = 4, .layers = 2, .seq_len = 16, .batch = 2, .seed = 1};
   zb_model_stage *st = new_stage(&c, 0, 1);
-  uint8_t tok[32], tgt[32];
+  int32_t tok[32], tgt[32];
   fill_tokens(tok, 32, 256, 1);
   fill_tokens(tgt, 32, 256, 2);
   float loss = 0;
@@ -178,7 +179,7 @@ static void test_partition_params(void) {
 
 /* The scalar the check differentiates: the loss on the last stage, sum(r*y)
  * on the others (so dy = r). Runs F on microbatch 0 and drops the state. */
-static double objective(zb_model_stage *st, const uint8_t *tok, const float *x, const uint8_t *tgt,
+static double objective(zb_model_stage *st, const int32_t *tok, const float *x, const int32_t *tgt,
                         const float *r, float *y) {
   int last = zb_model_stage_is_last(st);
   float loss = 0;
@@ -193,7 +194,7 @@ static double objective(zb_model_stage *st, const uint8_t *tok, const float *x, 
   return s;
 }
 
-static double fd_at(zb_model_stage *st, float *v, const uint8_t *tok, const float *x, const uint8_t *tgt,
+static double fd_at(zb_model_stage *st, float *v, const int32_t *tok, const float *x, const int32_t *tgt,
                     const float *r, float *y) {
   float saved = *v;
   *v = saved + GC_EPS;
@@ -222,7 +223,7 @@ static int gradcheck_stage(zb_model_stage *st, uint64_t seed) {
   const zb_model_config *c = zb_model_stage_config(st);
   size_t nt = (size_t)c->batch * c->seq_len, na = zb_model_act_numel(st);
   int first = zb_model_stage_is_first(st), last = zb_model_stage_is_last(st), failures = 0;
-  uint8_t *tok = zb_malloc(nt), *tgt = zb_malloc(nt);
+  int32_t *tok = zb_malloc(nt * sizeof *tok), *tgt = zb_malloc(nt * sizeof *tgt);
   float *x = zb_malloc(na * sizeof(float)), *r = zb_malloc(na * sizeof(float)),
         *y = zb_malloc(na * sizeof(float));
   float *dx = zb_malloc(na * sizeof(float)), *fdx = zb_malloc(na * sizeof(float));
@@ -232,7 +233,7 @@ static int gradcheck_stage(zb_model_stage *st, uint64_t seed) {
     x[i] = urand(seed + 2, i);
     r[i] = urand(seed + 3, i);
   }
-  const uint8_t *tk = first ? tok : NULL;
+  const int32_t *tk = first ? tok : NULL;
   const float *xx = first ? NULL : x;
 
   zb_model_zero_grads(st);
@@ -313,11 +314,11 @@ typedef struct pipe {
   float *grad[MAX_STAGES][MAX_MB]; /* B's dx of (stage, mb) */
   float loss[MAX_MB];
   int done[MAX_STAGES][MAX_MB];
-  const uint8_t *tok, *tgt; /* [m][batch*seq_len] */
+  const int32_t *tok, *tgt; /* [m][batch*seq_len] */
 } pipe;
 
-static int pipe_init(pipe *p, const zb_model_config *c, int n, int m, const uint8_t *tok,
-                     const uint8_t *tgt) {
+static int pipe_init(pipe *p, const zb_model_config *c, int n, int m, const int32_t *tok,
+                     const int32_t *tgt) {
   memset(p, 0, sizeof *p);
   p->n = n;
   p->m = m;
@@ -432,7 +433,7 @@ static int pipe_compare(const pipe *p, const pipe *ref, const char *label) {
 typedef struct batch {
   zb_model_config cfg;
   int m;
-  uint8_t tok[MAX_MB * 64], tgt[MAX_MB * 64];
+  int32_t tok[MAX_MB * 64], tgt[MAX_MB * 64];
 } batch;
 
 static void batch_make(batch *b, int layers, int m) {
@@ -794,7 +795,7 @@ static void test_op_order_errors(void) {
   c.vocab = 16;
   zb_model_stage *st = new_stage(&c, 0, 1), *mid = NULL;
   CHECK(st);
-  uint8_t tok[10], tgt[10];
+  int32_t tok[10], tgt[10];
   fill_tokens(tok, 10, 16, 1);
   fill_tokens(tgt, 10, 16, 2);
   float loss, y[80], dx[80];
@@ -814,6 +815,14 @@ static void test_op_order_errors(void) {
   CHECK(zb_model_forward(st, 1, tok, NULL, tgt, NULL, &loss, &d) == ZB_ERR_INVALID_ARG);
   CHECK(strstr(d.msg, "vocab") != NULL);
   CHECK_EQ(zb_model_mb_bytes(st, 1), 0);
+  tgt[3] = 1;
+  int32_t saved = tok[7];
+  tok[7] = -1; /* ids are int32: a negative one is refused too */
+  CHECK(zb_model_forward(st, 1, tok, NULL, tgt, NULL, &loss, &d) == ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "tokens[7] = -1 is outside the vocab of 16") != NULL, "%s", d.msg);
+  CHECK_EQ(zb_model_mb_bytes(st, 1), 0);
+  tok[7] = saved;
+  tgt[3] = 16;
   CHECK(zb_model_forward(st, 5, tok, NULL, tgt, NULL, &loss, NULL) == ZB_ERR_INVALID_ARG);
   tgt[3] = 1;
   CHECK(zb_model_forward(st, 1000, tok, NULL, tgt, NULL, &loss, NULL) == ZB_OK); /* sparse ids */
@@ -852,7 +861,7 @@ static void test_params_and_scale(void) {
   CHECK(zb_model_set_params(q, buf, n) == ZB_OK);
   CHECK(memcmp(zb_model_params(a), zb_model_params(q), n * sizeof(float)) == 0);
   CHECK(zb_model_set_params(q, buf, n - 1) == ZB_ERR_INVALID_ARG);
-  uint8_t tok[10], tgt[10];
+  int32_t tok[10], tgt[10];
   fill_tokens(tok, 10, 256, 3);
   fill_tokens(tgt, 10, 256, 4);
   float la, lq;
@@ -883,7 +892,7 @@ static void test_gemm_trace(void) {
   zb_model_config c = {
       .hidden = 16, .heads = 4, .layers = 2, .seq_len = 6, .batch = 3, .seed = 3, .attn_full = 1};
   zb_model_stage *st = new_stage(&c, 0, 1);
-  uint8_t tok[18], tgt[18];
+  int32_t tok[18], tgt[18];
   fill_tokens(tok, 18, 256, 1);
   fill_tokens(tgt, 18, 256, 2);
   zb_model_gemm g[64];
@@ -900,7 +909,69 @@ static void test_gemm_trace(void) {
   zb_model_stage_free(st);
 }
 
+/* The gpt2 and llama architectures (zb_arch.h) through the same code:
+ * every gradient of a one-stage model and of each stage of three against
+ * finite differences. llama with grouped-query attention (4 heads on 2
+ * key/value heads), rotary positions (llama3 scaling), SwiGLU, RMSNorm,
+ * tied and untied; gpt2 with its padded vocabulary and tied head. */
+static zb_arch tiny_arch(zb_arch_kind kind, int layers, int tied) {
+  zb_arch a = zb_arch_builtin(100, 8, 4, layers, 16);
+  a.kind = kind;
+  a.tied = tied;
+  if (kind == ZB_ARCH_GPT2) {
+    a.heads = a.kv_heads = 2;
+    a.head_dim = 4;
+    a.vocab_padded = 128;
+    return a;
+  }
+  a.kv_heads = 2;
+  a.head_dim = 2;
+  a.intermediate = 12;
+  a.norm = ZB_NORM_RMS;
+  a.pos = ZB_POS_ROPE;
+  a.rope = (zb_rope){.theta = 10000,
+                     .scaling = ZB_ROPE_LLAMA3,
+                     .factor = 4,
+                     .low_freq_factor = 1,
+                     .high_freq_factor = 4,
+                     .original_max_positions = 8};
+  a.mlp = ZB_MLP_SWIGLU;
+  a.biases = 0;
+  a.fused_qkv = 0;
+  return a;
+}
+
+static void test_gradcheck_architectures(void) {
+  static const struct {
+    zb_arch_kind kind;
+    int tied;
+  } cases[] = {{ZB_ARCH_LLAMA, 0}, {ZB_ARCH_LLAMA, 1}, {ZB_ARCH_GPT2, 1}};
+  for (int k = 0; k < 3; k++) {
+    zb_arch one = tiny_arch(cases[k].kind, 2, cases[k].tied),
+            three = tiny_arch(cases[k].kind, 3, cases[k].tied);
+    zb_model_config c = tiny_cfg(0);
+    c.arch = &one;
+    zb_model_stage *st = new_stage(&c, 0, 1);
+    CHECK(st);
+    CHECK_EQ(zb_model_stage_config(st)->vocab, 100);
+    randomize(st, 21 + (uint64_t)k);
+    int failures = gradcheck_stage(st, 400 + (uint64_t)k);
+    zb_model_stage_free(st);
+    c.arch = &three;
+    for (int s = 0; s < 3; s++) {
+      st = new_stage(&c, s, 3);
+      CHECK(st);
+      randomize(st, 31 + (uint64_t)s);
+      failures += gradcheck_stage(st, 500 + (uint64_t)(10 * k + s));
+      zb_model_stage_free(st);
+    }
+    CHECK_MSG(failures == 0, "%s (tied %d): %d gradient checks failed", zb_arch_kind_name(cases[k].kind),
+              cases[k].tied, failures);
+  }
+}
+
 ZBT_MAIN(ZBT(test_layer_range), ZBT(test_partition_params), ZBT(test_gradcheck_full_model),
          ZBT(test_gradcheck_stages), ZBT(test_split_equals_fused), ZBT(test_pipeline_hand_orders),
          ZBT(test_pipeline_random_orders), ZBT(test_pipeline_schedules), ZBT(test_microbatch_states),
-         ZBT(test_op_order_errors), ZBT(test_params_and_scale), ZBT(test_gemm_trace))
+         ZBT(test_op_order_errors), ZBT(test_params_and_scale), ZBT(test_gemm_trace),
+         ZBT(test_gradcheck_architectures))

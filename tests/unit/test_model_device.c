@@ -33,9 +33,9 @@ static float urand(uint64_t key, uint64_t i) {
   return (float)((double)(mix64(key ^ mix64(i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
-static void fill_tokens(uint8_t *dst, size_t n, int vocab, uint64_t key) {
+static void fill_tokens(int32_t *dst, size_t n, int vocab, uint64_t key) {
   for (size_t i = 0; i < n; i++)
-    dst[i] = (uint8_t)(mix64(key * 1000003ULL + i) % (uint64_t)vocab);
+    dst[i] = (int32_t)(mix64(key * 1000003ULL + i) % (uint64_t)vocab);
 }
 
 static zb_model_stage *new_stage(const zb_model_config *c, int s, int n) {
@@ -175,7 +175,7 @@ static void test_stage_device_memory(void) {
   dev->ops->mem(dev->self, &dm);
   zb_model_mem_stats(st, &mm);
   CHECK_EQ(dm.current, mm.param_bytes + mm.workspace_bytes);
-  uint8_t tok[14], tgt[14];
+  int32_t tok[14], tgt[14];
   fill_tokens(tok, 14, 256, 1);
   fill_tokens(tgt, 14, 256, 2);
   float loss = 0;
@@ -218,7 +218,7 @@ static void test_pull_push_host(void) {
   size_t n = zb_model_n_params(st);
   CHECK(zb_model_tensor_at(st, 0)->param == zb_model_params(st));
   CHECK(zb_model_tensor_at(st, 0)->grad == zb_model_grads(st));
-  uint8_t tok[5], tgt[5];
+  int32_t tok[5], tgt[5];
   fill_tokens(tok, 5, 256, 3);
   fill_tokens(tgt, 5, 256, 4);
   float l0 = 0, l1 = 0;
@@ -272,7 +272,7 @@ static int run_two_stages(const zb_model_config *c, run_out *r) {
   if (!s0 || !s1)
     return 0;
   size_t na = zb_model_act_numel(s0), nt = (size_t)c->batch * c->seq_len;
-  uint8_t *tok = zb_malloc(nt), *tgt = zb_malloc(nt);
+  int32_t *tok = zb_malloc(nt * sizeof *tok), *tgt = zb_malloc(nt * sizeof *tgt);
   r->y = zb_malloc(na * sizeof(float));
   r->dx = zb_malloc(na * sizeof(float));
   int ok = 1;
@@ -351,7 +351,7 @@ static void test_causal_trace(void) {
     zb_model_stage *st = new_stage(&c, 0, 1);
     if (!st)
       return;
-    uint8_t tok[120], tgt[120];
+    int32_t tok[120], tgt[120];
     fill_tokens(tok, 120, 256, 1);
     fill_tokens(tgt, 120, 256, 2);
     zb_model_gemm g[256];

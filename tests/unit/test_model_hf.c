@@ -92,7 +92,7 @@ typedef struct pipeline {
 static int pipeline_open(pipeline *pl, const char *model, int p) {
   memset(pl, 0, sizeof *pl);
   pl->p = p;
-  char path[512], dir[512];
+  char path[600], dir[512];
   snprintf(dir, sizeof dir, "%s/hf/%s", ZB_TEST_DATA_DIR, model);
   snprintf(path, sizeof path, "%s/config.json", dir);
   uint8_t *text = NULL;
@@ -113,7 +113,8 @@ static int pipeline_open(pipeline *pl, const char *model, int p) {
          n == zb_model_n_tensors(pl->st[s]);
     for (int i = 0; ok && i < n; i++)
       dst[i] = zb_model_tensor_at(pl->st[s], i)->param;
-    ok = ok && zb_arch_read_tensors(ts, n, ck, dst, &d) == ZB_OK && zb_model_push_params(pl->st[s], &d) == ZB_OK;
+    ok = ok && zb_arch_read_tensors(ts, n, ck, dst, &d) == ZB_OK &&
+         zb_model_push_params(pl->st[s], &d) == ZB_OK;
   }
   zb_st_checkpoint_close(ck);
   if (!ok)
@@ -142,7 +143,8 @@ static int pipeline_step(pipeline *pl, const int32_t *in, const int32_t *tgt, fl
                           s == last ? NULL : act[s + 1], s == last ? loss : NULL, &d) == ZB_OK;
   }
   for (int s = last; ok && s >= 0; s--)
-    ok = zb_model_backward_bw(pl->st[s], 0, s == last ? NULL : grad[s + 1], s == 0 ? NULL : grad[s], &d) == ZB_OK &&
+    ok = zb_model_backward_bw(pl->st[s], 0, s == last ? NULL : grad[s + 1], s == 0 ? NULL : grad[s], &d) ==
+             ZB_OK &&
          zb_model_pull(pl->st[s], &d) == ZB_OK;
   if (!ok)
     fprintf(stderr, "  step: %s\n", d.msg);
@@ -174,12 +176,16 @@ static double worst_grad(const pipeline *pl, const expected *e, char *worst, siz
         continue;
       const zb_model_tensor *t = zb_model_tensor_at(pl->st[s], i);
       char name[96];
-      snprintf(name, sizeof name, "grad.%s", ts[i].hf_name);
+      if (snprintf(name, sizeof name, "grad.%s", ts[i].hf_name) >= (int)sizeof name)
+        return INFINITY;
       size_t ne = 0, live = (size_t)ts[i].hf_rows * ts[i].hf_cols;
       float *want = expected_f32(e, name, &ne);
       float *got = zb_malloc(t->numel * sizeof *got);
       memcpy(got, t->grad, t->numel * sizeof *got);
-      const zb_model_tensor *copy = emb == t && pl->p > 1 ? zb_model_tensor_at(pl->st[pl->p - 1], zb_model_n_tensors(pl->st[pl->p - 1]) - 1) : NULL;
+      const zb_model_tensor *copy =
+          emb == t && pl->p > 1
+              ? zb_model_tensor_at(pl->st[pl->p - 1], zb_model_n_tensors(pl->st[pl->p - 1]) - 1)
+              : NULL;
       for (size_t k = 0; copy && k < t->numel; k++)
         got[k] += copy->grad[k];
       if (ts[i].hf_transposed) /* transformers' gradient is [in, out] */
@@ -189,7 +195,8 @@ static double worst_grad(const pipeline *pl, const expected *e, char *worst, siz
       double err = want && ne == live ? rel_err(got, want, live) : INFINITY;
       if (!(err <= max)) {
         max = err;
-        snprintf(worst, worst_len, "%s", ts[i].hf_name);
+        if (snprintf(worst, worst_len, "%s", ts[i].hf_name) < 0)
+          worst[0] = 0;
       }
       free(want);
       free(got);
