@@ -7,7 +7,10 @@
  * transformers computed, within 1e-5 relative: on one stage, and over
  * partitions of 2 and 4 stages run in this process (activations and
  * their gradients handed from stage to stage, a tied head's two
- * gradients added, as a pipeline job does). */
+ * gradients added, as a pipeline job does). Built with the CUDA device
+ * (ZB_WITH_CUDA: test_model_hf_standin, and test_model_hf_cuda on a GPU)
+ * the model runs on it instead of the host; without a GPU the latter
+ * exits 77 (skipped). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "zb_alloc.h"
 #include "zb_arch_hf.h"
 #include "zb_arch_weights.h"
+#include "zb_device.h"
 #include "zb_file.h"
 #include "zb_model.h"
 #include "zbtest.h"
@@ -27,6 +31,15 @@
 enum { B = 2, T = 16, MAX_STAGES = 4 };
 #define TOL 1e-5
 
+static zb_device *g_dev; /* NULL: each stage makes a host device */
+
+/* tests/data: the build's, or $ZB_TEST_DATA_DIR (a GPU machine's copy of
+ * the checkout, tests/gpu/run_gpu_checks.sh) */
+static const char *data_dir(void) {
+  const char *env = getenv("ZB_TEST_DATA_DIR");
+  return env && env[0] ? env : ZB_TEST_DATA_DIR;
+}
+
 /* The fixture's expected.safetensors, whole. */
 typedef struct expected {
   uint8_t *bytes;
@@ -36,7 +49,7 @@ typedef struct expected {
 
 static int load_expected(const char *model, expected *e) {
   char path[512];
-  snprintf(path, sizeof path, "%s/hf/%s/expected.safetensors", ZB_TEST_DATA_DIR, model);
+  snprintf(path, sizeof path, "%s/hf/%s/expected.safetensors", data_dir(), model);
   zb_diag d = {{0}};
   if (zb_file_slurp("expected", path, &e->bytes, &e->len, &d) != ZB_OK ||
       zb_st_parse(e->bytes, e->len, &e->table, &d) != ZB_OK) {
@@ -93,7 +106,7 @@ static int pipeline_open(pipeline *pl, const char *model, int p) {
   memset(pl, 0, sizeof *pl);
   pl->p = p;
   char path[600], dir[512];
-  snprintf(dir, sizeof dir, "%s/hf/%s", ZB_TEST_DATA_DIR, model);
+  snprintf(dir, sizeof dir, "%s/hf/%s", data_dir(), model);
   snprintf(path, sizeof path, "%s/config.json", dir);
   uint8_t *text = NULL;
   size_t len = 0;
@@ -103,7 +116,8 @@ static int pipeline_open(pipeline *pl, const char *model, int p) {
            zb_arch_from_hf_text((const char *)text, len, &pl->arch, NULL, 0, &d) == ZB_OK &&
            zb_st_checkpoint_open(dir, &ck, &d) == ZB_OK;
   free(text);
-  zb_model_config c = {.seq_len = T, .batch = B, .seed = 1, .loss_scale = 1.0f, .arch = &pl->arch};
+  zb_model_config c = {
+      .seq_len = T, .batch = B, .seed = 1, .loss_scale = 1.0f, .arch = &pl->arch, .device = g_dev};
   for (int s = 0; ok && s < p; s++) {
     ok = zb_model_stage_new(&c, s, p, &pl->st[s], &d) == ZB_OK;
     zb_arch_tensor ts[256];
@@ -246,4 +260,28 @@ static void test_llama_matches_transformers(void) {
   check_model("llama", 4);
 }
 
+#ifdef ZB_WITH_CUDA
+int zbt_failed_checks;
+int main(int argc, char **argv) {
+  zb_cuda_device_config cfg = {.ordinal = 0, .precision = ZB_PRECISION_FP32};
+  zb_diag d = {{0}};
+  zb_err e = zb_device_cuda_new(&cfg, &g_dev, &d);
+  if (e == ZB_ERR_UNSUPPORTED) {
+    printf("test_model_hf: no CUDA device (%s); skipping\n", d.msg);
+    return 77;
+  }
+  if (e != ZB_OK) {
+    fprintf(stderr, "test_model_hf: %s\n", d.msg);
+    return 1;
+  }
+  zb_device_info info;
+  g_dev->ops->info(g_dev->self, &info);
+  printf("device: %s%s\n", info.name, info.standin ? " [stand-in]" : "");
+  static const zbt_case cases[] = {ZBT(test_gpt2_matches_transformers), ZBT(test_llama_matches_transformers)};
+  int rc = zbt_run(cases, 2, argc, argv);
+  zb_device_free(g_dev);
+  return rc;
+}
+#else
 ZBT_MAIN(ZBT(test_gpt2_matches_transformers), ZBT(test_llama_matches_transformers))
+#endif
