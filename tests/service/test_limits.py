@@ -505,6 +505,41 @@ def test_zbctl_watch_resumes_after_a_cut():
         assert not zbsvc.sanitizer_report(open(err_path).read())
 
 
+def test_zbctl_watch_resumes_after_its_connection_drops():
+    """zbctl watch across a coordinator killed (SIGKILL) and started again
+    on the same port: its stream ends UNAVAILABLE; it says the connection
+    dropped, tries again each second and takes up after the last event it
+    printed once the coordinator is back: every event once, in order."""
+    with Cluster(workers=2, name="limits-drop") as c:
+        jid = c.submit(job_spec(name="watched", ranks=2, iterations=1000000, t=0.005))
+        c.wait_iterations(jid, 1)
+        out_path, err_path = os.path.join(c.dir, "watch.out"), os.path.join(c.dir, "watch.err")
+        lines = lambda path: open(path).read().splitlines()
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            zbctl = subprocess.Popen([zbsvc.ZBCTL, "watch", jid, "--output", "json", "--coordinator", c.address],
+                                     stdout=out, stderr=err)
+        try:
+            zbsvc.wait_until("zbctl watch to print", lambda: len(lines(out_path)) >= 2, 60)
+            port = int(c.address.rsplit(":", 1)[1])
+            c.coordinator.kill()
+            zbsvc.wait_until("zbctl to see the drop", lambda: "connection dropped" in open(err_path).read(), 60)
+            printed = len(lines(out_path))
+            c.start_coordinator(port=port)
+            zbsvc.wait_until("events after the restart", lambda: len(lines(out_path)) >= printed + 3, 120)
+            c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid), timeout=30)
+            rc = zbctl.wait(timeout=120 * zbsvc.SLOW)
+        finally:
+            if zbctl.poll() is None:
+                zbctl.kill()
+                zbctl.wait()
+        seqs = [int(json.loads(line)["seq"]) for line in lines(out_path)]
+        notes = [line for line in lines(err_path) if "resuming" in line]
+        print("zbctl watch: %d events, exit %d; stderr: %s" % (len(seqs), rc, notes[0][:160]))
+        assert seqs == list(range(1, len(seqs) + 1)), seqs
+        assert rc == 1 and len(notes) == 1, (rc, open(err_path).read())
+        assert not zbsvc.sanitizer_report(open(err_path).read())
+
+
 def test_streams_per_identity_are_capped():
     """Past max_streams_per_identity a certificate's next WatchJob is
     refused (RESOURCE_EXHAUSTED naming the key); another identity is served,
