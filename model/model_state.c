@@ -102,19 +102,22 @@ void model_mb_destroy(zb_model_stage *st, int mb) {
   const zb_model_config *c = &st->cfg;
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
   size_t att = (size_t)c->batch * (size_t)c->heads * (size_t)c->seq_len * (size_t)c->seq_len;
+  size_t qkv = n * (size_t)st->qkv_cols, lo = n * (size_t)st->arch.heads * (size_t)st->arch.head_dim;
+  size_t mlp = n * (size_t)st->arch.intermediate;
   for (int i = 0; i < st->n_layers; i++) {
     block_state *b = &s->blocks[i];
     model_dropf(st, s, &b->xhat1, n * h);
     model_dropf(st, s, &b->rstd1, n);
-    model_dropf(st, s, &b->qkv, n * 3 * h);
+    model_dropf(st, s, &b->qkv, qkv);
     model_dropf(st, s, &b->att, att);
-    model_dropf(st, s, &b->o, n * h);
+    model_dropf(st, s, &b->o, lo);
     model_dropf(st, s, &b->xhat2, n * h);
     model_dropf(st, s, &b->rstd2, n);
-    model_dropf(st, s, &b->u, n * 4 * h);
-    model_dropf(st, s, &b->gel, n * 4 * h);
+    model_dropf(st, s, &b->u, mlp);
+    model_dropf(st, s, &b->up, mlp);
+    model_dropf(st, s, &b->gel, mlp);
     model_dropf(st, s, &b->da1, n * h);
-    model_dropf(st, s, &b->dqkv, n * 3 * h);
+    model_dropf(st, s, &b->dqkv, qkv);
     model_dropf(st, s, &b->dproj, n * h);
     model_dropf(st, s, &b->da2, n * h);
     model_dropf(st, s, &b->dfc2, n * h);

@@ -956,6 +956,10 @@ static void test_gradcheck_architectures(void) {
     CHECK_EQ(zb_model_stage_config(st)->vocab, 100);
     randomize(st, 21 + (uint64_t)k);
     int failures = gradcheck_stage(st, 400 + (uint64_t)k);
+    zb_model_mem mem;
+    zb_model_mem_stats(st, &mem); /* every state given back at its own size */
+    CHECK_MSG(mem.state_bytes == 0 && mem.peak_state_bytes > 0, "%lld state bytes left",
+              (long long)mem.state_bytes);
     zb_model_stage_free(st);
     c.arch = &three;
     for (int s = 0; s < 3; s++) {
