@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "zb_arch.h"
 #include "zb_jobspec_yaml.h"
@@ -215,5 +216,29 @@ static void test_tied_head_one_stage(void) {
   zb_job_spec_free(&s);
 }
 
+/* deploy/jobs' examples parse from the repository root (their paths are
+ * relative to it) with zbctl's reader. */
+static void test_deploy_examples(void) {
+  char root[600], yaml[4096];
+  snprintf(root, sizeof root, "%s/../..", ZB_TEST_DATA_DIR);
+  CHECK_EQ(chdir(root), 0);
+  const char *files[2] = {"deploy/jobs/llama.yaml", "deploy/jobs/gpt2.yaml"};
+  const char *arch[2] = {"llama", "gpt2"};
+  zb_jobspec_files plain = zb_jobspec_files_plain();
+  for (int i = 0; i < 2; i++) {
+    CHECK(slurp(files[i], yaml, sizeof yaml));
+    zb_job_spec s;
+    zb_diag d = {{0}};
+    zb_err err = zb_job_spec_parse_files(yaml, strlen(yaml), &plain, &s, &d);
+    CHECK_MSG(err == ZB_OK, "%s: %s", files[i], d.msg);
+    if (err == ZB_OK) {
+      CHECK_STREQ(s.model.architecture, arch[i]);
+      CHECK_EQ(s.model.hidden, 32);
+      CHECK_EQ(s.model.layers, 8);
+    }
+    zb_job_spec_free(&s);
+  }
+}
+
 ZBT_MAIN(ZBT(test_llama_sizes_from_config), ZBT(test_llama_wire_round_trip), ZBT(test_config_refusals),
-         ZBT(test_spec_refusals), ZBT(test_tied_head_one_stage))
+         ZBT(test_spec_refusals), ZBT(test_tied_head_one_stage), ZBT(test_deploy_examples))
