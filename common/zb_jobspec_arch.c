@@ -91,7 +91,8 @@ zb_err zb_job_spec_check_arch(const zb_job_spec *s, int n_stages, zb_job_fault *
   const zb_model_spec *m = &s->model;
   zb_diag d = {{0}};
   zb_arch_kind kind = ZB_ARCH_BUILTIN;
-  if (!terminated(m->architecture, sizeof m->architecture) || zb_arch_kind_parse(m->architecture, &kind, &d))
+  if (!terminated(m->architecture, sizeof m->architecture) ||
+      (m->architecture[0] && zb_arch_kind_parse(m->architecture, &kind, &d))) /* "": builtin */
     return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_ARCHITECTURE, "model.architecture",
                             "must be one of builtin, gpt2, llama, got '%.15s'", m->architecture);
   bool has_config = !terminated(m->config_json, sizeof m->config_json) || m->config_json[0];

@@ -192,6 +192,22 @@ static void test_spec_refusals(void) {
                 "builtin model only"));
 }
 
+/* A spec filled by hand with no architecture ("") is the builtin model. */
+static void test_empty_architecture_is_builtin(void) {
+  zb_job_spec s;
+  zb_job_spec_default(&s);
+  snprintf(s.name, sizeof s.name, "h");
+  snprintf(s.schedule, sizeof s.schedule, "1f1b");
+  snprintf(s.backend, sizeof s.backend, "cpu");
+  s.ranks = 2;
+  s.microbatches = 4;
+  s.model.architecture[0] = '\0';
+  zb_job_spec_derive(&s, false);
+  zb_diag d = {{0}};
+  CHECK_MSG(zb_job_spec_check(&s, &d) == ZB_OK, "%s", d.msg);
+  CHECK(!zb_model_spec_has_arch(&s.model));
+}
+
 /* GPT-2's head is tied: one stage only, for now. */
 static void test_tied_head_one_stage(void) {
   const char *two = "name: g\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
@@ -241,4 +257,5 @@ static void test_deploy_examples(void) {
 }
 
 ZBT_MAIN(ZBT(test_llama_sizes_from_config), ZBT(test_llama_wire_round_trip), ZBT(test_config_refusals),
-         ZBT(test_spec_refusals), ZBT(test_tied_head_one_stage), ZBT(test_deploy_examples))
+         ZBT(test_spec_refusals), ZBT(test_tied_head_one_stage), ZBT(test_deploy_examples),
+         ZBT(test_empty_architecture_is_builtin))
