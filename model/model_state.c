@@ -100,21 +100,26 @@ void model_mb_destroy(zb_model_stage *st, int mb) {
   if (!s)
     return;
   const zb_model_config *c = &st->cfg;
-  size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
-  size_t att = (size_t)c->batch * (size_t)c->heads * (size_t)c->seq_len * (size_t)c->seq_len;
+  const zb_arch *a = &st->arch;
+  /* the sizes model_forward.c took them with: the cache files a buffer by
+   * its size, so a wrong one would hand it out for another request */
+  size_t n = (size_t)st->n_tok, h = (size_t)c->hidden, in = (size_t)a->intermediate;
+  size_t att = (size_t)c->batch * (size_t)a->heads * (size_t)c->seq_len * (size_t)c->seq_len;
+  size_t lo = (size_t)a->heads * (size_t)a->head_dim;
   for (int i = 0; i < st->n_layers; i++) {
     block_state *b = &s->blocks[i];
     model_dropf(st, s, &b->xhat1, n * h);
     model_dropf(st, s, &b->rstd1, n);
-    model_dropf(st, s, &b->qkv, n * 3 * h);
+    model_dropf(st, s, &b->qkv, n * (size_t)st->qkv_cols);
     model_dropf(st, s, &b->att, att);
-    model_dropf(st, s, &b->o, n * h);
+    model_dropf(st, s, &b->o, n * lo);
     model_dropf(st, s, &b->xhat2, n * h);
     model_dropf(st, s, &b->rstd2, n);
-    model_dropf(st, s, &b->u, n * 4 * h);
-    model_dropf(st, s, &b->gel, n * 4 * h);
+    model_dropf(st, s, &b->u, n * in);
+    model_dropf(st, s, &b->gel, n * in);
+    model_dropf(st, s, &b->up, n * in);
     model_dropf(st, s, &b->da1, n * h);
-    model_dropf(st, s, &b->dqkv, n * 3 * h);
+    model_dropf(st, s, &b->dqkv, n * (size_t)st->qkv_cols);
     model_dropf(st, s, &b->dproj, n * h);
     model_dropf(st, s, &b->da2, n * h);
     model_dropf(st, s, &b->dfc2, n * h);
