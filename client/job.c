@@ -273,7 +273,8 @@ int zbctl_submit(const zbctl_command *cmd, int argc, char **argv) {
     return ZBCTL_EXIT_FAIL;
   zb_job_spec spec;
   zb_diag d;
-  zb_err err = zb_job_spec_parse(text, len, &spec, &d);
+  zb_jobspec_files files = zb_jobspec_files_plain(); /* model.config, sent as its text */
+  zb_err err = zb_job_spec_parse_files(text, len, &files, &spec, &d);
   free(text);
   if (err) {
     cli_error("submit", "%s: %s", a.positional, d.msg);
@@ -409,6 +410,9 @@ static void print_job(const ProtobufCMessage *resp, const void *ctx) {
            m->weight_decay ? m->weight_decay->value : 0, m->beta1 ? m->beta1->value : 0,
            m->beta2 ? m->beta2->value : 0, m->eps, m->clip_norm ? m->clip_norm->value : 1.0,
            m->step && m->step[0] ? m->step : "post-validated");
+    if (m->architecture && m->architecture[0] && strcmp(m->architecture, "builtin") != 0)
+      printf("arch       %s (config.json given); weights %s\n", m->architecture,
+             m->weights && m->weights[0] ? m->weights : "seeded initialisation");
     if (m->checkpoint_every > 0)
       printf("checkpoint every %d iterations and on cancel, in %s/%s%s%s\n", m->checkpoint_every,
              m->checkpoint_dir, j->id,

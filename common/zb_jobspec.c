@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zb_arch.h"
 #include "zb_jobspec_fields.h"
 #include "zb_plan.h"
 #include "zb_utf8.h"
@@ -47,13 +48,15 @@ const char *const zb_model_keys[ZB_MK_COUNT] = {
     "batch",          "seed",     "data",       "lr",
     "weight_decay",   "beta1",    "beta2",      "eps",
     "clip_norm",      "step",     "inject_nan", "checkpoint_every",
-    "checkpoint_dir", "dump_dir", "dump_every"};
+    "checkpoint_dir", "dump_dir", "dump_every", "architecture",
+    "config",         "weights"};
 const char *const zb_model_fields[ZB_MK_COUNT] = {
     "model.hidden",         "model.heads",    "model.layers",     "model.seq_len",
     "model.batch",          "model.seed",     "model.data",       "model.lr",
     "model.weight_decay",   "model.beta1",    "model.beta2",      "model.eps",
     "model.clip_norm",      "model.step",     "model.inject_nan", "model.checkpoint_every",
-    "model.checkpoint_dir", "model.dump_dir", "model.dump_every"};
+    "model.checkpoint_dir", "model.dump_dir", "model.dump_every", "model.architecture",
+    "model.config",         "model.weights"};
 const char *const zb_nan_keys[ZB_NK_COUNT] = {"iteration", "microbatch"};
 const char *const zb_nan_fields[ZB_NK_COUNT] = {"model.inject_nan.iteration", "model.inject_nan.microbatch"};
 
@@ -118,6 +121,7 @@ void zb_job_spec_default(zb_job_spec *s) {
                              .clip_norm = 1.0};
   snprintf(s->model.step, sizeof s->model.step, "%s", ZB_STEP_POST_VALIDATED_NAME);
   snprintf(s->model.data, sizeof s->model.data, "%s", ZB_MODEL_DEFAULT_DATA);
+  snprintf(s->model.architecture, sizeof s->model.architecture, "builtin");
 }
 
 long long zb_model_spec_bytes_per_activation(const zb_model_spec *m) {
@@ -141,10 +145,18 @@ void zb_job_spec_derive(zb_job_spec *s, bool bytes_given) {
   if (!zb_job_spec_trains_model(s))
     return;
   zb_family fam;
-  if (s->model.layers == 0 && memchr(s->schedule, '\0', sizeof s->schedule) &&
-      zb_family_parse(s->schedule, &fam, NULL) == ZB_OK && s->ranks >= 1 &&
-      s->ranks <= zb_job_limits[ZB_JK_RANKS].max && s->chunks >= 0 &&
-      s->chunks <= zb_job_limits[ZB_JK_CHUNKS].max) {
+  zb_arch a;
+  if (zb_model_spec_has_arch(&s->model)) {
+    /* the config gives the sizes; one that does not parse is the checker's */
+    if (zb_model_spec_arch(&s->model, &a, NULL) == ZB_OK) {
+      s->model.hidden = s->model.hidden ? s->model.hidden : a.hidden;
+      s->model.heads = s->model.heads ? s->model.heads : a.heads;
+      s->model.layers = s->model.layers ? s->model.layers : a.layers;
+    }
+  } else if (s->model.layers == 0 && memchr(s->schedule, '\0', sizeof s->schedule) &&
+             zb_family_parse(s->schedule, &fam, NULL) == ZB_OK && s->ranks >= 1 &&
+             s->ranks <= zb_job_limits[ZB_JK_RANKS].max && s->chunks >= 0 &&
+             s->chunks <= zb_job_limits[ZB_JK_CHUNKS].max) {
     long long layers = (long long)s->ranks * (s->chunks ? s->chunks : zb_family_default_chunks(fam));
     if (layers <= zb_model_limits[ZB_MK_LAYERS].max)
       s->model.layers = (int)layers;
@@ -165,10 +177,7 @@ void zb_job_spec_free(zb_job_spec *s) {
 
 /* ---- checks ------------------------------------------------------------ */
 
-static zb_err fault_set(zb_job_fault *f, zb_job_key key, int sub, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static zb_err fault_set(zb_job_fault *f, zb_job_key key, int sub, const char *field, const char *fmt, ...) {
+zb_err zb_job_fault_set(zb_job_fault *f, zb_job_key key, int sub, const char *field, const char *fmt, ...) {
   f->key = key;
   f->sub = sub;
   snprintf(f->field, sizeof f->field, "%s", field);
@@ -182,8 +191,8 @@ static zb_err fault_set(zb_job_fault *f, zb_job_key key, int sub, const char *fi
 static zb_err check_int(zb_job_fault *f, zb_job_key key, long long v) {
   const zb_int_limit *r = &zb_job_limits[key];
   if (!in_limit(v, r))
-    return fault_set(f, key, -1, zb_job_keys[key], "must be between %lld and %lld, got %lld", r->min, r->max,
-                     v);
+    return zb_job_fault_set(f, key, -1, zb_job_keys[key], "must be between %lld and %lld, got %lld", r->min,
+                            r->max, v);
   return ZB_OK;
 }
 
@@ -208,8 +217,9 @@ static zb_err check_name(const zb_job_spec *s, zb_job_fault *f) {
          c == '-';
   }
   if (!ok)
-    return fault_set(f, ZB_JK_NAME, -1, "name", "must be 1..63 characters of [A-Za-z0-9._-], got '%.*s'",
-                     (int)(len > 40 ? 40 : len), s->name);
+    return zb_job_fault_set(f, ZB_JK_NAME, -1, "name",
+                            "must be 1..63 characters of [A-Za-z0-9._-], got '%.*s'",
+                            (int)(len > 40 ? 40 : len), s->name);
   return ZB_OK;
 }
 
@@ -219,9 +229,9 @@ static zb_err check_schedule(const zb_job_spec *s, zb_job_fault *f, int *v) {
   zb_diag d = {{0}};
   zb_family fam;
   if (!terminated(s->schedule, sizeof s->schedule))
-    return fault_set(f, ZB_JK_SCHEDULE, -1, "schedule", "is not a terminated string");
+    return zb_job_fault_set(f, ZB_JK_SCHEDULE, -1, "schedule", "is not a terminated string");
   if (zb_family_parse(s->schedule, &fam, &d))
-    return fault_set(f, ZB_JK_SCHEDULE, -1, "schedule", "%s", d.msg);
+    return zb_job_fault_set(f, ZB_JK_SCHEDULE, -1, "schedule", "%s", d.msg);
   zb_err err = check_int(f, ZB_JK_CHUNKS, s->chunks);
   if (err)
     return err;
@@ -229,8 +239,8 @@ static zb_err check_schedule(const zb_job_spec *s, zb_job_fault *f, int *v) {
   *v = s->chunks ? s->chunks : dv;
   if (zb_plan_check_shape(fam, s->ranks, *v, s->microbatches, &d)) {
     bool chunks_wrong = s->chunks && !zb_plan_check_shape(fam, s->ranks, dv, s->microbatches, NULL);
-    return fault_set(f, chunks_wrong ? ZB_JK_CHUNKS : ZB_JK_SCHEDULE, -1,
-                     chunks_wrong ? "chunks" : "schedule", "%s", d.msg);
+    return zb_job_fault_set(f, chunks_wrong ? ZB_JK_CHUNKS : ZB_JK_SCHEDULE, -1,
+                            chunks_wrong ? "chunks" : "schedule", "%s", d.msg);
   }
   return ZB_OK;
 }
@@ -241,13 +251,14 @@ static zb_err check_costs(const zb_job_spec *s, zb_job_fault *f) {
   const double t[4] = {s->costs.t_f, s->costs.t_b, s->costs.t_w, s->costs.t_comm};
   for (int k = 0; k < 4; k++)
     if (!isfinite(t[k]) || t[k] < 0)
-      return fault_set(f, ZB_JK_COSTS, k, zb_cost_fields[k], "must be a finite number >= 0, got %g", t[k]);
+      return zb_job_fault_set(f, ZB_JK_COSTS, k, zb_cost_fields[k], "must be a finite number >= 0, got %g",
+                              t[k]);
   zb_costs *c = zb_costs_from_rank_share(1, 1, &s->costs, 0);
   zb_diag d = {{0}};
   zb_err err = zb_costs_check(c, &d);
   zb_costs_free(c);
   if (err)
-    return fault_set(f, ZB_JK_COSTS, ZB_CK_MEM, "costs.mem", "%s", d.msg);
+    return zb_job_fault_set(f, ZB_JK_COSTS, ZB_CK_MEM, "costs.mem", "%s", d.msg);
   return ZB_OK;
 }
 
@@ -256,20 +267,20 @@ static zb_err check_stage_costs(const zb_job_spec *s, int v, zb_job_fault *f) {
     return ZB_OK;
   int want = s->ranks * v;
   if (s->n_stage_costs < 0 || !s->stage_costs || s->n_stage_costs != want)
-    return fault_set(f, ZB_JK_STAGE_COSTS, -1, "stage_costs",
-                     "expected %d rows of [T_F, T_B, T_W] (ranks x chunks = %d x %d), got %d", want, s->ranks,
-                     v, s->n_stage_costs);
+    return zb_job_fault_set(f, ZB_JK_STAGE_COSTS, -1, "stage_costs",
+                            "expected %d rows of [T_F, T_B, T_W] (ranks x chunks = %d x %d), got %d", want,
+                            s->ranks, v, s->n_stage_costs);
   for (int i = 0; i < s->n_stage_costs; i++)
     for (int k = 0; k < 3; k++) {
       double x = s->stage_costs[i][k];
       if (!isfinite(x) || x < 0) {
         char field[32];
         snprintf(field, sizeof field, "stage_costs[%d]", i);
-        return fault_set(f, ZB_JK_STAGE_COSTS, i, field, "%s must be a finite number >= 0, got %g",
-                         k == 0   ? "T_F"
-                         : k == 1 ? "T_B"
-                                  : "T_W",
-                         x);
+        return zb_job_fault_set(f, ZB_JK_STAGE_COSTS, i, field, "%s must be a finite number >= 0, got %g",
+                                k == 0   ? "T_F"
+                                : k == 1 ? "T_B"
+                                         : "T_W",
+                                x);
       }
     }
   return ZB_OK;
@@ -278,8 +289,8 @@ static zb_err check_stage_costs(const zb_job_spec *s, int v, zb_job_fault *f) {
 static zb_err check_model_int(zb_job_fault *f, zb_model_key k, long long v) {
   const zb_int_limit *r = &zb_model_limits[k];
   if (!in_limit(v, r))
-    return fault_set(f, ZB_JK_MODEL, k, zb_model_fields[k], "must be between %lld and %lld, got %lld", r->min,
-                     r->max, v);
+    return zb_job_fault_set(f, ZB_JK_MODEL, k, zb_model_fields[k], "must be between %lld and %lld, got %lld",
+                            r->min, r->max, v);
   return ZB_OK;
 }
 
@@ -291,9 +302,9 @@ static zb_err check_model_real(zb_job_fault *f, zb_model_key k, double v, double
   if (ok)
     return ZB_OK;
   if (isinf(hi))
-    return fault_set(f, ZB_JK_MODEL, k, zb_model_fields[k], "must be a finite number %s %g, got %g",
-                     lo_open ? ">" : ">=", lo, v);
-  return fault_set(f, ZB_JK_MODEL, k, zb_model_fields[k], "must be in [%g, %g), got %g", lo, hi, v);
+    return zb_job_fault_set(f, ZB_JK_MODEL, k, zb_model_fields[k], "must be a finite number %s %g, got %g",
+                            lo_open ? ">" : ">=", lo, v);
+  return zb_job_fault_set(f, ZB_JK_MODEL, k, zb_model_fields[k], "must be in [%g, %g), got %g", lo, hi, v);
 }
 
 /* The sizes: their ranges, zb_model_stage_new's own rules (heads divide
@@ -307,21 +318,23 @@ static zb_err check_model_sizes(const zb_model_spec *m, zb_job_fault *f) {
       (err = check_model_int(f, ZB_MK_SEQ_LEN, m->seq_len)) ||
       (err = check_model_int(f, ZB_MK_BATCH, m->batch)) || (err = check_model_int(f, ZB_MK_SEED, m->seed)))
     return err;
-  if (m->hidden % m->heads != 0)
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_HEADS, "model.heads", "must divide model.hidden (%d), got %d",
-                     m->hidden, m->heads);
+  if (!zb_model_spec_has_arch(m) && m->hidden % m->heads != 0) /* a config may set head_dim */
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_HEADS, "model.heads",
+                            "must divide model.hidden (%d), got %d", m->hidden, m->heads);
   long long tokens = (long long)m->batch * m->seq_len;
   if (tokens * 4 * m->hidden > INT_MAX || (long long)m->seq_len * m->seq_len > INT_MAX)
-    return fault_set(f, ZB_JK_MODEL, -1, "model",
-                     "too large: batch x seq_len x 4 x hidden = %lld and seq_len^2 = %lld must fit an int "
-                     "(the matrix products' dimensions)",
-                     tokens * 4 * m->hidden, (long long)m->seq_len * m->seq_len);
+    return zb_job_fault_set(
+        f, ZB_JK_MODEL, -1, "model",
+        "too large: batch x seq_len x 4 x hidden = %lld and seq_len^2 = %lld must fit an int "
+        "(the matrix products' dimensions)",
+        tokens * 4 * m->hidden, (long long)m->seq_len * m->seq_len);
   long long bytes = zb_model_spec_bytes_per_activation(m);
   if (bytes > zb_job_limits[ZB_JK_BYTES].max)
-    return fault_set(f, ZB_JK_MODEL, -1, "model",
-                     "one activation is %lld bytes (batch %d x seq_len %d x hidden %d x 4), over the %lld "
-                     "bytes a message may carry",
-                     bytes, m->batch, m->seq_len, m->hidden, zb_job_limits[ZB_JK_BYTES].max);
+    return zb_job_fault_set(
+        f, ZB_JK_MODEL, -1, "model",
+        "one activation is %lld bytes (batch %d x seq_len %d x hidden %d x 4), over the %lld "
+        "bytes a message may carry",
+        bytes, m->batch, m->seq_len, m->hidden, zb_job_limits[ZB_JK_BYTES].max);
   return ZB_OK;
 }
 
@@ -331,10 +344,10 @@ static zb_err check_model_training(const zb_job_spec *s, zb_job_fault *f) {
   const zb_model_spec *m = &s->model;
   size_t data_len = terminated(m->data, sizeof m->data) ? strlen(m->data) : sizeof m->data;
   if (data_len == 0 || data_len == sizeof m->data)
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_DATA, "model.data", "must be a path of 1..%zu characters",
-                     sizeof m->data - 1);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DATA, "model.data", "must be a path of 1..%zu characters",
+                            sizeof m->data - 1);
   if (m->data[zb_utf8_prefix(m->data)] != '\0')
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_DATA, "model.data", "is not valid UTF-8");
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DATA, "model.data", "is not valid UTF-8");
   zb_err err;
   if ((err = check_model_real(f, ZB_MK_LR, m->lr, 0, true, INFINITY)) ||
       (err = check_model_real(f, ZB_MK_WEIGHT_DECAY, m->weight_decay, 0, false, INFINITY)) ||
@@ -344,16 +357,16 @@ static zb_err check_model_training(const zb_job_spec *s, zb_job_fault *f) {
       (err = check_model_real(f, ZB_MK_CLIP_NORM, m->clip_norm, 0, false, INFINITY)))
     return err;
   if (!terminated(m->step, sizeof m->step) || !one_of(m->step, step_modes, 2))
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_STEP, "model.step", "must be one of %s, %s, got '%.23s'",
-                     ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME, m->step);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_STEP, "model.step", "must be one of %s, %s, got '%.23s'",
+                            ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME, m->step);
   if (m->inject_nan && (m->nan_iteration < 0 || m->nan_iteration >= s->iterations))
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_INJECT_NAN, zb_nan_fields[ZB_NK_ITERATION],
-                     "must be between 0 and iterations - 1 (%d), got %d", s->iterations - 1,
-                     m->nan_iteration);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_INJECT_NAN, zb_nan_fields[ZB_NK_ITERATION],
+                            "must be between 0 and iterations - 1 (%d), got %d", s->iterations - 1,
+                            m->nan_iteration);
   if (m->inject_nan && (m->nan_microbatch < 0 || m->nan_microbatch >= s->microbatches))
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_INJECT_NAN, zb_nan_fields[ZB_NK_MICROBATCH],
-                     "must be between 0 and microbatches - 1 (%d), got %d", s->microbatches - 1,
-                     m->nan_microbatch);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_INJECT_NAN, zb_nan_fields[ZB_NK_MICROBATCH],
+                            "must be between 0 and microbatches - 1 (%d), got %d", s->microbatches - 1,
+                            m->nan_microbatch);
   return ZB_OK;
 }
 
@@ -362,73 +375,76 @@ static zb_err check_model_training(const zb_job_spec *s, zb_job_fault *f) {
 static zb_err check_model_dirs(const zb_model_spec *m, zb_job_fault *f) {
   long long every_max = zb_model_limits[ZB_MK_CHECKPOINT_EVERY].max;
   if (m->checkpoint_every < 0 || m->checkpoint_every > every_max)
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_CHECKPOINT_EVERY, "model.checkpoint_every",
-                     "must be between 0 and %lld, got %d", every_max, m->checkpoint_every);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_CHECKPOINT_EVERY, "model.checkpoint_every",
+                            "must be between 0 and %lld, got %d", every_max, m->checkpoint_every);
   if (!terminated(m->checkpoint_dir, sizeof m->checkpoint_dir) ||
       m->checkpoint_dir[zb_utf8_prefix(m->checkpoint_dir)] != '\0')
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_CHECKPOINT_DIR, "model.checkpoint_dir",
-                     "must be a valid UTF-8 path of at most %zu characters", sizeof m->checkpoint_dir - 1);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_CHECKPOINT_DIR, "model.checkpoint_dir",
+                            "must be a valid UTF-8 path of at most %zu characters",
+                            sizeof m->checkpoint_dir - 1);
   /* every worker writes there and a resumed job's ranks may run on other
    * hosts: a path relative to some worker's working directory would
    * scatter the files, so only an absolute one (a shared file system) */
   if ((m->checkpoint_every > 0 || m->checkpoint_dir[0]) && m->checkpoint_dir[0] != '/')
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_CHECKPOINT_DIR, "model.checkpoint_dir",
-                     "must be an absolute path (a directory every worker can write, shared on a "
-                     "multi-host cluster) when model.checkpoint_every > 0, got '%.200s'",
-                     m->checkpoint_dir);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_CHECKPOINT_DIR, "model.checkpoint_dir",
+                            "must be an absolute path (a directory every worker can write, shared on a "
+                            "multi-host cluster) when model.checkpoint_every > 0, got '%.200s'",
+                            m->checkpoint_dir);
   if (!terminated(m->dump_dir, sizeof m->dump_dir) || m->dump_dir[zb_utf8_prefix(m->dump_dir)] != '\0')
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_DIR, "model.dump_dir",
-                     "must be a valid UTF-8 path of at most %zu characters", sizeof m->dump_dir - 1);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_DIR, "model.dump_dir",
+                            "must be a valid UTF-8 path of at most %zu characters", sizeof m->dump_dir - 1);
   if (m->dump_dir[0] && m->dump_dir[0] != '/') /* as checkpoint_dir: every worker writes there */
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_DIR, "model.dump_dir",
-                     "must be an absolute path (a directory every worker can write), got '%.200s'",
-                     m->dump_dir);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_DIR, "model.dump_dir",
+                            "must be an absolute path (a directory every worker can write), got '%.200s'",
+                            m->dump_dir);
   long long dump_max = zb_model_limits[ZB_MK_DUMP_EVERY].max;
   if (m->dump_every < 0 || m->dump_every > dump_max)
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_EVERY, "model.dump_every",
-                     "must be between 0 and %lld, got %d", dump_max, m->dump_every);
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_EVERY, "model.dump_every",
+                            "must be between 0 and %lld, got %d", dump_max, m->dump_every);
   if (m->dump_every > 0 && !m->dump_dir[0])
-    return fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_EVERY, "model.dump_every",
-                     "needs model.dump_dir (where to write)");
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_EVERY, "model.dump_every",
+                            "needs model.dump_dir (where to write)");
   if (!terminated(m->resume_from, sizeof m->resume_from))
-    return fault_set(f, ZB_JK_MODEL, -1, "model.resume_from_job_id", "too long");
+    return zb_job_fault_set(f, ZB_JK_MODEL, -1, "model.resume_from_job_id", "too long");
   return ZB_OK;
 }
 
 /* The model of a cpu or cuda job, and that only such a job has one. The
  * coordinator cannot build the model (it has no BLAS), so the model's and
  * optimizer's rules are mirrored here, where both ends check. */
-static zb_err check_model(const zb_job_spec *s, zb_job_fault *f) {
+static zb_err check_model(const zb_job_spec *s, int v, zb_job_fault *f) {
   const zb_model_spec *m = &s->model;
   if (!zb_job_spec_trains_model(s)) {
     if (s->has_model)
-      return fault_set(f, ZB_JK_MODEL, -1, "model",
-                       "only a cpu or cuda job trains a model; backend is '%.15s'", s->backend);
+      return zb_job_fault_set(f, ZB_JK_MODEL, -1, "model",
+                              "only a cpu or cuda job trains a model; backend is '%.15s'", s->backend);
     return ZB_OK;
   }
   zb_err err;
-  if ((err = check_model_sizes(m, f)) || (err = check_model_training(s, f)) || (err = check_model_dirs(m, f)))
+  if ((err = zb_job_spec_check_arch(s, s->ranks * v, f)) || (err = check_model_sizes(m, f)) ||
+      (err = check_model_training(s, f)) || (err = check_model_dirs(m, f)))
     return err;
   long long bytes = zb_model_spec_bytes_per_activation(m);
   if (s->bytes_per_activation != bytes)
-    return fault_set(f, ZB_JK_BYTES, -1, "bytes_per_activation",
-                     "%lld conflicts with the model's %lld bytes per activation (batch %d x seq_len %d x "
-                     "hidden %d x 4); leave it out to derive it",
-                     s->bytes_per_activation, bytes, m->batch, m->seq_len, m->hidden);
+    return zb_job_fault_set(
+        f, ZB_JK_BYTES, -1, "bytes_per_activation",
+        "%lld conflicts with the model's %lld bytes per activation (batch %d x seq_len %d x "
+        "hidden %d x 4); leave it out to derive it",
+        s->bytes_per_activation, bytes, m->batch, m->seq_len, m->hidden);
   return ZB_OK;
 }
 
 static zb_err check_adaptive(const zb_job_spec *s, zb_job_fault *f) {
   const zb_adaptive_spec *a = &s->adaptive;
   if (a->enabled < -1 || a->enabled > 1)
-    return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_ENABLED, "adaptive.enabled",
-                     "must be true or false (on the wire: mode DEFAULT, ON or OFF)");
+    return zb_job_fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_ENABLED, "adaptive.enabled",
+                            "must be true or false (on the wire: mode DEFAULT, ON or OFF)");
   if (!isfinite(a->min_gain) || a->min_gain < 0 || a->min_gain >= 1)
-    return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_MIN_GAIN, "adaptive.min_gain", "must be in [0, 1), got %g",
-                     a->min_gain);
+    return zb_job_fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_MIN_GAIN, "adaptive.min_gain",
+                            "must be in [0, 1), got %g", a->min_gain);
   if (a->check_every < 1 || a->check_every > 1000000)
-    return fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_CHECK_EVERY, "adaptive.check_every",
-                     "must be between 1 and 1000000, got %d", a->check_every);
+    return zb_job_fault_set(f, ZB_JK_ADAPTIVE, ZB_AK_CHECK_EVERY, "adaptive.check_every",
+                            "must be between 1 and 1000000, got %d", a->check_every);
   return ZB_OK;
 }
 
@@ -442,16 +458,16 @@ bool zb_job_spec_adaptive(const zb_job_spec *s) {
 static zb_err check_device(const zb_job_spec *s, zb_job_fault *f) {
   bool cuda = backend_is(s, "cuda");
   if (!cuda && strcmp(s->transport, "nccl") == 0)
-    return fault_set(f, ZB_JK_TRANSPORT, -1, "transport",
-                     "nccl moves GPU memory and needs backend cuda; backend is '%.15s' (use tcp)",
-                     s->backend);
+    return zb_job_fault_set(f, ZB_JK_TRANSPORT, -1, "transport",
+                            "nccl moves GPU memory and needs backend cuda; backend is '%.15s' (use tcp)",
+                            s->backend);
   if (!terminated(s->precision, sizeof s->precision) || !one_of(s->precision, precisions, 3))
-    return fault_set(f, ZB_JK_PRECISION, -1, "precision", "must be one of fp32, tf32, bf16, got '%.7s'",
-                     s->precision);
+    return zb_job_fault_set(f, ZB_JK_PRECISION, -1, "precision",
+                            "must be one of fp32, tf32, bf16, got '%.7s'", s->precision);
   if (!cuda && strcmp(s->precision, ZB_PRECISION_FP32_NAME) != 0)
-    return fault_set(f, ZB_JK_PRECISION, -1, "precision",
-                     "%s needs backend cuda (tensor cores); backend '%.15s' computes fp32 only", s->precision,
-                     s->backend);
+    return zb_job_fault_set(f, ZB_JK_PRECISION, -1, "precision",
+                            "%s needs backend cuda (tensor cores); backend '%.15s' computes fp32 only",
+                            s->precision, s->backend);
   return ZB_OK;
 }
 
@@ -462,8 +478,8 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
       (err = check_int(f, ZB_JK_MICROBATCHES, s->microbatches)) || (err = check_schedule(s, f, &v)))
     return err;
   if (!isfinite(s->mem_limit) || s->mem_limit < 0)
-    return fault_set(f, ZB_JK_MEM_LIMIT, -1, "mem_limit", "must be a finite number >= 0 (0: default), got %g",
-                     s->mem_limit);
+    return zb_job_fault_set(f, ZB_JK_MEM_LIMIT, -1, "mem_limit",
+                            "must be a finite number >= 0 (0: default), got %g", s->mem_limit);
   if ((err = check_costs(s, f)) || (err = check_stage_costs(s, v, f)) ||
       (err = check_int(f, ZB_JK_ITERATIONS, s->iterations)) ||
       (err = check_int(f, ZB_JK_BYTES, s->bytes_per_activation)) ||
@@ -471,14 +487,14 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
       (err = check_int(f, ZB_JK_WAIT_WORKERS, s->wait_for_workers_s)))
     return err;
   if (!terminated(s->backend, sizeof s->backend) || !one_of(s->backend, backends, 3))
-    return fault_set(f, ZB_JK_BACKEND, -1, "backend", "must be one of sim, cpu, cuda, got '%.15s'",
-                     s->backend);
+    return zb_job_fault_set(f, ZB_JK_BACKEND, -1, "backend", "must be one of sim, cpu, cuda, got '%.15s'",
+                            s->backend);
   if (!terminated(s->transport, sizeof s->transport) || !one_of(s->transport, transports, 2))
-    return fault_set(f, ZB_JK_TRANSPORT, -1, "transport", "must be one of tcp, nccl, got '%.15s'",
-                     s->transport);
+    return zb_job_fault_set(f, ZB_JK_TRANSPORT, -1, "transport", "must be one of tcp, nccl, got '%.15s'",
+                            s->transport);
   if ((err = check_device(s, f)) || (err = check_adaptive(s, f)))
     return err;
-  return check_model(s, f);
+  return check_model(s, v, f);
 }
 
 zb_err zb_model_spec_check_sizes(const zb_model_spec *m, const char *prefix, zb_diag *diag) {
@@ -503,5 +519,9 @@ double zb_model_spec_params(const zb_model_spec *m) {
 }
 
 double zb_job_spec_rank_state_bytes(const zb_job_spec *s) {
-  return s->ranks > 0 ? 16 * zb_model_spec_params(&s->model) / s->ranks : 0;
+  double params = zb_model_spec_params(&s->model);
+  zb_arch a;
+  if (zb_model_spec_has_arch(&s->model) && zb_model_spec_arch(&s->model, &a, NULL) == ZB_OK)
+    params = (double)zb_arch_param_count(&a);
+  return s->ranks > 0 ? 16 * params / s->ranks : 0;
 }

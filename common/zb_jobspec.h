@@ -70,6 +70,13 @@
  *                               #     gradients of dumped iterations to DIR/JOB_ID/it<i>-stage<s>.dump
  *                               #     (train/zb_dump.h; zb-gradcheck checks them)
  *     dump_every: 1             #   dump iterations 0, N, 2N, ... and the last (default 1 with dump_dir)
+ *     architecture: llama       #   builtin (default), gpt2 or llama (docs/model.md, Jobs with an
+ * architecture) config: /path/config.json #   gpt2, llama: a Hugging Face config.json (required), read by the
+ *                               #     submitter and sent as its text (config_json); it gives hidden,
+ *                               #     heads, layers and the vocabulary, so those keys are left out
+ *     weights: /path/dir        #   gpt2, llama, optional: a HF safetensors checkpoint directory on the
+ *                               #     workers (default: seeded initialisation)
+ * With an architecture, data is a glob of llm.c token shards (train/zb_tokens.h).
  * A job that trains the model (backend cpu or cuda: zb_job_spec_trains_model)
  * has bytes_per_activation one activation of its model, batch * seq_len *
  * hidden * 4 bytes (fp32 whatever the precision): left out it is derived,
@@ -78,6 +85,10 @@
 /* The text a cpu job trains on when its spec names none: present on every
  * Debian machine (base-files). */
 #define ZB_MODEL_DEFAULT_DATA "/usr/share/common-licenses/GPL-3"
+
+/* The longest config.json text a job carries (Hugging Face configs are
+ * about 1 KiB). */
+#define ZB_MODEL_CONFIG_MAX 16384
 
 /* The built-in model of a cpu or cuda job and its AdamW settings (zb_model.h and
  * zb_optimizer.h on the worker take these values). */
@@ -92,11 +103,14 @@ typedef struct zb_model_spec {
   char step[24];    /* ZB_STEP_POST_VALIDATED_NAME or ZB_STEP_SYNCHRONOUS_NAME */
   bool inject_nan;  /* the test hook is on: */
   int nan_iteration, nan_microbatch;
-  int checkpoint_every;     /* 0: off; N: save after iterations N-1, 2N-1, ... and on cancel */
-  char checkpoint_dir[512]; /* absolute; required when checkpoint_every > 0 */
-  char resume_from[64];     /* set by the coordinator only: the job whose checkpoints to load */
-  char dump_dir[512];       /* "" (off) or absolute: gradient dumps (train/zb_dump.h) */
-  int dump_every;           /* 0 means 1 when dump_dir is set; requires dump_dir when > 0 */
+  int checkpoint_every;                  /* 0: off; N: save after iterations N-1, 2N-1, ... and on cancel */
+  char checkpoint_dir[512];              /* absolute; required when checkpoint_every > 0 */
+  char resume_from[64];                  /* set by the coordinator only: the job whose checkpoints to load */
+  char dump_dir[512];                    /* "" (off) or absolute: gradient dumps (train/zb_dump.h) */
+  int dump_every;                        /* 0 means 1 when dump_dir is set; requires dump_dir when > 0 */
+  char architecture[16];                 /* zb_arch_kind_name: "builtin" (default), "gpt2", "llama" */
+  char config_json[ZB_MODEL_CONFIG_MAX]; /* gpt2, llama: the config.json's text; "" for builtin */
+  char weights[512];                     /* "" (seeded init) or a HF checkpoint directory on the workers */
 } zb_model_spec;
 
 /* Adaptive re-planning (docs/wire.md, Timelines). */
@@ -178,5 +192,14 @@ double zb_model_spec_params(const zb_model_spec *m);
  * divided by the ranks. The coordinator refuses workers advertising less. */
 double zb_job_spec_rank_state_bytes(const zb_job_spec *s);
 void zb_job_spec_free(zb_job_spec *s);
+
+/* The architecture of a model spec (zb_jobspec_arch.c): builtin for
+ * architecture "builtin" (its sizes from the spec), else parsed from
+ * config_json by zb_arch_from_hf_text. The message names model.config or
+ * model.architecture. */
+struct zb_arch;
+zb_err zb_model_spec_arch(const zb_model_spec *m, struct zb_arch *out, zb_diag *diag);
+/* Whether the spec names an architecture other than builtin. */
+bool zb_model_spec_has_arch(const zb_model_spec *m);
 
 #endif

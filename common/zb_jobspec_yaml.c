@@ -40,6 +40,7 @@ typedef struct job_lines {
   int cost[ZB_CK_COUNT];
   int model[ZB_MK_COUNT];
   const yaml_node_t *stage_rows; /* the stage_costs list, NULL if absent */
+  const zb_jobspec_files *files; /* the caller's reader of model.config; NULL: none */
 } job_lines;
 
 /* mem_limit: 'Np' (N > 0, times ranks once the document is read) or a
@@ -171,6 +172,48 @@ static zb_err job_adaptive(const zb_yaml_walk *w, const yaml_node_t *n, zb_adapt
   return err;
 }
 
+/* model.config: the file's text through the caller's reader (this module
+ * does no I/O); the checker parses it. */
+static zb_err model_config(const zb_yaml_walk *w, const yaml_node_t *v, zb_model_spec *m,
+                           const job_lines *l) {
+  char path[512];
+  zb_err err = zb_yaml_get_string(w, v, "model.config", path, sizeof path);
+  if (err)
+    return err;
+  if (!l->files || !l->files->read)
+    return zb_diag_set(w->diag, ZB_ERR_INVALID_ARG,
+                       "line %d: key 'model.config': this reader does not read files (zbctl submit does)",
+                       zb_yaml_line(v));
+  zb_diag d = {{0}};
+  if ((err = l->files->read(l->files->ud, path, m->config_json, sizeof m->config_json, &d)))
+    return zb_diag_set(w->diag, err, "line %d: key 'model.config': %s", zb_yaml_line(v), d.msg);
+  return ZB_OK;
+}
+
+/* The keys that name an architecture: architecture, config, weights. */
+static zb_err model_arch_key(const zb_yaml_walk *w, int k, const yaml_node_t *v, zb_model_spec *m,
+                             const job_lines *l) {
+  if (k == ZB_MK_ARCHITECTURE)
+    return zb_yaml_get_string(w, v, "model.architecture", m->architecture, sizeof m->architecture);
+  if (k == ZB_MK_CONFIG)
+    return model_config(w, v, m, l);
+  return zb_yaml_get_string(w, v, "model.weights", m->weights, sizeof m->weights);
+}
+
+/* With an architecture the config gives hidden, heads and layers: those
+ * left out are 0 for zb_job_spec_derive to fill, not the builtin's
+ * defaults. */
+static void model_arch_sizes(zb_model_spec *m, const job_lines *l) {
+  if (!zb_model_spec_has_arch(m))
+    return;
+  if (!l->model[ZB_MK_HIDDEN])
+    m->hidden = 0;
+  if (!l->model[ZB_MK_HEADS])
+    m->heads = 0;
+  if (!l->model[ZB_MK_LAYERS])
+    m->layers = 0;
+}
+
 /* model: a mapping of zb_model_keys; sizes are checked as integers here and
  * against their ranges (with the other rules) by the checker. */
 static zb_err job_model(const zb_yaml_walk *w, const yaml_node_t *n, zb_job_spec *s, job_lines *lines) {
@@ -213,11 +256,14 @@ static zb_err job_model(const zb_yaml_walk *w, const yaml_node_t *n, zb_job_spec
       err = zb_yaml_get_string(w, value, "model.dump_dir", m->dump_dir, sizeof m->dump_dir);
     else if (k == ZB_MK_DUMP_EVERY)
       err = get_int32(w, value, "model.dump_every", &zb_model_limits[ZB_MK_DUMP_EVERY], &m->dump_every);
+    else if (k >= ZB_MK_ARCHITECTURE)
+      err = model_arch_key(w, k, value, m, lines);
     else
       err = zb_yaml_get_number(w, value, zb_model_fields[k], reals[k]);
     if (err)
       return err;
   }
+  model_arch_sizes(m, lines);
   return ZB_OK;
 }
 
@@ -268,9 +314,10 @@ static int fault_line(const zb_yaml_walk *w, const job_lines *lines, const zb_jo
   return lines->key[f->key] ? lines->key[f->key] : lines->root;
 }
 
-static zb_err job_walk(const zb_yaml_walk *w, const yaml_node_t *root, zb_job_spec *s) {
+static zb_err job_walk(const zb_yaml_walk *w, const yaml_node_t *root, const zb_jobspec_files *files,
+                       zb_job_spec *s) {
   char known[160];
-  job_lines lines = {.root = zb_yaml_line(root)};
+  job_lines lines = {.root = zb_yaml_line(root), .files = files};
   double per_rank = 0;
   zb_yaml_join_names(zb_job_keys, ZB_JK_COUNT, known, sizeof known);
   char what[200];
@@ -303,6 +350,11 @@ static zb_err job_walk(const zb_yaml_walk *w, const yaml_node_t *root, zb_job_sp
 }
 
 zb_err zb_job_spec_parse(const char *yaml, size_t len, zb_job_spec *out, zb_diag *diag) {
+  return zb_job_spec_parse_files(yaml, len, NULL, out, diag);
+}
+
+zb_err zb_job_spec_parse_files(const char *yaml, size_t len, const zb_jobspec_files *files, zb_job_spec *out,
+                               zb_diag *diag) {
   zb_job_spec s;
   yaml_document_t doc;
   yaml_node_t *root = NULL;
@@ -311,7 +363,7 @@ zb_err zb_job_spec_parse(const char *yaml, size_t len, zb_job_spec *out, zb_diag
   if (!err) {
     zb_yaml_walk w = {&doc, diag};
     err =
-        root ? job_walk(&w, root, &s)
+        root ? job_walk(&w, root, files, &s)
              : zb_diag_set(diag, ZB_ERR_PARSE,
                            "line 1: empty document: a job spec needs name, ranks, microbatches and schedule");
     yaml_document_delete(&doc);

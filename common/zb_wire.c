@@ -19,6 +19,26 @@ zb_err zb_wire_copy_str(char *dst, size_t cap, const char *src, const char *fiel
   return ZB_OK;
 }
 
+/* The architecture fields. With gpt2 or llama the config gives hidden,
+ * heads and layers: those absent (0) stay 0 for zb_job_spec_derive, not
+ * the builtin's defaults. */
+static zb_err wire_model_arch_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb_diag *diag) {
+  zb_err err;
+  if ((pb->architecture && pb->architecture[0] &&
+       (err = zb_wire_copy_str(out->architecture, sizeof out->architecture, pb->architecture,
+                               "model.architecture", diag))) ||
+      (err = zb_wire_copy_str(out->config_json, sizeof out->config_json, pb->config_json, "model.config",
+                              diag)) ||
+      (err = zb_wire_copy_str(out->weights, sizeof out->weights, pb->weights, "model.weights", diag)))
+    return err;
+  if (zb_model_spec_has_arch(out)) {
+    out->hidden = pb->hidden;
+    out->heads = pb->heads;
+    out->layers = pb->layers;
+  }
+  return ZB_OK;
+}
+
 zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb_diag *diag) {
   if (pb->hidden != 0)
     out->hidden = pb->hidden;
@@ -72,7 +92,7 @@ zb_err zb_wire_model_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec *out, zb
       (err = zb_wire_copy_str(out->resume_from, sizeof out->resume_from, pb->resume_from_job_id,
                               "model.resume_from_job_id", diag)))
     return err;
-  return ZB_OK;
+  return wire_model_arch_from_pb(pb, out, diag);
 }
 
 void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
@@ -109,6 +129,9 @@ void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
   pb->resume_from_job_id = (char *)m->resume_from;
   pb->dump_dir = (char *)m->dump_dir;
   pb->dump_every = m->dump_every;
+  pb->architecture = (char *)m->architecture;
+  pb->config_json = (char *)m->config_json;
+  pb->weights = (char *)m->weights;
 }
 
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {

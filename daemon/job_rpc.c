@@ -85,7 +85,7 @@ static bool admit_memory(coord *co, zb_rpc_call *call, const zb_job_spec *spec) 
       "spec.model: its parameters, gradients and AdamW moments alone need at least %.3g GiB on each of "
       "its %d ranks (%.4g M parameters, 16 bytes each), but %d of the %d workers able to run it have "
       "that much %s memory (the most: %.3g GiB); use more ranks or a smaller model",
-      need / gib, spec->ranks, zb_model_spec_params(&spec->model) / 1e6, fit, offer,
+      need / gib, spec->ranks, need * spec->ranks / 16 / 1e6, fit, offer,
       job_needs_gpu(spec) ? "GPU" : "host", (double)most / gib);
   return false;
 }

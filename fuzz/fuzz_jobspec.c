@@ -30,7 +30,9 @@ static void check_model_equal(const zb_model_spec *a, const zb_model_spec *b) {
                  a->beta2 == b->beta2 && a->eps == b->eps && a->clip_norm == b->clip_norm,
              "model optimizer settings changed");
   FUZZ_CHECK(strcmp(a->data, b->data) == 0 && strcmp(a->step, b->step) == 0 &&
-                 strcmp(a->checkpoint_dir, b->checkpoint_dir) == 0 && strcmp(a->dump_dir, b->dump_dir) == 0,
+                 strcmp(a->checkpoint_dir, b->checkpoint_dir) == 0 && strcmp(a->dump_dir, b->dump_dir) == 0 &&
+                 strcmp(a->architecture, b->architecture) == 0 &&
+                 strcmp(a->config_json, b->config_json) == 0 && strcmp(a->weights, b->weights) == 0,
              "model strings changed");
   FUZZ_CHECK(a->inject_nan == b->inject_nan && a->nan_iteration == b->nan_iteration &&
                  a->nan_microbatch == b->nan_microbatch && a->checkpoint_every == b->checkpoint_every &&

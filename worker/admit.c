@@ -20,13 +20,35 @@
 
 #include "worker.h"
 #include "zb_alloc.h"
+#include "zb_arch.h"
 #ifdef ZB_WITH_CPU_BACKEND
 #include "zb_model.h"
 #endif
 
+/* Parameters of stage s of n of an architecture's model: its tensors'
+ * sizes (zb_arch_stage_tensors); -1 when it cannot tell (a bad config,
+ * which the job refuses when it builds its stages). */
+static double arch_stage_params(const zb_model_spec *m, int s, int n) {
+  zb_arch a;
+  int count = 0;
+  if (zb_model_spec_arch(m, &a, NULL) || zb_arch_stage_tensors(&a, s, n, NULL, 0, &count, NULL))
+    return -1;
+  zb_arch_tensor *ts = zb_calloc((size_t)(count ? count : 1), sizeof *ts);
+  double sum = 0;
+  if (zb_arch_stage_tensors(&a, s, n, ts, count, &count, NULL) == ZB_OK)
+    for (int i = 0; i < count; i++)
+      sum += (double)ts[i].rows * ts[i].cols;
+  free(ts);
+  return sum;
+}
+
 /* Parameters of stage s of n (the layout of model/model_stage.c: the
  * embeddings on the first, the final LayerNorm and head on the last). */
 static double stage_params(const zb_model_spec *m, int s, int n) {
+  if (zb_model_spec_has_arch(m)) {
+    double p = arch_stage_params(m, s, n);
+    return p > 0 ? p : 0;
+  }
   int first = 0, count = 0;
 #ifdef ZB_WITH_CPU_BACKEND
   if (zb_model_layer_range(m->layers, n, s, &first, &count) != ZB_OK)

@@ -346,7 +346,7 @@ static zb_err cpu_check(const zb_cpu_backend_config *cfg, zb_diag *diag) {
                            cfg->rank, s);
     ends |= s == 0 || s == cfg->total_stages - 1;
   }
-  if (ends && !cfg->data.fill)
+  if (ends && !cfg->data.fill && !cfg->data.fill_ids)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "cpu backend: rank %d hosts the first or the last stage but has no data source",
                        cfg->rank);

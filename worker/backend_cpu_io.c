@@ -123,9 +123,16 @@ zb_err zb_backend_cpu_text_fill(void *ud, int64_t iteration, int mb, int batch, 
 /* Fills b->tokens and b->targets for mb of the current iteration, and
  * widens them to the model's int32 ids. */
 zb_err cpu_fill(cpu_backend *b, int stage, int mb, zb_diag *diag) {
-  zb_err err = b->data.fill(b->data.ud, b->iteration, mb, b->model.batch, b->model.seq_len, b->tokens,
-                            b->targets, diag);
+  zb_err err;
   size_t nt = (size_t)b->model.batch * (size_t)b->model.seq_len;
+  if (b->data.fill_ids) {
+    err = b->data.fill_ids(b->data.ud, b->iteration, mb, b->model.batch, b->model.seq_len, b->tok_ids,
+                           b->tgt_ids, diag);
+    nt = 0; /* ids already */
+  } else {
+    err = b->data.fill(b->data.ud, b->iteration, mb, b->model.batch, b->model.seq_len, b->tokens, b->targets,
+                       diag);
+  }
   for (size_t i = 0; !err && i < nt; i++) {
     b->tok_ids[i] = b->tokens[i];
     b->tgt_ids[i] = b->targets[i];

@@ -62,7 +62,11 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
     cj->last |= cj->stages[i] == cj->total_stages - 1;
   }
   zb_err err;
-  if (first || cj->last) {
+  zb_cpu_data data = {0};
+  if (zb_model_spec_has_arch(ms)) {
+    if ((err = cpu_job_arch_open(cj, first || cj->last, &data, diag)))
+      return err;
+  } else if (first || cj->last) {
     if ((err = zb_file_slurp_in(cj->roots, "model.data", ms->data, &cj->text, &cj->text_len, diag)))
       return err;
     if (cj->text_len < (size_t)ms->seq_len + 1)
@@ -71,6 +75,7 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
                          cj->text_len, ms->seq_len, ms->seq_len + 1);
     cj->source = zb_malloc(sizeof *cj->source);
     *cj->source = (zb_cpu_text){.text = cj->text, .len = cj->text_len, .seed = (uint64_t)ms->seed};
+    data = (zb_cpu_data){zb_backend_cpu_text_fill, cj->source, NULL};
   }
   zb_cpu_backend_config bc = {
       .rank = a->rank,
@@ -83,14 +88,17 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
                 .seq_len = ms->seq_len,
                 .batch = ms->batch,
                 .seed = (uint64_t)ms->seed,
-                .loss_scale = 1.0f / (float)cj->microbatches},
-      .data = {cj->text ? zb_backend_cpu_text_fill : NULL, cj->source},
+                .loss_scale = 1.0f / (float)cj->microbatches,
+                .arch = cj->has_arch ? &cj->arch : NULL},
+      .data = data,
       .device = cj->device,
       .host_transport = cj->host_transport,
       .stop = cj->stop,
       .inject_nan = {ms->inject_nan, ms->nan_iteration, ms->nan_microbatch},
   };
-  return zb_backend_cpu_new(&bc, &cj->be, diag);
+  if ((err = zb_backend_cpu_new(&bc, &cj->be, diag)))
+    return err;
+  return cj->has_arch ? cpu_job_arch_weights(cj, diag) : ZB_OK;
 }
 
 /* A cuda job's stepper: the device target over the stages' device
@@ -323,5 +331,6 @@ void cpu_job_close(cpu_job *cj) {
   free(cj->stages);
   free(cj->text);
   free(cj->source);
+  zb_tokens_free(cj->tokens);
   memset(cj, 0, sizeof *cj);
 }

@@ -14,12 +14,14 @@
 
 #include <stdatomic.h>
 
+#include "zb_arch.h"
 #include "zb_assignment.h"
 #include "zb_backend.h"
 #include "zb_optimizer.h"
 #include "zb_roots.h"
 #include "zb_step.h"
 #include "zb_step_device.h"
+#include "zb_tokens.h"
 #include "zb_transport.h"
 
 /* What a cpu job keeps on this rank from its first iteration to its last,
@@ -50,6 +52,11 @@ typedef struct cpu_job {
   uint8_t *text;
   size_t text_len;
   zb_cpu_text *source; /* points into text; on the heap: the backend keeps its address */
+  /* a job with an architecture (gpt2, llama; cpu_job_arch.c): the arch its
+   * config gives, and its token shards when this rank hosts an end stage */
+  bool has_arch;
+  zb_arch arch;
+  zb_tokens *tokens;
   /* checkpoints (zb_checkpoint.h): on when ckpt_every > 0 */
   char job_id[64];
   int ckpt_every;
@@ -76,6 +83,14 @@ bool cpu_job_same_stages(const cpu_job *cj, const zb_schedule *sched, int rank);
 zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
                     zb_step_result *step, zb_diag *diag);
 void cpu_job_close(cpu_job *cj);
+
+/* cpu_job_arch.c: a job with an architecture. cpu_job_arch_open parses
+ * the model's config into cj->arch (has_arch) and, when the rank hosts
+ * the first or the last stage, opens its token shards; *data is then the
+ * backend's data source. cpu_job_arch_weights reads each hosted stage's
+ * tensors from model.weights (when given) after the backend made them. */
+zb_err cpu_job_arch_open(cpu_job *cj, bool ends, zb_cpu_data *data, zb_diag *diag);
+zb_err cpu_job_arch_weights(cpu_job *cj, zb_diag *diag);
 
 /* cpu_job_restage.c */
 /* Takes a plan update at an iteration boundary: nothing to do when this

@@ -216,9 +216,15 @@ void zb_backend_sim_set_time_scale(zb_backend *b, double scale);
 typedef zb_err (*zb_cpu_data_fn)(void *ud, int64_t iteration, int mb, int batch, int seq_len, uint8_t *tokens,
                                  uint8_t *targets, zb_diag *diag);
 
+/* The same with the model's int32 token ids (a tokenized dataset,
+ * train/zb_tokens.h), for vocabularies past 256. */
+typedef zb_err (*zb_cpu_ids_fn)(void *ud, int64_t iteration, int mb, int batch, int seq_len, int32_t *tokens,
+                                int32_t *targets, zb_diag *diag);
+
 typedef struct zb_cpu_data {
-  zb_cpu_data_fn fill; /* required when the rank hosts the first or the last stage */
-  void *ud;            /* borrowed */
+  zb_cpu_data_fn fill;    /* fill or fill_ids required when the rank hosts the first or the last stage */
+  void *ud;               /* borrowed */
+  zb_cpu_ids_fn fill_ids; /* used instead of fill when set */
 } zb_cpu_data;
 
 /* The default data: byte-level language modelling over a text in memory.

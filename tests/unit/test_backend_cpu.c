@@ -387,7 +387,7 @@ static void test_local_handoff(void) {
   const int m = 3, S = 3;
   zb_model_config cfg = tiny_model(4, m);
   zb_cpu_text t = text_source();
-  zb_cpu_data data = {zb_backend_cpu_text_fill, &t};
+  zb_cpu_data data = {zb_backend_cpu_text_fill, &t, NULL};
   int stages[3] = {2, 0, 1}; /* any order */
   zb_cpu_backend_config bc = {.stages = stages, .n_stages = S, .total_stages = S, .model = cfg, .data = data};
   zb_backend *b = NULL;
@@ -606,7 +606,7 @@ static void test_wrong_bpa_executor(void) {
   zb_cpu_text t = text_source();
   size_t bpa = zb_backend_cpu_bytes_per_activation(&cfg), wrong = bpa / 2;
   static ranks rs;
-  CHECK(ranks_init(&rs, &j, &cfg, (zb_cpu_data){zb_backend_cpu_text_fill, &t}, wrong, 1));
+  CHECK(ranks_init(&rs, &j, &cfg, (zb_cpu_data){zb_backend_cpu_text_fill, &t, NULL}, wrong, 1));
   ranks_run(&rs);
   CHECK(!rs.watchdog_fired);
   char a[32], b[32];
@@ -637,7 +637,7 @@ static int run_family(zb_family f, int p) {
   }
   zb_model_config cfg = tiny_model(p == 2 ? 2 * j.S : j.S, m);
   zb_cpu_text t = text_source();
-  zb_cpu_data data = {same_tokens_fill, &t};
+  zb_cpu_data data = {same_tokens_fill, &t, NULL};
   static ranks rs;
   reference ref;
   char label[64];
@@ -721,7 +721,7 @@ static void test_next_iteration_data(void) {
   CHECK(zbt_job_make(ZB_FAMILY_ZB_H1, 2, 4, NULL, &j));
   zb_model_config cfg = tiny_model(4, 4);
   zb_cpu_text t = text_source();
-  zb_cpu_data data = {zb_backend_cpu_text_fill, &t};
+  zb_cpu_data data = {zb_backend_cpu_text_fill, &t, NULL};
   reference ref0, ref1;
   CHECK(reference_make(&ref0, &cfg, &data, 0, 4) && reference_make(&ref1, &cfg, &data, 1, 4));
   static ranks rs;
@@ -819,7 +819,7 @@ static bool run_memory(zb_family f, const zb_rank_costs *mem, int64_t *peak, dou
   zb_model_config cfg = memory_model(m);
   zb_cpu_text t = text_source();
   static ranks rs;
-  bool ok = ranks_init(&rs, &j, &cfg, (zb_cpu_data){zb_backend_cpu_text_fill, &t},
+  bool ok = ranks_init(&rs, &j, &cfg, (zb_cpu_data){zb_backend_cpu_text_fill, &t, NULL},
                        zb_backend_cpu_bytes_per_activation(&cfg), 1);
   if (ok) {
     ranks_run(&rs);
