@@ -33,6 +33,9 @@
 # 2.9 GB downloaded (kept again in pip's cache unless PIP_NO_CACHE_DIR is
 # set), 5.6 GB installed, 84 s with an empty pip cache.
 set -euo pipefail
+# shellcheck source=venv-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/venv-lib.sh"
+tag=install-hf-venv
 
 # The pins: the fixtures in tests/data/hf were made with these versions;
 # changing one means regenerating them (tools/hf_fixtures.py --out).
@@ -70,28 +73,8 @@ print(" ".join(f"{n}={version(n)}" for n in ("torch", "transformers", "safetenso
 EOF
 }
 
-have=$(installed_versions || true)
-if [[ $have == "$want" ]]; then
-  echo "install-hf-venv: $venv has $want"
-  exit 0
-fi
-if [[ $mode == check ]]; then
-  echo "install-hf-venv: $venv lacks $want${have:+ (has $have)}" >&2
-  exit 1
-fi
-
-if [[ -z $py ]]; then
-  echo "install-hf-venv: python3 not found (Debian package python3)" >&2
-  exit 1
-fi
-if [[ ! -x $venv/bin/python ]]; then
-  echo "install-hf-venv: $py -m venv $venv"
-  if ! "$py" -m venv "$venv"; then
-    rm -rf "$venv"
-    echo "install-hf-venv: '$py -m venv' failed: install the Debian package python3-venv" >&2
-    exit 1
-  fi
-fi
+venv_done_or_check "$(installed_versions || true)" "$want"
+venv_create
 # Short timeouts and one retry: without network this fails in seconds
 # rather than after pip's default three minutes per try.
 echo "install-hf-venv: pip install $want into $venv (about 2.9 GB from PyPI the first time)"

@@ -13,6 +13,9 @@
 #
 # ZB_DEPLOY_VENV overrides the venv's path.
 set -euo pipefail
+# shellcheck source=venv-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/venv-lib.sh"
+tag=install-py-deps
 
 # The pin: kubernetes-validate carries the JSON schemas of Kubernetes
 # 1.25..1.37; the test validates against one of them (tests/deploy/test_k8s.py).
@@ -38,32 +41,12 @@ installed_version() {
   [[ -x $venv/bin/python ]] || return 1
   "$venv/bin/python" - <<'EOF' 2>/dev/null
 from importlib.metadata import version
-print(version("kubernetes-validate"))
+print("kubernetes-validate " + version("kubernetes-validate"))
 EOF
 }
 
-have=$(installed_version || true)
-if [[ $have == "$KV_VERSION" ]]; then
-  echo "install-py-deps: $venv has kubernetes-validate $KV_VERSION"
-  exit 0
-fi
-if [[ $mode == check ]]; then
-  echo "install-py-deps: $venv lacks kubernetes-validate $KV_VERSION${have:+ (has $have)}" >&2
-  exit 1
-fi
-
-if [[ -z $py ]]; then
-  echo "install-py-deps: python3 not found (Debian package python3)" >&2
-  exit 1
-fi
-if [[ ! -x $venv/bin/python ]]; then
-  echo "install-py-deps: $py -m venv $venv"
-  if ! "$py" -m venv "$venv"; then
-    rm -rf "$venv"
-    echo "install-py-deps: '$py -m venv' failed: install the Debian package python3-venv" >&2
-    exit 1
-  fi
-fi
+venv_done_or_check "$(installed_version || true)" "kubernetes-validate $KV_VERSION"
+venv_create
 # Short timeouts and one retry: without network this fails in seconds, and
 # the test then skips its schema validation, saying why.
 echo "install-py-deps: pip install kubernetes-validate==$KV_VERSION into $venv"

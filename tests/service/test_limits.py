@@ -469,6 +469,20 @@ def test_stalled_replays_hold_at_most_the_total():
         assert [e.seq for e in rest] == list(range(resume + 1, n_events + 1)), (resume, [e.seq for e in rest][:5])
 
 
+def start_zbctl_watch(c, jid):
+    """`zbctl watch JID --output json`, its stdout and stderr to files in
+    the cluster's directory: (process, stdout path, stderr path)."""
+    out_path, err_path = os.path.join(c.dir, "watch.out"), os.path.join(c.dir, "watch.err")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        p = subprocess.Popen([zbsvc.ZBCTL, "watch", jid, "--output", "json", "--coordinator", c.address],
+                             stdout=out, stderr=err)
+    return p, out_path, err_path
+
+
+def lines(path):
+    return open(path).read().splitlines()
+
+
 def test_zbctl_watch_resumes_after_a_cut():
     """zbctl watch, stopped long enough to be cut, takes up after the last
     event it printed: every event once, in order; it says so on stderr once."""
@@ -476,11 +490,7 @@ def test_zbctl_watch_resumes_after_a_cut():
             Cluster(workers=2, name="limits-zbctl", coordinator_args=conf) as c:
         jid = c.submit(job_spec(name="watched", iterations=1000000, **BIG_EVENTS))
         c.wait_iterations(jid, 1)
-        out_path, err_path = os.path.join(c.dir, "watch.out"), os.path.join(c.dir, "watch.err")
-        lines = lambda path: open(path).read().splitlines()
-        with open(out_path, "w") as out, open(err_path, "w") as err:
-            zbctl = subprocess.Popen([zbsvc.ZBCTL, "watch", jid, "--output", "json", "--coordinator", c.address],
-                                     stdout=out, stderr=err)
+        zbctl, out_path, err_path = start_zbctl_watch(c, jid)
         try:
             zbsvc.wait_until("zbctl watch to print", lambda: len(lines(out_path)) >= 2, 60)
             zbctl.send_signal(signal.SIGSTOP)
@@ -513,11 +523,7 @@ def test_zbctl_watch_resumes_after_its_connection_drops():
     with Cluster(workers=2, name="limits-drop") as c:
         jid = c.submit(job_spec(name="watched", ranks=2, iterations=1000000, t=0.005))
         c.wait_iterations(jid, 1)
-        out_path, err_path = os.path.join(c.dir, "watch.out"), os.path.join(c.dir, "watch.err")
-        lines = lambda path: open(path).read().splitlines()
-        with open(out_path, "w") as out, open(err_path, "w") as err:
-            zbctl = subprocess.Popen([zbsvc.ZBCTL, "watch", jid, "--output", "json", "--coordinator", c.address],
-                                     stdout=out, stderr=err)
+        zbctl, out_path, err_path = start_zbctl_watch(c, jid)
         try:
             zbsvc.wait_until("zbctl watch to print", lambda: len(lines(out_path)) >= 2, 60)
             port = int(c.address.rsplit(":", 1)[1])
