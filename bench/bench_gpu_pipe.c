@@ -34,7 +34,7 @@
 
 #include "bench_gpu.h"
 #include "zb_alloc.h"
-#include "zb_backend.h"
+#include "zb_backend_cpu.h"
 #include "zb_executor.h"
 #include "zb_planner.h"
 #include "zb_transport.h"

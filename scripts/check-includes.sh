@@ -4,7 +4,9 @@
 # files form no cycle, and the lower layers do not reach up: job_core
 # (the job lifecycle's rules), the store and the config include neither
 # coordinator.h nor anything of RPC, gRPC or libuv, so they build and test
-# without them. Prints each offending include and exits 1.
+# without them. In the worker, the executor and the transports reach no
+# model header, even through others (docs/model.md, Backends): they see
+# the backend's vtable only. Prints each offending include and exits 1.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bad=0
@@ -39,5 +41,30 @@ def visit(n, path):
     return ok
 sys.exit(0 if all(visit(n, []) for n in sorted(graph)) else 1)
 PY
-[[ $bad == 0 ]] && echo "check-includes: daemon/ headers form no cycle; job_core, the store and the config stand below coordinator.h"
+# the worker's executor and transports: no model header, transitively
+python3 - <<'PY' || bad=1
+import glob, os, re, sys
+dirs = ["worker", "lib", "common", "util", "train", "model"]
+def find(h):
+    for d in dirs:
+        if os.path.exists(os.path.join(d, h)):
+            return os.path.join(d, h)
+    return None
+model = {"zb_model.h", "zb_device.h", "zb_arch.h", "zb_backend_cpu.h", "model_internal.h"}
+ok = True
+for f in ["worker/executor.c", "worker/zb_executor.h"] + sorted(glob.glob("worker/transport*.[ch]")) + ["worker/zb_transport.h"]:
+    seen, todo = set(), [f]
+    while todo:
+        cur = todo.pop()
+        for h in re.findall(r'#include "([^"]+)"', open(cur).read()):
+            if h in model:
+                print("check-includes: %s reaches %s (through %s)" % (f, h, cur), file=sys.stderr)
+                ok = False
+            p = find(h)
+            if p and p not in seen:
+                seen.add(p)
+                todo.append(p)
+sys.exit(0 if ok else 1)
+PY
+[[ $bad == 0 ]] && echo "check-includes: daemon/ headers form no cycle; job_core, the store and the config stand below coordinator.h; the executor and the transports reach no model header"
 exit $bad

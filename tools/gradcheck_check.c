@@ -12,7 +12,7 @@
 
 #include "gradcheck.h"
 #include "zb_alloc.h"
-#include "zb_backend.h"
+#include "zb_backend_cpu.h"
 #include "zb_dump.h"
 #include "zb_file.h"
 #include "zb_model.h"

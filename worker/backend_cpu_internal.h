@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "zb_backend.h"
+#include "zb_backend_cpu.h"
 #include "zb_device.h"
 
 /* Slot kinds, one per comm action. */

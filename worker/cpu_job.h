@@ -16,7 +16,7 @@
 
 #include "zb_arch.h"
 #include "zb_assignment.h"
-#include "zb_backend.h"
+#include "zb_backend_cpu.h"
 #include "zb_optimizer.h"
 #include "zb_roots.h"
 #include "zb_step.h"

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "zb_alloc.h"
+#include "zb_backend_cpu.h"
 #include "zb_clock.h"
 #include "zb_executor.h"
 #include "zb_lower.h"

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "zb_alloc.h"
-#include "zb_backend.h"
+#include "zb_backend_cpu.h"
 #include "zb_dump.h"
 #include "zb_model.h"
 #include "zbtest.h"
