@@ -39,6 +39,7 @@
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_model.h"
+#include "zb_names.h"
 #include "zb_plan.h"
 #include "zb_planner.h"
 #include "zb_sim.h"
@@ -305,7 +306,7 @@ static void attention_mode(zb_model_config cfg, int full, int reps, attn_times *
   zb_model_stage *st = NULL;
   if (zb_model_stage_new(&cfg, 1, 3, &st, NULL) != ZB_OK)
     return;
-  if (strcmp(zb_model_device(st)->ops->name, "host") != 0) { /* attention is timed on host buffers */
+  if (strcmp(zb_model_device(st)->ops->name, ZB_DEVICE_HOST) != 0) { /* attention is timed on host buffers */
     zb_model_stage_free(st);
     return;
   }

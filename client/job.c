@@ -366,7 +366,7 @@ static void print_iteration(const Zb__V1__IterationMetrics *it, int iterations, 
 /* Tokens in one microbatch of a job that trains a model (batch x seq_len);
  * 0 for other jobs. */
 static double job_tokens_per_sample(const Zb__V1__JobSpec *spec) {
-  if (!spec || !spec->model || (strcmp(spec->backend, "cpu") != 0 && strcmp(spec->backend, "cuda") != 0))
+  if (!spec || !spec->model || !zb_backend_runs_model(spec->backend))
     return 0;
   return (double)spec->model->batch * spec->model->seq_len;
 }

@@ -5,6 +5,7 @@
  * ZB_ERR_INVALID_ARG.
  */
 #include "zb_jobspec.h"
+#include "zb_names.h"
 
 #include <limits.h>
 #include <math.h>
@@ -85,7 +86,6 @@ const zb_int_limit zb_model_limits[ZB_MK_COUNT] = {
 const zb_int_limit zb_nan_index_limit = {0, 1000000};
 
 static const char *const step_modes[] = {ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME};
-static const char *const backends[] = {"sim", "cpu", "cuda"};
 static const char *const transports[] = {"tcp", "nccl"};
 static const char *const precisions[] = {ZB_PRECISION_FP32_NAME, "tf32", "bf16"};
 
@@ -100,7 +100,7 @@ void zb_job_spec_default(zb_job_spec *s) {
   s->costs =
       (zb_rank_costs){.t_f = 0.01, .t_b = 0.01, .t_w = 0.01, .t_comm = 0, .m_f = 1, .m_b = -0.5, .m_w = -0.5};
   s->iterations = 10;
-  snprintf(s->backend, sizeof s->backend, "sim");
+  snprintf(s->backend, sizeof s->backend, "%s", ZB_BACKEND_SIM);
   snprintf(s->transport, sizeof s->transport, "tcp");
   snprintf(s->precision, sizeof s->precision, "%s", ZB_PRECISION_FP32_NAME);
   s->bytes_per_activation = 65536;
@@ -138,7 +138,7 @@ static bool backend_is(const zb_job_spec *s, const char *name) {
 }
 
 bool zb_job_spec_trains_model(const zb_job_spec *s) {
-  return backend_is(s, "cpu") || backend_is(s, "cuda");
+  return memchr(s->backend, '\0', sizeof s->backend) && zb_backend_runs_model(s->backend);
 }
 
 void zb_job_spec_derive(zb_job_spec *s, bool bytes_given) {
@@ -456,7 +456,7 @@ bool zb_job_spec_adaptive(const zb_job_spec *s) {
  * (the host computes fp32 whatever is asked: accepting tf32 there would
  * claim a speed-up that never happens). */
 static zb_err check_device(const zb_job_spec *s, zb_job_fault *f) {
-  bool cuda = backend_is(s, "cuda");
+  bool cuda = backend_is(s, ZB_BACKEND_CUDA);
   if (!cuda && strcmp(s->transport, "nccl") == 0)
     return zb_job_fault_set(f, ZB_JK_TRANSPORT, -1, "transport",
                             "nccl moves GPU memory and needs backend cuda; backend is '%.15s' (use tcp)",
@@ -486,7 +486,7 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
       (err = check_int(f, ZB_JK_TRACE_EVERY, s->trace_every)) ||
       (err = check_int(f, ZB_JK_WAIT_WORKERS, s->wait_for_workers_s)))
     return err;
-  if (!terminated(s->backend, sizeof s->backend) || !one_of(s->backend, backends, 3))
+  if (!terminated(s->backend, sizeof s->backend) || !one_of(s->backend, zb_backend_names, 3))
     return zb_job_fault_set(f, ZB_JK_BACKEND, -1, "backend", "must be one of sim, cpu, cuda, got '%.15s'",
                             s->backend);
   if (!terminated(s->transport, sizeof s->transport) || !one_of(s->transport, transports, 2))

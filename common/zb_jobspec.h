@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "zb_err.h"
+#include "zb_names.h" /* the backend names a spec may give */
 #include "zb_schedule.h"
 
 /* A job as a user writes it (README "Job spec"):

@@ -13,6 +13,7 @@
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_log.h"
+#include "zb_names.h"
 
 coord_worker *worker_find(coord *co, const char *id) {
   return zb_strmap_get(&co->worker_index, id);
@@ -52,7 +53,7 @@ bool worker_can_run(const coord_worker *w, const zb_job_spec *spec) {
 }
 
 bool job_needs_gpu(const zb_job_spec *spec) {
-  return strcmp(spec->backend, "cuda") == 0;
+  return zb_backend_needs_gpu(spec->backend);
 }
 
 int workers_with_gpu(coord *co, const zb_job_spec *spec, char *ids, size_t cap) {

@@ -37,6 +37,7 @@
 
 #include "device_cuda_internal.h"
 #include "zb_cuda_kernels.h"
+#include "zb_names.h"
 
 /* tests/standin/standin.h's STANDIN_DEVICE_NAME: the stand-in says so. */
 #define STANDIN_NAME "zb CPU stand-in (not a GPU)"
@@ -393,7 +394,7 @@ static void dev_destroy(void *self) {
 }
 
 static const zb_device_ops cuda_ops = {
-    .name = "cuda",
+    .name = ZB_DEVICE_CUDA,
     .attn_block = 256, /* fastest with the skip on an H200 at T = 1024 (zb_bench_gpu --attn-block) */
     .alloc = cuda_alloc,
     .free = cuda_free,

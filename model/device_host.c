@@ -19,6 +19,7 @@
 #include "kernels_cpu.h"
 #include "zb_clock.h"
 #include "zb_device.h"
+#include "zb_names.h"
 
 #define HOST_ALIGN 64
 
@@ -108,7 +109,7 @@ static void h_reset_peak(void *self) {
 static void h_info(void *self, zb_device_info *out) {
   (void)self;
   memset(out, 0, sizeof *out);
-  snprintf(out->name, sizeof out->name, "host");
+  snprintf(out->name, sizeof out->name, "%s", ZB_DEVICE_HOST);
 }
 
 static void *h_stream(void *self) {
@@ -355,7 +356,7 @@ static void h_destroy(void *self) {
 }
 
 static const zb_device_ops host_ops = {
-    .name = "host",
+    .name = ZB_DEVICE_HOST,
     .attn_block = 32, /* OpenBLAS: 32-row products are still efficient */
     .alloc = h_alloc,
     .free = h_free,

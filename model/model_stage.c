@@ -12,6 +12,7 @@
 #include "model_internal.h"
 #include "zb_alloc.h"
 #include "zb_arch.h"
+#include "zb_names.h"
 
 /* ---- threads ---------------------------------------------------------- */
 
@@ -325,7 +326,7 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
     st->own_dev = 1;
     st->cfg.device = st->dev;
   }
-  st->host = strcmp(st->dev->ops->name, "host") == 0;
+  st->host = strcmp(st->dev->ops->name, ZB_DEVICE_HOST) == 0;
   int block = c.attn_block > 0 ? c.attn_block : st->dev->ops->attn_block;
   st->attn_block = c.attn_full || c.seq_len < block ? c.seq_len : block;
   model_begin(st);

@@ -21,6 +21,7 @@
 #include "worker.h"
 #include "zb_alloc.h"
 #include "zb_arch.h"
+#include "zb_names.h"
 #ifdef ZB_WITH_CPU_BACKEND
 #include "zb_model.h"
 #endif
@@ -98,7 +99,7 @@ void worker_assignment_need(const zb_assignment *a, worker_need *out) {
 }
 
 zb_err worker_admit(const worker *w, const zb_assignment *a, zb_diag *diag) {
-  bool cuda = strcmp(a->backend, "cuda") == 0;
+  bool cuda = zb_backend_needs_gpu(a->backend);
   long long has = cuda ? w->gpu_memory_bytes : w->memory_bytes;
   worker_need n;
   worker_assignment_need(a, &n);

@@ -13,6 +13,7 @@
 
 #include "backend_cpu_internal.h"
 #include "zb_alloc.h"
+#include "zb_names.h"
 
 static const zb_backend_ops cpu_ops, cuda_ops;
 
@@ -302,7 +303,7 @@ static void cpu_free(void *self) {
 }
 
 static const zb_backend_ops cpu_ops = {
-    .name = "cpu",
+    .name = ZB_BACKEND_CPU,
     .submit = cpu_submit,
     .sync = cpu_sync,
     .buffer = cpu_buffer,
@@ -313,7 +314,7 @@ static const zb_backend_ops cpu_ops = {
 /* The same backend over a CUDA device: the model's ops are enqueued on its
  * stream, so submit returns early and sync waits. */
 static const zb_backend_ops cuda_ops = {
-    .name = "cuda",
+    .name = ZB_BACKEND_CUDA,
     .submit = cpu_submit,
     .sync = cpu_sync,
     .buffer = cpu_buffer,
@@ -360,7 +361,7 @@ static zb_err cpu_check(const zb_cpu_backend_config *cfg, zb_diag *diag) {
 static zb_err cpu_device(cpu_backend *b, const zb_cpu_backend_config *cfg, zb_diag *diag) {
   if (cfg->device) {
     b->dev = cfg->device;
-    b->cuda = strcmp(cfg->device->ops->name, "host") != 0;
+    b->cuda = strcmp(cfg->device->ops->name, ZB_DEVICE_HOST) != 0;
     b->staging = b->cuda && cfg->host_transport;
     return ZB_OK;
   }

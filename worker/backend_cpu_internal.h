@@ -10,6 +10,7 @@
 
 #include "zb_backend_cpu.h"
 #include "zb_device.h"
+#include "zb_names.h"
 
 /* Slot kinds, one per comm action. */
 enum { SLOT_SEND_F, SLOT_RECV_F, SLOT_SEND_B, SLOT_RECV_B, SLOT_KINDS };
@@ -82,7 +83,7 @@ typedef struct cpu_backend {
 
 /* "cpu" or "cuda", for messages. */
 static inline const char *cpu_name(const cpu_backend *b) {
-  return b->cuda ? "cuda" : "cpu";
+  return b->cuda ? ZB_BACKEND_CUDA : ZB_BACKEND_CPU;
 }
 
 /* ---- the device ----------------------------------------------------------- */

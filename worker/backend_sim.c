@@ -14,6 +14,7 @@
 #include "zb_alloc.h"
 #include "zb_backend.h"
 #include "zb_clock.h"
+#include "zb_names.h"
 
 /* Below this much time left, spin instead of sleeping (a sleep overshoots
  * by tens of microseconds). */
@@ -129,7 +130,7 @@ static void sim_free(void *self) {
 }
 
 static const zb_backend_ops sim_ops = {
-    .name = "sim",
+    .name = ZB_BACKEND_SIM,
     .submit = sim_submit,
     .sync = sim_sync,
     .buffer = sim_buffer,

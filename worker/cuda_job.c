@@ -12,6 +12,7 @@
 
 #include "worker.h"
 #include "zb_log.h"
+#include "zb_names.h"
 
 #ifdef ZB_WITH_CUDA
 #include "zb_device.h"
@@ -33,7 +34,7 @@ static zb_precision precision_of(const char *name) {
 
 zb_err worker_cuda_device(worker *w, const zb_assignment *a, struct zb_device **out, zb_diag *diag) {
   *out = NULL;
-  if (strcmp(a->backend, "cuda") != 0)
+  if (!zb_backend_needs_gpu(a->backend))
     return ZB_OK;
   zb_cuda_device_config dc = {.ordinal = w->gpu_ordinal, .precision = precision_of(a->precision)};
   zb_err err = zb_device_cuda_new(&dc, out, diag);
@@ -67,7 +68,7 @@ zb_err worker_nccl_transport(worker *w, const zb_assignment *a, struct zb_device
 zb_err worker_cuda_device(worker *w, const zb_assignment *a, struct zb_device **out, zb_diag *diag) {
   (void)w;
   *out = NULL;
-  if (strcmp(a->backend, "cuda") != 0)
+  if (!zb_backend_needs_gpu(a->backend))
     return ZB_OK;
   return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "backend cuda: this zb-worker was built without CUDA");
 }

@@ -12,6 +12,7 @@
 #include "zb_alloc.h"
 #include "zb_device.h"
 #include "zb_log.h"
+#include "zb_names.h"
 
 #ifdef ZB_WITH_CPU_BACKEND
 #define WORKER_BACKENDS "sim and cpu"
@@ -37,7 +38,7 @@ typedef struct job_state {
 static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb_diag *diag) {
   const zb_assignment *a = js->a;
   *be = *owned = NULL;
-  if (strcmp(a->backend, "cpu") == 0 || strcmp(a->backend, "cuda") == 0) {
+  if (zb_backend_runs_model(a->backend)) {
 #ifdef ZB_WITH_CPU_BACKEND
     cpu_job *cj = &js->cj;
     zb_err perr = worker_check_model_paths(js->w, &a->model, diag);
@@ -55,7 +56,7 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
                        "backend %s: this zb-worker was built without the model (no OpenBLAS)", a->backend);
 #endif
   }
-  if (a->backend[0] && strcmp(a->backend, "sim") != 0)
+  if (a->backend[0] && strcmp(a->backend, ZB_BACKEND_SIM) != 0)
     return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "backend %s: this zb-worker offers %s", a->backend,
                        WORKER_BACKENDS);
   const zb_schedule *sched = a->sched;
@@ -78,7 +79,7 @@ static zb_err job_connect(job_state *js, zb_diag *diag) {
   const zb_rank_list *l = &a->sched->ranks[a->rank];
   bool *peers = zb_calloc((size_t)a->ranks, sizeof(bool));
   zb_executor_peers(l->actions, l->n, a->ranks, peers);
-  if (strcmp(a->backend, "cpu") == 0 || strcmp(a->backend, "cuda") == 0) {
+  if (zb_backend_runs_model(a->backend)) {
     if (a->rank > 0)
       peers[a->rank - 1] = true;
     if (a->rank + 1 < a->ranks)

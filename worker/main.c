@@ -27,6 +27,7 @@
 #include "zb_clock.h"
 #include "zb_log.h"
 #include "zb_methods.h"
+#include "zb_names.h"
 #include "zb_sd.h"
 #include "zb_transport.h"
 
@@ -226,13 +227,13 @@ static void warn_unattached(const char *coordinator, double opened, double *next
 static void attach_request(worker *w, Zb__V1__AttachRequest *req, char *backends[3], char *transports[2],
                            char running[64]) {
   size_t nb = 0, nt = 0;
-  backends[nb++] = "sim";
+  backends[nb++] = (char *)ZB_BACKEND_SIM;
 #ifdef ZB_WITH_CPU_BACKEND
-  backends[nb++] = "cpu";
+  backends[nb++] = (char *)ZB_BACKEND_CPU;
 #endif
   transports[nt++] = "tcp";
   if (w->has_cuda) { /* gpu.c found the device */
-    backends[nb++] = "cuda";
+    backends[nb++] = (char *)ZB_BACKEND_CUDA;
     transports[nt++] = "nccl";
   }
   req->worker_id = w->id;
