@@ -17,7 +17,7 @@
 #include "zb_methods.h"
 #include "zbctl.h"
 
-enum { WATCH_RETRY_S = 30 };
+enum { WATCH_RETRY_S = 10 };
 
 /* A cut that names the seq to resume after; any other RESOURCE_EXHAUSTED
  * (the streams one identity may have) is final. */
