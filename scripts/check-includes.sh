@@ -53,9 +53,9 @@ def find(h):
 model = {"zb_model.h", "zb_device.h", "zb_arch.h", "zb_backend_cpu.h", "model_internal.h"}
 ok = True
 for f in ["worker/executor.c", "worker/zb_executor.h"] + sorted(glob.glob("worker/transport*.[ch]")) + ["worker/zb_transport.h"]:
-    seen, todo = set(), [f]
-    while todo:
-        cur = todo.pop()
+    seen, frontier = set(), [f]
+    while frontier:
+        cur = frontier.pop()
         for h in re.findall(r'#include "([^"]+)"', open(cur).read()):
             if h in model:
                 print("check-includes: %s reaches %s (through %s)" % (f, h, cur), file=sys.stderr)
@@ -63,7 +63,7 @@ for f in ["worker/executor.c", "worker/zb_executor.h"] + sorted(glob.glob("worke
             p = find(h)
             if p and p not in seen:
                 seen.add(p)
-                todo.append(p)
+                frontier.append(p)
 sys.exit(0 if ok else 1)
 PY
 [[ $bad == 0 ]] && echo "check-includes: daemon/ headers form no cycle; job_core, the store and the config stand below coordinator.h; the executor and the transports reach no model header"

@@ -46,19 +46,7 @@ NUMPY_VERSION=2.4.6
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${ZB_HF_VENV:-$root/build/venv-hf}
-# Debian's interpreter by its path: a python3 earlier on PATH (pyenv) may
-# lack the venv module or differ from the one the tests use.
-py=/usr/bin/python3
-[[ -x $py ]] || py=$(command -v python3 || true)
-
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
-mode=install
-case "${1:-}" in
-  "") ;;
-  --check) mode=check ;;
-  -h | --help) usage; exit 0 ;;
-  *) echo "install-hf-venv: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-esac
+venv_args 2 16 "$@"
 
 want="torch=$TORCH_VERSION transformers=$TRANSFORMERS_VERSION safetensors=$SAFETENSORS_VERSION numpy=$NUMPY_VERSION"
 

@@ -23,19 +23,7 @@ KV_VERSION=1.37.0
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${ZB_DEPLOY_VENV:-$root/build/venv-deploy}
-# Debian's interpreter by its path: a python3 earlier on PATH (pyenv) may
-# lack the venv module or differ from the one the tests use.
-py=/usr/bin/python3
-[[ -x $py ]] || py=$(command -v python3 || true)
-
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
-mode=install
-case "${1:-}" in
-  "") ;;
-  --check) mode=check ;;
-  -h | --help) usage; exit 0 ;;
-  *) echo "install-py-deps: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-esac
+venv_args 2 14 "$@"
 
 installed_version() {
   [[ -x $venv/bin/python ]] || return 1

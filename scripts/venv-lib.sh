@@ -1,7 +1,25 @@
 # venv-lib.sh — sourced by the scripts that keep a virtualenv of PyPI
 # packages (install-py-deps.sh, install-hf-venv.sh): the steps they share.
-# Each caller sets `tag` (its name in messages), `venv` (the path), `py`
-# (a python3, or empty when none was found) and `mode` (install or check).
+# Each caller sets `tag` (its name in messages) and `venv` (the path),
+# then calls venv_args; that sets `py` and `mode`.
+
+# Debian's interpreter by its path (a python3 earlier on PATH, pyenv's,
+# may lack the venv module or differ from the one the tests use), and
+# the arguments: none (install), --check, or --help (prints lines $1..$2
+# of the calling script's header).
+venv_args() {
+  local from=$1 to=$2
+  shift 2
+  py=/usr/bin/python3
+  [[ -x $py ]] || py=$(command -v python3 || true)
+  mode=install
+  case "${1:-}" in
+    "") ;;
+    --check) mode=check ;;
+    -h | --help) sed -n "${from},${to}p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "$tag: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+}
 
 # Exits 0 when the installed state ($1) is the wanted one ($2), and in
 # check mode exits 1 saying what is missing; otherwise returns, to install.
