@@ -59,12 +59,24 @@ static int cmp_int(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* The ranks rank exchanges tensors with, and rank +-1 (all: every other
- * rank), ascending and distinct, into an allocated array; returns how
- * many. */
-static int peer_ranks(const zb_rank_list *l, int rank, int p, bool all, int **out) {
-  int *q = zb_malloc(sizeof(int) * (size_t)(l->n + 2 + (all ? p : 0)));
+/* The ranks rank exchanges tensors with, rank +-1, and (tied) the other
+ * end of a tied head; all: every other rank. Ascending and distinct, into
+ * an allocated array; returns how many. */
+static int peer_ranks(const zb_assignment_src *src, int rank, int **out) {
+  const zb_planner_result *pl = src->plan;
+  const zb_rank_list *l = &pl->lowered->ranks[rank];
+  int p = pl->p;
+  bool all = src->all_peers;
+  int *q = zb_malloc(sizeof(int) * (size_t)(l->n + 4 + (all ? p : 0)));
   int n = 0;
+  if (src->tied_ends) {
+    int first = zb_placement_rank(pl->placement, p, pl->v, 0);
+    int last = zb_placement_rank(pl->placement, p, pl->v, p * pl->v - 1);
+    if (rank == first && last != rank)
+      q[n++] = last;
+    if (rank == last && first != rank)
+      q[n++] = first;
+  }
   for (int r = 0; all && r < p; r++)
     if (r != rank)
       q[n++] = r;
@@ -86,7 +98,7 @@ static int peer_ranks(const zb_rank_list *l, int rank, int p, bool all, int **ou
 
 static void encode_peers(const zb_assignment_src *src, int rank, Zb__V1__Assignment *a) {
   int *q = NULL;
-  int n = peer_ranks(&src->plan->lowered->ranks[rank], rank, src->plan->p, src->all_peers, &q);
+  int n = peer_ranks(src, rank, &q);
   if (n == 0) { /* a one-rank job talks to no one */
     free(q);
     return;

@@ -51,6 +51,10 @@ typedef struct zb_assignment_src {
   /* every rank's address, not only the neighbours': an update that moves
    * stages between ranks, whose weights may go to any rank */
   bool all_peers;
+  /* the model's head is tied to its embedding over several stages: the
+   * ranks of the first and the last stage exchange its gradient each
+   * iteration (docs/model.md, Tied head), so they are peers */
+  bool tied_ends;
   const uint8_t *data_secret; /* ZB_DATA_SECRET_BYTES; NULL: none sent */
 } zb_assignment_src;
 

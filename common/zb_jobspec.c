@@ -50,14 +50,14 @@ const char *const zb_model_keys[ZB_MK_COUNT] = {
     "weight_decay",   "beta1",    "beta2",      "eps",
     "clip_norm",      "step",     "inject_nan", "checkpoint_every",
     "checkpoint_dir", "dump_dir", "dump_every", "architecture",
-    "config",         "weights"};
+    "config",         "weights",  "order"};
 const char *const zb_model_fields[ZB_MK_COUNT] = {
     "model.hidden",         "model.heads",    "model.layers",     "model.seq_len",
     "model.batch",          "model.seed",     "model.data",       "model.lr",
     "model.weight_decay",   "model.beta1",    "model.beta2",      "model.eps",
     "model.clip_norm",      "model.step",     "model.inject_nan", "model.checkpoint_every",
     "model.checkpoint_dir", "model.dump_dir", "model.dump_every", "model.architecture",
-    "model.config",         "model.weights"};
+    "model.config",         "model.weights",  "model.order"};
 const char *const zb_nan_keys[ZB_NK_COUNT] = {"iteration", "microbatch"};
 const char *const zb_nan_fields[ZB_NK_COUNT] = {"model.inject_nan.iteration", "model.inject_nan.microbatch"};
 
@@ -122,6 +122,7 @@ void zb_job_spec_default(zb_job_spec *s) {
   snprintf(s->model.step, sizeof s->model.step, "%s", ZB_STEP_POST_VALIDATED_NAME);
   snprintf(s->model.data, sizeof s->model.data, "%s", ZB_MODEL_DEFAULT_DATA);
   snprintf(s->model.architecture, sizeof s->model.architecture, "builtin");
+  snprintf(s->model.order, sizeof s->model.order, "%s", ZB_DATA_ORDER_RANDOM_NAME);
 }
 
 long long zb_model_spec_bytes_per_activation(const zb_model_spec *m) {
@@ -412,7 +413,7 @@ static zb_err check_model_dirs(const zb_model_spec *m, zb_job_fault *f) {
 /* The model of a cpu or cuda job, and that only such a job has one. The
  * coordinator cannot build the model (it has no BLAS), so the model's and
  * optimizer's rules are mirrored here, where both ends check. */
-static zb_err check_model(const zb_job_spec *s, int v, zb_job_fault *f) {
+static zb_err check_model(const zb_job_spec *s, zb_job_fault *f) {
   const zb_model_spec *m = &s->model;
   if (!zb_job_spec_trains_model(s)) {
     if (s->has_model)
@@ -421,7 +422,7 @@ static zb_err check_model(const zb_job_spec *s, int v, zb_job_fault *f) {
     return ZB_OK;
   }
   zb_err err;
-  if ((err = zb_job_spec_check_arch(s, s->ranks * v, f)) || (err = check_model_sizes(m, f)) ||
+  if ((err = zb_job_spec_check_arch(s, f)) || (err = check_model_sizes(m, f)) ||
       (err = check_model_training(s, f)) || (err = check_model_dirs(m, f)))
     return err;
   long long bytes = zb_model_spec_bytes_per_activation(m);
@@ -494,7 +495,7 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
                             s->transport);
   if ((err = check_device(s, f)) || (err = check_adaptive(s, f)))
     return err;
-  return check_model(s, v, f);
+  return check_model(s, f);
 }
 
 zb_err zb_model_spec_check_sizes(const zb_model_spec *m, const char *prefix, zb_diag *diag) {

@@ -77,6 +77,8 @@
  *                               #     heads, layers and the vocabulary, so those keys are left out
  *     weights: /path/dir        #   gpt2, llama, optional: a HF safetensors checkpoint directory on the
  *                               #     workers (default: seeded initialisation)
+ *     order: random             #   gpt2, llama: random (default: windows drawn by seed) or
+ *                               #     sequential (windows in the shards' order, train/zb_tokens.h)
  * With an architecture, data is a glob of llm.c token shards (train/zb_tokens.h).
  * A job that trains the model (backend cpu or cuda: zb_job_spec_trains_model)
  * has bytes_per_activation one activation of its model, batch * seq_len *
@@ -112,7 +114,13 @@ typedef struct zb_model_spec {
   char architecture[16];                 /* zb_arch_kind_name: "builtin" (default), "gpt2", "llama" */
   char config_json[ZB_MODEL_CONFIG_MAX]; /* gpt2, llama: the config.json's text; "" for builtin */
   char weights[512];                     /* "" (seeded init) or a HF checkpoint directory on the workers */
+  char order[16]; /* ZB_DATA_ORDER_RANDOM_NAME (default) or ZB_DATA_ORDER_SEQUENTIAL_NAME */
 } zb_model_spec;
+
+/* How an architecture job reads its token shards (train/zb_tokens.h):
+ * windows drawn by seed, or in the data's own order. */
+#define ZB_DATA_ORDER_RANDOM_NAME "random"
+#define ZB_DATA_ORDER_SEQUENTIAL_NAME "sequential"
 
 /* Adaptive re-planning (docs/wire.md, Timelines). */
 typedef struct zb_adaptive_spec {

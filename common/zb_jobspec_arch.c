@@ -2,9 +2,8 @@
  * Jobs with an architecture): model.architecture names it, model.config
  * carries the Hugging Face config.json that gives its sizes, and these
  * checks refuse at submit what the workers would refuse later (an
- * unsupported config key, a mismatched model_type, sizes given twice) and
- * what is not built yet with an architecture (a tied head over several
- * stages, gradient dumps). Pure: the config's text travels in the spec.
+ * unsupported config key, a mismatched model_type, sizes given twice).
+ * Pure: the config's text travels in the spec.
  */
 #include <stdio.h>
 #include <string.h>
@@ -61,9 +60,13 @@ static zb_err check_sizes_given(const zb_model_spec *m, const zb_arch *a, zb_job
   return ZB_OK;
 }
 
-/* What runs with an architecture today: its data, its sequence length,
- * one stage for a tied head, no gradient dumps. */
-static zb_err check_arch_job(const zb_model_spec *m, const zb_arch *a, int n_stages, zb_job_fault *f) {
+/* What runs with an architecture: its data, its order and its sequence
+ * length. */
+static zb_err check_arch_job(const zb_model_spec *m, const zb_arch *a, zb_job_fault *f) {
+  if (!terminated(m->order, sizeof m->order) || (strcmp(m->order, ZB_DATA_ORDER_RANDOM_NAME) != 0 &&
+                                                 strcmp(m->order, ZB_DATA_ORDER_SEQUENTIAL_NAME) != 0))
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_ORDER, "model.order", "must be one of %s, %s, got '%.15s'",
+                            ZB_DATA_ORDER_RANDOM_NAME, ZB_DATA_ORDER_SEQUENTIAL_NAME, m->order);
   if (strcmp(m->data, ZB_MODEL_DEFAULT_DATA) == 0)
     return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DATA, "model.data",
                             "architecture %s reads llm.c token shards: give their glob "
@@ -73,21 +76,10 @@ static zb_err check_arch_job(const zb_model_spec *m, const zb_arch *a, int n_sta
     return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_SEQ_LEN, "model.seq_len",
                             "must be at most the config's %d positions, got %d", a->max_positions,
                             m->seq_len);
-  if (a->tied && n_stages > 1)
-    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_CONFIG, "model.config",
-                            "tie_word_embeddings over %d stages needs the head's and the embedding's "
-                            "gradients summed across ranks, not built yet: a tied model runs on one stage "
-                            "for now (ranks 1, one chunk)",
-                            n_stages);
-  if (m->dump_dir[0])
-    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DUMP_DIR, "model.dump_dir",
-                            "gradient dumps record the builtin model only (zb-gradcheck rebuilds it); "
-                            "not available with architecture %s",
-                            m->architecture);
   return ZB_OK;
 }
 
-zb_err zb_job_spec_check_arch(const zb_job_spec *s, int n_stages, zb_job_fault *f) {
+zb_err zb_job_spec_check_arch(const zb_job_spec *s, zb_job_fault *f) {
   const zb_model_spec *m = &s->model;
   zb_diag d = {{0}};
   zb_arch_kind kind = ZB_ARCH_BUILTIN;
@@ -102,6 +94,12 @@ zb_err zb_job_spec_check_arch(const zb_job_spec *s, int n_stages, zb_job_fault *
                             has_config ? "model.config" : "model.weights",
                             "needs model.architecture gpt2 or llama (the builtin model takes its sizes from "
                             "the spec and starts from its seed)");
+  bool sequential =
+      !terminated(m->order, sizeof m->order) || strcmp(m->order, ZB_DATA_ORDER_RANDOM_NAME) != 0;
+  if (kind == ZB_ARCH_BUILTIN && sequential)
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_ORDER, "model.order",
+                            "reading in order needs model.architecture gpt2 or llama (the builtin model "
+                            "draws windows by its seed)");
   if (kind == ZB_ARCH_BUILTIN)
     return ZB_OK;
   if (!terminated(m->weights, sizeof m->weights))
@@ -116,5 +114,5 @@ zb_err zb_job_spec_check_arch(const zb_job_spec *s, int n_stages, zb_job_fault *
   }
   if ((err = check_sizes_given(m, &a, f)))
     return err;
-  return check_arch_job(m, &a, n_stages, f);
+  return check_arch_job(m, &a, f);
 }

@@ -58,6 +58,7 @@ typedef enum zb_model_key {
   ZB_MK_ARCHITECTURE,
   ZB_MK_CONFIG,
   ZB_MK_WEIGHTS,
+  ZB_MK_ORDER,
   ZB_MK_COUNT
 } zb_model_key;
 
@@ -113,10 +114,10 @@ typedef struct zb_job_fault {
 zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f);
 
 /* The checks of a job with an architecture (zb_jobspec_arch.c): its
- * config parses, matches the architecture and gives the sizes; what is
- * not built yet with it is refused. n_stages: ranks x chunks. Sets the
+ * config parses, matches the architecture and gives the sizes, and its
+ * data and sequence length fit it. Sets the
  * fault (f) and returns ZB_ERR_INVALID_ARG, or ZB_OK. */
-zb_err zb_job_spec_check_arch(const zb_job_spec *s, int n_stages, zb_job_fault *f);
+zb_err zb_job_spec_check_arch(const zb_job_spec *s, zb_job_fault *f);
 /* Sets *f (as zb_jobspec.c's checks do); returns ZB_ERR_INVALID_ARG. */
 zb_err zb_job_fault_set(zb_job_fault *f, zb_job_key key, int sub, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

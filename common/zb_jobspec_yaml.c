@@ -256,6 +256,8 @@ static zb_err job_model(const zb_yaml_walk *w, const yaml_node_t *n, zb_job_spec
       err = zb_yaml_get_string(w, value, "model.dump_dir", m->dump_dir, sizeof m->dump_dir);
     else if (k == ZB_MK_DUMP_EVERY)
       err = get_int32(w, value, "model.dump_every", &zb_model_limits[ZB_MK_DUMP_EVERY], &m->dump_every);
+    else if (k == ZB_MK_ORDER)
+      err = zb_yaml_get_string(w, value, "model.order", m->order, sizeof m->order);
     else if (k >= ZB_MK_ARCHITECTURE)
       err = model_arch_key(w, k, value, m, lines);
     else

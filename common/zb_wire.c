@@ -29,7 +29,9 @@ static zb_err wire_model_arch_from_pb(const Zb__V1__ModelSpec *pb, zb_model_spec
                                "model.architecture", diag))) ||
       (err = zb_wire_copy_str(out->config_json, sizeof out->config_json, pb->config_json, "model.config",
                               diag)) ||
-      (err = zb_wire_copy_str(out->weights, sizeof out->weights, pb->weights, "model.weights", diag)))
+      (err = zb_wire_copy_str(out->weights, sizeof out->weights, pb->weights, "model.weights", diag)) ||
+      (pb->order && pb->order[0] &&
+       (err = zb_wire_copy_str(out->order, sizeof out->order, pb->order, "model.order", diag))))
     return err;
   if (zb_model_spec_has_arch(out)) {
     out->hidden = pb->hidden;
@@ -132,6 +134,7 @@ void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
   pb->architecture = (char *)m->architecture;
   pb->config_json = (char *)m->config_json;
   pb->weights = (char *)m->weights;
+  pb->order = (char *)m->order;
 }
 
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {

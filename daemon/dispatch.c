@@ -9,6 +9,7 @@
 
 #include "coordinator.h"
 #include "zb_alloc.h"
+#include "zb_arch.h"
 #include "zb_clock.h"
 #include "zb_log.h"
 
@@ -44,6 +45,9 @@ zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan
   /* a model job's update that moves stages: weights may go to any rank */
   src.all_peers = plan != &j->plan && zb_job_spec_trains_model(&j->spec) &&
                   (plan->v != j->plan.v || plan->placement != j->plan.placement);
+  zb_arch arch;
+  src.tied_ends = zb_model_spec_has_arch(&j->spec.model) && plan->p * plan->v > 1 &&
+                  zb_model_spec_arch(&j->spec.model, &arch, NULL) == ZB_OK && arch.tied;
   if (j->ranks) {
     const char **addrs = zb_calloc((size_t)plan->p, sizeof(char *));
     for (int r = 0; r < plan->p; r++)

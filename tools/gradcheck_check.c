@@ -60,6 +60,12 @@ static void same_int(gc_iter *it, const char *field, const gc_file *f, long long
 /* The files of one iteration must describe one job and one model, each
  * stage once, the loss on the last stage only. */
 static void check_files(gc_iter *it, const gc_file *f, const zb_dump *d, int nf) {
+  for (int k = 0; k < nf; k++)
+    if (d[k].flags & ZB_DUMP_ARCH)
+      gc_fail(it, 1,
+              "'%s' holds a model with an architecture (gpt2 or llama): zb-gradcheck rebuilds only the "
+              "builtin model; check such dumps against the transformers fixtures (docs/model.md)",
+              f[k].path);
   for (int k = 1; k < nf; k++) {
     if (strcmp(d[k].job_id, d[0].job_id) != 0)
       gc_fail(it, 1, "'%s' is of job '%s', '%s' of job '%s'", f[k].path, d[k].job_id, f[0].path, d[0].job_id);

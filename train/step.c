@@ -17,6 +17,7 @@ typedef struct saved {
  * the arrays of the step under way (set by zb_stepper_step). */
 typedef struct host_target {
   int n;
+  size_t *counted; /* per stage: the leading gradients the check counts */
   zb_adamw **opt;
   saved *save;
   float *const *params;
@@ -35,8 +36,7 @@ struct zb_stepper {
 static zb_step_partial host_local(const host_target *h, const float *const *grads) {
   zb_step_partial p = {.sumsq = 0, .finite = true};
   for (int i = 0; i < h->n; i++) {
-    size_t k = zb_adamw_size(h->opt[i]);
-    for (size_t j = 0; j < k; j++) {
+    for (size_t j = 0; j < h->counted[i]; j++) {
       double g = grads[i][j];
       p.finite &= isfinite(g) != 0;
       p.sumsq += g * g;
@@ -94,9 +94,11 @@ static host_target *host_new(int n, zb_adamw *const *opt) {
   h->n = n;
   h->opt = zb_calloc(n ? (size_t)n : 1, sizeof *h->opt);
   h->save = zb_calloc(n ? (size_t)n : 1, sizeof *h->save);
+  h->counted = zb_calloc(n ? (size_t)n : 1, sizeof *h->counted);
   for (int i = 0; i < n; i++) {
     h->opt[i] = opt[i];
     size_t k = zb_adamw_size(opt[i]);
+    h->counted[i] = k;
     /* allocated once: a post-validated step copies into them every iteration */
     h->save[i].params = zb_malloc((k ? k : 1) * sizeof(float));
     h->save[i].m = zb_malloc((k ? k : 1) * sizeof(float));
@@ -114,6 +116,7 @@ static void host_free(host_target *h) {
     free(h->save[i].v);
   }
   free(h->save);
+  free(h->counted);
   free(h->opt);
   free(h);
 }
@@ -163,6 +166,15 @@ void zb_stepper_free(zb_stepper *s) {
     return;
   host_free(s->host);
   free(s);
+}
+
+zb_err zb_stepper_count_prefix(zb_stepper *s, int i, size_t n, zb_diag *diag) {
+  if (!s->host)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "step: this stepper's target counts its own gradients");
+  if (i < 0 || i >= s->host->n || n > zb_adamw_size(s->host->opt[i]))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "step: stage %d cannot count %zu gradients", i, n);
+  s->host->counted[i] = n;
+  return ZB_OK;
 }
 
 zb_step_partial zb_step_local(const zb_stepper *s, const float *const *grads) {

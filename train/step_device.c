@@ -8,6 +8,7 @@
 /* One hosted stage: its device arrays and AdamW state. */
 typedef struct dstage {
   size_t n;
+  size_t counted; /* the leading gradients the check counts */
   float *p;       /* borrowed: the stage's device parameters */
   const float *g; /* borrowed: its device gradients */
   float *m, *v;   /* device moments */
@@ -74,6 +75,7 @@ zb_err zb_step_device_new(zb_device *dev, int n, zb_adamw *const *opt, float *co
     dstage *s = &t->st[i];
     t->opt[i] = opt[i];
     s->n = zb_adamw_size(opt[i]);
+    s->counted = s->n;
     if (s->n && (!params[i] || !grads[i])) {
       t->failed = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "device step: stage %d has no device arrays", i);
       break;
@@ -106,6 +108,13 @@ zb_err zb_step_device_new(zb_device *dev, int n, zb_adamw *const *opt, float *co
   return ZB_OK;
 }
 
+zb_err zb_step_device_count_prefix(zb_step_device *t, int i, size_t n, zb_diag *diag) {
+  if (i < 0 || i >= t->n || n > t->st[i].n)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "step: stage %d cannot count %zu gradients", i, n);
+  t->st[i].counted = n;
+  return ZB_OK;
+}
+
 /* ---- the target ---- */
 
 static zb_err dev_partial(void *self, zb_step_partial *out, zb_diag *diag) {
@@ -114,8 +123,8 @@ static zb_err dev_partial(void *self, zb_step_partial *out, zb_diag *diag) {
   int *d_bad = (int *)(d_sums + t->n), *h_bad = (int *)(h_sums + t->n);
   zb_err err = ZB_OK;
   for (int i = 0; i < t->n && !err; i++)
-    if (t->st[i].n)
-      err = DEV(t, sumsq, t->st[i].g, t->st[i].n, &d_sums[i], &d_bad[i], diag);
+    if (t->st[i].counted)
+      err = DEV(t, sumsq, t->st[i].g, t->st[i].counted, &d_sums[i], &d_bad[i], diag);
   /* one read-back of every stage's partial, one wait */
   if (!err)
     err = DEV(t, copy, t->h_part, t->d_part, part_bytes(t->n), ZB_COPY_D2H, diag);

@@ -71,11 +71,13 @@ zb_err zb_tokens_new(const zb_tokens_source *src, int n, int seq_len, int64_t vo
   ds->vocab = vocab;
   ds->src = zb_calloc((size_t)n, sizeof *ds->src);
   ds->first = zb_calloc((size_t)n + 1, sizeof *ds->first);
+  ds->first_in_order = zb_calloc((size_t)n + 1, sizeof *ds->first_in_order);
   for (int i = 0; i < n; i++) {
     ds->src[i] = src[i];
     ds->src[i].name = zb_strdup(src[i].name ? src[i].name : "(unnamed)");
     /* Offsets 0 .. count-seq_len-1 leave room for the last target. */
     ds->first[i + 1] = ds->first[i] + (src[i].count - seq_len);
+    ds->first_in_order[i + 1] = ds->first_in_order[i] + (src[i].count - 1) / seq_len;
   }
   *out = ds;
   return ZB_OK;
@@ -96,6 +98,7 @@ void zb_tokens_free(zb_tokens *ds) {
     free((char *)ds->src[i].name);
   free(ds->src);
   free(ds->first);
+  free(ds->first_in_order);
   free(ds);
 }
 
@@ -111,6 +114,23 @@ int64_t zb_tokens_shard_count(const zb_tokens *ds, int shard) {
 int64_t zb_tokens_windows(const zb_tokens *ds) {
   return ds->first[ds->n];
 }
+int64_t zb_tokens_windows_in_order(const zb_tokens *ds) {
+  return ds->first_in_order[ds->n];
+}
+
+/* The last source whose first window (in table first, n + 1 entries) is
+ * <= r. */
+static int source_of(const int64_t *first, int n, int64_t r) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (first[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
 
 /* splitmix64's finalizer; the same mix as the worker's byte data. */
 static uint64_t mix(uint64_t x) {
@@ -125,16 +145,15 @@ void zb_tokens_locate(const zb_tokens *ds, uint64_t seed, int64_t it, int mb, in
   uint64_t key = mix(mix(mix(seed) ^ (uint64_t)it) ^ (uint64_t)(uint32_t)mb);
   /* The modulo's bias is below W / 2^64: nothing a run could see. */
   int64_t r = (int64_t)(mix(key ^ (uint64_t)b) % (uint64_t)ds->first[ds->n]);
-  int lo = 0, hi = ds->n - 1; /* the last source whose first window is <= r */
-  while (lo < hi) {
-    int mid = lo + (hi - lo + 1) / 2;
-    if (ds->first[mid] <= r)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  *shard = lo;
-  *offset = r - ds->first[lo];
+  *shard = source_of(ds->first, ds->n, r);
+  *offset = r - ds->first[*shard];
+}
+
+void zb_tokens_locate_in_order(const zb_tokens *ds, int64_t k, int *shard, int64_t *offset) {
+  int64_t w = ds->first_in_order[ds->n];
+  int64_t r = k % w;
+  *shard = source_of(ds->first_in_order, ds->n, r < 0 ? r + w : r);
+  *offset = ((r < 0 ? r + w : r) - ds->first_in_order[*shard]) * ds->seq_len;
 }
 
 static uint32_t token_at(const zb_tokens_source *s, int64_t i) {
@@ -151,11 +170,9 @@ static zb_err bad_token(const zb_tokens *ds, int shard, int64_t i, uint32_t t, z
                      ds->src[shard].name, (long long)i, (unsigned long)t, (long long)ds->vocab);
 }
 
-zb_err zb_tokens_window(const zb_tokens *ds, uint64_t seed, int64_t it, int mb, int b, int32_t *tokens,
-                        int32_t *targets, zb_diag *diag) {
-  int shard;
-  int64_t off;
-  zb_tokens_locate(ds, seed, it, mb, b, &shard, &off);
+/* The window of shard at off into tokens and targets, ids checked. */
+static zb_err read_window(const zb_tokens *ds, int shard, int64_t off, int32_t *tokens, int32_t *targets,
+                          zb_diag *diag) {
   const zb_tokens_source *s = &ds->src[shard];
   for (int i = 0; i <= ds->seq_len; i++) {
     uint32_t t = token_at(s, off + i);
@@ -165,6 +182,28 @@ zb_err zb_tokens_window(const zb_tokens *ds, uint64_t seed, int64_t it, int mb, 
       tokens[i] = (int32_t)t;
     if (i > 0)
       targets[i - 1] = (int32_t)t;
+  }
+  return ZB_OK;
+}
+
+zb_err zb_tokens_window(const zb_tokens *ds, uint64_t seed, int64_t it, int mb, int b, int32_t *tokens,
+                        int32_t *targets, zb_diag *diag) {
+  int shard;
+  int64_t off;
+  zb_tokens_locate(ds, seed, it, mb, b, &shard, &off);
+  return read_window(ds, shard, off, tokens, targets, diag);
+}
+
+zb_err zb_tokens_fill_in_order(const zb_tokens *ds, int64_t first, int batch, int32_t *tokens,
+                               int32_t *targets, zb_diag *diag) {
+  size_t T = (size_t)ds->seq_len;
+  for (int j = 0; j < batch; j++) {
+    int shard;
+    int64_t off;
+    zb_tokens_locate_in_order(ds, first + j, &shard, &off);
+    zb_err err = read_window(ds, shard, off, tokens + (size_t)j * T, targets + (size_t)j * T, diag);
+    if (err)
+      return err;
   }
   return ZB_OK;
 }

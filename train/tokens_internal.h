@@ -9,8 +9,9 @@ struct zb_tokens {
   int n; /* sources */
   int seq_len;
   int64_t vocab;
-  zb_tokens_source *src; /* n; names owned (copied), data borrowed */
-  int64_t *first;        /* n + 1: windows before source i; first[n] = W */
+  zb_tokens_source *src;   /* n; names owned (copied), data borrowed */
+  int64_t *first;          /* n + 1: windows before source i; first[n] = W */
+  int64_t *first_in_order; /* n + 1: the same for windows every seq_len tokens */
   /* Set by tokens_io.c: frees what the sources' data point into (the
    * mappings); called by zb_tokens_free. */
   void (*release)(void *ctx);

@@ -46,6 +46,8 @@ enum {
   ZB_DUMP_HAS_LOSS = 1, /* the stage is the last: loss is the iteration's */
   ZB_DUMP_CLIPPED = 2,  /* the step was clipped */
   ZB_DUMP_SKIPPED = 4,  /* a gradient was not finite: no step (after == before) */
+  ZB_DUMP_ARCH = 8,     /* a model with an architecture (gpt2, llama): tensors carry transformers'
+                           names; zb-gradcheck rebuilds only the builtin model */
 };
 
 typedef struct zb_dump_tensor {

@@ -105,6 +105,13 @@ void zb_stepper_free(zb_stepper *s);
 zb_err zb_stepper_new_target(const zb_step_target *target, double clip_norm, zb_step_mode mode,
                              zb_stepper **out, zb_diag *diag);
 
+/* The check (norm and finiteness) counts only stage i's first n
+ * gradients (a stepper from zb_stepper_new; default: all of them). What
+ * follows still steps: a tied weight's second holder, whose gradient is
+ * the first holder's and must count once (docs/model.md, Tied head).
+ * ZB_ERR_INVALID_ARG for a bad stage or n, or another stepper. */
+zb_err zb_stepper_count_prefix(zb_stepper *s, int i, size_t n, zb_diag *diag);
+
 /* This rank's partial over grads[i][0..size of opt[i]) (a stepper from
  * zb_stepper_new). */
 zb_step_partial zb_step_local(const zb_stepper *s, const float *const *grads);

@@ -49,6 +49,10 @@ zb_err zb_step_device_new(zb_device *dev, int n, zb_adamw *const *opt, float *co
                           const float *const *grads, bool rollback, zb_step_device **out, zb_diag *diag);
 void zb_step_device_free(zb_step_device *t);
 
+/* The check counts only stage i's first n gradients, as
+ * zb_stepper_count_prefix (zb_step.h) for the host target. */
+zb_err zb_step_device_count_prefix(zb_step_device *t, int i, size_t n, zb_diag *diag);
+
 /* The target to give zb_stepper_new_target (self is t, borrowed). */
 zb_step_target zb_step_device_target(zb_step_device *t);
 

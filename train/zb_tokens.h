@@ -25,6 +25,14 @@
  * data uses today (worker/backend_cpu_io.c), so moving the worker onto
  * this module changes no run.
  *
+ * In order (the job spec's model.order: sequential; llm.c's own reading
+ * when it does not shuffle): windows start every T tokens of a shard (a
+ * shard of n tokens has floor((n - 1) / T), consecutive ones sharing one
+ * token, so each token is a target once per pass), shards in order, W'
+ * windows in all; sequence b of microbatch mb of iteration it, with m
+ * microbatches of `batch` sequences, is window ((it * m + mb) * batch + b)
+ * mod W'. The caller computes that index.
+ *
  * Token ids are checked against the vocabulary lazily, in each window
  * handed out (T+1 comparisons on tokens being copied anyway): opening
  * never reads a shard's tokens, so a dataset of many gigabytes opens in
@@ -117,6 +125,18 @@ int zb_tokens_shards(const zb_tokens *ds);
 const char *zb_tokens_shard_name(const zb_tokens *ds, int shard);
 int64_t zb_tokens_shard_count(const zb_tokens *ds, int shard); /* tokens */
 int64_t zb_tokens_windows(const zb_tokens *ds);                /* W, over all shards */
+
+/* W' (see the header comment): windows read in order. */
+int64_t zb_tokens_windows_in_order(const zb_tokens *ds);
+
+/* Where in-order window k (taken mod W') lies: its shard and the offset
+ * of its first token. */
+void zb_tokens_locate_in_order(const zb_tokens *ds, int64_t k, int *shard, int64_t *offset);
+
+/* Fills batch sequences from in-order windows first, first + 1, ... (mod
+ * W'), laid out as zb_tokens_fill lays them. Errors as zb_tokens_window. */
+zb_err zb_tokens_fill_in_order(const zb_tokens *ds, int64_t first, int batch, int32_t *tokens,
+                               int32_t *targets, zb_diag *diag);
 
 /* Where sequence b of microbatch mb of iteration it under seed lies: its
  * shard and the offset of its first token (see the header comment). */

@@ -156,9 +156,9 @@ static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
   }
   zb_step_mode mode =
       strcmp(ms->step, ZB_STEP_SYNCHRONOUS_NAME) == 0 ? ZB_STEP_SYNCHRONOUS : ZB_STEP_POST_VALIDATED;
-  if (cj->device)
-    return cpu_job_device_stepper(cj, mode, diag);
-  return zb_stepper_new(cj->n_stages, cj->opt, ms->clip_norm, mode, &cj->stepper, diag);
+  err = cj->device ? cpu_job_device_stepper(cj, mode, diag)
+                   : zb_stepper_new(cj->n_stages, cj->opt, ms->clip_norm, mode, &cj->stepper, diag);
+  return err ? err : cpu_job_tied_count_once(cj, diag);
 }
 
 zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop, zb_diag *diag) {
@@ -220,7 +220,7 @@ static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *ste
                  .batch = ms->batch,
                  .seed = (uint64_t)ms->seed,
                  .flags = (last ? ZB_DUMP_HAS_LOSS : 0) | (step->clipped ? ZB_DUMP_CLIPPED : 0) |
-                          (step->skipped ? ZB_DUMP_SKIPPED : 0),
+                          (step->skipped ? ZB_DUMP_SKIPPED : 0) | (cj->has_arch ? ZB_DUMP_ARCH : 0),
                  .loss = last ? loss : 0,
                  .grad_norm = step->grad_norm,
                  .n_tensors = nt,
@@ -283,7 +283,9 @@ zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss
                     zb_step_result *step, zb_diag *diag) {
   zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
   bool dump = cpu_job_dumps(cj, iteration);
-  zb_err err = ZB_OK;
+  zb_err err = cpu_job_tie_grads(cj, tr, iteration, diag);
+  if (err)
+    return err;
   if (cj->dstep)
     err = cpu_job_step_device(cj, &chain, dump, step, diag);
   else

@@ -92,6 +92,16 @@ void cpu_job_close(cpu_job *cj);
 zb_err cpu_job_arch_open(cpu_job *cj, bool ends, zb_cpu_data *data, zb_diag *diag);
 zb_err cpu_job_arch_weights(cpu_job *cj, zb_diag *diag);
 
+/* cpu_job_tied.c: a tied head over several stages (docs/model.md, Tied
+ * head). cpu_job_tied says whether the job has one; cpu_job_tie_grads,
+ * after an iteration's W ops and before its step, makes each holder's
+ * gradient the sum of both (over tr when the other holder is on another
+ * rank); cpu_job_tied_count_once makes the step's check count the weight
+ * once (call it after every new stepper). */
+bool cpu_job_tied(const cpu_job *cj);
+zb_err cpu_job_tie_grads(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag);
+zb_err cpu_job_tied_count_once(cpu_job *cj, zb_diag *diag);
+
 /* cpu_job_restage.c */
 /* Takes a plan update at an iteration boundary: nothing to do when this
  * rank hosts the same stages; otherwise builds the new partition's stages

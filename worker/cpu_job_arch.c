@@ -8,6 +8,7 @@
  * each rank reading only its own stages' tensors. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu_job.h"
 #include "zb_alloc.h"
@@ -19,6 +20,9 @@ static zb_err arch_fill(void *ud, int64_t iteration, int mb, int batch, int seq_
                         int32_t *targets, zb_diag *diag) {
   const cpu_job *cj = ud;
   (void)seq_len; /* the dataset's windows are the model's seq_len */
+  if (strcmp(cj->model.order, ZB_DATA_ORDER_SEQUENTIAL_NAME) == 0)
+    return zb_tokens_fill_in_order(cj->tokens, (iteration * cj->microbatches + mb) * batch, batch, tokens,
+                                   targets, diag);
   return zb_tokens_fill(cj->tokens, (uint64_t)cj->model.seed, iteration, mb, batch, tokens, targets, diag);
 }
 

@@ -187,9 +187,32 @@ static void test_spec_refusals(void) {
   CHECK(refused("name: l\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
                 "  architecture: llama\n  config: llama.json\n",
                 ZB_ERR_INVALID_ARG, "key 'model.data'", "token shards"));
-  /* no gradient dumps with an architecture */
-  CHECK(refused(LLAMA_JOB("2", "1f1b", "  dump_dir: /tmp/d\n"), ZB_ERR_INVALID_ARG, "key 'model.dump_dir'",
-                "builtin model only"));
+  /* the data order: random or sequential, and sequential needs an architecture */
+  CHECK(refused(LLAMA_JOB("2", "1f1b", "  order: shuffled\n"), ZB_ERR_INVALID_ARG, "key 'model.order'",
+                "random, sequential, got 'shuffled'"));
+  CHECK(refused(
+      "name: b\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n  order: sequential\n",
+      ZB_ERR_INVALID_ARG, "key 'model.order'", "architecture gpt2 or llama"));
+}
+
+/* Gradient dumps and the sequential order are taken with an architecture,
+ * and the order survives the wire. */
+static void test_dumps_and_order(void) {
+  zb_job_spec s, back;
+  zb_diag d = {{0}};
+  CHECK_EQ(parse(LLAMA_JOB("2", "1f1b", "  dump_dir: /tmp/d\n  order: sequential\n"), &s, &d), ZB_OK);
+  CHECK_STREQ(s.model.order, "sequential");
+  Zb__V1__JobSpec pb;
+  zb_wire_spec_to_pb(&s, &pb);
+  CHECK_EQ(zb_wire_spec_from_pb(&pb, &back, &d), ZB_OK);
+  CHECK_STREQ(back.model.order, "sequential");
+  CHECK_STREQ(back.model.dump_dir, "/tmp/d");
+  zb_wire_spec_pb_clear(&pb);
+  zb_job_spec_free(&s);
+  zb_job_spec_free(&back);
+  CHECK_EQ(parse(LLAMA_JOB("2", "1f1b", ""), &s, &d), ZB_OK);
+  CHECK_STREQ(s.model.order, "random"); /* the default */
+  zb_job_spec_free(&s);
 }
 
 /* A spec filled by hand with no architecture ("") is the builtin model. */
@@ -208,16 +231,19 @@ static void test_empty_architecture_is_builtin(void) {
   CHECK(!zb_model_spec_has_arch(&s.model));
 }
 
-/* GPT-2's head is tied: one stage only, for now. */
-static void test_tied_head_one_stage(void) {
+/* GPT-2's head is tied, on one stage or several (the job sums the two
+ * holders' gradients, docs/model.md, Tied head). */
+static void test_tied_head(void) {
   const char *two = "name: g\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
                     "  architecture: gpt2\n  config: gpt2.json\n  data: /tmp/s_*.bin\n  seq_len: 16\n";
-  CHECK(refused(two, ZB_ERR_INVALID_ARG, "key 'model.config'", "tie_word_embeddings"));
-  CHECK(refused(two, ZB_ERR_INVALID_ARG, "one stage", NULL));
-  /* one rank but two stages (V) is refused too */
   const char *v = "name: g\nranks: 1\nmicrobatches: 4\nschedule: zb-v\nbackend: cpu\nmodel:\n"
                   "  architecture: gpt2\n  config: gpt2.json\n  data: /tmp/s_*.bin\n  seq_len: 16\n";
-  CHECK(refused(v, ZB_ERR_INVALID_ARG, "tie_word_embeddings", NULL));
+  zb_job_spec t;
+  zb_diag e = {{0}};
+  CHECK_EQ(parse(two, &t, &e), ZB_OK);
+  zb_job_spec_free(&t);
+  CHECK_EQ(parse(v, &t, &e), ZB_OK);
+  zb_job_spec_free(&t);
   const char *one = "name: g\nranks: 1\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
                     "  architecture: gpt2\n  config: gpt2.json\n  data: /tmp/s_*.bin\n  seq_len: 16\n";
   zb_job_spec s;
@@ -257,5 +283,5 @@ static void test_deploy_examples(void) {
 }
 
 ZBT_MAIN(ZBT(test_llama_sizes_from_config), ZBT(test_llama_wire_round_trip), ZBT(test_config_refusals),
-         ZBT(test_spec_refusals), ZBT(test_tied_head_one_stage), ZBT(test_deploy_examples),
+         ZBT(test_spec_refusals), ZBT(test_dumps_and_order), ZBT(test_tied_head), ZBT(test_deploy_examples),
          ZBT(test_empty_architecture_is_builtin))

@@ -189,4 +189,38 @@ static void test_refusals(void) {
   zb_stepper_free(NULL);
 }
 
-ZBT_MAIN(ZBT(test_no_clip_same), ZBT(test_clip_same), ZBT(test_nonfinite_rolls_back), ZBT(test_refusals))
+/* zb_stepper_count_prefix: the norm counts only stage 1's first 4
+ * gradients; what follows is stepped all the same, and a non-finite value
+ * there is not seen by the check (its first holder's check sees it). */
+static void test_count_prefix(void) {
+  rank_state r;
+  rank_init(&r);
+  zb_stepper *s = NULL;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_stepper_new(2, r.opt, 0, ZB_STEP_SYNCHRONOUS, &s, &d), ZB_OK);
+  const float *grads[2] = {r.g0, r.g1};
+  double all = zb_step_local(s, grads).sumsq, head = 0;
+  for (int i = 0; i < N0; i++)
+    head += (double)r.g0[i] * r.g0[i];
+  for (int i = 0; i < 4; i++)
+    head += (double)r.g1[i] * r.g1[i];
+  CHECK_EQ(zb_stepper_count_prefix(s, 1, 4, &d), ZB_OK);
+  CHECK(zb_step_local(s, grads).sumsq == head && head < all);
+  float before = r.p1[N1 - 1];
+  float *params[2] = {r.p0, r.p1};
+  others o = {.sumsq = 0, .finite = true};
+  zb_step_result res;
+  CHECK_EQ(zb_stepper_step(s, params, grads, reduce_local, &o, &res, &d), ZB_OK);
+  CHECK(res.grad_norm == sqrt(head));
+  CHECK(r.p1[N1 - 1] != before); /* still stepped */
+  r.g1[N1 - 1] = NAN;
+  CHECK(zb_step_local(s, grads).finite);
+  CHECK_EQ(zb_stepper_count_prefix(s, 1, N1 + 1, &d), ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "stage 1 cannot count 12"));
+  CHECK_EQ(zb_stepper_count_prefix(s, 2, 0, &d), ZB_ERR_INVALID_ARG);
+  zb_stepper_free(s);
+  rank_free(&r);
+}
+
+ZBT_MAIN(ZBT(test_no_clip_same), ZBT(test_clip_same), ZBT(test_nonfinite_rolls_back), ZBT(test_refusals),
+         ZBT(test_count_prefix))

@@ -304,6 +304,40 @@ static void test_committed_shards(void) {
   zb_tokens_free(ds);
 }
 
-ZBT_MAIN(ZBT(test_glob_several_shards), ZBT(test_same_windows_across_opens), ZBT(test_windows_inside_shards),
-         ZBT(test_llama3_uint32), ZBT(test_refusals), ZBT(test_token_beyond_vocab),
-         ZBT(test_text_bytes_as_worker), ZBT(test_committed_shards))
+/* In order: windows every T tokens of each shard, shards in glob order,
+ * sharing one token with the next, wrapping after the last; a shard's
+ * tail shorter than T + 1 tokens is never read. */
+static void test_in_order(void) {
+  fresh();
+  write_three(); /* tok_a 40, tok_b 100, tok_c 25 tokens */
+  zb_tokens *ds = NULL;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_tokens_open(ZB_TOKENS_SHARDS, pat("tok_*.bin"), T, 65536, &ds, &d), ZB_OK);
+  /* (40-1)/8 = 4, (100-1)/8 = 12, (25-1)/8 = 3 */
+  CHECK_EQ(zb_tokens_windows_in_order(ds), 19);
+  const uint32_t starts[] = {1000, 1008, 1016, 1024, 2000, 2008};
+  int32_t t[6 * T], g[6 * T];
+  CHECK_EQ(zb_tokens_fill_in_order(ds, 0, 6, t, g, &d), ZB_OK);
+  for (int j = 0; j < 6; j++)
+    for (int i = 0; i < T; i++) {
+      CHECK_EQ(t[j * T + i], (int32_t)(starts[j] + (uint32_t)i));
+      CHECK_EQ(g[j * T + i], (int32_t)(starts[j] + (uint32_t)i + 1));
+    }
+  /* the last window of tok_c starts at 16 and ends at its token 24; the
+   * next index wraps to the first window of all */
+  CHECK_EQ(zb_tokens_fill_in_order(ds, 18, 2, t, g, &d), ZB_OK);
+  CHECK_EQ(t[0], 3016);
+  CHECK_EQ(g[T - 1], 3024);
+  CHECK_EQ(t[T], 1000);
+  int shard;
+  int64_t off;
+  zb_tokens_locate_in_order(ds, 19 * 5 + 4, &shard, &off);
+  CHECK_EQ(shard, 1);
+  CHECK_EQ(off, 0);
+  zb_tokens_free(ds);
+  zbt_remove_dir(dir);
+}
+
+ZBT_MAIN(ZBT(test_glob_several_shards), ZBT(test_in_order), ZBT(test_same_windows_across_opens),
+         ZBT(test_windows_inside_shards), ZBT(test_llama3_uint32), ZBT(test_refusals),
+         ZBT(test_token_beyond_vocab), ZBT(test_text_bytes_as_worker), ZBT(test_committed_shards))
