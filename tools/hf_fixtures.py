@@ -39,8 +39,12 @@ import sys
 import tempfile
 
 SEED = 29
-BATCH = 2
+# Eight rows, so that a pipeline's 4 or 8 microbatches of 2 or 1 rows
+# each are the fixture's batch split in order (the service tests).
+BATCH = 8
 SEQ = 16  # predictions per row; a token draw is SEQ + 1 wide
+# llm.c's token shard header: magic 20240520, version 1 (uint16 tokens).
+SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
 VOCAB = 512
 # A shard limit below the LLaMA model's 0.6 MB, so that its sharded copy
 # has several shards and an index (tensors are never split across shards).
@@ -148,11 +152,30 @@ def build(torch, arch):
     return model.to(torch.float32).eval()
 
 
+def rows_of(stream):
+    """Rows b = stream[b*SEQ : b*SEQ + SEQ + 1]: windows every SEQ tokens,
+    consecutive rows sharing one token, as a reader of the stream in order
+    takes them (zb's model.order: sequential)."""
+    return stream.unfold(0, SEQ + 1, SEQ)
+
+
 def draw_tokens(torch):
+    """The batch and the held-out batch, and the streams they are cut from."""
     gen = torch.Generator().manual_seed(SEED + 2)
-    train = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=gen)
-    heldout = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=gen)
-    return train, heldout
+    train = torch.randint(0, VOCAB, (BATCH * SEQ + 1,), generator=gen)
+    heldout = torch.randint(0, VOCAB, (BATCH * SEQ + 1,), generator=gen)
+    return rows_of(train), rows_of(heldout), train, heldout
+
+
+def write_shard(path, stream):
+    """stream as an llm.c token shard: 256 little-endian int32 (magic,
+    version, token count, zeros), then the tokens as little-endian uint16."""
+    import struct
+
+    header = [SHARD_MAGIC, SHARD_VERSION, len(stream)] + [0] * (SHARD_HEADER_INTS - 3)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<%di" % SHARD_HEADER_INTS, *header))
+        f.write(struct.pack("<%dH" % len(stream), *[int(t) for t in stream]))
 
 
 def loss_of(torch, model, x):
@@ -193,7 +216,7 @@ def versions():
 def expected_tensors(torch, model, arch, saved):
     """Runs the batch forward and backward; returns the tensors of
     expected.safetensors and the parameter shapes."""
-    train, heldout = draw_tokens(torch)
+    train, heldout, _, _ = draw_tokens(torch)
     model.zero_grad(set_to_none=True)
     logits, loss = loss_of(torch, model, train)
     loss.backward()
@@ -231,7 +254,8 @@ def fixture_meta(model, arch, tensors, params):
         "batch": BATCH,
         "seq": SEQ,
         "vocab_size": VOCAB,
-        "tokens": "torch.randint(0, vocab_size, (batch, seq + 1)) from a generator seeded seed + 2: first 'tokens', then 'heldout.tokens'",
+        "tokens": "two streams of batch * seq + 1 tokens, torch.randint(0, vocab_size, ...) from a generator seeded seed + 2 (first 'tokens', then 'heldout.tokens'); row b of a batch is stream[b*seq : b*seq + seq + 1], so consecutive rows share one token",
+        "shards": "tokens.bin and heldout.bin: the two streams as llm.c token shards (magic 20240520, version 1, uint16 tokens); read in order (zb's model.order: sequential) with seq_len seq they give the rows above",
         "loss_definition": LOSS_DEFINITION,
         "loss": tensors["loss"].item(),
         "heldout_loss": tensors["heldout.loss"].item(),
@@ -257,6 +281,9 @@ def write_model(torch, arch, out):
     saved = load_file(os.path.join(mdir, "model.safetensors"))
     tensors, params = expected_tensors(torch, model, arch, saved)
     save_file(tensors, os.path.join(mdir, "expected.safetensors"))
+    _, _, train_stream, heldout_stream = draw_tokens(torch)
+    write_shard(os.path.join(mdir, "tokens.bin"), train_stream)
+    write_shard(os.path.join(mdir, "heldout.bin"), heldout_stream)
     with open(os.path.join(mdir, "fixture.json"), "w") as f:
         json.dump(fixture_meta(model, arch, tensors, params), f, indent=2, sort_keys=True)
         f.write("\n")

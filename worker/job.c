@@ -71,8 +71,10 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
 }
 
 /* Connects the transport to the ranks this plan exchanges tensors with
- * (and, for a cpu job, rank +-1: the optimizer's global check runs along
- * the ranks, zb_step_reduce_chain). Connect is additive: known peers are
+ * and, for a model job, to every rank the coordinator sent an address for
+ * (rank +-1: the optimizer's global check runs along the ranks,
+ * zb_step_reduce_chain; the other end of a tied head; every rank at an
+ * update that moves stages). Connect is additive: known peers are
  * skipped. */
 static zb_err job_connect(job_state *js, zb_diag *diag) {
   const zb_assignment *a = js->a;
@@ -84,6 +86,8 @@ static zb_err job_connect(job_state *js, zb_diag *diag) {
       peers[a->rank - 1] = true;
     if (a->rank + 1 < a->ranks)
       peers[a->rank + 1] = true;
+    for (int q = 0; q < a->ranks; q++)
+      peers[q] = peers[q] || (q != a->rank && zb_assignment_peer(a, q));
   }
   const char **addrs = zb_calloc((size_t)a->ranks, sizeof(char *));
   for (int q = 0; q < a->ranks; q++) {

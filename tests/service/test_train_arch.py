@@ -10,8 +10,10 @@ Jobs with an architecture): real coordinator, workers and zbctl.
 - A config.json with a key zb does not compute ("sliding_window") is
   refused at submit naming the key, by zbctl and by the coordinator (a
   spec sent over gRPC with that config text); no job is created.
-- gpt2 (tied head) on 2 ranks is refused naming tie_word_embeddings; on
-  1 rank it runs.
+- gpt2 (tied head) trains on 2 ranks with 1f1b (the embedding and the
+  head's copy on ranks 0 and 1) and zb-v (both on rank 0) and on 1 rank;
+  after the last step the two holders of the tied weight have the same
+  bits (their dumps).
 """
 
 import json
@@ -138,17 +140,35 @@ def test_bad_config_key_refused_at_submit():
         c.assert_serving()
 
 
-def test_gpt2_tied_head_one_stage():
+def tied_holders_agree(dump_dir, jid, iteration):
+    """The tied embedding's weights after the step, on the first stage and
+    on the last stage's copy: the same bits."""
+    dumps = zbsvc.read_dumps(dump_dir, jid, iteration)
+    first, last = dumps[0], dumps[max(dumps)]
+    name, rows, cols = first["tensors"][0]
+    assert name == "transformer.wte.weight" and last["tensors"][-1] == (name, rows, cols), (first["tensors"][0],
+                                                                                          last["tensors"][-1])
+    n = 4 * rows * cols
+    assert first["after"][:n] == last["after"][-n:], "%s: the two holders of %s differ" % (jid, name)
+    assert first["after"][:n] != first["before"][:n], "%s: %s did not move" % (jid, name)
+
+
+def test_gpt2_tied_head():
     with Cluster(workers=2, name="arch-gpt2") as c:
         config = os.path.join(GPT2, "config.json")
-        cp = zbctl_submit(c, "gpt2-2", arch_yaml("gpt2-2", "gpt2", config, 2, "1f1b", weights=GPT2))
-        assert cp.returncode != 0 and "tie_word_embeddings" in cp.stderr, (cp.stdout, cp.stderr)
-        cp = zbctl_submit(c, "gpt2-1", arch_yaml("gpt2-1", "gpt2", config, 1, "1f1b", weights=GPT2))
-        jid = job_id_of(cp)
-        job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
-        assert job.iterations_done == ITERATIONS, job
-        check_trains("gpt2 p=1", losses_of(c, jid, ITERATIONS))
-        c.wait_workers(2)
+        dump_dir = os.path.join(c.dir, "dumps")
+        # 2 ranks: the holders on ranks 0 and 1 (1f1b) and both on rank 0 (zb-v)
+        for ranks, schedule in ((2, "1f1b"), (2, "zb-v"), (1, "1f1b")):
+            name = "gpt2-%s-%d" % (schedule, ranks)
+            text = arch_yaml(name, "gpt2", config, ranks, schedule, weights=GPT2)
+            text += "  dump_dir: %s\n  dump_every: %d\n" % (dump_dir, ITERATIONS)
+            jid = job_id_of(zbctl_submit(c, name, text))
+            job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+            assert job.iterations_done == ITERATIONS, job
+            check_trains("gpt2 %s p=%d" % (schedule, ranks), losses_of(c, jid, ITERATIONS))
+            if ranks > 1 or schedule == "zb-v":
+                tied_holders_agree(dump_dir, jid, ITERATIONS - 1)
+            c.wait_workers(2)
         c.assert_serving()
 
 

@@ -28,7 +28,7 @@
 #error "ZB_TEST_DATA_DIR must name tests/data"
 #endif
 
-enum { B = 2, T = 16, MAX_STAGES = 4 };
+enum { B = 8, T = 16, MAX_STAGES = 4 };
 #define TOL 1e-5
 
 static zb_device *g_dev; /* NULL: each stage makes a host device */
