@@ -3,6 +3,7 @@
  * from zb_arch_tensor, Conv1D weights transposed, padded vocabulary rows
  * zeroed on the way in and dropped on the way out, and config.json. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,49 @@ void zb_arch_entries_free(float **owned, int n) {
   for (int i = 0; i < n; i++)
     free(owned[i]);
   free(owned);
+}
+
+void zb_arch_shard_name(int stage, int n_stages, char *buf, size_t len) {
+  snprintf(buf, len, "model-%05d-of-%05d.safetensors", stage + 1, n_stages);
+}
+
+/* Appends stage s's "name": "file" pairs and counts their fp32 bytes. */
+static zb_err index_stage(const zb_arch *a, int s, int n_stages, zb_buf *b, bool *comma, uint64_t *bytes,
+                          zb_diag *diag) {
+  int n = 0;
+  zb_err e = zb_arch_stage_tensors(a, s, n_stages, NULL, 0, &n, diag);
+  if (e != ZB_OK)
+    return e;
+  zb_arch_tensor *ts = zb_calloc((size_t)(n ? n : 1), sizeof *ts);
+  e = zb_arch_stage_tensors(a, s, n_stages, ts, n, &n, diag);
+  char file[64];
+  zb_arch_shard_name(s, n_stages, file, sizeof file);
+  for (int i = 0; e == ZB_OK && i < n; i++) {
+    if (ts[i].tied_copy)
+      continue;
+    zb_buf_puts(b, *comma ? ", " : "");
+    zb_buf_json_str(b, ts[i].hf_name);
+    zb_buf_puts(b, ": ");
+    zb_buf_json_str(b, file);
+    *comma = true;
+    *bytes += 4ull * (uint64_t)ts[i].hf_rows * (uint64_t)ts[i].hf_cols;
+  }
+  free(ts);
+  return e;
+}
+
+zb_err zb_arch_hf_index(const zb_arch *a, int n_stages, zb_buf *b, zb_diag *diag) {
+  zb_buf map = {0};
+  bool comma = false;
+  uint64_t bytes = 0;
+  zb_err e = ZB_OK;
+  for (int s = 0; e == ZB_OK && s < n_stages; s++)
+    e = index_stage(a, s, n_stages, &map, &comma, &bytes, diag);
+  if (e == ZB_OK)
+    zb_buf_printf(b, "{\"metadata\": {\"total_size\": %llu}, \"weight_map\": {%s}}\n",
+                  (unsigned long long)bytes, map.data ? map.data : "");
+  zb_buf_free(&map);
+  return e;
 }
 
 static void rope_json(const zb_rope *r, zb_buf *b) {

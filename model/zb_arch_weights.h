@@ -38,6 +38,17 @@ zb_err zb_arch_hf_entries(const zb_arch_tensor *ts, int n, const float *const *s
                           size_t *n_out, float ***owned, zb_diag *diag);
 void zb_arch_entries_free(float **owned, int n);
 
+/* The shard of stage `stage` of n_stages when a model is saved one shard
+ * per stage: "model-<stage+1>-of-<n_stages>.safetensors", five digits
+ * each, as transformers names its shards. */
+void zb_arch_shard_name(int stage, int n_stages, char *buf, size_t len);
+
+/* model.safetensors.index.json for such a save: every tensor transformers
+ * holds (tied copies left out) mapped to its stage's shard, and the
+ * metadata's total_size in fp32 bytes. A stage without tensors has no
+ * shard and no entry. */
+zb_err zb_arch_hf_index(const zb_arch *a, int n_stages, zb_buf *out, zb_diag *diag);
+
 /* config.json for a (model_type, sizes, and every key whose default in
  * transformers differs from zb's choice), as zb_arch_from_hf reads it
  * back to the same architecture. The builtin architecture has none

@@ -38,7 +38,9 @@ Runs the tests the way CI does:
   6. hf-fixtures: scripts/check-hf-fixtures.sh makes build/venv-hf (torch
      and transformers from PyPI, about 2.9 GB the first time, then kept;
      scripts/install-hf-venv.sh) and re-runs tools/hf_fixtures.py to check
-     that the committed fixtures in tests/data/hf still match (log
+     that the committed fixtures in tests/data/hf still match, then runs
+     service_test_hf_checkpoint in build/dev with that venv, so that
+     transformers loads models zb saved and gives zb's loss (log
      build/hf-fixtures.log). When the venv cannot be installed the step
      is skipped, or fails with CI=true.
 Steps 4, 5 and 6 run only when both presets do (no --only), once each.
@@ -206,17 +208,18 @@ if [[ ${#presets[@]} -eq 2 && $hf -eq 1 ]]; then
   log=build/hf-fixtures.log
   mkdir -p build
   rc=0
-  scripts/check-hf-fixtures.sh 2>&1 | tee "$log" || rc=$?
+  scripts/check-hf-fixtures.sh --build build/dev 2>&1 | tee "$log" || rc=$?
   # the check closes with "hf_fixtures: check ok: ..." or a list of
   # differences; exit 77 means the venv could not be installed (not CI)
   line=$(grep -E '^hf_fixtures: check ' "$log" | tail -n1 || true)
+  ck=$(grep -E '^hf_fixtures: checkpoint' "$log" | tail -n1 || true)
   if [[ $rc -eq 0 ]]; then
-    summary+=("hf-fixtures: ${line#hf_fixtures: check }")
+    summary+=("hf-fixtures: ${line#hf_fixtures: check }" "hf-checkpoint: ${ck#hf_fixtures: checkpoint: }")
   elif [[ $rc -eq 77 ]]; then
     summary+=("hf-fixtures: skipped (no transformers venv: scripts/install-hf-venv.sh failed; see $log)")
   else
     line=${line#hf_fixtures: check FAILED: }
-    summary+=("hf-fixtures: FAILED (${line%:}${line:+; }exit $rc; see $log)")
+    summary+=("hf-fixtures: FAILED (${line%:}${line:+; }exit $rc; see $log)" "${ck:-hf-checkpoint: not run}")
     failed=1
   fi
 fi

@@ -200,8 +200,13 @@ zb_err zb_file_slurp_in(const zb_roots *roots, const char *what, const char *pat
 }
 
 zb_err zb_file_write_atomic(const char *what, const char *path, const void *data, size_t len, zb_diag *diag) {
+  return zb_file_write_atomic_in(NULL, what, path, data, len, diag);
+}
+
+zb_err zb_file_write_atomic_in(const zb_roots *roots, const char *what, const char *path, const void *data,
+                               size_t len, zb_diag *diag) {
   zb_file_writer w;
-  zb_err err = zb_file_begin(&w, what, path, diag);
+  zb_err err = zb_file_begin_in(&w, roots, what, path, diag);
   if (err)
     return err;
   w.plain = true;

@@ -174,18 +174,28 @@ int zb_roots_stat(const zb_roots *rs, const char *path, struct stat *sb) {
   return rc;
 }
 
-int zb_roots_unlink(const zb_roots *rs, const char *path) {
+/* unlinkat(2) of path's leaf on its directory's descriptor (flags 0 or
+ * AT_REMOVEDIR). */
+static int roots_unlinkat(const zb_roots *rs, const char *path, int flags) {
   if (!zb_roots_on(rs))
-    return unlink(path);
+    return flags & AT_REMOVEDIR ? rmdir(path) : unlink(path);
   const char *leaf;
   int dfd = zb_roots_open_dir(rs, path, &leaf);
   if (dfd < 0)
     return -1;
-  int rc = unlinkat(dfd, leaf, 0);
+  int rc = unlinkat(dfd, leaf, flags);
   int saved = errno;
   close(dfd);
   errno = saved;
   return rc;
+}
+
+int zb_roots_unlink(const zb_roots *rs, const char *path) {
+  return roots_unlinkat(rs, path, 0);
+}
+
+int zb_roots_rmdir(const zb_roots *rs, const char *path) {
+  return roots_unlinkat(rs, path, AT_REMOVEDIR);
 }
 
 /* link (true) or rename from into to, on their directories' descriptors. */

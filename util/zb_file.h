@@ -86,6 +86,9 @@ zb_err zb_file_slurp_in(const zb_roots *roots, const char *what, const char *pat
 /* Writes len bytes as the file at path, atomically (PATH.tmp.PID, fsync,
  * rename, directory fsync): readers see the old file or the whole new one. */
 zb_err zb_file_write_atomic(const char *what, const char *path, const void *data, size_t len, zb_diag *diag);
+/* The same beneath roots (zb_roots.h; NULL: the path as it is). */
+zb_err zb_file_write_atomic_in(const zb_roots *roots, const char *what, const char *path, const void *data,
+                               size_t len, zb_diag *diag);
 
 /* Creates dir and its missing parents (mkdir -p), mode 0755. */
 zb_err zb_file_mkdirs(const char *what, const char *dir, zb_diag *diag);

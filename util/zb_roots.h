@@ -67,6 +67,8 @@ int zb_roots_mkdirs(const zb_roots *rs, const char *dir);
 /* lstat(2) when roots are on (a link is not followed), stat(2) when off. */
 int zb_roots_stat(const zb_roots *rs, const char *path, struct stat *sb);
 int zb_roots_unlink(const zb_roots *rs, const char *path);
+/* rmdir(2): an empty directory. */
+int zb_roots_rmdir(const zb_roots *rs, const char *path);
 /* link(2) (a hard link; from is not followed) and rename(2). */
 int zb_roots_link(const zb_roots *rs, const char *from, const char *to);
 int zb_roots_rename(const zb_roots *rs, const char *from, const char *to);

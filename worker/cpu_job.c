@@ -39,6 +39,7 @@ static zb_err cpu_job_settings(cpu_job *cj, const zb_assignment *a, const atomic
   cj->iterations = a->iterations;
   cj->model = *ms;
   cj->completed = cj->saved = -1;
+  cj->hf_kept[0] = cj->hf_kept[1] = -1;
   cj->stop = stop;
   cj->rank = a->rank;
   cj->nranks = a->ranks;

@@ -64,6 +64,7 @@ typedef struct cpu_job {
   char resume_from[64]; /* "" or the job whose checkpoints to load before the first iteration */
   int completed;        /* the last iteration whose step is done here; -1: none */
   int saved;            /* the iteration of the last checkpoint written; -1: none */
+  int hf_kept[2];       /* an architecture job's Hugging Face saves on disk, newest first; -1: none */
   bool torn;            /* an iteration failed after its step: the state is no iteration's */
   const atomic_bool *stop;
   /* gradient dumps (zb_dump.h): on when dump_dir[0] */
@@ -101,6 +102,12 @@ zb_err cpu_job_arch_weights(cpu_job *cj, zb_diag *diag);
 bool cpu_job_tied(const cpu_job *cj);
 zb_err cpu_job_tie_grads(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag);
 zb_err cpu_job_tied_count_once(cpu_job *cj, zb_diag *diag);
+
+/* cpu_job_hf.c: with each checkpoint of an architecture job, the model
+ * after iteration `iteration` as a Hugging Face directory,
+ * CKPT_DIR/JOB_ID/model-it<iteration>/ (docs/model.md); no-op for the
+ * builtin model. The two newest saves are kept. */
+zb_err cpu_job_save_hf(cpu_job *cj, int iteration, zb_diag *diag);
 
 /* cpu_job_restage.c */
 /* Takes a plan update at an iteration boundary: nothing to do when this

@@ -98,6 +98,8 @@ zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
       err = zb_ckpt_save(cj->roots, path, &c, diag);
     free(sizes);
   }
+  if (!err)
+    err = cpu_job_save_hf(cj, iteration, diag);
   if (!err) {
     cj->saved = iteration;
     ZB_INFO("job %s rank %d: checkpoint after iteration %d in %s", cj->job_id, cj->rank, iteration, dir);

@@ -135,12 +135,13 @@ static double sim_scale(const worker *w, int it) {
 }
 
 /* After an iteration's step: a cpu job's periodic checkpoint, written
- * before the report, so a reported iteration N-1, 2N-1, ... is on disk. */
+ * before the report, so a reported iteration N-1, 2N-1, ... is on disk;
+ * and one after the last iteration, the final model. */
 static zb_err job_after_step(job_state *js, zb_diag *diag) {
 #ifdef ZB_WITH_CPU_BACKEND
   cpu_job *cj = &js->cj;
   cj->completed = js->next;
-  if (cj->ckpt_every > 0 && (js->next + 1) % cj->ckpt_every == 0)
+  if (cj->ckpt_every > 0 && ((js->next + 1) % cj->ckpt_every == 0 || js->next + 1 == js->a->iterations))
     return cpu_job_save(cj, js->next, diag);
 #else
   (void)js;
