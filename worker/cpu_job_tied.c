@@ -5,6 +5,7 @@
  * AdamW step and stay bit-identical, as Megatron-LM does for its
  * embedding group; the step's check counts the weight once, on the first
  * stage (zb_stepper_count_prefix). See cpu_job.h. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,13 +86,14 @@ static zb_err tie_local(cpu_job *cj, int i0, int il, float *a, float *b, size_t 
 
 /* One holder here, the other on rank peer: the first stage's holder
  * sends then receives, the last's receives then sends, so blocking
- * transports cannot deadlock. Tags use stage -3, which no activation,
- * gradient, step check or resume carries: (F, -3, it) from the first stage's rank,
- * (B, -3, it) from the last's. */
+ * transports cannot deadlock. Tags use stage INT32_MIN, which no
+ * activation, gradient, step check, resume or restage message carries
+ * (they use stages >= -1, -2 and <= -3 - stage): (F, INT32_MIN, it) from
+ * the first stage's rank, (B, INT32_MIN, it) from the last's. */
 static zb_err tie_remote(cpu_job *cj, zb_transport *tr, int iteration, int i, bool first, int peer,
                          float *mine, float *theirs, size_t n, zb_diag *diag) {
-  zb_tag from_first = {.kind = ZB_OP_F, .stage = -3, .mb = iteration};
-  zb_tag from_last = {.kind = ZB_OP_B, .stage = -3, .mb = iteration};
+  zb_tag from_first = {.kind = ZB_OP_F, .stage = INT32_MIN, .mb = iteration};
+  zb_tag from_last = {.kind = ZB_OP_B, .stage = INT32_MIN, .mb = iteration};
   size_t bytes = n * sizeof(float);
   zb_err err = tied_io(cj, i, mine, true, diag);
   if (!err && first) {

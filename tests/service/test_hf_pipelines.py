@@ -20,6 +20,11 @@ with transformers in one process without a pipeline:
 - every transformers parameter is held by exactly the stages that should
   hold it (a tied copy on the last stage, nothing else twice), and the
   weights before the step are model.safetensors' values, bit for bit.
+
+ZB_HF_BACKEND and ZB_HF_TRANSPORT (default cpu, tcp) choose the job's
+backend and transport: service_test_hf_pipelines_standin runs the same
+jobs as cuda over nccl on the CPU stand-in (zb-worker-standin), the GPU
+path with its device step and the tied gradient through the host.
 """
 
 import array
@@ -35,6 +40,8 @@ GRAD_TOL = 1e-5  # the issue's bound: fp32, per parameter tensor, relative
 FAMILIES = ["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-auto", "zb-v", "v-half", "v-min",
             "zb-interleaved", "dualpipe-v"]
 SHAPES = [(2, 4), (4, 8)]
+BACKEND = os.environ.get("ZB_HF_BACKEND", "cpu")
+TRANSPORT = os.environ.get("ZB_HF_TRANSPORT", "tcp")
 ROWS, SEQ = 8, 16  # the fixture's batch
 HF = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "hf"))
 # GPT-2 stores its linear layers as Conv1D, [in, out]: zb's [out, in] transposed
@@ -120,7 +127,8 @@ def spec(arch, family, p, m, dump_dir):
     model = zb_pb2.ModelSpec(architecture=arch, config_json=config, weights=d, data=os.path.join(d, "tokens.bin"),
                              order="sequential", seq_len=SEQ, batch=ROWS // m, seed=1, lr=1e-3, dump_dir=dump_dir)
     return zb_pb2.JobSpec(name="hf-%s-%s-p%d-m%d" % (arch, family, p, m), ranks=p, microbatches=m,
-                          schedule=family, iterations=1, backend="cpu", trace_every=0, model=model)
+                          schedule=family, iterations=1, backend=BACKEND, transport=TRANSPORT, trace_every=0,
+                          model=model)
 
 
 def fixture_of(arch):
@@ -152,8 +160,8 @@ def run_arch(arch):
                 c.wait_workers(4)
         c.assert_serving()
     worst.sort()
-    print("%s: %d jobs, every gradient within %g of transformers'; largest relative error %.2e (%s)"
-          % (arch, len(worst), GRAD_TOL, worst[-1][0], worst[-1][1]))
+    print("%s (%s over %s): %d jobs, every gradient within %g of transformers'; largest relative error %.2e (%s)"
+          % (arch, BACKEND, TRANSPORT, len(worst), GRAD_TOL, worst[-1][0], worst[-1][1]))
 
 
 def test_llama_every_family():
