@@ -28,7 +28,6 @@
  *
  * It prints; it never fails on a slow result.
  */
-#include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +36,7 @@
 
 #include "model_internal.h" /* model_attention_fwd/bwd, for the attention section */
 #include "zb_alloc.h"
+#include "zb_blas.h"
 #include "zb_clock.h"
 #include "zb_model.h"
 #include "zb_names.h"
