@@ -53,7 +53,7 @@ elseif(ZB_BLAS STREQUAL "blis")
   find_library(ZB_BLIS_LIBRARY blis PATH_SUFFIXES blis-openmp blis-pthread blis-serial)
   find_path(ZB_BLIS_INCLUDE_DIR blis.h PATH_SUFFIXES blis x86_64-linux-gnu/blis-openmp
             x86_64-linux-gnu/blis-pthread x86_64-linux-gnu/blis-serial)
-  if(NOT ZB_BLIS_LIBRARY OR NOT ZB_BLIS_INCLUDE_DIR OR NOT EXISTS "${ZB_BLIS_INCLUDE_DIR}/cblas.h")
+  if(NOT EXISTS "${ZB_BLIS_LIBRARY}" OR NOT EXISTS "${ZB_BLIS_INCLUDE_DIR}/cblas.h")
     message(FATAL_ERROR "ZB_BLAS=blis: BLIS not found (library: ${ZB_BLIS_LIBRARY}; blis.h and cblas.h in: "
                         "${ZB_BLIS_INCLUDE_DIR}). Debian: apt-get install libblis-dev")
   endif()
