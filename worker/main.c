@@ -436,7 +436,8 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
       break;
     case 'V': {
       char blas[128];
-      printf("zb-worker %s\nblas: %s\n", ZB_VERSION, (worker_blas(blas, sizeof blas), blas));
+      worker_blas(blas, sizeof blas);
+      printf("zb-worker %s\nblas: %s\n", ZB_VERSION, blas);
       return 0;
     }
     case 'h': fputs(usage_text, stdout); return 0;
@@ -520,8 +521,9 @@ int main(int argc, char **argv) {
   zb_tls_free(tls); /* the channel keeps its own copy */
   pthread_t jt;
   pthread_create(&jt, NULL, job_thread, &w);
-  ZB_INFO("zb-worker %s: coordinator %s, data address %s, memory %.1f GiB%s", ZB_VERSION, coordinator,
-          w.data_address, (double)w.memory_bytes / (1 << 30), w.memory_bytes ? "" : " (not advertised)");
+  ZB_INFO("zb-worker %s: coordinator %s, data address %s, memory %.1f GiB%s, blas %s", ZB_VERSION,
+          coordinator, w.data_address, (double)w.memory_bytes / (1 << 30),
+          w.memory_bytes ? "" : " (not advertised)", w.blas);
   zb_sd_notifyf("READY=1\nSTATUS=attaching to %s", coordinator);
   control_loop(&w, coordinator, heartbeat_ms);
   zb_sd_notify("STOPPING=1");
