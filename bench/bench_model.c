@@ -2,7 +2,9 @@
  * one stage (model/zb_model.h), each next to cblas_sgemm replaying exactly
  * the matrix products that op issued (same shapes, transposes, leading
  * dimensions and counts), in the same run. The issue's target: each op at
- * least 70% of its sgemm replay.
+ * least 70% of its sgemm replay. The first lines name the model and the
+ * CBLAS it was built with (ZB_BLAS; docs/model.md, BLAS), as the library
+ * reports itself, and OPENBLAS_CORETYPE as the environment has it.
  *
  * FLOPs count the matrix products only, 2*m*n*k each (the attention score
  * products are counted in full, masked half included, as they are
@@ -11,8 +13,18 @@
  * of --reps runs. The replay reuses one set of buffers, so its small
  * per-head products run from warm caches: a slightly flattering baseline.
  *
- *   zb_bench_model [--hidden 512] [--heads 8] [--seq 256] [--batch 4]
- *                  [--layers 2] [--reps 5] [--threads 1]
+ *   zb_bench_model [--arch builtin|llama] [--hidden 512] [--heads 8]
+ *                  [--kv-heads H] [--intermediate 4h] [--vocab 256]
+ *                  [--seq 256] [--batch 4] [--layers 2] [--model-layers 3L]
+ *                  [--reps 5] [--threads 1] [--rounds 1]
+ *                  [--sections stages,attention,memory,torch]
+ *                  [--torch-python PATH] [--torch-script PATH]
+ *
+ * --arch llama: RMSNorm, rotary positions (theta 10000), SwiGLU MLP of
+ * --intermediate units, --kv-heads key/value heads, no biases, untied
+ * head (model/zb_arch.h). --layers: blocks of the timed stage;
+ * --model-layers: blocks of the whole model the PyTorch section trains;
+ * --rounds: how many times it alternates zb and PyTorch (best kept).
  *
  * A second section runs whole schedules through real model stages in one
  * process (each rank's stages, ops in the simulator's time order) and
@@ -26,17 +38,23 @@
  * attention part of each timed alone (model_attention_fwd/bwd on the same
  * shapes, internal to zbmodel), its share of the op, and the speed-ups.
  *
+ * A fourth section (bench_model_torch.c) trains the whole model one step
+ * in zb and in PyTorch (bench/torch_model.py, under --torch-python,
+ * ZB_TORCH_PYTHON or the venv of scripts/install-hf-venv.sh) and prints
+ * zb / PyTorch tokens/s; without such a python it says so and skips.
+ *
  * It prints; it never fails on a slow result.
  */
-#include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bench_model.h"
 #include "model_internal.h" /* model_attention_fwd/bwd, for the attention section */
 #include "zb_alloc.h"
+#include "zb_blas.h"
 #include "zb_clock.h"
 #include "zb_model.h"
 #include "zb_names.h"
@@ -75,11 +93,16 @@ static void replay_sizes(const zb_model_gemm *g, int n, size_t *na, size_t *nb, 
   }
 }
 
-static int arg_int(int argc, char **argv, const char *name, int def) {
+static const char *arg_str(int argc, char **argv, const char *name, const char *def) {
   for (int i = 1; i + 1 < argc; i++)
     if (strcmp(argv[i], name) == 0)
-      return atoi(argv[i + 1]);
+      return argv[i + 1];
   return def;
+}
+
+static int arg_int(int argc, char **argv, const char *name, int def) {
+  const char *v = arg_str(argc, argv, name, NULL);
+  return v ? atoi(v) : def;
 }
 
 /* ---- measured peak activation memory against the plan ---- */
@@ -356,119 +379,203 @@ static void attention_section(const zb_model_config *cfg, int reps) {
          m[0].attn_f / m[1].attn_f, m[0].attn_b / m[1].attn_b, m[0].f / m[1].f, m[0].b / m[1].b);
 }
 
-int main(int argc, char **argv) {
-  int reps = arg_int(argc, argv, "--reps", 5), threads = arg_int(argc, argv, "--threads", 1);
-  int layers = arg_int(argc, argv, "--layers", 2);
-  zb_model_config cfg = {.vocab = 256,
-                         .hidden = arg_int(argc, argv, "--hidden", 512),
-                         .heads = arg_int(argc, argv, "--heads", 8),
-                         .layers = 3 * layers, /* the middle one of three stages holds `layers` blocks */
-                         .seq_len = arg_int(argc, argv, "--seq", 256),
-                         .batch = arg_int(argc, argv, "--batch", 4),
-                         .seed = 1};
-  if (reps < 1)
-    reps = 1;
-  zb_model_set_threads(threads);
-  printf("zb_bench_model: one stage of %d blocks, h=%d, %d heads, T=%d, batch %d (%d tokens), fp32, "
-         "%d CBLAS thread(s), best of %d\n",
-         layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.batch, cfg.batch * cfg.seq_len, threads, reps);
-
+/* One stage (kind 0: the middle one of three, 1: the last) of cfg: its
+ * F, B and W against the sgemm replay of their products. */
+static void stage_row(const zb_model_config *cfg, int kind, int reps) {
   static const char *const kinds[2] = {"middle", "last"};
+  zb_model_stage *st = NULL;
+  zb_diag d = {{0}};
+  if (zb_model_stage_new(cfg, kind == 0 ? 1 : 2, 3, &st, &d) != ZB_OK) {
+    printf("cannot create the stage: %s\n", d.msg);
+    return;
+  }
+  size_t na = zb_model_act_numel(st), nt = (size_t)cfg->batch * cfg->seq_len;
+  int last = zb_model_stage_is_last(st);
+  float *x = zb_malloc(na * sizeof(float)), *y = zb_malloc(na * sizeof(float));
+  float *dy = zb_malloc(na * sizeof(float)), *dx = zb_malloc(na * sizeof(float));
+  int32_t *tgt = zb_malloc(nt * sizeof *tgt);
+  for (size_t i = 0; i < na; i++) {
+    x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    dy[i] = (float)((i * 40503u) % 1000) / 1000.0f - 0.5f;
+  }
+  for (size_t i = 0; i < nt; i++)
+    tgt[i] = (int32_t)((i * 7) % (size_t)zb_model_stage_config(st)->vocab);
+
+  /* One traced round gives each op's products; it also warms up. */
+  zb_model_gemm *trace[3];
+  int ntrace[3];
+  double best[3] = {1e30, 1e30, 1e30}, best_replay[3] = {1e30, 1e30, 1e30};
+  for (int op = 0; op < 3; op++)
+    trace[op] = zb_malloc(TRACE_CAP * sizeof(zb_model_gemm));
+  float loss;
+  zb_model_trace_gemms(st, trace[0], TRACE_CAP);
+  zb_model_forward(st, 0, NULL, x, last ? tgt : NULL, last ? NULL : y, last ? &loss : NULL, NULL);
+  ntrace[0] = zb_model_trace_gemms(st, trace[1], TRACE_CAP);
+  zb_model_backward_b(st, 0, last ? NULL : dy, dx, NULL);
+  ntrace[1] = zb_model_trace_gemms(st, trace[2], TRACE_CAP);
+  zb_model_backward_w(st, 0, NULL);
+  ntrace[2] = zb_model_trace_gemms(st, NULL, 0);
+
+  int64_t mb_after_f = 0, mb_after_b = 0;
+  for (int r = 0; r < reps; r++) {
+    double t0 = zb_clock_s();
+    zb_model_forward(st, 0, NULL, x, last ? tgt : NULL, last ? NULL : y, last ? &loss : NULL, NULL);
+    double t1 = zb_clock_s();
+    mb_after_f = zb_model_mb_bytes(st, 0);
+    zb_model_backward_b(st, 0, last ? NULL : dy, dx, NULL);
+    double t2 = zb_clock_s();
+    mb_after_b = zb_model_mb_bytes(st, 0);
+    zb_model_backward_w(st, 0, NULL);
+    double t3 = zb_clock_s(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
+    for (int op = 0; op < 3; op++)
+      best[op] = t[op] < best[op] ? t[op] : best[op];
+  }
+  zb_model_mem mem;
+  zb_model_mem_stats(st, &mem);
+
+  size_t sa = 0, sb = 0, sc = 0;
+  for (int op = 0; op < 3; op++)
+    replay_sizes(trace[op], ntrace[op], &sa, &sb, &sc);
+  float *a = zb_calloc(sa, sizeof(float)), *b = zb_calloc(sb, sizeof(float)),
+        *c = zb_calloc(sc, sizeof(float));
+  for (size_t i = 0; i < sa; i++)
+    a[i] = (float)(i % 17) * 0.01f;
+  for (size_t i = 0; i < sb; i++)
+    b[i] = (float)(i % 13) * 0.01f;
+  for (int op = 0; op < 3; op++) {
+    replay(trace[op], ntrace[op], a, b, c); /* warm-up */
+    for (int r = 0; r < reps; r++) {
+      double t = replay(trace[op], ntrace[op], a, b, c);
+      best_replay[op] = t < best_replay[op] ? t : best_replay[op];
+    }
+  }
+
+  static const char *const ops[3] = {"F", "B", "W"};
+  for (int op = 0; op < 3; op++) {
+    double fl = trace_flops(trace[op], ntrace[op]);
+    printf("%-7s %-3s %10.3f %10.2f %9.1f %12.2f %9.1f %7.0f%%\n", kinds[kind], ops[op], fl * 1e-9,
+           best[op] * 1e3, fl / best[op] * 1e-9, best_replay[op] * 1e3, fl / best_replay[op] * 1e-9,
+           100.0 * best_replay[op] / best[op]);
+  }
+  printf("%-7s state of one microbatch: %.1f MiB after F, %.1f MiB after B (peak %.1f MiB); workspace %.1f "
+         "MiB\n",
+         kinds[kind], (double)mb_after_f / 1048576.0, (double)mb_after_b / 1048576.0,
+         (double)mem.peak_state_bytes / 1048576.0, (double)mem.workspace_bytes / 1048576.0);
+
+  for (int op = 0; op < 3; op++)
+    free(trace[op]);
+  free(a);
+  free(b);
+  free(c);
+  free(x);
+  free(y);
+  free(dy);
+  free(dx);
+  free(tgt);
+  zb_model_stage_free(st);
+}
+
+static void stage_section(const bench_model_opts *o) {
+  zb_arch arch;
+  zb_model_config cfg = bench_model_config(o, 3 * o->layers, &arch); /* the middle of 3 stages: o->layers */
   printf("\n%-7s %-3s %10s %10s %9s %12s %9s %7s\n", "stage", "op", "GFLOP", "op ms", "GFLOP/s", "sgemm ms",
          "GFLOP/s", "op/sgemm");
-  for (int kind = 0; kind < 2; kind++) {
-    zb_model_stage *st = NULL;
-    zb_diag d = {{0}};
-    if (zb_model_stage_new(&cfg, kind == 0 ? 1 : 2, 3, &st, &d) != ZB_OK) {
-      printf("cannot create the stage: %s\n", d.msg);
-      return 0;
-    }
-    size_t na = zb_model_act_numel(st), nt = (size_t)cfg.batch * cfg.seq_len;
-    int last = zb_model_stage_is_last(st);
-    float *x = zb_malloc(na * sizeof(float)), *y = zb_malloc(na * sizeof(float));
-    float *dy = zb_malloc(na * sizeof(float)), *dx = zb_malloc(na * sizeof(float));
-    int32_t *tgt = zb_malloc(nt * sizeof *tgt);
-    for (size_t i = 0; i < na; i++) {
-      x[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-      dy[i] = (float)((i * 40503u) % 1000) / 1000.0f - 0.5f;
-    }
-    for (size_t i = 0; i < nt; i++)
-      tgt[i] = (int32_t)((i * 7) % 256);
+  for (int kind = 0; kind < 2; kind++)
+    stage_row(&cfg, kind, o->reps);
+}
 
-    /* One traced round gives each op's products; it also warms up. */
-    zb_model_gemm *trace[3];
-    int ntrace[3];
-    double best[3] = {1e30, 1e30, 1e30}, best_replay[3] = {1e30, 1e30, 1e30};
-    for (int op = 0; op < 3; op++)
-      trace[op] = zb_malloc(TRACE_CAP * sizeof(zb_model_gemm));
-    float loss;
-    zb_model_trace_gemms(st, trace[0], TRACE_CAP);
-    zb_model_forward(st, 0, NULL, x, last ? tgt : NULL, last ? NULL : y, last ? &loss : NULL, NULL);
-    ntrace[0] = zb_model_trace_gemms(st, trace[1], TRACE_CAP);
-    zb_model_backward_b(st, 0, last ? NULL : dy, dx, NULL);
-    ntrace[1] = zb_model_trace_gemms(st, trace[2], TRACE_CAP);
-    zb_model_backward_w(st, 0, NULL);
-    ntrace[2] = zb_model_trace_gemms(st, NULL, 0);
+zb_model_config bench_model_config(const bench_model_opts *o, int layers, zb_arch *arch) {
+  *arch = o->arch;
+  arch->layers = layers;
+  return (zb_model_config){.vocab = arch->vocab,
+                           .hidden = arch->hidden,
+                           .heads = arch->heads,
+                           .layers = layers,
+                           .seq_len = o->seq,
+                           .batch = o->batch,
+                           .seed = 1,
+                           .arch = arch->kind == ZB_ARCH_BUILTIN ? NULL : arch};
+}
 
-    int64_t mb_after_f = 0, mb_after_b = 0;
-    for (int r = 0; r < reps; r++) {
-      double t0 = zb_clock_s();
-      zb_model_forward(st, 0, NULL, x, last ? tgt : NULL, last ? NULL : y, last ? &loss : NULL, NULL);
-      double t1 = zb_clock_s();
-      mb_after_f = zb_model_mb_bytes(st, 0);
-      zb_model_backward_b(st, 0, last ? NULL : dy, dx, NULL);
-      double t2 = zb_clock_s();
-      mb_after_b = zb_model_mb_bytes(st, 0);
-      zb_model_backward_w(st, 0, NULL);
-      double t3 = zb_clock_s(), t[3] = {t1 - t0, t2 - t1, t3 - t2};
-      for (int op = 0; op < 3; op++)
-        best[op] = t[op] < best[op] ? t[op] : best[op];
-    }
-    zb_model_mem mem;
-    zb_model_mem_stats(st, &mem);
+int bench_section_on(const bench_model_opts *o, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = o->sections; (p = strstr(p, name)) != NULL; p += n)
+    if ((p == o->sections || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+      return 1;
+  return 0;
+}
 
-    size_t sa = 0, sb = 0, sc = 0;
-    for (int op = 0; op < 3; op++)
-      replay_sizes(trace[op], ntrace[op], &sa, &sb, &sc);
-    float *a = zb_calloc(sa, sizeof(float)), *b = zb_calloc(sb, sizeof(float)),
-          *c = zb_calloc(sc, sizeof(float));
-    for (size_t i = 0; i < sa; i++)
-      a[i] = (float)(i % 17) * 0.01f;
-    for (size_t i = 0; i < sb; i++)
-      b[i] = (float)(i % 13) * 0.01f;
-    for (int op = 0; op < 3; op++) {
-      replay(trace[op], ntrace[op], a, b, c); /* warm-up */
-      for (int r = 0; r < reps; r++) {
-        double t = replay(trace[op], ntrace[op], a, b, c);
-        best_replay[op] = t < best_replay[op] ? t : best_replay[op];
-      }
-    }
-
-    static const char *const ops[3] = {"F", "B", "W"};
-    for (int op = 0; op < 3; op++) {
-      double fl = trace_flops(trace[op], ntrace[op]);
-      printf("%-7s %-3s %10.3f %10.2f %9.1f %12.2f %9.1f %7.0f%%\n", kinds[kind], ops[op], fl * 1e-9,
-             best[op] * 1e3, fl / best[op] * 1e-9, best_replay[op] * 1e3, fl / best_replay[op] * 1e-9,
-             100.0 * best_replay[op] / best[op]);
-    }
-    printf("%-7s state of one microbatch: %.1f MiB after F, %.1f MiB after B (peak %.1f MiB); workspace %.1f "
-           "MiB\n",
-           kinds[kind], (double)mb_after_f / 1048576.0, (double)mb_after_b / 1048576.0,
-           (double)mem.peak_state_bytes / 1048576.0, (double)mem.workspace_bytes / 1048576.0);
-
-    for (int op = 0; op < 3; op++)
-      free(trace[op]);
-    free(a);
-    free(b);
-    free(c);
-    free(x);
-    free(y);
-    free(dy);
-    free(dx);
-    free(tgt);
-    zb_model_stage_free(st);
+/* The options (see the header comment); 0, or 2 after printing why. */
+static int parse_opts(int argc, char **argv, bench_model_opts *o) {
+  zb_arch_kind kind;
+  zb_diag d = {{0}};
+  if (zb_arch_kind_parse(arg_str(argc, argv, "--arch", "builtin"), &kind, &d) != ZB_OK ||
+      kind == ZB_ARCH_GPT2) {
+    fprintf(stderr, "zb_bench_model: --arch: %s\n", d.msg[0] ? d.msg : "builtin or llama");
+    return 2;
   }
-  attention_section(&cfg, reps);
-  memory_section();
+  int hidden = arg_int(argc, argv, "--hidden", 512), heads = arg_int(argc, argv, "--heads", 8);
+  *o = (bench_model_opts){.reps = arg_int(argc, argv, "--reps", 5),
+                          .threads = arg_int(argc, argv, "--threads", 1),
+                          .rounds = arg_int(argc, argv, "--rounds", 1),
+                          .layers = arg_int(argc, argv, "--layers", 2),
+                          .seq = arg_int(argc, argv, "--seq", 256),
+                          .batch = arg_int(argc, argv, "--batch", 4),
+                          .sections = arg_str(argc, argv, "--sections", "stages,attention,memory,torch"),
+                          .torch_python = arg_str(argc, argv, "--torch-python", NULL),
+                          .torch_script = arg_str(argc, argv, "--torch-script", ZB_TORCH_SCRIPT)};
+  o->model_layers = arg_int(argc, argv, "--model-layers", 3 * o->layers);
+  o->reps = o->reps < 1 ? 1 : o->reps;
+  o->rounds = o->rounds < 1 ? 1 : o->rounds;
+  o->arch = zb_arch_builtin(arg_int(argc, argv, "--vocab", 256), hidden, heads, o->model_layers, o->seq);
+  if (kind == ZB_ARCH_LLAMA) { /* RMSNorm, rotary (theta 10000), SwiGLU, GQA, no biases, untied head */
+    o->arch.kind = kind;
+    o->arch.kv_heads = arg_int(argc, argv, "--kv-heads", heads);
+    o->arch.intermediate = arg_int(argc, argv, "--intermediate", 4 * hidden);
+    o->arch.norm = ZB_NORM_RMS;
+    o->arch.pos = ZB_POS_ROPE;
+    o->arch.rope = (zb_rope){.theta = 10000, .scaling = ZB_ROPE_NONE};
+    o->arch.mlp = ZB_MLP_SWIGLU;
+    o->arch.biases = 0;
+    o->arch.fused_qkv = 0;
+  }
+  if (zb_arch_check(&o->arch, &d) != ZB_OK) {
+    fprintf(stderr, "zb_bench_model: %s\n", d.msg);
+    return 2;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  bench_model_opts o;
+  int rc = parse_opts(argc, argv, &o);
+  if (rc)
+    return rc;
+  zb_model_set_threads(o.threads);
+  const zb_arch *a = &o.arch;
+  printf("zb_bench_model: %s, h=%d, %d heads (%d key/value), MLP %d, vocab %d, T=%d, batch %d (%d tokens), "
+         "fp32, %d CBLAS thread(s), best of %d\n",
+         zb_arch_kind_name(a->kind), a->hidden, a->heads, a->kv_heads, a->intermediate, a->vocab, o.seq,
+         o.batch, o.batch * o.seq, o.threads, o.reps);
+  char blas[128];
+  const char *coretype = getenv("OPENBLAS_CORETYPE");
+  printf("BLAS: %s (built with ZB_BLAS=%s; OPENBLAS_CORETYPE=%s)\n", zb_blas_describe(blas, sizeof blas),
+         zb_blas_name(), coretype ? coretype : "(unset)");
+  if (bench_section_on(&o, "stages")) {
+    printf("\nstages: one stage of %d blocks\n", o.layers);
+    stage_section(&o);
+  }
+  if (bench_section_on(&o, "attention")) {
+    zb_arch arch;
+    zb_model_config cfg = bench_model_config(&o, 3 * o.layers, &arch);
+    if (a->kind == ZB_ARCH_BUILTIN)
+      attention_section(&cfg, o.reps);
+    else
+      printf("\ncausal attention section: builtin model only\n");
+  }
+  if (bench_section_on(&o, "memory"))
+    memory_section();
+  if (bench_section_on(&o, "torch"))
+    bench_torch_section(&o);
   return 0;
 }

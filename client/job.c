@@ -674,8 +674,8 @@ static void join_list(char *out, size_t cap, char **items, size_t n) {
 static void print_workers(const ProtobufCMessage *resp, const void *ctx) {
   (void)ctx;
   const Zb__V1__ListWorkersResponse *r = (const void *)resp;
-  printf("%-16s %-22s %-5s %-8s %4s %-14s %-10s %s\n", "ID", "DATA ADDRESS", "STATE", "JOB", "RANK",
-         "BACKENDS", "TRANSPORTS", "GPU");
+  printf("%-16s %-22s %-5s %-8s %4s %-14s %-10s %-22s %s\n", "ID", "DATA ADDRESS", "STATE", "JOB", "RANK",
+         "BACKENDS", "TRANSPORTS", "BLAS", "GPU");
   for (size_t k = 0; k < r->n_workers; k++) {
     Zb__V1__Worker *w = r->workers[k];
     char rank[16], backends[128], transports[128];
@@ -683,9 +683,9 @@ static void print_workers(const ProtobufCMessage *resp, const void *ctx) {
     join_list(backends, sizeof backends, w->backends, w->n_backends);
     join_list(transports, sizeof transports, w->transports, w->n_transports);
     /* the GPU last and whole: the stand-in's name must stay readable */
-    printf("%-16s %-22s %-5s %-8s %4s %-14s %-10s %s\n", w->id, w->data_address, w->state,
+    printf("%-16s %-22s %-5s %-8s %4s %-14s %-10s %-22s %s\n", w->id, w->data_address, w->state,
            w->job_id[0] ? w->job_id : "-", w->rank >= 0 ? rank : "-", backends, transports,
-           w->gpu && w->gpu[0] ? w->gpu : "-");
+           w->blas[0] ? w->blas : "-", w->gpu && w->gpu[0] ? w->gpu : "-");
   }
 }
 

@@ -46,6 +46,7 @@ typedef struct coord_worker {
   char data_address[128];
   char hostname[64];
   char gpu[256];                     /* AttachRequest.gpu, whole: the stand-in mark must survive */
+  char blas[128];                    /* AttachRequest.blas: its cpu backend's CBLAS; "" if not said */
   char backends[64], transports[64]; /* comma-separated */
   long long max_receive_bytes;       /* its gRPC receive limit (AttachRequest) */
   long long memory_bytes;            /* host memory for cpu jobs; 0: not advertised */

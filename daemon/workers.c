@@ -132,6 +132,7 @@ void on_list_workers(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     ws[k].n_transports = split_list(w->transports, &copies[2 * k + 1], &ws[k].transports);
     ws[k].gpu = w->gpu;
     ws[k].hostname = w->hostname;
+    ws[k].blas = w->blas;
     ws[k].state = w->job ? "busy" : "idle";
     ws[k].job_id = w->job ? w->job->row.id : "";
     ws[k].rank = w->job ? w->rank : -1;
@@ -255,9 +256,10 @@ static bool attach_request_ok(zb_rpc_call *call, const Zb__V1__AttachRequest *re
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "data_address: required, host:port");
     return false;
   }
-  const char *texts[] = {req->worker_id, req->data_address, req->hostname, req->gpu, req->running_job_id};
-  const char *names[] = {"worker_id", "data_address", "hostname", "gpu", "running_job_id"};
-  for (int k = 0; k < 5; k++)
+  const char *texts[] = {req->worker_id, req->data_address,   req->hostname,
+                         req->gpu,       req->running_job_id, req->blas};
+  const char *names[] = {"worker_id", "data_address", "hostname", "gpu", "running_job_id", "blas"};
+  for (int k = 0; k < 6; k++)
     if (!utf8_valid(texts[k])) {
       zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: not valid UTF-8", names[k]);
       return false;
@@ -307,10 +309,12 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   w->gpu_memory_bytes = req->gpu_memory_bytes;
   snprintf(w->hostname, sizeof w->hostname, "%s", req->hostname ? req->hostname : "");
   snprintf(w->gpu, sizeof w->gpu, "%s", req->gpu ? req->gpu : "");
+  snprintf(w->blas, sizeof w->blas, "%s", req->blas ? req->blas : "");
   join_list(w->backends, sizeof w->backends, req->backends, req->n_backends);
   join_list(w->transports, sizeof w->transports, req->transports, req->n_transports);
   utf8_trim(w->hostname);
   utf8_trim(w->gpu);
+  utf8_trim(w->blas);
   utf8_trim(w->backends);
   utf8_trim(w->transports);
   w->attach = call;

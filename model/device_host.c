@@ -11,12 +11,12 @@
  * Errors: only bad arguments (ZB_ERR_INVALID_ARG) and a failed malloc
  * (ZB_ERR_IO); nothing poisons the host device.
  */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels_cpu.h"
+#include "zb_blas.h"
 #include "zb_clock.h"
 #include "zb_device.h"
 #include "zb_names.h"

@@ -12,18 +12,15 @@
 #include "model_internal.h"
 #include "zb_alloc.h"
 #include "zb_arch.h"
+#include "zb_blas.h"
 #include "zb_names.h"
 
 /* ---- threads ---------------------------------------------------------- */
 
-/* OpenBLAS's own; declared here too because a cblas.h from another
- * implementation (found by the non-pkg-config path) lacks it. */
-void openblas_set_num_threads(int num_threads);
-
 static atomic_int model_threads_set;
 
 void zb_model_set_threads(int n) {
-  openblas_set_num_threads(n < 1 ? 1 : n);
+  zb_blas_set_threads(n);
   atomic_store(&model_threads_set, 1);
 }
 

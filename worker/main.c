@@ -31,6 +31,10 @@
 #include "zb_sd.h"
 #include "zb_transport.h"
 
+#ifdef ZB_WITH_CPU_BACKEND
+#include "zb_blas.h"
+#endif
+
 #ifndef ZB_VERSION
 #define ZB_VERSION "unknown"
 #endif
@@ -244,6 +248,7 @@ static void attach_request(worker *w, Zb__V1__AttachRequest *req, char *backends
   req->transports = transports;
   req->hostname = w->hostname;
   req->gpu = w->gpu;
+  req->blas = w->blas;
   req->max_receive_bytes = w->max_receive_bytes;
   req->memory_bytes = w->memory_bytes;
   req->gpu_memory_bytes = w->gpu_memory_bytes;
@@ -252,6 +257,16 @@ static void attach_request(worker *w, Zb__V1__AttachRequest *req, char *backends
   req->running_rank = running[0] ? w->running_rank : 0;
   pthread_mutex_unlock(&w->mu);
   req->running_job_id = running;
+}
+
+/* The CBLAS the cpu backend computes with, as the library describes
+ * itself (docs/model.md, BLAS); "none" without the cpu backend. */
+static void worker_blas(char *out, size_t cap) {
+#ifdef ZB_WITH_CPU_BACKEND
+  zb_blas_describe(out, cap);
+#else
+  snprintf(out, cap, "none");
+#endif
 }
 
 /* The heartbeat period: the worker's own (--heartbeat-ms), or the longer
@@ -419,7 +434,12 @@ static int parse_flags(int argc, char **argv, worker_flags *f) {
       }
       f->path_roots[f->n_path_roots++] = optarg;
       break;
-    case 'V': printf("zb-worker %s\n", ZB_VERSION); return 0;
+    case 'V': {
+      char blas[128];
+      worker_blas(blas, sizeof blas);
+      printf("zb-worker %s\nblas: %s\n", ZB_VERSION, blas);
+      return 0;
+    }
     case 'h': fputs(usage_text, stdout); return 0;
     default: fputs(usage_text, stderr); return 2;
     }
@@ -457,6 +477,7 @@ int main(int argc, char **argv) {
   int heartbeat_ms = f.heartbeat_ms, level = f.level;
   w.max_receive_bytes = f.max_message_bytes;
   gethostname(w.hostname, sizeof w.hostname - 1);
+  worker_blas(w.blas, sizeof w.blas);
   if (id)
     snprintf(w.id, sizeof w.id, "%s", id);
   else
@@ -500,8 +521,9 @@ int main(int argc, char **argv) {
   zb_tls_free(tls); /* the channel keeps its own copy */
   pthread_t jt;
   pthread_create(&jt, NULL, job_thread, &w);
-  ZB_INFO("zb-worker %s: coordinator %s, data address %s, memory %.1f GiB%s", ZB_VERSION, coordinator,
-          w.data_address, (double)w.memory_bytes / (1 << 30), w.memory_bytes ? "" : " (not advertised)");
+  ZB_INFO("zb-worker %s: coordinator %s, data address %s, memory %.1f GiB%s, blas %s", ZB_VERSION,
+          coordinator, w.data_address, (double)w.memory_bytes / (1 << 30),
+          w.memory_bytes ? "" : " (not advertised)", w.blas);
   zb_sd_notifyf("READY=1\nSTATUS=attaching to %s", coordinator);
   control_loop(&w, coordinator, heartbeat_ms);
   zb_sd_notify("STOPPING=1");

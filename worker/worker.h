@@ -42,6 +42,7 @@ typedef struct worker {
   bool has_cuda;   /* offers backend cuda and transport nccl */
   int gpu_ordinal; /* --gpu: the CUDA device cuda jobs run on */
   char gpu[256];   /* AttachRequest.gpu: "" without one */
+  char blas[128];  /* AttachRequest.blas: the CBLAS the cpu backend uses (zb_blas.h), "none" without one */
   /* advertised to the coordinator (0: not known): host memory for cpu jobs
    * (memory.c, or --memory-bytes), and the GPU's for cuda jobs */
   long long memory_bytes, gpu_memory_bytes;

@@ -3,7 +3,8 @@ a message, SIGTERM stops zb-coordinator (exit 0, also with workers, a
 running job and a live watcher) and zb-worker (exit 0), a second
 coordinator on a taken port fails to start, a worker holds its data port
 for its whole life (no other process can take it between jobs) and one
-started on a taken data port fails to start."""
+started on a taken data port fails to start. A worker's CBLAS, as its
+--version prints it, is what ListWorkers and `zbctl workers` show."""
 
 import os
 import shutil
@@ -274,6 +275,30 @@ def test_ranks_keep_to_hosts():
         out = c.zbctl("get", jid).stdout
         assert "ranks 0-1 on %s, 2-3 on %s" % (hosts[0], hosts[2]) in out, out
         c.assert_serving()
+
+
+def test_workers_show_blas():
+    """zb-worker --version names the CBLAS its cpu backend was built
+    against (docs/model.md, BLAS; "none" without one); the worker
+    advertises the same string on attach, and ListWorkers, `zbctl workers`
+    (column BLAS, before the GPU) and its JSON output show it."""
+    cp = run([zbsvc.WORKER, "--version"])
+    lines = cp.stdout.splitlines()
+    assert cp.returncode == 0 and len(lines) == 2 and lines[1].startswith("blas: "), cp.stdout
+    blas = lines[1][len("blas: "):]
+    assert blas == "none" or blas.split()[0] in ("openblas", "blis", "mkl"), blas
+    print("zb-worker --version: %s" % blas)
+    with Cluster(workers=2, name="blas") as c:
+        ws = c.list_workers()
+        assert sorted(w.id for w in ws) == ["w0", "w1"] and all(w.blas == blas for w in ws), ws
+        cp = c.zbctl("workers")
+        assert cp.returncode == 0, cp.stderr
+        header = cp.stdout.splitlines()[0].split()
+        assert header[-2:] == ["BLAS", "GPU"], header
+        rows = [ln for ln in cp.stdout.splitlines()[1:] if ln.split()[0] in ("w0", "w1")]
+        assert len(rows) == 2 and all(" %s " % blas in ln for ln in rows), cp.stdout
+        js = c.zbctl("workers", "--output", "json")
+        assert js.returncode == 0 and js.stdout.count('"%s"' % blas) == 2, js.stdout
 
 
 if __name__ == "__main__":
