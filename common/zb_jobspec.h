@@ -79,7 +79,9 @@
  *                               #     workers (default: seeded initialisation)
  *     order: random             #   gpt2, llama: random (default: windows drawn by seed) or
  *                               #     sequential (windows in the shards' order, train/zb_tokens.h)
- * With an architecture, data is a glob of llm.c token shards (train/zb_tokens.h).
+ * With an architecture, data whose file name ends in ".bin" is a glob of llm.c
+ * token shards (train/zb_tokens.h); any other is one text file whose bytes
+ * are the tokens (0..255: the config's vocab_size must be at least 256).
  * A job that trains the model (backend cpu or cuda: zb_job_spec_trains_model)
  * has bytes_per_activation one activation of its model, batch * seq_len *
  * hidden * 4 bytes (fp32 whatever the precision): left out it is derived,
@@ -210,5 +212,9 @@ struct zb_arch;
 zb_err zb_model_spec_arch(const zb_model_spec *m, struct zb_arch *out, zb_diag *diag);
 /* Whether the spec names an architecture other than builtin. */
 bool zb_model_spec_has_arch(const zb_model_spec *m);
+/* How a job with an architecture reads model.data: llm.c token shards
+ * when its last component ends in ".bin" (llm.c's own name for them; a
+ * glob or one file), else one text file read as byte tokens. Pure. */
+bool zb_model_data_is_shards(const char *data);
 
 #endif

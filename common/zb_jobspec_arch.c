@@ -47,6 +47,30 @@ zb_err zb_model_spec_arch(const zb_model_spec *m, zb_arch *out, zb_diag *diag) {
   return ZB_OK;
 }
 
+bool zb_model_data_is_shards(const char *data) {
+  const char *slash = strrchr(data, '/'), *leaf = slash ? slash + 1 : data;
+  size_t n = strlen(leaf);
+  return n >= 4 && strcmp(leaf + n - 4, ".bin") == 0;
+}
+
+/* model.data with an architecture: token shards (a .bin glob), or one
+ * text file of byte tokens, which needs a vocabulary of all 256 bytes. */
+static zb_err check_arch_data(const zb_model_spec *m, const zb_arch *a, zb_job_fault *f) {
+  if (zb_model_data_is_shards(m->data))
+    return ZB_OK;
+  if (strpbrk(m->data, "*?["))
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DATA, "model.data",
+                            "'%.200s' is a pattern but not of token shards (file names ending in .bin); "
+                            "a text file for byte tokens is one path",
+                            m->data);
+  if (a->vocab < 256)
+    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DATA, "model.data",
+                            "'%.200s' is a text file read as byte tokens (0..255), but model.config's "
+                            "vocab_size is %d; give at least 256, or token shards (*.bin)",
+                            m->data, a->vocab);
+  return ZB_OK;
+}
+
 /* hidden, heads and layers come from the config: a value the spec gives
  * must be the config's (0 is filled in by zb_job_spec_derive). */
 static zb_err check_sizes_given(const zb_model_spec *m, const zb_arch *a, zb_job_fault *f) {
@@ -67,11 +91,9 @@ static zb_err check_arch_job(const zb_model_spec *m, const zb_arch *a, zb_job_fa
                                                  strcmp(m->order, ZB_DATA_ORDER_SEQUENTIAL_NAME) != 0))
     return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_ORDER, "model.order", "must be one of %s, %s, got '%.15s'",
                             ZB_DATA_ORDER_RANDOM_NAME, ZB_DATA_ORDER_SEQUENTIAL_NAME, m->order);
-  if (strcmp(m->data, ZB_MODEL_DEFAULT_DATA) == 0)
-    return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_DATA, "model.data",
-                            "architecture %s reads llm.c token shards: give their glob "
-                            "(the default text is for the builtin model)",
-                            m->architecture);
+  zb_err err = check_arch_data(m, a, f);
+  if (err)
+    return err;
   if (m->seq_len > a->max_positions)
     return zb_job_fault_set(f, ZB_JK_MODEL, ZB_MK_SEQ_LEN, "model.seq_len",
                             "must be at most the config's %d positions, got %d", a->max_positions,

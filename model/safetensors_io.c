@@ -2,7 +2,8 @@
  * header read with two preads, tensors read in bounded pieces and
  * converted to fp32, and checkpoint directories whose shards
  * (model.safetensors.index.json) are opened only when a tensor in them is
- * asked for. Files are opened by plain path; the parsing is in the pure
+ * asked for. Files are opened by plain path, or beneath a worker's
+ * --path-root following no link (zb_roots.h); the parsing is in the pure
  * files beside this one. */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "zb_alloc.h"
+#include "zb_beneath.h"
 #include "zb_file.h"
 #include "zb_safetensors.h"
 
@@ -51,11 +53,11 @@ static zb_err read_table(zb_st_file *f, uint64_t size, zb_diag *diag) {
   return err;
 }
 
-zb_err zb_st_file_open(const char *path, zb_st_file **out, zb_diag *diag) {
+static zb_err file_open_in(const zb_roots *roots, const char *path, zb_st_file **out, zb_diag *diag) {
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = zb_roots_open(roots, path, O_RDONLY, 0);
   if (fd < 0)
-    return zb_diag_set(diag, ZB_ERR_IO, "safetensors %s: cannot open: %s", path, strerror(errno));
+    return zb_diag_set(diag, ZB_ERR_IO, "safetensors %s: cannot open: %s", path, zb_beneath_strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
@@ -71,6 +73,10 @@ zb_err zb_st_file_open(const char *path, zb_st_file **out, zb_diag *diag) {
   }
   *out = f;
   return ZB_OK;
+}
+
+zb_err zb_st_file_open(const char *path, zb_st_file **out, zb_diag *diag) {
+  return file_open_in(NULL, path, out, diag);
 }
 
 void zb_st_file_close(zb_st_file *f) {
@@ -119,7 +125,8 @@ zb_err zb_st_write_file(const char *path, const zb_st_entry *entries, size_t n, 
 
 struct zb_st_checkpoint {
   char *dir;
-  zb_st_index *index; /* NULL: one model.safetensors */
+  const zb_roots *roots; /* borrowed; NULL: plain paths */
+  zb_st_index *index;    /* NULL: one model.safetensors */
   size_t n_shards;
   const char **shard_names; /* the index's shard_files, or {"model.safetensors"} */
   zb_st_file **shards;      /* parallel; NULL until first used */
@@ -136,7 +143,7 @@ static zb_err open_index(zb_st_checkpoint *c, const char *path, zb_diag *diag) {
   uint8_t *text;
   size_t len;
   zb_diag d = {{0}};
-  zb_err err = zb_file_slurp("safetensors index", path, &text, &len, diag);
+  zb_err err = zb_file_slurp_in(c->roots, "safetensors index", path, &text, &len, diag);
   if (err != ZB_OK)
     return err;
   if ((err = zb_st_index_parse((const char *)text, len, &c->index, &d)) != ZB_OK)
@@ -149,32 +156,60 @@ static zb_err open_index(zb_st_checkpoint *c, const char *path, zb_diag *diag) {
   return err;
 }
 
-zb_err zb_st_checkpoint_open(const char *dir, zb_st_checkpoint **out, zb_diag *diag) {
+/* Beneath a root, the directory itself first: a link or a path under no
+ * root is named as such, not as a directory holding neither file. */
+static zb_err check_dir(const zb_roots *roots, const char *dir, zb_diag *diag) {
+  if (!zb_roots_on(roots))
+    return ZB_OK;
+  int fd = zb_roots_open(roots, dir, O_RDONLY | O_DIRECTORY, 0);
+  if (fd < 0)
+    return zb_diag_set(diag, ZB_ERR_IO, "safetensors %s: cannot open: %s", dir, zb_beneath_strerror(errno));
+  close(fd);
+  return ZB_OK;
+}
+
+/* Which layout dir holds: the index (read now) or one model.safetensors.
+ * Beneath a root the files are lstat'ed: a link is found here and refused
+ * when it is opened, naming it. */
+static zb_err find_layout(zb_st_checkpoint *c, zb_diag *diag) {
   static const char *single[] = {"model.safetensors"};
-  *out = NULL;
-  zb_st_checkpoint *c = zb_calloc(1, sizeof *c);
-  c->dir = zb_strdup(dir);
-  char *ipath = join(dir, "model.safetensors.index.json"), *spath = join(dir, single[0]);
+  char *ipath = join(c->dir, "model.safetensors.index.json"), *spath = join(c->dir, single[0]);
   struct stat st;
   zb_err err = ZB_OK;
-  if (stat(ipath, &st) == 0)
+  if (zb_roots_stat(c->roots, ipath, &st) == 0)
     err = open_index(c, ipath, diag);
-  else if (stat(spath, &st) == 0)
+  else if (zb_roots_stat(c->roots, spath, &st) == 0)
     c->n_shards = 1, c->shard_names = single;
   else
     err = zb_diag_set(diag, ZB_ERR_IO,
                       "safetensors: %s holds neither model.safetensors.index.json nor "
                       "model.safetensors",
-                      dir);
+                      c->dir);
   free(ipath);
   free(spath);
-  if (err != ZB_OK) {
+  return err;
+}
+
+zb_err zb_st_checkpoint_open_in(const zb_roots *roots, const char *dir, zb_st_checkpoint **out,
+                                zb_diag *diag) {
+  *out = NULL;
+  zb_err err = check_dir(roots, dir, diag);
+  if (err != ZB_OK)
+    return err;
+  zb_st_checkpoint *c = zb_calloc(1, sizeof *c);
+  c->dir = zb_strdup(dir);
+  c->roots = roots;
+  if ((err = find_layout(c, diag)) != ZB_OK) {
     zb_st_checkpoint_close(c);
     return err;
   }
   c->shards = zb_calloc(c->n_shards + 1, sizeof *c->shards);
   *out = c;
   return ZB_OK;
+}
+
+zb_err zb_st_checkpoint_open(const char *dir, zb_st_checkpoint **out, zb_diag *diag) {
+  return zb_st_checkpoint_open_in(NULL, dir, out, diag);
 }
 
 void zb_st_checkpoint_close(zb_st_checkpoint *c) {
@@ -199,7 +234,7 @@ static zb_err shard_of(zb_st_checkpoint *c, const char *name, zb_st_file **out, 
     i++;
   if (!c->shards[i]) {
     char *path = join(c->dir, file);
-    zb_err err = zb_st_file_open(path, &c->shards[i], diag);
+    zb_err err = file_open_in(c->roots, path, &c->shards[i], diag);
     free(path);
     if (err != ZB_OK)
       return err;

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "zb_err.h"
+#include "zb_roots.h"
 
 /* The reference implementation's limit on N (100 MB). */
 #define ZB_ST_MAX_HEADER 100000000u
@@ -166,6 +167,13 @@ zb_err zb_st_write_file(const char *path, const zb_st_entry *entries, size_t n, 
 typedef struct zb_st_checkpoint zb_st_checkpoint;
 
 zb_err zb_st_checkpoint_open(const char *dir, zb_st_checkpoint **out, zb_diag *diag);
+/* The same beneath a worker's --path-root (zb_roots.h; NULL or empty:
+ * plain paths): dir must be absolute and under a root, and the index and
+ * every shard are opened beneath it following no symbolic link; a link or
+ * a path under no root fails with ZB_ERR_IO naming the file. roots is
+ * borrowed until zb_st_checkpoint_close (shards open on first use). */
+zb_err zb_st_checkpoint_open_in(const zb_roots *roots, const char *dir, zb_st_checkpoint **out,
+                                zb_diag *diag);
 void zb_st_checkpoint_close(zb_st_checkpoint *c);
 /* The record of tensor name (its dtype and shape), opening its shard. */
 zb_err zb_st_checkpoint_find(zb_st_checkpoint *c, const char *name, const zb_st_tensor **out, zb_diag *diag);

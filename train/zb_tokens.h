@@ -58,6 +58,7 @@
 #include <stdint.h>
 
 #include "zb_err.h"
+#include "zb_roots.h"
 
 #define ZB_TOKENS_HEADER_INTS 256
 #define ZB_TOKENS_HEADER_BYTES (ZB_TOKENS_HEADER_INTS * 4)
@@ -110,12 +111,19 @@ typedef enum zb_tokens_kind {
  * the glob pattern, in strcmp order of their paths (the same order on
  * every rank, whatever the locale), each header validated; a pattern that
  * matches nothing is refused naming it. TEXT_BYTES: pattern is the text
- * file's path, taken as it is. Paths are plain paths, opened read-only and
- * mapped; they are not confined beneath a worker's --path-root (a worker
- * that needs that reads the text with zb_file_slurp_in and calls
- * zb_tokens_from_text). */
+ * file's path, taken as it is. Files are opened read-only and mapped, by
+ * their plain paths (symbolic links followed). */
 zb_err zb_tokens_open(zb_tokens_kind kind, const char *pattern, int seq_len, int64_t vocab, zb_tokens **out,
                       zb_diag *diag);
+
+/* The same beneath a worker's --path-root (roots borrowed for the call;
+ * NULL or empty: zb_tokens_open). With roots on, paths must be absolute
+ * and under a root; the glob's directory and every file are opened beneath
+ * it following no symbolic link (a link, or a path under no root, fails
+ * with ZB_ERR_IO naming the path), and only the pattern's last component
+ * may hold wildcards (ZB_ERR_INVALID_ARG otherwise). */
+zb_err zb_tokens_open_in(const zb_roots *roots, zb_tokens_kind kind, const char *pattern, int seq_len,
+                         int64_t vocab, zb_tokens **out, zb_diag *diag);
 
 /* Frees the dataset and its mappings. NULL is a no-op. */
 void zb_tokens_free(zb_tokens *ds);

@@ -1,11 +1,14 @@
 /* cpu_job_arch.c — what a job with an architecture (gpt2, llama) adds to
  * a cpu or cuda job on one rank (docs/model.md, Jobs with an
  * architecture): the architecture parsed again from the config text the
- * assignment carries, the llm.c token shards its end stages sample
+ * assignment carries, the data its end stages sample — llm.c token
+ * shards, or the bytes of one text file (zb_model_data_is_shards) —
  * (train/zb_tokens.h, drawn by seed, iteration, microbatch and sequence,
  * so the first and the last stage see the same batch), and the weights of
  * its stages read from a Hugging Face checkpoint (zb_arch_weights.h),
- * each rank reading only its own stages' tensors. */
+ * each rank reading only its own stages' tensors. On a worker with
+ * --path-root the data and the checkpoint are opened beneath its root,
+ * following no symbolic link (zb_roots.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,16 +35,16 @@ zb_err cpu_job_arch_open(cpu_job *cj, bool ends, zb_cpu_data *data, zb_diag *dia
   if (err)
     return err;
   cj->has_arch = true;
-  /* the shards and the checkpoint are opened by path, not beneath a root:
-   * a worker confined to --path-root refuses them rather than reach out */
-  if (zb_roots_on(cj->roots))
-    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
-                       "model.data: architecture %s reads token shards%s by path, not beneath this "
-                       "worker's --path-root yet; run it on a worker without --path-root",
-                       ms->architecture, ms->weights[0] ? " and model.weights" : "");
   if (!ends)
     return ZB_OK;
-  if ((err = zb_tokens_open(ZB_TOKENS_SHARDS, ms->data, ms->seq_len, cj->arch.vocab, &cj->tokens, diag)))
+  zb_tokens_kind kind = zb_model_data_is_shards(ms->data) ? ZB_TOKENS_SHARDS : ZB_TOKENS_TEXT_BYTES;
+  err = zb_tokens_open_in(cj->roots, kind, ms->data, ms->seq_len, cj->arch.vocab, &cj->tokens, diag);
+  if (err && diag) {
+    char inner[sizeof diag->msg];
+    snprintf(inner, sizeof inner, "%s", diag->msg);
+    zb_diag_set(diag, err, "model.data: %s", inner);
+  }
+  if (err)
     return err;
   *data = (zb_cpu_data){.fill_ids = arch_fill, .ud = cj};
   return ZB_OK;
@@ -78,7 +81,7 @@ zb_err cpu_job_arch_weights(cpu_job *cj, zb_diag *diag) {
   if (!dir[0])
     return ZB_OK; /* seeded initialisation, as the backend made it */
   zb_st_checkpoint *ck = NULL;
-  zb_err err = zb_st_checkpoint_open(dir, &ck, diag);
+  zb_err err = zb_st_checkpoint_open_in(cj->roots, dir, &ck, diag);
   for (int i = 0; !err && i < cj->n_stages; i++)
     err = arch_stage_weights(cj, i, ck, diag);
   zb_st_checkpoint_close(ck);

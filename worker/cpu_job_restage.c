@@ -6,7 +6,9 @@
  *
  * Every rank knows both partitions, so each works out alone what it sends
  * and receives: a tensor's old home from its global name
- * (zb_model_tensor_stage), its new one from the stage being built. Both
+ * (zb_model_tensor_stage, or zb_arch_tensor_stage for a job with an
+ * architecture, whose tensors have Hugging Face names), its new one from
+ * the stage being built. Both
  * ends of a pair walk the tensors in the model's global order, which keeps
  * their messages in the same order (the transport's per-peer order), and
  * the whole exchange is one transport group, so it cannot deadlock. A
@@ -47,13 +49,14 @@ static int32_t name_hash(const char *name) {
   return (int32_t)(h & 0x7fffffff);
 }
 
-/* The rank and global stage that hold tensor `name` under a partition of
- * layers into p x v stages with placement pl. */
-static zb_err tensor_home(int layers, zb_placement pl, int p, int v, const char *name, int *rank, int *stage,
-                          zb_diag *diag) {
-  if (zb_model_tensor_stage(layers, p * v, name, stage) != ZB_OK)
+/* The rank and global stage that hold tensor `name` under job j's
+ * partition (its p x v stages and placement). */
+static zb_err tensor_home(const cpu_job *j, const char *name, int *rank, int *stage, zb_diag *diag) {
+  zb_err err = j->has_arch ? zb_arch_tensor_stage(&j->arch, j->p * j->v, name, stage, NULL)
+                           : zb_model_tensor_stage(j->model.layers, j->p * j->v, name, stage);
+  if (err != ZB_OK)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "plan update: tensor %s is not one of the model's", name);
-  *rank = zb_placement_rank(pl, p, v, *stage);
+  *rank = zb_placement_rank(j->placement, j->p, j->v, *stage);
   return ZB_OK;
 }
 
@@ -79,7 +82,7 @@ static zb_err plan_sends(const cpu_job *cj, const cpu_job *nj, restage *r, zb_di
     for (int k = 0; k < zb_model_n_tensors(st); k++) {
       const zb_model_tensor *t = zb_model_tensor_at(st, k);
       int to = -1, stage = -1;
-      zb_err err = tensor_home(nj->model.layers, nj->placement, nj->p, nj->v, t->name, &to, &stage, diag);
+      zb_err err = tensor_home(nj, t->name, &to, &stage, diag);
       if (err)
         return err;
       if (to == cj->rank)
@@ -103,7 +106,7 @@ static zb_err plan_receives(const cpu_job *cj, const cpu_job *nj, restage *r, zb
     for (int k = 0; k < zb_model_n_tensors(st); k++) {
       const zb_model_tensor *t = zb_model_tensor_at(st, k);
       int from = -1, stage = -1;
-      zb_err err = tensor_home(cj->model.layers, cj->placement, cj->p, cj->v, t->name, &from, &stage, diag);
+      zb_err err = tensor_home(cj, t->name, &from, &stage, diag);
       if (err)
         return err;
       restage_move *mv = add_move(r);

@@ -1,5 +1,6 @@
 /* paths.c — the job-spec paths a worker may touch (docs/operations.md,
  * Security): with --path-root DIR (repeatable) a job's model.data,
+ * weights (a job with an architecture's checkpoint directory),
  * checkpoint_dir and dump_dir must lie inside one of those directories,
  * or the job fails naming the path; without any, every path is allowed
  * (and the worker says so at start).
@@ -77,6 +78,8 @@ zb_err worker_check_path(const worker *w, const char *what, const char *path, zb
 
 zb_err worker_check_model_paths(const worker *w, const zb_model_spec *ms, zb_diag *diag) {
   zb_err err = worker_check_path(w, "model.data", ms->data, diag);
+  if (!err)
+    err = worker_check_path(w, "model.weights", ms->weights, diag);
   if (!err)
     err = worker_check_path(w, "model.checkpoint_dir", ms->checkpoint_dir, diag);
   if (!err)

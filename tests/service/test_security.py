@@ -321,7 +321,9 @@ def cpu_job(name, **model):
 
 def test_path_roots_confine_job_paths():
     """A worker with --path-root refuses job-spec paths outside it, through
-    '..' or a symbolic link too; the job fails naming the path."""
+    '..' or a symbolic link too; the job fails naming the path. A job with
+    an architecture reads its shards and weights beneath the root
+    (arch_paths_beneath_root)."""
     root = zbsvc.tempfile.mkdtemp(prefix="zb-root-")
     outside = zbsvc.tempfile.mkdtemp(prefix="zb-outside-")
     try:
@@ -349,10 +351,64 @@ def test_path_roots_confine_job_paths():
                                    checkpoint_dir=os.path.join(root, "ck", "new")))
             c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=60)
             assert os.listdir(os.path.join(root, "ck", "new", jid)), "no checkpoint written inside the root"
+            arch_paths_beneath_root(c, root, outside)
             c.assert_serving()
     finally:
         zbsvc.shutil.rmtree(root, ignore_errors=True)
         zbsvc.shutil.rmtree(outside, ignore_errors=True)
+
+
+DATA = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+
+
+def llama_job(name, data, weights):
+    """A 2-iteration llama job (the transformers fixture's config) on 2 ranks."""
+    with open(os.path.join(DATA, "hf", "llama", "config.json")) as f:
+        config = f.read()
+    m = zb_pb2.ModelSpec(architecture="llama", config_json=config, data=data, weights=weights, seq_len=16,
+                         batch=2, seed=3)
+    return zb_pb2.JobSpec(name=name, ranks=2, microbatches=2, schedule="1f1b", iterations=2, backend="cpu",
+                          model=m)
+
+
+def arch_paths_beneath_root(c, root, outside):
+    """Jobs with an architecture on workers with --path-root: their token
+    shards (a glob) and weights beneath the root train; weights or a shard
+    that are a symbolic link out of it fail the job naming the path."""
+    tokens, weights, linked = (os.path.join(root, d) for d in ("tokens", "llama", "linked"))
+    for d in (tokens, weights, linked, os.path.join(outside, "llama")):
+        os.makedirs(d)
+    for f in sorted(os.listdir(os.path.join(DATA, "tokens"))):
+        if f.endswith(".bin"):
+            zbsvc.shutil.copy(os.path.join(DATA, "tokens", f), tokens)
+    for d in (weights, os.path.join(outside, "llama")):
+        zbsvc.shutil.copy(os.path.join(DATA, "hf", "llama", "model.safetensors"), d)
+    shards = os.path.join(tokens, "gpl3_*.bin")
+    jid = c.submit(llama_job("arch-good", shards, weights))
+    job = c.wait_state(jid, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+    assert job.iterations_done == 2, job
+    print("trained  llama from %s on %s beneath the root" % (weights, shards))
+    # the weights file a link out of the root: refused at its open, named
+    os.symlink(os.path.join(outside, "llama", "model.safetensors"), os.path.join(linked, "model.safetensors"))
+    # a shard that is a link out of the root, among real ones
+    zbsvc.shutil.copy(os.path.join(tokens, "gpl3_000000.bin"), outside)
+    mixed = os.path.join(root, "mixed")
+    os.makedirs(mixed)
+    zbsvc.shutil.copy(os.path.join(tokens, "gpl3_000001.bin"), mixed)
+    os.symlink(os.path.join(outside, "gpl3_000000.bin"), os.path.join(mixed, "gpl3_000000.bin"))
+    bad = [("model.weights", os.path.join(linked, "model.safetensors"), llama_job("arch-linked", shards, linked)),
+           ("model.weights", os.path.join(root, "escape"),
+            llama_job("arch-escape", shards, os.path.join(root, "escape"))),
+           ("model.data", os.path.join(mixed, "gpl3_000000.bin"),
+            llama_job("arch-mixed", os.path.join(mixed, "gpl3_*.bin"), weights))]
+    zbsvc.shutil.copy(os.path.join(DATA, "hf", "llama", "model.safetensors"), outside)  # what escape/ holds
+    for what, path, spec in bad:
+        jid = c.submit(spec)
+        job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=120)
+        assert what in job.reason and path in job.reason, job.reason
+        assert "symbolic link" in job.reason or "outside this worker's path roots" in job.reason, job.reason
+        print("refused  %-58s %s" % (what, job.reason[:150]))
+        c.wait_workers(2)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

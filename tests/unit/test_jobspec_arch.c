@@ -183,10 +183,6 @@ static void test_spec_refusals(void) {
   CHECK(refused("name: l\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
                 "  architecture: llama\n  config: llama.json\n  data: /tmp/s_*.bin\n  seq_len: 65\n",
                 ZB_ERR_INVALID_ARG, "key 'model.seq_len'", "at most the config's 64 positions"));
-  /* token shards, not the builtin's default text */
-  CHECK(refused("name: l\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
-                "  architecture: llama\n  config: llama.json\n",
-                ZB_ERR_INVALID_ARG, "key 'model.data'", "token shards"));
   /* the data order: random or sequential, and sequential needs an architecture */
   CHECK(refused(LLAMA_JOB("2", "1f1b", "  order: shuffled\n"), ZB_ERR_INVALID_ARG, "key 'model.order'",
                 "random, sequential, got 'shuffled'"));
@@ -212,6 +208,51 @@ static void test_dumps_and_order(void) {
   zb_job_spec_free(&back);
   CHECK_EQ(parse(LLAMA_JOB("2", "1f1b", ""), &s, &d), ZB_OK);
   CHECK_STREQ(s.model.order, "random"); /* the default */
+  zb_job_spec_free(&s);
+}
+
+/* model.data with an architecture: token shards when the file name ends
+ * in .bin, else one text file of byte tokens, which needs a vocabulary
+ * of at least 256 (docs/model.md, Jobs with an architecture). */
+static void test_text_data(void) {
+  CHECK(zb_model_data_is_shards("/d/train_*.bin"));
+  CHECK(zb_model_data_is_shards("shard.bin"));
+  CHECK(!zb_model_data_is_shards("/usr/share/common-licenses/GPL-3"));
+  CHECK(!zb_model_data_is_shards("/d.bin/text.txt"));
+  CHECK(!zb_model_data_is_shards(".bi"));
+  /* the default text (no data: key) and a named one, with vocabulary 512 */
+  const char *texts[2] = {"", "  data: /tmp/gpl3.txt\n"};
+  for (int i = 0; i < 2; i++) {
+    char yaml[512];
+    snprintf(yaml, sizeof yaml,
+             "name: l\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
+             "  architecture: llama\n  config: llama.json\n  seq_len: 16\n%s",
+             texts[i]);
+    zb_job_spec s;
+    zb_diag d = {{0}};
+    CHECK_MSG(parse(yaml, &s, &d) == ZB_OK, "%s", d.msg);
+    CHECK(!zb_model_data_is_shards(s.model.data));
+    zb_job_spec_free(&s);
+  }
+  CHECK(refused("name: l\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
+                "  architecture: llama\n  config: llama.json\n  data: /tmp/texts_*.txt\n",
+                ZB_ERR_INVALID_ARG, "key 'model.data'", "is a pattern but not of token shards"));
+  /* a vocabulary below 256 takes shards only */
+  char base[ZB_MODEL_CONFIG_MAX], full[600];
+  snprintf(full, sizeof full, "%s/hf/llama/config.json", ZB_TEST_DATA_DIR);
+  CHECK(slurp(full, base, sizeof base));
+  char *at = strstr(base, "\"vocab_size\": 512");
+  CHECK(at != NULL);
+  if (!at)
+    return;
+  snprintf(g_edited, sizeof g_edited, "%.*s\"vocab_size\": 200%s", (int)(at - base), base,
+           at + strlen("\"vocab_size\": 512"));
+  CHECK(refused("name: l\nranks: 2\nmicrobatches: 4\nschedule: 1f1b\nbackend: cpu\nmodel:\n"
+                "  architecture: llama\n  config: edited.json\n  data: /tmp/gpl3.txt\n  seq_len: 16\n",
+                ZB_ERR_INVALID_ARG, "key 'model.data'", "vocab_size is 200; give at least 256"));
+  zb_job_spec s;
+  zb_diag d = {{0}};
+  CHECK_MSG(parse(EDITED_JOB, &s, &d) == ZB_OK, "%s", d.msg); /* shards: any vocabulary */
   zb_job_spec_free(&s);
 }
 
@@ -259,15 +300,17 @@ static void test_tied_head(void) {
 }
 
 /* deploy/jobs' examples parse from the repository root (their paths are
- * relative to it) with zbctl's reader. */
+ * relative to it) with zbctl's reader; the README's main job
+ * (local-train.yaml) is the llama of deploy/models/llama-tiny on bytes. */
 static void test_deploy_examples(void) {
   char root[600], yaml[4096];
   snprintf(root, sizeof root, "%s/../..", ZB_TEST_DATA_DIR);
   CHECK_EQ(chdir(root), 0);
-  const char *files[2] = {"deploy/jobs/llama.yaml", "deploy/jobs/gpt2.yaml"};
-  const char *arch[2] = {"llama", "gpt2"};
+  const char *files[3] = {"deploy/jobs/llama.yaml", "deploy/jobs/gpt2.yaml", "deploy/jobs/local-train.yaml"};
+  const char *arch[3] = {"llama", "gpt2", "llama"};
+  const int hidden[3] = {32, 32, 128}, vocab[3] = {512, 512, 256};
   zb_jobspec_files plain = zb_jobspec_files_plain();
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 3; i++) {
     CHECK(slurp(files[i], yaml, sizeof yaml));
     zb_job_spec s;
     zb_diag d = {{0}};
@@ -275,13 +318,17 @@ static void test_deploy_examples(void) {
     CHECK_MSG(err == ZB_OK, "%s: %s", files[i], d.msg);
     if (err == ZB_OK) {
       CHECK_STREQ(s.model.architecture, arch[i]);
-      CHECK_EQ(s.model.hidden, 32);
+      CHECK_EQ(s.model.hidden, hidden[i]);
       CHECK_EQ(s.model.layers, 8);
+      zb_arch a;
+      CHECK(zb_model_spec_arch(&s.model, &a, &d) == ZB_OK && a.vocab == vocab[i]);
+      CHECK(zb_model_data_is_shards(s.model.data) == (vocab[i] != 256));
     }
     zb_job_spec_free(&s);
   }
 }
 
 ZBT_MAIN(ZBT(test_llama_sizes_from_config), ZBT(test_llama_wire_round_trip), ZBT(test_config_refusals),
-         ZBT(test_spec_refusals), ZBT(test_dumps_and_order), ZBT(test_tied_head), ZBT(test_deploy_examples),
+         ZBT(test_spec_refusals), ZBT(test_text_data), ZBT(test_dumps_and_order), ZBT(test_tied_head),
+         ZBT(test_deploy_examples),
          ZBT(test_empty_architecture_is_builtin))

@@ -1,9 +1,12 @@
 /* test_safetensors.c — safetensors files (model/zb_safetensors.h): the
  * writer's image read back bit for bit, F16 and BF16 against values
  * worked out by hand, each refusal of a bad header by name, and a sharded
- * checkpoint read back one shard at a time. */
+ * checkpoint read back one shard at a time; beneath a --path-root
+ * (zb_roots.h), a checkpoint is read only from beneath the root, a
+ * symbolic link refused by name. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "zb_safetensors.h"
@@ -403,7 +406,76 @@ static void test_file_refusals(void) {
   zbt_remove_dir(dir);
 }
 
+/* Reads tensor v of the checkpoint in dir beneath rs; err and a message
+ * holding want (NULL: none) when it fails. */
+static bool read_in(const zb_roots *rs, const char *dir, zb_err err, const char *want) {
+  zb_st_checkpoint *ck = NULL;
+  zb_diag d = {{0}};
+  float out[2] = {0};
+  zb_err got = zb_st_checkpoint_open_in(rs, dir, &ck, &d);
+  if (got == ZB_OK)
+    got = zb_st_checkpoint_read_f32(ck, "v", out, 2, &d);
+  zb_st_checkpoint_close(ck);
+  bool ok = got == err && (err != ZB_OK || (out[0] == 7 && out[1] == 8)) && (!want || strstr(d.msg, want));
+  if (!ok)
+    fprintf(stderr, "  %s: got %s '%s', want %s '%s'\n", dir, zb_strerror(got), d.msg, zb_strerror(err),
+            want ? want : "");
+  return ok;
+}
+
+/* Beneath a root: a checkpoint there (one file, or an index and its
+ * shard) reads; a weights file, a shard or a directory that is a link out
+ * of the root, and a directory under no root, are refused naming them. */
+static void test_beneath_root(void) {
+  char top[] = "/tmp/zb-test-st-XXXXXX";
+  CHECK(mkdtemp(top));
+  char root[300], ok[300], sharded[300], linked[300], outside[300], escape[300], target[400], link[400];
+  snprintf(root, sizeof root, "%s/root", top);
+  snprintf(ok, sizeof ok, "%s/root/ok", top);
+  snprintf(sharded, sizeof sharded, "%s/root/sharded", top);
+  snprintf(linked, sizeof linked, "%s/root/linked", top);
+  snprintf(outside, sizeof outside, "%s/outside", top);
+  snprintf(escape, sizeof escape, "%s/root/escape", top);
+  const char *dirs[5] = {root, ok, sharded, linked, outside};
+  for (int i = 0; i < 5; i++)
+    CHECK_EQ(mkdir(dirs[i], 0755), 0);
+  float v[2] = {7, 8};
+  zb_st_entry e = {.name = "v", .ndim = 1, .shape = {2}, .data = v};
+  CHECK(write_shard(ok, "model.safetensors", &e, 1));
+  CHECK(write_shard(outside, "model.safetensors", &e, 1));
+  CHECK(write_shard(sharded, "s1.safetensors", &e, 1));
+  CHECK(put_file(sharded, "model.safetensors.index.json", "{\"weight_map\": {\"v\": \"s1.safetensors\"}}"));
+  snprintf(target, sizeof target, "%s/model.safetensors", outside);
+  snprintf(link, sizeof link, "%s/model.safetensors", linked);
+  CHECK_EQ(symlink(target, link), 0);
+  CHECK_EQ(symlink(outside, escape), 0);
+  zb_roots rs = {0};
+  zb_diag d = {{0}};
+  CHECK_MSG(zb_roots_add(&rs, root, &d) == ZB_OK, "%s", d.msg);
+  CHECK(read_in(&rs, ok, ZB_OK, NULL));
+  CHECK(read_in(&rs, sharded, ZB_OK, NULL));
+  CHECK(read_in(NULL, linked, ZB_OK, NULL)); /* no roots: links are followed */
+  CHECK(read_in(&rs, linked, ZB_ERR_IO, "linked/model.safetensors: cannot open"));
+  CHECK(read_in(&rs, linked, ZB_ERR_IO, "symbolic link"));
+  CHECK(read_in(&rs, escape, ZB_ERR_IO, "escape: cannot open"));
+  CHECK(read_in(&rs, outside, ZB_ERR_IO, "outside: cannot open"));
+  /* a shard of the index that is a link */
+  CHECK_EQ(unlink(link), 0);
+  snprintf(link, sizeof link, "%s/s2.safetensors", linked);
+  CHECK_EQ(symlink(target, link), 0);
+  CHECK(put_file(linked, "model.safetensors.index.json", "{\"weight_map\": {\"v\": \"s2.safetensors\"}}"));
+  CHECK(read_in(&rs, linked, ZB_ERR_IO, "linked/s2.safetensors: cannot open"));
+  zb_roots_close(&rs);
+  CHECK_EQ(unlink(escape), 0);
+  zbt_remove_dir(linked);
+  zbt_remove_dir(sharded);
+  zbt_remove_dir(ok);
+  zbt_remove_dir(root);
+  zbt_remove_dir(outside);
+  zbt_remove_dir(top);
+}
+
 ZBT_MAIN(ZBT(test_round_trip), ZBT(test_writer_layout), ZBT(test_writer_refusals), ZBT(test_half_conversions),
          ZBT(test_hand_made_file), ZBT(test_refusals_length), ZBT(test_refusals_header),
          ZBT(test_refusals_coverage), ZBT(test_index), ZBT(test_sharded), ZBT(test_single_file_dir),
-         ZBT(test_file_refusals))
+         ZBT(test_file_refusals), ZBT(test_beneath_root))

@@ -2,11 +2,15 @@
  * llm.c's layout (256 int32 header, uint16 or uint32 tokens) to a temporary
  * directory, opened by glob, and windows drawn from them: the same windows
  * for the same (seed, iteration, microbatch, sequence) on separately opened
- * datasets, inside one shard each, and every refusal naming its cause. */
+ * datasets, inside one shard each, and every refusal naming its cause;
+ * beneath a --path-root (zb_roots.h), the glob and the text file open
+ * only what lies beneath the root, refusing a symbolic link by name. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "zb_tokens.h"
 #include "zbtest.h"
@@ -338,6 +342,78 @@ static void test_in_order(void) {
   zbt_remove_dir(dir);
 }
 
+/* Opens pattern beneath roots expecting err with both words (w2 may be
+ * NULL) in the message. */
+static int refused_in(const zb_roots *rs, zb_tokens_kind kind, const char *pattern, zb_err err,
+                      const char *w1, const char *w2) {
+  zb_tokens *ds = (zb_tokens *)1;
+  zb_diag d = {{0}};
+  zb_err got = zb_tokens_open_in(rs, kind, pattern, T, 50257, &ds, &d);
+  if (got != err || ds != NULL || !strstr(d.msg, w1) || (w2 && !strstr(d.msg, w2))) {
+    fprintf(stderr, "  %s: got %d '%s'\n", pattern, got, d.msg);
+    return 0;
+  }
+  return 1;
+}
+
+/* With a --path-root: shards and a text beneath it open, and give the
+ * windows the plain open gives; a link among the shards, a text that is
+ * a link, a path under no root and wildcards in a directory are refused
+ * naming the path. */
+static void test_beneath_root(void) {
+  fresh();
+  CHECK_EQ(mkdir(pat("root"), 0755), 0);
+  write_gpt2("root/tok_b.bin", 2000, 100);
+  write_gpt2("root/tok_a.bin", 1000, 40);
+  write_gpt2("outside.bin", 9000, 50);
+  FILE *f = fopen(pat("root/text.txt"), "wb");
+  for (int i = 0; i < 100; i++)
+    fputc('a' + i % 26, f);
+  fclose(f);
+  zb_roots rs = {0};
+  zb_diag d = {{0}};
+  CHECK_MSG(zb_roots_add(&rs, pat("root"), &d) == ZB_OK, "%s", d.msg);
+  char glob[512];
+  snprintf(glob, sizeof glob, "%s", pat("root/tok_*.bin"));
+  zb_tokens *in, *plain;
+  CHECK_MSG(zb_tokens_open_in(&rs, ZB_TOKENS_SHARDS, glob, T, 50257, &in, &d) == ZB_OK, "%s", d.msg);
+  CHECK_EQ(zb_tokens_open(ZB_TOKENS_SHARDS, glob, T, 50257, &plain, &d), ZB_OK);
+  CHECK_EQ(zb_tokens_shards(in), 2);
+  CHECK(strstr(zb_tokens_shard_name(in, 0), "root/tok_a.bin") != NULL); /* strcmp order */
+  CHECK_EQ(zb_tokens_windows(in), zb_tokens_windows(plain));
+  int32_t t1[T], g1[T], t2[T], g2[T];
+  CHECK_EQ(zb_tokens_window(in, 5, 1, 2, 3, t1, g1, &d), ZB_OK);
+  CHECK_EQ(zb_tokens_window(plain, 5, 1, 2, 3, t2, g2, &d), ZB_OK);
+  CHECK(memcmp(t1, t2, sizeof t1) == 0 && memcmp(g1, g2, sizeof g1) == 0);
+  zb_tokens_free(in);
+  zb_tokens_free(plain);
+  char text[512];
+  snprintf(text, sizeof text, "%s", pat("root/text.txt"));
+  CHECK_MSG(zb_tokens_open_in(&rs, ZB_TOKENS_TEXT_BYTES, text, T, 256, &in, &d) == ZB_OK, "%s", d.msg);
+  CHECK_EQ(zb_tokens_windows(in), 100 - T);
+  zb_tokens_free(in);
+  /* a link among the shards, to a shard outside: named, even though a
+   * plain open would follow it */
+  char out[512];
+  snprintf(out, sizeof out, "%s", pat("outside.bin"));
+  CHECK_EQ(symlink(out, pat("root/tok_c.bin")), 0);
+  CHECK(refused_in(&rs, ZB_TOKENS_SHARDS, glob, ZB_ERR_IO, "root/tok_c.bin: cannot open", "symbolic link"));
+  CHECK_EQ(symlink(out, pat("root/link.txt")), 0);
+  CHECK(refused_in(&rs, ZB_TOKENS_TEXT_BYTES, pat("root/link.txt"), ZB_ERR_IO, "root/link.txt",
+                   "symbolic link"));
+  CHECK(refused_in(&rs, ZB_TOKENS_SHARDS, pat("outside.bin"), ZB_ERR_IO, "cannot list", NULL));
+  CHECK(
+      refused_in(&rs, ZB_TOKENS_TEXT_BYTES, pat("outside.bin"), ZB_ERR_IO, "outside.bin: cannot open", NULL));
+  CHECK(refused_in(&rs, ZB_TOKENS_SHARDS, pat("root/../root/tok_*.bin"), ZB_ERR_IO, "cannot list", NULL));
+  CHECK(
+      refused_in(&rs, ZB_TOKENS_SHARDS, pat("r*/tok_*.bin"), ZB_ERR_INVALID_ARG, "only the file name", NULL));
+  CHECK(refused_in(&rs, ZB_TOKENS_SHARDS, pat("root/none_*.bin"), ZB_ERR_IO, "no file matches", NULL));
+  zb_roots_close(&rs);
+  zbt_remove_dir(pat("root"));
+  zbt_remove_dir(dir);
+}
+
 ZBT_MAIN(ZBT(test_glob_several_shards), ZBT(test_in_order), ZBT(test_same_windows_across_opens),
          ZBT(test_windows_inside_shards), ZBT(test_llama3_uint32), ZBT(test_refusals),
-         ZBT(test_token_beyond_vocab), ZBT(test_text_bytes_as_worker), ZBT(test_committed_shards))
+         ZBT(test_token_beyond_vocab), ZBT(test_text_bytes_as_worker), ZBT(test_committed_shards),
+         ZBT(test_beneath_root))
