@@ -14,6 +14,10 @@ real activations over TCP, AdamW on every rank after its W ops).
 - A schedule update of a cpu job that keeps its chunks and placement
   (1f1b -> zb-h1) carries the weights and optimizer state over: the curve
   is 1f1b's. One that would move stages between ranks (-> zb-v) is refused.
+- The same for a job with an architecture: a llama (the transformers
+  fixture's config, seeded weights) on the bytes of a text switched from
+  1f1b to zb-v traces the plain 1f1b curve, so the switch moved every
+  tensor (Hugging Face names) and its AdamW moments.
 - zbctl watch and get show the loss; get shows the model.
 - Memory: a model past what the workers advertise is refused at
   submission; one admitted whose ranks still cannot fit (state plus live
@@ -136,6 +140,43 @@ def test_train_p2_p4_1f1b_zbv_and_update():
         print("1f1b -> zb-v at iteration %d vs 1f1b: max relative loss difference %.3g" % (at, rel))
         assert rel <= CURVE_TOL, (switched, curves2["1f1b"])
         c.wait_workers(4)
+
+
+LLAMA_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "hf", "llama", "config.json")
+
+
+def llama_spec(name, schedule, iterations):
+    with open(LLAMA_CONFIG) as f:
+        config = f.read()
+    model = zb_pb2.ModelSpec(architecture="llama", config_json=config, data="/usr/share/common-licenses/GPL-3",
+                             seq_len=16, batch=4, seed=7, lr=1e-2)
+    return zb_pb2.JobSpec(name=name, ranks=2, microbatches=M, schedule=schedule, iterations=iterations,
+                          backend="cpu", model=model)
+
+
+def test_llama_switch_moves_its_tensors():
+    """The switched job runs first, and the plain one as many iterations as
+    it took past the switch, so where the switch lands does not matter."""
+    after = 8  # iterations compared on the new plan
+    with Cluster(workers=2, name="train-llama-switch") as c:
+        jid = c.submit(llama_spec("llama-switch", "1f1b", 100000))
+        c.wait_iterations(jid, 1)
+        resp = c.stub.UpdateSchedule(zb_pb2.UpdateScheduleRequest(job_id=jid, schedule="zb-v"), timeout=10)
+        at = resp.from_iteration
+        n = at + after
+        c.wait_iterations(jid, n)
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="compared"), timeout=10)
+        switched = curve(c, jid, 2, ["1f1b"] * at + ["zb-v"] * after, n)
+        c.wait_workers(2)
+        ref = c.submit(llama_spec("llama-1f1b", "1f1b", n))
+        c.wait_state(ref, STATE.JOB_STATE_SUCCEEDED, timeout=120)
+        plain = curve(c, ref, 2, "1f1b", n)
+        assert abs(plain[0] - 6.24) < 0.5, plain  # seeded weights: about ln(512), uniform over the vocabulary
+        rel = max_rel(switched, plain)
+        print("llama 1f1b -> zb-v at iteration %d vs 1f1b: loss %.4f -> %.4f, max relative difference %.3g" %
+              (at, plain[0], plain[-1], rel))
+        assert plain[-1] < plain[0], plain
+        assert rel <= CURVE_TOL, (switched, plain)
 
 
 def test_bad_cpu_jobs_are_refused():
