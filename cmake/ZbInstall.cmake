@@ -24,6 +24,8 @@ if(ZB_SERVICE)
   install(FILES deploy/zb-coordinator.yaml deploy/systemd/zb-worker.env DESTINATION ${ZB_INSTALL_CONFDIR})
   install(FILES docs/man/zb-coordinator.8 docs/man/zb-worker.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8)
   install(DIRECTORY deploy/jobs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/jobs)
+  # the model configs the example jobs name (as deploy/models/... in the source tree)
+  install(DIRECTORY deploy/models/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/models)
 endif()
 install(FILES docs/man/zbctl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 install(FILES deploy/completion/zbctl.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions

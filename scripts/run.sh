@@ -2,11 +2,11 @@
 # The main job: a local zb cluster on this machine trains a model. Builds
 # the daemons and zbctl (build/dev), starts a zb-coordinator and one
 # zb-worker per rank (cpu backend with real math, TCP transport) in a
-# temporary data directory, submits the default job (the built-in
-# transformer, 1f1b on 2 ranks), switches the running job to zb-v half-way
-# with `zbctl update-schedule`, streams loss, tokens/s, bubble and memory
-# with `zbctl watch`, prints a summary per schedule and shuts everything
-# down cleanly, also on Ctrl-C.
+# temporary data directory, submits the default job (a small
+# LLaMA-architecture model on the bytes of a text, 1f1b on 2 ranks),
+# switches the running job to zb-v half-way with `zbctl update-schedule`,
+# streams loss, tokens/s, bubble and memory with `zbctl watch`, prints a
+# summary per schedule and shuts everything down cleanly, also on Ctrl-C.
 set -euo pipefail
 
 CALLER_DIR=$PWD
@@ -28,12 +28,16 @@ With no ZBCTL_ARGS, runs a local cluster:
   3. starts zb-coordinator (gRPC and /metrics on free loopback ports) and the
      workers, in a temporary directory (data, logs)
   4. submits the job (default deploy/jobs/local-train.yaml: a small
-     transformer on /usr/share/common-licenses/GPL-3, 1f1b, 2 ranks,
-     4 microbatches, 80 iterations, every iteration's timeline sampled) and
+     LLaMA-architecture model, deploy/models/llama-tiny, learning the bytes
+     of /usr/share/common-licenses/GPL-3, 1f1b, 2 ranks, 4 microbatches,
+     80 iterations, every iteration's timeline sampled) and
      runs `zbctl watch --every 10` on it; once half its iterations are done,
      `zbctl update-schedule JOB --schedule zb-v` switches the running job
      (its ranks move their stages' weights to the V placement and go on)
-     (deploy/jobs/local-demo.yaml is the sim-backend demo: --job it)
+     (deploy/jobs/local-train-builtin.yaml is the same with the builtin
+     byte model, deploy/jobs/llama.yaml and gpt2.yaml start from the
+     transformers fixtures' weights on token shards, deploy/jobs/
+     local-demo.yaml is the sim-backend demo: --job one)
   5. prints a summary per schedule (iterations, throughput, bubble measured
      on the aligned timelines and predicted from the op times they taught,
      the largest gap between the two over the windows of 10 iterations),

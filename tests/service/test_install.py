@@ -20,7 +20,8 @@ EXPECTED = ["usr/bin/zb-coordinator", "usr/bin/zb-worker", "usr/bin/zbctl",
             "usr/lib/systemd/system/zb-coordinator.service", "usr/lib/systemd/system/zb-worker@.service",
             "etc/zb/zb-coordinator.yaml", "etc/zb/zb-worker.env", "usr/share/man/man1/zbctl.1",
             "usr/share/man/man8/zb-coordinator.8", "usr/share/man/man8/zb-worker.8",
-            "usr/share/bash-completion/completions/zbctl", "usr/share/doc/zb/examples/jobs/local-train.yaml"]
+            "usr/share/bash-completion/completions/zbctl", "usr/share/doc/zb/examples/jobs/local-train.yaml",
+            "usr/share/doc/zb/examples/models/llama-tiny/config.json"]
 COMMANDS = ["plan", "plan compare", "submit", "list", "get", "watch", "cancel", "resume", "update-schedule",
             "trace", "workers"]
 
