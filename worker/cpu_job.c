@@ -335,5 +335,6 @@ void cpu_job_close(cpu_job *cj) {
   free(cj->text);
   free(cj->source);
   zb_tokens_free(cj->tokens);
+  free(cj->fill);
   memset(cj, 0, sizeof *cj);
 }

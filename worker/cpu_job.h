@@ -53,10 +53,13 @@ typedef struct cpu_job {
   size_t text_len;
   zb_cpu_text *source; /* points into text; on the heap: the backend keeps its address */
   /* a job with an architecture (gpt2, llama; cpu_job_arch.c): the arch its
-   * config gives, and its token shards when this rank hosts an end stage */
+   * config gives, and its token shards when this rank hosts an end stage;
+   * fill: what the data callback reads, on the heap, since the backend
+   * keeps its address while a plan update moves this struct */
   bool has_arch;
   zb_arch arch;
   zb_tokens *tokens;
+  struct cpu_arch_fill *fill;
   /* checkpoints (zb_checkpoint.h): on when ckpt_every > 0 */
   char job_id[64];
   int ckpt_every;

@@ -18,15 +18,25 @@
 #include "zb_arch_weights.h"
 #include "zb_safetensors.h"
 
-/* zb_cpu_ids_fn over the job's shards (ud: the cpu_job). */
+/* What arch_fill reads (cpu_job.fill): not the cpu_job itself, which a
+ * plan update copies out of a stack frame (cpu_job_update) while the
+ * backend keeps this address. */
+struct cpu_arch_fill {
+  const zb_tokens *tokens; /* the cpu_job's */
+  uint64_t seed;
+  int microbatches;
+  bool sequential;
+};
+
+/* zb_cpu_ids_fn over the job's data (ud: its cpu_arch_fill). */
 static zb_err arch_fill(void *ud, int64_t iteration, int mb, int batch, int seq_len, int32_t *tokens,
                         int32_t *targets, zb_diag *diag) {
-  const cpu_job *cj = ud;
+  const struct cpu_arch_fill *f = ud;
   (void)seq_len; /* the dataset's windows are the model's seq_len */
-  if (strcmp(cj->model.order, ZB_DATA_ORDER_SEQUENTIAL_NAME) == 0)
-    return zb_tokens_fill_in_order(cj->tokens, (iteration * cj->microbatches + mb) * batch, batch, tokens,
+  if (f->sequential)
+    return zb_tokens_fill_in_order(f->tokens, (iteration * f->microbatches + mb) * batch, batch, tokens,
                                    targets, diag);
-  return zb_tokens_fill(cj->tokens, (uint64_t)cj->model.seed, iteration, mb, batch, tokens, targets, diag);
+  return zb_tokens_fill(f->tokens, f->seed, iteration, mb, batch, tokens, targets, diag);
 }
 
 zb_err cpu_job_arch_open(cpu_job *cj, bool ends, zb_cpu_data *data, zb_diag *diag) {
@@ -46,7 +56,12 @@ zb_err cpu_job_arch_open(cpu_job *cj, bool ends, zb_cpu_data *data, zb_diag *dia
   }
   if (err)
     return err;
-  *data = (zb_cpu_data){.fill_ids = arch_fill, .ud = cj};
+  cj->fill = zb_calloc(1, sizeof *cj->fill);
+  *cj->fill = (struct cpu_arch_fill){.tokens = cj->tokens,
+                                     .seed = (uint64_t)ms->seed,
+                                     .microbatches = cj->microbatches,
+                                     .sequential = strcmp(ms->order, ZB_DATA_ORDER_SEQUENTIAL_NAME) == 0};
+  *data = (zb_cpu_data){.fill_ids = arch_fill, .ud = cj->fill};
   return ZB_OK;
 }
 

@@ -238,6 +238,13 @@ static zb_err restage_into(cpu_job *cj, cpu_job *nj, const zb_assignment *a, zb_
   zb_err err = cpu_job_pull_state(cj, diag);
   if (!err)
     err = cpu_job_open(nj, a, cj->stop, diag);
+  /* a tied head's copy has its embedding's name but a second home, which
+   * the one-home walk below cannot pair up: every rank refuses alike */
+  if (!err && cj->has_arch && cj->arch.tied && (cj->total_stages > 1 || nj->total_stages > 1))
+    err = zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                      "plan update: architecture %s's tied head over several stages cannot move to "
+                      "another placement yet",
+                      cj->model.architecture);
   if (!err)
     err = plan_sends(cj, nj, r, diag);
   if (!err)

@@ -330,5 +330,4 @@ static void test_deploy_examples(void) {
 
 ZBT_MAIN(ZBT(test_llama_sizes_from_config), ZBT(test_llama_wire_round_trip), ZBT(test_config_refusals),
          ZBT(test_spec_refusals), ZBT(test_text_data), ZBT(test_dumps_and_order), ZBT(test_tied_head),
-         ZBT(test_deploy_examples),
-         ZBT(test_empty_architecture_is_builtin))
+         ZBT(test_deploy_examples), ZBT(test_empty_architecture_is_builtin))
