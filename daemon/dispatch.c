@@ -35,6 +35,15 @@ void job_release_workers(coord_job *j) {
   }
 }
 
+/* A model whose head is tied to its embedding over several stages: the
+ * ranks of the end stages sum the weight's gradients (docs/model.md, Tied
+ * head). */
+static bool job_tied_ends(const coord_job *j, const zb_planner_result *plan) {
+  zb_arch arch;
+  return zb_model_spec_has_arch(&j->spec.model) && plan->p * plan->v > 1 &&
+         zb_model_spec_arch(&j->spec.model, &arch, NULL) == ZB_OK && arch.tied;
+}
+
 zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan, int version, int first) {
   zb_assignment_src src = {.job_id = j->row.id,
                            .spec = &j->spec,
@@ -45,9 +54,7 @@ zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan
   /* a model job's update that moves stages: weights may go to any rank */
   src.all_peers = plan != &j->plan && zb_job_spec_trains_model(&j->spec) &&
                   (plan->v != j->plan.v || plan->placement != j->plan.placement);
-  zb_arch arch;
-  src.tied_ends = zb_model_spec_has_arch(&j->spec.model) && plan->p * plan->v > 1 &&
-                  zb_model_spec_arch(&j->spec.model, &arch, NULL) == ZB_OK && arch.tied;
+  src.tied_ends = job_tied_ends(j, plan);
   if (j->ranks) {
     const char **addrs = zb_calloc((size_t)plan->p, sizeof(char *));
     for (int r = 0; r < plan->p; r++)
@@ -403,6 +410,15 @@ static void update_planned(coord_plan_op *base) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job_id: job %s %s", j->row.id,
                 j->row.state != ZB_JOB_RUNNING ? "ended while its update was planned"
                                                : "ends before an update could apply");
+    goto done;
+  }
+  if ((op->plan.v != j->plan.v || op->plan.placement != j->plan.placement) &&
+      (job_tied_ends(j, &j->plan) || job_tied_ends(j, &op->plan))) {
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "schedule: job %s's model ties its head to its embedding over several stages, whose two "
+                "holders cannot move at an update yet; %s places its stages otherwise than %s (choose a "
+                "schedule with the same chunks and placement)",
+                j->row.id, op->spec.schedule, j->spec.schedule);
     goto done;
   }
   job_switch_plan(j, &op->plan, at);
