@@ -308,7 +308,7 @@ static void time_attention(zb_model_stage *st, int reps, attn_times *t) {
     double t0 = zb_clock_s();
     model_attention_fwd(st, qkv, p, o);
     double t1 = zb_clock_s();
-    model_attention_bwd(st, qkv, p, dout);
+    model_attention_bwd(st, qkv, p, o, dout);
     double t2 = zb_clock_s();
     if (r > 0) {
       t->attn_f = best_of(t->attn_f, t1 - t0);

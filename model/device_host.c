@@ -1,8 +1,8 @@
 /* device_host.c — the host device (zb_device.h, docs/model.md, Devices):
- * malloc'ed memory with byte-exact accounting, cblas_sgemm for products
- * and kernels_cpu.c for every other op. Every op runs before its call
- * returns, so sync() has nothing to wait for and an event is a clock
- * reading (util/zb_clock.h).
+ * malloc'ed memory with byte-exact accounting, cblas_sgemm for products,
+ * attn_cpu.c for flash attention and kernels_cpu.c for every other op.
+ * Every op runs before its call returns, so sync() has nothing to wait
+ * for and an event is a clock reading (util/zb_clock.h).
  *
  * Ownership: zb_device_host_new's caller owns the device (zb_device_free).
  * Blocks from alloc() carry a 64-byte header with their size, so free()
@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_cpu.h"
 #include "kernels_cpu.h"
 #include "zb_blas.h"
 #include "zb_clock.h"
@@ -25,6 +26,8 @@
 
 typedef struct host_dev {
   zb_device_mem mem;
+  float *attn_ws; /* flash attention's tiles (attn_cpu.h), grown on demand; not counted in mem */
+  size_t attn_ws_n;
 } host_dev;
 
 struct zb_device_event {
@@ -305,6 +308,48 @@ static zb_err h_softmax_bwd(void *self, const float *p, float *dp, int t, int co
   return ZB_OK;
 }
 
+/* A shape attn_fwd / attn_bwd can run, and the scratch for it. */
+static zb_err attn_prepare(host_dev *d, const void *p1, const void *p2, const zb_attn *a, const char *op,
+                           zb_diag *diag) {
+  if (!a || !p1 || !p2)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "host device: %s with a NULL argument", op);
+  if (a->batch < 1 || a->t < 1 || a->heads < 1 || a->kv_heads < 1 || a->hd < 1 || a->heads % a->kv_heads ||
+      (int64_t)a->ld < (int64_t)(a->heads + 2 * a->kv_heads) * a->hd ||
+      (int64_t)a->lo < (int64_t)a->heads * a->hd)
+    return zb_diag_set(
+        diag, ZB_ERR_INVALID_ARG,
+        "host device: %s: bad shape (batch %d, t %d, heads %d on %d kv heads, head dim %d, ld %d, "
+        "lo %d)",
+        op, a->batch, a->t, a->heads, a->kv_heads, a->hd, a->ld, a->lo);
+  size_t n = kernels_cpu_attn_scratch(a);
+  if (n > d->attn_ws_n) {
+    float *w = realloc(d->attn_ws, n * sizeof(float));
+    if (!w)
+      return zb_diag_set(diag, ZB_ERR_IO, "host device: %s: out of memory for %zu floats of tiles", op, n);
+    d->attn_ws = w;
+    d->attn_ws_n = n;
+  }
+  return ZB_OK;
+}
+
+static zb_err h_attn_fwd(void *self, const float *qkv, float *o, float *lse, const zb_attn *a,
+                         zb_diag *diag) {
+  zb_err err = attn_prepare(self, qkv, o && lse ? o : NULL, a, "attn_fwd", diag);
+  if (err == ZB_OK)
+    kernels_cpu_attn_fwd(qkv, o, lse, a, ((host_dev *)self)->attn_ws);
+  return err;
+}
+
+static zb_err h_attn_bwd(void *self, const float *qkv, const float *o, const float *lse, const float *dout,
+                         float *dqkv, const zb_attn *a, zb_diag *diag) {
+  zb_err err = attn_prepare(self, qkv, o && lse && dout && dqkv ? o : NULL, a, "attn_bwd", diag);
+  if (err == ZB_OK && dqkv == qkv)
+    err = zb_diag_set(diag, ZB_ERR_INVALID_ARG, "host device: attn_bwd: dqkv must not be qkv");
+  if (err == ZB_OK)
+    kernels_cpu_attn_bwd(qkv, o, lse, dout, dqkv, a, ((host_dev *)self)->attn_ws);
+  return err;
+}
+
 static zb_err h_xent_fwd(void *self, float *logits, const int32_t *targets, double *row_loss, int n, int v,
                          zb_diag *diag) {
   (void)self;
@@ -352,6 +397,7 @@ static zb_err h_sumsq(void *self, const float *x, size_t n, double *out, int *no
 }
 
 static void h_destroy(void *self) {
+  free(((host_dev *)self)->attn_ws);
   free(self);
 }
 
@@ -391,6 +437,8 @@ static const zb_device_ops host_ops = {
     .gelu_bwd_inplace = h_gelu_bwd,
     .softmax_causal = h_softmax,
     .softmax_causal_bwd = h_softmax_bwd,
+    .attn_fwd = h_attn_fwd,
+    .attn_bwd = h_attn_bwd,
     .xent_fwd = h_xent_fwd,
     .xent_bwd = h_xent_bwd,
     .adamw = h_adamw,

@@ -8,18 +8,6 @@
 #include <math.h>
 #include <string.h>
 
-/* Each kernel is built for AVX-512, AVX2 and the x86-64 baseline, and the
- * loader picks the widest the CPU has (GCC's target_clones, an ifunc): the
- * element-wise loops are 2-4x faster on wide units. The clones compute the
- * same operations in the same order (C11 mode: no contraction, no
- * reassociation), so a result does not depend on the CPU. Sanitizer builds
- * keep one version. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define ZB_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define ZB_VEC
-#endif
-
 /* Row reductions in 8 independent lanes: the compiler vectorises them
  * (a single accumulator would be a serial chain, and reassociating it is
  * not allowed without -ffast-math). */
@@ -70,7 +58,7 @@ static float dot(const float *restrict a, const float *restrict b, int n) {
 }
 
 ZB_VEC void kernels_cpu_layernorm_fwd(const float *x, const float *g, const float *b, float *y, float *xhat,
-                               float *rstd, int n, int h) {
+                                      float *rstd, int n, int h) {
   for (int r = 0; r < n; r++) {
     const float *restrict xr = x + (size_t)r * h;
     float *restrict hr = xhat + (size_t)r * h, *restrict yr = y + (size_t)r * h;
@@ -87,7 +75,8 @@ ZB_VEC void kernels_cpu_layernorm_fwd(const float *x, const float *g, const floa
   }
 }
 
-ZB_VEC void kernels_cpu_layernorm_affine(const float *xhat, const float *g, const float *b, float *y, int n, int h) {
+ZB_VEC void kernels_cpu_layernorm_affine(const float *xhat, const float *g, const float *b, float *y, int n,
+                                         int h) {
   for (int r = 0; r < n; r++) {
     const float *restrict hr = xhat + (size_t)r * h;
     float *restrict yr = y + (size_t)r * h;
@@ -100,8 +89,8 @@ ZB_VEC void kernels_cpu_layernorm_affine(const float *xhat, const float *g, cons
   }
 }
 
-ZB_VEC void kernels_cpu_layernorm_bwd_acc(const float *dy, const float *xhat, const float *rstd, const float *g,
-                                   float *dx, int n, int h) {
+ZB_VEC void kernels_cpu_layernorm_bwd_acc(const float *dy, const float *xhat, const float *rstd,
+                                          const float *g, float *dx, int n, int h) {
   for (int r = 0; r < n; r++) {
     const float *restrict dr = dy + (size_t)r * h, *restrict hr = xhat + (size_t)r * h;
     float *restrict xr = dx + (size_t)r * h;
@@ -129,8 +118,8 @@ ZB_VEC void kernels_cpu_layernorm_bwd_acc(const float *dy, const float *xhat, co
   }
 }
 
-ZB_VEC void kernels_cpu_layernorm_param_grads_acc(const float *dy, const float *xhat, float *dg, float *db, int n,
-                                           int h) {
+ZB_VEC void kernels_cpu_layernorm_param_grads_acc(const float *dy, const float *xhat, float *dg, float *db,
+                                                  int n, int h) {
   for (int r = 0; r < n; r++) {
     const float *dr = dy + (size_t)r * h, *hr = xhat + (size_t)r * h;
     for (int c = 0; c < h; c++)
@@ -220,8 +209,8 @@ ZB_VEC void kernels_cpu_xent_bwd(float *probs, const int32_t *targets, int n, in
   }
 }
 
-ZB_VEC void kernels_cpu_embed_fwd(const float *emb, const float *pos, const int32_t *tokens, float *x, int n, int h,
-                           int t) {
+ZB_VEC void kernels_cpu_embed_fwd(const float *emb, const float *pos, const int32_t *tokens, float *x, int n,
+                                  int h, int t) {
   for (int r = 0; r < n; r++) {
     const float *restrict e = emb + (size_t)tokens[r] * h;
     float *restrict xr = x + (size_t)r * h;
@@ -235,8 +224,8 @@ ZB_VEC void kernels_cpu_embed_fwd(const float *emb, const float *pos, const int3
   }
 }
 
-ZB_VEC void kernels_cpu_embed_bwd_acc(const float *dx, const int32_t *tokens, float *demb, float *dpos, int n, int h,
-                               int t) {
+ZB_VEC void kernels_cpu_embed_bwd_acc(const float *dx, const int32_t *tokens, float *demb, float *dpos, int n,
+                                      int h, int t) {
   for (int r = 0; r < n; r++) {
     const float *d = dx + (size_t)r * h;
     float *e = demb + (size_t)tokens[r] * h;
@@ -251,7 +240,7 @@ ZB_VEC void kernels_cpu_embed_bwd_acc(const float *dx, const int32_t *tokens, fl
 }
 
 ZB_VEC void kernels_cpu_adamw(float *p, float *m, float *v, const float *g, const uint8_t *decay, size_t n,
-                       const zbm_adamw_step *step) {
+                              const zbm_adamw_step *step) {
   for (size_t i = 0; i < n; i++)
     zbm_adamw(&p[i], &m[i], &v[i], g[i], decay[i], step);
 }
@@ -283,8 +272,8 @@ ZB_VEC void kernels_cpu_sumsq(const float *restrict x, size_t n, double *out, in
 
 /* ---- llama's row and element ops ---- */
 
-ZB_VEC void kernels_cpu_rmsnorm_fwd(const float *x, const float *g, float *y, float *xhat, float *rstd, int n, int h,
-                             float eps) {
+ZB_VEC void kernels_cpu_rmsnorm_fwd(const float *x, const float *g, float *y, float *xhat, float *rstd, int n,
+                                    int h, float eps) {
   for (int r = 0; r < n; r++) {
     const float *restrict xr = x + (size_t)r * h;
     float *restrict hr = xhat + (size_t)r * h, *restrict yr = y + (size_t)r * h;
@@ -298,7 +287,7 @@ ZB_VEC void kernels_cpu_rmsnorm_fwd(const float *x, const float *g, float *y, fl
 }
 
 ZB_VEC void kernels_cpu_rmsnorm_bwd_acc(const float *dy, const float *xhat, const float *rstd, const float *g,
-                                 float *dx, int n, int h) {
+                                        float *dx, int n, int h) {
   for (int r = 0; r < n; r++) {
     const float *restrict dr = dy + (size_t)r * h, *restrict hr = xhat + (size_t)r * h;
     float *restrict xr = dx + (size_t)r * h;
@@ -318,8 +307,8 @@ ZB_VEC void kernels_cpu_rmsnorm_bwd_acc(const float *dy, const float *xhat, cons
   }
 }
 
-ZB_VEC void kernels_cpu_rope(float *x, const float *cos, const float *sin, int n, int t, int heads, int hd, int ld,
-                      int inverse) {
+ZB_VEC void kernels_cpu_rope(float *x, const float *cos, const float *sin, int n, int t, int heads, int hd,
+                             int ld, int inverse) {
   int half = hd / 2;
   for (int r = 0; r < n; r++) {
     const float *c = cos + (size_t)(r % t) * half, *s = sin + (size_t)(r % t) * half;
@@ -332,13 +321,13 @@ ZB_VEC void kernels_cpu_rope(float *x, const float *cos, const float *sin, int n
 }
 
 ZB_VEC void kernels_cpu_swiglu_fwd(const float *restrict gate, const float *restrict up, float *restrict out,
-                            size_t len) {
+                                   size_t len) {
   for (size_t i = 0; i < len; i++)
     out[i] = zbm_swiglu(gate[i], up[i]);
 }
 
-ZB_VEC void kernels_cpu_swiglu_bwd_inplace(const float *restrict dout, float *restrict gate, float *restrict up,
-                                    size_t len) {
+ZB_VEC void kernels_cpu_swiglu_bwd_inplace(const float *restrict dout, float *restrict gate,
+                                           float *restrict up, size_t len) {
   for (size_t i = 0; i < len; i++)
     zbm_swiglu_grad(gate[i], up[i], dout[i], &gate[i], &up[i]);
 }

@@ -46,7 +46,6 @@ static void block_b(zb_model_stage *st, mb_state *s, int i) {
   const zb_arch *a = &st->arch;
   block_state *b = &s->blocks[i];
   size_t n = (size_t)st->n_tok, h = (size_t)st->cfg.hidden, lo = (size_t)a->heads * (size_t)a->head_dim;
-  size_t att = (size_t)st->cfg.batch * (size_t)a->heads * (size_t)st->cfg.seq_len * (size_t)st->cfg.seq_len;
   int hi = st->cfg.hidden;
   float *g = st->ws_x, *dout = st->ws_a;
 
@@ -59,11 +58,11 @@ static void block_b(zb_model_stage *st, mb_state *s, int i) {
   b->dproj = model_takef(st, s, n * h);
   model_copy(st, b->dproj, g, n * h * sizeof(float), ZB_COPY_D2D);
   model_linear_bwd_input(st, g, bparam(st, i, ZB_T_O_W), dout, (int)lo, hi, 0);
-  model_attention_bwd(st, b->qkv, b->att, dout);
+  model_attention_bwd(st, b->qkv, b->att, b->o, dout);
   model_rope(st, b->qkv, 1); /* the gradients of q and k before their rotation */
   b->dqkv = b->qkv;          /* same bytes, now W's */
   b->qkv = NULL;
-  model_dropf(st, s, &b->att, att);
+  model_dropf(st, s, &b->att, model_attn_state_numel(st));
   b->da1 = model_takef(st, s, n * h);
   model_linear_bwd_input(st, b->dqkv, qkv_param(st, i), b->da1, hi, st->qkv_cols, 0);
   norm_b(st, i, 1, b->da1, b->xhat1, b->rstd1, g);

@@ -62,14 +62,13 @@ static void block_fwd(zb_model_stage *st, mb_state *s, int i) {
   const zb_arch *a = &st->arch;
   block_state *b = &s->blocks[i];
   size_t n = (size_t)st->n_tok, lo = (size_t)a->heads * (size_t)a->head_dim;
-  size_t att = (size_t)st->cfg.batch * (size_t)a->heads * (size_t)st->cfg.seq_len * (size_t)st->cfg.seq_len;
   int hi = st->cfg.hidden;
 
   block_norm(st, s, i, 1, &b->xhat1, &b->rstd1);
   b->qkv = model_takef(st, s, n * (size_t)st->qkv_cols);
   model_linear_fwd(st, st->ws_a, qkv_param(st, i), bparam(st, i, ZB_T_QKV_B), b->qkv, hi, st->qkv_cols, 0);
   model_rope(st, b->qkv, 0);
-  b->att = model_takef(st, s, att);
+  b->att = model_takef(st, s, model_attn_state_numel(st));
   b->o = model_takef(st, s, n * lo);
   model_attention_fwd(st, b->qkv, b->att, b->o);
   model_linear_fwd(st, b->o, bparam(st, i, ZB_T_O_W), bparam(st, i, ZB_T_O_B), st->ws_x, (int)lo, hi, 1);

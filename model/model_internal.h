@@ -14,8 +14,10 @@
  * the call returns it.
  *
  * What each op keeps, per block (N = batch * seq_len tokens, h hidden):
- *   F keeps  xhat1, rstd1, qkv, att (softmax probabilities), o (attention
- *            output), xhat2, rstd2, u (fc1 pre-activation), gel (gelu(u));
+ *   F keeps  xhat1, rstd1, qkv, att (flash: each score row's log-sum-exp,
+ *            [B, H, T]; unfused: the softmax probabilities, [B, H, T, T]),
+ *            o (attention output), xhat2, rstd2, u (fc1 pre-activation),
+ *            gel (gelu(u));
  *   B frees  rstd1, att, rstd2 (only B needs them), turns qkv and u into
  *            their own gradients dqkv and dfc1 in place, and keeps da1,
  *            dproj, da2, dfc2: the output gradient of every LayerNorm and
@@ -39,7 +41,7 @@
 enum { PHASE_F = 1, PHASE_B = 2 };
 
 typedef struct block_state {
-  float *xhat1, *rstd1, *qkv, *att, *o, *xhat2, *rstd2, *u, *gel; /* from F */
+  float *xhat1, *rstd1, *qkv, *att, *o, *xhat2, *rstd2, *u, *gel; /* from F; att: model_attn_state_numel */
   float *up;                              /* swiglu: the up projection (u is the gate); dup after B */
   float *da1, *dqkv, *dproj, *da2, *dfc2; /* from B; dqkv is qkv's buffer, and u holds dfc1 after B */
 } block_state;
@@ -66,6 +68,7 @@ struct zb_model_stage {
   zb_err err;     /* the first device error of the current call */
   zb_diag ediag;
   int attn_block; /* rows per causal row block (T when attn_full) */
+  int flash;      /* attention is the device's attn_fwd / attn_bwd (docs/model.md, Flash attention (host)) */
 
   int stage, n_stages, first_layer, n_layers;
   int is_first, is_last;
@@ -91,11 +94,12 @@ struct zb_model_stage {
   int64_t cache_bytes;
 
   /* workspace, device memory */
-  float *ws_x;     /* [N, h] the residual stream in F, its gradient in B */
-  float *ws_a;     /* [N, max(h, heads head_dim)] norm outputs; the attention output's gradient */
-  float *ws_big;   /* [N, intermediate] the MLP activation's gradient */
-  float *ws_tt;    /* [heads, T, T] one sequence's score gradients */
-  float *ws_head;  /* [T, qkv_cols] one sequence's dQ | dK | dV, laid out as qkv */
+  float *ws_x;   /* [N, h] the residual stream in F, its gradient in B */
+  float *ws_a;   /* [N, max(h, heads head_dim)] norm outputs; the attention output's gradient */
+  float *ws_big; /* [N, intermediate] the MLP activation's gradient */
+  float *ws_tt;  /* [heads, T, T] one sequence's score gradients (unfused attention; else 1 float) */
+  float
+      *ws_head; /* dQ | dK | dV laid out as qkv: one sequence's [T, qkv_cols], or (flash) all [N, qkv_cols] */
   double *ws_loss; /* [N] per-row losses (last stage) */
   double *h_loss;  /* [N] host copy of ws_loss */
 
@@ -189,8 +193,11 @@ void model_linear_bwd_weight(zb_model_stage *st, const float *dy, const float *x
 /* Copies bytes between device buffers (D2D), or between a device buffer
  * and caller memory (H2D / D2H); sticky like MODEL_DEV. */
 void model_copy(zb_model_stage *st, void *dst, const void *src, size_t bytes, zb_copy_kind kind);
+/* Floats of a block's att state: B H T (flash's log-sum-exp) or B H T^2. */
+size_t model_attn_state_numel(const zb_model_stage *st);
+/* F: o from qkv, keeping att; B: qkv becomes dqkv in place from dout. */
 void model_attention_fwd(zb_model_stage *st, const float *qkv, float *att, float *o);
-void model_attention_bwd(zb_model_stage *st, float *qkv, const float *att, const float *dout);
+void model_attention_bwd(zb_model_stage *st, float *qkv, const float *att, const float *o, const float *dout);
 /* Rotary positions on qkv's q and k columns, or their inverse (model_forward.c). */
 void model_rope(zb_model_stage *st, float *qkv, int inverse);
 

@@ -1,9 +1,12 @@
 /* model_math.c — the model's matrix products (through the device's gemm,
  * recorded when tracing), its linear layers, and causal self-attention
- * forward and backward (zb_model.h; docs/model.md, Devices). Attention
- * computes, per block of query rows, only the products on and below the
+ * forward and backward (zb_model.h; docs/model.md, Devices). Attention is
+ * the device's fused op where it has one (flash attention: attn_fwd,
+ * attn_bwd; docs/model.md, Flash attention (host)). Otherwise it is
+ * unfused: per block of query rows, only the products on and below the
  * diagonal blocks (the causal skip), each batched over the heads of one
- * sequence; attn_full computes the whole T x T products instead. */
+ * sequence, and a causal softmax; attn_full computes the whole T x T
+ * products instead. */
 #include <math.h>
 #include <string.h>
 
@@ -141,11 +144,33 @@ static attn_dims dims_of(const zb_model_stage *st) {
   return x;
 }
 
+size_t model_attn_state_numel(const zb_model_stage *st) {
+  size_t bht = (size_t)st->cfg.batch * (size_t)st->arch.heads * (size_t)st->cfg.seq_len;
+  return st->flash ? bht : bht * (size_t)st->cfg.seq_len;
+}
+
+static zb_attn attn_shape(const zb_model_stage *st) {
+  const zb_arch *a = &st->arch;
+  return (zb_attn){.batch = st->cfg.batch,
+                   .t = st->cfg.seq_len,
+                   .heads = a->heads,
+                   .kv_heads = a->kv_heads,
+                   .hd = a->head_dim,
+                   .ld = st->qkv_cols,
+                   .lo = a->heads * a->head_dim,
+                   .scale = 1.0f / sqrtf((float)a->head_dim)};
+}
+
 /* Per sequence: P = softmax_causal(Q K^T / sqrt(d)), O = P V, head j at
  * columns j d of q and of O. Row block [r0, r1) needs keys 0..r1-1 only;
  * what the diagonal block computes above the diagonal is overwritten by
  * the softmax's zeros. */
 void model_attention_fwd(zb_model_stage *st, const float *qkv, float *att, float *o) {
+  if (st->flash) { /* att is the log-sum-exp */
+    zb_attn a = attn_shape(st);
+    MODEL_DEV(st, attn_fwd, qkv, o, att, &a);
+    return;
+  }
   attn_dims x = dims_of(st);
   int64_t gd = (int64_t)x.g * x.d, gtt = x.g * x.tt;
   for (int b = 0; b < st->cfg.batch; b++) {
@@ -191,8 +216,16 @@ static void attention_bwd_kv(zb_model_stage *st, const attn_dims *x, const float
 /* From dout (the gradient of O) turns qkv into dqkv in place, one
  * sequence at a time: its dQ | dK | dV go to scratch laid out like qkv and
  * then over it (each sequence's Q, K, V are read only by that sequence),
- * so B never holds both. Query block [r0, r1) reaches keys 0..r1-1. */
-void model_attention_bwd(zb_model_stage *st, float *qkv, const float *att, const float *dout) {
+ * so B never holds both. Query block [r0, r1) reaches keys 0..r1-1. O is
+ * read by flash attention only (unfused, P holds what it needs). */
+void model_attention_bwd(zb_model_stage *st, float *qkv, const float *att, const float *o,
+                         const float *dout) {
+  if (st->flash) { /* all of dQ | dK | dV into ws_head, then over qkv */
+    zb_attn a = attn_shape(st);
+    MODEL_DEV(st, attn_bwd, qkv, o, att, dout, st->ws_head, &a);
+    model_copy(st, qkv, st->ws_head, (size_t)st->n_tok * st->qkv_cols * sizeof(float), ZB_COPY_D2D);
+    return;
+  }
   attn_dims x = dims_of(st);
   int64_t gd = (int64_t)x.g * x.d, gtt = x.g * x.tt;
   size_t kvd = (size_t)st->arch.kv_heads * x.d;

@@ -268,8 +268,9 @@ static void alloc_workspace(zb_model_stage *st) {
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden, count = (size_t)st->n_layers;
   size_t attn = (size_t)a->heads * (size_t)a->head_dim, wa = attn > h ? attn : h;
   size_t big = count ? n * (size_t)a->intermediate : 1,
-         tt = count ? (size_t)c->heads * c->seq_len * c->seq_len : 1;
-  size_t head = count ? (size_t)c->seq_len * (size_t)st->qkv_cols : 1, loss = st->is_last ? n : 1;
+         tt = count && !st->flash ? (size_t)c->heads * c->seq_len * c->seq_len : 1;
+  size_t head = count ? (st->flash ? n : (size_t)c->seq_len) * (size_t)st->qkv_cols : 1;
+  size_t loss = st->is_last ? n : 1;
   st->ws_x = dev_alloc(st, n * h * sizeof(float));
   st->ws_a = dev_alloc(st, n * wa * sizeof(float));
   st->ws_big = dev_alloc(st, big * sizeof(float));
@@ -326,6 +327,7 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
   st->host = strcmp(st->dev->ops->name, ZB_DEVICE_HOST) == 0;
   int block = c.attn_block > 0 ? c.attn_block : st->dev->ops->attn_block;
   st->attn_block = c.attn_full || c.seq_len < block ? c.seq_len : block;
+  st->flash = st->dev->ops->attn_fwd && st->dev->ops->attn_bwd && !c.attn_full && !c.attn_unfused;
   model_begin(st);
   build_tensors(st);
   alloc_workspace(st);

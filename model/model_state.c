@@ -101,7 +101,7 @@ void model_mb_destroy(zb_model_stage *st, int mb) {
     return;
   const zb_model_config *c = &st->cfg;
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
-  size_t att = (size_t)c->batch * (size_t)c->heads * (size_t)c->seq_len * (size_t)c->seq_len;
+  size_t att = model_attn_state_numel(st);
   size_t qkv = n * (size_t)st->qkv_cols, lo = n * (size_t)st->arch.heads * (size_t)st->arch.head_dim;
   size_t mlp = n * (size_t)st->arch.intermediate;
   for (int i = 0; i < st->n_layers; i++) {

@@ -84,6 +84,18 @@ typedef struct zb_device_info {
   bool standin;       /* the CPU stand-in of the CUDA APIs (tests only) */
 } zb_device_info;
 
+/* The shape of one causal self-attention call (attn_fwd, attn_bwd):
+ * `batch` sequences of t tokens; row r = s t + i of qkv holds token i of
+ * sequence s as q (heads heads of hd floats) | k (kv_heads heads) | v
+ * (kv_heads heads), rows ld floats apart; rows of o and dout hold the
+ * heads' outputs (heads hd floats, lo apart). Grouped-query attention:
+ * query head h reads key/value head h / (heads / kv_heads). Scores are
+ * scale q.k (1 / sqrt(hd) in the model). */
+typedef struct zb_attn {
+  int batch, t, heads, kv_heads, hd, ld, lo;
+  float scale;
+} zb_attn;
+
 typedef struct zb_device_event zb_device_event;
 
 typedef struct zb_device_ops {
@@ -182,6 +194,19 @@ typedef struct zb_device_ops {
    * on and below the diagonal, zero above it; entries above the diagonal
    * of dp are not read */
   zb_err (*softmax_causal_bwd)(void *self, const float *p, float *dp, int t, int count, zb_diag *diag);
+  /* Fused causal attention (flash attention: tiles of queries and keys, an
+   * online softmax; docs/model.md, Flash attention (host)). NULL where the
+   * device has none: the model then computes attention from gemm and
+   * softmax_causal and keeps the T x T probabilities. F: o = softmax(scale
+   * q k^T, causal) v per head, and lse [batch, heads, t] = each score
+   * row's log-sum-exp (the softmax's max plus the log of its sum), all
+   * that B needs beside q, k, v and o. */
+  zb_err (*attn_fwd)(void *self, const float *qkv, float *o, float *lse, const zb_attn *a, zb_diag *diag);
+  /* B: dqkv (laid out as qkv, every column written; it must not overlap
+   * qkv) = the gradients of q, k and v from dout, the gradient of o; the
+   * key/value gradients sum over the query heads of their group */
+  zb_err (*attn_bwd)(void *self, const float *qkv, const float *o, const float *lse, const float *dout,
+                     float *dqkv, const zb_attn *a, zb_diag *diag);
   /* in place: logits [n, v] become probabilities; row_loss[r] (device,
    * double) = -log p[target[r]]; targets: n int32 ids on the device, each
    * in [0, v) */

@@ -18,7 +18,9 @@
  * parameter lives on two stages. Linear layers compute y = x W^T + b with W
  * stored [out, in] row-major. Causal attention computes, per block of
  * query rows, only the products on and below the diagonal (attn_full: the
- * whole T x T products, for comparison). Results are deterministic on the
+ * whole T x T products, for comparison); on a device with flash attention
+ * (zb_device.h's attn_fwd, the host) it is fused and keeps no T x T
+ * probabilities. Results are deterministic on the
  * host device: an op computes the same bits on any partition and at -O0
  * as at -O3 (the kernels neither reassociate nor contract); accumulated
  * gradients depend on the order of the W ops only through fp32 rounding.
@@ -82,6 +84,8 @@ typedef struct zb_model_config {
                                  above. Else its sizes replace vocab, hidden, heads and layers (zb_arch.h) */
   int attn_full;              /* benchmarks and tests only: compute attention's full T x T products */
   int attn_block;             /* benchmarks and tests only: query rows per causal block; 0: the device's */
+  int attn_unfused; /* benchmarks and tests only: attention from products and a softmax (keeping the T x T
+                       probabilities) even where the device has flash attention (attn_full implies it) */
 } zb_model_config;
 
 typedef struct zb_model_stage zb_model_stage;

@@ -7,9 +7,10 @@
  *     freed; zb_model_pull / zb_model_push_params are no-ops on the host
  *     device, whose mirror is the device memory;
  *   - the causal skip of attention (row blocks, only the unmasked products)
- *     gives the loss, stage outputs, input gradients and every parameter
- *     gradient of the full T x T products (attn_full) within 1e-5
- *     relative, over odd shapes, and issues fewer FLOPs as counted.
+ *     and the host's flash attention (attn_cpu.c) give the loss, stage
+ *     outputs, input gradients and every parameter gradient of the full
+ *     T x T products (attn_full) within 1e-5 relative, over odd shapes,
+ *     and the skip issues fewer FLOPs as counted.
  * Every comparison names what failed. */
 #include <math.h>
 #include <stdint.h>
@@ -317,22 +318,25 @@ static void test_causal_skip_matches_full(void) {
       {.hidden = 12, .heads = 4, .layers = 2, .seq_len = 5, .batch = 2, .seed = 13},
       {.hidden = 8, .heads = 1, .layers = 2, .seq_len = 65, .batch = 1, .seed = 14},
   };
-  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+  for (size_t i = 0; i < 2 * sizeof shapes / sizeof shapes[0]; i++) {
+    size_t k = i / 2;
     zb_model_config full = shapes[k], skip = shapes[k];
     full.attn_full = 1;
+    skip.attn_unfused = i % 2; /* odd: the skip, even: flash attention */
+    const char *mode = i % 2 ? "skip" : "flash";
     run_out a = {0}, b = {0};
     int ok = run_two_stages(&skip, &a) && run_two_stages(&full, &b);
-    CHECK_MSG(ok, "shape %zu: ops failed", k);
+    CHECK_MSG(ok, "shape %zu (%s): ops failed", k, mode);
     if (ok) {
       size_t na = (size_t)full.batch * full.seq_len * full.hidden;
-      CHECK_MSG(fabs(a.loss - b.loss) <= SKIP_TOL * fabs(b.loss), "shape %zu: loss %.9g vs %.9g", k, a.loss,
-                b.loss);
+      CHECK_MSG(fabs(a.loss - b.loss) <= SKIP_TOL * fabs(b.loss), "shape %zu (%s): loss %.9g vs %.9g", k,
+                mode, a.loss, b.loss);
       double ry = rel_diff(a.y, b.y, na), rdx = rel_diff(a.dx, b.dx, na);
-      CHECK_MSG(ry <= SKIP_TOL, "shape %zu: stage output differs by %g", k, ry);
-      CHECK_MSG(rdx <= SKIP_TOL, "shape %zu: dx differs by %g", k, rdx);
+      CHECK_MSG(ry <= SKIP_TOL, "shape %zu (%s): stage output differs by %g", k, mode, ry);
+      CHECK_MSG(rdx <= SKIP_TOL, "shape %zu (%s): dx differs by %g", k, mode, rdx);
       for (int s = 0; s < 2; s++) {
         double rg = rel_diff(a.grads[s], b.grads[s], a.n_params[s]);
-        CHECK_MSG(rg <= SKIP_TOL, "shape %zu stage %d: gradients differ by %g", k, s, rg);
+        CHECK_MSG(rg <= SKIP_TOL, "shape %zu (%s) stage %d: gradients differ by %g", k, mode, s, rg);
       }
     }
     run_free(&a);
@@ -348,6 +352,7 @@ static void test_causal_trace(void) {
   double N = 120, h = 16, d = 4, attn = 3 * 4 * (32.0 * 32 + 8.0 * 40) * d;
   for (int full = 0; full < 2; full++) {
     c.attn_full = full;
+    c.attn_unfused = 1; /* flash attention issues no gemm of the device */
     zb_model_stage *st = new_stage(&c, 0, 1);
     if (!st)
       return;
