@@ -33,10 +33,14 @@
  * the ratios between ranks and between schedules should agree within 10%.
  *
  * A third section compares causal attention computed in full (attn_full:
- * both T x T products per head) with the causal skip (only the row blocks
- * on and below the diagonal): F and B of a middle stage in each mode, the
- * attention part of each timed alone (model_attention_fwd/bwd on the same
- * shapes, internal to zbmodel), its share of the op, and the speed-ups.
+ * both T x T products per head), with the causal skip (attn_unfused: only
+ * the row blocks on and below the diagonal) and fused (flash attention,
+ * the host device's attn_fwd / attn_bwd; docs/model.md, Flash attention
+ * (host)): F and B of a middle stage in each mode, the attention part of
+ * each timed alone (model_attention_fwd/bwd on the same shapes, internal
+ * to zbmodel), its share of the op, the speed-ups, and the state one
+ * microbatch holds after F. In the stages section flash attention issues
+ * no gemm of the device, so its products are not in the replay.
  *
  * A fourth section (bench_model_torch.c) trains the whole model one step
  * in zb and in PyTorch (bench/torch_model.py, under --torch-python,
@@ -213,44 +217,60 @@ static int memory_run(zb_family f, int p, int m, const zb_model_config *base, co
   return 0;
 }
 
+/* The plan's memory deltas, profiled from the model: one microbatch's
+ * state after F, after B, and after W (none) on a middle stage. */
+static zb_rank_costs profile_deltas(const zb_model_config *cfg) {
+  zb_rank_costs rc = zb_rank_costs_default();
+  zb_model_stage *st = NULL;
+  if (zb_model_stage_new(cfg, 1, 4, &st, NULL) != ZB_OK)
+    return rc;
+  size_t na = zb_model_act_numel(st);
+  float *x = zb_calloc(na, sizeof(float)), *y = zb_calloc(na, sizeof(float)),
+        *dy = zb_calloc(na, sizeof(float));
+  for (size_t i = 0; i < na; i++)
+    x[i] = dy[i] = (float)(i % 101) * 0.01f - 0.5f;
+  zb_model_forward(st, 0, NULL, x, NULL, y, NULL, NULL);
+  double after_f = (double)zb_model_mb_bytes(st, 0);
+  zb_model_backward_b(st, 0, dy, y, NULL);
+  double after_b = (double)zb_model_mb_bytes(st, 0);
+  zb_model_backward_w(st, 0, NULL);
+  rc.m_f = 1;
+  rc.m_b = (after_b - after_f) / after_f;
+  rc.m_w = -after_b / after_f;
+  free(x);
+  free(y);
+  free(dy);
+  zb_model_stage_free(st);
+  return rc;
+}
+
 static void memory_section(void) {
   enum { P = 4, M = 8 };
   /* A shape where B frees more than W keeps (heads x T > 4h), as the
    * default memory model assumes (M_B < 0; docs/schedules.md, Cost and
-   * memory model). */
-  zb_model_config cfg = {
-      .vocab = 256, .hidden = 32, .heads = 4, .layers = 16, .seq_len = 128, .batch = 1, .seed = 1};
+   * memory model): with the unfused attention, whose B frees the T x T
+   * probabilities. Flash attention's B frees only a log-sum-exp per row,
+   * so its M_B is positive, which the plan refuses (printed below). */
+  zb_model_config cfg = {.vocab = 256,
+                         .hidden = 32,
+                         .heads = 4,
+                         .layers = 16,
+                         .seq_len = 128,
+                         .batch = 1,
+                         .seed = 1,
+                         .attn_unfused = 1};
   printf("\nmeasured peak activation bytes per rank against the plan: p=%d, m=%d; h=%d, %d heads, %d layers, "
          "T=%d, batch %d\n",
          P, M, cfg.hidden, cfg.heads, cfg.layers, cfg.seq_len, cfg.batch);
   printf("(ops in the simulator's order through real stages in one process; plan: peak memory in rank M_F "
          "units)\n");
-  /* The plan's memory deltas, profiled from the model: one microbatch's
-   * state after F, after B, and after W (none) on a middle stage. */
-  zb_rank_costs rc = zb_rank_costs_default();
-  {
-    zb_model_stage *st = NULL;
-    zb_model_stage_new(&cfg, 1, 4, &st, NULL);
-    size_t na = zb_model_act_numel(st);
-    float *x = zb_calloc(na, sizeof(float)), *y = zb_calloc(na, sizeof(float)),
-          *dy = zb_calloc(na, sizeof(float));
-    for (size_t i = 0; i < na; i++)
-      x[i] = dy[i] = (float)(i % 101) * 0.01f - 0.5f;
-    zb_model_forward(st, 0, NULL, x, NULL, y, NULL, NULL);
-    double after_f = (double)zb_model_mb_bytes(st, 0);
-    zb_model_backward_b(st, 0, dy, y, NULL);
-    double after_b = (double)zb_model_mb_bytes(st, 0);
-    zb_model_backward_w(st, 0, NULL);
-    rc.m_f = 1;
-    rc.m_b = (after_b - after_f) / after_f;
-    rc.m_w = -after_b / after_f;
-    printf("memory model profiled from one microbatch of a middle stage: M_F=1, M_B=%.3f, M_W=%.3f\n\n",
-           rc.m_b, rc.m_w);
-    free(x);
-    free(y);
-    free(dy);
-    zb_model_stage_free(st);
-  }
+  zb_rank_costs rc = profile_deltas(&cfg);
+  zb_model_config flash = cfg;
+  flash.attn_unfused = 0;
+  zb_rank_costs rf = profile_deltas(&flash);
+  printf("memory model profiled from one microbatch of a middle stage: M_F=1, M_B=%.3f, M_W=%.3f (with flash "
+         "attention M_B=%.3f, M_W=%.3f: a positive M_B the plan refuses)\n\n",
+         rc.m_b, rc.m_w, rf.m_b, rf.m_w);
   printf("%-8s %4s %12s %14s %12s %12s\n", "schedule", "rank", "peak MiB", "vs rank 0", "plan units",
          "plan vs r0");
   static const zb_family fams[] = {ZB_FAMILY_1F1B, ZB_FAMILY_ZB_H1, ZB_FAMILY_ZB_V, ZB_FAMILY_V_HALF,
@@ -281,9 +301,11 @@ static void memory_section(void) {
   }
 }
 
-/* Best times of F, B and of the attention inside each, for one mode. */
+/* Best times of F, B and of the attention inside each, for one mode, and
+ * the microbatch's state after F. */
 typedef struct attn_times {
   double f, b, attn_f, attn_b;
+  int64_t state_f;
 } attn_times;
 
 static double best_of(double a, double b) {
@@ -322,10 +344,12 @@ static void time_attention(zb_model_stage *st, int reps, attn_times *t) {
   free(dout);
 }
 
-/* F and B of a middle stage (2 of its blocks' attention included). */
-static void attention_mode(zb_model_config cfg, int full, int reps, attn_times *t) {
-  cfg.attn_full = full;
-  *t = (attn_times){1e30, 1e30, 1e30, 1e30};
+/* F and B of a middle stage (2 of its blocks' attention included) in
+ * mode 0 (full), 1 (the skip) or 2 (flash, where the device has it). */
+static void attention_mode(zb_model_config cfg, int mode, int reps, attn_times *t) {
+  cfg.attn_full = mode == 0;
+  cfg.attn_unfused = mode == 1;
+  *t = (attn_times){1e30, 1e30, 1e30, 1e30, 0};
   zb_model_stage *st = NULL;
   if (zb_model_stage_new(&cfg, 1, 3, &st, NULL) != ZB_OK)
     return;
@@ -344,6 +368,7 @@ static void attention_mode(zb_model_config cfg, int full, int reps, attn_times *
     double t0 = zb_clock_s();
     zb_model_forward(st, 0, NULL, x, NULL, y, NULL, NULL);
     double t1 = zb_clock_s();
+    t->state_f = zb_model_mb_bytes(st, 0);
     zb_model_backward_b(st, 0, dy, dx, NULL);
     double t2 = zb_clock_s();
     zb_model_backward_w(st, 0, NULL);
@@ -364,19 +389,25 @@ static void attention_mode(zb_model_config cfg, int full, int reps, attn_times *
 }
 
 static void attention_section(const zb_model_config *cfg, int reps) {
-  attn_times m[2];
-  attention_mode(*cfg, 1, reps, &m[0]);
-  attention_mode(*cfg, 0, reps, &m[1]);
-  printf("\ncausal attention, middle stage: full T x T products (attn_full) against the causal skip "
-         "(row blocks of %d)\n",
+  attn_times m[3];
+  for (int i = 0; i < 3; i++)
+    attention_mode(*cfg, i, reps, &m[i]);
+  printf("\ncausal attention, middle stage: full T x T products (attn_full), the causal skip "
+         "(row blocks of %d) and flash attention (64 x 64 tiles)\n",
          cfg->seq_len < 32 ? cfg->seq_len : 32);
-  printf("%-6s %9s %9s %7s %9s %9s %7s\n", "mode", "F ms", "attn ms", "share", "B ms", "attn ms", "share");
-  static const char *const names[2] = {"full", "skip"};
-  for (int i = 0; i < 2; i++)
-    printf("%-6s %9.2f %9.2f %6.1f%% %9.2f %9.2f %6.1f%%\n", names[i], m[i].f * 1e3, m[i].attn_f * 1e3,
-           100.0 * m[i].attn_f / m[i].f, m[i].b * 1e3, m[i].attn_b * 1e3, 100.0 * m[i].attn_b / m[i].b);
-  printf("speed-up of the skip: attention F %.2fx, B %.2fx; whole F %.2fx, B %.2fx\n",
+  printf("%-6s %9s %9s %7s %9s %9s %7s %12s\n", "mode", "F ms", "attn ms", "share", "B ms", "attn ms",
+         "share", "state MiB");
+  static const char *const names[3] = {"full", "skip", "flash"};
+  for (int i = 0; i < 3; i++)
+    printf("%-6s %9.2f %9.2f %6.1f%% %9.2f %9.2f %6.1f%% %12.2f\n", names[i], m[i].f * 1e3, m[i].attn_f * 1e3,
+           100.0 * m[i].attn_f / m[i].f, m[i].b * 1e3, m[i].attn_b * 1e3, 100.0 * m[i].attn_b / m[i].b,
+           (double)m[i].state_f / 1048576.0);
+  printf("speed-up of the skip over full: attention F %.2fx, B %.2fx; whole F %.2fx, B %.2fx\n",
          m[0].attn_f / m[1].attn_f, m[0].attn_b / m[1].attn_b, m[0].f / m[1].f, m[0].b / m[1].b);
+  printf("flash over the skip: attention F %.2fx, B %.2fx; whole F %.2fx, B %.2fx; state after F %.2fx "
+         "smaller\n",
+         m[1].attn_f / m[2].attn_f, m[1].attn_b / m[2].attn_b, m[1].f / m[2].f, m[1].b / m[2].b,
+         (double)m[1].state_f / (double)m[2].state_f);
 }
 
 /* One stage (kind 0: the middle one of three, 1: the last) of cfg: its

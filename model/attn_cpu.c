@@ -8,7 +8,8 @@
  * by e^(m_old - m_new) when the max grows), acc += P V; at the end
  * o = acc / l and lse = m + log l.
  * B (FlashAttention-2's), per sequence and key/value head, per key block:
- * over the query heads of the group and the query blocks at or below it,
+ * over the query heads of the group and the blocks of queries from the
+ * key block's first row on (the queries that see it),
  * P = e^(S - lse) from the recomputed scores, dV += P^T dO, dP = dO V^T,
  * dS = P (dP - D) with D = rowsum(dO o) (computed once per row), dQ +=
  * scale dS K and dK += scale dS^T Q. dQ accumulates in dqkv over the key
@@ -24,8 +25,12 @@
 #include "kernels_cpu.h"
 #include "zb_blas.h"
 
-/* Query rows and keys per tile (zb_bench_model --attn measures them). */
-enum { BQ = 64, BK = 64 };
+/* Tiles: F walks BQ query rows against BK keys at a time; B takes BQB
+ * query rows per key block (larger products, the same O(T) scratch).
+ * Measured with zb_bench_model --sections attention (docs/model.md, Flash
+ * attention (host)): 32 to 128 for BQ and BK within noise at T = 256 and
+ * 1024; B gains from BQB 128 over 64. */
+enum { BQ = 64, BK = 64, BQB = 128 };
 #define LANES 8
 
 static int min_int(int a, int b) {
@@ -46,7 +51,7 @@ static void mm(int ta, int tb, int m, int n, int k, float alpha, const float *a,
 
 size_t kernels_cpu_attn_scratch(const zb_attn *a) {
   size_t f = (size_t)BQ * BK + (size_t)BQ * (size_t)a->hd + 2 * (size_t)BQ;
-  size_t b = 2 * (size_t)BQ * BK + (size_t)a->heads * (size_t)a->t;
+  size_t b = 2 * (size_t)BQB * BK + (size_t)a->heads * (size_t)a->t;
   return f > b ? f : b;
 }
 
@@ -220,7 +225,7 @@ void kernels_cpu_attn_bwd(const float *qkv, const float *o, const float *lse, co
                           const zb_attn *a, float *scratch) {
   int g = a->heads / a->kv_heads, d = a->hd, t = a->t;
   size_t kq = (size_t)a->heads * d, kv = (size_t)a->kv_heads * d;
-  float *p = scratch, *dp = p + BQ * BK, *dd = dp + BQ * BK;
+  float *p = scratch, *dp = p + BQB * BK, *dd = dp + BQB * BK;
   for (int b = 0; b < a->batch; b++) {
     size_t row = (size_t)b * t;
     bwd_seq x = {.q = qkv + row * a->ld,
@@ -241,8 +246,8 @@ void kernels_cpu_attn_bwd(const float *qkv, const float *o, const float *lse, co
       for (int c0 = 0; c0 < t; c0 += BK) {
         int nc = min_int(BK, t - c0);
         for (int h = kh * g; h < (kh + 1) * g; h++)
-          for (int r0 = c0 / BQ * BQ; r0 < t; r0 += BQ) /* query blocks that reach key c0 */
-            bwd_tile(&x, a, h, kh, r0, min_int(BQ, t - r0), c0, nc, p, dp);
+          for (int r0 = c0; r0 < t; r0 += BQB) /* the queries that see key c0 */
+            bwd_tile(&x, a, h, kh, r0, min_int(BQB, t - r0), c0, nc, p, dp);
       }
   }
 }
