@@ -6,6 +6,7 @@
 #define ZBTEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,19 @@ static inline double zbt_norm2(const float *a, const float *b, size_t n) {
     s += d * d;
   }
   return sqrt(s);
+}
+
+/* splitmix64's finalizer: the tests' deterministic hash. */
+static inline uint64_t zbt_mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/* A value in [-1, 1) from (key, i), the same on every machine. */
+static inline float zbt_urand(uint64_t key, uint64_t i) {
+  return (float)((double)(zbt_mix64(key ^ zbt_mix64(i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
 /* Removes dir and the plain files in it (a test's temporary directory);

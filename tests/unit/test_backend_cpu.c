@@ -69,13 +69,6 @@ static zb_err same_tokens_fill(void *ud, int64_t iteration, int mb, int batch, i
   return zb_backend_cpu_text_fill(ud, 0, mb, batch, seq_len, tokens, targets, diag);
 }
 
-static uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 /* Sets every parameter of st from (tensor name, index) alone, so each
  * partition holds the same model: weights ~ U(-0.2, 0.2), biases ~
  * U(-0.05, 0.05), LayerNorm gains ~ 1 + U(-0.2, 0.2). Non-zero biases and
@@ -88,7 +81,7 @@ static void randomize(zb_model_stage *st) {
       key = (key ^ (uint8_t)*c) * 0x100000001b3ULL;
     int is_ln = strstr(t->name, "ln") != NULL, is_bias = strstr(t->name, ".bias") != NULL;
     for (size_t k = 0; k < t->numel; k++) {
-      float r = (float)((double)(mix64(key ^ mix64(k)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+      float r = zbt_urand(key, k);
       t->param[k] = is_bias ? 0.05f * r : is_ln ? 1.0f + 0.2f * r : 0.2f * r;
     }
   }

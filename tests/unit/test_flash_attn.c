@@ -25,17 +25,6 @@
 #define FLASH_TOL 2e-6
 #define PAD_VALUE 12345.0f
 
-static uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-static float urand(uint64_t key, uint64_t i) {
-  return (float)((double)(mix64(key ^ mix64(i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
 /* The reference's results, in double: o [rows, lo], lse [batch, heads, t],
  * dqkv laid out as qkv. */
 typedef struct ref_out {
@@ -134,11 +123,11 @@ static void check_shape(zb_device *dev, zb_attn a, int k) {
   float *o = zb_malloc(rows * a.lo * sizeof(float)), *dout = zb_malloc(rows * a.lo * sizeof(float));
   float *lse = zb_malloc(rows * a.heads * sizeof(float));
   for (size_t i = 0; i < rows * a.ld; i++) {
-    qkv[i] = 2.0f * urand(100 + (uint64_t)k, i); /* scores of a few units: a peaked softmax */
+    qkv[i] = 2.0f * zbt_urand(100 + (uint64_t)k, i); /* scores of a few units: a peaked softmax */
     dqkv[i] = PAD_VALUE;
   }
   for (size_t i = 0; i < rows * a.lo; i++) {
-    dout[i] = urand(200 + (uint64_t)k, i);
+    dout[i] = zbt_urand(200 + (uint64_t)k, i);
     o[i] = PAD_VALUE;
   }
   CHECK(dev->ops->attn_fwd(dev->self, qkv, o, lse, &a, NULL) == ZB_OK);
@@ -229,7 +218,7 @@ static int64_t state_after_f(int t, int batch, int unfused) {
   size_t n = zb_model_act_numel(st);
   float *x = zb_malloc(n * sizeof(float)), *y = zb_malloc(n * sizeof(float));
   for (size_t i = 0; i < n; i++)
-    x[i] = urand(7, i);
+    x[i] = zbt_urand(7, i);
   int64_t bytes = -1;
   if (zb_model_forward(st, 0, NULL, x, NULL, y, NULL, &d) == ZB_OK)
     bytes = zb_model_mb_bytes(st, 0);

@@ -35,25 +35,14 @@
 
 /* ---- deterministic test data ----------------------------------------- */
 
-static uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 static uint64_t name_key(const char *s, uint64_t seed) {
-  uint64_t h = 0xcbf29ce484222325ULL ^ mix64(seed);
+  uint64_t h = 0xcbf29ce484222325ULL ^ zbt_mix64(seed);
   for (; *s; s++)
     h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
   return h;
 }
 
 /* Uniform in [-1, 1) from (key, i). */
-static float urand(uint64_t key, uint64_t i) {
-  return (float)((double)(mix64(key ^ mix64(i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
 /* Sets every parameter of st to a value that depends on (seed, tensor name,
  * index) only: weights ~ U(-0.5, 0.5), biases ~ U(-0.1, 0.1), LayerNorm
  * gains ~ 1 + U(-0.2, 0.2), so no bug hides behind a zero bias or a unit
@@ -64,7 +53,7 @@ static void randomize(zb_model_stage *st, uint64_t seed) {
     uint64_t key = name_key(t->name, seed);
     int is_ln = strstr(t->name, "ln") != NULL, is_bias = strstr(t->name, ".bias") != NULL;
     for (size_t k = 0; k < t->numel; k++) {
-      float r = urand(key, k);
+      float r = zbt_urand(key, k);
       t->param[k] = is_bias ? 0.1f * r : is_ln ? 1.0f + 0.2f * r : 0.5f * r;
     }
   }
@@ -72,7 +61,7 @@ static void randomize(zb_model_stage *st, uint64_t seed) {
 
 static void fill_tokens(int32_t *dst, size_t n, int vocab, uint64_t key) {
   for (size_t i = 0; i < n; i++)
-    dst[i] = (int32_t)(mix64(key * 1000003ULL + i) % (uint64_t)vocab);
+    dst[i] = (int32_t)(zbt_mix64(key * 1000003ULL + i) % (uint64_t)vocab);
 }
 
 static zb_model_config tiny_cfg(int layers) {
@@ -230,8 +219,8 @@ static int gradcheck_stage(zb_model_stage *st, uint64_t seed) {
   fill_tokens(tok, nt, c->vocab, seed);
   fill_tokens(tgt, nt, c->vocab, seed + 1);
   for (size_t i = 0; i < na; i++) {
-    x[i] = urand(seed + 2, i);
-    r[i] = urand(seed + 3, i);
+    x[i] = zbt_urand(seed + 2, i);
+    r[i] = zbt_urand(seed + 3, i);
   }
   const int32_t *tk = first ? tok : NULL;
   const float *xx = first ? NULL : x;
@@ -600,7 +589,7 @@ static void test_pipeline_random_orders(void) {
           }
         if (k == 0)
           break;
-        rng = mix64(rng);
+        rng = zbt_mix64(rng);
         int pick = (int)(rng % (uint64_t)k);
         if (pipe_run(&p, ops[pick], ss[pick], is[pick]) != ZB_OK) {
           ok = 0;

@@ -23,20 +23,9 @@
 
 #define SKIP_TOL 1e-5
 
-static uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-static float urand(uint64_t key, uint64_t i) {
-  return (float)((double)(mix64(key ^ mix64(i)) >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-}
-
 static void fill_tokens(int32_t *dst, size_t n, int vocab, uint64_t key) {
   for (size_t i = 0; i < n; i++)
-    dst[i] = (int32_t)(mix64(key * 1000003ULL + i) % (uint64_t)vocab);
+    dst[i] = (int32_t)(zbt_mix64(key * 1000003ULL + i) % (uint64_t)vocab);
 }
 
 static zb_model_stage *new_stage(const zb_model_config *c, int s, int n) {
@@ -106,11 +95,11 @@ static void test_host_gemm_sumsq(void) {
   enum { M = 5, N = 3, K = 7, BATCH = 3, LDA = 9, LDB = 4, LDC = 6 };
   float a[BATCH * K * LDA], b[BATCH * K * LDB], c[BATCH * M * LDC];
   for (size_t i = 0; i < sizeof a / sizeof *a; i++)
-    a[i] = urand(1, i);
+    a[i] = zbt_urand(1, i);
   for (size_t i = 0; i < sizeof b / sizeof *b; i++)
-    b[i] = urand(2, i);
+    b[i] = zbt_urand(2, i);
   for (size_t i = 0; i < sizeof c / sizeof *c; i++)
-    c[i] = urand(3, i);
+    c[i] = zbt_urand(3, i);
   float c0[sizeof c / sizeof *c];
   memcpy(c0, c, sizeof c);
   /* A stored K x M (trans_a), B stored K x N. */
