@@ -31,7 +31,6 @@
  * attention (host)): 32 to 128 for BQ and BK within noise at T = 256 and
  * 1024; B gains from BQB 128 over 64. */
 enum { BQ = 64, BK = 64, BQB = 128 };
-#define LANES 8
 
 static int min_int(int a, int b) {
   return a < b ? a : b;
@@ -163,17 +162,7 @@ ZB_VEC static void rows_dot(const float *restrict o, const float *restrict dout,
   for (int h = 0; h < a->heads; h++)
     for (int i = 0; i < a->t; i++) {
       const float *x = o + (size_t)i * a->lo + (size_t)h * d, *y = dout + (size_t)i * a->lo + (size_t)h * d;
-      float s[LANES] = {0};
-      int c = 0;
-      for (; c + LANES <= d; c += LANES)
-        for (int k = 0; k < LANES; k++)
-          s[k] += x[c + k] * y[c + k];
-      float sum = 0.0f;
-      for (int k = 0; k < LANES; k++)
-        sum += s[k];
-      for (; c < d; c++)
-        sum += x[c] * y[c];
-      dd[(size_t)h * a->t + i] = sum;
+      dd[(size_t)h * a->t + i] = kernels_cpu_dot(x, y, d);
     }
 }
 

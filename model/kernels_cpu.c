@@ -8,11 +8,6 @@
 #include <math.h>
 #include <string.h>
 
-/* Row reductions in 8 independent lanes: the compiler vectorises them
- * (a single accumulator would be a serial chain, and reassociating it is
- * not allowed without -ffast-math). */
-#define LANES 8
-
 static float row_max(const float *restrict x, int n) {
   float m[LANES];
   for (int l = 0; l < LANES; l++)
@@ -43,20 +38,6 @@ static float row_sum(const float *restrict x, int n) {
   return sum;
 }
 
-static float dot(const float *restrict a, const float *restrict b, int n) {
-  float s[LANES] = {0};
-  int j = 0;
-  for (; j + LANES <= n; j += LANES)
-    for (int l = 0; l < LANES; l++)
-      s[l] += a[j + l] * b[j + l];
-  float sum = 0.0f;
-  for (int l = 0; l < LANES; l++)
-    sum += s[l];
-  for (; j < n; j++)
-    sum += a[j] * b[j];
-  return sum;
-}
-
 ZB_VEC void kernels_cpu_layernorm_fwd(const float *x, const float *g, const float *b, float *y, float *xhat,
                                       float *rstd, int n, int h) {
   for (int r = 0; r < n; r++) {
@@ -66,7 +47,7 @@ ZB_VEC void kernels_cpu_layernorm_fwd(const float *x, const float *g, const floa
     /* Centre first: the variance of centred values does not cancel. */
     for (int c = 0; c < h; c++)
       hr[c] = xr[c] - mean;
-    float rs = zbm_ln_rstd(dot(hr, hr, h), h);
+    float rs = zbm_ln_rstd(kernels_cpu_dot(hr, hr, h), h);
     rstd[r] = rs;
     for (int c = 0; c < h; c++) {
       hr[c] *= rs;
@@ -180,7 +161,7 @@ ZB_VEC void kernels_cpu_softmax_causal_bwd(const float *p, float *dp, int t, int
     for (int i = 0; i < t; i++) {
       const float *restrict pr = p + ((size_t)m * t + i) * t;
       float *restrict dr = dp + ((size_t)m * t + i) * t;
-      float d = dot(pr, dr, i + 1);
+      float d = kernels_cpu_dot(pr, dr, i + 1);
       for (int j = 0; j <= i; j++)
         dr[j] = zbm_softmax_bwd(pr[j], dr[j], d);
       for (int j = i + 1; j < t; j++)
@@ -277,7 +258,7 @@ ZB_VEC void kernels_cpu_rmsnorm_fwd(const float *x, const float *g, float *y, fl
   for (int r = 0; r < n; r++) {
     const float *restrict xr = x + (size_t)r * h;
     float *restrict hr = xhat + (size_t)r * h, *restrict yr = y + (size_t)r * h;
-    float rs = zbm_rms_rstd(dot(xr, xr, h), h, eps);
+    float rs = zbm_rms_rstd(kernels_cpu_dot(xr, xr, h), h, eps);
     rstd[r] = rs;
     for (int c = 0; c < h; c++) {
       hr[c] = xr[c] * rs;

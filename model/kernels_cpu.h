@@ -28,6 +28,26 @@
 #define ZB_VEC
 #endif
 
+/* Row reductions in 8 independent lanes: the compiler vectorises them
+ * (a single accumulator would be a serial chain, and reassociating it is
+ * not allowed without -ffast-math). */
+#define LANES 8
+
+/* a . b over n floats, in LANES lanes summed in order, then the tail. */
+static inline float kernels_cpu_dot(const float *restrict a, const float *restrict b, int n) {
+  float s[LANES] = {0};
+  int j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int l = 0; l < LANES; l++)
+      s[l] += a[j + l] * b[j + l];
+  float sum = 0.0f;
+  for (int l = 0; l < LANES; l++)
+    sum += s[l];
+  for (; j < n; j++)
+    sum += a[j] * b[j];
+  return sum;
+}
+
 /* LayerNorm forward: xhat = (x - mean) * rstd per row, y = xhat * g + b.
  * Keeps xhat [n, h] and rstd [n] for the backward pass. */
 void kernels_cpu_layernorm_fwd(const float *x, const float *g, const float *b, float *y, float *xhat,
