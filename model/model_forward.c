@@ -87,9 +87,10 @@ static zb_err check_tokens(const zb_model_stage *st, const int32_t *ids, const c
 
 /* The last stage's head: final norm, logits over the vocabulary (a
  * padded embedding's extra rows are not multiplied), and the loss. Per-row
- * losses are computed on the device, copied to the host (one sync) and
- * summed there in row order, in double. */
-static void head_fwd(zb_model_stage *st, mb_state *s, const int32_t *targets, float *loss) {
+ * losses are computed on the device; with a loss pointer they are copied
+ * to the host (one sync) and summed there in row order, in double; without
+ * one they stay in mb's slot until zb_model_losses (model_loss.c). */
+static void head_fwd(zb_model_stage *st, mb_state *s, int mb, const int32_t *targets, float *loss) {
   const zb_model_config *c = &st->cfg;
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
   s->xhatf = model_takef(st, s, n * h);
@@ -105,6 +106,11 @@ static void head_fwd(zb_model_stage *st, mb_state *s, const int32_t *targets, fl
            c->hidden, 0.0f, s->probs, c->vocab);
   s->targets = model_take(st, s, n * sizeof(int32_t));
   model_copy(st, s->targets, targets, n * sizeof(int32_t), ZB_COPY_H2D);
+  if (!loss) {
+    double *rows = model_loss_slot(st, mb);
+    MODEL_DEV(st, xent_fwd, s->probs, s->targets, rows, st->n_tok, c->vocab);
+    return;
+  }
   MODEL_DEV(st, xent_fwd, s->probs, s->targets, st->ws_loss, st->n_tok, c->vocab);
   model_copy(st, st->h_loss, st->ws_loss, n * sizeof(double), ZB_COPY_D2H);
   if (st->err == ZB_OK)
@@ -122,10 +128,9 @@ static zb_err check_forward_args(const zb_model_stage *st, const int32_t *tokens
   if (st->is_first ? !tokens || x : tokens || !x)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stage %d: F takes %s", st->stage,
                        st->is_first ? "tokens, not x" : "x, not tokens");
-  if (st->is_last ? !targets || !loss || y : targets || loss || !y)
+  if (st->is_last ? !targets || y : targets || loss || !y)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "stage %d: F %s", st->stage,
-                       st->is_last ? "takes targets and returns a loss, not y"
-                                   : "returns y, takes no targets");
+                       st->is_last ? "takes targets, not y" : "returns y, takes no targets");
   zb_err err;
   if ((tokens && (err = check_tokens(st, tokens, "tokens", diag)) != ZB_OK) ||
       (targets && (err = check_tokens(st, targets, "targets", diag)) != ZB_OK))
@@ -155,7 +160,7 @@ static zb_err forward(zb_model_stage *st, int mb, const int32_t *tokens, const f
   for (int i = 0; i < st->n_layers; i++)
     block_fwd(st, s, i);
   if (st->is_last) {
-    head_fwd(st, s, targets, loss);
+    head_fwd(st, s, mb, targets, loss);
   } else {
     model_copy(st, y, st->ws_x, n * h * sizeof(float), io == ZB_COPY_H2D ? ZB_COPY_D2H : ZB_COPY_D2D);
     if (io == ZB_COPY_H2D && !st->host && st->err == ZB_OK)

@@ -100,8 +100,10 @@ struct zb_model_stage {
   float *ws_tt;  /* [heads, T, T] one sequence's score gradients (unfused attention; else 1 float) */
   float
       *ws_head; /* dQ | dK | dV laid out as qkv: one sequence's [T, qkv_cols], or (flash) all [N, qkv_cols] */
-  double *ws_loss; /* [N] per-row losses (last stage) */
-  double *h_loss;  /* [N] host copy of ws_loss */
+  double *ws_loss;   /* [N] per-row losses (last stage) */
+  double *h_loss;    /* [N] host copy of ws_loss */
+  double *loss_rows; /* [loss_cap, N] per-row losses of F calls without a loss pointer (model_loss.c) */
+  int loss_cap;
 
   zb_model_gemm *trace;
   int trace_cap, trace_n;
@@ -177,6 +179,12 @@ void *model_take(zb_model_stage *st, mb_state *s, size_t bytes);
 float *model_takef(zb_model_stage *st, mb_state *s, size_t numel);
 /* Gives *p (numel floats; NULL is a no-op) back and sets it to NULL. */
 void model_dropf(zb_model_stage *st, mb_state *s, float **p, size_t numel);
+
+/* ---- losses kept on the device (model_loss.c) ---- */
+
+/* Device rows [N] for microbatch mb's per-row losses, growing the array as
+ * needed; NULL with st->err set when the device cannot allocate. */
+double *model_loss_slot(zb_model_stage *st, int mb);
 
 /* ---- matrix products, linear layers, attention (model_math.c) ---- */
 

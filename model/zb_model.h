@@ -172,7 +172,8 @@ size_t zb_model_act_numel(const zb_model_stage *st);
  * int32 in [0, vocab) (others: ZB_ERR_INVALID_ARG). Outputs: y
  * [act_numel] on every stage but the last; *loss (mean cross-entropy over
  * the microbatch's tokens) on the last. Arguments that do not apply to the
- * stage must be NULL. */
+ * stage must be NULL. On the last stage loss may be NULL too: the loss
+ * then stays on the device, without a host sync, until zb_model_losses. */
 zb_err zb_model_forward(zb_model_stage *st, int mb, const int32_t *tokens, const float *x,
                         const int32_t *targets, float *y, float *loss, zb_diag *diag);
 
@@ -196,6 +197,13 @@ zb_err zb_model_backward_w(zb_model_stage *st, int mb, zb_diag *diag);
 
 /* BW (fused): B then W. */
 zb_err zb_model_backward_bw(zb_model_stage *st, int mb, const float *dy, float *dx, zb_diag *diag);
+
+/* The losses of microbatches 0..n_mb-1 whose F ran without a loss pointer
+ * (the last stage only): out[mb] as F would have returned it. One copy and
+ * one host sync for all of them; a slot whose F did not run since the
+ * stage was made holds garbage, which the caller must not use.
+ * ZB_ERR_INVALID_ARG on another stage or past the slots F filled. */
+zb_err zb_model_losses(zb_model_stage *st, int n_mb, float *out, zb_diag *diag);
 
 /* A testing aid (the job spec's model.inject_nan): on the last stage, B of
  * microbatch mb starts from a NaN loss gradient, which then flows through

@@ -63,7 +63,7 @@ static void cpu_account(cpu_backend *b, const cpu_stage *cs) {
 static zb_err cpu_forward(cpu_backend *b, cpu_stage *cs, int mb, zb_diag *diag) {
   int first = zb_model_stage_is_first(cs->st), last = zb_model_stage_is_last(cs->st), s = cs->index;
   const float *x = NULL;
-  float *y = NULL, loss = 0;
+  float *y = NULL;
   zb_err err = ZB_OK;
   cpu_grow(b, cs, mb);
   if (first || last)
@@ -84,18 +84,17 @@ static zb_err cpu_forward(cpu_backend *b, cpu_stage *cs, int mb, zb_diag *diag) 
   int t;
   if ((err = cpu_time_start(b, ZB_OP_F, &t, diag)))
     return err;
-  err = zb_model_forward_dev(cs->st, mb, first ? b->tok_ids : NULL, x, last ? b->tgt_ids : NULL, y,
-                             last ? &loss : NULL, diag);
+  /* the loss stays on the device until zb_backend_cpu_loss: no host sync per microbatch */
+  err =
+      zb_model_forward_dev(cs->st, mb, first ? b->tok_ids : NULL, x, last ? b->tgt_ids : NULL, y, NULL, diag);
   if (!err)
     err = cpu_time_end(b, t, diag);
   if (err)
     return cpu_model_err(b, err, diag);
   if (out)
     out->epoch = b->epoch;
-  if (last) {
-    b->losses[mb] = loss;
+  if (last)
     b->loss_epoch[mb] = b->epoch;
-  }
   return ZB_OK;
 }
 
@@ -458,13 +457,21 @@ zb_err zb_backend_cpu_begin_iteration(zb_backend *h, int64_t iteration, zb_diag 
   return ZB_OK;
 }
 
-zb_err zb_backend_cpu_loss(const zb_backend *h, double *mean, int *count, zb_diag *diag) {
-  const cpu_backend *b = cpu_of(h);
+zb_err zb_backend_cpu_loss(zb_backend *h, double *mean, int *count, zb_diag *diag) {
+  cpu_backend *b = cpu_of(h);
   if (!b)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "loss: not a cpu backend");
-  if (b->local[b->total - 1] < 0)
+  cpu_stage *last = cpu_hosted(b, b->total - 1);
+  if (!last)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "loss: rank %d does not host the last stage (%d)", b->rank,
                        b->total - 1);
+  int read = 0; /* the slots up to the last microbatch of this iteration, in one copy */
+  for (int mb = 0; mb < b->loss_cap; mb++)
+    if (b->loss_epoch[mb] == b->epoch)
+      read = mb + 1;
+  zb_err err = zb_model_losses(last->st, read, b->losses, diag);
+  if (err)
+    return cpu_model_err(b, err, diag);
   double sum = 0;
   int n = 0;
   for (int mb = 0; mb < b->loss_cap; mb++) /* microbatch order: the same sum for every schedule */

@@ -166,9 +166,11 @@ zb_err zb_backend_cpu_begin_iteration(zb_backend *b, int64_t iteration, zb_diag 
 /* The mean loss over the microbatches whose last-stage F ran since
  * begin_iteration, summed in microbatch order (so the same for any
  * schedule); *count (may be NULL) is how many. *mean is NAN when none ran.
+ * F leaves each loss on the device, so this reads them all with one copy
+ * and one host sync (blocks until the stage's device has computed them).
  * ZB_ERR_INVALID_ARG when b is not a cpu backend or does not host the last
- * stage. Does not block. */
-zb_err zb_backend_cpu_loss(const zb_backend *b, double *mean, int *count, zb_diag *diag);
+ * stage; a device error as the model reports it. */
+zb_err zb_backend_cpu_loss(zb_backend *b, double *mean, int *count, zb_diag *diag);
 
 /* Number of stages b hosts (0 when b is not a cpu backend). */
 int zb_backend_cpu_n_stages(const zb_backend *b);

@@ -10,7 +10,9 @@
  *     and the host's flash attention (attn_cpu.c) give the loss, stage
  *     outputs, input gradients and every parameter gradient of the full
  *     T x T products (attn_full) within 1e-5 relative, over odd shapes,
- *     and the skip issues fewer FLOPs as counted.
+ *     and the skip issues fewer FLOPs as counted;
+ *   - losses kept on the device (F without a loss pointer) read back as
+ *     the floats F returns.
  * Every comparison names what failed. */
 #include <math.h>
 #include <stdint.h>
@@ -368,5 +370,50 @@ static void test_causal_trace(void) {
   }
 }
 
+/* F without a loss pointer keeps the loss on the device: zb_model_losses
+ * then gives, for every microbatch, the very float F returns with one, the
+ * kept rows count as workspace, and asking past the filled slots or on a
+ * stage without the head is refused by name. */
+static void test_deferred_losses(void) {
+  zb_device *dev = NULL;
+  CHECK(zb_device_host_new(&dev, NULL) == ZB_OK);
+  zb_model_config c = {
+      .hidden = 8, .heads = 2, .layers = 2, .seq_len = 5, .batch = 2, .seed = 3, .device = dev};
+  zb_model_stage *now = new_stage(&c, 1, 2), *later = new_stage(&c, 1, 2), *first = new_stage(&c, 0, 2);
+  CHECK(now && later && first);
+  if (!now || !later || !first)
+    return;
+  enum { M = 9 }; /* past the first capacity, so the slots grow once */
+  int32_t tgt[10];
+  float x[10 * 8], want[M], got[M];
+  zb_diag d = {{0}};
+  for (int mb = 0; mb < M; mb++) {
+    fill_tokens(tgt, 10, 256, 40 + (uint64_t)mb);
+    for (int i = 0; i < 80; i++)
+      x[i] = (float)((zbt_mix64((uint64_t)(mb * 80 + i)) % 2001) - 1000) * 1e-3f;
+    CHECK(zb_model_forward(now, mb, NULL, x, tgt, NULL, &want[mb], NULL) == ZB_OK);
+    CHECK(zb_model_forward(later, mb, NULL, x, tgt, NULL, NULL, NULL) == ZB_OK);
+  }
+  CHECK(zb_model_losses(later, M, got, &d) == ZB_OK);
+  for (int mb = 0; mb < M; mb++)
+    CHECK_MSG(got[mb] == want[mb], "mb %d: kept %.9g, returned %.9g", mb, got[mb], want[mb]);
+  zb_model_mem mn, ml;
+  zb_model_mem_stats(now, &mn);
+  zb_model_mem_stats(later, &ml);
+  CHECK(ml.workspace_bytes >= mn.workspace_bytes + (int64_t)(M * 10 * sizeof(double)));
+  CHECK(zb_model_losses(later, 64, got, &d) == ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "64 microbatches") != NULL);
+  CHECK(zb_model_losses(first, 1, got, &d) == ZB_ERR_INVALID_ARG);
+  CHECK(strstr(d.msg, "last stage") != NULL);
+  zb_model_stage_free(now);
+  zb_model_stage_free(later);
+  zb_model_stage_free(first);
+  zb_device_mem dm;
+  dev->ops->mem(dev->self, &dm);
+  CHECK_EQ(dm.current, 0);
+  zb_device_free(dev);
+}
+
 ZBT_MAIN(ZBT(test_host_accounting), ZBT(test_host_gemm_sumsq), ZBT(test_stage_device_memory),
-         ZBT(test_pull_push_host), ZBT(test_causal_skip_matches_full), ZBT(test_causal_trace))
+         ZBT(test_pull_push_host), ZBT(test_causal_skip_matches_full), ZBT(test_causal_trace),
+         ZBT(test_deferred_losses))
