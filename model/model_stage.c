@@ -353,8 +353,8 @@ void zb_model_stage_free(zb_model_stage *st) {
     free(st->params);
     free(st->grads);
   }
-  void *dev_bufs[] = {st->d_params, st->d_grads, st->ws_x,    st->ws_a,     st->ws_big,
-                      st->ws_tt,    st->ws_head, st->ws_loss, st->rope_cos, st->rope_sin, st->loss_rows};
+  void *dev_bufs[] = {st->d_params, st->d_grads, st->ws_x,     st->ws_a,     st->ws_big,   st->ws_tt,
+                      st->ws_head,  st->ws_loss, st->rope_cos, st->rope_sin, st->loss_rows};
   for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
     dev_free(st, dev_bufs[i]);
   free(st->h_loss);
