@@ -150,10 +150,15 @@ static zb_err dev_zero(void *self, void *p, size_t bytes, zb_diag *diag) {
 
 static zb_err dev_sync(void *self, zb_diag *diag) {
   cuda_dev *d = self;
+  d->host_syncs++;
   zb_err err = cuda_enter(d, diag);
   if (err)
     return err;
   return cuda_ok(d, diag, cudaStreamSynchronize(d->stream), "cudaStreamSynchronize");
+}
+
+static int64_t dev_host_syncs(void *self) {
+  return ((cuda_dev *)self)->host_syncs;
 }
 
 static void dev_info(void *self, zb_device_info *out) {
@@ -402,6 +407,7 @@ static const zb_device_ops cuda_ops = {
     .copy_2d = dev_copy_2d,
     .zero = dev_zero,
     .sync = dev_sync,
+    .host_syncs = dev_host_syncs,
     .mem = cuda_mem,
     .reset_peak = cuda_reset_peak,
     .info = dev_info,

@@ -35,6 +35,7 @@ typedef struct cuda_dev {
   size_t live_cap, live_n;
   free_list free[N_CLASSES];
   zb_device_mem mem;
+  int64_t host_syncs; /* dev_sync calls */
 } cuda_dev;
 
 /* The device's first error, kept: every later call returns it (the

@@ -117,6 +117,9 @@ typedef struct zb_device_ops {
                     size_t rows, zb_diag *diag);
   zb_err (*zero)(void *self, void *p, size_t bytes, zb_diag *diag);
   zb_err (*sync)(void *self, zb_diag *diag);
+  /* sync() calls since creation: the host syncs (docs/model.md, Host syncs);
+   * the host device counts them too, though it has nothing to wait for */
+  int64_t (*host_syncs)(void *self);
   void (*mem)(void *self, zb_device_mem *out);
   void (*reset_peak)(void *self); /* peak <- current */
   void (*info)(void *self, zb_device_info *out);

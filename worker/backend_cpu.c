@@ -269,6 +269,9 @@ static void cpu_take_stats(void *self, zb_backend_stats *out) {
   *out = b->acc;
   out->mem_bytes = b->mem;
   out->peak_bytes = b->cuda ? cpu_device_peak(b) : b->peak;
+  int64_t syncs = b->dev->ops->host_syncs(b->dev->self);
+  out->host_syncs = syncs - b->syncs_base;
+  b->syncs_base = syncs;
   memset(&b->acc, 0, sizeof b->acc);
   b->peak = b->mem;
 }

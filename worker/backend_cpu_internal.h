@@ -74,6 +74,7 @@ typedef struct cpu_backend {
    * a slot allocated within the interval closes a stretch, whose states'
    * peak dev_peak keeps, and joins the base */
   int64_t dev_base, dev_peak;
+  int64_t syncs_base; /* the device's host_syncs at the last take_stats */
 
   zb_backend_stats acc; /* busy of the current interval */
   int64_t mem, peak;    /* state bytes of the whole rank; peak of the interval */

@@ -51,6 +51,9 @@ typedef struct zb_backend_stats {
   double cpu_wait;
   int64_t mem_bytes;  /* bytes held now; -1 when the backend does not track memory */
   int64_t peak_bytes; /* highest mem_bytes over the interval; -1 when untracked */
+  /* Times the host waited for the device over the interval (docs/model.md,
+   * Host syncs); -1 when the backend has no device. */
+  int64_t host_syncs;
 } zb_backend_stats;
 
 /* The vtable. `self` is the implementation's state. */

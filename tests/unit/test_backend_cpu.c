@@ -465,6 +465,51 @@ static void run_ops(zb_backend *b, int m, int iteration, zb_backend_stats *bs) {
   zb_backend_take_stats(b, bs);
 }
 
+/* Host syncs per iteration are a constant, not one per microbatch: F
+ * leaves each loss on the device and the loss read takes them all at once
+ * (docs/model.md, Host syncs). Counted over F, BW, the end sync and the
+ * loss read of m = 2 and m = 6 on one stage that holds the head. */
+static void syncs_of_iteration(zb_backend *b, int m, int iteration, int64_t *syncs) {
+  zb_diag d = {{0}};
+  *syncs = -1;
+  zb_backend_stats bs;
+  zb_backend_take_stats(b, &bs); /* a fresh interval */
+  CHECK(zb_backend_cpu_begin_iteration(b, iteration, &d) == ZB_OK);
+  for (int i = 0; i < m; i++)
+    CHECK_MSG(zb_backend_submit(b, ZB_OP_F, 0, i, &d) == ZB_OK, "%s", d.msg);
+  for (int i = 0; i < m; i++)
+    CHECK_MSG(zb_backend_submit(b, ZB_OP_BW, 0, i, &d) == ZB_OK, "%s", d.msg);
+  CHECK(zb_backend_sync(b, &d) == ZB_OK);
+  double loss;
+  int count = 0;
+  CHECK_MSG(zb_backend_cpu_loss(b, &loss, &count, &d) == ZB_OK, "%s", d.msg);
+  CHECK_EQ(count, m);
+  zb_backend_take_stats(b, &bs);
+  *syncs = bs.host_syncs;
+}
+
+static void test_host_syncs_constant(void) {
+  zb_model_config cfg = tiny_model(2, 6);
+  zb_cpu_text t = text_source();
+  int stage = 0;
+  zb_cpu_backend_config bc = {.stages = &stage,
+                              .n_stages = 1,
+                              .total_stages = 1,
+                              .model = cfg,
+                              .data = {zb_backend_cpu_text_fill, &t, NULL}};
+  zb_backend *b = NULL;
+  zb_diag d = {{0}};
+  CHECK_MSG(zb_backend_cpu_new(&bc, &b, &d) == ZB_OK, "%s", d.msg);
+  if (!b)
+    return;
+  int64_t two, six;
+  syncs_of_iteration(b, 2, 0, &two);
+  syncs_of_iteration(b, 6, 1, &six);
+  CHECK_MSG(two == six && two >= 1 && two <= 2, "host syncs: %lld with m = 2, %lld with m = 6",
+            (long long)two, (long long)six);
+  zb_backend_free(b);
+}
+
 /* The ops' wall time less their thread CPU time is reported as cpu_wait, a
  * part of the busy time: within it always, and most of it when twice as
  * many spinning threads as cores compete with the ops for the CPU. */
@@ -884,5 +929,6 @@ static void test_memory_follows_plan(void) {
             (long long)max_zbv, (long long)max_1f1b);
 }
 
-ZBT_MAIN(ZBT(test_text_source), ZBT(test_local_handoff), ZBT(test_errors), ZBT(test_wrong_bpa_executor),
-         ZBT(test_families), ZBT(test_next_iteration_data), ZBT(test_memory_follows_plan), ZBT(test_cpu_wait))
+ZBT_MAIN(ZBT(test_text_source), ZBT(test_local_handoff), ZBT(test_host_syncs_constant), ZBT(test_errors),
+         ZBT(test_wrong_bpa_executor), ZBT(test_families), ZBT(test_next_iteration_data),
+         ZBT(test_memory_follows_plan), ZBT(test_cpu_wait))
