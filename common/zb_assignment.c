@@ -159,6 +159,7 @@ void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assign
   out->transport = (char *)spec->transport;
   out->precision = (char *)spec->precision;
   out->trace_every = spec->trace_every;
+  out->transfer_timeout_s = spec->transfer_timeout_s;
   if (src->data_secret) {
     out->data_secret.data = (uint8_t *)src->data_secret;
     out->data_secret.len = ZB_DATA_SECRET_BYTES;

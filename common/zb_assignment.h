@@ -95,8 +95,9 @@ typedef struct zb_assignment {
   int plan_version, first_iteration, iterations;
   long long bytes_per_activation;
   char backend[16], transport[16];
-  char precision[8]; /* "fp32" (also when the coordinator sent none), "tf32", "bf16" */
-  int trace_every;   /* timelines of iterations 0, N, 2N, ...; 0: none */
+  char precision[8];      /* "fp32" (also when the coordinator sent none), "tf32", "bf16" */
+  int trace_every;        /* timelines of iterations 0, N, 2N, ...; 0: none */
+  int transfer_timeout_s; /* an nccl transfer group's bound (JobSpec.transfer_timeout_s) */
   /* p ranks, `chunks` stages each, m microbatches; only rank's list is
    * filled (peers and groups as planned) */
   zb_schedule *sched;

@@ -232,6 +232,7 @@ static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_d
   a->iterations = pb->iterations;
   a->bytes_per_activation = pb->bytes_per_activation;
   a->trace_every = pb->trace_every > 0 ? pb->trace_every : 0;
+  a->transfer_timeout_s = pb->transfer_timeout_s > 0 ? pb->transfer_timeout_s : ZB_TRANSFER_TIMEOUT_DEFAULT_S;
   if (pb->data_secret.len != 0 && pb->data_secret.len != ZB_DATA_SECRET_BYTES)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.data_secret: %zu bytes, not %d",
                        pb->data_secret.len, ZB_DATA_SECRET_BYTES);
@@ -252,7 +253,8 @@ static zb_err decode_header(const Zb__V1__Assignment *pb, zb_assignment *a, zb_d
                        DECODE_MAX_MICROBATCHES);
   if ((err = check_limit("iterations", a->iterations, ZB_JK_ITERATIONS, diag)) ||
       (err = check_limit("bytes_per_activation", a->bytes_per_activation, ZB_JK_BYTES, diag)) ||
-      (err = check_limit("trace_every", a->trace_every, ZB_JK_TRACE_EVERY, diag)))
+      (err = check_limit("trace_every", a->trace_every, ZB_JK_TRACE_EVERY, diag)) ||
+      (err = check_limit("transfer_timeout_s", a->transfer_timeout_s, ZB_JK_TRANSFER_TIMEOUT, diag)))
     return err;
   if (a->first_iteration < 0 || a->first_iteration > a->iterations)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.first_iteration: %d, not in 0..%d (iterations)",

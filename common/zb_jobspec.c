@@ -38,7 +38,8 @@ const char *const zb_job_keys[ZB_JK_COUNT] = {"name",
                                               "precision",
                                               "trace_every",
                                               "adaptive",
-                                              "wait_for_workers_s"};
+                                              "wait_for_workers_s",
+                                              "transfer_timeout_s"};
 const char *const zb_adaptive_keys[ZB_AK_COUNT] = {"enabled", "min_gain", "check_every"};
 const char *const zb_adaptive_fields[ZB_AK_COUNT] = {"adaptive.enabled", "adaptive.min_gain",
                                                      "adaptive.check_every"};
@@ -70,6 +71,7 @@ const zb_int_limit zb_job_limits[ZB_JK_COUNT] = {
     [ZB_JK_BYTES] = {0, 1073741824},
     [ZB_JK_TRACE_EVERY] = {0, 1000000},
     [ZB_JK_WAIT_WORKERS] = {0, 7 * 86400},
+    [ZB_JK_TRANSFER_TIMEOUT] = {1, 86400},
 };
 /* The model's sizes: generous bounds; check_model_sizes adds the products'
  * limits. */
@@ -106,6 +108,7 @@ void zb_job_spec_default(zb_job_spec *s) {
   s->bytes_per_activation = 65536;
   s->trace_every = 10;
   s->wait_for_workers_s = 600;
+  s->transfer_timeout_s = ZB_TRANSFER_TIMEOUT_DEFAULT_S;
   s->adaptive = (zb_adaptive_spec){.enabled = -1, .min_gain = 0.02, .check_every = 1};
   s->model = (zb_model_spec){.hidden = 64,
                              .heads = 4,
@@ -485,7 +488,8 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
       (err = check_int(f, ZB_JK_ITERATIONS, s->iterations)) ||
       (err = check_int(f, ZB_JK_BYTES, s->bytes_per_activation)) ||
       (err = check_int(f, ZB_JK_TRACE_EVERY, s->trace_every)) ||
-      (err = check_int(f, ZB_JK_WAIT_WORKERS, s->wait_for_workers_s)))
+      (err = check_int(f, ZB_JK_WAIT_WORKERS, s->wait_for_workers_s)) ||
+      (err = check_int(f, ZB_JK_TRANSFER_TIMEOUT, s->transfer_timeout_s)))
     return err;
   if (!terminated(s->backend, sizeof s->backend) || !one_of(s->backend, zb_backend_names, 3))
     return zb_job_fault_set(f, ZB_JK_BACKEND, -1, "backend", "must be one of sim, cpu, cuda, got '%.15s'",

@@ -39,6 +39,8 @@
  *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB (cpu, cuda: derived, see below)
  *   wait_for_workers_s: 600     # optional: wait PENDING this long for enough workers to attach
  *                               #   (default 600; 0: refused at once when too few; 0..604800)
+ *   transfer_timeout_s: 300     # optional: an nccl job's transfer group may take this long
+ *                               #   (default 300; 1..86400)
  *   trace_every: 10             # optional: per-op timelines of iterations 0, N, 2N, ... (default 10;
  *                               #   0: none; 1..1000000)
  *   adaptive:                   # optional: re-plan from the costs the timelines show (docs/wire.md)
@@ -152,12 +154,17 @@ typedef struct zb_job_spec {
   /* seconds PENDING for enough able workers to attach (default 600); 0:
    * refused at submission when too few are attached */
   int wait_for_workers_s;
+  /* seconds an nccl job's transfer group may take before the rank fails
+   * naming its peers (default ZB_TRANSFER_TIMEOUT_DEFAULT_S, 1..86400;
+   * docs/model.md, Transports) */
+  int transfer_timeout_s;
   zb_adaptive_spec adaptive;
   bool has_model;      /* a model was given (only a cpu or cuda job may have one) */
   zb_model_spec model; /* defaults unless given; used by cpu and cuda jobs */
 } zb_job_spec;
 
 #define ZB_PRECISION_FP32_NAME "fp32"
+#define ZB_TRANSFER_TIMEOUT_DEFAULT_S 300
 
 /* Whether the job trains the built-in model: backend cpu or cuda. Such a
  * job has a resolved model, derives bytes_per_activation from it and

@@ -28,6 +28,7 @@ typedef enum zb_job_key {
   ZB_JK_TRACE_EVERY,
   ZB_JK_ADAPTIVE,
   ZB_JK_WAIT_WORKERS,
+  ZB_JK_TRANSFER_TIMEOUT,
   ZB_JK_COUNT
 } zb_job_key;
 

@@ -299,6 +299,9 @@ static zb_err job_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_t *
   case ZB_JK_ADAPTIVE: return job_adaptive(w, v, &s->adaptive);
   case ZB_JK_WAIT_WORKERS:
     return get_int32(w, v, "wait_for_workers_s", &zb_job_limits[ZB_JK_WAIT_WORKERS], &s->wait_for_workers_s);
+  case ZB_JK_TRANSFER_TIMEOUT:
+    return get_int32(w, v, "transfer_timeout_s", &zb_job_limits[ZB_JK_TRANSFER_TIMEOUT],
+                     &s->transfer_timeout_s);
   case ZB_JK_COUNT: break;
   }
   return ZB_ERR_PARSE;

@@ -187,6 +187,8 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   /* proto: 0 is the default, -1 none; the checker refuses other negatives */
   if (pb->trace_every != 0)
     out->trace_every = pb->trace_every == -1 ? 0 : pb->trace_every;
+  if (pb->transfer_timeout_s != 0)
+    out->transfer_timeout_s = pb->transfer_timeout_s;
   if (pb->wait_for_workers_s != 0)
     out->wait_for_workers_s = pb->wait_for_workers_s == -1 ? 0 : pb->wait_for_workers_s;
   if (pb->adaptive) {
@@ -260,6 +262,7 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->bytes_per_activation = spec->bytes_per_activation;
   pb->trace_every = spec->trace_every > 0 ? spec->trace_every : -1;
   pb->wait_for_workers_s = spec->wait_for_workers_s > 0 ? spec->wait_for_workers_s : -1;
+  pb->transfer_timeout_s = spec->transfer_timeout_s;
   { /* always sent: every setting survives the trip, min_gain 0 included */
     zb_wire_adaptive_pb *a = zb_malloc(sizeof *a);
     zb__v1__adaptive_spec__init(&a->m);

@@ -20,9 +20,6 @@
 /* How long every rank waits for the id and the communicator: long enough
  * for the slowest rank to receive its assignment and start. */
 #define NCCL_BOOT_TIMEOUT_S 30.0
-/* A group that does not complete within this fails the job, naming the
- * peers it waited for. */
-#define NCCL_GROUP_TIMEOUT_S 30.0
 
 static zb_precision precision_of(const char *name) {
   if (strcmp(name, "tf32") == 0)
@@ -58,7 +55,7 @@ zb_err worker_nccl_transport(worker *w, const zb_assignment *a, struct zb_device
                        .nranks = a->ranks,
                        .compute_stream = dev->ops->stream(dev->self),
                        .stop = stop,
-                       .timeout_s = NCCL_GROUP_TIMEOUT_S};
+                       .timeout_s = a->transfer_timeout_s};
   memcpy(nc.unique_id, id, sizeof nc.unique_id);
   return zb_transport_nccl_new(&nc, out, diag);
 }

@@ -52,6 +52,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "transport_nccl_watch.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_transport.h"
@@ -81,13 +82,15 @@ typedef struct nccl_transport {
   cudaEvent_t ready, done; /* compute -> comm, comm -> compute */
   const atomic_bool *stop;
   double timeout_s;
-  ncclComm_t comm; /* NULL until connect(), and after an abort */
+  ncclComm_t comm;      /* NULL until connect(), and after an abort */
+  zb_nccl_watch *watch; /* owns comm once connected (transport_nccl_watch.h) */
   int depth;
   nccl_op *ops;
   nccl_bounce *bounce; /* cap_ops entries */
   int n_ops, cap_ops;
   zb_err failed; /* ZB_OK while healthy */
   char failure[sizeof(((zb_diag *)0)->msg)];
+  char why[256]; /* nccl_why's copy */
   zb_transport_stats stats;
 } nccl_transport;
 
@@ -109,7 +112,10 @@ static void nccl_sleep_poll(long *wait_ns) {
 /* The communicator's asynchronous state (ncclInProgress, ncclSuccess or its
  * error), or the query's own failure. */
 static ncclResult_t nccl_async(const nccl_transport *t) {
-  ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(t->comm, &async);
+  ncclComm_t c = t->watch ? zb_nccl_watch_get(t->watch) : t->comm;
+  ncclResult_t async = ncclSuccess, r = c ? ncclCommGetAsyncError(c, &async) : ncclInvalidUsage;
+  if (t->watch)
+    zb_nccl_watch_put(t->watch);
   return r != ncclSuccess ? r : async;
 }
 
@@ -117,6 +123,19 @@ static ncclResult_t nccl_async(const nccl_transport *t) {
 static const char *nccl_last(ncclComm_t comm) {
   const char *s = ncclGetLastError(comm);
   return s ? s : "";
+}
+
+/* NCCL's last message for the communicator, or the watchdog's reason once
+ * it aborted it (the handle is gone then). */
+static const char *nccl_why(nccl_transport *t) {
+  if (!t->watch)
+    return nccl_why(t);
+  ncclComm_t c = zb_nccl_watch_get(t->watch);
+  snprintf(t->why, sizeof t->why, "%s", c ? nccl_last(c) : "");
+  zb_nccl_watch_put(t->watch);
+  if (!c)
+    zb_nccl_watch_aborted(t->watch, t->why, sizeof t->why);
+  return t->why;
 }
 
 /* Records the failure, aborts the communicator (peers fail promptly) and
@@ -129,10 +148,11 @@ static zb_err nccl_fail(nccl_transport *t, zb_err err, zb_diag *diag, const char
   vsnprintf(t->failure, sizeof t->failure, fmt, ap);
   va_end(ap);
   t->failed = err;
-  if (t->comm) {
+  if (t->watch)
+    zb_nccl_watch_abort(t->watch, t->failure); /* it owns the communicator */
+  else if (t->comm)
     ncclCommAbort(t->comm);
-    t->comm = NULL;
-  }
+  t->comm = NULL;
   t->n_ops = 0;
   t->depth = 0;
   return zb_diag_set(diag, err, "%s", t->failure);
@@ -173,7 +193,7 @@ static zb_err nccl_wait_ready(nccl_transport *t, const char *what, double timeou
                        t->rank);
     if (async != ncclInProgress)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s failed: %s: %s", t->rank, what,
-                       ncclGetErrorString(async), nccl_last(t->comm));
+                       ncclGetErrorString(async), nccl_why(t));
     if (timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > timeout_s)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: %s timed out after %.1f s", t->rank,
                        t->nranks, what, timeout_s);
@@ -201,7 +221,10 @@ static zb_err nccl_connect(void *self, const char *const *addresses, const bool 
   if (r != ncclSuccess && r != ncclInProgress)
     return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: ncclCommInitRankConfig: %s: %s", t->rank,
                      t->nranks, ncclGetErrorString(r), nccl_last(comm));
-  return nccl_wait_ready(t, "init (ncclCommInitRankConfig)", nccl_bound(timeout_s, t->timeout_s), diag);
+  err = nccl_wait_ready(t, "init (ncclCommInitRankConfig)", nccl_bound(timeout_s, t->timeout_s), diag);
+  if (!err && !(t->watch = zb_nccl_watch_start(t->comm, t->rank, t->stop, t->timeout_s, diag)))
+    return nccl_fail(t, ZB_ERR_IO, diag, "%s", diag ? diag->msg : "nccl: the watchdog did not start");
+  return err;
 }
 
 /* ---- groups ---- */
@@ -287,30 +310,33 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
   if ((ce = nccl_stage_host(t, true)) != cudaSuccess)
     return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: staging a host message: %s", t->rank,
                      cudaGetErrorString(ce));
-  ncclResult_t r = ncclGroupStart();
+  ncclComm_t comm = t->watch ? zb_nccl_watch_get(t->watch) : t->comm; /* not aborted meanwhile */
+  ncclResult_t r = comm ? ncclGroupStart() : ncclInvalidUsage;
   int bad = -1;
   for (int i = 0; i < t->n_ops && r == ncclSuccess; i++) {
     const nccl_op *op = &t->ops[i];
     bool words = op->len % 4 == 0;
     size_t count = words ? op->len / 4 : op->len;
     ncclDataType_t dt = words ? ncclFloat : ncclUint8;
-    r = op->is_send ? ncclSend(op->buf, count, dt, op->peer, t->comm, t->comm_stream)
-                    : ncclRecv(op->buf, count, dt, op->peer, t->comm, t->comm_stream);
+    r = op->is_send ? ncclSend(op->buf, count, dt, op->peer, comm, t->comm_stream)
+                    : ncclRecv(op->buf, count, dt, op->peer, comm, t->comm_stream);
     if (r != ncclSuccess && r != ncclInProgress)
       bad = i;
     else
       r = ncclSuccess;
   }
-  ncclResult_t re = ncclGroupEnd(); /* always closes the group it opened */
+  ncclResult_t re = comm ? ncclGroupEnd() : ncclInvalidUsage; /* always closes the group it opened */
+  if (t->watch)
+    zb_nccl_watch_put(t->watch);
   char tb[48];
   if (bad >= 0)
     return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s %s %s rank %d: %s: %s", t->rank,
                      t->ops[bad].is_send ? "ncclSend" : "ncclRecv",
                      zb_tag_format(t->ops[bad].tag, tb, sizeof tb), t->ops[bad].is_send ? "to" : "from",
-                     t->ops[bad].peer, ncclGetErrorString(r), nccl_last(t->comm));
+                     t->ops[bad].peer, ncclGetErrorString(r), nccl_why(t));
   if (r != ncclSuccess || (re != ncclSuccess && re != ncclInProgress))
     return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ncclGroup: %s: %s", t->rank,
-                     ncclGetErrorString(r != ncclSuccess ? r : re), nccl_last(t->comm));
+                     ncclGetErrorString(r != ncclSuccess ? r : re), nccl_why(t));
   if (re == ncclInProgress) { /* a non-blocking comm may still be enqueueing */
     zb_err err = nccl_wait_ready(t, "ncclGroupEnd", t->timeout_s, diag);
     if (err)
@@ -328,14 +354,16 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
 /* Polls the launched group until its completion event fires, failing on
  * an NCCL or CUDA error, the stop flag or the timeout, naming its peers. */
 static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
-  int64_t start = zb_clock_ns();
   char ops[160];
   long wait_ns = 0;
   for (;;) {
+    char why[256];
+    if (zb_nccl_watch_aborted(t->watch, why, sizeof why)) /* the error, stop flag or timeout */
+      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s", t->rank, why);
     ncclResult_t async = nccl_async(t);
     if (async != ncclSuccess && async != ncclInProgress)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s failed: %s: %s", t->rank,
-                       nccl_describe(t, ops, sizeof ops), ncclGetErrorString(async), nccl_last(t->comm));
+                       nccl_describe(t, ops, sizeof ops), ncclGetErrorString(async), nccl_why(t));
     cudaError_t q = cudaEventQuery(t->done);
     if (q == cudaSuccess && async == ncclSuccess)
       return ZB_OK;
@@ -346,12 +374,6 @@ static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
     if (q != cudaSuccess && q != cudaErrorNotReady)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s: comm stream failed: %s", t->rank,
                        nccl_describe(t, ops, sizeof ops), cudaGetErrorString(q));
-    if (nccl_stopped(t))
-      return nccl_fail(t, ZB_ERR_IO, diag, "stopped (stop flag raised) while rank %d waited for group %s",
-                       t->rank, nccl_describe(t, ops, sizeof ops));
-    if (t->timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > t->timeout_s)
-      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s did not complete within %.0f s", t->rank,
-                       nccl_describe(t, ops, sizeof ops), t->timeout_s);
     nccl_sleep_poll(&wait_ns);
   }
 }
@@ -361,10 +383,13 @@ static zb_err nccl_run(nccl_transport *t, zb_diag *diag) {
   if (t->n_ops == 0)
     return ZB_OK;
   zb_err err = nccl_enter(t, diag);
+  char ops[160];
+  zb_nccl_watch_busy(t->watch, nccl_describe(t, ops, sizeof ops)); /* the transfer deadline starts */
   if (!err)
     err = nccl_launch(t, diag);
   if (!err)
     err = nccl_wait_group(t, diag);
+  zb_nccl_watch_idle(t->watch);
   if (err)
     return err;
   cudaError_t ce = nccl_stage_host(t, false);
@@ -466,7 +491,9 @@ static void nccl_abort(void *self, const char *why) {
 static void nccl_free(void *self) {
   nccl_transport *t = self;
   cudaSetDevice(t->device);
-  if (t->comm)
+  if (t->watch)
+    zb_nccl_watch_free(t->watch); /* destroys the communicator unless aborted */
+  else if (t->comm)
     ncclCommDestroy(t->comm); /* every group completed: nothing is pending */
   if (t->ready)
     cudaEventDestroy(t->ready);

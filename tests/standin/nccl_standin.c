@@ -9,11 +9,15 @@
  * group on one communicator progress together (one stream item); calls to
  * one peer in one direction match in order; a receive whose peer sent
  * another count or datatype fails naming both; an op whose peer never posts
- * the match fails after ZB_STANDIN_NCCL_TIMEOUT_MS (default 10000) naming
- * it, instead of hanging (real NCCL would hang); ncclCommAbort unblocks
- * everything within 100 ms. Async errors: ncclRemoteError when a peer
- * closed or failed, ncclSystemError for a timeout, ncclInvalidUsage for a
- * count/datatype mismatch; ncclGetLastError(comm) has the message.
+ * the match records an error after ZB_STANDIN_NCCL_TIMEOUT_MS (default
+ * 10000) naming it (real NCCL says nothing); ncclCommAbort unblocks
+ * everything within 100 ms. A failed op blocks its stream as NCCL's
+ * kernels do: neither the error nor a peer's death or abort wakes it, only
+ * this rank's own ncclCommAbort. Async errors: ncclRemoteError when a
+ * peer's connection closed or failed (NCCL over sockets; with
+ * ZB_STANDIN_NCCL_PEER_LOSS=hang nothing at all, as NCCL over shared
+ * memory or NVLink), ncclSystemError for the timeout, ncclInvalidUsage for
+ * a count/datatype mismatch; ncclGetLastError(comm) has the message.
  *
  * Not kept: send/recv to self, and the ops of one group on several streams
  * (the group runs on the first op's stream); both fail or are documented
@@ -59,6 +63,11 @@ double ncclsi_timeout_s(void) {
   const char *s = getenv("ZB_STANDIN_NCCL_TIMEOUT_MS");
   long ms = s && *s ? strtol(s, NULL, 10) : 10000;
   return (double)(ms > 0 ? ms : 10000) * 1e-3;
+}
+
+bool ncclsi_peer_loss_silent(void) {
+  const char *s = getenv("ZB_STANDIN_NCCL_PEER_LOSS");
+  return s && strcmp(s, "hang") == 0;
 }
 
 size_t ncclsi_dt_size(ncclDataType_t dt) {

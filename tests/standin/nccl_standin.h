@@ -64,6 +64,11 @@ ncclResult_t ncclsi_error(ncclComm_t comm, ncclResult_t res, const char *fmt, ..
  * 10000 ms), in seconds. */
 double ncclsi_timeout_s(void);
 
+/* ZB_STANDIN_NCCL_PEER_LOSS=hang: a peer's lost connection records no
+ * error (NCCL over shared memory or NVLink); else ncclRemoteError (NCCL
+ * over sockets). Either way the op stays blocked until the own abort. */
+bool ncclsi_peer_loss_silent(void);
+
 /* Joins comm to its communicator (rendezvous, then a connection to every
  * other rank); the body of the init thread. Sets comm->async. */
 void *ncclsi_join(void *comm);

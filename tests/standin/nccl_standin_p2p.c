@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nccl_standin.h"
 #include "standin.h"
@@ -85,7 +86,22 @@ static void item_failed(p2p_item *it, zb_err err, const char *msg) {
                  list);
     return;
   }
-  ncclsi_error(c, ncclRemoteError, "rank %d: %s", c->rank, msg);
+  /* A peer's connection closed or failed: what NCCL's socket transport
+   * reports (ncclRemoteError, "remote process exited or there was a network
+   * error"). Over shared memory or NVLink NCCL sees nothing at all, which
+   * ZB_STANDIN_NCCL_PEER_LOSS=hang imitates (docs/model.md, The CPU
+   * stand-in). */
+  if (!ncclsi_peer_loss_silent())
+    ncclsi_error(c, ncclRemoteError, "rank %d: %s", c->rank, msg);
+}
+
+/* What NCCL's kernels do after a failure: they stay where they are, so
+ * the stream does not move on, until this rank's own ncclCommAbort. */
+static void item_stuck(ncclComm_t c) {
+  while (!atomic_load(&c->aborted)) {
+    struct timespec ts = {0, 10 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* Runs one phase of an item as one transport group: the credits (ack
@@ -131,8 +147,10 @@ static cudaError_t item_run(void *arg) {
   zb_err err = item_phase(ack, it, true, &d);
   if (!err)
     err = item_phase(tp, it, false, &d);
-  if (err && !atomic_load(&c->aborted))
+  if (err && !atomic_load(&c->aborted)) {
     item_failed(it, err, d.msg);
+    item_stuck(c);
+  }
   pthread_mutex_lock(&c->mu);
   c->running = false;
   pthread_cond_broadcast(&c->cv);

@@ -3,8 +3,9 @@
  * libnccl id when the library loads), grouped rings and pairwise exchanges
  * with device buffers and checked data, and the failures it must report:
  * an unmatched send named after the timeout, a count mismatch naming both
- * sides, a killed peer failing its neighbour promptly, ncclCommAbort
- * unblocking a pending receive, a host pointer refused.
+ * sides, a killed peer seen by its neighbour promptly (or, as NCCL over
+ * shared memory, not at all), a failed op blocking its stream until the
+ * rank's own ncclCommAbort unblocks it, a host pointer refused.
  */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -169,11 +170,27 @@ static int rank_mismatch(int rank, int n, const ncclUniqueId *id) {
   return 0;
 }
 
-/* Rank 1 is killed while rank 0 waits to send to it: rank 0 fails with
- * ncclRemoteError long before the (20 s) timeout. */
+/* The stream stays blocked (NCCL's kernels do not give up) until the own
+ * ncclCommAbort, which drains it promptly. 0, or the RCHECK's 1. */
+static int stuck_until_abort(int rank, ncclComm_t c, cudaStream_t s) {
+  nf_sleep_ms(300);
+  RCHECK(cudaStreamQuery(s) == cudaErrorNotReady, "the stream moved on before this rank's abort");
+  double t0 = nf_now();
+  RCHECK(ncclCommAbort(c) == ncclSuccess, "abort");
+  RCHECK(cudaStreamSynchronize(s) == cudaSuccess, "stream");
+  RCHECK(nf_now() - t0 < 5, "abort took %.2f s", nf_now() - t0);
+  return 0;
+}
+
+/* Rank 1 is killed while rank 0 waits to send to it: rank 0's async error
+ * is ncclRemoteError long before the (20 s) timeout (NCCL over sockets),
+ * or, with ZB_STANDIN_NCCL_PEER_LOSS=hang (shared memory, NVLink), nothing
+ * at all; either way its send stays blocked until its own abort. */
 static int rank_killed(int rank, int n, const ncclUniqueId *id) {
   ncclComm_t c = join(rank, n, id);
   RCHECK(c, "init");
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   float *d;
   cudaMalloc((void **)&d, 1 << 22);
   if (rank == 1) {
@@ -181,16 +198,22 @@ static int rank_killed(int rank, int n, const ncclUniqueId *id) {
     raise(SIGKILL);
   }
   double t0 = nf_now();
-  RCHECK(ncclSend(d, 1 << 20, ncclFloat, 1, c, NULL) == ncclSuccess, "send");
-  ncclResult_t a = settle(c, NULL, 5);
-  RCHECK(a == ncclRemoteError, "async %d: %s", a, ncclGetLastError(c));
-  RCHECK(nf_now() - t0 < 8, "took %.2f s (the timeout is 20 s)", nf_now() - t0);
-  ncclCommAbort(c);
-  return 0;
+  RCHECK(ncclSend(d, 1 << 20, ncclFloat, 1, c, s) == ncclSuccess, "send");
+  bool hang = getenv("ZB_STANDIN_NCCL_PEER_LOSS") != NULL;
+  ncclResult_t a = settle(c, s, hang ? 1.5 : 5);
+  if (hang) {
+    RCHECK(a == ncclInProgress, "async %d (%s): want nothing seen", a, ncclGetLastError(c));
+  } else {
+    RCHECK(a == ncclRemoteError, "async %d: %s", a, ncclGetLastError(c));
+    RCHECK(nf_now() - t0 < 8, "took %.2f s (the timeout is 20 s)", nf_now() - t0);
+  }
+  return stuck_until_abort(rank, c, s);
 }
 
 /* Rank 0 aborts a receive nobody answers: ncclCommAbort returns promptly
- * and the stream drains; rank 1, waiting on rank 0, fails promptly too. */
+ * and its stream drains; rank 1, waiting on rank 0, sees ncclRemoteError
+ * but stays blocked until it aborts too (another rank's abort wakes no
+ * one, as in NCCL). */
 static int rank_abort(int rank, int n, const ncclUniqueId *id) {
   ncclComm_t c = join(rank, n, id);
   RCHECK(c, "init");
@@ -205,8 +228,7 @@ static int rank_abort(int rank, int n, const ncclUniqueId *id) {
     ncclResult_t a = settle(c, s, 5);
     RCHECK(a == ncclRemoteError, "async %d: %s", a, ncclGetLastError(c));
     RCHECK(nf_now() - t0 < 8, "took %.2f s (the timeout is 20 s)", nf_now() - t0);
-    ncclCommAbort(c);
-    return 0;
+    return stuck_until_abort(rank, c, s);
   }
   nf_sleep_ms(300);
   double t0 = nf_now();
@@ -249,6 +271,9 @@ int main(void) {
   fails += run(2, rank_mismatch, 0, "count mismatch");
   setenv("ZB_STANDIN_NCCL_TIMEOUT_MS", "20000", 1);
   fails += run(2, rank_killed, 1, "killed peer"); /* the killed rank is the one failure */
+  setenv("ZB_STANDIN_NCCL_PEER_LOSS", "hang", 1);
+  fails += run(2, rank_killed, 1, "killed peer, NCCL over shared memory");
+  unsetenv("ZB_STANDIN_NCCL_PEER_LOSS");
   fails += run(2, rank_abort, 0, "abort");
   fails += check_id(); /* last: it leaves NCCL's and the stand-in's root threads in this process */
   fprintf(stderr, "%s\n", fails ? "FAILED" : "all passed");

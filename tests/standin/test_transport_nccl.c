@@ -5,6 +5,7 @@
  * buffers, the local checks, init and group timeouts naming the peer,
  * abort and the stop flag.
  */
+#include <pthread.h>
 #include <stdint.h>
 
 #include "nccl_fork.h"
@@ -189,6 +190,56 @@ static int rank_abort(int rank, int n, const ncclUniqueId *id) {
   return 0;
 }
 
+/* Raises the stop flag after 300 ms, as the worker does when the
+ * coordinator releases the job (docs/wire.md, Reports). */
+static void *stop_later(void *arg) {
+  (void)arg;
+  nf_sleep_ms(300);
+  atomic_store(&g_stop, true);
+  return NULL;
+}
+
+/* Rank 1 dies (SIGKILL) while rank 0 waits to receive from it, and NCCL
+ * says nothing (ZB_STANDIN_NCCL_PEER_LOSS=hang, as over shared memory):
+ * the watchdog fails rank 0 by the transfer timeout (1.5 s), naming rank
+ * 1; or (released) at once when the stop flag rises, long before a 20 s
+ * timeout. */
+static int dead_peer(int rank, int n, const ncclUniqueId *id, bool released) {
+  zb_transport *t = make(rank, n, id, NULL, released ? 20 : 1.5);
+  zb_diag d;
+  RCHECK(t && zb_transport_connect(t, NULL, NULL, 10, &d) == ZB_OK, "connect: %s", d.msg);
+  float *buf;
+  cudaMalloc((void **)&buf, 64);
+  if (rank == 1)
+    raise(SIGKILL);
+  pthread_t th;
+  if (released)
+    pthread_create(&th, NULL, stop_later, NULL);
+  double t0 = nf_now();
+  zb_err err = zb_transport_recv(t, 1, (zb_tag){ZB_OP_F, 0, 5}, buf, 64, &d);
+  double took = nf_now() - t0;
+  if (released)
+    pthread_join(th, NULL);
+  RCHECK(err == ZB_ERR_IO && strstr(d.msg, "from rank 1 (recv F s0 mb5)"), "err %d: %s", err, d.msg);
+  if (released) {
+    RCHECK(strstr(d.msg, "stopped") && strstr(d.msg, "released"), "%s", d.msg);
+    RCHECK(took > 0.25 && took < 4.0, "took %.2f s (released after 0.3 s; the timeout is 20 s)", took);
+  } else {
+    RCHECK(strstr(d.msg, "did not complete within 1.5 s (transfer_timeout_s)"), "%s", d.msg);
+    RCHECK(took > 1.4 && took < 6.0, "took %.2f s (timeout 1.5 s; slack for a loaded machine)", took);
+  }
+  zb_transport_free(t);
+  return 0;
+}
+
+static int rank_dead_timeout(int rank, int n, const ncclUniqueId *id) {
+  return dead_peer(rank, n, id, false);
+}
+
+static int rank_dead_released(int rank, int n, const ncclUniqueId *id) {
+  return dead_peer(rank, n, id, true);
+}
+
 /* Rank 1 never joins: rank 0's connect times out after 1 s and says so;
  * then the stop flag ends a fresh transport's connect at once. */
 static int rank_init_timeout(int rank, int n, const ncclUniqueId *id) {
@@ -223,6 +274,10 @@ int main(void) {
   fails += run(2, rank_idle, "idle timeout");
   fails += run(2, rank_host, "host messages");
   fails += run(2, rank_abort, "abort");
+  setenv("ZB_STANDIN_NCCL_PEER_LOSS", "hang", 1);
+  fails += run(2, rank_dead_timeout, "dead silent peer, transfer timeout") != 1; /* the killed rank fails */
+  fails += run(2, rank_dead_released, "dead silent peer, released") != 1;
+  unsetenv("ZB_STANDIN_NCCL_PEER_LOSS");
   fails += run(2, rank_init_timeout, "init timeout");
   uint8_t id[128];
   zb_diag d;

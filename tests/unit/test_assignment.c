@@ -377,6 +377,9 @@ static void b_iterations(Zb__V1__Assignment *a) {
 static void b_trace_every(Zb__V1__Assignment *a) {
   a->trace_every = 1 << 30;
 }
+static void b_transfer_timeout(Zb__V1__Assignment *a) {
+  a->transfer_timeout_s = 86401;
+}
 static void b_first_iteration(Zb__V1__Assignment *a) {
   a->first_iteration = a->iterations + 1;
 }
@@ -403,6 +406,7 @@ static void test_bad_assignments_refused(void) {
        b_bytes},
       {"iterations", "assignment.iterations: 2000000000", b_iterations},
       {"trace_every", "assignment.trace_every: 1073741824", b_trace_every},
+      {"transfer_timeout_s", "assignment.transfer_timeout_s: 86401", b_transfer_timeout},
       {"first_iteration", "assignment.first_iteration: 8", b_first_iteration},
   };
   zb_planner_result pl;

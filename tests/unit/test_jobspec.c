@@ -196,6 +196,9 @@ static void test_job_defaults(void) {
   CHECK_EQ(s.wait_for_workers_s, 600);
   CHECK(job_ok(BASE "wait_for_workers_s: 0\n", &s)); /* refused at once when too few workers */
   CHECK_EQ(s.wait_for_workers_s, 0);
+  CHECK_EQ(s.transfer_timeout_s, 300);
+  CHECK(job_ok(BASE "transfer_timeout_s: 5\n", &s));
+  CHECK_EQ(s.transfer_timeout_s, 5);
 
   /* A partial costs map keeps the defaults of the keys it leaves out. */
   CHECK(job_ok(BASE "costs:\n  b: 0.5\n", &s));
@@ -408,6 +411,11 @@ static void test_job_range_errors(void) {
   CHECK(job_fails(BASE "transport: udp\n", ZB_ERR_INVALID_ARG, "line 5", "'transport'", "tcp, nccl", NULL));
   CHECK(job_fails(BASE "wait_for_workers_s: 604801\n", ZB_ERR_INVALID_ARG, "line 5", "'wait_for_workers_s'",
                   "between 0 and 604800", NULL));
+  CHECK(job_fails(BASE "transfer_timeout_s: 0\n", ZB_ERR_PARSE, "line 5", "'transfer_timeout_s'",
+                  "integer >= 1", NULL));
+  CHECK(job_fails(BASE "transfer_timeout_s: 86401\n", ZB_ERR_INVALID_ARG, "line 5", "'transfer_timeout_s'",
+                  "between 1 and 86400", NULL));
+  CHECK(job_fails(BASE "transfer_timeout_s: 30s\n", ZB_ERR_PARSE, "line 5", "'transfer_timeout_s'", NULL));
   CHECK(job_fails("name: bad name!\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_INVALID_ARG,
                   "line 1", "'name'", "[A-Za-z0-9._-]", NULL));
   CHECK(job_fails("name: ''\nranks: 4\nmicrobatches: 16\nschedule: zb-h1\n", ZB_ERR_INVALID_ARG, "line 1",
