@@ -56,7 +56,7 @@ const char zbctl_plan_help[] =
     "  --stage-costs FILE    per-stage times instead of --costs' T_F,T_B,T_W: one\n"
     "                        line 'T_F,T_B,T_W' per stage (already per chunk), p*v\n"
     "                        lines, '#' comments; T_comm still comes from --costs\n"
-    "  --mem F,B,W           memory deltas M_F > 0, M_B <= 0, M_W <= 0, summing to 0;\n"
+    "  --mem F,B,W           memory deltas M_F > 0, M_W <= 0, summing to 0 (M_B may be > 0);\n"
     "                        default 1,-0.5,-0.5\n"
     "  --mem-limit X         per-rank memory limit: 'Np' is N times 1F1B's peak (N*p\n"
     "                        units), a plain number is in units of one rank's M_F.\n"

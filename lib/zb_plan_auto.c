@@ -13,11 +13,13 @@
 
 #define ZB_EPS 1e-9
 
-/* k limited to what can be in flight at stage s: m, and the M_F that fit
- * in the memory limit (the greedy could not use more); at least 1. */
+/* k limited to what can be in flight at stage s: m, and the microbatches
+ * whose M_F (and M_B where B grows memory) fit in the memory limit (the
+ * greedy could not use more); at least 1. */
 static int auto_clamp_cap(const zb_costs *c, int s, int k) {
-  if (c->mem_limit > 0 && c->m_f[s] > 0 && k > (int)(c->mem_limit / c->m_f[s] + 1e-9))
-    k = (int)(c->mem_limit / c->m_f[s] + 1e-9);
+  double each = c->m_f[s] + (c->m_b[s] > 0 ? c->m_b[s] : 0);
+  if (c->mem_limit > 0 && each > 0 && k > (int)(c->mem_limit / each + 1e-9))
+    k = (int)(c->mem_limit / each + 1e-9);
   return k > 1 ? k : 1;
 }
 

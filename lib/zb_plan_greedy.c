@@ -116,6 +116,16 @@ static double greedy_b_ready(const greedy *g, int s) {
   return t > own ? t : own;
 }
 
+/* What B will add to memory on stage s (M_B > 0: B keeps more than it
+ * frees, docs/schedules.md, Cost and memory model), else 0. */
+static double greedy_b_growth(const greedy *g, int s) {
+  return g->c->m_b[s] > 0 ? g->c->m_b[s] : 0;
+}
+
+/* An F is admitted only when the rank's memory, the growth every pending
+ * B of the rank will bring, and this microbatch's F and B fit: so a B,
+ * which the greedy never holds back, cannot break the limit. With M_B <= 0
+ * this is the plain test of mem + M_F. */
 static bool greedy_f_allowed(const greedy *g, int s) {
   int r = g->stage_rank[s];
   if (g->nf[s] >= g->m)
@@ -123,7 +133,13 @@ static bool greedy_f_allowed(const greedy *g, int s) {
   if (g->cap[s] > 0 && g->nf[s] - g->nb[s] >= g->cap[s])
     return false;
   double lim = g->c->mem_limit;
-  return lim <= 0 || g->mem[r] + g->c->m_f[s] <= lim + ZB_EPS * (1 + fabs(lim));
+  if (lim <= 0)
+    return true;
+  double need = g->mem[r] + g->c->m_f[s] + greedy_b_growth(g, s);
+  for (int q = 0; q < g->S; q++)
+    if (g->stage_rank[q] == r)
+      need += (g->nf[q] - g->nb[q]) * greedy_b_growth(g, q);
+  return need <= lim + ZB_EPS * (1 + fabs(lim));
 }
 
 static void greedy_wake(greedy *g, rank_heap *h, int rank, double arrival) {

@@ -381,6 +381,44 @@ static zb_err k_sumsq(void *self, const float *x, size_t n, double *out, int *no
   LAUNCH("sumsq", out != NULL && nonfinite_out != NULL, zbk_sumsq(S(self), x, n, out, nonfinite_out));
 }
 
+/* ---- flash attention: zbk_attn_fwd / zbk_attn_bwd, no scratch ---- */
+
+/* A shape the launchers take (zbk_attn_ok: head dimensions up to 128), as
+ * zbk_attn; ZB_ERR_INVALID_ARG naming the op otherwise. */
+static zb_err attn_shape(const zb_attn *a, const void *p1, const void *p2, const char *op, zbk_attn *out,
+                         zb_diag *diag) {
+  if (!a || !p1 || !p2)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "cuda device: %s with a NULL argument", op);
+  *out = (zbk_attn){a->batch, a->t, a->heads, a->kv_heads, a->hd, a->ld, a->lo, a->scale};
+  if (!zbk_attn_ok(out))
+    return zb_diag_set(
+        diag, ZB_ERR_INVALID_ARG,
+        "cuda device: %s: bad shape (batch %d, t %d, heads %d on %d kv heads, head dim %d of at "
+        "most %d, ld %d, lo %d)",
+        op, a->batch, a->t, a->heads, a->kv_heads, a->hd, ZBK_ATTN_MAX_HD, a->ld, a->lo);
+  return ZB_OK;
+}
+
+static zb_err k_attn_fwd(void *self, const float *qkv, float *o, float *lse, const zb_attn *a,
+                         zb_diag *diag) {
+  zbk_attn k;
+  zb_err err = attn_shape(a, qkv, o && lse ? o : NULL, "attn_fwd", &k, diag);
+  if (!err)
+    err = cuda_enter(self, diag);
+  return err ? err : cuda_ok(self, diag, zbk_attn_fwd(S(self), qkv, o, lse, k), "zbk_attn_fwd");
+}
+
+static zb_err k_attn_bwd(void *self, const float *qkv, const float *o, const float *lse, const float *dout,
+                         float *dqkv, const zb_attn *a, zb_diag *diag) {
+  zbk_attn k;
+  zb_err err = attn_shape(a, qkv, o && lse && dout && dqkv ? o : NULL, "attn_bwd", &k, diag);
+  if (!err && dqkv == qkv)
+    err = cuda_bad_arg(diag, "attn_bwd", "dqkv must not be qkv");
+  if (!err)
+    err = cuda_enter(self, diag);
+  return err ? err : cuda_ok(self, diag, zbk_attn_bwd(S(self), qkv, o, lse, dout, dqkv, k), "zbk_attn_bwd");
+}
+
 /* ---- creation ---- */
 
 static void dev_destroy(void *self) {
@@ -401,6 +439,7 @@ static void dev_destroy(void *self) {
 static const zb_device_ops cuda_ops = {
     .name = ZB_DEVICE_CUDA,
     .attn_block = 256, /* fastest with the skip on an H200 at T = 1024 (zb_bench_gpu --attn-block) */
+    .attn_max_hd = ZBK_ATTN_MAX_HD,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .copy = dev_copy,
@@ -435,6 +474,8 @@ static const zb_device_ops cuda_ops = {
     .gelu_bwd_inplace = k_gelu_bwd_inplace,
     .softmax_causal = k_softmax_causal,
     .softmax_causal_bwd = k_softmax_causal_bwd,
+    .attn_fwd = k_attn_fwd,
+    .attn_bwd = k_attn_bwd,
     .xent_fwd = k_xent_fwd,
     .xent_bwd = k_xent_bwd,
     .adamw = k_adamw,

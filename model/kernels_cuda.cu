@@ -30,6 +30,7 @@
  * a negative count is cudaErrorInvalidValue (the device checks its
  * arguments first); a zero count launches nothing.
  */
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "zb_cuda_kernels.h"
@@ -41,6 +42,26 @@
 #define ZBK_COL_ROWS 128 /* a power of two: the tree halves it */
 #define ZBK_SUMSQ_THREADS 1024
 #define ZBK_TOK_GROUPS 256 /* a power of two: ids are grouped by their low bits */
+
+/* Flash attention's storage types, read and written as fp32 (below). At
+ * namespace scope: an unused specialization then draws no warning. */
+template <typename T> struct io;
+template <> struct io<float> {
+  static __device__ float ld(const float *p, size_t i) {
+    return p[i];
+  }
+  static __device__ void st(float *p, size_t i, float v) {
+    p[i] = v;
+  }
+};
+template <> struct io<__nv_bfloat16> {
+  static __device__ float ld(const __nv_bfloat16 *p, size_t i) {
+    return __bfloat162float(p[i]);
+  }
+  static __device__ void st(__nv_bfloat16 *p, size_t i, float v) {
+    p[i] = __float2bfloat16(v);
+  }
+};
 
 namespace {
 
@@ -449,6 +470,337 @@ cudaError_t launched(void) {
   return cudaGetLastError();
 }
 
+/* ---- flash attention (zb_cuda_kernels.h; docs/model.md, Flash attention
+ * (CUDA)) ----
+ * 256 threads as 16 x 16: thread (ty, tx) owns rows ty + 16 i and columns
+ * tx + 16 j of every tile and accumulator, so a row's 16 owners are one
+ * half-warp and its max and sum are shuffles within it. Tiles sit in
+ * dynamic shared memory with rows of D + 1 floats (no bank conflicts when
+ * 16 threads read 16 rows at one column); they are zero past the head
+ * dimension and past T, so padding adds zeros and no masked entry is ever
+ * NaN. Storage type T is read and written through io<T> and accumulated in
+ * fp32, so a bf16 variant is one more instantiation of the launch helpers.
+ * D (64 or 128) is the compiled head dimension; hd <= D is the real one. */
+
+#define AT_THREADS 256
+#define AT_BQ ZBK_ATTN_BQ
+#define AT_BK ZBK_ATTN_BK
+#define AT_BQB ZBK_ATTN_BQB
+
+__device__ float half_warp_max(float v) {
+  for (int o = 8; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ float half_warp_sum(float v) {
+  for (int o = 8; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* dst [R][D + 1] <- rows 0..n-1 of src (ld apart), columns 0..hd-1; zeros elsewhere. */
+template <typename T, int R, int D>
+__device__ void at_load(float *dst, const T *src, size_t ld, int n, int hd) {
+  for (int i = threadIdx.x; i < R * D; i += AT_THREADS) {
+    int r = i / D, c = i % D;
+    dst[r * (D + 1) + c] = r < n && c < hd ? io<T>::ld(src, (size_t)r * ld + (size_t)c) : 0.0f;
+  }
+}
+
+/* Row r of a [.][D + 1] tile dotted with row c of another. */
+template <int D> __device__ float at_dot(const float *x, int r, const float *y, int c) {
+  float s = 0.0f;
+#pragma unroll 16
+  for (int k = 0; k < D; k++)
+    s += x[r * (D + 1) + k] * y[c * (D + 1) + k];
+  return s;
+}
+
+template <int D> constexpr size_t at_fwd_smem() {
+  return ((size_t)(AT_BQ + AT_BK) * (D + 1) + (size_t)AT_BQ * (AT_BK + 1)) * sizeof(float);
+}
+
+/* One online-softmax step of a tile for the thread's rows: s (scores,
+ * -inf where masked) becomes P in ps; acc, m, l are rescaled and updated. */
+template <int D>
+__device__ void at_online(float (&s)[AT_BQ / 16][AT_BK / 16], float (&acc)[AT_BQ / 16][D / 16],
+                          float (&m)[AT_BQ / 16], float (&l)[AT_BQ / 16], float *ps, int ty, int tx) {
+#pragma unroll
+  for (int i = 0; i < AT_BQ / 16; i++) {
+    float mx = m[i];
+#pragma unroll
+    for (int j = 0; j < AT_BK / 16; j++)
+      mx = fmaxf(mx, s[i][j]);
+    mx = half_warp_max(mx);
+    float alpha = l[i] > 0.0f ? zbm_exp(m[i] - mx) : 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < AT_BK / 16; j++) {
+      float p = s[i][j] == -INFINITY ? 0.0f : zbm_exp(s[i][j] - mx);
+      ps[(ty + 16 * i) * (AT_BK + 1) + tx + 16 * j] = p;
+      sum += p;
+    }
+    l[i] = l[i] * alpha + half_warp_sum(sum);
+    m[i] = mx;
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+      acc[i][j] *= alpha;
+  }
+}
+
+/* Block (sequence b, query head h, query block qb, heaviest first): o and
+ * lse of its rows. Shared: q [BQ], k then v [BK], p [BQ][BK + 1]. */
+template <typename T, int D>
+__global__ void __launch_bounds__(AT_THREADS) attn_fwd_k(const T *qkv, T *o, float *lse, zbk_attn a) {
+  extern __shared__ float at_sm[];
+  float *qs = at_sm, *kv = qs + AT_BQ * (D + 1), *ps = kv + AT_BK * (D + 1);
+  int nqb = (a.t + AT_BQ - 1) / AT_BQ, ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  int qb = nqb - 1 - (int)(blockIdx.x % (unsigned)nqb), bh = (int)(blockIdx.x / (unsigned)nqb);
+  int h = bh % a.heads, b = bh / a.heads, kh = h / (a.heads / a.kv_heads);
+  int r0 = qb * AT_BQ, nr = min(AT_BQ, a.t - r0), end = r0 + nr;
+  size_t row0 = (size_t)b * a.t, ld = (size_t)a.ld;
+  const T *k = qkv + row0 * ld + (size_t)(a.heads + kh) * a.hd, *v = k + (size_t)a.kv_heads * a.hd;
+  at_load<T, AT_BQ, D>(qs, qkv + (row0 + r0) * ld + (size_t)h * a.hd, ld, nr, a.hd);
+  float acc[AT_BQ / 16][D / 16] = {}, m[AT_BQ / 16], l[AT_BQ / 16], s[AT_BQ / 16][AT_BK / 16];
+  for (int i = 0; i < AT_BQ / 16; i++)
+    m[i] = -INFINITY, l[i] = 0.0f;
+  for (int c0 = 0; c0 < end; c0 += AT_BK) {
+    int nc = min(AT_BK, a.t - c0);
+    __syncthreads(); /* the last tile's readers of kv and ps are done */
+    at_load<T, AT_BK, D>(kv, k + (size_t)c0 * ld, ld, nc, a.hd);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < AT_BQ / 16; i++)
+#pragma unroll
+      for (int j = 0; j < AT_BK / 16; j++) {
+        int r = r0 + ty + 16 * i, c = c0 + tx + 16 * j; /* key c visible to row r: c <= r, c < T */
+        s[i][j] = c <= r && c < a.t ? at_dot<D>(qs, ty + 16 * i, kv, tx + 16 * j) * a.scale : -INFINITY;
+      }
+    at_online<D>(s, acc, m, l, ps, ty, tx);
+    __syncthreads(); /* K read, P written */
+    at_load<T, AT_BK, D>(kv, v + (size_t)c0 * ld, ld, nc, a.hd);
+    __syncthreads();
+    for (int kk = 0; kk < nc; kk++)
+#pragma unroll
+      for (int i = 0; i < AT_BQ / 16; i++) {
+        float p = ps[(ty + 16 * i) * (AT_BK + 1) + kk];
+#pragma unroll
+        for (int j = 0; j < D / 16; j++)
+          acc[i][j] += p * kv[kk * (D + 1) + tx + 16 * j];
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < AT_BQ / 16; i++) {
+    int r = ty + 16 * i;
+    if (r >= nr)
+      continue;
+    float inv = 1.0f / l[i];
+    size_t at = (row0 + r0 + r) * (size_t)a.lo + (size_t)h * a.hd;
+#pragma unroll
+    for (int j = 0; j < D / 16; j++)
+      if (tx + 16 * j < a.hd)
+        io<T>::st(o, at + tx + 16 * j, acc[i][j] * inv);
+    if (tx == 0)
+      lse[((size_t)b * a.heads + h) * a.t + r0 + r] = m[i] + logf(l[i]);
+  }
+}
+
+/* B's shared memory: k, v [BK]; q, dO [BQB]; p, dS [BQB][BK + 1]; lse, D [BQB]. */
+template <int D> struct at_bwd_sm {
+  float *ks, *vs, *qs, *dos, *ps, *dss, *lse, *dd;
+  __device__ explicit at_bwd_sm(float *sm) {
+    ks = sm;
+    vs = ks + AT_BK * (D + 1);
+    qs = vs + AT_BK * (D + 1);
+    dos = qs + AT_BQB * (D + 1);
+    ps = dos + AT_BQB * (D + 1);
+    dss = ps + AT_BQB * (AT_BK + 1);
+    lse = dss + AT_BQB * (AT_BK + 1);
+    dd = lse + AT_BQB;
+  }
+};
+
+template <int D> constexpr size_t at_bwd_smem() {
+  return ((size_t)2 * (AT_BK + AT_BQB) * (D + 1) + (size_t)2 * AT_BQB * (AT_BK + 1) + 2 * AT_BQB) *
+         sizeof(float);
+}
+
+/* Loads query head h's rows [q0, q0 + BQB) of q and dO, their lse and
+ * D = rowsum(dO o O); ends with a barrier. */
+template <typename T, int D>
+__device__ void at_bwd_rows(const at_bwd_sm<D> &x, const T *qkv, const T *o, const float *lse, const T *dout,
+                            const zbk_attn &a, int b, int h, int q0) {
+  int nq = min(AT_BQB, a.t - q0), ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  size_t row = (size_t)b * a.t + q0, lo = (size_t)a.lo, hc = (size_t)h * a.hd;
+  __syncthreads(); /* the last tile's readers are done */
+  at_load<T, AT_BQB, D>(x.qs, qkv + row * a.ld + hc, (size_t)a.ld, nq, a.hd);
+  at_load<T, AT_BQB, D>(x.dos, dout + row * lo + hc, lo, nq, a.hd);
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < AT_BQB / 16; i++) {
+    int r = ty + 16 * i;
+    float part = 0.0f;
+    for (int c = tx; c < a.hd && r < nq; c += 16)
+      part += x.dos[r * (D + 1) + c] * io<T>::ld(o, (row + r) * lo + hc + c);
+    part = half_warp_sum(part);
+    if (tx == 0) {
+      x.dd[r] = r < nq ? part : 0.0f;
+      x.lse[r] = r < nq ? lse[((size_t)b * a.heads + h) * a.t + q0 + r] : 0.0f;
+    }
+  }
+  __syncthreads();
+}
+
+/* P and dS of the loaded query rows [q0, ...) against the loaded keys
+ * [c0, ...), into ps and dss; ends with a barrier. */
+template <int D> __device__ void at_bwd_ds(const at_bwd_sm<D> &x, const zbk_attn &a, int q0, int c0) {
+  int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+#pragma unroll
+  for (int i = 0; i < AT_BQB / 16; i++)
+#pragma unroll
+    for (int j = 0; j < AT_BK / 16; j++) {
+      int qi = ty + 16 * i, kj = tx + 16 * j, r = q0 + qi, c = c0 + kj;
+      float p = 0.0f, dp = 0.0f;
+      if (c <= r && r < a.t && c < a.t) {
+        p = zbm_exp(at_dot<D>(x.qs, qi, x.ks, kj) * a.scale - x.lse[qi]);
+        dp = at_dot<D>(x.dos, qi, x.vs, kj);
+      }
+      x.ps[qi * (AT_BK + 1) + kj] = p;
+      x.dss[qi * (AT_BK + 1) + kj] = zbm_softmax_bwd(p, dp, x.dd[qi]);
+    }
+  __syncthreads();
+}
+
+/* A key block: dK, dV of key/value head kh's keys [c0, c0 + BK) over its
+ * group's query heads and the query tiles from c0 on. */
+template <typename T, int D>
+__device__ void at_bwd_kv(const at_bwd_sm<D> &x, const T *qkv, const T *o, const float *lse, const T *dout,
+                          T *dqkv, const zbk_attn &a, unsigned idx) {
+  int nkb = (a.t + AT_BK - 1) / AT_BK, ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  int kb = (int)(idx % (unsigned)nkb), bk = (int)(idx / (unsigned)nkb), kh = bk % a.kv_heads,
+      b = bk / a.kv_heads;
+  int c0 = kb * AT_BK, nk = min(AT_BK, a.t - c0), g = a.heads / a.kv_heads;
+  size_t ld = (size_t)a.ld, krow = ((size_t)b * a.t + c0) * ld, kc = (size_t)(a.heads + kh) * a.hd,
+         vc = kc + (size_t)a.kv_heads * a.hd;
+  at_load<T, AT_BK, D>(x.ks, qkv + krow + kc, ld, nk, a.hd);
+  at_load<T, AT_BK, D>(x.vs, qkv + krow + vc, ld, nk, a.hd);
+  float dk[AT_BK / 16][D / 16] = {}, dv[AT_BK / 16][D / 16] = {};
+  for (int h = kh * g; h < (kh + 1) * g; h++)
+    for (int q0 = c0; q0 < a.t; q0 += AT_BQB) {
+      at_bwd_rows<T, D>(x, qkv, o, lse, dout, a, b, h, q0);
+      at_bwd_ds<D>(x, a, q0, c0);
+      for (int qq = 0; qq < min(AT_BQB, a.t - q0); qq++)
+#pragma unroll
+        for (int i = 0; i < AT_BK / 16; i++) {
+          float p = x.ps[qq * (AT_BK + 1) + ty + 16 * i], ds = x.dss[qq * (AT_BK + 1) + ty + 16 * i];
+#pragma unroll
+          for (int j = 0; j < D / 16; j++) {
+            dv[i][j] += p * x.dos[qq * (D + 1) + tx + 16 * j];
+            dk[i][j] += ds * x.qs[qq * (D + 1) + tx + 16 * j];
+          }
+        }
+    }
+#pragma unroll
+  for (int i = 0; i < AT_BK / 16; i++)
+    if (ty + 16 * i < nk)
+#pragma unroll
+      for (int j = 0; j < D / 16; j++)
+        if (tx + 16 * j < a.hd) {
+          size_t at = krow + (size_t)(ty + 16 * i) * ld + (size_t)(tx + 16 * j);
+          io<T>::st(dqkv, at + kc, dk[i][j] * a.scale);
+          io<T>::st(dqkv, at + vc, dv[i][j]);
+        }
+}
+
+/* A query block (heaviest first): dQ of query head h's rows [q0, q0 + BQB)
+ * over the key tiles up to its last row. */
+template <typename T, int D>
+__device__ void at_bwd_q(const at_bwd_sm<D> &x, const T *qkv, const T *o, const float *lse, const T *dout,
+                         T *dqkv, const zbk_attn &a, unsigned idx) {
+  int nqb = (a.t + AT_BQB - 1) / AT_BQB, ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  int qb = nqb - 1 - (int)(idx % (unsigned)nqb), bh = (int)(idx / (unsigned)nqb), h = bh % a.heads,
+      b = bh / a.heads, kh = h / (a.heads / a.kv_heads);
+  int q0 = qb * AT_BQB, nq = min(AT_BQB, a.t - q0);
+  size_t ld = (size_t)a.ld, seq = (size_t)b * a.t * ld, kc = (size_t)(a.heads + kh) * a.hd,
+         vc = kc + (size_t)a.kv_heads * a.hd;
+  float dq[AT_BQB / 16][D / 16] = {};
+  at_bwd_rows<T, D>(x, qkv, o, lse, dout, a, b, h, q0);
+  for (int c0 = 0; c0 < q0 + nq; c0 += AT_BK) {
+    int nk = min(AT_BK, a.t - c0);
+    __syncthreads(); /* the last tile's readers of ks, vs, dss are done */
+    at_load<T, AT_BK, D>(x.ks, qkv + seq + (size_t)c0 * ld + kc, ld, nk, a.hd);
+    at_load<T, AT_BK, D>(x.vs, qkv + seq + (size_t)c0 * ld + vc, ld, nk, a.hd);
+    __syncthreads();
+    at_bwd_ds<D>(x, a, q0, c0);
+    for (int kk = 0; kk < nk; kk++)
+#pragma unroll
+      for (int i = 0; i < AT_BQB / 16; i++) {
+        float ds = x.dss[(ty + 16 * i) * (AT_BK + 1) + kk];
+#pragma unroll
+        for (int j = 0; j < D / 16; j++)
+          dq[i][j] += ds * x.ks[kk * (D + 1) + tx + 16 * j];
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < AT_BQB / 16; i++)
+    if (ty + 16 * i < nq)
+#pragma unroll
+      for (int j = 0; j < D / 16; j++)
+        if (tx + 16 * j < a.hd)
+          io<T>::st(dqkv, seq + (size_t)(q0 + ty + 16 * i) * ld + (size_t)h * a.hd + tx + 16 * j,
+                    dq[i][j] * a.scale);
+}
+
+/* One launch, two kinds of blocks: the first kv_blocks are key blocks,
+ * the rest query blocks. They read only inputs and write disjoint columns
+ * of dqkv, so they need no order between them. */
+template <typename T, int D>
+__global__ void __launch_bounds__(AT_THREADS)
+    attn_bwd_k(const T *qkv, const T *o, const float *lse, const T *dout, T *dqkv, zbk_attn a,
+               unsigned kv_blocks) {
+  extern __shared__ float at_sm[];
+  at_bwd_sm<D> x(at_sm);
+  if (blockIdx.x < kv_blocks)
+    at_bwd_kv<T, D>(x, qkv, o, lse, dout, dqkv, a, blockIdx.x);
+  else
+    at_bwd_q<T, D>(x, qkv, o, lse, dout, dqkv, a, blockIdx.x - kv_blocks);
+}
+
+/* Blocks of `rows` rows per (sequence, head) of `heads` heads; 0 when the
+ * grid would not fit. */
+size_t at_blocks(const zbk_attn &a, int heads, int rows) {
+  size_t n = (size_t)a.batch * (size_t)heads * (size_t)((a.t + rows - 1) / rows);
+  return n > 0x7fffffffu ? 0 : n;
+}
+
+template <typename T, int D>
+cudaError_t at_fwd_launch(cudaStream_t s, const T *qkv, T *o, float *lse, zbk_attn a) {
+  size_t blocks = at_blocks(a, a.heads, AT_BQ), smem = at_fwd_smem<D>();
+  if (blocks == 0)
+    return cudaErrorInvalidValue;
+  /* over 48 KiB of shared memory needs the opt-in, per device: set every launch */
+  cudaError_t e =
+      cudaFuncSetAttribute(attn_fwd_k<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess)
+    return e;
+  attn_fwd_k<T, D><<<(unsigned)blocks, AT_THREADS, smem, s>>>(qkv, o, lse, a);
+  return launched();
+}
+
+template <typename T, int D>
+cudaError_t at_bwd_launch(cudaStream_t s, const T *qkv, const T *o, const float *lse, const T *dout, T *dqkv,
+                          zbk_attn a) {
+  size_t kv = at_blocks(a, a.kv_heads, AT_BK), q = at_blocks(a, a.heads, AT_BQB), smem = at_bwd_smem<D>();
+  if (kv == 0 || q == 0 || kv + q > 0x7fffffffu)
+    return cudaErrorInvalidValue;
+  cudaError_t e =
+      cudaFuncSetAttribute(attn_bwd_k<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess)
+    return e;
+  attn_bwd_k<T, D><<<(unsigned)(kv + q), AT_THREADS, smem, s>>>(qkv, o, lse, dout, dqkv, a, (unsigned)kv);
+  return launched();
+}
+
 } // namespace
 
 /* ---- launchers ---- */
@@ -674,6 +1026,23 @@ cudaError_t zbk_sumsq(cudaStream_t s, const float *x, size_t n, double *out, int
   }
   sumsq_k<<<1, ZBK_SUMSQ_THREADS, 0, s>>>(x, n, out, nonfinite);
   return launched();
+}
+
+/* Head dimensions up to 64 run the D = 64 kernels, up to 128 the D = 128
+ * ones (zero-padded columns past hd). */
+cudaError_t zbk_attn_fwd(cudaStream_t s, const float *qkv, float *o, float *lse, zbk_attn a) {
+  if (!zbk_attn_ok(&a))
+    return cudaErrorInvalidValue;
+  return a.hd <= 64 ? at_fwd_launch<float, 64>(s, qkv, o, lse, a)
+                    : at_fwd_launch<float, 128>(s, qkv, o, lse, a);
+}
+
+cudaError_t zbk_attn_bwd(cudaStream_t s, const float *qkv, const float *o, const float *lse,
+                         const float *dout, float *dqkv, zbk_attn a) {
+  if (!zbk_attn_ok(&a))
+    return cudaErrorInvalidValue;
+  return a.hd <= 64 ? at_bwd_launch<float, 64>(s, qkv, o, lse, dout, dqkv, a)
+                    : at_bwd_launch<float, 128>(s, qkv, o, lse, dout, dqkv, a);
 }
 
 } // extern "C"

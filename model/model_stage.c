@@ -327,7 +327,9 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
   st->host = strcmp(st->dev->ops->name, ZB_DEVICE_HOST) == 0;
   int block = c.attn_block > 0 ? c.attn_block : st->dev->ops->attn_block;
   st->attn_block = c.attn_full || c.seq_len < block ? c.seq_len : block;
-  st->flash = st->dev->ops->attn_fwd && st->dev->ops->attn_bwd && !c.attn_full && !c.attn_unfused;
+  const zb_device_ops *ops = st->dev->ops;
+  st->flash = ops->attn_fwd && ops->attn_bwd && !c.attn_full && !c.attn_unfused &&
+              (ops->attn_max_hd == 0 || st->arch.head_dim <= ops->attn_max_hd);
   model_begin(st);
   build_tensors(st);
   alloc_workspace(st);

@@ -63,6 +63,46 @@ cudaError_t zbk_scale(cudaStream_t s, float *x, float alpha, size_t n);
 /* *out = sum x^2 (double), *nonfinite = any x not finite (0 or 1); both overwritten */
 cudaError_t zbk_sumsq(cudaStream_t s, const float *x, size_t n, double *out, int *nonfinite);
 
+/* ---- causal flash attention (docs/model.md, Flash attention (CUDA)) ----
+ * zb_device.h's attn_fwd / attn_bwd: the same shape (zbk_attn mirrors
+ * zb_attn field for field, so this header needs no device header) and the
+ * same meaning. One launch each, no scratch memory (tiles live in shared
+ * memory), no atomics: every output element has one writer, so two runs
+ * agree bit for bit. Head dimensions up to ZBK_ATTN_MAX_HD.
+ * Tiles, which the stand-in's twins (tests/standin/attn_standin.c) follow:
+ *   F: a block per (sequence, query head, ZBK_ATTN_BQ query rows) walks
+ *      key tiles of ZBK_ATTN_BK up to its last row with an online softmax;
+ *   B: a block per (sequence, key/value head, ZBK_ATTN_BK keys) sums dK and
+ *      dV over its group's query heads and the ZBK_ATTN_BQB-row query tiles
+ *      that see its keys; a block per (sequence, query head, ZBK_ATTN_BQB
+ *      query rows) sums dQ over its key tiles. Both kinds run in the one
+ *      launch; each recomputes P = e^(S - lse) and D = rowsum(dO o O). */
+#define ZBK_ATTN_MAX_HD 128
+#define ZBK_ATTN_BQ 64
+#define ZBK_ATTN_BK 64
+#define ZBK_ATTN_BQB 32
+
+typedef struct zbk_attn {
+  int batch, t, heads, kv_heads, hd, ld, lo;
+  float scale;
+} zbk_attn;
+
+/* A shape both launchers take: positive sizes, heads in whole groups, hd
+ * up to ZBK_ATTN_MAX_HD, rows wide enough. */
+static inline int zbk_attn_ok(const zbk_attn *a) {
+  return a->batch >= 1 && a->t >= 1 && a->heads >= 1 && a->kv_heads >= 1 && a->heads % a->kv_heads == 0 &&
+         a->hd >= 1 && a->hd <= ZBK_ATTN_MAX_HD &&
+         (long long)a->ld >= (long long)(a->heads + 2 * a->kv_heads) * a->hd &&
+         (long long)a->lo >= (long long)a->heads * a->hd;
+}
+
+/* o [batch t, lo] and lse [batch, heads, t] from qkv. */
+cudaError_t zbk_attn_fwd(cudaStream_t s, const float *qkv, float *o, float *lse, zbk_attn a);
+/* dqkv (laid out as qkv; every q | k | v column written, the rows'
+ * padding left alone; must not overlap qkv) from qkv, o, lse and dout. */
+cudaError_t zbk_attn_bwd(cudaStream_t s, const float *qkv, const float *o, const float *lse,
+                         const float *dout, float *dqkv, zbk_attn a);
+
 #ifdef __cplusplus
 }
 #endif

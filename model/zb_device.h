@@ -104,6 +104,9 @@ typedef struct zb_device_ops {
    * this device's GEMMs: small blocks skip more of the masked triangle,
    * large ones make fewer, larger products (docs/model.md, Devices). */
   int attn_block;
+  /* The largest head dimension attn_fwd / attn_bwd take (0: any); the
+   * model keeps the unfused attention above it. */
+  int attn_max_hd;
 
   /* ---- memory ---- */
   zb_err (*alloc)(void *self, size_t bytes, void **out, zb_diag *diag);

@@ -13,7 +13,7 @@ dest=${2:?DEST}
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/stubs"
 progs=(daemon/zb-coordinator worker/zb-worker client/zbctl tools/zb-gradcheck bench/zb_bench_gpu
-  tests/test_device_ops tests/test_step_device tests/test_model_hf_cuda)
+  tests/test_device_ops tests/test_flash_cuda tests/test_step_device tests/test_model_hf_cuda)
 for p in "${progs[@]}"; do
   [[ -x $build/$p ]] || { echo "pack_gpu_checks: $build/$p missing (a CUDA build: -DZB_CUDA=ON)" >&2; exit 1; }
   cp "$build/$p" "$dest/bin/"

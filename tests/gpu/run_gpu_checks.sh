@@ -3,7 +3,7 @@
 # in one run, for a machine with a GPU but without this project's build
 # dependencies (a lent device machine): every program comes prebuilt in
 # BIN_DIR (zb-coordinator, zb-worker, zbctl, zb-gradcheck, zb_bench_gpu,
-# test_device_ops, test_step_device, test_model_hf_cuda, from a CUDA build), the service tests'
+# test_device_ops, test_flash_cuda, test_step_device, test_model_hf_cuda, from a CUDA build), the service tests'
 # Python stubs in STUBS_DIR (py/ and py-health/, as the build tree's
 # tests/service/ holds them), shared libraries the machine lacks in
 # BIN_DIR/../lib (tests/gpu/pack_gpu_checks.sh gathers all three from a
@@ -11,7 +11,9 @@
 # programs.
 #
 # Runs, each with a time limit, logging to OUT_DIR/NAME.log:
-#   device_ops    every device op on the real runtime against the host;
+#   device_ops    every device op on the real runtime against the host
+#                 (flash attention up to T = 1024 included);
+#   flash_memory  flash attention's allocator peak against the unfused one's;
 #   step_device   the optimizer step on the device against the host step;
 #   model_hf      GPT-2 and LLaMA on the device against transformers'
 #                 loss and gradients (tests/data/hf);
@@ -48,6 +50,7 @@ check() { # check NAME LIMIT_S CMD...
 }
 
 check device_ops 60 "$bin/test_device_ops"
+check flash_memory 60 "$bin/test_flash_cuda"
 check step_device 60 "$bin/test_step_device"
 check model_hf 120 env ZB_TEST_DATA_DIR="$here/../data" "$bin/test_model_hf_cuda"
 check service 330 env ZB_CUDA_REAL=1 PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \

@@ -152,6 +152,27 @@ static void test_limits_honoured_and_monotone(void) {
       }
 }
 
+/* B that grows memory (flash attention's profile, docs/model.md: M_B > 0,
+ * W frees the rest): the costs are accepted and zb-auto still keeps every
+ * rank's running peak, B included, within the limit. */
+static void test_b_growing_memory(void) {
+  static const double units[] = {1.5, 2, 3};
+  for (int p = 2; p <= 8; p += 3)
+    for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
+      zb_costs *c = make_costs(SET_UNEVEN, p, units[k] * p);
+      for (int st = 0; st < p; st++)
+        c->m_b[st] = 0.3 * c->m_f[st], c->m_w[st] = -1.3 * c->m_f[st];
+      CHECK(zb_costs_check(c, NULL) == ZB_OK);
+      zb_sim_result *a = plan_and_simulate(ZB_FAMILY_ZB_AUTO, p, 3 * p, c, ZB_OBJ_MAKESPAN, true);
+      zb_costs_free(c);
+      CHECK_MSG(a != NULL, "zb-auto p=%d at %gp with M_B > 0 failed", p, units[k]);
+      for (int r = 0; a && r < p; r++)
+        CHECK_MSG(a->peak_memory_units[r] <= units[k] * p + 1e-9, "rank %d peak %g over %gp", r,
+                  a->peak_memory_units[r], units[k]);
+      zb_sim_result_free(a);
+    }
+}
+
 /* Below one microbatch's M_F nothing fits: a clear refusal. */
 static void test_infeasible_limit_refused(void) {
   zb_costs *c = make_costs(SET_UNEVEN, 4, 0.9);
@@ -186,4 +207,4 @@ static void test_deterministic(void) {
 }
 
 ZBT_MAIN(ZBT(test_never_worse_makespan), ZBT(test_never_worse_span), ZBT(test_limits_honoured_and_monotone),
-         ZBT(test_infeasible_limit_refused), ZBT(test_deterministic))
+         ZBT(test_b_growing_memory), ZBT(test_infeasible_limit_refused), ZBT(test_deterministic))

@@ -3,6 +3,8 @@
  * rows; h = 3, 64, 129 columns; t = 1, 5, 17 positions; v = 5, 256; batched
  * GEMMs with transposes, leading dimensions wider than the rows, batch
  * strides, head-like column blocks, alpha and beta other than 1 and 0.
+ * Flash attention at T = 1 to 1024 (across its tiles), one head, head
+ * dimensions 8 to 128 (80 too), grouped-query attention, padded rows.
  *
  * The rule: an output element passes when
  *     |got - want| <= 1e-5 * max(|want|, 1),
@@ -523,6 +525,32 @@ static void test_softmax(ctx *c, int t, int count) {
   free(hd);
 }
 
+/* Flash attention (attn_fwd, attn_bwd; docs/model.md, Flash attention
+ * (CUDA)) against the host's: o, lse and dqkv, whose rows' padding (random
+ * on both) must come back as it went. */
+static void test_attention(ctx *c, int batch, int t, int heads, int kv_heads, int hd) {
+  zb_attn a = {.batch = batch, .t = t, .heads = heads, .kv_heads = kv_heads, .hd = hd};
+  a.ld = (heads + 2 * kv_heads) * hd + 3;
+  a.lo = heads * hd + 1;
+  a.scale = 1.0f / sqrtf((float)hd);
+  size_t rows = (size_t)batch * t, nq = rows * a.ld, no = rows * a.lo, nl = rows * heads;
+  float *hq = rand_floats(c, nq, 2.0f), *hd_ = rand_floats(c, no, 1.0f), *hx = rand_floats(c, nq, 1.0f);
+  float *ho = rand_floats(c, no, 1.0f), *hl = rand_floats(c, nl, 1.0f);
+  dbuf q = up(c, hq, nq * 4), d = up(c, hd_, no * 4), dq = up(c, hx, nq * 4), o = up(c, ho, no * 4),
+       l = up(c, hl, nl * 4);
+  char desc[80];
+  snprintf(desc, sizeof desc, "b%d t%d heads %d/%d hd%d", batch, t, heads, kv_heads, hd);
+  ON_BOTH(c, "attn_fwd", dv->ops->attn_fwd(dv->self, q.p[i], o.p[i], l.p[i], &a, DIAG));
+  cmp(c, "attn_fwd o", &o, no, desc);
+  cmp(c, "attn_fwd lse", &l, nl, desc);
+  ON_BOTH(c, "attn_bwd", dv->ops->attn_bwd(dv->self, q.p[i], o.p[i], l.p[i], d.p[i], dq.p[i], &a, DIAG));
+  cmp(c, "attn_bwd dqkv", &dq, nq, desc);
+  dbuf *all[] = {&q, &d, &dq, &o, &l};
+  for (int k = 0; k < 5; k++)
+    release(c, all[k]);
+  free(hq), free(hd_), free(hx), free(ho), free(hl);
+}
+
 static void test_xent(ctx *c, int n, int v) {
   size_t len = (size_t)n * v;
   float *hl = rand_floats(c, len, 6.0f);
@@ -741,6 +769,11 @@ static void run_all(ctx *c) {
   for (int a = 0; a < COUNT(NS); a++)
     for (int v = 0; v < COUNT(VS); v++)
       test_xent(c, NS[a], VS[v]);
+  /* batch, t, heads, kv_heads, hd: T across the 64-key and 32-query tiles, one head, 80, GQA, T = 1024 */
+  static const int attn[][5] = {{1, 1, 1, 1, 8},    {2, 17, 1, 1, 80}, {1, 130, 4, 2, 64},
+                                {2, 70, 4, 1, 128}, {3, 33, 3, 1, 12}, {1, 1024, 2, 1, 128}};
+  for (int i = 0; i < COUNT(attn); i++)
+    test_attention(c, attn[i][0], attn[i][1], attn[i][2], attn[i][3], attn[i][4]);
   static const size_t lens[] = {1, 7, 33 * 129, 100003};
   for (int i = 0; i < COUNT(lens); i++) {
     test_adamw_sumsq(c, lens[i], false);

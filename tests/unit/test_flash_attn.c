@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "attn_ref.h"
 #include "zb_alloc.h"
 #include "zb_device.h"
 #include "zb_model.h"
@@ -24,88 +25,6 @@
 
 #define FLASH_TOL 2e-6
 #define PAD_VALUE 12345.0f
-
-/* The reference's results, in double: o [rows, lo], lse [batch, heads, t],
- * dqkv laid out as qkv. */
-typedef struct ref_out {
-  double *o, *lse, *dqkv;
-} ref_out;
-
-/* One query row i of head h of sequence b: probabilities p[0..i] and
- * lse, from q, k in double. */
-static double ref_probs(const float *qkv, const zb_attn *a, int b, int h, int i, double *p) {
-  int g = a->heads / a->kv_heads, d = a->hd;
-  const float *q = qkv + ((size_t)b * a->t + i) * a->ld + (size_t)h * d;
-  double mx = -INFINITY;
-  for (int j = 0; j <= i; j++) {
-    const float *k = qkv + ((size_t)b * a->t + j) * a->ld + (size_t)(a->heads + h / g) * d;
-    double s = 0;
-    for (int c = 0; c < d; c++)
-      s += (double)q[c] * k[c];
-    p[j] = s * a->scale;
-    mx = p[j] > mx ? p[j] : mx;
-  }
-  double sum = 0;
-  for (int j = 0; j <= i; j++)
-    sum += exp(p[j] - mx);
-  for (int j = 0; j <= i; j++)
-    p[j] = exp(p[j] - mx) / sum;
-  return mx + log(sum);
-}
-
-/* F and B of one query row in double, accumulating dK and dV. */
-static void ref_row(const float *qkv, const float *dout, const zb_attn *a, int b, int h, int i, double *p,
-                    double *dp, ref_out *r) {
-  int g = a->heads / a->kv_heads, d = a->hd, kh = h / g;
-  size_t qi = ((size_t)b * a->t + i) * a->ld + (size_t)h * d,
-         oi = ((size_t)b * a->t + i) * a->lo + (size_t)h * d;
-  r->lse[((size_t)b * a->heads + h) * a->t + i] = ref_probs(qkv, a, b, h, i, p);
-  double dd = 0;
-  for (int j = 0; j <= i; j++) {
-    size_t vj = ((size_t)b * a->t + j) * a->ld + (size_t)(a->heads + a->kv_heads + kh) * d;
-    dp[j] = 0;
-    for (int c = 0; c < d; c++) {
-      r->o[oi + c] += p[j] * qkv[vj + c];
-      dp[j] += (double)dout[oi + c] * qkv[vj + c];
-      r->dqkv[vj + c] += p[j] * dout[oi + c];
-    }
-    dd += p[j] * dp[j];
-  }
-  for (int j = 0; j <= i; j++) {
-    size_t kj = ((size_t)b * a->t + j) * a->ld + (size_t)(a->heads + kh) * d;
-    double ds = p[j] * (dp[j] - dd) * a->scale;
-    for (int c = 0; c < d; c++) {
-      r->dqkv[qi + c] += ds * qkv[kj + c];
-      r->dqkv[kj + c] += ds * qkv[qi + c];
-    }
-  }
-}
-
-static void reference(const float *qkv, const float *dout, const zb_attn *a, ref_out *r) {
-  size_t rows = (size_t)a->batch * a->t;
-  r->o = zb_calloc(rows * a->lo, sizeof(double));
-  r->lse = zb_calloc(rows * a->heads, sizeof(double));
-  r->dqkv = zb_calloc(rows * a->ld, sizeof(double));
-  double *p = zb_malloc((size_t)a->t * sizeof(double)), *dp = zb_malloc((size_t)a->t * sizeof(double));
-  for (int b = 0; b < a->batch; b++)
-    for (int h = 0; h < a->heads; h++)
-      for (int i = 0; i < a->t; i++)
-        ref_row(qkv, dout, a, b, h, i, p, dp, r);
-  free(p);
-  free(dp);
-}
-
-/* ||x - ref|| / ||ref|| over `cols` columns from `col` of rows rows ld apart. */
-static double rel_err(const float *x, const double *ref, size_t rows, int ld, int col, int cols) {
-  double num = 0, den = 0;
-  for (size_t r = 0; r < rows; r++)
-    for (int c = col; c < col + cols; c++) {
-      double e = (double)x[r * ld + c] - ref[r * ld + c];
-      num += e * e;
-      den += ref[r * ld + c] * ref[r * ld + c];
-    }
-  return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 
 /* Entries of rows from column `from` to ld still PAD_VALUE. */
 static int pad_intact(const float *x, size_t rows, int ld, int from) {
@@ -132,13 +51,13 @@ static void check_shape(zb_device *dev, zb_attn a, int k) {
   }
   CHECK(dev->ops->attn_fwd(dev->self, qkv, o, lse, &a, NULL) == ZB_OK);
   CHECK(dev->ops->attn_bwd(dev->self, qkv, o, lse, dout, dqkv, &a, NULL) == ZB_OK);
+  ref_attn ra = {a.batch, a.t, a.heads, a.kv_heads, a.hd, a.ld, a.lo, a.scale};
   ref_out r;
-  reference(qkv, dout, &a, &r);
-  double e[5] = {rel_err(o, r.o, rows, a.lo, 0, lo), rel_err(lse, r.lse, rows * a.heads, 1, 0, 1),
-                 rel_err(dqkv, r.dqkv, rows, a.ld, 0, lo),
-                 rel_err(dqkv, r.dqkv, rows, a.ld, lo, a.kv_heads * a.hd),
-                 rel_err(dqkv, r.dqkv, rows, a.ld, lo + a.kv_heads * a.hd, a.kv_heads * a.hd)};
-  static const char *const names[5] = {"o", "lse", "dQ", "dK", "dV"};
+  ref_attn_run(qkv, dout, &ra, &r);
+  CHECK(r.o && r.lse && r.dqkv);
+  double e[5];
+  ref_errors(o, lse, dqkv, &r, &ra, e);
+  static const char *const names[5] = REF_NAMES;
   for (int i = 0; i < 5; i++)
     CHECK_MSG(e[i] <= FLASH_TOL, "shape %d (batch %d, t %d, heads %d on %d, hd %d): %s off by %.3g", k,
               a.batch, a.t, a.heads, a.kv_heads, a.hd, names[i], e[i]);
@@ -146,9 +65,7 @@ static void check_shape(zb_device *dev, zb_attn a, int k) {
             "shape %d: the kernels wrote into the rows' padding", k);
   printf("    batch %d t %3d heads %d/%d hd %3d: o %.1e lse %.1e dQ %.1e dK %.1e dV %.1e\n", a.batch, a.t,
          a.heads, a.kv_heads, a.hd, e[0], e[1], e[2], e[3], e[4]);
-  free(r.o);
-  free(r.lse);
-  free(r.dqkv);
+  ref_attn_free(&r);
   free(qkv);
   free(dqkv);
   free(o);

@@ -323,7 +323,7 @@ static bool costs_refused(int what, const char *needle1, const char *needle2) {
   case 0: c->t_b[2] = -1; break;
   case 1: c->t_f[1] = NAN; break;
   case 2: c->t_comm = -0.25; break;
-  case 3: c->m_b[3] = 0.25, c->m_w[3] = -0.75; break; /* sums to zero, wrong sign */
+  case 3: c->m_b[3] = -0.75, c->m_w[3] = 0.25; break; /* sums to zero, W grows memory */
   case 4: c->m_f[0] = -0.5, c->m_b[0] = 0.25, c->m_w[0] = 0.25; break;
   case 5: c->m_w[1] = -0.5; break; /* M_F + M_B + M_W = -0.25 */
   case 6: c->mem_limit = INFINITY; break;
@@ -343,7 +343,7 @@ static void test_costs_check_refusals(void) {
   CHECK(costs_refused(0, "T_B", "stage 2"));
   CHECK(costs_refused(1, "T_F", "stage 1"));
   CHECK(costs_refused(2, "T_comm", ">= 0"));
-  CHECK(costs_refused(3, "stage 3", "M_B <= 0"));
+  CHECK(costs_refused(3, "stage 3", "M_W <= 0"));
   CHECK(costs_refused(4, "stage 0", "M_F >= 0"));
   CHECK(costs_refused(5, "stage 1", "sum to zero"));
   CHECK(costs_refused(6, "memory limit", "finite"));
