@@ -47,6 +47,42 @@ _Noreturn void gpu_die(const char *what, const zb_diag *diag) {
   exit(1);
 }
 
+void gpu_record(zb_device *dev, zb_device_event *e) {
+  zb_diag d = {{0}};
+  if (dev->ops->event_record(dev->self, e, &d))
+    gpu_die("event_record", &d);
+}
+
+double gpu_elapsed_s(zb_device *dev, zb_device_event *a, zb_device_event *b) {
+  zb_diag d = {{0}};
+  float ms = 0;
+  if (dev->ops->event_elapsed_ms(dev->self, a, b, &ms, &d))
+    gpu_die("event_elapsed_ms", &d);
+  return ms * 1e-3;
+}
+
+void gpu_sync(zb_device *dev) {
+  zb_diag d = {{0}};
+  if (dev->ops->sync(dev->self, &d))
+    gpu_die("sync", &d);
+}
+
+zb_device_event *gpu_event(zb_device *dev) {
+  zb_diag d = {{0}};
+  zb_device_event *e;
+  if (dev->ops->event_new(dev->self, &e, &d))
+    gpu_die("event_new", &d);
+  return e;
+}
+
+bool gpu_section_on(const gpu_opts *o, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = o->sections; (p = strstr(p, name)) != NULL; p += n)
+    if ((p == o->sections || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+      return true;
+  return false;
+}
+
 int gpu_count(void) {
   zb_device_info info;
   int n = 0;
@@ -177,27 +213,57 @@ static void bench_gemms(zb_device *dev, const gpu_opts *o) {
   dev->ops->free(dev->self, c);
 }
 
+static const char *const section_names[] = {"model", "nccl", "pipeline", "mfu", "flash", "syncs"};
+
+/* 0 when every name in o->sections is a section's, else 2 after saying which is not. */
+static int check_sections(const gpu_opts *o) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", o->sections);
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    size_t i = 0;
+    while (i < sizeof section_names / sizeof *section_names && strcmp(t, section_names[i]) != 0)
+      i++;
+    if (i == sizeof section_names / sizeof *section_names)
+      return fprintf(stderr,
+                     "zb_bench_gpu: --sections: no section '%s' (model, nccl, pipeline, mfu, flash, syncs)\n",
+                     t),
+             2;
+  }
+  return 0;
+}
+
+static int parse_precision(const char *s, gpu_opts *o) {
+  static const char *const names[] = {"fp32", "tf32", "bf16"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s, names[i]) == 0) {
+      o->precision = (zb_precision)i;
+      return 0;
+    }
+  return fprintf(stderr, "zb_bench_gpu: --precision takes fp32, tf32 or bf16\n"), 2;
+}
+
 static int parse(int argc, char **argv, gpu_opts *o) {
   static const struct option lo[] = {
-      {"gpu", 1, 0, 'g'},    {"hidden", 1, 0, 'h'}, {"heads", 1, 0, 'a'},        {"seq", 1, 0, 's'},
-      {"batch", 1, 0, 'b'},  {"vocab", 1, 0, 'v'},  {"reps", 1, 0, 'r'},         {"precision", 1, 0, 'p'},
-      {"layers", 1, 0, 'l'}, {"shapes", 0, 0, 'S'}, {"nccl-max-mib", 1, 0, 'n'}, {"attn-block", 1, 0, 'k'},
-      {0, 0, 0, 0}};
+      {"gpu", 1, 0, 'g'},        {"hidden", 1, 0, 'h'},       {"heads", 1, 0, 'a'},
+      {"seq", 1, 0, 's'},        {"batch", 1, 0, 'b'},        {"vocab", 1, 0, 'v'},
+      {"reps", 1, 0, 'r'},       {"precision", 1, 0, 'p'},    {"layers", 1, 0, 'l'},
+      {"shapes", 0, 0, 'S'},     {"nccl-max-mib", 1, 0, 'n'}, {"attn-block", 1, 0, 'k'},
+      {"mfu-layers", 1, 0, 'L'}, {"mfu-batch", 1, 0, 'B'},    {"mfu-seq", 1, 0, 'T'},
+      {"mfu-heads", 1, 0, 'H'},  {"sections", 1, 0, 'x'},     {0, 0, 0, 0}};
+  static const char fields[] = "ghasbvrlnkLBTH";
   int c, li = 0;
   while ((c = getopt_long(argc, argv, "", lo, &li)) != -1) {
     if (c == 'S') {
       o->shapes = true;
       continue;
     }
+    if (c == 'x') {
+      o->sections = optarg;
+      continue;
+    }
     if (c == 'p') {
-      if (strcmp(optarg, "fp32") == 0)
-        o->precision = ZB_PRECISION_FP32;
-      else if (strcmp(optarg, "tf32") == 0)
-        o->precision = ZB_PRECISION_TF32;
-      else if (strcmp(optarg, "bf16") == 0)
-        o->precision = ZB_PRECISION_BF16;
-      else
-        return fprintf(stderr, "zb_bench_gpu: --precision takes fp32, tf32 or bf16\n"), 2;
+      if (parse_precision(optarg, o))
+        return 2;
       continue;
     }
     if (c == '?')
@@ -206,15 +272,32 @@ static int parse(int argc, char **argv, gpu_opts *o) {
     long v = strtol(optarg, &end, 10);
     if (*end || v < (c == 'g' ? 0 : 1) || v > (1 << 20))
       return fprintf(stderr, "zb_bench_gpu: bad number '%s' for --%s\n", optarg, lo[li].name), 2;
-    int *f[] = {&o->gpu,   &o->hidden, &o->heads,  &o->seq,          &o->batch,
-                &o->vocab, &o->reps,   &o->layers, &o->nccl_max_mib, &o->attn_block};
-    *f[strchr("ghasbvrlnk", c) - "ghasbvrlnk"] = (int)v;
+    int *f[] = {&o->gpu,        &o->hidden,    &o->heads,   &o->seq,          &o->batch,
+                &o->vocab,      &o->reps,      &o->layers,  &o->nccl_max_mib, &o->attn_block,
+                &o->mfu_layers, &o->mfu_batch, &o->mfu_seq, &o->mfu_heads};
+    *f[strchr(fields, c) - fields] = (int)v;
   }
   if (optind < argc || o->hidden % o->heads)
     return fprintf(stderr, "zb_bench_gpu: %s\n",
                    optind < argc ? "unexpected argument" : "--heads must divide --hidden"),
            2;
-  return 0;
+  return check_sections(o);
+}
+
+/* A CUDA device on GPU o->gpu: 0, or ZB_ERR_UNSUPPORTED's message in why
+ * when there is none; exits 1 on another failure. */
+static zb_device *open_device(const gpu_opts *o, char *why, size_t len) {
+  zb_device *dev = NULL;
+  zb_diag diag = {{0}};
+  zb_cuda_device_config cfg = {.ordinal = o->gpu, .precision = o->precision};
+  zb_err err = zb_device_cuda_new(&cfg, &dev, &diag);
+  if (err == ZB_ERR_UNSUPPORTED) {
+    snprintf(why, len, "%s", diag.msg);
+    return NULL;
+  }
+  if (err)
+    gpu_die("zb_device_cuda_new", &diag);
+  return dev;
 }
 
 int main(int argc, char **argv) {
@@ -227,20 +310,20 @@ int main(int argc, char **argv) {
                 .layers = 2,
                 .reps = 20,
                 .nccl_max_mib = 256,
-                .precision = ZB_PRECISION_FP32};
+                .precision = ZB_PRECISION_FP32,
+                .mfu_layers = 4,
+                .mfu_batch = 4,
+                .mfu_seq = 1024,
+                .sections = "model,nccl,pipeline,mfu,flash,syncs"};
   int rc = parse(argc, argv, &o);
   if (rc)
     return rc;
-  zb_device *dev;
-  zb_diag diag = {{0}};
-  zb_cuda_device_config cfg = {.ordinal = o.gpu, .precision = o.precision};
-  zb_err err = zb_device_cuda_new(&cfg, &dev, &diag);
-  if (err == ZB_ERR_UNSUPPORTED) {
-    printf("zb_bench_gpu: no CUDA device (%s); nothing to measure\n", diag.msg);
+  char why[256];
+  zb_device *dev = open_device(&o, why, sizeof why);
+  if (!dev) {
+    printf("zb_bench_gpu: no CUDA device (%s); nothing to measure\n", why);
     return 0;
   }
-  if (err)
-    gpu_die("zb_device_cuda_new", &diag);
   zb_device_info info;
   dev->ops->info(dev->self, &info);
   int n_gpus = gpu_count();
@@ -250,12 +333,27 @@ int main(int argc, char **argv) {
     printf("stand-in: this is the CPU stand-in of CUDA, cuBLAS and NCCL (a test build); its timings mean "
            "nothing\n");
   printf("\n");
-  gpu_block_times block;
-  gpu_bench_model(dev, &o, &block);
+  gpu_block_times block = {1e-3, 1e-3, 1e-3}; /* the prediction's op times when section 1 does not run */
+  if (gpu_section_on(&o, "model"))
+    gpu_bench_model(dev, &o, &block);
   if (o.shapes)
     bench_gemms(dev, &o);
   zb_device_free(dev); /* the next sections make one device per rank */
-  gpu_bench_nccl(&o, n_gpus);
-  gpu_bench_pipeline(&o, n_gpus, &block);
+  if (gpu_section_on(&o, "nccl"))
+    gpu_bench_nccl(&o, n_gpus);
+  if (gpu_section_on(&o, "pipeline"))
+    gpu_bench_pipeline(&o, n_gpus, &block);
+  dev = open_device(&o, why, sizeof why); /* sections 4-6 on GPU --gpu again, from a fresh allocator */
+  if (!dev) {
+    printf("zb_bench_gpu: GPU %d is gone (%s)\n", o.gpu, why);
+    return 1;
+  }
+  if (gpu_section_on(&o, "mfu"))
+    gpu_bench_mfu(dev, &o);
+  if (gpu_section_on(&o, "flash"))
+    gpu_bench_flash(dev, &o);
+  if (gpu_section_on(&o, "syncs"))
+    gpu_bench_syncs(dev, &o);
+  zb_device_free(dev);
   return 0;
 }

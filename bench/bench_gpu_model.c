@@ -42,33 +42,40 @@ typedef struct stage_run {
   bool last;
 } stage_run;
 
-static void stage_open(zb_device *dev, const gpu_opts *o, int stage, stage_run *r) {
-  zb_model_config cfg = {.vocab = o->vocab,
-                         .hidden = o->hidden,
-                         .heads = o->heads,
-                         .layers = 3 * o->layers, /* the middle one of three stages holds o->layers blocks */
-                         .seq_len = o->seq,
-                         .batch = o->batch,
-                         .seed = 1,
-                         .device = dev,
-                         .attn_block = o->attn_block,
-                         /* the unfused attention: its products are cuBLAS's, so the replay covers the op
-                            (flash attention issues none; docs/model.md, Flash attention (CUDA)) */
-                         .attn_unfused = 1};
+/* The builtin model of the bench's shapes, three stages of o->layers
+ * blocks each, on dev. */
+static zb_model_config builtin_config(zb_device *dev, const gpu_opts *o) {
+  return (zb_model_config){.vocab = o->vocab,
+                           .hidden = o->hidden,
+                           .heads = o->heads,
+                           .layers =
+                               3 * o->layers, /* the middle one of three stages holds o->layers blocks */
+                           .seq_len = o->seq,
+                           .batch = o->batch,
+                           .seed = 1,
+                           .device = dev,
+                           .attn_block = o->attn_block,
+                           /* the unfused attention: its products are cuBLAS's, so the replay covers the op
+                              (flash attention issues none; docs/model.md, Flash attention (CUDA)) */
+                           .attn_unfused = 1};
+}
+
+static void stage_open(const zb_model_config *cfg, int stage, stage_run *r) {
   zb_diag d = {{0}};
   memset(r, 0, sizeof *r);
-  r->dev = dev;
-  if (zb_model_stage_new(&cfg, stage, 3, &r->st, &d) != ZB_OK)
+  r->dev = cfg->device;
+  if (zb_model_stage_new(cfg, stage, 3, &r->st, &d) != ZB_OK)
     gpu_die("zb_model_stage_new", &d);
-  size_t na = zb_model_act_numel(r->st), nt = (size_t)o->batch * o->seq;
+  int vocab = zb_model_stage_config(r->st)->vocab;
+  size_t na = zb_model_act_numel(r->st), nt = (size_t)cfg->batch * cfg->seq_len;
   r->last = zb_model_stage_is_last(r->st);
-  r->x = gpu_dev_floats(dev, na);
-  r->y = gpu_dev_floats(dev, na);
-  r->dy = gpu_dev_floats(dev, na);
-  r->dx = gpu_dev_floats(dev, na);
+  r->x = gpu_dev_floats(r->dev, na);
+  r->y = gpu_dev_floats(r->dev, na);
+  r->dy = gpu_dev_floats(r->dev, na);
+  r->dx = gpu_dev_floats(r->dev, na);
   r->targets = zb_malloc(nt * sizeof *r->targets);
   for (size_t i = 0; i < nt; i++)
-    r->targets[i] = (int32_t)((i * 7) % (size_t)o->vocab);
+    r->targets[i] = (int32_t)((i * 7) % (size_t)vocab);
 }
 
 static void stage_close(stage_run *r) {
@@ -95,26 +102,6 @@ static void stage_op(stage_run *r, int op) {
     gpu_die(op == OP_F ? "F" : op == OP_B ? "B" : "W", &d);
 }
 
-static void record(zb_device *dev, zb_device_event *e) {
-  zb_diag d = {{0}};
-  if (dev->ops->event_record(dev->self, e, &d))
-    gpu_die("event_record", &d);
-}
-
-static double elapsed_s(zb_device *dev, zb_device_event *a, zb_device_event *b) {
-  zb_diag d = {{0}};
-  float ms = 0;
-  if (dev->ops->event_elapsed_ms(dev->self, a, b, &ms, &d))
-    gpu_die("event_elapsed_ms", &d);
-  return ms * 1e-3;
-}
-
-static void dev_sync(zb_device *dev) {
-  zb_diag d = {{0}};
-  if (dev->ops->sync(dev->self, &d))
-    gpu_die("sync", &d);
-}
-
 /* One traced round: trace[op] gets op's products; returns their counts. */
 static void trace_round(stage_run *r, zb_model_gemm *trace[N_OPS], int n[N_OPS]) {
   zb_model_trace_gemms(r->st, trace[OP_F], TRACE_CAP);
@@ -124,7 +111,7 @@ static void trace_round(stage_run *r, zb_model_gemm *trace[N_OPS], int n[N_OPS])
   n[OP_B] = zb_model_trace_gemms(r->st, trace[OP_W], TRACE_CAP);
   stage_op(r, OP_W);
   n[OP_W] = zb_model_trace_gemms(r->st, NULL, 0);
-  dev_sync(r->dev);
+  gpu_sync(r->dev);
   for (int op = 0; op < N_OPS; op++)
     if (n[op] > TRACE_CAP) {
       zb_diag d;
@@ -144,14 +131,14 @@ static void time_ops(stage_run *r, int reps, double best[N_OPS]) {
   for (int op = 0; op < N_OPS; op++)
     best[op] = 1e30;
   for (int rep = 0; rep < reps; rep++) {
-    record(dev, e[0]);
+    gpu_record(dev, e[0]);
     for (int op = 0; op < N_OPS; op++) {
       stage_op(r, op);
-      record(dev, e[op + 1]);
+      gpu_record(dev, e[op + 1]);
     }
-    dev_sync(dev);
+    gpu_sync(dev);
     for (int op = 0; op < N_OPS; op++) {
-      double s = elapsed_s(dev, e[op], e[op + 1]);
+      double s = gpu_elapsed_s(dev, e[op], e[op + 1]);
       best[op] = s < best[op] ? s : best[op];
     }
   }
@@ -227,11 +214,11 @@ static void time_replays(zb_device *dev, zb_model_gemm *trace[N_OPS], const int 
     best[op] = 1e30;
     replay_enqueue(dev, trace[op], n[op], &rb); /* warm-up */
     for (int rep = 0; rep < reps; rep++) {
-      record(dev, e0);
+      gpu_record(dev, e0);
       replay_enqueue(dev, trace[op], n[op], &rb);
-      record(dev, e1);
-      dev_sync(dev);
-      double s = elapsed_s(dev, e0, e1);
+      gpu_record(dev, e1);
+      gpu_sync(dev);
+      double s = gpu_elapsed_s(dev, e0, e1);
       best[op] = s < best[op] ? s : best[op];
     }
   }
@@ -256,7 +243,8 @@ static double trace_flops(const zb_model_gemm *g, int n, int *calls) {
 static void bench_stage(zb_device *dev, const gpu_opts *o, int stage, double t[N_OPS]) {
   static const char *const kinds[] = {"first", "middle", "last"}, *const ops[] = {"F", "B", "W"};
   stage_run r;
-  stage_open(dev, o, stage, &r);
+  zb_model_config cfg = builtin_config(dev, o);
+  stage_open(&cfg, stage, &r);
   zb_model_gemm *trace[N_OPS];
   int n[N_OPS];
   for (int op = 0; op < N_OPS; op++)
@@ -273,6 +261,16 @@ static void bench_stage(zb_device *dev, const gpu_opts *o, int stage, double t[N
            100.0 * replay[op] / t[op]);
     free(trace[op]);
   }
+  stage_close(&r);
+}
+
+void gpu_time_stage(const zb_model_config *cfg, int stage, int reps, double best[3]) {
+  stage_run r;
+  stage_open(cfg, stage, &r);
+  for (int op = 0; op < N_OPS; op++) /* warm-up: cuBLAS loads its kernels, the allocator fills its cache */
+    stage_op(&r, op);
+  gpu_sync(r.dev);
+  time_ops(&r, reps, best);
   stage_close(&r);
 }
 

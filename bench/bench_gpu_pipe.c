@@ -257,4 +257,5 @@ void gpu_bench_pipeline(const gpu_opts *o, int n_gpus, const gpu_block_times *bl
   }
   for (int i = 0; i < 2; i++)
     zb_planner_result_free(&pl[i]);
+  printf("\n");
 }
