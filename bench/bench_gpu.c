@@ -6,9 +6,12 @@
  *   zb_bench_gpu [--gpu 0] [--hidden 1024] [--heads 16] [--seq 1024]
  *                [--batch 8] [--vocab 256] [--layers 2] [--reps 20]
  *                [--precision fp32|tf32|bf16] [--nccl-max-mib 256] [--shapes]
- *                [--attn-block N]
+ *                [--attn-block N] [--mfu-layers 2] [--mfu-batch 4]
+ *                [--mfu-seq 1024] [--mfu-heads N]
+ *                [--sections model,nccl,pipeline,mfu,flash,syncs]
  *
- * Sections (bench_gpu.h names the files):
+ * Sections (bench_gpu.h names the files; --sections picks some, in this
+ * order whatever the list's):
  *   1. F, B and W of one model stage (a middle and a last one of --layers
  *      blocks, one microbatch of batch x seq tokens) on GPU --gpu, timed
  *      with the device's events, best of --reps after a traced warm-up,
@@ -21,6 +24,21 @@
  *      predicted by libzb's simulator from section 1's op times, and, with
  *      two GPUs or more, measured by running each rank's lowered list with
  *      the worker's executor over the cuda backend and the nccl transport.
+ *      Without section 1 it predicts from 1 ms per op.
+ *   4. MFU: F, B and W of a middle stage of --mfu-layers blocks of a GPT-2
+ *      124M-shaped and a LLaMA-shaped (hidden 4096, GQA 32/8, SwiGLU 14336)
+ *      model, --mfu-batch sequences of --mfu-seq tokens; model FLOPs per
+ *      op, TFLOP/s, and MFU against the device's dense peak for the
+ *      precision where the device is in the table (H100/H200 SXM, A100),
+ *      else "peak unknown". --mfu-heads N scales the width down (N heads
+ *      of the same head dimension).
+ *   5. Flash attention (the device's attn_fwd / attn_bwd) beside the
+ *      unfused products and softmax at batch, heads, seq: causal TFLOP/s,
+ *      the allocator's peak bytes, and how far the two agree; "not on this
+ *      device" where the device has none.
+ *   6. Host syncs per iteration of one rank holding all 4 stages of a
+ *      small job (the cuda backend, the loss read, the device optimizer
+ *      step) for m = 4, 8, 16, and whether the count is constant in m.
  *   --attn-block N sets the query rows per causal attention block (default:
  *   the device's choice, zb_device_ops.attn_block).
  *   --shapes adds a table of every product shape of one layer through the
@@ -311,7 +329,7 @@ int main(int argc, char **argv) {
                 .reps = 20,
                 .nccl_max_mib = 256,
                 .precision = ZB_PRECISION_FP32,
-                .mfu_layers = 4,
+                .mfu_layers = 2,
                 .mfu_batch = 4,
                 .mfu_seq = 1024,
                 .sections = "model,nccl,pipeline,mfu,flash,syncs"};

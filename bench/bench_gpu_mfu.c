@@ -40,12 +40,12 @@
 #include "zb_arch.h"
 #include "zb_arch_hf.h"
 
-/* Dense (no 2:4 sparsity) peak TFLOP/s from NVIDIA's datasheets (sources
- * in docs/model.md, zb_bench_gpu): the H100 SXM datasheet gives BF16
- * 1,979, TF32 989 (both "with sparsity", halved here) and FP32 67, and the
- * H200 SXM the same compute; the A100 datasheet gives BF16 312, TF32 156
- * and FP32 19.5 dense (SXM and PCIe alike). H100 and H200 PCIe and NVL
- * boards are slower and not in the table. */
+/* Dense (no 2:4 sparsity) peak TFLOP/s from NVIDIA's datasheets
+ * (docs/model.md, The GPU benchmark, names them): the H100 SXM datasheet
+ * gives BF16 1,979 and TF32 989 (both "with sparsity", halved here) and
+ * FP32 67, and the H200 SXM has the same compute; the A100 datasheet
+ * gives BF16 312, TF32 156 and FP32 19.5 dense (SXM and PCIe alike). H100
+ * and H200 PCIe and NVL boards are slower and not in the table. */
 static const struct peak {
   const char *match;
   bool sxm_only;    /* names with "PCIe" or "NVL" are other boards */
