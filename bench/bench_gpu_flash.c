@@ -25,7 +25,8 @@
  * unfused value.
  *
  * Where the device has no flash attention (its attn_fwd or attn_bwd is
- * NULL) the section says so and measures nothing.
+ * NULL, or the head dimension is over its attn_max_hd) the section says
+ * so and measures nothing.
  *
  * Ownership: everything is allocated and freed here. Threads: the caller's.
  * Errors: exit 1 through gpu_die.
@@ -321,6 +322,11 @@ void gpu_bench_flash(zb_device *dev, const gpu_opts *o) {
          gpu_precision_name(o->precision), o->batch, o->heads, hd, o->seq, o->reps);
   if (!dev->ops->attn_fwd || !dev->ops->attn_bwd) {
     printf("flash attention: not on this device (%s: no attn_fwd / attn_bwd)\n\n", dev->ops->name);
+    return;
+  }
+  if (dev->ops->attn_max_hd > 0 && hd > dev->ops->attn_max_hd) {
+    printf("flash attention: not on this device at head dim %d (%s: at most %d)\n\n", hd, dev->ops->name,
+           dev->ops->attn_max_hd);
     return;
   }
   printf("   FLOPs as a causal kernel needs them: T(T+1)/2 entries per head, 2 products in F, 4 in B; peak: "

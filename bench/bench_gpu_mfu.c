@@ -14,7 +14,9 @@
  * the stand-in's smoke run. The stage is the middle one of three of
  * --mfu-layers blocks each, one microbatch of --mfu-batch sequences of
  * --mfu-seq tokens; F, B and W are timed as in section 1 (device events,
- * best of --reps after a warm-up round; gpu_time_stage).
+ * best of --reps after a warm-up round; gpu_time_stage), with attention
+ * as a job runs it: flash attention where the device has it for the head
+ * dimension, else the causal skip.
  *
  * Model FLOPs (what MFU counts; not what the kernels issue): per block,
  * 2 N P for the linear layers' products in F, again in B (input

@@ -76,7 +76,8 @@ done
 # unfused F and B with causal FLOPs 2 hd T(T+1) heads batch = 2*16*16*17*2*2
 # in F and twice that in B; the unfused path's peaks are exactly O + P in F
 # (32 tokens x 32 + 2 x 2 x 16 x 16 floats) and that + dP + dQKV (32 x 96)
-# in B; flash F holds at least O and the log-sum-exps (2 x 2 x 16); the
+# in B; flash F holds at least O and the log-sum-exps (2 x 2 x 16), and
+# flash's F and B peaks are below the unfused ones (no T x T buffer); the
 # two paths agree to 1e-4.
 if ! grep -q "^flash attention: not on this device" <<<"$out"; then
   ff=$((2 * 16 * 16 * 17 * 2 * 2))
@@ -89,6 +90,7 @@ if ! grep -q "^flash attention: not on this device" <<<"$out"; then
       pk=$(awk '{print $6}' <<<"$row")
       [[ $path == flash || $pk -eq ${upk[$op]} ]] || fail "unfused $op peak $pk bytes, expected ${upk[$op]}"
       [[ $path == unfused || $op == B || $pk -ge $(((32 * 32 + 2 * 2 * 16) * 4)) ]] || fail "flash F peak $pk below O + L"
+      [[ $path == unfused || $pk -lt ${upk[$op]} ]] || fail "flash $op peak $pk bytes, not below the unfused ${upk[$op]}"
     done
   done
   diffs=$(sed -nE 's/^   flash against unfused: O differs by ([^,]+), dQ\|dK\|dV by ([^ ]+) .*/\1 \2/p' <<<"$out")
