@@ -248,6 +248,12 @@ static cublasStatus_t gemm_submit(cublasHandle_t h, gemm_job g, const float *alp
         !range_ok(g.b, brows, g.tb == CUBLAS_OP_N ? g.n : g.k, g.ldb, g.sb, g.batch, g.api, "B"))) ||
       !range_ok(g.c, g.m, g.n, g.ldc, g.sc, g.batch, g.api, "C"))
     return CUBLAS_STATUS_INVALID_VALUE;
+  /* the stream thread works through the views (standin.h); A and B unread need none */
+  g.a = read_ab ? standin_view(g.a, 0, g.api) : NULL;
+  g.b = read_ab ? standin_view(g.b, 0, g.api) : NULL;
+  g.c = standin_view(g.c, 0, g.api);
+  if ((read_ab && (!g.a || !g.b)) || !g.c)
+    return CUBLAS_STATUS_INVALID_VALUE;
   gemm_job *j = malloc(sizeof *j);
   if (!j)
     return CUBLAS_STATUS_ALLOC_FAILED;

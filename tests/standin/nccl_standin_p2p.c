@@ -221,13 +221,14 @@ static ncclResult_t p2p_post(bool is_send, void *buf, size_t count, ncclDataType
     return ncclsi_error(NULL, ncclInvalidArgument, "%s: datatype %d is not an NCCL datatype", fn, (int)dt);
   char what[64];
   snprintf(what, sizeof what, "%s %s", fn, is_send ? "sendbuff" : "recvbuff");
-  if (count > 0 && standin_check_device(buf, count * sz, what) != cudaSuccess)
+  void *view = count > 0 ? standin_view(buf, count * sz, what) : NULL; /* what the item reads or writes */
+  if (count > 0 && !view)
     return ncclsi_error(NULL, ncclInvalidArgument, "%s", standin_last_error());
   if (g_n == g_cap) {
     g_cap = g_cap ? 2 * g_cap : 16;
     g_ops = realloc(g_ops, sizeof *g_ops * (size_t)g_cap);
   }
-  g_ops[g_n++] = (p2p_op){is_send, buf, count, dt, peer, comm, stream};
+  g_ops[g_n++] = (p2p_op){is_send, view, count, dt, peer, comm, stream};
   return g_depth > 0 ? ncclSuccess : group_flush();
 }
 
