@@ -52,6 +52,8 @@ static bool handle_ok(cublasHandle_t h, const char *what) {
 }
 
 cublasStatus_t CUBLASWINAPI cublasCreate(cublasHandle_t *handle) {
+  if (standin_inject("cublasCreate", STANDIN_SITE))
+    return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!handle)
     return CUBLAS_STATUS_INVALID_VALUE;
   struct cublasContext *c = calloc(1, sizeof *c);
@@ -88,6 +90,8 @@ cublasStatus_t CUBLASWINAPI cublasDestroy(cublasHandle_t handle) {
 }
 
 cublasStatus_t CUBLASWINAPI cublasSetStream(cublasHandle_t handle, cudaStream_t streamId) {
+  if (standin_inject("cublasSetStream", STANDIN_SITE))
+    return CUBLAS_STATUS_INTERNAL_ERROR;
   if (!handle_ok(handle, "cublasSetStream"))
     return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = streamId;
@@ -104,6 +108,8 @@ cublasStatus_t CUBLASWINAPI cublasGetStream(cublasHandle_t handle, cudaStream_t 
 }
 
 cublasStatus_t CUBLASWINAPI cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (standin_inject("cublasSetMathMode", STANDIN_SITE))
+    return CUBLAS_STATUS_INTERNAL_ERROR;
   if (!handle_ok(handle, "cublasSetMathMode"))
     return CUBLAS_STATUS_NOT_INITIALIZED;
   unsigned base = (unsigned)mode & ~(unsigned)CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
@@ -220,6 +226,8 @@ static bool op_ok(cublasOperation_t op) {
 static cublasStatus_t gemm_submit(cublasHandle_t h, gemm_job g, const float *alpha, const float *beta) {
   if (!handle_ok(h, g.api))
     return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (standin_inject(g.api, NULL))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
   int arows = g.ta == CUBLAS_OP_N ? g.m : g.k, brows = g.tb == CUBLAS_OP_N ? g.k : g.n;
   const char *bad = !op_ok(g.ta) || !op_ok(g.tb)    ? "unknown cublasOperation_t"
                     : g.m < 0 || g.n < 0 || g.k < 0 ? "negative m, n or k"

@@ -308,10 +308,14 @@ static cudaError_t alloc_kind(void **out, size_t size, mem_kind kind, const char
 }
 
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  if (standin_inject("cudaMalloc", STANDIN_SITE))
+    return standin_set_last(cudaErrorMemoryAllocation);
   return alloc_kind(devPtr, size, MEM_DEVICE, "cudaMalloc");
 }
 
 cudaError_t cudaMallocHost(void **ptr, size_t size) {
+  if (standin_inject("cudaMallocHost", STANDIN_SITE))
+    return standin_set_last(cudaErrorMemoryAllocation);
   return alloc_kind(ptr, size, MEM_PINNED, "cudaMallocHost");
 }
 
@@ -511,6 +515,8 @@ static cudaError_t copy_async(void *dst, const void *src, size_t count, cudaStre
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t s) {
+  if (standin_inject("cudaMemcpyAsync", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = check_copy(dst, count, src, count, kind, "cudaMemcpyAsync");
@@ -520,6 +526,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+  if (standin_inject("cudaMemcpy", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = check_copy(dst, count, src, count, kind, "cudaMemcpy");
@@ -532,6 +540,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                               size_t height, enum cudaMemcpyKind kind, cudaStream_t s) {
+  if (standin_inject("cudaMemcpy2DAsync", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (width > dpitch || width > spitch) {
     standin_error("cudaMemcpy2DAsync: width %zu exceeds a pitch (dpitch %zu, spitch %zu)", width, dpitch,
                   spitch);
@@ -551,6 +561,8 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
 }
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t s) {
+  if (standin_inject("cudaMemsetAsync", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = standin_check_device(p, count, "cudaMemsetAsync");
@@ -561,6 +573,8 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t s) {
 
 /* Asynchronous with respect to the host for device memory, as in CUDA. */
 cudaError_t cudaMemset(void *p, int value, size_t count) {
+  if (standin_inject("cudaMemset", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = standin_check_device(p, count, "cudaMemset");

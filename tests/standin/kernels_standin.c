@@ -115,6 +115,10 @@ static cudaError_t launch(cudaStream_t s, standin_fn fn, const kjob *k) {
   if (!j)
     return standin_set_last(cudaErrorMemoryAllocation);
   *j = *k;
+  if (standin_inject(k->name, NULL)) { /* as a launch that cannot run: the launcher's status says so */
+    free(j);
+    return standin_set_last(cudaErrorLaunchOutOfResources);
+  }
   if (!launch_views(j)) {
     free(j);
     return standin_set_last(cudaErrorInvalidValue);

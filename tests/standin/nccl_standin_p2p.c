@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "nccl_standin.h"
-#include "standin.h"
+#include "standin_internal.h"
 
 typedef struct p2p_op {
   bool is_send;
@@ -190,6 +190,12 @@ ncclResult_t ncclGroupStart(void) {
 }
 
 ncclResult_t ncclGroupEnd(void) {
+  if (standin_inject("ncclGroupEnd", STANDIN_SITE)) {
+    g_depth = g_n = g_cap = 0; /* the group is gone, as after NCCL's failed ncclGroupEnd */
+    free(g_ops);
+    g_ops = NULL;
+    return ncclsi_error(NULL, ncclSystemError, "ncclGroupEnd: injected failure");
+  }
   if (g_depth == 0)
     return ncclsi_error(NULL, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--g_depth > 0)
@@ -234,10 +240,14 @@ static ncclResult_t p2p_post(bool is_send, void *buf, size_t count, ncclDataType
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
+  if (standin_inject("ncclSend", STANDIN_SITE))
+    return ncclsi_error(NULL, ncclSystemError, "ncclSend: injected failure");
   return p2p_post(true, (void *)(uintptr_t)sendbuff, count, datatype, peer, comm, stream);
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
+  if (standin_inject("ncclRecv", STANDIN_SITE))
+    return ncclsi_error(NULL, ncclSystemError, "ncclRecv: injected failure");
   return p2p_post(false, recvbuff, count, datatype, peer, comm, stream);
 }

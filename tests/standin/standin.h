@@ -82,6 +82,14 @@ void standin_set_delay_us(unsigned us);
 /* True: this process runs on the stand-in (for tests and logs). */
 bool standin_is_active(void);
 
+/* Error injection (standin_fail.c has the knobs ZB_STANDIN_FAIL,
+ * ZB_STANDIN_FAIL_SITE and ZB_STANDIN_SITES). standin_fail_set replaces
+ * ZB_STANDIN_FAIL's rules ("api:N,..."; NULL or "" for none) and forgets
+ * what fired; standin_fail_fired names the api whose injected failure
+ * fired, NULL when none did. */
+void standin_fail_set(const char *spec);
+const char *standin_fail_fired(void);
+
 /* The name the stand-in's device reports (cudaGetDeviceProperties). */
 #define STANDIN_DEVICE_NAME "zb CPU stand-in (not a GPU)"
 
