@@ -20,7 +20,9 @@
  * bytes of the free blocks. Reusing a block at once is safe because every
  * op runs on the one stream, in order: whatever used the block before is
  * queued ahead of whatever uses it next. When cudaMalloc runs out, the free
- * blocks go back to CUDA and the request is tried once more.
+ * blocks go back to CUDA and the request is tried once more. On the CPU
+ * stand-in the allocator is exact instead (device_cuda_alloc.c): no
+ * caching, so the stand-in names a use after free or an overrun of a block.
  *
  * Threads: one thread at a time (zb_device.h); each call makes the device
  * current on the calling thread first, so the thread may change between
@@ -551,6 +553,7 @@ zb_err zb_device_cuda_new(const zb_cuda_device_config *cfg, zb_device **out, zb_
   d->ordinal = cfg->ordinal;
   d->precision = cfg->precision;
   d->info = info;
+  d->exact = info.standin; /* the stand-in's range checks then see every block (docs/model.md) */
   if ((err = cuda_dev_start(d, diag))) {
     dev_destroy(d);
     free(dev);

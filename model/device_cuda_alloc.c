@@ -1,6 +1,13 @@
 /* device_cuda_alloc.c — the CUDA device's caching allocator
  * (device_cuda.c has the contract: size classes, free lists, exact
- * current and peak bytes, and why reusing a block at once is safe). */
+ * current and peak bytes, and why reusing a block at once is safe).
+ *
+ * Exact mode (d->exact, on when the device is the CPU stand-in): every
+ * block is its own cudaMalloc of exactly the bytes asked for and every free
+ * is a cudaFree, which waits for the device, so freeing stays stream-ordered.
+ * A freed block is then freed to the stand-in too, and its range checks
+ * name a use after free or a read one element past a block, which a cached,
+ * rounded-up block would hide (docs/model.md, The CPU stand-in). */
 #include <cuda_runtime.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -92,11 +99,11 @@ zb_err cuda_alloc(void *self, size_t bytes, void **out, zb_diag *diag) {
   zb_err err = cuda_enter(d, diag);
   if (err)
     return err;
-  int cls;
-  size_t size = size_class(bytes, &cls);
+  int cls = 0;
+  size_t size = d->exact ? (bytes ? bytes : 1) : size_class(bytes, &cls);
   void *p = NULL;
-  free_list *fl = &d->free[cls];
-  if (fl->n > 0) {
+  free_list *fl = d->exact ? NULL : &d->free[cls];
+  if (fl && fl->n > 0) {
     p = fl->p[--fl->n];
     d->mem.cached -= (int64_t)size;
   } else {
@@ -132,6 +139,11 @@ void cuda_free(void *self, void *p) {
     /* a caller's bug; poisoning makes the next call report it */
     cuda_fail(d, NULL, ZB_ERR_INVALID_ARG, "cuda device %d: free of %p, which this device did not hand out",
               d->ordinal, p);
+    return;
+  }
+  if (d->exact) { /* cudaFree waits for the device: nothing queued still uses p */
+    d->mem.current -= (int64_t)b.asked;
+    cuda_ok(d, NULL, cudaFree(p), "cudaFree"); /* an error poisons: the next call reports it */
     return;
   }
   int cls;

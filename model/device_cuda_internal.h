@@ -7,6 +7,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <stdbool.h>
 
 #include "zb_device.h"
 
@@ -31,6 +32,7 @@ typedef struct cuda_dev {
   zb_err err; /* poisoned when not ZB_OK */
   char err_msg[256];
   zb_device_info info;
+  bool exact;       /* no caching: every block its own cudaMalloc, every free a cudaFree (the stand-in) */
   live_block *live; /* open addressing, linear probing; cap a power of two */
   size_t live_cap, live_n;
   free_list free[N_CLASSES];

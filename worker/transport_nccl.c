@@ -301,12 +301,15 @@ static cudaError_t nccl_place(nccl_transport *t, int i, nccl_op *op, void *buf) 
 /* Enqueues the recorded ops as one NCCL group on the comm stream, ordered
  * after the compute stream's work. */
 static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
+  const char *call = "cudaEventRecord"; /* named in the error: which of the two failed */
   cudaError_t ce = cudaEventRecord(t->ready, t->compute);
-  if (ce == cudaSuccess)
+  if (ce == cudaSuccess) {
+    call = "cudaStreamWaitEvent";
     ce = cudaStreamWaitEvent(t->comm_stream, t->ready, 0);
+  }
   if (ce != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering after the compute stream: %s", t->rank,
-                     cudaGetErrorString(ce));
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering after the compute stream: %s: %s", t->rank,
+                     call, cudaGetErrorString(ce));
   if ((ce = nccl_stage_host(t, true)) != cudaSuccess)
     return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: staging a host message: %s", t->rank,
                      cudaGetErrorString(ce));
@@ -342,12 +345,15 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
     if (err)
       return err;
   }
+  call = "cudaEventRecord";
   ce = cudaEventRecord(t->done, t->comm_stream);
-  if (ce == cudaSuccess)
+  if (ce == cudaSuccess) {
+    call = "cudaStreamWaitEvent";
     ce = cudaStreamWaitEvent(t->compute, t->done, 0);
+  }
   if (ce != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering the compute stream after the group: %s",
-                     t->rank, cudaGetErrorString(ce));
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering the compute stream after the group: %s: %s",
+                     t->rank, call, cudaGetErrorString(ce));
   return ZB_OK;
 }
 

@@ -250,10 +250,13 @@ static cudaError_t bwd_run(void *arg) {
 
 /* ---- launchers ---- */
 
-static cudaError_t check(const char *api, const char *arg, const void *p, size_t floats) {
+/* The stand-in's view of device buffer p (standin.h: the twins only ever
+ * see views), after checking that `floats` of it lie in one allocation. */
+static cudaError_t view(const char *api, const char *arg, const void *p, size_t floats, float **out) {
   char what[96];
   snprintf(what, sizeof what, "%s %s", api, arg);
-  return standin_set_last(standin_check_device(p, floats * sizeof(float), what));
+  *out = standin_view(p, floats * sizeof(float), what);
+  return standin_set_last(*out ? cudaSuccess : cudaErrorInvalidValue);
 }
 
 /* Floats a buffer of `rows` rows `ld` apart spans, its last row `width` wide. */
@@ -261,7 +264,9 @@ static size_t span(size_t rows, int ld, int width) {
   return (rows - 1) * (size_t)ld + (size_t)width;
 }
 
-static cudaError_t enqueue(cudaStream_t s, standin_fn fn, const attn_job *job) {
+static cudaError_t enqueue(cudaStream_t s, standin_fn fn, const char *api, const attn_job *job) {
+  if (standin_inject(api, NULL)) /* as a launch that cannot run (standin_fail.c) */
+    return standin_set_last(cudaErrorLaunchOutOfResources);
   attn_job *j = malloc(sizeof *j);
   if (!j)
     return standin_set_last(cudaErrorMemoryAllocation);
@@ -286,12 +291,13 @@ cudaError_t zbk_attn_fwd(cudaStream_t s, const float *qkv, float *o, float *lse,
   if (!zbk_attn_ok(&a))
     return bad(api, &a);
   size_t rows = (size_t)a.batch * a.t;
+  float *vq, *vo, *vl;
   cudaError_t e;
-  if ((e = check(api, "qkv", qkv, span(rows, a.ld, (a.heads + 2 * a.kv_heads) * a.hd))) ||
-      (e = check(api, "o", o, span(rows, a.lo, a.heads * a.hd))) ||
-      (e = check(api, "lse", lse, rows * a.heads)))
+  if ((e = view(api, "qkv", qkv, span(rows, a.ld, (a.heads + 2 * a.kv_heads) * a.hd), &vq)) ||
+      (e = view(api, "o", o, span(rows, a.lo, a.heads * a.hd), &vo)) ||
+      (e = view(api, "lse", lse, rows * a.heads, &vl)))
     return e;
-  return enqueue(s, fwd_run, &(attn_job){.a = a, .qkv = qkv, .o_out = o, .lse_out = lse});
+  return enqueue(s, fwd_run, api, &(attn_job){.a = a, .qkv = vq, .o_out = vo, .lse_out = vl});
 }
 
 cudaError_t zbk_attn_bwd(cudaStream_t s, const float *qkv, const float *o, const float *lse,
@@ -301,15 +307,17 @@ cudaError_t zbk_attn_bwd(cudaStream_t s, const float *qkv, const float *o, const
     return bad(api, &a);
   size_t rows = (size_t)a.batch * a.t, qkv_n = span(rows, a.ld, (a.heads + 2 * a.kv_heads) * a.hd),
          o_n = span(rows, a.lo, a.heads * a.hd);
+  float *vq, *vo, *vl, *vd, *vdq;
   cudaError_t e;
-  if ((e = check(api, "qkv", qkv, qkv_n)) || (e = check(api, "o", o, o_n)) ||
-      (e = check(api, "lse", lse, rows * a.heads)) || (e = check(api, "dout", dout, o_n)) ||
-      (e = check(api, "dqkv", dqkv, qkv_n)))
+  if ((e = view(api, "qkv", qkv, qkv_n, &vq)) || (e = view(api, "o", o, o_n, &vo)) ||
+      (e = view(api, "lse", lse, rows * a.heads, &vl)) || (e = view(api, "dout", dout, o_n, &vd)) ||
+      (e = view(api, "dqkv", dqkv, qkv_n, &vdq)))
     return e;
   uintptr_t w = (uintptr_t)dqkv, r = (uintptr_t)qkv, n = qkv_n * sizeof(float);
   if (w < r + n && r < w + n) {
     standin_error("%s: dqkv overlaps qkv", api);
     return standin_set_last(cudaErrorInvalidValue);
   }
-  return enqueue(s, bwd_run, &(attn_job){.a = a, .qkv = qkv, .o = o, .lse = lse, .dout = dout, .dqkv = dqkv});
+  return enqueue(s, bwd_run, api,
+                 &(attn_job){.a = a, .qkv = vq, .o = vo, .lse = vl, .dout = vd, .dqkv = vdq});
 }

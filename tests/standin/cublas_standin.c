@@ -52,6 +52,8 @@ static bool handle_ok(cublasHandle_t h, const char *what) {
 }
 
 cublasStatus_t CUBLASWINAPI cublasCreate(cublasHandle_t *handle) {
+  if (standin_inject("cublasCreate", STANDIN_SITE))
+    return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!handle)
     return CUBLAS_STATUS_INVALID_VALUE;
   struct cublasContext *c = calloc(1, sizeof *c);
@@ -88,6 +90,8 @@ cublasStatus_t CUBLASWINAPI cublasDestroy(cublasHandle_t handle) {
 }
 
 cublasStatus_t CUBLASWINAPI cublasSetStream(cublasHandle_t handle, cudaStream_t streamId) {
+  if (standin_inject("cublasSetStream", STANDIN_SITE))
+    return CUBLAS_STATUS_INTERNAL_ERROR;
   if (!handle_ok(handle, "cublasSetStream"))
     return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = streamId;
@@ -104,6 +108,8 @@ cublasStatus_t CUBLASWINAPI cublasGetStream(cublasHandle_t handle, cudaStream_t 
 }
 
 cublasStatus_t CUBLASWINAPI cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (standin_inject("cublasSetMathMode", STANDIN_SITE))
+    return CUBLAS_STATUS_INTERNAL_ERROR;
   if (!handle_ok(handle, "cublasSetMathMode"))
     return CUBLAS_STATUS_NOT_INITIALIZED;
   unsigned base = (unsigned)mode & ~(unsigned)CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
@@ -220,6 +226,8 @@ static bool op_ok(cublasOperation_t op) {
 static cublasStatus_t gemm_submit(cublasHandle_t h, gemm_job g, const float *alpha, const float *beta) {
   if (!handle_ok(h, g.api))
     return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (standin_inject(g.api, NULL))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
   int arows = g.ta == CUBLAS_OP_N ? g.m : g.k, brows = g.tb == CUBLAS_OP_N ? g.k : g.n;
   const char *bad = !op_ok(g.ta) || !op_ok(g.tb)    ? "unknown cublasOperation_t"
                     : g.m < 0 || g.n < 0 || g.k < 0 ? "negative m, n or k"
@@ -247,6 +255,12 @@ static cublasStatus_t gemm_submit(cublasHandle_t h, gemm_job g, const float *alp
        (!range_ok(g.a, arows, g.ta == CUBLAS_OP_N ? g.k : g.m, g.lda, g.sa, g.batch, g.api, "A") ||
         !range_ok(g.b, brows, g.tb == CUBLAS_OP_N ? g.n : g.k, g.ldb, g.sb, g.batch, g.api, "B"))) ||
       !range_ok(g.c, g.m, g.n, g.ldc, g.sc, g.batch, g.api, "C"))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  /* the stream thread works through the views (standin.h); A and B unread need none */
+  g.a = read_ab ? standin_view(g.a, 0, g.api) : NULL;
+  g.b = read_ab ? standin_view(g.b, 0, g.api) : NULL;
+  g.c = standin_view(g.c, 0, g.api);
+  if ((read_ab && (!g.a || !g.b)) || !g.c)
     return CUBLAS_STATUS_INVALID_VALUE;
   gemm_job *j = malloc(sizeof *j);
   if (!j)

@@ -10,18 +10,24 @@
  * waits for the device (as CUDA's does), poisons the memory the same way
  * and keeps it in a quarantine (the newest QUARANTINE_MAX frees, up to
  * QUARANTINE_BYTES), so a later use names the freed allocation instead of
- * landing in a new one. Copies and memsets run on their stream; cudaMemcpy
+ * landing in a new one. Device memory is mapped twice (map_device): the
+ * pointer cudaMalloc returns has no access, so a host read of it faults as
+ * on a GPU, and the stand-in works through its read-write view
+ * (standin_view). Copies and memsets run on their stream; cudaMemcpy
  * and cudaMemset go to the legacy default stream, cudaMemcpy then waits.
  *
  * Errors: a bad pointer, wrong cudaMemcpyKind, use after free or range
  * past an allocation is cudaErrorInvalidValue with a message naming it
  * (standin_last_error, and stderr). Threads: g_mem guards the tables.
  */
+#define _GNU_SOURCE /* memfd_create */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "standin_internal.h"
 
@@ -35,6 +41,8 @@ typedef struct alloc {
   char *base;
   size_t size;
   mem_kind kind;
+  char *view;    /* device: the stand-in's read-write mapping of base's pages; else base */
+  size_t mapped; /* device: bytes of each mapping (whole pages) */
 } alloc;
 
 static pthread_mutex_t g_mem = PTHREAD_MUTEX_INITIALIZER;
@@ -148,6 +156,36 @@ bool standin_is_device(const void *p) {
   return dev;
 }
 
+void *standin_view(const void *p, size_t bytes, const char *what) {
+  if (standin_check_device(p, bytes, what) != cudaSuccess)
+    return NULL;
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  mem_kind k = classify(p, &a);
+  pthread_mutex_unlock(&g_mem);
+  /* freed between the check and here: a race in the caller, named as such */
+  return k == MEM_DEVICE ? a.view + ((const char *)p - a.base) : standin_view(p, bytes, what);
+}
+
+size_t standin_room(const void *vp) {
+  const char *p = vp;
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  mem_kind k = p ? classify(p, &a) : MEM_HOST;
+  pthread_mutex_unlock(&g_mem);
+  return k == MEM_DEVICE ? (size_t)(a.base + a.size - p) : 0;
+}
+
+/* The view of p when p is live device memory; p itself otherwise (host
+ * memory, or a pointer the caller has checked already). */
+static void *view_or_self(const void *p) {
+  alloc a;
+  pthread_mutex_lock(&g_mem);
+  mem_kind k = p ? classify(p, &a) : MEM_HOST;
+  pthread_mutex_unlock(&g_mem);
+  return k == MEM_DEVICE ? a.view + ((const char *)p - a.base) : (void *)(uintptr_t)p;
+}
+
 /* What CUDA says of a pointer: device (a live allocation), host (pinned
  * by cudaMallocHost) or unregistered (plain host memory, CUDA 11 and
  * later); a freed device pointer is an error, as in CUDA. */
@@ -199,6 +237,36 @@ static bool insert_live(alloc a) {
   return true;
 }
 
+/* Device memory: one memfd mapped twice, PROT_NONE (the device address)
+ * and read-write (the view). The fd is closed at once; the mappings keep
+ * the pages. Outside malloc, so ASan and LeakSanitizer leave it alone. */
+static bool map_device(size_t size, alloc *a) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), len = (size + page - 1) / page * page;
+  int fd = memfd_create("zb-standin-device", MFD_CLOEXEC);
+  if (fd < 0)
+    return false;
+  void *rw = MAP_FAILED, *none = MAP_FAILED;
+  if (ftruncate(fd, (off_t)len) == 0) {
+    rw = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    none = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  if (rw == MAP_FAILED || none == MAP_FAILED) {
+    if (rw != MAP_FAILED)
+      munmap(rw, len);
+    if (none != MAP_FAILED)
+      munmap(none, len);
+    return false;
+  }
+  *a = (alloc){none, size, MEM_DEVICE, rw, len};
+  return true;
+}
+
+static void unmap_device(const alloc *a) {
+  munmap(a->base, a->mapped);
+  munmap(a->view, a->mapped);
+}
+
 static cudaError_t alloc_kind(void **out, size_t size, mem_kind kind, const char *what) {
   if (!out) {
     standin_error("%s: NULL result pointer", what);
@@ -211,33 +279,43 @@ static cudaError_t alloc_kind(void **out, size_t size, mem_kind kind, const char
   size_t used = g_device_bytes;
   pthread_mutex_unlock(&g_mem);
   bool room = kind != MEM_DEVICE || size <= DEVICE_BYTES - used;
-  /* 256-byte alignment, as cudaMalloc guarantees; the table keeps the exact size. */
-  char *p = room && size <= SIZE_MAX - 255 ? aligned_alloc(256, (size + 255) & ~(size_t)255) : NULL;
-  if (!p) {
+  alloc a = {NULL, size, kind, NULL, 0};
+  if (room && kind == MEM_DEVICE && !map_device(size, &a))
+    a.base = NULL;
+  else if (room && kind != MEM_DEVICE && size <= SIZE_MAX - 255) /* 256-byte aligned, as CUDA's */
+    a.base = a.view = aligned_alloc(256, (size + 255) & ~(size_t)255);
+  if (!a.base) {
     standin_error("%s(%zu bytes): out of memory (%zu of %zu device bytes in use)", what, size, used,
                   DEVICE_BYTES);
     return standin_set_last(cudaErrorMemoryAllocation);
   }
   if (kind == MEM_DEVICE)
-    memset(p, 0xff, size);
+    memset(a.view, 0xff, size);
   pthread_mutex_lock(&g_mem);
-  bool ok = insert_live((alloc){p, size, kind});
+  bool ok = insert_live(a);
   if (ok && kind == MEM_DEVICE)
     g_device_bytes += size;
   pthread_mutex_unlock(&g_mem);
   if (!ok) {
-    free(p);
+    if (kind == MEM_DEVICE)
+      unmap_device(&a);
+    else
+      free(a.base);
     return standin_set_last(cudaErrorMemoryAllocation);
   }
-  *out = p;
+  *out = a.base;
   return cudaSuccess;
 }
 
 cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  if (standin_inject("cudaMalloc", STANDIN_SITE))
+    return standin_set_last(cudaErrorMemoryAllocation);
   return alloc_kind(devPtr, size, MEM_DEVICE, "cudaMalloc");
 }
 
 cudaError_t cudaMallocHost(void **ptr, size_t size) {
+  if (standin_inject("cudaMallocHost", STANDIN_SITE))
+    return standin_set_last(cudaErrorMemoryAllocation);
   return alloc_kind(ptr, size, MEM_PINNED, "cudaMallocHost");
 }
 
@@ -270,10 +348,10 @@ static cudaError_t take_live(void *p, mem_kind kind, const char *what, alloc *ou
 
 /* Under g_mem: keeps a freed device allocation, poisoned, so a later use is named. */
 static void quarantine(alloc a) {
-  memset(a.base, 0xff, a.size);
+  memset(a.view, 0xff, a.size);
   while (g_nfreed > 0 && (g_nfreed == QUARANTINE_MAX || g_freed_bytes + a.size > QUARANTINE_BYTES)) {
     alloc *old = &g_freed[g_freed_head];
-    free(old->base);
+    unmap_device(old);
     g_freed_bytes -= old->size;
     g_freed_head = (g_freed_head + 1) % QUARANTINE_MAX;
     g_nfreed--;
@@ -378,11 +456,14 @@ static cudaError_t check_copy(void *dst, size_t dst_extent, const void *src, siz
   return e;
 }
 
+/* j's pointers are checked already; the job gets their views. */
 static cudaError_t enqueue_copy(const copy_job *j, cudaStream_t s) {
   copy_job *c = malloc(sizeof *c);
   if (!c)
     return cudaErrorMemoryAllocation;
   *c = *j;
+  c->dst = view_or_self(j->dst);
+  c->src = j->src ? view_or_self(j->src) : NULL;
   cudaError_t e = standin_enqueue(s, copy_run, c, free);
   if (e != cudaSuccess)
     free(c);
@@ -422,7 +503,7 @@ static cudaError_t copy_async(void *dst, const void *src, size_t count, cudaStre
       return cudaErrorMemoryAllocation;
     }
     memcpy(snap, src, count);
-    *c = (copy_job){dst, snap, count, count, count, 1, -1};
+    *c = (copy_job){view_or_self(dst), snap, count, count, count, 1, -1};
     cudaError_t e = standin_enqueue(s, copy_run, c, snapshot_free);
     if (e != cudaSuccess)
       snapshot_free(c);
@@ -434,6 +515,8 @@ static cudaError_t copy_async(void *dst, const void *src, size_t count, cudaStre
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t s) {
+  if (standin_inject("cudaMemcpyAsync", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = check_copy(dst, count, src, count, kind, "cudaMemcpyAsync");
@@ -443,6 +526,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+  if (standin_inject("cudaMemcpy", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = check_copy(dst, count, src, count, kind, "cudaMemcpy");
@@ -455,6 +540,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                               size_t height, enum cudaMemcpyKind kind, cudaStream_t s) {
+  if (standin_inject("cudaMemcpy2DAsync", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (width > dpitch || width > spitch) {
     standin_error("cudaMemcpy2DAsync: width %zu exceeds a pitch (dpitch %zu, spitch %zu)", width, dpitch,
                   spitch);
@@ -474,6 +561,8 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
 }
 
 cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t s) {
+  if (standin_inject("cudaMemsetAsync", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = standin_check_device(p, count, "cudaMemsetAsync");
@@ -484,6 +573,8 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t count, cudaStream_t s) {
 
 /* Asynchronous with respect to the host for device memory, as in CUDA. */
 cudaError_t cudaMemset(void *p, int value, size_t count) {
+  if (standin_inject("cudaMemset", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   if (count == 0)
     return cudaSuccess;
   cudaError_t e = standin_check_device(p, count, "cudaMemset");

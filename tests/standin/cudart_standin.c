@@ -322,6 +322,8 @@ cudaError_t standin_enqueue(cudaStream_t h, standin_fn fn, void *arg, void (*rel
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
+  if (standin_inject("cudaStreamCreateWithFlags", STANDIN_SITE))
+    return standin_set_last(cudaErrorMemoryAllocation);
   if (!out || (flags & ~(unsigned)cudaStreamNonBlocking)) {
     standin_error("cudaStreamCreateWithFlags: %s", out ? "unknown flags" : "NULL stream pointer");
     return standin_set_last(cudaErrorInvalidValue);
@@ -377,6 +379,8 @@ static void wait_for(uint64_t id, uint64_t target) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t h) {
+  if (standin_inject("cudaStreamSynchronize", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   struct CUstream_st *s;
   pthread_mutex_lock(&g_mu);
   cudaError_t e = resolve(h, &s);
@@ -427,7 +431,15 @@ static void event_unref(struct CUevent_st *e) {
     free(e);
 }
 
+static cudaError_t event_create(cudaEvent_t *out, unsigned int flags);
+
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags) {
+  if (standin_inject("cudaEventCreateWithFlags", STANDIN_SITE))
+    return standin_set_last(cudaErrorMemoryAllocation);
+  return event_create(out, flags);
+}
+
+static cudaError_t event_create(cudaEvent_t *out, unsigned int flags) {
   unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
   if (!out || (flags & ~known) || (flags & cudaEventInterprocess)) {
     standin_error("cudaEventCreateWithFlags: %s", !out ? "NULL event pointer" : "flags not supported");
@@ -457,7 +469,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int flags) {
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t *out) {
-  return cudaEventCreateWithFlags(out, cudaEventDefault);
+  if (standin_inject("cudaEventCreate", STANDIN_SITE))
+    return standin_set_last(cudaErrorMemoryAllocation);
+  return event_create(out, cudaEventDefault);
 }
 
 /* Markers in flight keep the event's memory until they ran. */
@@ -508,6 +522,8 @@ static void marker_release(void *arg) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t h) {
+  if (standin_inject("cudaEventRecord", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   struct CUstream_st *s;
   marker *m = malloc(sizeof *m);
   if (!m)
@@ -553,6 +569,8 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+  if (standin_inject("cudaEventSynchronize", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   pthread_mutex_lock(&g_mu);
   cudaError_t e = find_event(ev, "cudaEventSynchronize");
   if (e == cudaSuccess && ev->recorded) {
@@ -565,6 +583,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  if (standin_inject("cudaEventElapsedTime", STANDIN_SITE))
+    return standin_set_last(cudaErrorInvalidResourceHandle);
   pthread_mutex_lock(&g_mu);
   cudaError_t e = find_event(start, "cudaEventElapsedTime start");
   if (e == cudaSuccess)
@@ -591,6 +611,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t ev, unsigned int flags) {
+  if (standin_inject("cudaStreamWaitEvent", STANDIN_SITE))
+    return standin_set_last(cudaErrorLaunchFailure);
   struct CUstream_st *s;
   pthread_mutex_lock(&g_mu);
   cudaError_t e = find_event(ev, "cudaStreamWaitEvent");
@@ -611,6 +633,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t h, cudaEvent_t ev, unsigned int fla
 /* ---- the device ---- */
 
 cudaError_t cudaGetDeviceCount(int *count) {
+  if (standin_inject("cudaGetDeviceCount", STANDIN_SITE))
+    return standin_set_last(cudaErrorNoDevice);
   if (!count)
     return standin_set_last(cudaErrorInvalidValue);
   *count = 1;
@@ -618,6 +642,8 @@ cudaError_t cudaGetDeviceCount(int *count) {
 }
 
 cudaError_t cudaSetDevice(int device) {
+  if (standin_inject("cudaSetDevice", STANDIN_SITE))
+    return standin_set_last(cudaErrorDevicesUnavailable);
   if (device != 0) {
     standin_error("cudaSetDevice(%d): the stand-in has one device, 0", device);
     return standin_set_last(cudaErrorInvalidDevice);
@@ -633,6 +659,8 @@ cudaError_t cudaGetDevice(int *device) {
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+  if (standin_inject("cudaGetDeviceProperties", STANDIN_SITE))
+    return standin_set_last(cudaErrorDevicesUnavailable);
   if (!prop)
     return standin_set_last(cudaErrorInvalidValue);
   if (device != 0) {
@@ -653,6 +681,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
 }
 
 cudaError_t cudaDriverGetVersion(int *v) {
+  if (standin_inject("cudaDriverGetVersion", STANDIN_SITE))
+    return standin_set_last(cudaErrorInsufficientDriver);
   if (!v)
     return standin_set_last(cudaErrorInvalidValue);
   *v = CUDART_VERSION;

@@ -17,6 +17,8 @@
  *
  * Threads: launchers may be called from any thread; the loops run on the
  * stream's thread. Scratch is allocated per launch and freed by it.
+ * Device pointers reach the loops as the stand-in's views (launch_views;
+ * standin.h, device memory the host cannot read).
  */
 #include <math.h>
 #include <stdio.h>
@@ -89,11 +91,38 @@ static cudaError_t no_memory(const char *name) {
   return cudaErrorMemoryAllocation;
 }
 
+/* Swaps p for its view (standin.h: device memory the host cannot read). */
+static bool view(const char *api, const void *p, const void **out) {
+  if (!p)
+    return true;
+  *out = standin_view(p, 0, api);
+  return *out != NULL;
+}
+
+#define VIEW(api, field) view(api, (field), (const void **)(void *)&(field))
+
+/* Every pointer field of a kjob, checked by the launcher already, becomes
+ * its view; a new field belongs here too. */
+static bool launch_views(kjob *j) {
+  const char *n = j->name;
+  return VIEW(n, j->a) && VIEW(n, j->b) && VIEW(n, j->c) && VIEW(n, j->d) && VIEW(n, j->bytes) &&
+         VIEW(n, j->ids) && VIEW(n, j->o1) && VIEW(n, j->o2) && VIEW(n, j->o3) && VIEW(n, j->dout) &&
+         VIEW(n, j->iout);
+}
+
 static cudaError_t launch(cudaStream_t s, standin_fn fn, const kjob *k) {
   kjob *j = malloc(sizeof *j);
   if (!j)
     return standin_set_last(cudaErrorMemoryAllocation);
   *j = *k;
+  if (standin_inject(k->name, NULL)) { /* as a launch that cannot run: the launcher's status says so */
+    free(j);
+    return standin_set_last(cudaErrorLaunchOutOfResources);
+  }
+  if (!launch_views(j)) {
+    free(j);
+    return standin_set_last(cudaErrorInvalidValue);
+  }
   cudaError_t e = standin_enqueue(s, fn, j, free);
   if (e != cudaSuccess) {
     free(j);
@@ -125,10 +154,10 @@ static cudaError_t bad_shape(const char *api, const char *why) {
 
 /* ---- embedding ---- */
 
-/* The table's rows are checked here: the launcher does not know the vocabulary. */
-static cudaError_t row_in(const char *api, const float *table, int token, int h) {
-  if (token < 0 ||
-      standin_check_device(table + (size_t)token * h, (size_t)h * sizeof(float), api) != cudaSuccess) {
+/* The table's rows are checked here, against the room the table's
+ * allocation had at the launch: the launcher does not know the vocabulary. */
+static cudaError_t row_in(const char *api, size_t room, int token, int h) {
+  if (token < 0 || ((size_t)token + 1) * (size_t)h * sizeof(float) > room) {
     standin_error("%s: token %d reads past the embedding table (illegal address)", api, token);
     return cudaErrorIllegalAddress;
   }
@@ -138,7 +167,7 @@ static cudaError_t row_in(const char *api, const float *table, int token, int h)
 static cudaError_t embed_fwd_run(void *arg) {
   const kjob *k = arg;
   for (int r = 0; r < k->n; r++) {
-    cudaError_t e = row_in(k->name, k->a, k->ids[r], k->h);
+    cudaError_t e = row_in(k->name, k->len, k->ids[r], k->h);
     if (e != cudaSuccess)
       return e;
     const float *er = k->a + (size_t)k->ids[r] * k->h, *pr = k->b ? k->b + (size_t)(r % k->t) * k->h : NULL;
@@ -163,13 +192,21 @@ cudaError_t zbk_embed_fwd(cudaStream_t s, const float *emb, const float *pos, co
   CHECK(dev(api, "tokens", tokens, (size_t)n, sizeof *tokens));
   CHECK(dev(api, "x", x, (size_t)n * h, sizeof(float)));
   return launch(s, embed_fwd_run,
-                &(kjob){.name = api, .a = emb, .b = pos, .ids = tokens, .o1 = x, .n = n, .h = h, .t = t});
+                &(kjob){.name = api,
+                        .a = emb,
+                        .b = pos,
+                        .ids = tokens,
+                        .o1 = x,
+                        .n = n,
+                        .h = h,
+                        .t = t,
+                        .len = standin_room(emb)});
 }
 
 static cudaError_t embed_bwd_run(void *arg) {
   const kjob *k = arg;
   for (int r = 0; r < k->n; r++) {
-    cudaError_t e = row_in(k->name, k->o1, k->ids[r], k->h);
+    cudaError_t e = row_in(k->name, k->len, k->ids[r], k->h);
     if (e != cudaSuccess)
       return e;
     const float *dr = k->a + (size_t)r * k->h;
@@ -197,7 +234,15 @@ cudaError_t zbk_embed_bwd_acc(cudaStream_t s, const float *dx, const int32_t *to
   if (dpos)
     CHECK(dev(api, "dpos", dpos, tr * h, sizeof(float)));
   return launch(s, embed_bwd_run,
-                &(kjob){.name = api, .a = dx, .ids = tokens, .o1 = demb, .o2 = dpos, .n = n, .h = h, .t = t});
+                &(kjob){.name = api,
+                        .a = dx,
+                        .ids = tokens,
+                        .o1 = demb,
+                        .o2 = dpos,
+                        .n = n,
+                        .h = h,
+                        .t = t,
+                        .len = standin_room(demb)});
 }
 
 /* ---- LayerNorm ---- */

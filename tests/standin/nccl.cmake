@@ -15,3 +15,13 @@ if(TARGET zbtransport_nccl)
     set_tests_properties(${t} PROPERTIES LABELS standin TIMEOUT 120)
   endforeach()
 endif()
+
+# The nccl transport's share of the error-injection sweep (fail_sweep.py).
+if(TARGET zbtransport_nccl AND ZB_SWEEP_PYTHON AND ZB_ADDR2LINE)
+  add_executable(test_strict_nccl test_strict_nccl.c)
+  target_compile_options(test_strict_nccl PRIVATE ${ZB_WARNINGS})
+  target_link_libraries(test_strict_nccl PRIVATE zbtransport_nccl ${zb_nccl_standin_lib} ${CMAKE_DL_LIBS})
+  add_test(NAME standin_fail_sweep_nccl COMMAND ${ZB_SWEEP_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/fail_sweep.py
+                                                $<TARGET_FILE:test_strict_nccl>)
+  set_tests_properties(standin_fail_sweep_nccl PROPERTIES LABELS standin TIMEOUT 600)
+endif()

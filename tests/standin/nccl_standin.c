@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "nccl_standin.h"
-#include "standin.h"
+#include "standin_internal.h"
 
 static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_last[256];
@@ -181,11 +181,15 @@ static ncclResult_t comm_init(ncclComm_t *out, int nranks, ncclUniqueId id, int 
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
+  if (standin_inject("ncclCommInitRank", STANDIN_SITE))
+    return ncclsi_error(NULL, ncclSystemError, "ncclCommInitRank: injected failure");
   return comm_init(comm, nranks, commId, rank, true);
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config) {
+  if (standin_inject("ncclCommInitRankConfig", STANDIN_SITE))
+    return ncclsi_error(NULL, ncclSystemError, "ncclCommInitRankConfig: injected failure");
   if (config && config->magic != 0xcafebeef)
     return ncclsi_error(NULL, ncclInvalidArgument,
                         "ncclCommInitRankConfig: config not initialized with NCCL_CONFIG_INITIALIZER");

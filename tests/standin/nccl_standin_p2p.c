@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "nccl_standin.h"
-#include "standin.h"
+#include "standin_internal.h"
 
 typedef struct p2p_op {
   bool is_send;
@@ -208,6 +208,12 @@ ncclResult_t ncclGroupStart(void) {
 }
 
 ncclResult_t ncclGroupEnd(void) {
+  if (standin_inject("ncclGroupEnd", STANDIN_SITE)) {
+    g_depth = g_n = g_cap = 0; /* the group is gone, as after NCCL's failed ncclGroupEnd */
+    free(g_ops);
+    g_ops = NULL;
+    return ncclsi_error(NULL, ncclSystemError, "ncclGroupEnd: injected failure");
+  }
   if (g_depth == 0)
     return ncclsi_error(NULL, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--g_depth > 0)
@@ -239,22 +245,27 @@ static ncclResult_t p2p_post(bool is_send, void *buf, size_t count, ncclDataType
     return ncclsi_error(NULL, ncclInvalidArgument, "%s: datatype %d is not an NCCL datatype", fn, (int)dt);
   char what[64];
   snprintf(what, sizeof what, "%s %s", fn, is_send ? "sendbuff" : "recvbuff");
-  if (count > 0 && standin_check_device(buf, count * sz, what) != cudaSuccess)
+  void *view = count > 0 ? standin_view(buf, count * sz, what) : NULL; /* what the item reads or writes */
+  if (count > 0 && !view)
     return ncclsi_error(NULL, ncclInvalidArgument, "%s", standin_last_error());
   if (g_n == g_cap) {
     g_cap = g_cap ? 2 * g_cap : 16;
     g_ops = realloc(g_ops, sizeof *g_ops * (size_t)g_cap);
   }
-  g_ops[g_n++] = (p2p_op){is_send, buf, count, dt, peer, comm, stream};
+  g_ops[g_n++] = (p2p_op){is_send, view, count, dt, peer, comm, stream};
   return g_depth > 0 ? ncclSuccess : group_flush();
 }
 
 ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
+  if (standin_inject("ncclSend", STANDIN_SITE))
+    return ncclsi_error(NULL, ncclSystemError, "ncclSend: injected failure");
   return p2p_post(true, (void *)(uintptr_t)sendbuff, count, datatype, peer, comm, stream);
 }
 
 ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t stream) {
+  if (standin_inject("ncclRecv", STANDIN_SITE))
+    return ncclsi_error(NULL, ncclSystemError, "ncclRecv: injected failure");
   return p2p_post(false, recvbuff, count, datatype, peer, comm, stream);
 }

@@ -46,6 +46,28 @@ cudaError_t standin_enqueue(cudaStream_t s, standin_fn fn, void *arg, void (*rel
  * bounds (standin_last_error). bytes 0 checks p alone. */
 cudaError_t standin_check_device(const void *p, size_t bytes, const char *what);
 
+/* Device memory the host cannot read. cudaMalloc maps each allocation
+ * twice: the pointer it returns is mapped without access (PROT_NONE), so a
+ * host dereference of a device pointer dies of SIGSEGV as on a GPU; the
+ * stand-in reaches the same bytes only through its own read-write view.
+ * standin_view checks [p, p + bytes) as standin_check_device does and
+ * returns the view of p (NULL, with the error recorded, when the check
+ * fails); pinned host memory (cudaMallocHost) is plain host memory.
+ *
+ * The rule for the stand-in's parts: translate every device pointer once,
+ * after checking it, where the work is put on a stream: kernels in
+ * kernels_standin.c's launch() (every pointer field of its kjob: a new
+ * field must be added to launch_views()), GEMMs in cublas_standin.c's
+ * gemm_submit, copies in cudart_memory.c, NCCL buffers where ncclSend and
+ * ncclRecv record them; the code that runs on the stream thread then only
+ * sees views. A pointer kept for a later range check (the embedding's
+ * table) keeps the room left in its allocation (standin_room) instead. */
+void *standin_view(const void *p, size_t bytes, const char *what);
+
+/* Bytes from p to the end of its live device allocation; 0 when p is not
+ * in one. */
+size_t standin_room(const void *p);
+
 /* True when p points into a live device allocation. */
 bool standin_is_device(const void *p);
 
@@ -59,6 +81,14 @@ void standin_set_delay_us(unsigned us);
 
 /* True: this process runs on the stand-in (for tests and logs). */
 bool standin_is_active(void);
+
+/* Error injection (standin_fail.c has the knobs ZB_STANDIN_FAIL,
+ * ZB_STANDIN_FAIL_SITE and ZB_STANDIN_SITES). standin_fail_set replaces
+ * ZB_STANDIN_FAIL's rules ("api:N,..."; NULL or "" for none) and forgets
+ * what fired; standin_fail_fired names the api whose injected failure
+ * fired, NULL when none did. */
+void standin_fail_set(const char *spec);
+const char *standin_fail_fired(void);
 
 /* The name the stand-in's device reports (cudaGetDeviceProperties). */
 #define STANDIN_DEVICE_NAME "zb CPU stand-in (not a GPU)"

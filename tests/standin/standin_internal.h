@@ -22,4 +22,11 @@ int64_t standin_now_ns(void);
  * otherwise cudaErrorInvalidValue with a message naming `what`. */
 cudaError_t standin_check_host(const void *p, size_t bytes, const char *what);
 
+/* True when this call of api, from the return address site, is to fail
+ * (standin_fail.c); the caller then fails the way the library would. */
+bool standin_inject(const char *api, const void *site);
+
+/* The caller's return address, for standin_inject. */
+#define STANDIN_SITE __builtin_return_address(0)
+
 #endif

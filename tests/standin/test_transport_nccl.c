@@ -36,8 +36,9 @@ typedef struct fill {
 static cudaError_t fill_late(void *arg) {
   fill *f = arg;
   nf_sleep_ms(50);
+  float *v = standin_view(f->dev, sizeof(float) * N, "fill_late"); /* device memory: through the view */
   for (int i = 0; i < N; i++)
-    f->dev[i] = f->base + (float)i;
+    v[i] = f->base + (float)i;
   return cudaSuccess;
 }
 
@@ -50,7 +51,7 @@ typedef struct grab {
 
 static cudaError_t grab_now(void *arg) {
   grab *g = arg;
-  memcpy(g->host, g->dev, sizeof(float) * N);
+  memcpy(g->host, standin_view(g->dev, sizeof(float) * N, "grab_now"), sizeof(float) * N);
   return cudaSuccess;
 }
 
