@@ -13,15 +13,18 @@
  *   group      ncclGroupStart ... ncclGroupEnd around the recorded ops;
  *              outside a group each call is a group of its own.
  *
- * Ordering with the compute stream (docs/model.md, Transports): before a
- * group the comm stream waits on an event recorded on the compute stream,
- * so a send reads finished data and a receive does not overwrite a buffer
- * the compute stream still reads; after it the compute stream waits on the
- * comm stream's completion event, so received data is ready for the next
- * op. group_end also returns only when that event has completed: it polls
- * cudaEventQuery every millisecond, with ncclCommGetAsyncError, the stop
- * flag and the timeout (no progress figure exists in NCCL, so the timeout
- * counts from group_end).
+ * Ordering with the compute stream (docs/model.md, Transports; docs/
+ * schedules.md, Execution model): group_end orders the group after all
+ * compute work so far (an event), makes the compute stream wait for it and
+ * polls its completion event on the host (5 us doubling to 1 ms, with
+ * ncclCommGetAsyncError, the stop flag and the timeout). group_post orders
+ * it after a mark (its sends' producers) or nothing, records its end in a
+ * ring of `window` events and returns: order_device makes the compute
+ * stream wait on one, drain and a full window poll them as group_end does.
+ * One comm stream carries every group, so they complete in posting order
+ * and two ranks' calls to each other meet in list order (separate send
+ * and receive streams would split a batch group, which must progress as
+ * one). NCCL has no progress figure: the timeout counts from each wait.
  *
  * Tags cannot travel in NCCL: the tag check of zb_transport.h is the tcp
  * transport's only; here peer and length are checked locally, and tags
@@ -35,7 +38,7 @@
  * flag may be raised from any. Every entry first makes the CUDA device that
  * was current at creation current again, since NCCL binds a communicator to
  * the device current at init and the calling thread may change. Buffers
- * must stay valid until group_end returns.
+ * must stay valid until their group has completed.
  *
  * NCCL/CUDA calls: ncclGetUniqueId, ncclCommInitRankConfig,
  * ncclCommGetAsyncError, ncclCommAbort, ncclCommDestroy, ncclGroupStart,
@@ -57,6 +60,7 @@
 #include "zb_transport.h"
 
 #define NCCL_POLL_NS 1000000L /* 1 ms between polls of a running group or init */
+#define NCCL_MARKS 16         /* compute-stream points a posted group can wait on */
 
 typedef struct nccl_op {
   bool is_send;
@@ -79,6 +83,13 @@ typedef struct nccl_transport {
   ncclUniqueId id;
   cudaStream_t compute, comm_stream;
   cudaEvent_t ready, done; /* compute -> comm, comm -> compute */
+  cudaEvent_t *ring;       /* [window]: completion of posted group k in slot k % window */
+  char (*ring_what)[160];  /* [window]: that group's peers, for errors */
+  int window;
+  int64_t posted;                /* tickets handed out so far */
+  int64_t complete;              /* groups [0, complete) are known to have completed */
+  cudaEvent_t marks[NCCL_MARKS]; /* compute-stream points (mark k in slot k % NCCL_MARKS) */
+  int64_t n_marks;
   const atomic_bool *stop;
   double timeout_s;
   ncclComm_t comm; /* NULL until connect(), and after an abort */
@@ -276,11 +287,10 @@ static cudaError_t nccl_place(nccl_transport *t, int i, nccl_op *op, void *buf) 
 }
 
 /* Enqueues the recorded ops as one NCCL group on the comm stream, ordered
- * after the compute stream's work. */
-static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
-  cudaError_t ce = cudaEventRecord(t->ready, t->compute);
-  if (ce == cudaSuccess)
-    ce = cudaStreamWaitEvent(t->comm_stream, t->ready, 0);
+ * after event `after` of the compute stream (NULL: nothing), and records
+ * ev after it; join: the compute stream waits on ev as well (group_end). */
+static zb_err nccl_launch(nccl_transport *t, cudaEvent_t after, cudaEvent_t ev, bool join, zb_diag *diag) {
+  cudaError_t ce = after ? cudaStreamWaitEvent(t->comm_stream, after, 0) : cudaSuccess;
   if (ce != cudaSuccess)
     return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering after the compute stream: %s", t->rank,
                      cudaGetErrorString(ce));
@@ -316,27 +326,27 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
     if (err)
       return err;
   }
-  ce = cudaEventRecord(t->done, t->comm_stream);
-  if (ce == cudaSuccess)
-    ce = cudaStreamWaitEvent(t->compute, t->done, 0);
+  ce = cudaEventRecord(ev, t->comm_stream);
+  if (ce == cudaSuccess && join)
+    ce = cudaStreamWaitEvent(t->compute, ev, 0);
   if (ce != cudaSuccess)
     return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering the compute stream after the group: %s",
                      t->rank, cudaGetErrorString(ce));
   return ZB_OK;
 }
 
-/* Polls the launched group until its completion event fires, failing on
- * an NCCL or CUDA error, the stop flag or the timeout, naming its peers. */
-static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
+/* Polls a launched group until its completion event ev fires, failing on
+ * an NCCL or CUDA error, the stop flag or the timeout, naming its peers
+ * (ops, as nccl_describe wrote them). */
+static zb_err nccl_wait_group(nccl_transport *t, cudaEvent_t ev, const char *ops, zb_diag *diag) {
   int64_t start = zb_clock_ns();
-  char ops[160];
   long wait_ns = 0;
   for (;;) {
     ncclResult_t async = nccl_async(t);
     if (async != ncclSuccess && async != ncclInProgress)
-      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s failed: %s: %s", t->rank,
-                       nccl_describe(t, ops, sizeof ops), ncclGetErrorString(async), nccl_last(t->comm));
-    cudaError_t q = cudaEventQuery(t->done);
+      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s failed: %s: %s", t->rank, ops,
+                       ncclGetErrorString(async), nccl_last(t->comm));
+    cudaError_t q = cudaEventQuery(ev);
     if (q == cudaSuccess && async == ncclSuccess)
       return ZB_OK;
     /* "not ready" may stay behind as the thread's last error, which the
@@ -344,33 +354,20 @@ static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
     if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
       (void)cudaGetLastError();
     if (q != cudaSuccess && q != cudaErrorNotReady)
-      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s: comm stream failed: %s", t->rank,
-                       nccl_describe(t, ops, sizeof ops), cudaGetErrorString(q));
+      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s: comm stream failed: %s", t->rank, ops,
+                       cudaGetErrorString(q));
     if (nccl_stopped(t))
       return nccl_fail(t, ZB_ERR_IO, diag, "stopped (stop flag raised) while rank %d waited for group %s",
-                       t->rank, nccl_describe(t, ops, sizeof ops));
+                       t->rank, ops);
     if (t->timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > t->timeout_s)
       return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s did not complete within %.0f s", t->rank,
-                       nccl_describe(t, ops, sizeof ops), t->timeout_s);
+                       ops, t->timeout_s);
     nccl_sleep_poll(&wait_ns);
   }
 }
 
-/* Runs the recorded ops as one group and accounts them. */
-static zb_err nccl_run(nccl_transport *t, zb_diag *diag) {
-  if (t->n_ops == 0)
-    return ZB_OK;
-  zb_err err = nccl_enter(t, diag);
-  if (!err)
-    err = nccl_launch(t, diag);
-  if (!err)
-    err = nccl_wait_group(t, diag);
-  if (err)
-    return err;
-  cudaError_t ce = nccl_stage_host(t, false);
-  if (ce != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: copying a received host message out: %s", t->rank,
-                     cudaGetErrorString(ce));
+/* Counts the recorded ops into the stats and forgets them. */
+static void nccl_account(nccl_transport *t) {
   for (int i = 0; i < t->n_ops; i++) {
     const nccl_op *op = &t->ops[i];
     if (op->is_send) {
@@ -382,6 +379,32 @@ static zb_err nccl_run(nccl_transport *t, zb_diag *diag) {
     }
   }
   t->n_ops = 0;
+}
+
+/* Runs the recorded ops as one group, waits for it on the host (and the
+ * compute stream), and accounts them. */
+static zb_err nccl_run(nccl_transport *t, zb_diag *diag) {
+  if (t->n_ops == 0)
+    return ZB_OK;
+  char ops[160];
+  nccl_describe(t, ops, sizeof ops);
+  zb_err err = nccl_enter(t, diag);
+  cudaError_t ce = err ? cudaSuccess : cudaEventRecord(t->ready, t->compute); /* after all so far */
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering after the compute stream: %s", t->rank,
+                     cudaGetErrorString(ce));
+  if (!err)
+    err = nccl_launch(t, t->ready, t->done, true, diag);
+  if (!err)
+    err = nccl_wait_group(t, t->done, ops, diag);
+  if (err)
+    return err;
+  t->complete = t->posted; /* one comm stream: every earlier group is done too */
+  ce = nccl_stage_host(t, false);
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: copying a received host message out: %s", t->rank,
+                     cudaGetErrorString(ce));
+  nccl_account(t);
   return ZB_OK;
 }
 
@@ -446,6 +469,120 @@ static zb_err nccl_group_end(void *self, zb_diag *diag) {
   return nccl_run(t, diag);
 }
 
+/* ---- posted groups (group_post, order_device, drain) ---- */
+
+/* Waits on the host for posted group k (and so every earlier one). */
+static zb_err nccl_wait_ticket(nccl_transport *t, int64_t k, zb_diag *diag) {
+  if (k < t->complete)
+    return ZB_OK;
+  zb_err err = nccl_enter(t, diag);
+  int slot = (int)(k % t->window);
+  if (!err)
+    err = nccl_wait_group(t, t->ring[slot], t->ring_what[slot], diag);
+  if (!err)
+    t->complete = k + 1;
+  return err;
+}
+
+static bool nccl_has_host(const nccl_transport *t) {
+  for (int i = 0; i < t->n_ops; i++)
+    if (t->ops[i].host)
+      return true;
+  return false;
+}
+
+static zb_err nccl_mark(void *self, int64_t *mark, zb_diag *diag) {
+  nccl_transport *t = self;
+  if (t->failed)
+    return nccl_failed_before(t, diag);
+  zb_err err = nccl_enter(t, diag);
+  if (err)
+    return err;
+  cudaError_t ce = cudaEventRecord(t->marks[t->n_marks % NCCL_MARKS], t->compute);
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: marking the compute stream: %s", t->rank,
+                     cudaGetErrorString(ce));
+  *mark = t->n_marks++;
+  return ZB_OK;
+}
+
+static zb_err nccl_group_post(void *self, int64_t after, int64_t *ticket, zb_diag *diag) {
+  nccl_transport *t = self;
+  if (t->failed)
+    return nccl_failed_before(t, diag);
+  if (after >= t->n_marks)
+    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "group_post after mark %lld, which was never made",
+                     (long long)after);
+  if (t->depth != 1)
+    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "group_post needs one open group (%d open)", t->depth);
+  t->depth = 0;
+  int64_t k = t->posted;
+  if (t->n_ops == 0 || nccl_has_host(t)) { /* host bytes are copied out after a host wait */
+    zb_err err = nccl_run(t, diag);
+    if (!err) {
+      *ticket = t->posted++;
+      t->complete = t->posted;
+    }
+    return err;
+  }
+  zb_err err = k - t->window >= 0 ? nccl_wait_ticket(t, k - t->window, diag) : ZB_OK; /* the window */
+  int slot = (int)(k % t->window);
+  if (!err)
+    err = nccl_enter(t, diag);
+  if (!err) {
+    nccl_describe(t, t->ring_what[slot], sizeof t->ring_what[slot]);
+    /* a mark's slot recorded again since is a later point of the same
+     * stream: waiting on it is later than needed, never too early */
+    err = nccl_launch(t, after >= 0 ? t->marks[after % NCCL_MARKS] : NULL, t->ring[slot], false, diag);
+  }
+  if (err)
+    return err;
+  nccl_account(t);
+  *ticket = t->posted++;
+  return ZB_OK;
+}
+
+static zb_err nccl_order_device(void *self, int64_t k, zb_diag *diag) {
+  nccl_transport *t = self;
+  if (t->failed)
+    return nccl_failed_before(t, diag);
+  if (k < 0 || k >= t->posted)
+    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "order_device: group %lld was never posted (%lld so far)",
+                     (long long)k, (long long)t->posted);
+  if (k < t->complete)
+    return ZB_OK; /* the host saw it complete: nothing to wait for */
+  zb_err err = nccl_enter(t, diag);
+  if (err)
+    return err;
+  cudaError_t ce = cudaStreamWaitEvent(t->compute, t->ring[k % t->window], 0);
+  if (ce != cudaSuccess)
+    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering the compute stream after group %s: %s",
+                     t->rank, t->ring_what[k % t->window], cudaGetErrorString(ce));
+  return ZB_OK;
+}
+
+static int nccl_room(void *self) {
+  nccl_transport *t = self;
+  if (t->failed)
+    return 0;
+  while (t->complete < t->posted) { /* completions come in posting order */
+    cudaError_t q = cudaEventQuery(t->ring[t->complete % t->window]);
+    if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
+      (void)cudaGetLastError(); /* as in nccl_wait_group */
+    if (q != cudaSuccess)
+      break; /* not done yet, or failed: a wait will say which */
+    t->complete++;
+  }
+  return t->window - (int)(t->posted - t->complete);
+}
+
+static zb_err nccl_drain(void *self, zb_diag *diag) {
+  nccl_transport *t = self;
+  if (t->failed)
+    return nccl_failed_before(t, diag);
+  return t->posted > t->complete ? nccl_wait_ticket(t, t->posted - 1, diag) : ZB_OK;
+}
+
 /* ---- life cycle ---- */
 
 static const char *nccl_address(void *self) {
@@ -472,6 +609,14 @@ static void nccl_free(void *self) {
     cudaEventDestroy(t->ready);
   if (t->done)
     cudaEventDestroy(t->done);
+  for (int i = 0; i < NCCL_MARKS; i++)
+    if (t->marks[i])
+      cudaEventDestroy(t->marks[i]);
+  for (int i = 0; t->ring && i < t->window; i++)
+    if (t->ring[i])
+      cudaEventDestroy(t->ring[i]);
+  free(t->ring);
+  free(t->ring_what);
   if (t->comm_stream)
     cudaStreamDestroy(t->comm_stream);
   for (int i = 0; i < t->cap_ops; i++)
@@ -491,6 +636,11 @@ static const zb_transport_ops nccl_ops = {
     .recv = nccl_recv,
     .group_end = nccl_group_end,
     .stats = nccl_stats,
+    .mark = nccl_mark,
+    .group_post = nccl_group_post,
+    .order_device = nccl_order_device,
+    .drain = nccl_drain,
+    .room = nccl_room,
     .abort = nccl_abort,
     .free = nccl_free,
 };
@@ -519,6 +669,13 @@ zb_err zb_transport_nccl_new(const zb_nccl_config *cfg, zb_transport **out, zb_d
   }
   if (ce == cudaSuccess)
     ce = cudaEventCreateWithFlags(&t->done, cudaEventDisableTiming);
+  t->window = cfg->window > 0 ? cfg->window : ZB_NCCL_WINDOW;
+  t->ring = zb_calloc((size_t)t->window, sizeof *t->ring);
+  t->ring_what = zb_calloc((size_t)t->window, sizeof *t->ring_what);
+  for (int i = 0; i < t->window && ce == cudaSuccess; i++)
+    ce = cudaEventCreateWithFlags(&t->ring[i], cudaEventDisableTiming);
+  for (int i = 0; i < NCCL_MARKS && ce == cudaSuccess; i++)
+    ce = cudaEventCreateWithFlags(&t->marks[i], cudaEventDisableTiming);
   if (ce != cudaSuccess) {
     zb_diag_set(diag, ZB_ERR_IO, "nccl transport: rank %d: %s: %s", cfg->rank, step, cudaGetErrorString(ce));
     nccl_free(t);
