@@ -8,7 +8,7 @@
  * stand-in of them (tests/standin/, test binaries): cudaGetDeviceCount,
  * cudaSetDevice, cudaGetDeviceProperties, cudaDriverGetVersion,
  * cudaStreamCreateWithFlags, cudaStreamDestroy, cudaStreamSynchronize,
- * cudaMalloc, cudaFree, cudaMemcpyAsync, cudaMemcpy2DAsync, cudaMemsetAsync,
+ * cudaMalloc, cudaFree, cudaFreeAsync (exact mode), cudaMemcpyAsync, cudaMemcpy2DAsync, cudaMemsetAsync,
  * cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventElapsedTime,
  * cudaGetErrorString, cudaGetLastError; cublasCreate, cublasDestroy,
  * cublasSetStream, cublasSetMathMode, cublasGemmStridedBatchedEx.

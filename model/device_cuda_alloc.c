@@ -4,7 +4,9 @@
  *
  * Exact mode (d->exact, on when the device is the CPU stand-in): every
  * block is its own cudaMalloc of exactly the bytes asked for and every free
- * is a cudaFree, which waits for the device, so freeing stays stream-ordered.
+ * is a cudaFreeAsync on the device's stream: stream-ordered, as the cache's
+ * reuse is, without a wait for the device (a cudaFree would serialise the
+ * host with the device at every free and hide any overlap).
  * A freed block is then freed to the stand-in too, and its range checks
  * name a use after free or a read one element past a block, which a cached,
  * rounded-up block would hide (docs/model.md, The CPU stand-in). */
@@ -141,9 +143,9 @@ void cuda_free(void *self, void *p) {
               d->ordinal, p);
     return;
   }
-  if (d->exact) { /* cudaFree waits for the device: nothing queued still uses p */
+  if (d->exact) { /* stream-ordered: work queued before still reads p */
     d->mem.current -= (int64_t)b.asked;
-    cuda_ok(d, NULL, cudaFree(p), "cudaFree"); /* an error poisons: the next call reports it */
+    cuda_ok(d, NULL, cudaFreeAsync(p, d->stream), "cudaFreeAsync"); /* an error poisons: the next call says */
     return;
   }
   int cls;

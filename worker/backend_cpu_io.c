@@ -182,6 +182,12 @@ zb_err cpu_slot_get(cpu_backend *b, cpu_stage *cs, int kind, int mb, cpu_slot **
     zb_err err = dev_alloc(b->dev, b->act_bytes, &p, diag);
     if (!err)
       err = dev_zero(b->dev, p, b->act_bytes, diag);
+    /* a receive lands from the comm stream, ordered after nothing of the
+     * compute stream (docs/schedules.md, Execution model): the zeroing, and
+     * any op still using the memory the allocator hands out again, must be
+     * done first. Once per slot: slots are kept. */
+    if (!err && b->cuda && (kind == SLOT_RECV_F || kind == SLOT_RECV_B))
+      err = dev_sync(b->dev, diag);
     if (err) {
       if (p)
         dev_release(b->dev, p);

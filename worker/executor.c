@@ -20,7 +20,11 @@ struct zb_executor {
   const atomic_bool *stop;
   zb_backend *backend;
   zb_transport *transport;
-  void **bufs; /* scratch: the buffers of one group */
+  void **bufs;         /* scratch: the buffers of one group */
+  bool device_ordered; /* groups posted on the device (zb_executor.h, Walking the list) */
+  int *link;           /* per action: a compute op's RECV, a SEND's producer, or -1 (exec_links) */
+  bool *marked;        /* per compute action: a SEND reads its output, so a mark follows it */
+  int64_t *point;      /* this iteration: a RECV's group ticket, a marked compute op's mark */
   int trace_every;
   zb_tl_op *tl; /* the sampled iteration's ops: one per action at most */
   int tl_n;
@@ -91,6 +95,49 @@ static zb_err exec_check(const zb_executor_config *cfg, zb_diag *diag) {
   return ZB_OK;
 }
 
+/* Per action, the action it depends on across streams, earlier in the
+ * list, or -1: for F of (s, mb) RECV_F of (s, mb), for B or BW RECV_B (the
+ * consumer waits for the message); for SEND_F of (s, mb) F of (s, mb), for
+ * SEND_B its B or BW (the send waits for its producer). Caller frees. */
+static int *exec_links(const zb_action *a, int n, int stages) {
+  int *link = zb_malloc(sizeof *link * (size_t)(n ? n : 1));
+  int mbs = 1;
+  for (int i = 0; i < n; i++)
+    mbs = a[i].mb >= mbs ? a[i].mb + 1 : mbs;
+  size_t cells = (size_t)stages * (size_t)mbs;
+  int *at[4]; /* by cell: the last RECV_F, RECV_B, F, B or BW seen so far */
+  for (int k = 0; k < 4; k++) {
+    at[k] = zb_malloc(sizeof(int) * cells);
+    for (size_t c = 0; c < cells; c++)
+      at[k][c] = -1;
+  }
+  for (int i = 0; i < n; i++) { /* one pass: a link goes to an earlier action only */
+    link[i] = -1;
+    if (!zb_op_is_compute(a[i].op) && !zb_op_is_comm(a[i].op))
+      continue;
+    size_t c = (size_t)a[i].stage * (size_t)mbs + (size_t)a[i].mb; /* exec_check kept both in range */
+    switch (a[i].op) {
+    case ZB_OP_RECV_F: at[0][c] = i; break;
+    case ZB_OP_RECV_B: at[1][c] = i; break;
+    case ZB_OP_F:
+      link[i] = at[0][c];
+      at[2][c] = i;
+      break;
+    case ZB_OP_B:
+    case ZB_OP_BW:
+      link[i] = at[1][c];
+      at[3][c] = i;
+      break;
+    case ZB_OP_SEND_F: link[i] = at[2][c]; break;
+    case ZB_OP_SEND_B: link[i] = at[3][c]; break;
+    default: break; /* W reads nothing that travels */
+    }
+  }
+  for (int k = 0; k < 4; k++)
+    free(at[k]);
+  return link;
+}
+
 zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_transport *transport,
                        zb_executor **out, zb_diag *diag) {
   zb_err err = exec_check(cfg, diag);
@@ -113,6 +160,13 @@ zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_tr
   e->transport = transport;
   e->bufs = zb_calloc((size_t)e->n + 1, sizeof(void *));
   e->trace_every = cfg->trace_every > 0 ? cfg->trace_every : 0;
+  e->device_ordered = !cfg->blocking_comm && zb_transport_device_ordered(transport);
+  e->link = exec_links(e->actions, e->n, e->costs->n_stages);
+  e->marked = zb_calloc((size_t)e->n + 1, sizeof *e->marked);
+  for (int i = 0; i < e->n; i++)
+    if (zb_op_is_comm(e->actions[i].op) && e->link[i] >= 0)
+      e->marked[e->link[i]] = true;
+  e->point = zb_calloc((size_t)e->n + 1, sizeof *e->point);
   if (e->trace_every)
     e->tl = zb_calloc((size_t)e->n + 1, sizeof *e->tl);
   /* the rank's M_F: m_f summed over the distinct stages it computes */
@@ -133,16 +187,37 @@ void zb_executor_free(zb_executor *e) {
   free(e->actions);
   free(e->tl);
   free(e->bufs);
+  free(e->link);
+  free(e->marked);
+  free(e->point);
   zb_costs_free(e->costs);
   free(e);
 }
 
-/* Posts actions [i, j] as one transport group and waits for it; *at is
- * the action to blame on failure. */
-static zb_err exec_group(zb_executor *e, int i, int j, int *at, zb_diag *diag) {
+/* Closes the group of actions [i, j]: device-ordered, posts it and keeps
+ * its ticket for the consumers of its receives (on a sampled iteration
+ * also waits for it, so the timeline shows its end); else waits for it. */
+static zb_err exec_group_close(zb_executor *e, int i, int j, bool trace, zb_diag *diag) {
+  if (!e->device_ordered)
+    return zb_transport_group_end(e->transport, diag);
+  int64_t ticket, after = -1; /* the latest producer of its sends */
+  for (int k = i; k <= j; k++)
+    if (zb_op_is_comm(e->actions[k].op) && e->link[k] >= 0 && e->point[e->link[k]] > after)
+      after = e->point[e->link[k]];
+  zb_err err = zb_transport_group_post(e->transport, after, &ticket, diag);
+  for (int k = i; k <= j && !err; k++)
+    e->point[k] = ticket;
+  if (!err && trace)
+    err = zb_transport_drain(e->transport, diag);
+  return err;
+}
+
+/* Posts actions [i, j] as one transport group and closes it
+ * (exec_group_close); *at is the action to blame on failure. */
+static zb_err exec_group(zb_executor *e, int i, int j, bool trace, int *at, zb_diag *diag) {
   zb_err err = ZB_OK;
   *at = i;
-  for (int k = i; k <= j; k++)
+  for (int k = i; k <= j && !e->device_ordered; k++)
     if (e->actions[k].op == ZB_OP_SEND_F || e->actions[k].op == ZB_OP_SEND_B) {
       err = zb_backend_sync(e->backend, diag); /* what we send must be computed */
       if (err)
@@ -170,7 +245,7 @@ static zb_err exec_group(zb_executor *e, int i, int j, int *at, zb_diag *diag) {
     return err;
   }
   *at = i;
-  return zb_transport_group_end(e->transport, diag);
+  return exec_group_close(e, i, j, trace, diag);
 }
 
 /* Appends an op of a sampled iteration (times in ns from its start). */
@@ -185,9 +260,16 @@ static void tl_push(zb_executor *e, const zb_action *a, int group_size, int64_t 
 
 /* Runs compute action a; on a sampled iteration (trace) waits for it and
  * records it, times from base. */
-static zb_err exec_compute(zb_executor *e, const zb_action *a, bool trace, int64_t base, zb_diag *diag) {
+static zb_err exec_compute(zb_executor *e, int i, bool trace, int64_t base, zb_diag *diag) {
+  const zb_action *a = &e->actions[i];
   int64_t t0 = trace ? zb_clock_ns() : 0;
-  zb_err err = zb_backend_submit(e->backend, a->op, a->stage, a->mb, diag);
+  zb_err err = ZB_OK;
+  if (e->device_ordered && e->link[i] >= 0) /* its input's receive */
+    err = zb_transport_order_device(e->transport, e->point[e->link[i]], diag);
+  if (!err)
+    err = zb_backend_submit(e->backend, a->op, a->stage, a->mb, diag);
+  if (!err && e->device_ordered && e->marked[i]) /* a send reads its output */
+    err = zb_transport_mark(e->transport, &e->point[i], diag);
   if (!err && trace)
     err = zb_backend_sync(e->backend, diag);
   if (!err && trace)
@@ -207,7 +289,7 @@ static zb_err exec_comm(zb_executor *e, int i, bool trace, int64_t base, exec_ta
                         zb_diag *diag) {
   int j = zb_comm_group_end(e->actions, e->n, i), at;
   int64_t c0 = zb_clock_ns();
-  zb_err err = exec_group(e, i, j, &at, diag);
+  zb_err err = exec_group(e, i, j, trace, &at, diag);
   int64_t c1 = zb_clock_ns();
   t->comm += (double)(c1 - c0) * 1e-9;
   if (trace && !err)
@@ -218,24 +300,62 @@ static zb_err exec_comm(zb_executor *e, int i, bool trace, int64_t base, exec_ta
   return err;
 }
 
+/* Device-ordered, before compute action i: posts the groups after those
+ * posted so far (from *ahead on) that the device can take now: each send's
+ * producer lies before i (submitted, marked), and the window has room, so
+ * posting never waits. A receive is then in flight while the ops before
+ * its place in the list run; the comm stream still gets the groups in
+ * list order, so the device does what it would have done
+ * (docs/schedules.md, Execution model). On failure *ahead is the action
+ * to blame. */
+static zb_err exec_ahead(zb_executor *e, int i, int64_t start, exec_tally *t, int *ahead, zb_diag *diag) {
+  int k = *ahead > i ? *ahead : i;
+  while (k < e->n) {
+    if (!zb_op_is_comm(e->actions[k].op)) {
+      k++;
+      continue;
+    }
+    int j = zb_comm_group_end(e->actions, e->n, k);
+    for (int q = k; q <= j; q++)
+      if ((e->actions[q].op == ZB_OP_SEND_F || e->actions[q].op == ZB_OP_SEND_B) && e->link[q] >= i)
+        return ZB_OK; /* its producer is not submitted yet */
+    if (zb_transport_room(e->transport) <= 0)
+      return ZB_OK;
+    zb_err err = exec_comm(e, k, false, start, t, &k, diag);
+    *ahead = k; /* on failure, the action to blame */
+    if (err)
+      return err;
+  }
+  return ZB_OK;
+}
+
 /* Walks the list once; *failed_at is the action to blame on failure. */
 static zb_err exec_walk(zb_executor *e, bool trace, int64_t start, exec_tally *t, int *failed_at,
                         zb_diag *diag) {
-  int i = 0;
+  int i = 0, ahead = 0; /* comm actions before `ahead` are posted already */
+  bool look = e->device_ordered && !trace;
   zb_err err = ZB_OK;
   while (i < e->n && !err) {
     const zb_action *a = &e->actions[i];
     if (exec_stopped(e)) {
       err = zb_diag_set(diag, ZB_ERR_IO, "stopped (stop flag raised)");
     } else if (zb_op_is_compute(a->op)) {
-      err = exec_compute(e, a, trace, start, diag);
+      err = look ? exec_ahead(e, i, start, t, &ahead, diag) : ZB_OK;
+      if (err) {
+        i = ahead;
+        break;
+      }
+      err = exec_compute(e, i, trace, start, diag);
       if (!err) {
         t->mem += zb_costs_mem(e->costs, a->op, a->stage);
         t->peak = t->mem > t->peak ? t->mem : t->peak;
         i++;
       }
+    } else if (zb_op_is_comm(a->op) && i < ahead) {
+      i = zb_comm_group_end(e->actions, e->n, i) + 1; /* posted ahead */
     } else if (zb_op_is_comm(a->op)) {
       err = exec_comm(e, i, trace, start, t, &i, diag);
+      ahead = i > ahead ? i : ahead;
     } else {
       i++; /* FSDP and empty actions take no time here */
     }
@@ -255,6 +375,12 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
   int64_t start = zb_clock_ns();
   int i;
   zb_err err = exec_walk(e, trace, start, &t, &i, diag);
+  if (!err && e->device_ordered) { /* the host's only wait for groups, the window's aside */
+    i = -1;
+    int64_t c0 = zb_clock_ns();
+    err = zb_transport_drain(e->transport, diag);
+    t.comm += (double)(zb_clock_ns() - c0) * 1e-9;
+  }
   if (!err) {
     i = -1;
     err = zb_backend_sync(e->backend, diag);

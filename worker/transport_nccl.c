@@ -13,15 +13,20 @@
  *   group      ncclGroupStart ... ncclGroupEnd around the recorded ops;
  *              outside a group each call is a group of its own.
  *
- * Ordering with the compute stream (docs/model.md, Transports): before a
- * group the comm stream waits on an event recorded on the compute stream,
- * so a send reads finished data and a receive does not overwrite a buffer
- * the compute stream still reads; after it the compute stream waits on the
- * comm stream's completion event, so received data is ready for the next
- * op. group_end also returns only when that event has completed: it polls
- * cudaEventQuery every millisecond, with ncclCommGetAsyncError, the stop
- * flag and the timeout (no progress figure exists in NCCL, so the timeout
- * counts from group_end).
+ * Ordering with the compute stream (docs/model.md, Transports; docs/
+ * schedules.md, Execution model): group_end orders the group after all
+ * compute work so far (an event), makes the compute stream wait for it and
+ * polls its completion event on the host (5 us doubling to 1 ms, with
+ * ncclCommGetAsyncError, the stop flag and the timeout). group_post orders
+ * it after a mark (its sends' producers) or nothing, records its end in a
+ * ring of `window` events and returns: order_device makes the compute
+ * stream wait on one, drain and a full window poll them as group_end does.
+ * One comm stream carries every group, so they complete in posting order
+ * and two ranks' calls to each other meet in list order (separate send
+ * and receive streams would split a batch group, which must progress as
+ * one). NCCL has no progress figure: the timeout counts from each wait.
+ * The posted groups live in transport_nccl_post.c; what both files share
+ * is in transport_nccl_internal.h.
  *
  * Tags cannot travel in NCCL: the tag check of zb_transport.h is the tcp
  * transport's only; here peer and length are checked locally, and tags
@@ -35,7 +40,7 @@
  * flag may be raised from any. Every entry first makes the CUDA device that
  * was current at creation current again, since NCCL binds a communicator to
  * the device current at init and the calling thread may change. Buffers
- * must stay valid until group_end returns.
+ * must stay valid until their group has completed.
  *
  * NCCL/CUDA calls: ncclGetUniqueId, ncclCommInitRankConfig,
  * ncclCommGetAsyncError, ncclCommAbort, ncclCommDestroy, ncclGroupStart,
@@ -52,47 +57,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "transport_nccl_internal.h"
 #include "transport_nccl_watch.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
 #include "zb_transport.h"
-
-#define NCCL_POLL_NS 1000000L /* 1 ms between polls of a running group or init */
-
-typedef struct nccl_op {
-  bool is_send;
-  int peer;
-  zb_tag tag;
-  void *buf;  /* what NCCL reads or writes: the caller's device buffer, or a bounce */
-  void *host; /* the caller's buffer when it is host memory; NULL otherwise */
-  size_t len;
-} nccl_op;
-
-/* A device buffer that host messages go through (by op slot, kept). */
-typedef struct nccl_bounce {
-  void *p;
-  size_t cap;
-} nccl_bounce;
-
-typedef struct nccl_transport {
-  int rank, nranks;
-  int device; /* the CUDA device current at creation */
-  ncclUniqueId id;
-  cudaStream_t compute, comm_stream;
-  cudaEvent_t ready, done; /* compute -> comm, comm -> compute */
-  const atomic_bool *stop;
-  double timeout_s;
-  ncclComm_t comm;      /* NULL until connect(), and after an abort */
-  zb_nccl_watch *watch; /* owns comm once connected (transport_nccl_watch.h) */
-  int depth;
-  nccl_op *ops;
-  nccl_bounce *bounce; /* cap_ops entries */
-  int n_ops, cap_ops;
-  zb_err failed; /* ZB_OK while healthy */
-  char failure[sizeof(((zb_diag *)0)->msg)];
-  char why[256]; /* nccl_why's copy */
-  zb_transport_stats stats;
-} nccl_transport;
 
 static bool nccl_stopped(const nccl_transport *t) {
   return t->stop && atomic_load(t->stop);
@@ -129,7 +98,7 @@ static const char *nccl_last(ncclComm_t comm) {
  * it aborted it (the handle is gone then). */
 static const char *nccl_why(nccl_transport *t) {
   if (!t->watch)
-    return nccl_why(t);
+    return nccl_last(t->comm);
   ncclComm_t c = zb_nccl_watch_get(t->watch);
   snprintf(t->why, sizeof t->why, "%s", c ? nccl_last(c) : "");
   zb_nccl_watch_put(t->watch);
@@ -138,11 +107,7 @@ static const char *nccl_why(nccl_transport *t) {
   return t->why;
 }
 
-/* Records the failure, aborts the communicator (peers fail promptly) and
- * drops the recorded ops; returns err set in diag. */
-static zb_err nccl_fail(nccl_transport *t, zb_err err, zb_diag *diag, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static zb_err nccl_fail(nccl_transport *t, zb_err err, zb_diag *diag, const char *fmt, ...) {
+zb_err zbn_fail(nccl_transport *t, zb_err err, zb_diag *diag, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(t->failure, sizeof t->failure, fmt, ap);
@@ -158,16 +123,16 @@ static zb_err nccl_fail(nccl_transport *t, zb_err err, zb_diag *diag, const char
   return zb_diag_set(diag, err, "%s", t->failure);
 }
 
-static zb_err nccl_failed_before(const nccl_transport *t, zb_diag *diag) {
+zb_err zbn_failed_before(const nccl_transport *t, zb_diag *diag) {
   return zb_diag_set(diag, t->failed, "transport failed before: %s", t->failure);
 }
 
 /* Makes the transport's device current on the calling thread. */
-static zb_err nccl_enter(nccl_transport *t, zb_diag *diag) {
+zb_err zbn_enter(nccl_transport *t, zb_diag *diag) {
   cudaError_t ce = cudaSetDevice(t->device);
   if (ce != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: cudaSetDevice(%d): %s", t->rank, t->device,
-                     cudaGetErrorString(ce));
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: cudaSetDevice(%d): %s", t->rank, t->device,
+                    cudaGetErrorString(ce));
   return ZB_OK;
 }
 
@@ -189,14 +154,14 @@ static zb_err nccl_wait_ready(nccl_transport *t, const char *what, double timeou
     if (async == ncclSuccess)
       return ZB_OK;
     if (nccl_stopped(t)) /* first: a stop is the reason, whatever NCCL says next */
-      return nccl_fail(t, ZB_ERR_IO, diag, "stopped (stop flag raised) during nccl %s of rank %d", what,
-                       t->rank);
+      return zbn_fail(t, ZB_ERR_IO, diag, "stopped (stop flag raised) during nccl %s of rank %d", what,
+                      t->rank);
     if (async != ncclInProgress)
-      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s failed: %s: %s", t->rank, what,
-                       ncclGetErrorString(async), nccl_why(t));
+      return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s failed: %s: %s", t->rank, what,
+                      ncclGetErrorString(async), nccl_why(t));
     if (timeout_s > 0 && (double)(zb_clock_ns() - start) * 1e-9 > timeout_s)
-      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: %s timed out after %.1f s", t->rank,
-                       t->nranks, what, timeout_s);
+      return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: %s timed out after %.1f s", t->rank,
+                      t->nranks, what, timeout_s);
     nccl_sleep_poll(&wait_ns);
   }
 }
@@ -207,10 +172,10 @@ static zb_err nccl_connect(void *self, const char *const *addresses, const bool 
   (void)peers;
   nccl_transport *t = self;
   if (t->failed)
-    return nccl_failed_before(t, diag);
+    return zbn_failed_before(t, diag);
   if (t->comm)
     return ZB_OK; /* additive and idempotent: NCCL connects every peer lazily */
-  zb_err err = nccl_enter(t, diag);
+  zb_err err = zbn_enter(t, diag);
   if (err)
     return err;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -219,11 +184,11 @@ static zb_err nccl_connect(void *self, const char *const *addresses, const bool 
   ncclResult_t r = ncclCommInitRankConfig(&comm, t->nranks, t->id, t->rank, &cfg);
   t->comm = comm;
   if (r != ncclSuccess && r != ncclInProgress)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: ncclCommInitRankConfig: %s: %s", t->rank,
-                     t->nranks, ncclGetErrorString(r), nccl_last(comm));
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d of %d: ncclCommInitRankConfig: %s: %s", t->rank,
+                    t->nranks, ncclGetErrorString(r), nccl_last(comm));
   err = nccl_wait_ready(t, "init (ncclCommInitRankConfig)", nccl_bound(timeout_s, t->timeout_s), diag);
   if (!err && !(t->watch = zb_nccl_watch_start(t->comm, t->rank, t->stop, t->timeout_s, diag)))
-    return nccl_fail(t, ZB_ERR_IO, diag, "%s", diag ? diag->msg : "nccl: the watchdog did not start");
+    return zbn_fail(t, ZB_ERR_IO, diag, "%s", diag ? diag->msg : "nccl: the watchdog did not start");
   return err;
 }
 
@@ -231,7 +196,7 @@ static zb_err nccl_connect(void *self, const char *const *addresses, const bool 
 
 /* "to rank 2 (send F s1 mb3), from rank 0 (recv B s3 mb1)" for the
  * group's ops, as far as they fit. */
-static const char *nccl_describe(const nccl_transport *t, char *buf, size_t len) {
+const char *zbn_describe(const nccl_transport *t, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = '\0';
   for (int i = 0; i < t->n_ops && used + 1 < len; i++) {
@@ -299,20 +264,17 @@ static cudaError_t nccl_place(nccl_transport *t, int i, nccl_op *op, void *buf) 
 }
 
 /* Enqueues the recorded ops as one NCCL group on the comm stream, ordered
- * after the compute stream's work. */
-static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
-  const char *call = "cudaEventRecord"; /* named in the error: which of the two failed */
-  cudaError_t ce = cudaEventRecord(t->ready, t->compute);
-  if (ce == cudaSuccess) {
-    call = "cudaStreamWaitEvent";
-    ce = cudaStreamWaitEvent(t->comm_stream, t->ready, 0);
-  }
+ * after event `after` of the compute stream (NULL: nothing), and records
+ * ev after it; join: the compute stream waits on ev as well (group_end). */
+zb_err zbn_launch(nccl_transport *t, cudaEvent_t after, cudaEvent_t ev, bool join, zb_diag *diag) {
+  const char *call = "cudaStreamWaitEvent"; /* named in the error: which call failed */
+  cudaError_t ce = after ? cudaStreamWaitEvent(t->comm_stream, after, 0) : cudaSuccess;
   if (ce != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering after the compute stream: %s: %s", t->rank,
-                     call, cudaGetErrorString(ce));
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering after the compute stream: %s: %s", t->rank,
+                    call, cudaGetErrorString(ce));
   if ((ce = nccl_stage_host(t, true)) != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: staging a host message: %s", t->rank,
-                     cudaGetErrorString(ce));
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: staging a host message: %s", t->rank,
+                    cudaGetErrorString(ce));
   ncclComm_t comm = t->watch ? zb_nccl_watch_get(t->watch) : t->comm; /* not aborted meanwhile */
   ncclResult_t r = comm ? ncclGroupStart() : ncclInvalidUsage;
   int bad = -1;
@@ -333,75 +295,70 @@ static zb_err nccl_launch(nccl_transport *t, zb_diag *diag) {
     zb_nccl_watch_put(t->watch);
   char tb[48];
   if (bad >= 0)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s %s %s rank %d: %s: %s", t->rank,
-                     t->ops[bad].is_send ? "ncclSend" : "ncclRecv",
-                     zb_tag_format(t->ops[bad].tag, tb, sizeof tb), t->ops[bad].is_send ? "to" : "from",
-                     t->ops[bad].peer, ncclGetErrorString(r), nccl_why(t));
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s %s %s rank %d: %s: %s", t->rank,
+                    t->ops[bad].is_send ? "ncclSend" : "ncclRecv",
+                    zb_tag_format(t->ops[bad].tag, tb, sizeof tb), t->ops[bad].is_send ? "to" : "from",
+                    t->ops[bad].peer, ncclGetErrorString(r), nccl_why(t));
   if (r != ncclSuccess || (re != ncclSuccess && re != ncclInProgress))
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ncclGroup: %s: %s", t->rank,
-                     ncclGetErrorString(r != ncclSuccess ? r : re), nccl_why(t));
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ncclGroup: %s: %s", t->rank,
+                    ncclGetErrorString(r != ncclSuccess ? r : re), nccl_why(t));
   if (re == ncclInProgress) { /* a non-blocking comm may still be enqueueing */
     zb_err err = nccl_wait_ready(t, "ncclGroupEnd", t->timeout_s, diag);
     if (err)
       return err;
   }
   call = "cudaEventRecord";
-  ce = cudaEventRecord(t->done, t->comm_stream);
-  if (ce == cudaSuccess) {
+  ce = cudaEventRecord(ev, t->comm_stream);
+  if (ce == cudaSuccess && join) {
     call = "cudaStreamWaitEvent";
-    ce = cudaStreamWaitEvent(t->compute, t->done, 0);
+    ce = cudaStreamWaitEvent(t->compute, ev, 0);
   }
   if (ce != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering the compute stream after the group: %s: %s",
-                     t->rank, call, cudaGetErrorString(ce));
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: ordering the compute stream after the group: %s: %s",
+                    t->rank, call, cudaGetErrorString(ce));
   return ZB_OK;
 }
 
-/* Polls the launched group until its completion event fires, failing on
- * an NCCL or CUDA error, the stop flag or the timeout, naming its peers. */
-static zb_err nccl_wait_group(nccl_transport *t, zb_diag *diag) {
-  char ops[160];
+/* Polls a launched group until its completion event ev fires, failing on
+ * an NCCL or CUDA error, or when the watchdog aborted the communicator (an
+ * async error, the stop flag, or transfer_timeout_s counted from the start
+ * of this wait), naming its peers (ops, as zbn_describe wrote them). */
+zb_err zbn_wait_group(nccl_transport *t, cudaEvent_t ev, const char *ops, zb_diag *diag) {
+  zb_err err = ZB_OK;
   long wait_ns = 0;
+  zb_nccl_watch_busy(t->watch, ops); /* the transfer deadline starts */
   for (;;) {
     char why[256];
-    if (zb_nccl_watch_aborted(t->watch, why, sizeof why)) /* the error, stop flag or timeout */
-      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s", t->rank, why);
+    if (zb_nccl_watch_aborted(t->watch, why, sizeof why)) { /* the error, stop flag or timeout */
+      err = zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: %s", t->rank, why);
+      break;
+    }
     ncclResult_t async = nccl_async(t);
-    if (async != ncclSuccess && async != ncclInProgress)
-      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s failed: %s: %s", t->rank,
-                       nccl_describe(t, ops, sizeof ops), ncclGetErrorString(async), nccl_why(t));
-    cudaError_t q = cudaEventQuery(t->done);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      err = zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s failed: %s: %s", t->rank, ops,
+                     ncclGetErrorString(async), nccl_why(t));
+      break;
+    }
+    cudaError_t q = cudaEventQuery(ev);
     if (q == cudaSuccess && async == ncclSuccess)
-      return ZB_OK;
+      break;
     /* "not ready" may stay behind as the thread's last error, which the
      * next kernel launch's cudaGetLastError (or cuBLAS) would report */
     if (q == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady)
       (void)cudaGetLastError();
-    if (q != cudaSuccess && q != cudaErrorNotReady)
-      return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s: comm stream failed: %s", t->rank,
-                       nccl_describe(t, ops, sizeof ops), cudaGetErrorString(q));
+    if (q != cudaSuccess && q != cudaErrorNotReady) {
+      err = zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: group %s: comm stream failed: %s", t->rank, ops,
+                     cudaGetErrorString(q));
+      break;
+    }
     nccl_sleep_poll(&wait_ns);
   }
+  zb_nccl_watch_idle(t->watch);
+  return err;
 }
 
-/* Runs the recorded ops as one group and accounts them. */
-static zb_err nccl_run(nccl_transport *t, zb_diag *diag) {
-  if (t->n_ops == 0)
-    return ZB_OK;
-  zb_err err = nccl_enter(t, diag);
-  char ops[160];
-  zb_nccl_watch_busy(t->watch, nccl_describe(t, ops, sizeof ops)); /* the transfer deadline starts */
-  if (!err)
-    err = nccl_launch(t, diag);
-  if (!err)
-    err = nccl_wait_group(t, diag);
-  zb_nccl_watch_idle(t->watch);
-  if (err)
-    return err;
-  cudaError_t ce = nccl_stage_host(t, false);
-  if (ce != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: copying a received host message out: %s", t->rank,
-                     cudaGetErrorString(ce));
+/* Counts the recorded ops into the stats and forgets them. */
+void zbn_account(nccl_transport *t) {
   for (int i = 0; i < t->n_ops; i++) {
     const nccl_op *op = &t->ops[i];
     if (op->is_send) {
@@ -413,6 +370,33 @@ static zb_err nccl_run(nccl_transport *t, zb_diag *diag) {
     }
   }
   t->n_ops = 0;
+}
+
+/* Runs the recorded ops as one group, waits for it on the host (and the
+ * compute stream), and accounts them. */
+zb_err zbn_run(nccl_transport *t, zb_diag *diag) {
+  if (t->n_ops == 0)
+    return ZB_OK;
+  char ops[160];
+  zbn_describe(t, ops, sizeof ops);
+  zb_err err = zbn_enter(t, diag);
+  cudaError_t ce = err ? cudaSuccess : cudaEventRecord(t->ready, t->compute); /* after all so far */
+  if (ce != cudaSuccess)
+    return zbn_fail(t, ZB_ERR_IO, diag,
+                    "nccl: rank %d: ordering after the compute stream: cudaEventRecord: %s", t->rank,
+                    cudaGetErrorString(ce));
+  if (!err)
+    err = zbn_launch(t, t->ready, t->done, true, diag);
+  if (!err)
+    err = zbn_wait_group(t, t->done, ops, diag);
+  if (err)
+    return err;
+  t->complete = t->posted; /* one comm stream: every earlier group is done too */
+  ce = nccl_stage_host(t, false);
+  if (ce != cudaSuccess)
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl: rank %d: copying a received host message out: %s", t->rank,
+                    cudaGetErrorString(ce));
+  zbn_account(t);
   return ZB_OK;
 }
 
@@ -421,19 +405,19 @@ static zb_err nccl_post(nccl_transport *t, bool is_send, int peer, zb_tag tag, v
   char tb[48];
   const char *what = is_send ? "send" : "recv";
   if (t->failed)
-    return nccl_failed_before(t, diag);
+    return zbn_failed_before(t, diag);
   if (peer < 0 || peer >= t->nranks || peer == t->rank)
-    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "nccl %s %s: peer rank %d is not another rank of 0..%d",
-                     what, zb_tag_format(tag, tb, sizeof tb), peer, t->nranks - 1);
+    return zbn_fail(t, ZB_ERR_INVALID_ARG, diag, "nccl %s %s: peer rank %d is not another rank of 0..%d",
+                    what, zb_tag_format(tag, tb, sizeof tb), peer, t->nranks - 1);
   if (!t->comm)
-    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag,
-                     "nccl %s %s to/from rank %d: not connected (call connect first)", what,
-                     zb_tag_format(tag, tb, sizeof tb), peer);
+    return zbn_fail(t, ZB_ERR_INVALID_ARG, diag,
+                    "nccl %s %s to/from rank %d: not connected (call connect first)", what,
+                    zb_tag_format(tag, tb, sizeof tb), peer);
   if (tag.kind != ZB_OP_F && tag.kind != ZB_OP_B)
-    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "tag kind must be F or B, not %s", zb_op_name(tag.kind));
+    return zbn_fail(t, ZB_ERR_INVALID_ARG, diag, "tag kind must be F or B, not %s", zb_op_name(tag.kind));
   if (len == 0 || !buf)
-    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "nccl %s %s with rank %d: %s", what,
-                     zb_tag_format(tag, tb, sizeof tb), peer, len == 0 ? "empty message" : "no buffer");
+    return zbn_fail(t, ZB_ERR_INVALID_ARG, diag, "nccl %s %s with rank %d: %s", what,
+                    zb_tag_format(tag, tb, sizeof tb), peer, len == 0 ? "empty message" : "no buffer");
   if (t->n_ops == t->cap_ops) {
     int cap = t->cap_ops ? 2 * t->cap_ops : 8;
     t->ops = zb_realloc(t->ops, sizeof *t->ops * (size_t)cap);
@@ -441,17 +425,17 @@ static zb_err nccl_post(nccl_transport *t, bool is_send, int peer, zb_tag tag, v
     memset(t->bounce + t->cap_ops, 0, sizeof *t->bounce * (size_t)(cap - t->cap_ops));
     t->cap_ops = cap;
   }
-  zb_err err = nccl_enter(t, diag);
+  zb_err err = zbn_enter(t, diag);
   if (err)
     return err;
   nccl_op *op = &t->ops[t->n_ops];
   *op = (nccl_op){.is_send = is_send, .peer = peer, .tag = tag, .len = len};
   cudaError_t ce = nccl_place(t, t->n_ops, op, buf);
   if (ce != cudaSuccess)
-    return nccl_fail(t, ZB_ERR_IO, diag, "nccl %s %s with rank %d: a device buffer for it: %s", what,
-                     zb_tag_format(tag, tb, sizeof tb), peer, cudaGetErrorString(ce));
+    return zbn_fail(t, ZB_ERR_IO, diag, "nccl %s %s with rank %d: a device buffer for it: %s", what,
+                    zb_tag_format(tag, tb, sizeof tb), peer, cudaGetErrorString(ce));
   t->n_ops++;
-  return t->depth > 0 ? ZB_OK : nccl_run(t, diag);
+  return t->depth > 0 ? ZB_OK : zbn_run(t, diag);
 }
 
 static zb_err nccl_send(void *self, int peer, zb_tag tag, const void *buf, size_t len, zb_diag *diag) {
@@ -469,12 +453,12 @@ static void nccl_group_start(void *self) {
 static zb_err nccl_group_end(void *self, zb_diag *diag) {
   nccl_transport *t = self;
   if (t->failed)
-    return nccl_failed_before(t, diag);
+    return zbn_failed_before(t, diag);
   if (t->depth == 0)
-    return nccl_fail(t, ZB_ERR_INVALID_ARG, diag, "group_end without group_start");
+    return zbn_fail(t, ZB_ERR_INVALID_ARG, diag, "group_end without group_start");
   if (--t->depth > 0)
     return ZB_OK;
-  return nccl_run(t, diag);
+  return zbn_run(t, diag);
 }
 
 /* ---- life cycle ---- */
@@ -491,7 +475,7 @@ static void nccl_stats(void *self, zb_transport_stats *out) {
 static void nccl_abort(void *self, const char *why) {
   nccl_transport *t = self;
   if (!t->failed)
-    nccl_fail(t, ZB_ERR_IO, NULL, "rank %d aborted: %s", t->rank, why ? why : "no reason given");
+    zbn_fail(t, ZB_ERR_IO, NULL, "rank %d aborted: %s", t->rank, why ? why : "no reason given");
 }
 
 static void nccl_free(void *self) {
@@ -505,6 +489,14 @@ static void nccl_free(void *self) {
     cudaEventDestroy(t->ready);
   if (t->done)
     cudaEventDestroy(t->done);
+  for (int i = 0; i < NCCL_MARKS; i++)
+    if (t->marks[i])
+      cudaEventDestroy(t->marks[i]);
+  for (int i = 0; t->ring && i < t->window; i++)
+    if (t->ring[i])
+      cudaEventDestroy(t->ring[i]);
+  free(t->ring);
+  free(t->ring_what);
   if (t->comm_stream)
     cudaStreamDestroy(t->comm_stream);
   for (int i = 0; i < t->cap_ops; i++)
@@ -524,6 +516,11 @@ static const zb_transport_ops nccl_ops = {
     .recv = nccl_recv,
     .group_end = nccl_group_end,
     .stats = nccl_stats,
+    .mark = zbn_mark,
+    .group_post = zbn_group_post,
+    .order_device = zbn_order_device,
+    .drain = zbn_drain,
+    .room = zbn_room,
     .abort = nccl_abort,
     .free = nccl_free,
 };
@@ -552,6 +549,13 @@ zb_err zb_transport_nccl_new(const zb_nccl_config *cfg, zb_transport **out, zb_d
   }
   if (ce == cudaSuccess)
     ce = cudaEventCreateWithFlags(&t->done, cudaEventDisableTiming);
+  t->window = cfg->window > 0 ? cfg->window : ZB_NCCL_WINDOW;
+  t->ring = zb_calloc((size_t)t->window, sizeof *t->ring);
+  t->ring_what = zb_calloc((size_t)t->window, sizeof *t->ring_what);
+  for (int i = 0; i < t->window && ce == cudaSuccess; i++)
+    ce = cudaEventCreateWithFlags(&t->ring[i], cudaEventDisableTiming);
+  for (int i = 0; i < NCCL_MARKS && ce == cudaSuccess; i++)
+    ce = cudaEventCreateWithFlags(&t->marks[i], cudaEventDisableTiming);
   if (ce != cudaSuccess) {
     zb_diag_set(diag, ZB_ERR_IO, "nccl transport: rank %d: %s: %s", cfg->rank, step, cudaGetErrorString(ce));
     nccl_free(t);

@@ -8,11 +8,17 @@
  *     completion before returning; an asynchronous one (cuda) enqueues it
  *     on its stream and returns at once.
  *   - sync() returns when every submitted op has finished. The executor
- *     calls it before posting a send (the data must be complete) and at the
- *     end of every iteration, then takes the stats.
+ *     calls it at the end of every iteration, then takes the stats, and,
+ *     with a host-blocking transport, before posting a send (the data must
+ *     be complete); a device-ordered one orders the send after its
+ *     producer on the device instead (zb_executor.h).
  *   - buffer() hands out the memory a SEND reads from or a RECV writes into,
  *     so a backend with real math keeps activations where its kernels want
  *     them (host or device memory; the transport must be able to reach it).
+ *     A device-ordered transport moves it on a stream of its own, so a
+ *     buffer is written once per iteration and read once (the executor
+ *     relies on it: docs/schedules.md, Execution model), and a buffer
+ *     handed out for a receive has no device work pending on it.
  *   - take_stats() returns the busy seconds per kind and the memory in bytes
  *     since the previous call (an async backend times ops with events and
  *     sums them here, after sync).

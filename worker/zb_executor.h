@@ -4,12 +4,28 @@
  * fields). The executor knows only the two vtables, not which backend or
  * transport it drives.
  *
- * Walking the list: actions run in list order. A maximal run of comm
- * actions chained by the `batch` flag (zb_schedule.h) is posted as one
- * transport group and completes as a whole; a comm action without the flag
- * is a group of one. Before a group that holds a send the backend is synced
- * (the bytes must be complete); at the end of an iteration it is synced
- * again and its stats taken. FSDP and empty actions take no time.
+ * Walking the list: actions are issued in list order. A maximal run of
+ * comm actions chained by the `batch` flag (zb_schedule.h) is posted as
+ * one transport group and completes as a whole; a comm action without the
+ * flag is a group of one. FSDP and empty actions take no time. How a group
+ * holds the rank depends on the transport (docs/schedules.md, Execution
+ * model):
+ *   device-ordered (nccl, zb_transport_device_ordered, unless
+ *   blocking_comm): the group is posted (zb_transport_group_post) and the
+ *   host goes on. The group is ordered after the compute work issued
+ *   before it (so a send reads its producer's finished output), a compute
+ *   op that reads a received message is ordered after that receive's group
+ *   (zb_transport_order_device), and nothing else waits for it: no device
+ *   drain before a send, no host wait, except the transport's window
+ *   (at most that many groups in flight) and, at the end of the iteration,
+ *   zb_transport_drain then the backend sync. Buffers: every (kind, stage,
+ *   microbatch) slot is written once per iteration (zb_backend.h), so no
+ *   buffer is rewritten while a group in flight reads it, and the drain
+ *   ends every use before the next iteration reuses them.
+ *   host-blocking (tcp, or blocking_comm): before a group that holds a
+ *   send the backend is synced (the bytes must be complete), and the group
+ *   is waited for (zb_transport_group_end) before the next action.
+ * At the end of an iteration the backend is synced and its stats taken.
  *
  * Measurements per iteration:
  *   wall        from just before the first action to just after the last one
@@ -27,9 +43,11 @@
  *   timeline    on sampled iterations (trace_every): when each compute op
  *               and each transport group (post to completion) ran, in run
  *               order, seconds from the iteration's start. The backend is
- *               synced after each compute op of such an iteration, so an
- *               asynchronous backend's op ends when its work does; the two
- *               clock reads per op are all a synchronous backend pays.
+ *               synced after each compute op of such an iteration, and a
+ *               posted group is drained, so an asynchronous backend's op
+ *               and a group end when their work does (such an iteration
+ *               overlaps nothing); the two clock reads per op are all a
+ *               synchronous backend pays.
  *
  * Ownership: the caller owns the zb_executor (zb_executor_free, NULL is a
  * no-op). The action list and costs are copied; the backend, transport and
@@ -68,11 +86,11 @@ typedef struct zb_rank_iteration {
   /* Beyond RankIteration: */
   int32_t iteration;
   double start_seconds, end_seconds; /* CLOCK_MONOTONIC, comparable across ranks of a host */
-  double comm_seconds;               /* time spent waiting in transport groups */
-  double cpu_wait_seconds;           /* of the busy time: runnable without a core (zb_backend_stats) */
-  int32_t comm_groups;               /* transport groups posted (zb_comm_group_count of the list) */
-  int32_t comm_actions;              /* sends and receives in them */
-  int64_t host_syncs;                /* the backend's waits for its device (zb_backend_stats; -1: none) */
+  double comm_seconds; /* host time in transport groups (device-ordered: posting, the window, the drain) */
+  double cpu_wait_seconds; /* of the busy time: runnable without a core (zb_backend_stats) */
+  int32_t comm_groups;     /* transport groups posted (zb_comm_group_count of the list) */
+  int32_t comm_actions;    /* sends and receives in them */
+  int64_t host_syncs;      /* the backend's waits for its device (zb_backend_stats; -1: none) */
   /* Sampled iterations only (else NULL, 0): ops in run order, start and
    * end in seconds from start_seconds. Owned by the executor; valid until
    * its next iteration. */
@@ -91,6 +109,10 @@ typedef struct zb_executor_config {
   size_t bytes_per_activation; /* payload of every SEND/RECV */
   const atomic_bool *stop;     /* may be NULL; borrowed */
   int trace_every;             /* timelines of iterations 0, N, 2N, ...; 0: none */
+  /* Waits for every group on the host and syncs the backend before each
+   * send even on a device-ordered transport: the executor before overlap
+   * (tests compare the two). */
+  bool blocking_comm;
 } zb_executor_config;
 
 typedef struct zb_executor zb_executor;

@@ -20,6 +20,18 @@
  *     NCCL carries no tags, so nccl relies on the two ranks' lists agreeing
  *     (the planner validates them) and checks what it can locally.
  *
+ * Device-ordered transports (nccl; zb_transport_device_ordered): the
+ * executor may close a group with zb_transport_group_post instead of
+ * group_end. The group is then enqueued on the device, ordered after a
+ * point of the compute stream that zb_transport_mark recorded (its sends'
+ * producers), and the call returns at once with a ticket; zb_transport_order_device(ticket) makes the compute
+ * stream wait for that group (a consumer op of a receive), and zb_transport_drain blocks the host until every
+ * posted group has completed. Groups complete in posting order (one comm stream). At most a window of groups
+ * is in flight: posting one more first waits on the host for the oldest. Buffers must stay valid, and
+ * unwritten by compute, until the group has completed (a later drain, or a compute op ordered after it).
+ * Host-blocking transports (tcp) leave these NULL and keep group_end only (docs/model.md, Transports;
+ * docs/schedules.md, Execution model).
+ *
  * Failure and cancellation: a failed or cancelled call poisons the
  * transport, like ncclCommAbort: it shuts down every connection at once, so
  * peers blocked on this rank fail promptly too (naming this rank) instead of
@@ -77,6 +89,12 @@ typedef struct zb_transport_ops {
   zb_err (*recv)(void *self, int peer, zb_tag tag, void *buf, size_t len, zb_diag *diag);
   zb_err (*group_end)(void *self, zb_diag *diag);
   void (*stats)(void *self, zb_transport_stats *out);
+  /* Device-ordered transports only; NULL on host-blocking ones. */
+  zb_err (*mark)(void *self, int64_t *mark, zb_diag *diag);
+  zb_err (*group_post)(void *self, int64_t after, int64_t *ticket, zb_diag *diag);
+  zb_err (*order_device)(void *self, int64_t ticket, zb_diag *diag);
+  zb_err (*drain)(void *self, zb_diag *diag);
+  int (*room)(void *self);
   bool (*failed_by_peer)(void *self); /* NULL: never tells */
   void (*abort)(void *self, const char *why);
   void (*free)(void *self);
@@ -131,6 +149,51 @@ static inline zb_err zb_transport_recv(zb_transport *t, int peer, zb_tag tag, vo
  * receive has completed, one fails, or the stop flag is raised. */
 static inline zb_err zb_transport_group_end(zb_transport *t, zb_diag *diag) {
   return t->ops->group_end(t->self, diag);
+}
+
+/* Whether t orders its groups on the device (nccl): group_post,
+ * order_device and drain work. False for host-blocking transports (tcp).
+ * Does not block. */
+static inline bool zb_transport_device_ordered(const zb_transport *t) {
+  return t->ops->group_post != NULL;
+}
+
+/* Records a point on the compute stream (after the work submitted so far:
+ * a send's producer) and sets *mark to its number. Device-ordered
+ * transports only. Does not block. */
+static inline zb_err zb_transport_mark(zb_transport *t, int64_t *mark, zb_diag *diag) {
+  return t->ops->mark(t->self, mark, diag);
+}
+
+/* Closes the outermost group like group_end, but only enqueues it on the
+ * device, ordered after compute point `after` (zb_transport_mark; -1:
+ * after nothing of the compute stream, as for receives only), and sets
+ * *ticket to its number (increasing from 0 over t's life). Blocks only to
+ * keep the window: while the window's worth of groups is in flight, until
+ * the oldest has completed (timeout and stop flag as for group_end). A
+ * group with host buffers runs as with group_end (it has completed on
+ * return). Device-ordered transports only. */
+static inline zb_err zb_transport_group_post(zb_transport *t, int64_t after, int64_t *ticket, zb_diag *diag) {
+  return t->ops->group_post(t->self, after, ticket, diag);
+}
+
+/* Makes the compute stream wait for posted group `ticket` before any work
+ * submitted after this call (a receive's consumer). Does not block. */
+static inline zb_err zb_transport_order_device(zb_transport *t, int64_t ticket, zb_diag *diag) {
+  return t->ops->order_device(t->self, ticket, diag);
+}
+
+/* How many groups group_post takes now without waiting for the window
+ * (completed groups are found by a query, never a wait). Device-ordered
+ * transports only. Does not block. */
+static inline int zb_transport_room(zb_transport *t) {
+  return t->ops->room(t->self);
+}
+
+/* Blocks until every posted group has completed, one fails, the timeout
+ * passes or the stop flag is raised. */
+static inline zb_err zb_transport_drain(zb_transport *t, zb_diag *diag) {
+  return t->ops->drain(t->self, diag);
 }
 
 /* Fills *out with the counters. Does not block. */
@@ -219,17 +282,22 @@ zb_err zb_transport_tcp_new(const zb_tcp_config *cfg, zb_transport **out, zb_dia
  * touches their bytes. Tags cannot travel in NCCL: only the local checks
  * (peer, length) are made here, the tag check is the tcp transport's only;
  * both ranks' lists come from one lowered plan, so they agree. Each
- * group's ops are ordered after the compute stream's work (an event), and
- * the compute stream waits for the group (another event), so a received
- * buffer is ready for the next op. A group that does not complete within
- * timeout_s fails naming its peers; any failure ncclCommAborts. */
+ * group's ops are ordered after the compute stream's work (an event). A
+ * group closed by group_end is waited for on the host and the compute
+ * stream waits for it too; one closed by group_post records an event of
+ * its own (a ring of `window`), which order_device makes the compute
+ * stream wait on and drain waits for. A host wait that lasts timeout_s
+ * fails naming the group's peers; any failure ncclCommAborts. */
 typedef struct zb_nccl_config {
   int rank, nranks;
   uint8_t unique_id[128];  /* an ncclUniqueId from rank 0's zb_transport_nccl_unique_id */
   void *compute_stream;    /* the cudaStream_t to order after; NULL: the legacy default stream */
   const atomic_bool *stop; /* may be NULL; borrowed */
-  double timeout_s;        /* bounds init and every group (<= 0: none; the stop flag still works) */
+  double timeout_s;        /* bounds init and every host wait (<= 0: none; the stop flag still works) */
+  int window;              /* posted groups in flight at most (group_post); <= 0: ZB_NCCL_WINDOW */
 } zb_nccl_config;
+
+#define ZB_NCCL_WINDOW 8
 
 /* Creates an nccl transport: its comm stream and events (the caller has
  * made the compute device current). The communicator is made by connect().

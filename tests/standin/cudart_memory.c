@@ -10,7 +10,10 @@
  * waits for the device (as CUDA's does), poisons the memory the same way
  * and keeps it in a quarantine (the newest QUARANTINE_MAX frees, up to
  * QUARANTINE_BYTES), so a later use names the freed allocation instead of
- * landing in a new one. Device memory is mapped twice (map_device): the
+ * landing in a new one. cudaFreeAsync frees in stream order: the pointer
+ * stops being live at once (a later launch naming it is refused), and the
+ * bytes are poisoned and quarantined when the stream reaches the free.
+ * Device memory is mapped twice (map_device): the
  * pointer cudaMalloc returns has no access, so a host read of it faults as
  * on a GPU, and the stand-in works through its read-write view
  * (standin_view). Copies and memsets run on their stream; cudaMemcpy
@@ -50,6 +53,9 @@ static alloc *g_live; /* sorted by base */
 static size_t g_nlive, g_caplive, g_device_bytes;
 static alloc g_freed[QUARANTINE_MAX]; /* ring, oldest at g_freed_head */
 static size_t g_freed_head, g_nfreed, g_freed_bytes;
+#define PENDING_MAX 4096
+static alloc *g_pending[PENDING_MAX]; /* cudaFreeAsync'd, their stream not there yet; unordered */
+static size_t g_npending;
 
 /* Under g_mem: index of the live allocation holding p, or -1. */
 static long find_live(const char *p) {
@@ -82,6 +88,11 @@ static mem_kind classify(const void *vp, alloc *a) {
       return MEM_FREED;
     }
   }
+  for (size_t k = 0; k < g_npending; k++)
+    if (p >= g_pending[k]->base && p < g_pending[k]->base + g_pending[k]->size) {
+      *a = *g_pending[k];
+      return MEM_FREED;
+    }
   return MEM_HOST;
 }
 
@@ -98,7 +109,7 @@ static cudaError_t check_bounds(const char *p, size_t bytes, const alloc *a, con
 }
 
 static cudaError_t freed_error(const void *p, const alloc *a, const char *what) {
-  standin_error("%s: %p is in device memory [%p, +%zu) already freed by cudaFree (use after free)", what, p,
+  standin_error("%s: %p is in device memory [%p, +%zu) already freed (use after free)", what, p,
                 (void *)a->base, a->size);
   return cudaErrorInvalidValue;
 }
@@ -374,6 +385,60 @@ cudaError_t cudaFree(void *devPtr) {
   }
   pthread_mutex_unlock(&g_mem);
   return standin_set_last(fe != cudaSuccess ? fe : e);
+}
+
+/* cudaFreeAsync's item: nothing to run; its release, which runs on the
+ * stream's thread once every earlier item of the stream has (also on a
+ * poisoned stream), poisons the memory and quarantines it. */
+static cudaError_t free_async_run(void *arg) {
+  (void)arg;
+  return cudaSuccess;
+}
+
+static void free_async_release(void *arg) {
+  pthread_mutex_lock(&g_mem);
+  for (size_t k = 0; k < g_npending; k++)
+    if (g_pending[k] == arg) {
+      g_pending[k] = g_pending[--g_npending];
+      break;
+    }
+  quarantine(*(alloc *)arg);
+  pthread_mutex_unlock(&g_mem);
+  free(arg);
+}
+
+/* Stream-ordered free (CUDA 11.2+): p stops being live at once, so a later
+ * launch naming it is refused, while work already queued on s still reads
+ * it; the bytes are poisoned and quarantined when s reaches the free. */
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t s) {
+  if (!devPtr)
+    return cudaSuccess;
+  if (standin_inject("cudaFreeAsync", STANDIN_SITE))
+    return standin_set_last(cudaErrorInvalidValue);
+  alloc *a = malloc(sizeof *a);
+  if (!a)
+    return standin_set_last(cudaErrorMemoryAllocation);
+  pthread_mutex_lock(&g_mem);
+  bool room = g_npending < PENDING_MAX;
+  pthread_mutex_unlock(&g_mem);
+  if (!room) /* the pending table is full: let the stream catch up first */
+    cudaStreamSynchronize(s);
+  pthread_mutex_lock(&g_mem);
+  cudaError_t fe = take_live(devPtr, MEM_DEVICE, "cudaFreeAsync", a);
+  if (fe == cudaSuccess) {
+    g_device_bytes -= a->size;
+    if (g_npending < PENDING_MAX) /* else named as host memory until its stream gets there */
+      g_pending[g_npending++] = a;
+  }
+  pthread_mutex_unlock(&g_mem);
+  if (fe != cudaSuccess) {
+    free(a);
+    return standin_set_last(fe);
+  }
+  cudaError_t e = standin_enqueue(s, free_async_run, a, free_async_release);
+  if (e != cudaSuccess) /* no such stream: free it now, as a synchronous free would */
+    free_async_release(a);
+  return standin_set_last(e);
 }
 
 cudaError_t cudaFreeHost(void *ptr) {

@@ -9,9 +9,18 @@
  * bits) of count * size bytes, so the receiver's tag and length check is
  * NCCL's "same count and datatype" rule, and a mismatch names both.
  *
+ * The link delay (ZB_STANDIN_NCCL_DELAY_US, read once; also
+ * standin_set_nccl_delay_us): once every call of an item has met its
+ * peer's (the credits), the item sleeps this long before the data moves,
+ * on both ranks at once, so a group takes about that long as on a slow
+ * link, and only the comm stream is held (docs/model.md, The CPU
+ * stand-in). It adds to ZB_STANDIN_DELAY_US, which delays every item.
+ *
  * Threads: the group being recorded is thread-local (as in NCCL); items
  * run on stream threads; errors go to the communicator (ncclsi_error).
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +45,38 @@ typedef struct p2p_item {
   int n;
   p2p_op ops[];
 } p2p_item;
+
+static pthread_once_t g_delay_once = PTHREAD_ONCE_INIT;
+static atomic_uint g_link_delay_us;
+
+static void read_link_delay(void) {
+  const char *s = getenv("ZB_STANDIN_NCCL_DELAY_US");
+  if (!s || !*s)
+    return;
+  char *end;
+  unsigned long v = strtoul(s, &end, 10);
+  if (*end || v > 10000000ul)
+    fprintf(stderr,
+            "nccl stand-in: ZB_STANDIN_NCCL_DELAY_US='%s' is not a delay in microseconds (0..10000000); "
+            "ignored\n",
+            s);
+  else
+    atomic_store(&g_link_delay_us, (unsigned)v);
+}
+
+void standin_set_nccl_delay_us(unsigned us) {
+  pthread_once(&g_delay_once, read_link_delay);
+  atomic_store(&g_link_delay_us, us);
+}
+
+/* Sleeps the link delay (read_link_delay). */
+static void link_delay(void) {
+  pthread_once(&g_delay_once, read_link_delay);
+  unsigned us = atomic_load(&g_link_delay_us);
+  struct timespec ts = {us / 1000000u, (long)(us % 1000000u) * 1000L};
+  while (us && nanosleep(&ts, &ts) != 0) {
+  }
+}
 
 static _Thread_local int g_depth;
 static _Thread_local p2p_op *g_ops;
@@ -145,6 +186,8 @@ static cudaError_t item_run(void *arg) {
     return cudaSuccess; /* like NCCL's kernels after an abort: nothing moves, the stream goes on */
   zb_diag d = {{0}};
   zb_err err = item_phase(ack, it, true, &d);
+  if (!err)
+    link_delay(); /* every call has met its peer's: the data now takes the link's time */
   if (!err)
     err = item_phase(tp, it, false, &d);
   if (err && !atomic_load(&c->aborted)) {

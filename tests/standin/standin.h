@@ -79,6 +79,11 @@ const char *standin_last_error(void);
 /* The per-item delay of every stream, in microseconds (0: none). */
 void standin_set_delay_us(unsigned us);
 
+/* The NCCL stand-in's link delay: every group of calls, once matched,
+ * takes this long more on the comm stream (ZB_STANDIN_NCCL_DELAY_US;
+ * nccl_standin_p2p.c). Microseconds, 0: none. */
+void standin_set_nccl_delay_us(unsigned us);
+
 /* True: this process runs on the stand-in (for tests and logs). */
 bool standin_is_active(void);
 

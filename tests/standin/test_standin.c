@@ -152,6 +152,38 @@ static void test_use_after_free(void) {
   cudaGetLastError();
 }
 
+/* cudaFreeAsync is stream-ordered: work queued before the free still
+ * reads the memory (the delay knob holds it in the queue), a launch after
+ * it is refused as a use after free at once, and once the stream got there
+ * the freed bytes are poisoned. */
+static void test_free_async(void) {
+  enum { N = 16 };
+  float in[N], *out = NULL;
+  for (int i = 0; i < N; i++)
+    in[i] = (float)i - 3;
+  CHECK(cudaMallocHost((void **)&out, N * sizeof *out) == cudaSuccess && out);
+  float *d = dalloc(sizeof in);
+  cudaStream_t s;
+  CHECK(d && cudaStreamCreate(&s) == cudaSuccess);
+  CHECK(cudaMemcpy(d, in, sizeof in, cudaMemcpyHostToDevice) == cudaSuccess);
+  standin_set_delay_us(20000);
+  CHECK(zbk_scale(s, d, 2.0f, N) == cudaSuccess);
+  CHECK(cudaMemcpyAsync(out, d, sizeof in, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+  CHECK(cudaFreeAsync(d, s) == cudaSuccess);
+  CHECK(cudaStreamQuery(s) == cudaErrorNotReady); /* the free waits behind the queued work */
+  cudaGetLastError();
+  CHECK(zbk_scale(s, d, 2.0f, N) == cudaErrorInvalidValue && has("use after free"));
+  CHECK(cudaFreeAsync(d, s) == cudaErrorInvalidValue && has("use after free")); /* double free */
+  standin_set_delay_us(0);
+  CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+  for (int i = 0; i < N; i++)
+    CHECK_NEAR(out[i], in[i] * 2, 0);
+  CHECK(cudaMemcpy(out, d, 4, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue && has("use after free"));
+  CHECK(cudaStreamDestroy(s) == cudaSuccess);
+  CHECK(cudaFreeHost(out) == cudaSuccess);
+  cudaGetLastError();
+}
+
 /* The delay knob: a program that reads a D2H result in pinned memory
  * without synchronising sees stale data (asserted, so the knob is shown to
  * work), and with the synchronisation it reads the right values. (Into
@@ -645,7 +677,7 @@ static void test_cublas_refusals(void) {
 }
 
 ZBT_MAIN(ZBT(test_device_info), ZBT(test_host_device_mixup), ZBT(test_wrong_copy_kind),
-         ZBT(test_out_of_bounds), ZBT(test_use_after_free), ZBT(test_read_without_sync),
+         ZBT(test_out_of_bounds), ZBT(test_use_after_free), ZBT(test_free_async), ZBT(test_read_without_sync),
          ZBT(test_pageable_copies), ZBT(test_streams), ZBT(test_events), ZBT(test_stream_wait_event),
          ZBT(test_sticky_errors), ZBT(test_memset_and_2d), ZBT(test_cublas_vs_loop),
          ZBT(test_cublas_reduced_precision), ZBT(test_cublas_refusals))
