@@ -152,8 +152,11 @@ static zb_err forward(zb_model_stage *st, int mb, const int32_t *tokens, const f
   } else {
     model_copy(st, st->ws_x, x, n * h * sizeof(float), io);
   }
-  for (int i = 0; i < st->n_layers; i++)
+  for (int i = 0; i < st->n_layers; i++) {
     block_fwd(st, s, i);
+    if (s->packed)
+      model_bf16_pack(st, s, i);
+  }
   if (st->is_last) {
     head_fwd(st, s, targets, loss);
   } else {

@@ -86,6 +86,10 @@ typedef struct zb_model_config {
   int attn_block;             /* benchmarks and tests only: query rows per causal block; 0: the device's */
   int attn_unfused; /* benchmarks and tests only: attention from products and a softmax (keeping the T x T
                        probabilities) even where the device has flash attention (attn_full implies it) */
+  int bf16;         /* bf16 storage (the job's `precision: bf16`; docs/model.md, Mixed precision): products
+                       in bf16 with fp32 accumulation from a bf16 compute copy of the fp32 parameters, the
+                       blocks' saved state in bf16. Needs a device with bf16 (cuda); ZB_ERR_UNSUPPORTED
+                       otherwise */
 } zb_model_config;
 
 typedef struct zb_model_stage zb_model_stage;
@@ -242,6 +246,12 @@ zb_device *zb_model_device(const zb_model_stage *st);
  * device. A device failure is ZB_ERR_IO with its message. */
 zb_err zb_model_pull(zb_model_stage *st, zb_diag *diag);
 zb_err zb_model_push_params(zb_model_stage *st, zb_diag *diag);
+
+/* bf16 storage: refreshes the bf16 compute copy from the device's fp32
+ * parameters (after an optimizer step updated them in place; set_params
+ * and push_params refresh it themselves). Stream-ordered, no wait. A no-op
+ * without bf16. */
+zb_err zb_model_refresh_compute(zb_model_stage *st, zb_diag *diag);
 
 /* Memory held now and at the peak. */
 void zb_model_mem_stats(const zb_model_stage *st, zb_model_mem *out);
