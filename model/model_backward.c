@@ -142,7 +142,7 @@ static zb_err backward_b(zb_model_stage *st, int mb, const float *dy, float *dx,
   if (st->is_last)
     head_b(st, s, mb);
   else
-    model_copy(st, g, dy, n * h * sizeof(float), io);
+    model_act_in(st, g, dy, io);
   for (int i = st->n_layers - 1; i >= 0; i--) {
     if (s->packed)
       model_bf16_unpack(st, s, i);
@@ -154,7 +154,7 @@ static zb_err backward_b(zb_model_stage *st, int mb, const float *dy, float *dx,
     s->dh0 = model_takef(st, s, n * h);
     model_copy(st, s->dh0, g, n * h * sizeof(float), ZB_COPY_D2D);
   } else {
-    model_copy(st, dx, g, n * h * sizeof(float), io == ZB_COPY_H2D ? ZB_COPY_D2H : ZB_COPY_D2D);
+    model_act_out(st, dx, g, io);
     if (io == ZB_COPY_H2D && !st->host && st->err == ZB_OK)
       st->err = st->dev->ops->sync(st->dev->self, &st->ediag);
   }

@@ -15,7 +15,9 @@
  *     1/rstd (one float per row) and flash attention's log-sum-exp stay
  *     fp32: they are small and exp(s - lse) would lose two digits;
  *   - element-wise and row ops compute in fp32, as before.
- * The head's and the embedding's state stay fp32 (the last and the first
+ * Activations and gradients between stages (the _dev forms' x, y, dy, dx:
+ * what the ranks send each other) are bf16 too, half the bytes on the
+ * wire. The head's and the embedding's state stay fp32 (the last and the first
  * stage: one [N, vocab] and a few [N, h] buffers per microbatch).
  */
 #include <stddef.h>
@@ -88,6 +90,28 @@ void model_bf16_drop_block(zb_model_stage *st, mb_state *s, int blk) {
   uint16_t **pk = s->packed + (size_t)blk * BF16_FIELDS;
   for (int f = 0; f < BF16_FIELDS; f++)
     model_drop(st, s, (void **)&pk[f], field_numel(st, f) * sizeof(uint16_t));
+}
+
+/* ---- activations between stages ---- */
+
+void model_act_in(zb_model_stage *st, float *ws, const float *src, zb_copy_kind io) {
+  size_t numel = zb_model_act_numel(st);
+  if (st->cfg.bf16 && io == ZB_COPY_D2D)
+    MODEL_DEV(st, from_bf16, (const uint16_t *)(const void *)src, ws, numel);
+  else
+    model_copy(st, ws, src, numel * sizeof(float), io);
+}
+
+void model_act_out(zb_model_stage *st, float *dst, const float *ws, zb_copy_kind io) {
+  size_t numel = zb_model_act_numel(st);
+  if (st->cfg.bf16 && io == ZB_COPY_D2D)
+    MODEL_DEV(st, to_bf16, ws, (uint16_t *)(void *)dst, numel);
+  else
+    model_copy(st, dst, ws, numel * sizeof(float), io == ZB_COPY_H2D ? ZB_COPY_D2H : ZB_COPY_D2D);
+}
+
+size_t zb_model_act_bytes(const zb_model_stage *st) {
+  return zb_model_act_numel(st) * (st->cfg.bf16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 /* ---- products ---- */

@@ -200,6 +200,12 @@ void model_bf16_pack(zb_model_stage *st, mb_state *s, int blk);
 void model_bf16_unpack(zb_model_stage *st, mb_state *s, int blk);
 /* Gives back block blk's bf16 state. */
 void model_bf16_drop_block(zb_model_stage *st, mb_state *s, int blk);
+/* An activation or gradient between stages, into / out of the fp32
+ * workspace ws (n_tok x hidden): copied from / to the caller's memory
+ * (io H2D: host, fp32; D2D: device), or under bf16 storage with device
+ * io, widened from / rounded to the caller's bf16 (zb_model_act_bytes). */
+void model_act_in(zb_model_stage *st, float *ws, const float *src, zb_copy_kind io);
+void model_act_out(zb_model_stage *st, float *dst, const float *ws, zb_copy_kind io);
 /* Sets g's a16 and b16: the compute copy for a parameter, else a rounded copy. */
 void model_bf16_gemm(zb_model_stage *st, zb_gemm *g);
 /* The compute copy (allocated and filled from d_params) / its buffers freed. */

@@ -169,6 +169,9 @@ int zb_model_stage_is_last(const zb_model_stage *st);
 /* Floats in one activation or gradient passed between stages:
  * batch * seq_len * hidden. */
 size_t zb_model_act_numel(const zb_model_stage *st);
+/* Bytes of one in the _dev forms (what a rank sends): act_numel floats,
+ * or act_numel bf16 values under bf16 storage. */
+size_t zb_model_act_bytes(const zb_model_stage *st);
 
 /* F of microbatch mb. Inputs (copied where kept; the caller keeps
  * ownership): tokens [batch*seq_len] on the first stage, else x
@@ -183,7 +186,9 @@ zb_err zb_model_forward(zb_model_stage *st, int mb, const int32_t *tokens, const
 /* F and B with x, y, dy and dx in memory of the stage's device (tokens
  * and targets stay host memory): no copy through the host and no wait for
  * the outputs, which are ready in stream order. Same as zb_model_forward
- * and zb_model_backward_b on the host device. */
+ * and zb_model_backward_b on the host device. Under bf16 storage x, y, dy
+ * and dx are act_numel bf16 values (uint16_t, zb_model_act_bytes bytes;
+ * the pointers' type notwithstanding), as the ranks send them. */
 zb_err zb_model_forward_dev(zb_model_stage *st, int mb, const int32_t *tokens, const float *x,
                             const int32_t *targets, float *y, float *loss, zb_diag *diag);
 zb_err zb_model_backward_b_dev(zb_model_stage *st, int mb, const float *dy, float *dx, zb_diag *diag);

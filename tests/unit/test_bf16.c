@@ -11,6 +11,7 @@
  *     half the state bytes under bf16 (the model's figure) and the
  *     allocator's high-water mark rises by about half as much (one block's
  *     fp32 working copy on top: 1 / (K L) of the fp32 figure);
+ *   - transfers: the _dev forms' activations are bf16, half the bytes;
  *   - training: 50 AdamW iterations of the test model under fp32 and bf16
  *     from the same weights and data; every bf16 loss within 2e-2 relative
  *     of fp32's (why: below).
@@ -331,6 +332,44 @@ static void test_training_bound(void) {
   CHECK(worst < 2e-2);
 }
 
+/* What a rank sends under bf16: zb_model_act_bytes is half, and the _dev
+ * form's y is exactly the host form's fp32 y rounded to bf16 (same ops,
+ * then one rounding). */
+static void test_dev_io(void) {
+  zb_device *d = cuda_dev();
+  zb_model_config c = {
+      .hidden = 32, .heads = 2, .layers = 2, .seq_len = 8, .batch = 2, .seed = 9, .device = d, .bf16 = 1};
+  zb_model_stage *st = NULL;
+  zb_diag diag = {{0}};
+  CHECK(zb_model_stage_new(&c, 0, 2, &st, &diag) == ZB_OK);
+  if (!st) {
+    zb_device_free(d);
+    return;
+  }
+  size_t na = zb_model_act_numel(st);
+  CHECK_EQ(zb_model_act_bytes(st), na * sizeof(uint16_t));
+  int32_t tok[16];
+  for (int i = 0; i < 16; i++)
+    tok[i] = (i * 37) % 200;
+  float *y = malloc(na * sizeof *y);
+  uint16_t *y16 = malloc(na * sizeof *y16);
+  void *dy = NULL;
+  CHECK(d->ops->alloc(d->self, zb_model_act_bytes(st), &dy, &diag) == ZB_OK);
+  CHECK(zb_model_forward(st, 0, tok, NULL, NULL, y, NULL, &diag) == ZB_OK);
+  CHECK(zb_model_forward_dev(st, 1, tok, NULL, NULL, dy, NULL, &diag) == ZB_OK);
+  CHECK(d->ops->copy(d->self, y16, dy, na * sizeof *y16, ZB_COPY_D2H, &diag) == ZB_OK);
+  CHECK(d->ops->sync(d->self, &diag) == ZB_OK);
+  size_t differ = 0;
+  for (size_t i = 0; i < na; i++)
+    differ += y16[i] != zbm_bf16_from_f32(y[i]);
+  CHECK_MSG(differ == 0, "%zu of %zu bf16 outputs are not the fp32 output rounded", differ, na);
+  d->ops->free(d->self, dy);
+  free(y);
+  free(y16);
+  zb_model_stage_free(st);
+  zb_device_free(d);
+}
+
 /* The host device has no bf16: a bf16 stage on it is refused by name. */
 static void test_host_refused(void) {
   zb_model_config c = {.hidden = 32, .heads = 2, .layers = 1, .seq_len = 4, .batch = 1, .bf16 = 1};
@@ -342,4 +381,4 @@ static void test_host_refused(void) {
 }
 
 ZBT_MAIN(ZBT(test_rounding), ZBT(test_bf16_gemm), ZBT(test_memory_halves), ZBT(test_training_bound),
-         ZBT(test_host_refused))
+         ZBT(test_dev_io), ZBT(test_host_refused))
