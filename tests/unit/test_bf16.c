@@ -26,8 +26,10 @@
 #include "zb_model.h"
 #include "zbtest.h"
 
-static zb_device *cuda_dev(void) {
-  zb_cuda_device_config c = {.ordinal = 0, .precision = ZB_PRECISION_BF16};
+/* fp32 runs use ZB_PRECISION_FP32: under BF16 the device rounds fp32
+ * products' inputs too, which would make the baseline bf16-like. */
+static zb_device *cuda_dev(zb_precision p) {
+  zb_cuda_device_config c = {.ordinal = 0, .precision = p};
   zb_device *d = NULL;
   zb_diag diag = {{0}};
   if (zb_device_cuda_new(&c, &d, &diag) != ZB_OK) {
@@ -81,7 +83,7 @@ static void test_rounding(void) {
               (unsigned)CASE_IN[i], (unsigned)zbm_bf16_from_f32(in[i]), (unsigned)CASE_OUT[i]);
   }
   /* the device's kernel (the stand-in's twin) rounds the same */
-  zb_device *d = cuda_dev();
+  zb_device *d = cuda_dev(ZB_PRECISION_FP32);
   const zb_device_ops *o = d->ops;
   zb_diag diag = {{0}};
   void *x = NULL, *y = NULL, *z = NULL;
@@ -117,7 +119,7 @@ static void test_bf16_gemm(void) {
     a16[i] = zbm_bf16_from_f32(a[i] = zbt_urand(1, (uint64_t)i));
   for (int i = 0; i < N * K; i++)
     b16[i] = zbm_bf16_from_f32(b[i] = zbt_urand(2, (uint64_t)i));
-  zb_device *d = cuda_dev();
+  zb_device *d = cuda_dev(ZB_PRECISION_FP32); /* bf16 operands are bf16 whatever the precision */
   const zb_device_ops *o = d->ops;
   zb_diag diag = {{0}};
   void *da = NULL, *db = NULL, *dc = NULL;
@@ -175,7 +177,7 @@ enum { MEM_L = 4, MEM_K = 8 };
  * of MEM_K microbatches: the model's state bytes and the allocator's rise
  * over the stage's fixed memory. */
 static void state_after_f(int bf16, int64_t *state, int64_t *alloc_rise) {
-  zb_device *d = cuda_dev();
+  zb_device *d = cuda_dev(bf16 ? ZB_PRECISION_BF16 : ZB_PRECISION_FP32);
   zb_model_config c = {.hidden = 64,
                        .heads = 4,
                        .layers = 3 * MEM_L,
@@ -246,7 +248,7 @@ static void batch_tokens(int it, int mb, int n, int32_t *tok, int32_t *tgt) {
 }
 
 static void train(int bf16, float *losses) {
-  zb_device *d = cuda_dev();
+  zb_device *d = cuda_dev(bf16 ? ZB_PRECISION_BF16 : ZB_PRECISION_FP32);
   zb_model_config c = {.hidden = 32,
                        .heads = 2,
                        .layers = 2,
@@ -336,7 +338,7 @@ static void test_training_bound(void) {
  * form's y is exactly the host form's fp32 y rounded to bf16 (same ops,
  * then one rounding). */
 static void test_dev_io(void) {
-  zb_device *d = cuda_dev();
+  zb_device *d = cuda_dev(ZB_PRECISION_BF16);
   zb_model_config c = {
       .hidden = 32, .heads = 2, .layers = 2, .seq_len = 8, .batch = 2, .seed = 9, .device = d, .bf16 = 1};
   zb_model_stage *st = NULL;
