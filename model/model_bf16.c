@@ -21,10 +21,9 @@
  * stage: one [N, vocab] and a few [N, h] buffers per microbatch).
  */
 #include <stddef.h>
-#include <string.h>
+#include <stdint.h>
 
 #include "model_internal.h"
-#include "zb_alloc.h"
 
 /* The block_state fields stored as bf16 and their sizes in elements. */
 static const size_t packed_field[BF16_FIELDS] = {
@@ -127,8 +126,9 @@ static size_t operand_span(int rows, int cols, int ld, int64_t stride, int batch
 /* The bf16 form of operand p: the compute copy's for a parameter, else
  * p's span rounded into scratch slot k (grown as needed). */
 static const uint16_t *operand16(zb_model_stage *st, const float *p, size_t span, int k) {
-  if (p >= st->d_params && p < st->d_params + st->n_params)
-    return st->d_params16 + (p - st->d_params);
+  uintptr_t at = (uintptr_t)p, base = (uintptr_t)st->d_params; /* p may be in another buffer */
+  if (at >= base && at < base + st->n_params * sizeof(float))
+    return st->d_params16 + (at - base) / sizeof(float);
   if (span > st->ws16_cap[k]) {
     if (st->ws16[k])
       st->dev->ops->free(st->dev->self, st->ws16[k]); /* stream-ordered (zb_device.h) */
@@ -148,6 +148,8 @@ static const uint16_t *operand16(zb_model_stage *st, const float *p, size_t span
 }
 
 void model_bf16_gemm(zb_model_stage *st, zb_gemm *g) {
+  if (g->m == 0 || g->n == 0 || g->k == 0) /* nothing to read: C = beta C, left to the fp32 path */
+    return;
   size_t sa = g->trans_a ? operand_span(g->k, g->m, g->lda, g->stride_a, g->batch)
                          : operand_span(g->m, g->k, g->lda, g->stride_a, g->batch);
   size_t sb = g->trans_b ? operand_span(g->n, g->k, g->ldb, g->stride_b, g->batch)
