@@ -137,6 +137,15 @@ long long zb_model_spec_bytes_per_activation(const zb_model_spec *m) {
   return (long long)m->batch * m->seq_len * m->hidden * 4;
 }
 
+/* bf16 storage halves what a rank sends (docs/model.md, Mixed precision) */
+static int element_bytes(const zb_job_spec *s) {
+  return memchr(s->precision, '\0', sizeof s->precision) && strcmp(s->precision, "bf16") == 0 ? 2 : 4;
+}
+
+long long zb_job_spec_bytes_per_activation(const zb_job_spec *s) {
+  return zb_model_spec_bytes_per_activation(&s->model) / 4 * element_bytes(s);
+}
+
 static bool backend_is(const zb_job_spec *s, const char *name) {
   return memchr(s->backend, '\0', sizeof s->backend) && strcmp(s->backend, name) == 0;
 }
@@ -165,7 +174,7 @@ void zb_job_spec_derive(zb_job_spec *s, bool bytes_given) {
     if (layers <= zb_model_limits[ZB_MK_LAYERS].max)
       s->model.layers = (int)layers;
   }
-  long long bytes = zb_model_spec_bytes_per_activation(&s->model);
+  long long bytes = zb_job_spec_bytes_per_activation(s);
   /* one too large is left for check_model, which names the model's keys */
   if (!bytes_given && bytes > 0 && bytes <= zb_job_limits[ZB_JK_BYTES].max)
     s->bytes_per_activation = bytes;
@@ -428,13 +437,14 @@ static zb_err check_model(const zb_job_spec *s, zb_job_fault *f) {
   if ((err = zb_job_spec_check_arch(s, f)) || (err = check_model_sizes(m, f)) ||
       (err = check_model_training(s, f)) || (err = check_model_dirs(m, f)))
     return err;
-  long long bytes = zb_model_spec_bytes_per_activation(m);
+  long long bytes = zb_job_spec_bytes_per_activation(s);
   if (s->bytes_per_activation != bytes)
     return zb_job_fault_set(
         f, ZB_JK_BYTES, -1, "bytes_per_activation",
         "%lld conflicts with the model's %lld bytes per activation (batch %d x seq_len %d x "
-        "hidden %d x 4); leave it out to derive it",
-        s->bytes_per_activation, bytes, m->batch, m->seq_len, m->hidden);
+        "hidden %d x %d, precision %s); leave it out to derive it",
+        s->bytes_per_activation, bytes, m->batch, m->seq_len, m->hidden, element_bytes(s),
+        element_bytes(s) == 2 ? "bf16" : "fp32 or tf32");
   return ZB_OK;
 }
 

@@ -86,8 +86,10 @@
  * are the tokens (0..255: the config's vocab_size must be at least 256).
  * A job that trains the model (backend cpu or cuda: zb_job_spec_trains_model)
  * has bytes_per_activation one activation of its model, batch * seq_len *
- * hidden * 4 bytes (fp32 whatever the precision): left out it is derived,
- * given it must be exactly that.
+ * hidden * 4 bytes, or * 2 under precision bf16 (the ranks send bf16
+ * activations then; docs/model.md, Mixed precision): left out it is
+ * derived, given it must be exactly that. The plan's memory figures in
+ * bytes count one bytes_per_activation per M_F unit, so they halve too.
  */
 /* The text a cpu job trains on when its spec names none: present on every
  * Debian machine (base-files). */
@@ -191,7 +193,7 @@ zb_err zb_model_spec_check_sizes(const zb_model_spec *m, const char *prefix, zb_
 /* Fills what a cpu or cuda job derives from its other fields (nothing for other
  * backends): model.layers 0 becomes ranks x chunks (the family's default
  * chunks when 0), and bytes_per_activation becomes
- * zb_model_spec_bytes_per_activation() unless bytes_given (then the
+ * zb_job_spec_bytes_per_activation() unless bytes_given (then the
  * checker insists they agree). A field it cannot derive yet (an unknown
  * schedule, a bad shape) is left for zb_job_spec_check to refuse. The
  * readers (zb_jobspec_yaml.h) call it; code that fills a spec by hand
@@ -200,6 +202,8 @@ void zb_job_spec_derive(zb_job_spec *s, bool bytes_given);
 /* Bytes of one activation or gradient of the model, batch * seq_len *
  * hidden * 4 (fp32); 0 when a factor is outside its range (see above). */
 long long zb_model_spec_bytes_per_activation(const zb_model_spec *m);
+/* The job's: the model's at its precision (half under bf16). */
+long long zb_job_spec_bytes_per_activation(const zb_job_spec *s);
 /* Parameters of the whole model (the byte vocabulary of 256, learned
  * positions, layers of 12 h^2 + 13 h, the final LayerNorm and the head;
  * model/model_stage.c lays them out and test_jobspec checks the two agree). */

@@ -11,7 +11,8 @@
  * cudaMalloc, cudaFree, cudaFreeAsync (exact mode), cudaMemcpyAsync, cudaMemcpy2DAsync, cudaMemsetAsync,
  * cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventElapsedTime,
  * cudaGetErrorString, cudaGetLastError; cublasCreate, cublasDestroy,
- * cublasSetStream, cublasSetMathMode, cublasGemmStridedBatchedEx.
+ * cublasSetStream, cublasSetMathMode, cublasGemmStridedBatchedEx (fp32, or
+ * bf16 A and B with an fp32 C).
  *
  * Allocator: blocks from cudaMalloc are rounded up to a size class (512
  * bytes, then four classes per power of two) and, when given back, kept in
@@ -228,6 +229,8 @@ static zb_err gemm_check(const zb_gemm *g, zb_diag *diag) {
     return cuda_bad_arg(diag, "gemm", "a leading dimension is smaller than its matrix's row");
   if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0)
     return cuda_bad_arg(diag, "gemm", "negative batch stride");
+  if ((g->a16 == NULL) != (g->b16 == NULL))
+    return cuda_bad_arg(diag, "gemm", "one bf16 operand: a16 and b16 go together");
   return ZB_OK;
 }
 
@@ -245,10 +248,15 @@ static zb_err dev_gemm(void *self, const zb_gemm *g, zb_diag *diag) {
    * type is documented as slower and meant for testing. */
   static const cublasComputeType_t compute[] = {CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32,
                                                 CUBLAS_COMPUTE_32F_FAST_16BF};
+  /* bf16 operands: bf16 tensor-core products accumulated in fp32 into an
+   * fp32 C (docs/model.md, Mixed precision) */
+  bool bf16 = g->a16 != NULL;
+  const void *a = bf16 ? (const void *)g->a16 : g->a, *b = bf16 ? (const void *)g->b16 : g->b;
+  cudaDataType ab = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   cublasStatus_t s = cublasGemmStridedBatchedEx(
       d->blas, g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, g->n, g->m,
-      g->k, &g->alpha, g->b, CUDA_R_32F, g->ldb, g->stride_b, g->a, CUDA_R_32F, g->lda, g->stride_a, &g->beta,
-      g->c, CUDA_R_32F, g->ldc, g->stride_c, g->batch, compute[d->precision], CUBLAS_GEMM_DEFAULT);
+      g->k, &g->alpha, b, ab, g->ldb, g->stride_b, a, ab, g->lda, g->stride_a, &g->beta, g->c, CUDA_R_32F,
+      g->ldc, g->stride_c, g->batch, bf16 ? CUBLAS_COMPUTE_32F : compute[d->precision], CUBLAS_GEMM_DEFAULT);
   return cublas_ok(d, diag, s, "cublasGemmStridedBatchedEx");
 }
 
@@ -371,6 +379,14 @@ static zb_err k_adamw(void *self, float *p, float *m, float *v, const float *g, 
   LAUNCH("adamw", step != NULL, zbk_adamw(S(self), p, m, v, g, decay, n, *step));
 }
 
+static zb_err k_to_bf16(void *self, const float *x, uint16_t *y, size_t n, zb_diag *diag) {
+  LAUNCH("f32_to_bf16", true, zbk_f32_to_bf16(S(self), x, y, n));
+}
+
+static zb_err k_from_bf16(void *self, const uint16_t *x, float *y, size_t n, zb_diag *diag) {
+  LAUNCH("bf16_to_f32", true, zbk_bf16_to_f32(S(self), x, y, n));
+}
+
 static zb_err k_add(void *self, float *y, const float *x, float alpha, size_t n, zb_diag *diag) {
   LAUNCH("add", true, zbk_add(S(self), y, x, alpha, n));
 }
@@ -481,6 +497,8 @@ static const zb_device_ops cuda_ops = {
     .xent_fwd = k_xent_fwd,
     .xent_bwd = k_xent_bwd,
     .adamw = k_adamw,
+    .to_bf16 = k_to_bf16,
+    .from_bf16 = k_from_bf16,
     .add = k_add,
     .scale = k_scale,
     .sumsq = k_sumsq,

@@ -166,6 +166,9 @@ static zb_err h_gemm(void *self, const zb_gemm *g, zb_diag *diag) {
   (void)self;
   if (!g || g->batch < 1 || g->m < 0 || g->n < 0 || g->k < 0)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "host device: gemm with a bad shape");
+  if (g->a16 || g->b16)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                       "host device: gemm with bf16 operands (the host has no bf16)");
   if (g->m == 0 || g->n == 0)
     return ZB_OK;
   for (int i = 0; i < g->batch; i++)

@@ -142,14 +142,19 @@ static zb_err backward_b(zb_model_stage *st, int mb, const float *dy, float *dx,
   if (st->is_last)
     head_b(st, s, mb);
   else
-    model_copy(st, g, dy, n * h * sizeof(float), io);
-  for (int i = st->n_layers - 1; i >= 0; i--)
+    model_act_in(st, g, dy, io);
+  for (int i = st->n_layers - 1; i >= 0; i--) {
+    if (s->packed)
+      model_bf16_unpack(st, s, i);
     block_b(st, s, i);
+    if (s->packed)
+      model_bf16_pack(st, s, i);
+  }
   if (st->is_first) {
     s->dh0 = model_takef(st, s, n * h);
     model_copy(st, s->dh0, g, n * h * sizeof(float), ZB_COPY_D2D);
   } else {
-    model_copy(st, dx, g, n * h * sizeof(float), io == ZB_COPY_H2D ? ZB_COPY_D2H : ZB_COPY_D2D);
+    model_act_out(st, dx, g, io);
     if (io == ZB_COPY_H2D && !st->host && st->err == ZB_OK)
       st->err = st->dev->ops->sync(st->dev->self, &st->ediag);
   }
@@ -183,8 +188,13 @@ zb_err zb_model_backward_w(zb_model_stage *st, int mb, zb_diag *diag) {
     MODEL_DEV(st, layernorm_param_grads_acc, s->daf, s->xhatf, tgrad(st, lw), tgrad_or_null(st, lb),
               st->n_tok, c->hidden);
   }
-  for (int i = st->n_layers - 1; i >= 0; i--)
+  for (int i = st->n_layers - 1; i >= 0; i--) {
+    if (s->packed)
+      model_bf16_unpack(st, s, i);
     block_w(st, s, i);
+    if (s->packed) /* one block's fp32 state at a time */
+      model_block_drop(st, s, i);
+  }
   if (st->is_first)
     MODEL_DEV(st, embed_bwd_acc, s->dh0, s->tokens, tgrad(st, st->t_embed), tgrad_or_null(st, st->t_pos),
               st->n_tok, c->hidden, c->seq_len);

@@ -148,21 +148,24 @@ static zb_err forward(zb_model_stage *st, int mb, const int32_t *tokens, const f
     return err;
   model_begin(st);
   const zb_model_config *c = &st->cfg;
-  size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
+  size_t n = (size_t)st->n_tok;
   if (st->is_first) {
     s->tokens = model_take(st, s, n * sizeof(int32_t));
     model_copy(st, s->tokens, tokens, n * sizeof(int32_t), ZB_COPY_H2D);
     MODEL_DEV(st, embed_fwd, tparam(st, st->t_embed), tparam_or_null(st, st->t_pos), s->tokens, st->ws_x,
               st->n_tok, c->hidden, c->seq_len);
   } else {
-    model_copy(st, st->ws_x, x, n * h * sizeof(float), io);
+    model_act_in(st, st->ws_x, x, io);
   }
-  for (int i = 0; i < st->n_layers; i++)
+  for (int i = 0; i < st->n_layers; i++) {
     block_fwd(st, s, i);
+    if (s->packed)
+      model_bf16_pack(st, s, i);
+  }
   if (st->is_last) {
     head_fwd(st, s, mb, targets, loss);
   } else {
-    model_copy(st, y, st->ws_x, n * h * sizeof(float), io == ZB_COPY_H2D ? ZB_COPY_D2H : ZB_COPY_D2D);
+    model_act_out(st, y, st->ws_x, io);
     if (io == ZB_COPY_H2D && !st->host && st->err == ZB_OK)
       st->err = st->dev->ops->sync(st->dev->self, &st->ediag);
   }

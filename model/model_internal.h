@@ -6,7 +6,9 @@
  *   model_math.c      matrix products (through the device, traced),
  *                     linear layers and attention;
  *   model_forward.c   F;
- *   model_backward.c  B (input gradients) and W (weight gradients).
+ *   model_backward.c  B (input gradients) and W (weight gradients);
+ *   model_bf16.c      bf16 storage: the weights' compute copy, bf16
+ *                     products, the blocks' state packed between ops.
  * Every buffer the model computes on is memory of the stage's device and
  * every computation is one of its ops (zb_device.h; docs/model.md,
  * Devices). A device error is sticky within a public call: the first one
@@ -46,6 +48,9 @@ typedef struct block_state {
   float *da1, *dqkv, *dproj, *da2, *dfc2; /* from B; dqkv is qkv's buffer, and u holds dfc1 after B */
 } block_state;
 
+/* block_state fields stored as bf16 under bf16 storage (model_bf16.c) */
+#define BF16_FIELDS 13
+
 typedef struct cached_buf {
   void *p;
   size_t bytes;
@@ -58,6 +63,7 @@ typedef struct mb_state {
   float *dh0;                         /* first stage: gradient of embed + pos_embed (from B) */
   float *xhatf, *rstdf, *probs, *daf; /* last stage; probs holds dlogits after B */
   block_state *blocks;
+  uint16_t **packed; /* bf16 storage: [n_layers][BF16_FIELDS] the blocks' state between ops; else NULL */
 } mb_state;
 
 struct zb_model_stage {
@@ -104,6 +110,11 @@ struct zb_model_stage {
   double *h_loss;    /* [N] host copy of ws_loss */
   double *loss_rows; /* [loss_cap, N] per-row losses of F calls without a loss pointer (model_loss.c) */
   int loss_cap;
+
+  /* bf16 storage (cfg.bf16; model_bf16.c) */
+  uint16_t *d_params16; /* the compute copy of d_params */
+  uint16_t *ws16[2];    /* products' A and B rounded to bf16 */
+  size_t ws16_cap[2];   /* elements */
 
   zb_model_gemm *trace;
   int trace_cap, trace_n;
@@ -174,11 +185,34 @@ mb_state *model_mb_get(const zb_model_stage *st, int mb);
 zb_err model_mb_create(zb_model_stage *st, int mb, mb_state **out, zb_diag *diag);
 /* Gives back every buffer of mb's state and the state itself. */
 void model_mb_destroy(zb_model_stage *st, int mb);
+/* Gives back every buffer of block blk's state in s (fp32 and bf16). */
+void model_block_drop(zb_model_stage *st, mb_state *s, int blk);
 /* A state buffer of s: counted in s's and the stage's bytes. */
 void *model_take(zb_model_stage *st, mb_state *s, size_t bytes);
 float *model_takef(zb_model_stage *st, mb_state *s, size_t numel);
 /* Gives *p (numel floats; NULL is a no-op) back and sets it to NULL. */
 void model_dropf(zb_model_stage *st, mb_state *s, float **p, size_t numel);
+/* The same for any buffer of `bytes` (bf16 ones). */
+void model_drop(zb_model_stage *st, mb_state *s, void **p, size_t bytes);
+
+/* ---- bf16 storage (model_bf16.c; no-ops but under cfg.bf16) ---- */
+
+/* Block blk of s: its fp32 state into bf16 (freeing the fp32), or back. */
+void model_bf16_pack(zb_model_stage *st, mb_state *s, int blk);
+void model_bf16_unpack(zb_model_stage *st, mb_state *s, int blk);
+/* Gives back block blk's bf16 state. */
+void model_bf16_drop_block(zb_model_stage *st, mb_state *s, int blk);
+/* An activation or gradient between stages, into / out of the fp32
+ * workspace ws (n_tok x hidden): copied from / to the caller's memory
+ * (io H2D: host, fp32; D2D: device), or under bf16 storage with device
+ * io, widened from / rounded to the caller's bf16 (zb_model_act_bytes). */
+void model_act_in(zb_model_stage *st, float *ws, const float *src, zb_copy_kind io);
+void model_act_out(zb_model_stage *st, float *dst, const float *ws, zb_copy_kind io);
+/* Sets g's a16 and b16: the compute copy for a parameter, else a rounded copy. */
+void model_bf16_gemm(zb_model_stage *st, zb_gemm *g);
+/* The compute copy (allocated and filled from d_params) / its buffers freed. */
+void model_bf16_init(zb_model_stage *st);
+void model_bf16_free(zb_model_stage *st);
 
 /* ---- losses kept on the device (model_loss.c) ---- */
 

@@ -45,7 +45,11 @@ void model_gemm(zb_model_stage *st, const zb_gemm *g) {
     return;
   if (st->trace)
     trace_add(st, g);
-  st->err = st->dev->ops->gemm(st->dev->self, g, &st->ediag);
+  zb_gemm g16 = *g;
+  if (st->cfg.bf16)
+    model_bf16_gemm(st, &g16);
+  if (st->err == ZB_OK)
+    st->err = st->dev->ops->gemm(st->dev->self, &g16, &st->ediag);
 }
 
 /* C = alpha * op(A) op(B) + beta * C, row-major, one product. */

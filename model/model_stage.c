@@ -330,9 +330,16 @@ zb_err zb_model_stage_new(const zb_model_config *cfg, int stage, int n_stages, z
   const zb_device_ops *ops = st->dev->ops;
   st->flash = ops->attn_fwd && ops->attn_bwd && !c.attn_full && !c.attn_unfused &&
               (ops->attn_max_hd == 0 || st->arch.head_dim <= ops->attn_max_hd);
+  if (c.bf16 && (!st->dev->ops->to_bf16 || !st->dev->ops->from_bf16)) {
+    err = zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "model: bf16 storage needs a device with bf16 (cuda), not %s",
+                      st->dev->ops->name);
+    zb_model_stage_free(st);
+    return err;
+  }
   model_begin(st);
   build_tensors(st);
   alloc_workspace(st);
+  model_bf16_init(st);
   if (st->err != ZB_OK) {
     err = model_end(st, diag);
     zb_model_stage_free(st);
@@ -359,6 +366,7 @@ void zb_model_stage_free(zb_model_stage *st) {
                       st->ws_head,  st->ws_loss, st->rope_cos, st->rope_sin, st->loss_rows};
   for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
     dev_free(st, dev_bufs[i]);
+  model_bf16_free(st);
   free(st->h_loss);
   if (st->own_dev)
     zb_device_free(st->dev);
@@ -460,6 +468,8 @@ zb_err zb_model_push_params(zb_model_stage *st, zb_diag *diag) {
     return ZB_OK;
   model_begin(st);
   model_copy(st, st->d_params, st->params, st->n_params * sizeof(float), ZB_COPY_H2D);
+  if (st->cfg.bf16)
+    MODEL_DEV(st, to_bf16, st->d_params, st->d_params16, st->n_params);
   return model_end(st, diag);
 }
 

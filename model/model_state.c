@@ -75,12 +75,17 @@ float *model_takef(zb_model_stage *st, mb_state *s, size_t numel) {
 }
 
 /* Give a state buffer back: to the cache, and out of the accounting. */
-void model_dropf(zb_model_stage *st, mb_state *s, float **p, size_t numel) {
+void model_drop(zb_model_stage *st, mb_state *s, void **p, size_t bytes) {
   if (*p) {
-    account(st, s, -(int64_t)(numel * sizeof(float)));
-    cache_put(st, *p, numel * sizeof(float));
+    account(st, s, -(int64_t)bytes);
+    cache_put(st, *p, bytes);
     *p = NULL;
   }
+}
+void model_dropf(zb_model_stage *st, mb_state *s, float **p, size_t numel) {
+  void *v = *p;
+  model_drop(st, s, &v, numel * sizeof(float));
+  *p = NULL;
 }
 static void drop_ids(zb_model_stage *st, mb_state *s, int32_t **p, size_t n) {
   size_t bytes = n * sizeof(int32_t);
@@ -95,33 +100,40 @@ mb_state *model_mb_get(const zb_model_stage *st, int mb) {
   return mb >= 0 && mb < st->mb_cap ? st->mbs[mb] : NULL;
 }
 
+/* Gives back every buffer of block blk's state, fp32 and bf16. */
+void model_block_drop(zb_model_stage *st, mb_state *s, int blk) {
+  size_t n = (size_t)st->n_tok, h = (size_t)st->cfg.hidden;
+  size_t att = model_attn_state_numel(st);
+  size_t qkv = n * (size_t)st->qkv_cols, lo = n * (size_t)st->arch.heads * (size_t)st->arch.head_dim;
+  size_t mlp = n * (size_t)st->arch.intermediate;
+  block_state *b = &s->blocks[blk];
+  model_dropf(st, s, &b->xhat1, n * h);
+  model_dropf(st, s, &b->rstd1, n);
+  model_dropf(st, s, &b->qkv, qkv);
+  model_dropf(st, s, &b->att, att);
+  model_dropf(st, s, &b->o, lo);
+  model_dropf(st, s, &b->xhat2, n * h);
+  model_dropf(st, s, &b->rstd2, n);
+  model_dropf(st, s, &b->u, mlp);
+  model_dropf(st, s, &b->up, mlp);
+  model_dropf(st, s, &b->gel, mlp);
+  model_dropf(st, s, &b->da1, n * h);
+  model_dropf(st, s, &b->dqkv, qkv);
+  model_dropf(st, s, &b->dproj, n * h);
+  model_dropf(st, s, &b->da2, n * h);
+  model_dropf(st, s, &b->dfc2, n * h);
+  if (s->packed)
+    model_bf16_drop_block(st, s, blk);
+}
+
 void model_mb_destroy(zb_model_stage *st, int mb) {
   mb_state *s = model_mb_get(st, mb);
   if (!s)
     return;
   const zb_model_config *c = &st->cfg;
   size_t n = (size_t)st->n_tok, h = (size_t)c->hidden;
-  size_t att = model_attn_state_numel(st);
-  size_t qkv = n * (size_t)st->qkv_cols, lo = n * (size_t)st->arch.heads * (size_t)st->arch.head_dim;
-  size_t mlp = n * (size_t)st->arch.intermediate;
-  for (int i = 0; i < st->n_layers; i++) {
-    block_state *b = &s->blocks[i];
-    model_dropf(st, s, &b->xhat1, n * h);
-    model_dropf(st, s, &b->rstd1, n);
-    model_dropf(st, s, &b->qkv, qkv);
-    model_dropf(st, s, &b->att, att);
-    model_dropf(st, s, &b->o, lo);
-    model_dropf(st, s, &b->xhat2, n * h);
-    model_dropf(st, s, &b->rstd2, n);
-    model_dropf(st, s, &b->u, mlp);
-    model_dropf(st, s, &b->up, mlp);
-    model_dropf(st, s, &b->gel, mlp);
-    model_dropf(st, s, &b->da1, n * h);
-    model_dropf(st, s, &b->dqkv, qkv);
-    model_dropf(st, s, &b->dproj, n * h);
-    model_dropf(st, s, &b->da2, n * h);
-    model_dropf(st, s, &b->dfc2, n * h);
-  }
+  for (int i = 0; i < st->n_layers; i++)
+    model_block_drop(st, s, i);
   drop_ids(st, s, &s->tokens, n);
   drop_ids(st, s, &s->targets, n);
   model_dropf(st, s, &s->dh0, n * h);
@@ -130,6 +142,7 @@ void model_mb_destroy(zb_model_stage *st, int mb) {
   model_dropf(st, s, &s->probs, n * (size_t)c->vocab);
   model_dropf(st, s, &s->daf, n * h);
   free(s->blocks);
+  free(s->packed);
   free(s);
   st->mbs[mb] = NULL;
 }
@@ -153,6 +166,8 @@ zb_err model_mb_create(zb_model_stage *st, int mb, mb_state **out, zb_diag *diag
   }
   mb_state *s = zb_calloc(1, sizeof *s);
   s->blocks = zb_calloc(st->n_layers ? (size_t)st->n_layers : 1, sizeof *s->blocks);
+  if (st->cfg.bf16)
+    s->packed = zb_calloc((st->n_layers ? (size_t)st->n_layers : 1) * BF16_FIELDS, sizeof *s->packed);
   st->mbs[mb] = s;
   *out = s;
   return ZB_OK;
@@ -170,6 +185,8 @@ void zb_model_mem_stats(const zb_model_stage *st, zb_model_mem *out) {
   out->peak_state_bytes = st->peak_bytes;
   out->workspace_bytes = st->workspace_bytes;
   out->param_bytes = (int64_t)(2 * st->n_params * sizeof(float));
+  if (st->cfg.bf16) /* the compute copy */
+    out->param_bytes += (int64_t)(st->n_params * sizeof(uint16_t));
   out->cached_bytes = st->cache_bytes;
 }
 

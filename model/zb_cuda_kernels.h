@@ -2,7 +2,8 @@
  * (docs/model.md, Devices): one per element-wise or row op of zb_device.h,
  * same arguments and meaning, plus the stream to launch on. The CUDA
  * device (device_cuda.c) calls them; they are implemented twice:
- *   - kernels_cuda.cu (nvcc, in zb-worker): real kernels;
+ *   - kernels_cuda.cu, kernels_cuda_bf16.cu (nvcc, in zb-worker): real
+ *     kernels;
  *   - tests/standin/ (test-only): host loops over the same per-element
  *     arithmetic (zb_kernel_math.h), run in order on the stream's thread
  *     of the CPU stand-in of the CUDA runtime.
@@ -62,6 +63,10 @@ cudaError_t zbk_add(cudaStream_t s, float *y, const float *x, float alpha, size_
 cudaError_t zbk_scale(cudaStream_t s, float *x, float alpha, size_t n);
 /* *out = sum x^2 (double), *nonfinite = any x not finite (0 or 1); both overwritten */
 cudaError_t zbk_sumsq(cudaStream_t s, const float *x, size_t n, double *out, int *nonfinite);
+/* bf16 storage (kernels_cuda_bf16.cu; zbm_bf16_from_f32's rounding):
+ * y[i] = bf16(x[i]) / y[i] = fp32(x[i]) for i < n; x and y do not overlap */
+cudaError_t zbk_f32_to_bf16(cudaStream_t s, const float *x, uint16_t *y, size_t n);
+cudaError_t zbk_bf16_to_f32(cudaStream_t s, const uint16_t *x, float *y, size_t n);
 
 /* ---- causal flash attention (docs/model.md, Flash attention (CUDA)) ----
  * zb_device.h's attn_fwd / attn_bwd: the same shape (zbk_attn mirrors

@@ -43,9 +43,10 @@
 typedef enum zb_copy_kind { ZB_COPY_H2D, ZB_COPY_D2H, ZB_COPY_D2D } zb_copy_kind;
 
 /* GEMM precision (the job spec's `precision`): fp32 everywhere by default;
- * tf32 and bf16 let the library use tensor cores with fp32 storage and
- * fp32 accumulation (inputs rounded to tf32 / bf16 inside the product).
- * The host device computes fp32 whatever is asked. */
+ * tf32 and bf16 let the library use tensor cores with fp32 accumulation
+ * (fp32 inputs rounded to tf32 / bf16 inside the product). A product with
+ * bf16 operands (zb_gemm's a16, b16) is bf16 whatever the precision. The
+ * host device computes fp32 whatever is asked. */
 typedef enum zb_precision { ZB_PRECISION_FP32, ZB_PRECISION_TF32, ZB_PRECISION_BF16 } zb_precision;
 
 /* One (batched) product, row-major: for i in 0..batch-1,
@@ -65,6 +66,11 @@ typedef struct zb_gemm {
   int ldc;
   int64_t stride_c;
   int batch; /* >= 1 */
+  /* bf16 operands (docs/model.md, Mixed precision): when both are set
+   * (then a and b are unused) the product reads A and B as bf16 elements,
+   * same leading dimensions and strides, and accumulates in fp32 into the
+   * fp32 C. Devices without bf16 (to_bf16 NULL) refuse them. */
+  const uint16_t *a16, *b16;
 } zb_gemm;
 
 /* Bytes the device's allocator holds for its callers: byte-exact sums of
@@ -224,6 +230,11 @@ typedef struct zb_device_ops {
   /* one AdamW step over n parameters (decay: n bytes, 0 or 1, on the device) */
   zb_err (*adamw)(void *self, float *p, float *m, float *v, const float *g, const uint8_t *decay, size_t n,
                   const zbm_adamw_step *step, zb_diag *diag);
+  /* bf16 storage (docs/model.md, Mixed precision); both NULL where the
+   * device has none (the host). y[i] = x[i] rounded to bf16 (to nearest
+   * even, NaN canonical: zbm_bf16_from_f32) / widened to fp32, i < n. */
+  zb_err (*to_bf16)(void *self, const float *x, uint16_t *y, size_t n, zb_diag *diag);
+  zb_err (*from_bf16)(void *self, const uint16_t *x, float *y, size_t n, zb_diag *diag);
   /* y += alpha * x */
   zb_err (*add)(void *self, float *y, const float *x, float alpha, size_t n, zb_diag *diag);
   /* x *= alpha */

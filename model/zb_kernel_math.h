@@ -174,4 +174,33 @@ ZB_HD static inline void zbm_adamw(float *p, float *m, float *v, float grad, int
   *p = (float)x;
 }
 
+/* ---- bf16 ---- */
+
+/* bfloat16: the top 16 bits of an fp32 (sign, 8 exponent bits, 7 mantissa
+ * bits). fp32 -> bf16 rounds to nearest, ties to even, as the GPU's
+ * __float2bfloat16_rn does: subnormals round like any value (bf16 has the
+ * same exponent range, so they stay subnormal or become 0 or the smallest
+ * normal), finite values past the largest bf16 become +-Inf, Inf stays Inf
+ * and every NaN becomes the canonical NaN 0x7fff (rounding a NaN's bits
+ * could turn it into Inf). bf16 -> fp32 is exact. */
+typedef union zbm_f32_bits {
+  float f;
+  uint32_t u;
+} zbm_f32_bits;
+
+ZB_HD static inline uint16_t zbm_bf16_from_f32(float x) {
+  zbm_f32_bits b;
+  b.f = x;
+  if ((b.u & 0x7fffffffu) > 0x7f800000u)
+    return 0x7fff;
+  uint32_t lsb = (b.u >> 16) & 1u;
+  return (uint16_t)((b.u + 0x7fffu + lsb) >> 16);
+}
+
+ZB_HD static inline float zbm_f32_from_bf16(uint16_t h) {
+  zbm_f32_bits b;
+  b.u = (uint32_t)h << 16;
+  return b.f;
+}
+
 #endif

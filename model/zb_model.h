@@ -86,6 +86,10 @@ typedef struct zb_model_config {
   int attn_block;             /* benchmarks and tests only: query rows per causal block; 0: the device's */
   int attn_unfused; /* benchmarks and tests only: attention from products and a softmax (keeping the T x T
                        probabilities) even where the device has flash attention (attn_full implies it) */
+  int bf16;         /* bf16 storage (the job's `precision: bf16`; docs/model.md, Mixed precision): products
+                       in bf16 with fp32 accumulation from a bf16 compute copy of the fp32 parameters, the
+                       blocks' saved state in bf16. Needs a device with bf16 (cuda); ZB_ERR_UNSUPPORTED
+                       otherwise */
 } zb_model_config;
 
 typedef struct zb_model_stage zb_model_stage;
@@ -165,6 +169,9 @@ int zb_model_stage_is_last(const zb_model_stage *st);
 /* Floats in one activation or gradient passed between stages:
  * batch * seq_len * hidden. */
 size_t zb_model_act_numel(const zb_model_stage *st);
+/* Bytes of one in the _dev forms (what a rank sends): act_numel floats,
+ * or act_numel bf16 values under bf16 storage. */
+size_t zb_model_act_bytes(const zb_model_stage *st);
 
 /* F of microbatch mb. Inputs (copied where kept; the caller keeps
  * ownership): tokens [batch*seq_len] on the first stage, else x
@@ -180,7 +187,9 @@ zb_err zb_model_forward(zb_model_stage *st, int mb, const int32_t *tokens, const
 /* F and B with x, y, dy and dx in memory of the stage's device (tokens
  * and targets stay host memory): no copy through the host and no wait for
  * the outputs, which are ready in stream order. Same as zb_model_forward
- * and zb_model_backward_b on the host device. */
+ * and zb_model_backward_b on the host device. Under bf16 storage x, y, dy
+ * and dx are act_numel bf16 values (uint16_t, zb_model_act_bytes bytes;
+ * the pointers' type notwithstanding), as the ranks send them. */
 zb_err zb_model_forward_dev(zb_model_stage *st, int mb, const int32_t *tokens, const float *x,
                             const int32_t *targets, float *y, float *loss, zb_diag *diag);
 zb_err zb_model_backward_b_dev(zb_model_stage *st, int mb, const float *dy, float *dx, zb_diag *diag);
@@ -250,6 +259,12 @@ zb_device *zb_model_device(const zb_model_stage *st);
  * device. A device failure is ZB_ERR_IO with its message. */
 zb_err zb_model_pull(zb_model_stage *st, zb_diag *diag);
 zb_err zb_model_push_params(zb_model_stage *st, zb_diag *diag);
+
+/* bf16 storage: refreshes the bf16 compute copy from the device's fp32
+ * parameters (after an optimizer step updated them in place; set_params
+ * and push_params refresh it themselves). Stream-ordered, no wait. A no-op
+ * without bf16. */
+zb_err zb_model_refresh_compute(zb_model_stage *st, zb_diag *diag);
 
 /* Memory held now and at the peak. */
 void zb_model_mem_stats(const zb_model_stage *st, zb_model_mem *out);

@@ -329,7 +329,8 @@ static const zb_backend_ops cuda_ops = {
 size_t zb_backend_cpu_bytes_per_activation(const zb_model_config *model) {
   if (model->batch <= 0 || model->seq_len <= 0 || model->hidden <= 0)
     return 0;
-  return (size_t)model->batch * (size_t)model->seq_len * (size_t)model->hidden * sizeof(float);
+  return (size_t)model->batch * (size_t)model->seq_len * (size_t)model->hidden *
+         (model->bf16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 static zb_err cpu_check(const zb_cpu_backend_config *cfg, zb_diag *diag) {
@@ -415,7 +416,7 @@ zb_err zb_backend_cpu_new(const zb_cpu_backend_config *cfg, zb_backend **out, zb
   }
   b->model = *zb_model_stage_config(b->stages[0].st); /* defaults filled in */
   b->act_numel = zb_model_act_numel(b->stages[0].st);
-  b->act_bytes = b->act_numel * sizeof(float);
+  b->act_bytes = zb_model_act_bytes(b->stages[0].st); /* halved under bf16 storage */
   size_t nt = (size_t)b->model.batch * (size_t)b->model.seq_len;
   b->tokens = zb_malloc(nt);
   b->targets = zb_malloc(nt);

@@ -90,7 +90,9 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
                 .batch = ms->batch,
                 .seed = (uint64_t)ms->seed,
                 .loss_scale = 1.0f / (float)cj->microbatches,
-                .arch = cj->has_arch ? &cj->arch : NULL},
+                .arch = cj->has_arch ? &cj->arch : NULL,
+                /* bf16 storage under `precision: bf16` (docs/model.md, Mixed precision) */
+                .bf16 = cj->device && strcmp(a->precision, "bf16") == 0},
       .data = data,
       .device = cj->device,
       .host_transport = cj->host_transport,
@@ -256,6 +258,9 @@ static zb_err cpu_job_step_device(cpu_job *cj, zb_step_chain *chain, bool dump, 
   }
   if (!err)
     err = zb_stepper_run(cj->stepper, zb_step_reduce_chain, chain, step, diag);
+  /* bf16 storage: the step (or its rollback) changed the fp32 masters */
+  for (int i = 0; !err && i < cj->n_stages; i++)
+    err = zb_model_refresh_compute(zb_backend_cpu_stage(cj->be, i, NULL), diag);
   for (int i = 0; !err && dump && i < cj->n_stages; i++)
     err = zb_model_pull(zb_backend_cpu_stage(cj->be, i, NULL), diag);
   return err;

@@ -16,7 +16,10 @@
  * p in order, in fp32, of op(A)(i,p) op(B)(p,j). Reduced precision rounds
  * the inputs first: TF32 (10-bit mantissa) for CUBLAS_COMPUTE_32F_FAST_TF32
  * and for the fp32 calls under CUBLAS_TF32_TENSOR_OP_MATH, bf16 for
- * CUBLAS_COMPUTE_32F_FAST_16BF, both round to nearest even.
+ * CUBLAS_COMPUTE_32F_FAST_16BF, both round to nearest even. The Ex form
+ * also takes bf16 A and B (CUDA_R_16BF) with an fp32 C: each element is
+ * widened exactly and the products summed in fp32, as tensor cores do with
+ * fp32 accumulation (docs/model.md, Mixed precision).
  *
  * Threads: a handle is used by one thread at a time (as in cuBLAS); the
  * registry of handles has its own mutex.
@@ -29,6 +32,7 @@
 #include <string.h>
 
 #include "standin_internal.h"
+#include "zb_kernel_math.h"
 
 #define MAX_HANDLES 64
 
@@ -140,11 +144,12 @@ typedef struct gemm_job {
   cublasOperation_t ta, tb;
   int m, n, k, batch;
   float alpha, beta;
-  const float *a, *b;
+  const void *a, *b; /* fp32, or bf16 (uint16_t) when ab_bf16 */
   float *c;
   int lda, ldb, ldc;
   long long sa, sb, sc;
   rounding round;
+  bool ab_bf16; /* CUDA_R_16BF A and B (the Ex form): read exactly, products summed in fp32 */
 } gemm_job;
 
 /* Rounds to `keep` mantissa bits, to nearest even; Inf and NaN unchanged. */
@@ -164,24 +169,34 @@ static float rnd(float x, rounding r) {
   return r == ROUND_TF32 ? round_mantissa(x, 10) : r == ROUND_BF16 ? round_mantissa(x, 7) : x;
 }
 
+/* Element idx of operand A or B, as fp32 (bf16 widens exactly), rounded as the compute type says. */
+static float ab_at(const gemm_job *g, const void *base, size_t idx) {
+  float x = g->ab_bf16 ? zbm_f32_from_bf16(((const uint16_t *)base)[idx]) : ((const float *)base)[idx];
+  return rnd(x, g->round);
+}
+
+static size_t ab_size(const gemm_job *g) {
+  return g->ab_bf16 ? sizeof(uint16_t) : sizeof(float);
+}
+
 static int imax(int a, int b) {
   return a > b ? a : b;
 }
 
 /* One product: op(A) packed column-major m x k, then for each column j of
  * C, acc[i] = sum_p op(A)(i,p) op(B)(p,j) in order of p. */
-static void gemm_one(const gemm_job *g, const float *A, const float *B, float *C, float *ap, float *acc) {
+static void gemm_one(const gemm_job *g, const char *A, const char *B, float *C, float *ap, float *acc) {
   bool read_ab = g->alpha != 0.0f && g->k > 0;
   if (read_ab)
     for (int p = 0; p < g->k; p++)
       for (int i = 0; i < g->m; i++)
         ap[(size_t)p * g->m + i] =
-            rnd(g->ta == CUBLAS_OP_N ? A[i + (size_t)p * g->lda] : A[p + (size_t)i * g->lda], g->round);
+            ab_at(g, A, g->ta == CUBLAS_OP_N ? i + (size_t)p * g->lda : p + (size_t)i * g->lda);
   for (int j = 0; j < g->n; j++) {
     for (int i = 0; i < g->m; i++)
       acc[i] = 0.0f;
     for (int p = 0; read_ab && p < g->k; p++) {
-      float b = rnd(g->tb == CUBLAS_OP_N ? B[p + (size_t)j * g->ldb] : B[j + (size_t)p * g->ldb], g->round);
+      float b = ab_at(g, B, g->tb == CUBLAS_OP_N ? p + (size_t)j * g->ldb : j + (size_t)p * g->ldb);
       const float *col = ap + (size_t)p * g->m;
       for (int i = 0; i < g->m; i++)
         acc[i] += col[i] * b;
@@ -200,7 +215,9 @@ static cudaError_t gemm_run(void *arg) {
     return cudaErrorMemoryAllocation;
   }
   for (int i = 0; i < g->batch; i++)
-    gemm_one(g, g->a + i * g->sa, g->b + i * g->sb, g->c + i * g->sc, ap, ap + (size_t)g->m * g->k);
+    gemm_one(g, (const char *)g->a + i * g->sa * (long long)ab_size(g),
+             (const char *)g->b + i * g->sb * (long long)ab_size(g), g->c + i * g->sc, ap,
+             ap + (size_t)g->m * g->k);
   free(ap);
   return cudaSuccess;
 }
@@ -208,14 +225,15 @@ static cudaError_t gemm_run(void *arg) {
 /* Checks that every element a batched operand touches is device memory:
  * `rows` x `cols` column-major with leading dimension ld, batch times at
  * stride apart. */
-static bool range_ok(const float *p, int rows, int cols, int ld, long long stride, int batch, const char *api,
-                     const char *name) {
+static bool range_ok(const void *p, size_t size, int rows, int cols, int ld, long long stride, int batch,
+                     const char *api, const char *name) {
   long long span = (long long)(cols - 1) * ld + rows; /* elements of one matrix */
   long long lo = stride < 0 ? (long long)(batch - 1) * stride : 0;
   long long hi = (stride > 0 ? (long long)(batch - 1) * stride : 0) + span;
   char what[96];
   snprintf(what, sizeof what, "%s %s", api, name);
-  return standin_check_device(p + lo, (size_t)(hi - lo) * sizeof(float), what) == cudaSuccess;
+  return standin_check_device((const char *)p + lo * (long long)size, (size_t)(hi - lo) * size, what) ==
+         cudaSuccess;
 }
 
 static bool op_ok(cublasOperation_t op) {
@@ -251,10 +269,11 @@ static cublasStatus_t gemm_submit(cublasHandle_t h, gemm_job g, const float *alp
   g.ta = g.ta == CUBLAS_OP_C ? CUBLAS_OP_T : g.ta; /* real data: conjugate transpose is transpose */
   g.tb = g.tb == CUBLAS_OP_C ? CUBLAS_OP_T : g.tb;
   bool read_ab = g.alpha != 0.0f && g.k > 0;
-  if ((read_ab &&
-       (!range_ok(g.a, arows, g.ta == CUBLAS_OP_N ? g.k : g.m, g.lda, g.sa, g.batch, g.api, "A") ||
-        !range_ok(g.b, brows, g.tb == CUBLAS_OP_N ? g.n : g.k, g.ldb, g.sb, g.batch, g.api, "B"))) ||
-      !range_ok(g.c, g.m, g.n, g.ldc, g.sc, g.batch, g.api, "C"))
+  if ((read_ab && (!range_ok(g.a, ab_size(&g), arows, g.ta == CUBLAS_OP_N ? g.k : g.m, g.lda, g.sa, g.batch,
+                             g.api, "A") ||
+                   !range_ok(g.b, ab_size(&g), brows, g.tb == CUBLAS_OP_N ? g.n : g.k, g.ldb, g.sb, g.batch,
+                             g.api, "B"))) ||
+      !range_ok(g.c, sizeof(float), g.m, g.n, g.ldc, g.sc, g.batch, g.api, "C"))
     return CUBLAS_STATUS_INVALID_VALUE;
   /* the stream thread works through the views (standin.h); A and B unread need none */
   g.a = read_ab ? standin_view(g.a, 0, g.api) : NULL;
@@ -354,9 +373,13 @@ cublasStatus_t CUBLASWINAPI cublasGemmStridedBatchedEx(
                 .sc = strideC};
   if (!handle_ok(handle, api))
     return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F) {
-    standin_error("%s: the stand-in supports CUDA_R_32F A, B and C only (got %d, %d, %d)", api, (int)Atype,
-                  (int)Btype, (int)Ctype);
+  /* A and B of one type (fp32, or bf16 with fp32 accumulation), C fp32:
+   * the combinations cuBLAS lists for CUBLAS_COMPUTE_32F that zb uses */
+  g.ab_bf16 = Atype == CUDA_R_16BF;
+  if (Atype != Btype || (Atype != CUDA_R_32F && Atype != CUDA_R_16BF) || Ctype != CUDA_R_32F) {
+    standin_error("%s: the stand-in supports A and B both CUDA_R_32F or both CUDA_R_16BF, and C CUDA_R_32F "
+                  "(got %d, %d, %d)",
+                  api, (int)Atype, (int)Btype, (int)Ctype);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   switch (computeType) {

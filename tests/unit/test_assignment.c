@@ -505,7 +505,8 @@ static void test_cuda_job_fields(void) {
     CHECK_EQ(a.model.hidden, 32);
     CHECK_EQ(a.model.batch, 3 + k);
     CHECK_EQ(a.model.layers, 4); /* ranks x chunks, resolved at the coordinator */
-    CHECK_EQ(a.bytes_per_activation, (long long)(3 + k) * 64 * 32 * 4);
+    /* 4 bytes an element, 2 under bf16 (the ranks send bf16 activations) */
+    CHECK_EQ(a.bytes_per_activation, (long long)(3 + k) * 64 * 32 * (k == 2 ? 2 : 4));
     zb_assignment_free(&a);
     zb_job_spec_free(&spec);
   }

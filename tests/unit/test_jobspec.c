@@ -87,7 +87,7 @@ static void test_job_full_spec(void) {
                      "backend: cuda\n"
                      "transport: nccl\n"
                      "precision: bf16\n"
-                     "bytes_per_activation: 1048576\n"
+                     "bytes_per_activation: 524288\n"
                      "model:\n"
                      "  hidden: 256\n"
                      "  heads: 8\n"
@@ -133,7 +133,7 @@ static void test_job_full_spec(void) {
   CHECK_STREQ(s.backend, "cuda");
   CHECK_STREQ(s.transport, "nccl");
   CHECK_STREQ(s.precision, "bf16");
-  CHECK_EQ(s.bytes_per_activation, 1048576); /* given, and equal to 4 x 256 x 256 x 4 */
+  CHECK_EQ(s.bytes_per_activation, 524288); /* given, and equal to 4 x 256 x 256 x 2 (bf16) */
   CHECK(s.has_model);
   CHECK_EQ(s.model.hidden, 256);
   CHECK_EQ(s.model.heads, 8);
@@ -654,6 +654,14 @@ static void test_job_cuda_rules(void) {
   CHECK_STREQ(s.transport, "tcp");
   CHECK_STREQ(s.precision, "tf32");
   CHECK(job_ok(BASE "backend: cuda\nprecision: fp32\n", &s));
+  CHECK_EQ(s.bytes_per_activation, 4 * 64 * 64 * 4);
+  /* bf16 storage: the ranks send bf16 activations, half the bytes, and the
+   * plan's byte figures (one bytes_per_activation per M_F unit) halve */
+  CHECK(job_ok(BASE "backend: cuda\nprecision: bf16\n", &s));
+  CHECK_EQ(s.bytes_per_activation, 4 * 64 * 64 * 2);
+  CHECK_EQ(zb_job_spec_bytes_per_activation(&s), 2 * zb_model_spec_bytes_per_activation(&s.model) / 4);
+  CHECK(job_fails(BASE "backend: cuda\nprecision: bf16\nbytes_per_activation: 65536\n", ZB_ERR_INVALID_ARG,
+                  "'bytes_per_activation'", "65536", "32768", "bf16", NULL));
   CHECK(job_ok(BASE "backend: cpu\nprecision: fp32\n", &s));
   CHECK(!zb_job_spec_trains_model(&(zb_job_spec){.backend = "sim"}));
   zb_job_spec_free(&s);
