@@ -128,7 +128,8 @@ static void mfu_arch_rows(zb_device *dev, const gpu_opts *o, const zb_arch *a, d
                          .seed = 1,
                          .device = dev,
                          .arch = a,
-                         .attn_block = o->attn_block};
+                         .attn_block = o->attn_block,
+                         .bf16 = o->precision == ZB_PRECISION_BF16}; /* bf16 storage too */
   double t[3], fl[3];
   gpu_time_stage(&cfg, 1, o->reps, t);
   model_flops(a, o, fl);

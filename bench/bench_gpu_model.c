@@ -57,7 +57,9 @@ static zb_model_config builtin_config(zb_device *dev, const gpu_opts *o) {
                            .attn_block = o->attn_block,
                            /* the unfused attention: its products are cuBLAS's, so the replay covers the op
                               (flash attention issues none; docs/model.md, Flash attention (CUDA)) */
-                           .attn_unfused = 1};
+                           .attn_unfused = 1,
+                           /* --precision bf16: bf16 storage (weights' compute copy, saved state), as jobs */
+                           .bf16 = o->precision == ZB_PRECISION_BF16};
 }
 
 static void stage_open(const zb_model_config *cfg, int stage, stage_run *r) {
