@@ -49,7 +49,7 @@ check() { # check NAME LIMIT_S CMD...
   [[ $rc -eq 0 ]] || fails=$((fails + 1))
 }
 
-check device_ops 60 "$bin/test_device_ops"
+check device_ops 180 "$bin/test_device_ops"
 check flash_memory 60 "$bin/test_flash_cuda"
 check step_device 60 "$bin/test_step_device"
 check model_hf 120 env ZB_TEST_DATA_DIR="$here/../data" "$bin/test_model_hf_cuda"

@@ -1,6 +1,7 @@
 /* test_device_ops.c — every op of zb_device_ops on the CUDA device against
  * the host device (docs/model.md, Devices), over odd shapes: n = 1, 7, 33
- * rows; h = 3, 64, 129 columns; t = 1, 5, 17 positions; v = 5, 256; batched
+ * rows; h = 3, 64, 129 columns; t = 1, 5, 17 positions; v = 5, 256 (on a
+ * GPU also the model's own shapes: run_gpu_shapes); batched
  * GEMMs with transposes, leading dimensions wider than the rows, batch
  * strides, head-like column blocks, alpha and beta other than 1 and 0.
  * Flash attention at T = 1 to 1024 (across its tiles), one head, head
@@ -45,6 +46,7 @@ typedef struct ctx {
   stat stats[64];
   int n_stats;
   uint64_t rng;
+  bool gpu; /* a real GPU: the model's own shapes run too (run_gpu_shapes) */
 } ctx;
 
 /* a buffer on both devices */
@@ -751,7 +753,30 @@ static void test_stale_error(ctx *c) {
   d->ops->free(d->self, buf);
 }
 
+/* On a GPU, the shapes a model runs at, beyond the odd small ones: the
+ * kernels' grid-stride loops, many blocks per row and several waves only
+ * happen there (a GPT-2 124M and a LLaMA-sized row, 8 x 1024 tokens, a
+ * GPT-2 vocabulary, T = 1024 attention with 12 heads of 64 and 32 heads on
+ * 8 of 128). Too slow for the stand-in, which runs the same code paths at
+ * the small shapes. */
+static void run_gpu_shapes(ctx *c) {
+  static const int rows[] = {768, 4096}, n = 8192;
+  for (int i = 0; i < COUNT(rows); i++) {
+    test_layernorm(c, n, rows[i]);
+    test_bias_gelu(c, n, rows[i]);
+    test_llama_rows(c, n, rows[i]);
+  }
+  test_embed(c, n, 768, 1024, 50304);
+  test_rope(c, n, 1024, 32, 128);
+  test_xent(c, 1024, 50304);
+  test_attention(c, 8, 1024, 12, 12, 64);
+  test_attention(c, 1, 1024, 32, 8, 128);
+  test_adamw_sumsq(c, (size_t)124 << 20, false);
+}
+
 static void run_all(ctx *c) {
+  if (c->gpu)
+    run_gpu_shapes(c);
   test_gemm(c);
   for (int a = 0; a < COUNT(NS); a++)
     for (int b = 0; b < COUNT(HS); b++) {
@@ -810,6 +835,7 @@ int main(void) {
   printf("device under test: %s%s (cc %d.%d, driver %d); reference: host\n", info.name,
          info.standin ? " [stand-in]" : "", info.cc_major, info.cc_minor, info.driver_version);
   printf("rule: |got - want| <= %g * max(|want|, 1) per element\n\n", TOL);
+  c.gpu = !info.standin;
   run_all(&c);
   int failed = 0;
   printf("%-32s %6s %12s  %s\n", "op", "cases", "max error", "worst case");
