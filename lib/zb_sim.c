@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "zb_alloc.h"
+#include "zb_sim_internal.h"
 
 /* Cells of f_end (and of b_end) up to which they are laid out stage by
  * stage: 512 KiB, what the second level of cache holds. */
@@ -98,7 +99,7 @@ static inline __attribute__((always_inline)) double sim_ready(const zb_costs *c,
   }
 }
 
-static zb_err sim_check_costs(const zb_schedule *s, const zb_costs *c, zb_diag *diag) {
+zb_err zb_sim_check_costs(const zb_schedule *s, const zb_costs *c, zb_diag *diag) {
   int S = zb_schedule_stages(s);
   if (!c)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "simulation needs a cost model");
@@ -417,7 +418,7 @@ static bool sim_wake_all(sim_state *st) {
  * when that moves nothing either is a deadlock. Fills res when given. */
 static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *res, double *makespan_out,
                       double *span_out, bool checked, zb_diag *diag) {
-  zb_err err = checked ? ZB_OK : sim_check_costs(s, c, diag);
+  zb_err err = checked ? ZB_OK : zb_sim_check_costs(s, c, diag);
   if (err)
     return err;
   sim_state st;
@@ -482,6 +483,11 @@ static zb_err sim_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r
   zb_err err = sim_run(s, c, r, &r->makespan, &r->max_span, false, diag);
   if (err)
     return err;
+  zb_sim_fill_figures(s, c, r);
+  return ZB_OK;
+}
+
+void zb_sim_fill_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result *r) {
   double busy_sum = 0, busy_max = 0;
   for (int k = 0; k < s->p; k++) {
     busy_sum += r->busy[k];
@@ -498,7 +504,6 @@ static zb_err sim_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r
     r->op_time = zb_costs_op_table(c, false);
     r->n_stages = c->n_stages;
   }
-  return ZB_OK;
 }
 
 static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int keep, zb_sim_result **out,
@@ -511,6 +516,10 @@ static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int keep,
   }
   *out = r;
   return ZB_OK;
+}
+
+zb_sim_result *zb_sim_result_alloc(const zb_schedule *s, bool times) {
+  return sim_result_alloc(s, times ? SIM_KEEP_TIMES : SIM_KEEP_FIGURES);
 }
 
 zb_sim_result *zb_sim_result_new_starts(const zb_schedule *s) {

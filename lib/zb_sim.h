@@ -7,7 +7,8 @@
  * their own (their cost is the t_comm latency above), but a RECV holds its
  * rank until its tensor has arrived, as a worker's transport group does
  * (its start and end are that time); a SEND holds nothing; FSDP actions
- * take none. Ownership: zb_sim_result owns its arrays; zb_sim_result_free()
+ * take none. This is the host-blocking executor's form; zb_simulate_device
+ * models the device-ordered one. Ownership: zb_sim_result owns its arrays; zb_sim_result_free()
  * accepts NULL.
  */
 #ifndef ZB_SIM_H
@@ -63,6 +64,32 @@ void zb_sim_result_free(zb_sim_result *r);
 /* A new result (caller frees) with r's figures and per-rank arrays but no
  * per-action times, as zb_simulate_figures gives them. */
 zb_sim_result *zb_sim_result_copy_figures(const zb_sim_result *r);
+
+/* How comm actions hold a rank (docs/schedules.md, Execution model).
+ * ZB_SIM_BLOCKING is the host-blocking executor (tcp, blocking_comm):
+ * zb_simulate. ZB_SIM_DEVICE is the device-ordered one (nccl over cuda):
+ * zb_simulate_device with the transport's window. */
+typedef enum zb_sim_mode { ZB_SIM_BLOCKING = 0, ZB_SIM_DEVICE = 1 } zb_sim_mode;
+/* Groups a device-ordered transport keeps in flight (ZB_NCCL_WINDOW). */
+#define ZB_SIM_WINDOW 8
+
+/* The device-ordered mode (zb_sim_device.c) on lowered lists: per rank,
+ * compute ops back to back in list order, each when the previous one
+ * ended, its inputs are there (a received one when its receive's group
+ * completed) and every group window or more before it in the list has
+ * completed (window <= 0: no window); comm groups in list order on one
+ * comm stream, each starting when the one before completed and its
+ * sends' producers ended, and completing when each transfer has both its
+ * sides' groups started plus T_comm. A comm action's start and end are
+ * its group's. Lists without comm actions are simulated as zb_simulate
+ * does (their compute timeline is the same). Results and errors as
+ * zb_simulate's (ZB_ERR_DEADLOCK names where each rank's two walks
+ * stopped). */
+zb_err zb_simulate_device(const zb_schedule *s, const zb_costs *c, int window, zb_sim_result **out,
+                          zb_diag *diag);
+/* zb_simulate or zb_simulate_device (window ZB_SIM_WINDOW), by mode. */
+zb_err zb_simulate_mode(const zb_schedule *s, const zb_costs *c, zb_sim_mode mode, zb_sim_result **out,
+                        zb_diag *diag);
 
 /* The figures and each action's start only (end NULL): an action's end
  * is its start plus zb_costs_time of it, the sum the simulation makes,
