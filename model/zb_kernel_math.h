@@ -9,7 +9,7 @@
  * Everything here is `static inline` and marked ZB_HD, which is
  * `__host__ __device__` under nvcc and nothing elsewhere. No function
  * touches memory beyond its arguments, allocates or blocks; none depends on
- * <math.h> beyond sqrtf and sqrt, which both sides provide. Results are
+ * <math.h> beyond sqrtf, sqrt and isfinite, which both sides provide. Results are
  * bit-identical on any host given the same inputs: nothing reassociates
  * and nothing contracts (nvcc's default --fmad=true may fuse on a GPU;
  * which is within the per-op tolerance the tests state).
