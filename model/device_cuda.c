@@ -399,6 +399,19 @@ static zb_err k_sumsq(void *self, const float *x, size_t n, double *out, int *no
   LAUNCH("sumsq", out != NULL && nonfinite_out != NULL, zbk_sumsq(S(self), x, n, out, nonfinite_out));
 }
 
+/* The step's fused ops: scratch holds the chunks' doubles, then their ints. */
+static zb_err k_adamw_multi(void *self, const zbm_adamw_tensor *t, int count, zbm_adamw_mode mode,
+                            zb_diag *diag) {
+  LAUNCH("adamw_multi", count >= 0 && (t || !count), zbk_adamw_multi(S(self), t, count, (int)mode));
+}
+
+static zb_err k_sumsq_multi(void *self, const float *const *x, const size_t *n, int count, void *scratch,
+                            double *sums, int *bad, zb_diag *diag) {
+  size_t chunks = count > 0 && n ? zb_sumsq_multi_scratch(n, count) / (sizeof(double) + sizeof(int)) : 0;
+  LAUNCH("sumsq_multi", count >= 0 && (!count || (x && n && scratch && sums && bad)),
+         zbk_sumsq_multi(S(self), x, n, count, scratch, (int *)((double *)scratch + chunks), sums, bad));
+}
+
 /* ---- flash attention: zbk_attn_fwd / zbk_attn_bwd, no scratch ---- */
 
 /* A shape the launchers take (zbk_attn_ok: head dimensions up to 128), as
@@ -502,6 +515,8 @@ static const zb_device_ops cuda_ops = {
     .add = k_add,
     .scale = k_scale,
     .sumsq = k_sumsq,
+    .adamw_multi = k_adamw_multi,
+    .sumsq_multi = k_sumsq_multi,
     .destroy = dev_destroy,
 };
 

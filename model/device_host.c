@@ -404,6 +404,40 @@ static zb_err h_sumsq(void *self, const float *x, size_t n, double *out, int *no
   return ZB_OK;
 }
 
+/* The step's fused ops: the same per-element function and summation
+ * order as the GPU's (zb_kernel_math.h), so the host device's norm is the
+ * GPU's bit for bit. */
+static zb_err h_adamw_multi(void *self, const zbm_adamw_tensor *t, int count, zbm_adamw_mode mode,
+                            zb_diag *diag) {
+  (void)self;
+  if (count < 0 || (count && !t) || mode < ZBM_ADAMW_FULL || mode > ZBM_ADAMW_COMMIT)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "host device: adamw_multi of %d arrays, mode %d", count,
+                       (int)mode);
+  for (int k = 0; k < count; k++)
+    for (size_t i = 0; i < t[k].n; i++)
+      zbm_adamw_at(&t[k], i, mode);
+  return ZB_OK;
+}
+
+static zb_err h_sumsq_multi(void *self, const float *const *x, const size_t *n, int count, void *scratch,
+                            double *sums, int *bad, zb_diag *diag) {
+  (void)self;
+  if (count < 0 || (count && (!x || !n || !scratch || !sums || !bad)))
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "host device: sumsq_multi of %d arrays without its arrays",
+                       count);
+  double *part = scratch;
+  for (int k = 0; k < count; k++) {
+    size_t chunks = zbm_norm_chunks(n[k]);
+    bad[k] = 0;
+    for (size_t c = 0; c < chunks; c++) {
+      size_t at = c * ZBM_NORM_CHUNK, len = n[k] - at < ZBM_NORM_CHUNK ? n[k] - at : ZBM_NORM_CHUNK;
+      part[c] = zbm_norm_block(x[k] + at, NULL, len, &bad[k]);
+    }
+    sums[k] = zbm_norm_block(NULL, part, chunks, NULL);
+  }
+  return ZB_OK;
+}
+
 static void h_destroy(void *self) {
   free(((host_dev *)self)->attn_ws);
   free(self);
@@ -454,6 +488,8 @@ static const zb_device_ops host_ops = {
     .add = h_add,
     .scale = h_scale,
     .sumsq = h_sumsq,
+    .adamw_multi = h_adamw_multi,
+    .sumsq_multi = h_sumsq_multi,
     .destroy = h_destroy,
 };
 

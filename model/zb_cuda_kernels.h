@@ -63,6 +63,16 @@ cudaError_t zbk_add(cudaStream_t s, float *y, const float *x, float alpha, size_
 cudaError_t zbk_scale(cudaStream_t s, float *x, float alpha, size_t n);
 /* *out = sum x^2 (double), *nonfinite = any x not finite (0 or 1); both overwritten */
 cudaError_t zbk_sumsq(cudaStream_t s, const float *x, size_t n, double *out, int *nonfinite);
+/* The step's fused ops (kernels_cuda_step.cu; zb_device.h's adamw_multi
+ * and sumsq_multi): the table (t; x and n) is host memory, read at the
+ * call, its pointers device memory; at most ZBK_MULTI_MAX arrays per
+ * kernel launch (more take several). sumsq_multi's part and part_bad hold
+ * a slot per chunk (zbm_norm_chunks of each array, in order); sums and bad
+ * get count entries, every one written. */
+#define ZBK_MULTI_MAX 16
+cudaError_t zbk_adamw_multi(cudaStream_t s, const zbm_adamw_tensor *t, int count, int mode);
+cudaError_t zbk_sumsq_multi(cudaStream_t s, const float *const *x, const size_t *n, int count, double *part,
+                            int *part_bad, double *sums, int *bad);
 /* bf16 storage (kernels_cuda_bf16.cu; zbm_bf16_from_f32's rounding):
  * y[i] = bf16(x[i]) / y[i] = fp32(x[i]) for i < n; x and y do not overlap */
 cudaError_t zbk_f32_to_bf16(cudaStream_t s, const float *x, uint16_t *y, size_t n);

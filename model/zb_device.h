@@ -242,8 +242,30 @@ typedef struct zb_device_ops {
   /* out (device, double) = sum x^2 in double, and *nonfinite_out (device, int) = 1 if any x is not finite */
   zb_err (*sumsq)(void *self, const float *x, size_t n, double *out, int *nonfinite_out, zb_diag *diag);
 
+  /* The optimizer step's fused ops (docs/model.md, Optimizer and step);
+   * NULL where a device has none, and callers then use adamw and sumsq.
+   * adamw_multi: one launch steps count arrays (zbm_adamw_tensor, the
+   * table on the host; its pointers on the device) under mode
+   * (zbm_adamw_mode), each element as zbm_adamw_at. */
+  zb_err (*adamw_multi)(void *self, const zbm_adamw_tensor *t, int count, zbm_adamw_mode mode, zb_diag *diag);
+  /* sums[i] (device, double) = the sum of x[i][0..n[i])^2 in
+   * zb_kernel_math.h's blocked order, bad[i] (device, int) = 1 if one is
+   * not finite, for i < count (x and n: host arrays of device pointers and
+   * lengths); scratch: zb_sumsq_multi_scratch(n, count) bytes of device
+   * memory, each chunk's partial, overwritten. Every output is written. */
+  zb_err (*sumsq_multi)(void *self, const float *const *x, const size_t *n, int count, void *scratch,
+                        double *sums, int *bad, zb_diag *diag);
+
   void (*destroy)(void *self);
 } zb_device_ops;
+
+/* Scratch bytes of sumsq_multi: a double and an int per chunk. */
+static inline size_t zb_sumsq_multi_scratch(const size_t *n, int count) {
+  size_t chunks = 0;
+  for (int i = 0; i < count; i++)
+    chunks += zbm_norm_chunks(n[i]);
+  return (chunks ? chunks : 1) * (sizeof(double) + sizeof(int));
+}
 
 typedef struct zb_device {
   const zb_device_ops *ops;

@@ -9,7 +9,7 @@
  * Everything here is `static inline` and marked ZB_HD, which is
  * `__host__ __device__` under nvcc and nothing elsewhere. No function
  * touches memory beyond its arguments, allocates or blocks; none depends on
- * <math.h> beyond sqrtf and sqrt, which both sides provide. Results are
+ * <math.h> beyond sqrtf, sqrt and isfinite, which both sides provide. Results are
  * bit-identical on any host given the same inputs: nothing reassociates
  * and nothing contracts (nvcc's default --fmad=true may fuse on a GPU;
  * which is within the per-op tolerance the tests state).
@@ -17,6 +17,7 @@
 #ifndef ZB_KERNEL_MATH_H
 #define ZB_KERNEL_MATH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(__CUDACC__)
@@ -157,21 +158,128 @@ typedef struct zbm_adamw_step {
   double grad_scale; /* clipping: every gradient times this (1: none) */
 } zbm_adamw_step;
 
-/* Updates one parameter and its fp32 moments in torch.optim.AdamW's order,
- * in double, each stored value rounded once; the update reads the moments
- * as stored (as an fp32 implementation does). */
-ZB_HD static inline void zbm_adamw(float *p, float *m, float *v, float grad, int decay,
-                                   const zbm_adamw_step *s) {
+/* The new fp32 moments of one element, each rounded once from double. */
+ZB_HD static inline void zbm_adamw_moments(float m, float v, float grad, const zbm_adamw_step *s,
+                                           float *m_out, float *v_out) {
   double g = (double)grad * s->grad_scale;
-  double mm = s->beta1 * (double)*m + (1 - s->beta1) * g;
-  double vv = s->beta2 * (double)*v + (1 - s->beta2) * g * g;
-  *m = (float)mm;
-  *v = (float)vv;
-  double x = (double)*p;
+  double mm = s->beta1 * (double)m + (1 - s->beta1) * g;
+  double vv = s->beta2 * (double)v + (1 - s->beta2) * g * g;
+  *m_out = (float)mm;
+  *v_out = (float)vv;
+}
+
+/* The new parameter from the new (stored) moments, in double, rounded once. */
+ZB_HD static inline float zbm_adamw_param(float p, float m_new, float v_new, int decay,
+                                          const zbm_adamw_step *s) {
+  double x = (double)p;
   if (decay)
     x *= s->shrink;
-  x -= s->step_size * (double)*m / (sqrt((double)*v) / s->sqrt_bc2 + s->eps);
-  *p = (float)x;
+  x -= s->step_size * (double)m_new / (sqrt((double)v_new) / s->sqrt_bc2 + s->eps);
+  return (float)x;
+}
+
+/* Updates one parameter and its fp32 moments in torch.optim.AdamW's order,
+ * in double, each stored value rounded once; the update reads the moments
+ * as stored (as an fp32 implementation does). The two halves above, so a
+ * step split into them (zbm_adamw_tensor's modes) is this one bit for bit. */
+ZB_HD static inline void zbm_adamw(float *p, float *m, float *v, float grad, int decay,
+                                   const zbm_adamw_step *s) {
+  zbm_adamw_moments(*m, *v, grad, s, m, v);
+  *p = zbm_adamw_param(*p, *m, *v, decay, s);
+}
+
+/* One array of a multi-tensor AdamW (zb_device.h adamw_multi; device
+ * pointers, n elements each, its own step constants). keep: n floats, used
+ * by ZBM_ADAMW_TRY only. */
+typedef struct zbm_adamw_tensor {
+  float *p, *m, *v;
+  const float *g;
+  const uint8_t *decay;
+  float *keep;
+  size_t n;
+  zbm_adamw_step step;
+} zbm_adamw_tensor;
+
+/* What a multi-tensor AdamW writes (docs/model.md, Optimizer and step):
+ *   FULL:   p, m and v (zbm_adamw);
+ *   TRY:    keep = the old p, p = the new p; m and v stay as they were;
+ *   COMMIT: m and v, from the same (m, v, g) and constants as the TRY
+ *           before it, so TRY then COMMIT is FULL bit for bit, and
+ *           TRY then p = keep is no step at all. */
+typedef enum zbm_adamw_mode { ZBM_ADAMW_FULL = 0, ZBM_ADAMW_TRY = 1, ZBM_ADAMW_COMMIT = 2 } zbm_adamw_mode;
+
+/* Element i of t under mode: what every device's multi-tensor AdamW does. */
+ZB_HD static inline void zbm_adamw_at(const zbm_adamw_tensor *t, size_t i, int mode) {
+  float m, v;
+  zbm_adamw_moments(t->m[i], t->v[i], t->g[i], &t->step, &m, &v);
+  if (mode != ZBM_ADAMW_COMMIT) {
+    float p = t->p[i];
+    if (mode == ZBM_ADAMW_TRY)
+      t->keep[i] = p;
+    t->p[i] = zbm_adamw_param(p, m, v, t->decay[i] != 0, &t->step);
+  }
+  if (mode != ZBM_ADAMW_TRY) {
+    t->m[i] = m;
+    t->v[i] = v;
+  }
+}
+
+/* ---- the gradient norm's summation order ----
+ * Every device sums squares in this order (docs/model.md, Optimizer and
+ * step), so the stand-in and the host device compute what a GPU computes:
+ * an array is cut into chunks of ZBM_NORM_CHUNK elements; a chunk's
+ * ZBM_NORM_LANES lanes each add x[l], x[l + LANES], ... in sequence, in
+ * double; the lanes meet in a pairwise tree within each group of 32 (a
+ * warp's butterfly), then the groups' sums in a pairwise tree. The chunks'
+ * sums of an array are added by the same rule over the chunks (lanes, then
+ * trees). Depends on the lengths only, never on timing. */
+#define ZBM_NORM_CHUNK 8192
+#define ZBM_NORM_LANES 256
+
+/* Pairwise tree over b[0..w) (w a power of two), in place: b[0] is the sum. */
+ZB_HD static inline double zbm_tree_d(double *b, int w) {
+  for (int h = w / 2; h >= 1; h /= 2)
+    for (int i = 0; i < h; i++)
+      b[i] = b[i] + b[i + h];
+  return b[0];
+}
+
+/* The rule over ZBM_NORM_LANES lane sums (overwritten). */
+ZB_HD static inline double zbm_lanes_total(double *lane) {
+  double warp[ZBM_NORM_LANES / 32];
+  for (int w = 0; w < ZBM_NORM_LANES / 32; w++)
+    warp[w] = zbm_tree_d(lane + 32 * w, 32);
+  return zbm_tree_d(warp, ZBM_NORM_LANES / 32);
+}
+
+/* Chunks of an array of n elements. */
+ZB_HD static inline size_t zbm_norm_chunks(size_t n) {
+  return (n + ZBM_NORM_CHUNK - 1) / ZBM_NORM_CHUNK;
+}
+
+/* The rule over x[0..n) as one device block runs it: a chunk of squares
+ * (sq = 1, *bad |= any x not finite) or the chunk sums of an array
+ * (sq = 0, xd instead of x). The host device and the stand-in call this;
+ * the GPU kernels follow it with threads (kernels_cuda_step.cu). */
+ZB_HD static inline double zbm_norm_block(const float *x, const double *xd, size_t n, int *bad) {
+  double lane[ZBM_NORM_LANES];
+  int nf = 0;
+  for (int l = 0; l < ZBM_NORM_LANES; l++) {
+    double s = 0.0;
+    for (size_t i = (size_t)l; i < n; i += ZBM_NORM_LANES) {
+      if (x) {
+        double v = (double)x[i];
+        nf |= !isfinite(x[i]);
+        s += v * v;
+      } else {
+        s += xd[i];
+      }
+    }
+    lane[l] = s;
+  }
+  if (bad)
+    *bad |= nf;
+  return zbm_lanes_total(lane);
 }
 
 /* ---- bf16 ---- */

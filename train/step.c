@@ -221,6 +221,8 @@ static zb_err stepper_go(zb_stepper *s, zb_step_reduce_fn fn, void *arg, zb_step
       out->rolled_back = true;
       if (out->clipped)
         err = t->step(self, out->coef, diag);
+    } else if (t->commit) {
+      err = t->commit(self, diag);
     }
   } else if (!out->skipped) {
     err = t->step(self, out->coef, diag);

@@ -1,4 +1,7 @@
-/* step_device.c — the optimizer step on the device (zb_step_device.h). */
+/* step_device.c — the optimizer step on the device (zb_step_device.h):
+ * every hosted stage's norm in one sumsq_multi and its AdamW in one
+ * adamw_multi; a post-validated step keeps one copy (the parameters), not
+ * three (docs/model.md, Optimizer and step). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +16,7 @@ typedef struct dstage {
   const float *g; /* borrowed: its device gradients */
   float *m, *v;   /* device moments */
   uint8_t *decay; /* device mask, 1 = decayed */
-  float *bp, *bm, *bv;
+  float *bp;      /* device: the parameters before a tried step (rollback only) */
   int64_t steps, saved_steps;
 } dstage;
 
@@ -22,8 +25,15 @@ struct zb_step_device {
   int n;
   zb_adamw **opt; /* borrowed */
   dstage *st;
-  void *d_part;  /* device: n doubles (sums of squares), then n ints (non-finite flags) */
-  void *h_part;  /* the same, read back */
+  void *d_part;          /* device: n doubles (sums of squares), then n ints (non-finite flags) */
+  void *h_part;          /* the same, read back */
+  void *d_norm;          /* device: sumsq_multi's scratch */
+  const float **gx;      /* per stage: its gradients, */
+  size_t *gn;            /* and how many the check counts */
+  zbm_adamw_tensor *tab; /* per stage with parameters: the last step's table */
+  int n_tab;
+  bool armed;    /* saved: the next step is tried (TRY) */
+  bool tried;    /* a tried step waits for commit or restore */
   zb_err failed; /* a failed construction step, reported by new */
 };
 
@@ -51,12 +61,16 @@ void zb_step_device_free(zb_step_device *t) {
     return;
   for (int i = 0; t->st && i < t->n; i++) {
     dstage *s = &t->st[i];
-    void *bufs[] = {s->m, s->v, s->decay, s->bp, s->bm, s->bv};
+    void *bufs[] = {s->m, s->v, s->decay, s->bp};
     for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++)
       dev_give(t, bufs[k]);
   }
   dev_give(t, t->d_part);
+  dev_give(t, t->d_norm);
   free(t->h_part);
+  free(t->gx);
+  free(t->gn);
+  free(t->tab);
   free(t->st);
   free(t->opt);
   free(t);
@@ -66,11 +80,16 @@ zb_err zb_step_device_new(zb_device *dev, int n, zb_adamw *const *opt, float *co
                           const float *const *grads, bool rollback, zb_step_device **out, zb_diag *diag) {
   if (!dev || n < 0 || (n && (!opt || !params || !grads)))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "device step: no device, or %d stages without arrays", n);
+  if (!dev->ops->adamw_multi || !dev->ops->sumsq_multi)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "device step: the device has no adamw_multi or sumsq_multi");
   zb_step_device *t = zb_calloc(1, sizeof *t);
   t->dev = dev;
   t->n = n;
   t->opt = zb_calloc(n ? (size_t)n : 1, sizeof *t->opt);
   t->st = zb_calloc(n ? (size_t)n : 1, sizeof *t->st);
+  t->gx = zb_calloc(n ? (size_t)n : 1, sizeof *t->gx);
+  t->gn = zb_calloc(n ? (size_t)n : 1, sizeof *t->gn);
+  t->tab = zb_calloc(n ? (size_t)n : 1, sizeof *t->tab);
   for (int i = 0; i < n && !t->failed; i++) {
     dstage *s = &t->st[i];
     t->opt[i] = opt[i];
@@ -86,15 +105,17 @@ zb_err zb_step_device_new(zb_device *dev, int n, zb_adamw *const *opt, float *co
     s->m = dev_alloc(t, fb, diag);
     s->v = dev_alloc(t, fb, diag);
     s->decay = dev_alloc(t, s->n, diag);
-    if (rollback) {
+    if (rollback) /* m and v are never overwritten before the check: only p needs keeping */
       s->bp = dev_alloc(t, fb, diag);
-      s->bm = dev_alloc(t, fb, diag);
-      s->bv = dev_alloc(t, fb, diag);
-    }
     if (!t->failed && s->n) /* once: the grouping never changes */
       t->failed = DEV(t, copy, s->decay, zb_adamw_decay_mask(opt[i]), s->n, ZB_COPY_H2D, diag);
   }
   t->d_part = dev_alloc(t, part_bytes(n), diag);
+  if (!t->failed) {
+    for (int i = 0; i < n; i++)
+      t->gn[i] = t->st[i].n;
+    t->d_norm = dev_alloc(t, zb_sumsq_multi_scratch(t->gn, n), diag);
+  }
   t->h_part = zb_calloc(1, part_bytes(n));
   /* stages without parameters never write their slots: they stay 0 */
   if (!t->failed)
@@ -115,17 +136,26 @@ zb_err zb_step_device_count_prefix(zb_step_device *t, int i, size_t n, zb_diag *
   return ZB_OK;
 }
 
+size_t zb_step_device_rollback_bytes(const zb_step_device *t) {
+  size_t bytes = 0;
+  for (int i = 0; i < t->n; i++)
+    bytes += t->st[i].bp ? t->st[i].n * sizeof(float) : 0;
+  return bytes;
+}
+
 /* ---- the target ---- */
 
+/* Every stage's sum of squares in one sumsq_multi (zb_kernel_math.h's
+ * blocked order), one read-back, one wait. */
 static zb_err dev_partial(void *self, zb_step_partial *out, zb_diag *diag) {
   zb_step_device *t = self;
   double *d_sums = t->d_part, *h_sums = t->h_part;
   int *d_bad = (int *)(d_sums + t->n), *h_bad = (int *)(h_sums + t->n);
-  zb_err err = ZB_OK;
-  for (int i = 0; i < t->n && !err; i++)
-    if (t->st[i].counted)
-      err = DEV(t, sumsq, t->st[i].g, t->st[i].counted, &d_sums[i], &d_bad[i], diag);
-  /* one read-back of every stage's partial, one wait */
+  for (int i = 0; i < t->n; i++) {
+    t->gx[i] = t->st[i].g;
+    t->gn[i] = t->st[i].counted;
+  }
+  zb_err err = DEV(t, sumsq_multi, t->gx, t->gn, t->n, t->d_norm, d_sums, d_bad, diag);
   if (!err)
     err = DEV(t, copy, t->h_part, t->d_part, part_bytes(t->n), ZB_COPY_D2H, diag);
   if (!err)
@@ -141,59 +171,66 @@ static zb_err dev_partial(void *self, zb_step_partial *out, zb_diag *diag) {
   return ZB_OK;
 }
 
-/* Stage by stage, three device-to-device copies: from (p, m, v) to (bp,
- * bm, bv) when save, else back. */
-static zb_err dev_copy_state(zb_step_device *t, bool save, zb_diag *diag) {
+/* Save copies nothing: it arms the next step to be tried (adamw_multi's
+ * TRY keeps the old parameters in bp and leaves m and v alone), which is
+ * all a rollback needs. */
+static zb_err dev_save(void *self, zb_diag *diag) {
+  zb_step_device *t = self;
+  for (int i = 0; i < t->n; i++) {
+    if (t->st[i].n && !t->st[i].bp)
+      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "device step: made without rollback buffers");
+    t->st[i].saved_steps = t->st[i].steps;
+  }
+  t->armed = true;
+  return ZB_OK;
+}
+
+/* Puts back the parameters a tried step changed (one copy per stage) and
+ * the step counts; the moments were never written. */
+static zb_err dev_restore(void *self, zb_diag *diag) {
+  zb_step_device *t = self;
   zb_err err = ZB_OK;
   for (int i = 0; i < t->n && !err; i++) {
     dstage *s = &t->st[i];
-    if (!s->n) {
-      if (save)
-        s->saved_steps = s->steps;
-      else
-        s->steps = s->saved_steps;
-      continue;
-    }
-    if (!s->bp)
-      return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "device step: made without rollback buffers");
-    size_t fb = s->n * sizeof(float);
-    float *from[3] = {s->p, s->m, s->v}, *to[3] = {s->bp, s->bm, s->bv};
-    for (int k = 0; k < 3 && !err; k++)
-      err = save ? DEV(t, copy, to[k], from[k], fb, ZB_COPY_D2D, diag)
-                 : DEV(t, copy, from[k], to[k], fb, ZB_COPY_D2D, diag);
-    if (!err && save)
-      s->saved_steps = s->steps;
-    else if (!err)
+    if (t->tried && s->n)
+      err = DEV(t, copy, s->p, s->bp, s->n * sizeof(float), ZB_COPY_D2D, diag);
+    if (!err)
       s->steps = s->saved_steps;
   }
+  t->armed = t->tried = false;
   return err;
 }
 
-static zb_err dev_save(void *self, zb_diag *diag) {
-  return dev_copy_state(self, true, diag);
-}
-
-static zb_err dev_restore(void *self, zb_diag *diag) {
-  return dev_copy_state(self, false, diag);
+/* The tried step stands: its moments, from the same table. */
+static zb_err dev_commit(void *self, zb_diag *diag) {
+  zb_step_device *t = self;
+  bool tried = t->tried;
+  t->armed = t->tried = false;
+  return tried ? DEV(t, adamw_multi, t->tab, t->n_tab, ZBM_ADAMW_COMMIT, diag) : ZB_OK;
 }
 
 static zb_err dev_step(void *self, double coef, zb_diag *diag) {
   zb_step_device *t = self;
-  zb_err err = ZB_OK;
-  for (int i = 0; i < t->n && !err; i++) {
+  t->n_tab = 0;
+  for (int i = 0; i < t->n; i++) {
     dstage *s = &t->st[i];
     const zb_adamw_config *c = zb_adamw_config_of(t->opt[i]);
     s->steps++; /* as zb_adamw counts a step of no parameters too */
     zbm_adamw_step k = {.beta1 = c->beta1, .beta2 = c->beta2, .eps = c->eps, .grad_scale = coef};
     zb_adamw_coefs(c, s->steps, &k.step_size, &k.sqrt_bc2, &k.shrink);
-    if (s->n) /* enqueued: the next sync (the next partial, a pull) reports a failure */
-      err = DEV(t, adamw, s->p, s->m, s->v, s->g, s->decay, s->n, &k, diag);
+    if (s->n)
+      t->tab[t->n_tab++] = (zbm_adamw_tensor){
+          .p = s->p, .m = s->m, .v = s->v, .g = s->g, .decay = s->decay, .keep = s->bp, .n = s->n, .step = k};
   }
-  return err;
+  zbm_adamw_mode mode = t->armed ? ZBM_ADAMW_TRY : ZBM_ADAMW_FULL;
+  t->tried = t->armed;
+  t->armed = false;
+  /* enqueued: the next sync (the next partial, a pull) reports a failure */
+  return DEV(t, adamw_multi, t->tab, t->n_tab, mode, diag);
 }
 
 static const zb_step_target_ops dev_ops = {
-    .partial = dev_partial, .save = dev_save, .restore = dev_restore, .step = dev_step};
+    .partial = dev_partial, .save = dev_save, .restore = dev_restore, .step = dev_step, .commit = dev_commit};
 
 zb_step_target zb_step_device_target(zb_step_device *t) {
   return (zb_step_target){.ops = &dev_ops, .self = t};

@@ -85,6 +85,12 @@ typedef struct zb_step_target_ops {
   /* one AdamW step of every stage with the gradients times coef (in
    * double; coef 1 is the unscaled step) */
   zb_err (*step)(void *self, double coef, zb_diag *diag);
+  /* post-validated only, optional (NULL: nothing to do): the check passed
+   * and the step after the last save stands. A target that keeps less
+   * than a full copy (the device target: docs/model.md, Optimizer and
+   * step) finishes that step here; between save and commit or restore
+   * only these calls come. */
+  zb_err (*commit)(void *self, zb_diag *diag);
 } zb_step_target_ops;
 
 typedef struct zb_step_target {

@@ -9,11 +9,17 @@
  * Same arithmetic as the host target: the per-step coefficients come from
  * zb_adamw_coefs with the stage's zb_adamw config and step count, and the
  * device's adamw op is zbm_adamw per element (model/zb_kernel_math.h), the
- * host zb_adamw's formula. The partial is the device's sum of squares per
- * stage (its own order, in double), added stage by stage on the host in
- * double, so the norm agrees with the host target's to double rounding.
- * Rollback (post-validated) copies parameters, m and v into device backup
- * buffers and back: every bit.
+ * host zb_adamw's formula; every stage in one launch (adamw_multi). The
+ * partial is the device's sum of squares per stage (sumsq_multi: one
+ * launch for all stages, many blocks, zb_kernel_math.h's blocked order, in
+ * double), added stage by stage on the host in double, so the norm agrees
+ * with the host target's to double rounding. The device needs both fused
+ * ops (ZB_ERR_UNSUPPORTED otherwise; the host and CUDA devices have them).
+ * Rollback (post-validated) keeps one copy per stage, the parameters: the
+ * tried step (adamw_multi's TRY) writes the new parameters and keeps the
+ * old ones, and leaves m and v alone; commit (the check passed) writes the
+ * moments from the same inputs (COMMIT), restore copies the parameters
+ * back. Every bit, as a full step and as no step.
  *
  * The host zb_adamw per stage (borrowed) gives the config and decay mask
  * (uploaded once) and is the host staging of the state a checkpoint needs:
@@ -43,8 +49,8 @@ typedef struct zb_step_device zb_step_device;
 /* A device target for n stages: stage i's params[i] and grads[i] are
  * device arrays of zb_adamw_size(opt[i]) floats on dev. The moments and
  * step counts start as opt[i]'s (zero for a new one). With rollback it
- * also allocates the backups a post-validated step needs (3 arrays per
- * stage). ZB_ERR_INVALID_ARG for n < 0 or missing arrays. */
+ * also allocates the backup a post-validated step needs (the parameters:
+ * one array per stage, zb_step_device_rollback_bytes). ZB_ERR_INVALID_ARG for n < 0 or missing arrays. */
 zb_err zb_step_device_new(zb_device *dev, int n, zb_adamw *const *opt, float *const *params,
                           const float *const *grads, bool rollback, zb_step_device **out, zb_diag *diag);
 void zb_step_device_free(zb_step_device *t);
@@ -52,6 +58,9 @@ void zb_step_device_free(zb_step_device *t);
 /* The check counts only stage i's first n gradients, as
  * zb_stepper_count_prefix (zb_step.h) for the host target. */
 zb_err zb_step_device_count_prefix(zb_step_device *t, int i, size_t n, zb_diag *diag);
+
+/* Device bytes held for rollback: 4 per parameter with rollback, else 0. */
+size_t zb_step_device_rollback_bytes(const zb_step_device *t);
 
 /* The target to give zb_stepper_new_target (self is t, borrowed). */
 zb_step_target zb_step_device_target(zb_step_device *t);

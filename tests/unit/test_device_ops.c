@@ -617,6 +617,189 @@ static void test_adamw_sumsq(ctx *c, size_t n, bool poison_one) {
   free(dec);
 }
 
+/* ---- the step's fused ops: sumsq_multi, adamw_multi ---- */
+
+/* 1 when the two devices' copies of b differ in any bit, else 0 */
+static double bits_differ(ctx *c, const dbuf *b) {
+  char *want = malloc(b->bytes ? b->bytes : 1), *got = malloc(b->bytes ? b->bytes : 1);
+  down(c, b, want, got);
+  double d = memcmp(want, got, b->bytes) ? INFINITY : 0.0;
+  free(want);
+  free(got);
+  return d;
+}
+
+/* sumsq_multi over arrays spanning many chunks (8192 elements each): the
+ * same bits on both devices (one blocked order: zb_kernel_math.h), within
+ * 1e-12 relative of a plain double sum, and the flags right. */
+static void test_sumsq_multi(ctx *c, bool poison) {
+  static const size_t lens[] = {0, 1, 8193, 100003, 3 * 8192, 257};
+  enum { K = COUNT(lens) };
+  float *h[K];
+  dbuf x[K];
+  const float *px[2][K];
+  double ref[K];
+  for (int k = 0; k < K; k++) {
+    h[k] = rand_floats(c, lens[k], 1.0f);
+    if (poison && k == 3)
+      h[k][77777] = NAN;
+    ref[k] = 0;
+    for (size_t i = 0; i < lens[k]; i++)
+      ref[k] += (double)h[k][i] * h[k][i];
+    x[k] = up(c, h[k], lens[k] * 4);
+    px[0][k] = x[k].p[0];
+    px[1][k] = x[k].p[1];
+  }
+  size_t sb = zb_sumsq_multi_scratch(lens, K);
+  double init[K];
+  for (int k = 0; k < K; k++)
+    init[k] = -1.0; /* every output must be overwritten */
+  int ibad[K];
+  memset(ibad, 0x55, sizeof ibad);
+  char *junk = malloc(sb);
+  memset(junk, 0x7f, sb);
+  dbuf scr = up(c, junk, sb), sums = up(c, init, sizeof init), bad = up(c, ibad, sizeof ibad);
+  const char *desc = poison ? "6 arrays, NaN in one" : "6 arrays to 100003";
+  ON_BOTH(c, "sumsq_multi",
+          dv->ops->sumsq_multi(dv->self, px[i], lens, K, scr.p[i], sums.p[i], bad.p[i], DIAG));
+  record(c, "sumsq_multi bits (vs host)", bits_differ(c, &sums), desc);
+  double got[K];
+  int flags[2][K];
+  down(c, &sums, got, got); /* both equal: the tested device's */
+  down(c, &bad, flags[0], flags[1]);
+  double err = 0;
+  for (int k = 0; k < K; k++) {
+    if (!(poison && k == 3))
+      err = fmax(err, fabs(got[k] - ref[k]) / fmax(ref[k], 1.0));
+    bool want_bad = poison && k == 3;
+    if (flags[0][k] != want_bad || flags[1][k] != want_bad)
+      err = INFINITY;
+  }
+  record(c, "sumsq_multi (vs double, 1e-12)", err <= 1e-12 ? err : INFINITY, desc);
+  dbuf *all[] = {&scr, &sums, &bad};
+  for (int i = 0; i < COUNT(all); i++)
+    release(c, all[i]);
+  for (int k = 0; k < K; k++) {
+    release(c, &x[k]);
+    free(h[k]);
+  }
+  free(junk);
+}
+
+/* A set of AdamW arrays (p | m | v | g | decay | keep) on both devices;
+ * sets made from the same rng state are equal. */
+typedef struct mt {
+  size_t n;
+  dbuf b[6]; /* p, m, v, g, decay, keep */
+} mt;
+
+static void mt_new(ctx *c, mt *t, size_t n) {
+  float *h[4] = {rand_floats(c, n, 1.0f), rand_floats(c, n, 0.1f), rand_floats(c, n, 0.01f),
+                 rand_floats(c, n, 1.0f)};
+  for (size_t i = 0; i < n; i++)
+    h[2][i] = fabsf(h[2][i]);
+  uint8_t *dec = rand_bytes(c, n, 2);
+  t->n = n;
+  for (int q = 0; q < 4; q++)
+    t->b[q] = up(c, h[q], n * 4);
+  t->b[4] = up(c, dec, n);
+  float *zero = calloc(n ? n : 1, sizeof *zero);
+  t->b[5] = up(c, zero, n * 4);
+  for (int q = 0; q < 4; q++)
+    free(h[q]);
+  free(dec);
+  free(zero);
+}
+
+static zbm_adamw_tensor mt_tab(const mt *t, int dev, double scale) {
+  zbm_adamw_step st = {.beta1 = 0.9,
+                       .beta2 = 0.95,
+                       .eps = 1e-8,
+                       .step_size = 1e-3 / (1 - 0.9 * 0.9),
+                       .sqrt_bc2 = sqrt(1 - 0.95 * 0.95),
+                       .shrink = 1 - 1e-3 * 0.1,
+                       .grad_scale = scale};
+  return (zbm_adamw_tensor){.p = t->b[0].p[dev],
+                            .m = t->b[1].p[dev],
+                            .v = t->b[2].p[dev],
+                            .g = t->b[3].p[dev],
+                            .decay = t->b[4].p[dev],
+                            .keep = t->b[5].p[dev],
+                            .n = t->n,
+                            .step = st};
+}
+
+/* 0 when buffer q of x and y holds the same bits on each device, else Inf. */
+static double mt_same(ctx *c, const mt *x, int qx, const mt *y, int qy) {
+  size_t bytes = x->b[qx].bytes;
+  char *h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = malloc(bytes ? bytes : 1);
+  down(c, &x->b[qx], h[0], h[1]);
+  down(c, &y->b[qy], h[2], h[3]);
+  double d = memcmp(h[0], h[2], bytes) || memcmp(h[1], h[3], bytes) ? INFINITY : 0.0;
+  for (int i = 0; i < 4; i++)
+    free(h[i]);
+  return d;
+}
+
+/* adamw_multi over three arrays with their own constants: FULL is the
+ * per-array adamw bit for bit, TRY keeps the old p and leaves m and v,
+ * TRY then COMMIT is FULL bit for bit; on each device, and the devices
+ * within the rule of each other. */
+static void test_adamw_multi(ctx *c) {
+  static const size_t lens[] = {1, 5000, 100003};
+  enum { K = COUNT(lens) };
+  mt a[K], b[K], t[K], orig[K];
+  uint64_t seed = c->rng;
+  mt *sets[] = {a, b, t, orig};
+  for (int s = 0; s < 4; s++) {
+    c->rng = seed;
+    for (int k = 0; k < K; k++)
+      mt_new(c, &sets[s][k], lens[k]);
+  }
+  zbm_adamw_tensor tab[2][K];
+  for (int k = 0; k < K; k++)
+    for (int d = 0; d < 2; d++)
+      tab[d][k] = mt_tab(&a[k], d, 0.5 + k);
+  for (int k = 0; k < K; k++)
+    ON_BOTH(c, "adamw",
+            dv->ops->adamw(dv->self, tab[i][k].p, tab[i][k].m, tab[i][k].v, tab[i][k].g, tab[i][k].decay,
+                           tab[i][k].n, &tab[i][k].step, DIAG));
+  for (int k = 0; k < K; k++)
+    for (int d = 0; d < 2; d++)
+      tab[d][k] = mt_tab(&b[k], d, 0.5 + k);
+  ON_BOTH(c, "adamw_multi", dv->ops->adamw_multi(dv->self, tab[i], K, ZBM_ADAMW_FULL, DIAG));
+  for (int k = 0; k < K; k++)
+    for (int d = 0; d < 2; d++)
+      tab[d][k] = mt_tab(&t[k], d, 0.5 + k);
+  ON_BOTH(c, "adamw_multi", dv->ops->adamw_multi(dv->self, tab[i], K, ZBM_ADAMW_TRY, DIAG));
+  double full = 0, tried = 0, committed = 0;
+  for (int k = 0; k < K; k++) {
+    for (int q = 0; q < 3; q++)
+      full = fmax(full, mt_same(c, &a[k], q, &b[k], q));
+    tried = fmax(tried, mt_same(c, &t[k], 0, &a[k], 0));    /* the new p */
+    tried = fmax(tried, mt_same(c, &t[k], 5, &orig[k], 0)); /* keep = the old p */
+    for (int q = 1; q < 3; q++)
+      tried = fmax(tried, mt_same(c, &t[k], q, &orig[k], q)); /* m, v untouched */
+  }
+  ON_BOTH(c, "adamw_multi", dv->ops->adamw_multi(dv->self, tab[i], K, ZBM_ADAMW_COMMIT, DIAG));
+  for (int k = 0; k < K; k++)
+    for (int q = 0; q < 3; q++)
+      committed = fmax(committed, mt_same(c, &t[k], q, &a[k], q));
+  record(c, "adamw_multi FULL = adamw (bits)", full, "1, 5000, 100003");
+  record(c, "adamw_multi TRY (bits)", tried, "1, 5000, 100003");
+  record(c, "adamw_multi TRY+COMMIT (bits)", committed, "1, 5000, 100003");
+  for (int k = 0; k < K; k++) {
+    cmp(c, "adamw_multi p", &b[k].b[0], lens[k], "1, 5000, 100003");
+    cmp(c, "adamw_multi v", &b[k].b[2], lens[k], "1, 5000, 100003");
+  }
+  for (int s = 0; s < 4; s++)
+    for (int k = 0; k < K; k++)
+      for (int q = 0; q < 6; q++)
+        release(c, &sets[s][k].b[q]);
+}
+
 /* ---- memory: copies, zero, accounting, events ---- */
 
 static void test_copies(ctx *c) {
@@ -810,6 +993,9 @@ static void run_all(ctx *c) {
     test_adamw_sumsq(c, lens[i], false);
     test_adamw_sumsq(c, lens[i], true);
   }
+  test_sumsq_multi(c, false);
+  test_sumsq_multi(c, true);
+  test_adamw_multi(c);
   test_determinism(c, 5);
   test_determinism(c, 1000);
   test_copies(c);

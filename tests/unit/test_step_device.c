@@ -352,10 +352,71 @@ static void test_refusals(void) {
   zb_device_free(dev);
 }
 
+/* What post-validation keeps (the parameters: 4 bytes per parameter, not
+ * the 12 of three full copies) measured by the device's allocator, and
+ * the host syncs of a post-validated step that rolls back and redoes
+ * (clipped): one, the partial's read-back. */
+static void rollback_cost(zb_device *dev, const char *name) {
+  zb_device_mem m0, m1, m2;
+  dev->ops->mem(dev->self, &m0);
+  sides s;
+  sides_init(&s, dev, false);
+  dev->ops->mem(dev->self, &m1);
+  sides_free(&s);
+  sides_init(&s, dev, true);
+  dev->ops->mem(dev->self, &m2);
+  size_t params = 0;
+  for (int i = 0; i < NS; i++)
+    params += SIZES[i];
+  long long kept = (long long)(m2.current - m1.current);
+  printf("%-8s rollback keeps %lld device bytes for %zu parameters (three full copies: %zu)\n", name, kept,
+         params, 3 * params * sizeof(float));
+  CHECK_EQ(kept, (long long)(params * sizeof(float)));
+  CHECK_EQ(zb_step_device_rollback_bytes(s.target), params * sizeof(float));
+  grads_of(1, s.hg);
+  for (int i = 0; i < NS; i++)
+    to_dev(dev, s.dg[i], s.hg[i], SIZES[i] * sizeof(float));
+  zb_diag d = {{0}};
+  zb_stepper *ds = NULL;
+  zb_step_target t = zb_step_device_target(s.target);
+  must(zb_stepper_new_target(&t, 0.1, ZB_STEP_POST_VALIDATED, &ds, &d), &d);
+  zb_step_result r;
+  int64_t before = dev->ops->host_syncs ? dev->ops->host_syncs(dev->self) : 0;
+  must(zb_stepper_run(ds, reduce_local, (void *)&PLANS[1], &r, &d), &d);
+  int64_t syncs = dev->ops->host_syncs ? dev->ops->host_syncs(dev->self) - before : 0;
+  printf("%-8s a clipped post-validated step (rolled back, redone): %lld host syncs\n", name,
+         (long long)syncs);
+  CHECK(r.rolled_back && r.clipped);
+  if (dev->ops->host_syncs)
+    CHECK_EQ(syncs, 1);
+  zb_stepper_free(ds);
+  sides_free(&s);
+  dev->ops->mem(dev->self, &m1);
+  CHECK_EQ(m1.current, m0.current);
+}
+
+static void test_rollback_cost(void) {
+  zb_device *dev = NULL;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_device_host_new(&dev, &d), ZB_OK);
+  rollback_cost(dev, "host");
+  zb_device_free(dev);
+#ifdef ZB_WITH_CUDA
+  zb_cuda_device_config cfg = {.ordinal = 0, .precision = ZB_PRECISION_FP32};
+  if (zb_device_cuda_new(&cfg, &dev, &d) == ZB_OK) {
+    zb_device_info info;
+    dev->ops->info(dev->self, &info);
+    rollback_cost(dev, info.standin ? "stand-in" : "cuda");
+    zb_device_free(dev);
+  }
+#endif
+}
+
 int zbt_failed_checks;
 
 int main(int argc, char **argv) {
-  static const zbt_case cases[] = {ZBT(test_host_device), ZBT(test_cuda_device), ZBT(test_refusals)};
+  static const zbt_case cases[] = {ZBT(test_host_device), ZBT(test_cuda_device), ZBT(test_refusals),
+                                   ZBT(test_rollback_cost)};
   int rc = zbt_run(cases, (int)(sizeof cases / sizeof cases[0]), argc, argv);
   return rc == 0 && no_cuda ? 77 : rc;
 }
