@@ -1,6 +1,7 @@
 /* cudart_memory.c — the CPU stand-in of the CUDA runtime's memory calls
  * (test-only; docs/model.md, The CPU stand-in): cudaMalloc/cudaFree,
- * pinned host memory, copies and memsets, with every pointer checked.
+ * pinned host memory, copies and memsets, with every pointer checked;
+ * cudaMemGetInfo from the device bytes it tracks.
  *
  * Device memory is host memory the stand-in tracks: a sorted table of live
  * allocations (device, and pinned host from cudaMallocHost), so any
@@ -439,6 +440,22 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t s) {
   if (e != cudaSuccess) /* no such stream: free it now, as a synchronous free would */
     free_async_release(a);
   return standin_set_last(e);
+}
+
+/* What the device has free: its 16 GiB less the live device allocations
+ * (a cudaFreeAsync'd block is free at once, as CUDA's pool reports it). */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+  if (standin_inject("cudaMemGetInfo", STANDIN_SITE))
+    return standin_set_last(cudaErrorInvalidValue);
+  if (!free_bytes || !total) {
+    standin_error("cudaMemGetInfo: NULL result pointer");
+    return standin_set_last(cudaErrorInvalidValue);
+  }
+  pthread_mutex_lock(&g_mem);
+  *free_bytes = DEVICE_BYTES - g_device_bytes;
+  pthread_mutex_unlock(&g_mem);
+  *total = DEVICE_BYTES;
+  return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *ptr) {
