@@ -73,7 +73,7 @@ static void render_totals(coord *co, zb_buf *b) {
  * over the jobs (a running job's last iteration is unpacked once). */
 typedef struct job_lines {
   zb_buf running, iterations, mbps, sps, tps, iter_s, loss, bubble, predicted;
-  zb_buf rank_bubble, rank_mem, rank_comm;
+  zb_buf rank_bubble, rank_mem, rank_comm, rank_dev_peak, rank_dev_used;
 } job_lines;
 
 static void rank_lines(const char *id, const Zb__V1__IterationMetrics *it, job_lines *l) {
@@ -85,6 +85,12 @@ static void rank_lines(const char *id, const Zb__V1__IterationMetrics *it, job_l
                   (long long)ri->peak_memory_bytes);
     zb_buf_printf(&l->rank_comm, "zb_rank_comm_wait_seconds{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
                   ri->comm_wait_seconds);
+    if (ri->device_peak_bytes <= 0) /* no GPU on this rank */
+      continue;
+    zb_buf_printf(&l->rank_dev_peak, "zb_rank_device_peak_bytes{job_id=\"%s\",rank=\"%d\"} %lld\n", id,
+                  ri->rank, (long long)ri->device_peak_bytes);
+    zb_buf_printf(&l->rank_dev_used, "zb_rank_device_used_bytes{job_id=\"%s\",rank=\"%d\"} %lld\n", id,
+                  ri->rank, (long long)ri->device_used_bytes);
   }
 }
 
@@ -155,6 +161,14 @@ static void render_jobs(coord *co, zb_buf *b, int64_t now_ms) {
        &l.rank_mem);
   emit(b, "zb_rank_comm_wait_seconds", "gauge",
        "Seconds a rank waited in transport groups (sends and receives) in its last iteration.", &l.rank_comm);
+  emit(b, "zb_rank_device_peak_bytes", "gauge",
+       "A GPU rank's device memory high-water mark since its job started: the allocator's blocks at their "
+       "rounded size, cached ones and the cuBLAS workspace included.",
+       &l.rank_dev_peak);
+  emit(b, "zb_rank_device_used_bytes", "gauge",
+       "A GPU rank's device used bytes (cudaMemGetInfo total - free, every process) when its peak was last "
+       "raised.",
+       &l.rank_dev_used);
 }
 
 /* Per-rank slowdown of running jobs, from their last sampled iteration

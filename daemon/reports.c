@@ -153,6 +153,8 @@ static void report_copy(Zb__V1__RankIteration *ri, int rank, const Zb__V1__RankI
   ri->has_grad_norm = m->has_grad_norm;
   ri->comm_groups = m->comm_groups;
   ri->comm_actions = m->comm_actions;
+  ri->device_peak_bytes = m->device_peak_bytes;
+  ri->device_used_bytes = m->device_used_bytes;
   ri->cpu_wait_seconds = m->cpu_wait_seconds;
   ri->comm_wait_seconds = m->comm_wait_seconds;
   ri->clock_offset_seconds = m->clock_offset_seconds;
@@ -230,6 +232,12 @@ static bool report_figures_ok(const Zb__V1__RankIteration *m, zb_diag *d) {
   }
   if (m->bytes_sent < 0 || m->peak_memory_bytes < 0 || m->comm_groups < 0 || m->comm_actions < 0) {
     zb_diag_set(d, ZB_ERR_INVALID_ARG, "bytes_sent, peak_memory_bytes, comm_groups, comm_actions: negative");
+    return false;
+  }
+  if (m->device_peak_bytes < 0 || m->device_used_bytes < 0) { /* the GPU's figures, exported as gauges */
+    zb_diag_set(d, ZB_ERR_INVALID_ARG, "%s: %lld is negative (bytes; 0 when the rank has no GPU)",
+                m->device_peak_bytes < 0 ? "device_peak_bytes" : "device_used_bytes",
+                (long long)(m->device_peak_bytes < 0 ? m->device_peak_bytes : m->device_used_bytes));
     return false;
   }
   return true;

@@ -8,17 +8,21 @@
  * stand-in of them (tests/standin/, test binaries): cudaGetDeviceCount,
  * cudaSetDevice, cudaGetDeviceProperties, cudaDriverGetVersion,
  * cudaStreamCreateWithFlags, cudaStreamDestroy, cudaStreamSynchronize,
- * cudaMalloc, cudaFree, cudaFreeAsync (exact mode), cudaMemcpyAsync, cudaMemcpy2DAsync, cudaMemsetAsync,
- * cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventElapsedTime,
+ * cudaMalloc, cudaFree, cudaFreeAsync (exact mode), cudaMemGetInfo, cudaMemcpyAsync, cudaMemcpy2DAsync,
+ * cudaMemsetAsync, cudaEventCreate, cudaEventDestroy, cudaEventRecord, cudaEventElapsedTime,
  * cudaGetErrorString, cudaGetLastError; cublasCreate, cublasDestroy,
- * cublasSetStream, cublasSetMathMode, cublasGemmStridedBatchedEx (fp32, or
+ * cublasSetStream, cublasSetMathMode, cublasSetWorkspace, cublasGemmStridedBatchedEx (fp32, or
  * bf16 A and B with an fp32 C).
  *
  * Allocator: blocks from cudaMalloc are rounded up to a size class (512
  * bytes, then four classes per power of two) and, when given back, kept in
  * that class's free list for the next request of the class. `current` and
  * `peak` count the bytes asked for, exactly; `cached` counts the (rounded)
- * bytes of the free blocks. Reusing a block at once is safe because every
+ * bytes of the free blocks; `held` (and its high-water `held_peak`) counts
+ * every block taken from cudaMalloc at its rounded size, live or cached,
+ * and the cuBLAS workspace (a block of its own, given to the handle with
+ * cublasSetWorkspace), with cudaMemGetInfo's used bytes sampled at each
+ * new high (docs/model.md, Memory accounting). Reusing a block at once is safe because every
  * op runs on the one stream, in order: whatever used the block before is
  * queued ahead of whatever uses it next. When cudaMalloc runs out, the free
  * blocks go back to CUDA and the request is tried once more. On the CPU
@@ -459,9 +463,9 @@ static void dev_destroy(void *self) {
   cudaSetDevice(d->ordinal);
   if (d->stream)
     cudaStreamSynchronize(d->stream);
-  cuda_alloc_destroy(d);
-  if (d->blas)
+  if (d->blas) /* first: the handle uses the workspace, a block of the allocator */
     cublasDestroy(d->blas);
+  cuda_alloc_destroy(d);
   if (d->stream)
     cudaStreamDestroy(d->stream);
   free(d);
@@ -547,6 +551,11 @@ zb_err zb_device_cuda_probe(int ordinal, zb_device_info *out, zb_diag *diag) {
   out->cc_major = prop.major;
   out->cc_minor = prop.minor;
   out->driver_version = driver;
+  size_t free_b = 0, total_b = 0; /* after cudaSetDevice: the context exists, its own bytes are used */
+  if ((e = cudaSetDevice(ordinal)) != cudaSuccess || (e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess)
+    return zb_diag_set(diag, ZB_ERR_IO, "cudaMemGetInfo(%d): %s (error %d)", ordinal, cudaGetErrorString(e),
+                       (int)e);
+  out->free_bytes = (int64_t)free_b;
   out->standin = strcmp(out->name, STANDIN_NAME) == 0;
   return ZB_OK;
 }
@@ -564,6 +573,14 @@ static zb_err cuda_dev_start(cuda_dev *d, zb_diag *diag) {
   /* fp32 products stay fp32 (TF32 off) unless set_precision asks */
   if (!err)
     err = cublas_ok(d, diag, cublasSetMathMode(d->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  /* cuBLAS's workspace from our allocator, so the high-water mark counts
+   * it (docs/model.md, Memory accounting) */
+  void *ws = NULL;
+  size_t ws_bytes = (size_t)zb_cublas_workspace_bytes(d->info.cc_major);
+  if (!err)
+    err = cuda_workspace_alloc(d, ws_bytes, &ws, diag);
+  if (!err)
+    err = cublas_ok(d, diag, cublasSetWorkspace(d->blas, ws, ws_bytes), "cublasSetWorkspace");
   return err;
 }
 

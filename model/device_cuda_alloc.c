@@ -83,6 +83,22 @@ static bool live_take(cuda_dev *d, void *p, live_block *out) {
   return true;
 }
 
+/* A block of `size` bytes came from cudaMalloc: held grows; at a new high
+ * the device's own used figure is sampled beside it (cudaMemGetInfo), so
+ * the two are reported from the same moment (docs/model.md, Memory
+ * accounting). Only here: a cache hit holds nothing new. */
+static zb_err note_held(cuda_dev *d, size_t size, zb_diag *diag) {
+  d->mem.held += (int64_t)size;
+  if (d->mem.held <= d->mem.held_peak)
+    return ZB_OK;
+  d->mem.held_peak = d->mem.held;
+  size_t free_b = 0, total_b = 0;
+  zb_err err = cuda_ok(d, diag, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  if (!err)
+    d->mem.device_used = (int64_t)(total_b - free_b);
+  return err;
+}
+
 /* Gives every cached block back to CUDA. */
 static void release_cache(cuda_dev *d) {
   for (int c = 0; c < N_CLASSES; c++) {
@@ -90,17 +106,14 @@ static void release_cache(cuda_dev *d) {
       cudaFree(d->free[c].p[i]);
     d->free[c].n = 0;
   }
+  d->mem.held -= d->mem.cached; /* cached counts the rounded sizes */
   d->mem.cached = 0;
 }
 
-zb_err cuda_alloc(void *self, size_t bytes, void **out, zb_diag *diag) {
-  cuda_dev *d = self;
-  if (!out || bytes > MAX_BYTES)
-    return cuda_bad_arg(diag, "alloc", !out ? "no output pointer" : "more than 2^62 bytes asked for");
-  *out = NULL;
-  zb_err err = cuda_enter(d, diag);
-  if (err)
-    return err;
+/* A block of at least `bytes` for a caller (cuda_alloc) or for the
+ * device itself (the workspace): from the cache or cudaMalloc, entered in
+ * the live table; held is counted here, current by the caller. */
+static zb_err alloc_block(cuda_dev *d, size_t bytes, void **out, zb_diag *diag) {
   int cls = 0;
   size_t size = d->exact ? (bytes ? bytes : 1) : size_class(bytes, &cls);
   void *p = NULL;
@@ -119,17 +132,42 @@ zb_err cuda_alloc(void *self, size_t bytes, void **out, zb_diag *diag) {
       return cuda_fail(d, diag, ZB_ERR_IO,
                        "cuda device %d: cudaMalloc of %zu bytes (%lld in use, %lld cached): %s", d->ordinal,
                        size, (long long)d->mem.current, (long long)d->mem.cached, cudaGetErrorString(e));
+    zb_err err = note_held(d, size, diag);
+    if (err) {
+      cudaFree(p);
+      d->mem.held -= (int64_t)size;
+      return err;
+    }
   }
   if (!live_put(d, p, bytes, size)) {
     cudaFree(p);
+    d->mem.held -= (int64_t)size;
     return cuda_fail(d, diag, ZB_ERR_IO, "cuda device %d: out of host memory for the allocator's table",
                      d->ordinal);
   }
+  *out = p;
+  return ZB_OK;
+}
+
+zb_err cuda_alloc(void *self, size_t bytes, void **out, zb_diag *diag) {
+  cuda_dev *d = self;
+  if (!out || bytes > MAX_BYTES)
+    return cuda_bad_arg(diag, "alloc", !out ? "no output pointer" : "more than 2^62 bytes asked for");
+  *out = NULL;
+  zb_err err = cuda_enter(d, diag);
+  if (err || (err = alloc_block(d, bytes, out, diag)))
+    return err;
   d->mem.current += (int64_t)bytes;
   if (d->mem.current > d->mem.peak)
     d->mem.peak = d->mem.current;
-  *out = p;
   return ZB_OK;
+}
+
+zb_err cuda_workspace_alloc(cuda_dev *d, size_t bytes, void **out, zb_diag *diag) {
+  zb_err err = alloc_block(d, bytes, out, diag);
+  if (!err)
+    d->mem.workspace = (int64_t)bytes;
+  return err;
 }
 
 void cuda_free(void *self, void *p) {
@@ -145,6 +183,7 @@ void cuda_free(void *self, void *p) {
   }
   if (d->exact) { /* stream-ordered: work queued before still reads p */
     d->mem.current -= (int64_t)b.asked;
+    d->mem.held -= (int64_t)b.size;
     cuda_ok(d, NULL, cudaFreeAsync(p, d->stream), "cudaFreeAsync"); /* an error poisons: the next call says */
     return;
   }
@@ -157,6 +196,7 @@ void cuda_free(void *self, void *p) {
     if (!np) { /* cannot cache it: give it back to CUDA (cudaFree waits for the device) */
       cudaFree(p);
       d->mem.current -= (int64_t)b.asked;
+      d->mem.held -= (int64_t)b.size;
       return;
     }
     fl->p = np;

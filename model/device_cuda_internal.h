@@ -60,5 +60,9 @@ void cuda_free(void *self, void *p);
 void cuda_mem(void *self, zb_device_mem *out);
 void cuda_reset_peak(void *self);
 void cuda_alloc_destroy(cuda_dev *d);
+/* The cuBLAS workspace's block: held (and held_peak) count it, current
+ * does not (no caller asked for it); it stays until cuda_alloc_destroy,
+ * after the handle that uses it is gone. */
+zb_err cuda_workspace_alloc(cuda_dev *d, size_t bytes, void **out, zb_diag *diag);
 
 #endif

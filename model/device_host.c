@@ -52,6 +52,9 @@ static zb_err h_alloc(void *self, size_t bytes, void **out, zb_diag *diag) {
   d->mem.current += (int64_t)bytes;
   if (d->mem.current > d->mem.peak)
     d->mem.peak = d->mem.current;
+  d->mem.held += (int64_t)(HOST_ALIGN + body); /* what malloc was asked for: header and rounding */
+  if (d->mem.held > d->mem.held_peak)
+    d->mem.held_peak = d->mem.device_used = d->mem.held; /* no other view of the memory */
   *out = p + HOST_ALIGN;
   return ZB_OK;
 }
@@ -64,6 +67,7 @@ static void h_free(void *self, void *p) {
   size_t bytes;
   memcpy(&bytes, base, sizeof bytes);
   d->mem.current -= (int64_t)bytes;
+  d->mem.held -= (int64_t)(HOST_ALIGN + (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN);
   free(base);
 }
 

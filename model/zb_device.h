@@ -73,18 +73,38 @@ typedef struct zb_gemm {
   const uint16_t *a16, *b16;
 } zb_gemm;
 
-/* Bytes the device's allocator holds for its callers: byte-exact sums of
- * the sizes asked for (not rounded to allocation granules). */
+/* The device's memory figures (docs/model.md, Memory accounting).
+ * current, peak and cached are byte-exact sums of the sizes callers asked
+ * for (not rounded to allocation granules); held and held_peak are what
+ * the allocator took from the device, its rounding and cache included,
+ * plus the cuBLAS workspace: the GPU's own high-water mark. */
 typedef struct zb_device_mem {
-  int64_t current; /* handed out and not given back */
-  int64_t peak;    /* highest current since creation or reset_peak */
-  int64_t cached;  /* given back, kept for reuse (not in current) */
+  int64_t current;   /* handed out and not given back */
+  int64_t peak;      /* highest current since creation or reset_peak */
+  int64_t cached;    /* given back, kept for reuse (not in current) */
+  int64_t held;      /* taken from the device now: blocks live or cached at their rounded size, workspace */
+  int64_t held_peak; /* highest held since creation (reset_peak leaves it) */
+  int64_t workspace; /* the cuBLAS workspace (in held, not in current); 0 for the host */
+  /* The device's used bytes (cudaMemGetInfo's total - free: every
+   * context and process on it) sampled when held last reached held_peak,
+   * so held_peak <= device_used on a device only this allocator fills;
+   * the host device has no other view and answers held_peak. */
+  int64_t device_used;
 } zb_device_mem;
+
+/* The cuBLAS workspace the CUDA device gives its handle (cublasSetWorkspace,
+ * from its own allocator so held counts it): what cuBLAS recommends for
+ * the architecture, 32 MiB from Hopper (cc 9) on and 4 MiB before
+ * (docs/model.md, Memory accounting). The worker's admission adds it. */
+static inline int64_t zb_cublas_workspace_bytes(int cc_major) {
+  return (int64_t)(cc_major >= 9 ? 32 : 4) << 20;
+}
 
 /* What the device is, for reports ("zbctl workers") and logs. */
 typedef struct zb_device_info {
   char name[128];      /* "host", "NVIDIA H100 80GB HBM3", or the stand-in's name */
   int64_t total_bytes; /* device memory; 0 for the host */
+  int64_t free_bytes;  /* free when probed (cudaMemGetInfo); 0 for the host */
   int cc_major, cc_minor;
   int driver_version; /* cudaDriverGetVersion's number; 0 for the host */
   bool standin;       /* the CPU stand-in of the CUDA APIs (tests only) */

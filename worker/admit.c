@@ -11,8 +11,12 @@
  * job keeps from before the step) plus the activations the plan keeps
  * live at its peak (the plan's own accounting, the executor's
  * peak_memory, in units of one activation) times bytes_per_activation;
- * for a sim job, the send and receive buffers it allocates. A cuda job is
- * judged by the GPU's memory, the others by the host's; a worker that
+ * for a sim job, the send and receive buffers it allocates. A cuda job
+ * adds what its device takes beside the model (docs/operations.md,
+ * Admission): the cuBLAS workspace and the caching allocator's rounding
+ * (a block rounded up to its size class: a twelfth more on average, less
+ * than a quarter at worst). A cuda job is judged by the GPU's free memory
+ * at the worker's start, the others by the host's; a worker that
  * advertises none (0) is not judged. */
 #include <stdbool.h>
 #include <stdlib.h>
@@ -98,17 +102,30 @@ void worker_assignment_need(const zb_assignment *a, worker_need *out) {
   out->activations = out->live * bpa;
 }
 
+/* The mean rounding of the cuda device's size classes (four per power of
+ * two: a block is rounded up by less than a quarter, a twelfth of it on
+ * average over sizes spread evenly; model/device_cuda_alloc.c). */
+#define CUDA_ROUNDING (1.0 / 12.0)
+
 zb_err worker_admit(const worker *w, const zb_assignment *a, zb_diag *diag) {
   bool cuda = zb_backend_needs_gpu(a->backend);
   long long has = cuda ? w->gpu_memory_bytes : w->memory_bytes;
   worker_need n;
   worker_assignment_need(a, &n);
   double need = n.state + n.activations;
+  double ws = cuda ? (double)w->gpu_workspace_bytes : 0, rounding = cuda ? need * CUDA_ROUNDING : 0;
+  need += ws + rounding;
   if (has <= 0 || need <= (double)has)
     return ZB_OK;
-  return zb_diag_set(diag, ZB_ERR_INFEASIBLE,
-                     "rank %d on worker %s needs %.0f bytes, it has %lld (%s memory it advertised): model "
-                     "state %.0f, activations %.1f x bytes_per_activation %lld",
-                     a->rank, w->id, need, has, cuda ? "the GPU" : "the host", n.state, n.live,
-                     a->bytes_per_activation);
+  if (cuda)
+    return zb_diag_set(diag, ZB_ERR_INFEASIBLE,
+                       "rank %d on worker %s needs %.0f bytes, it has %lld (the GPU's free memory it "
+                       "advertised): model state %.0f, activations %.1f x bytes_per_activation %lld, cuBLAS "
+                       "workspace %.0f, allocator rounding %.0f",
+                       a->rank, w->id, need, has, n.state, n.live, a->bytes_per_activation, ws, rounding);
+  return zb_diag_set(
+      diag, ZB_ERR_INFEASIBLE,
+      "rank %d on worker %s needs %.0f bytes, it has %lld (the host memory it advertised): model "
+      "state %.0f, activations %.1f x bytes_per_activation %lld",
+      a->rank, w->id, need, has, n.state, n.live, a->bytes_per_activation);
 }

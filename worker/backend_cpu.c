@@ -272,6 +272,13 @@ static void cpu_take_stats(void *self, zb_backend_stats *out) {
   int64_t syncs = b->dev->ops->host_syncs(b->dev->self);
   out->host_syncs = syncs - b->syncs_base;
   b->syncs_base = syncs;
+  out->device_peak = out->device_used = -1;
+  if (b->cuda) {
+    zb_device_mem m;
+    b->dev->ops->mem(b->dev->self, &m);
+    out->device_peak = m.held_peak;
+    out->device_used = m.device_used;
+  }
   memset(&b->acc, 0, sizeof b->acc);
   b->peak = b->mem;
 }

@@ -117,6 +117,7 @@ static void sim_take_stats(void *self, zb_backend_stats *out) {
   *out = b->acc;
   out->mem_bytes = sim_bytes(b, b->mem);
   out->peak_bytes = sim_bytes(b, b->peak);
+  out->device_peak = out->device_used = -1;
   out->host_syncs = -1; /* no device */
   memset(&b->acc, 0, sizeof b->acc);
   b->peak = b->mem;

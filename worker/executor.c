@@ -413,6 +413,8 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
   r.comm_groups = t.groups;
   r.comm_actions = t.comm_actions;
   r.host_syncs = bs.host_syncs;
+  r.device_peak = bs.device_peak;
+  r.device_used = bs.device_used;
   r.timeline = trace ? e->tl : NULL;
   r.n_timeline = trace ? e->tl_n : 0;
   *out = r;

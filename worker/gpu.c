@@ -3,7 +3,9 @@
  * probes the device --gpu names once at start; on success the worker
  * offers backend cuda and transport nccl and reports the device to the
  * coordinator (AttachRequest.gpu, shown by `zbctl workers`), which gives
- * cuda jobs only to workers that reported one. The one place the worker's
+ * cuda jobs only to workers that reported one. It advertises the GPU's
+ * free memory at start (cudaMemGetInfo) and keeps the cuBLAS workspace's
+ * size for admission (admit.c). The one place the worker's
  * control code depends on ZB_WITH_CUDA.
  *
  * Threads: main thread, before the job thread starts; writes w->has_cuda
@@ -32,10 +34,13 @@ void worker_gpu_probe(worker *w, int ordinal) {
   /* the stand-in's name says so already; the mark must reach zbctl workers
    * whatever the name (docs/operations.md, GPU workers) */
   const char *mark = info.standin && !strstr(info.name, "stand-in") ? " [stand-in]" : "";
-  snprintf(w->gpu, sizeof w->gpu, "%s%s (%.1f GiB, cc %d.%d, CUDA driver %d.%d)", info.name, mark,
-           (double)info.total_bytes / (1024.0 * 1024.0 * 1024.0), info.cc_major, info.cc_minor, major, minor);
+  snprintf(w->gpu, sizeof w->gpu, "%s%s (%.1f GiB, %.1f free, cc %d.%d, CUDA driver %d.%d)", info.name, mark,
+           (double)info.total_bytes / (1024.0 * 1024.0 * 1024.0),
+           (double)info.free_bytes / (1024.0 * 1024.0 * 1024.0), info.cc_major, info.cc_minor, major, minor);
   w->has_cuda = true;
-  w->gpu_memory_bytes = info.total_bytes;
+  /* free, not total: what a job can still take (docs/operations.md, Admission) */
+  w->gpu_memory_bytes = info.free_bytes;
+  w->gpu_workspace_bytes = zb_cublas_workspace_bytes(info.cc_major);
   if (info.standin)
     ZB_WARN("using the CPU stand-in of CUDA (tests only): %s", w->gpu);
   else

@@ -290,8 +290,11 @@ static zb_err job_transport(job_state *js, const zb_assignment *first, atomic_bo
 static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *stop, bool *from_peer,
                           zb_diag *diag) {
   job_state js = {.w = w, .stop = stop, .a = first, .next = first->first_iteration};
-  /* the device first: an nccl transport orders its stream after the device's */
-  zb_err err = worker_cuda_device(w, first, &js.dev, diag);
+  /* admitted before the device takes its workspace (admit.c); the device
+   * next: an nccl transport orders its stream after the device's */
+  zb_err err = worker_admit(w, first, diag);
+  if (!err)
+    err = worker_cuda_device(w, first, &js.dev, diag);
   if (!err)
     err = job_transport(&js, first, stop, diag);
   while (!err && js.next < js.a->iterations && !atomic_load(stop)) {

@@ -142,6 +142,8 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
   ri.cpu_wait_seconds = it->cpu_wait_seconds;
   ri.comm_groups = it->comm_groups;
   ri.comm_actions = it->comm_actions;
+  ri.device_peak_bytes = it->device_peak > 0 ? it->device_peak : 0; /* 0: no GPU */
+  ri.device_used_bytes = it->device_used > 0 ? it->device_used : 0;
   ri.has_loss = has_loss;
   ri.loss = has_loss ? loss : 0;
   if (step) {

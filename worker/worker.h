@@ -44,8 +44,12 @@ typedef struct worker {
   char gpu[256];   /* AttachRequest.gpu: "" without one */
   char blas[128];  /* AttachRequest.blas: the CBLAS the cpu backend uses (zb_blas.h), "none" without one */
   /* advertised to the coordinator (0: not known): host memory for cpu jobs
-   * (memory.c, or --memory-bytes), and the GPU's for cuda jobs */
+   * (memory.c, or --memory-bytes), and the GPU's free memory at start
+   * (cudaMemGetInfo, not its total: other processes and the context hold
+   * the rest) for cuda jobs */
   long long memory_bytes, gpu_memory_bytes;
+  long long
+      gpu_workspace_bytes; /* the cuBLAS workspace a cuda job's device takes (zb_cublas_workspace_bytes) */
   zb_rpc_client *rpc;
   atomic_bool shutdown;
   pthread_mutex_t mu;

@@ -60,6 +60,11 @@ typedef struct zb_backend_stats {
   /* Times the host waited for the device over the interval (docs/model.md,
    * Host syncs); -1 when the backend has no device. */
   int64_t host_syncs;
+  /* The device's own figures (zb_device_mem; docs/model.md, Memory
+   * accounting): its allocator's high-water mark since creation, workspace
+   * and rounding included, and the device's used bytes sampled beside it;
+   * -1 when the backend has no GPU. */
+  int64_t device_peak, device_used;
 } zb_backend_stats;
 
 /* The vtable. `self` is the implementation's state. */

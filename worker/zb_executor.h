@@ -87,10 +87,11 @@ typedef struct zb_rank_iteration {
   int32_t iteration;
   double start_seconds, end_seconds; /* CLOCK_MONOTONIC, comparable across ranks of a host */
   double comm_seconds; /* host time in transport groups (device-ordered: posting, the window, the drain) */
-  double cpu_wait_seconds; /* of the busy time: runnable without a core (zb_backend_stats) */
-  int32_t comm_groups;     /* transport groups posted (zb_comm_group_count of the list) */
-  int32_t comm_actions;    /* sends and receives in them */
-  int64_t host_syncs;      /* the backend's waits for its device (zb_backend_stats; -1: none) */
+  double cpu_wait_seconds;          /* of the busy time: runnable without a core (zb_backend_stats) */
+  int32_t comm_groups;              /* transport groups posted (zb_comm_group_count of the list) */
+  int32_t comm_actions;             /* sends and receives in them */
+  int64_t host_syncs;               /* the backend's waits for its device (zb_backend_stats; -1: none) */
+  int64_t device_peak, device_used; /* the GPU's figures (zb_backend_stats; -1: none) */
   /* Sampled iterations only (else NULL, 0): ops in run order, start and
    * end in seconds from start_seconds. Owned by the executor; valid until
    * its next iteration. */

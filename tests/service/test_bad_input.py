@@ -285,6 +285,8 @@ def test_reports_that_do_not_fit():
             (["peak_memory", "inf"], dict(peak_memory=float("inf"))),
             (["bubble_ratio", "ratio"], dict(bubble_ratio=1.5)),
             (["bytes_sent"], dict(bytes_sent=-5)),
+            (["device_peak_bytes", "-1 is negative"], dict(device_peak_bytes=-1)),
+            (["device_used_bytes", "-7 is negative"], dict(device_peak_bytes=3, device_used_bytes=-7)),
         ]
         for needles, fields in bad_times:
             expect(c, INVALID, ["metrics."] + needles, s.Report,

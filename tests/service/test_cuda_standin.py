@@ -14,6 +14,11 @@ coordinator).
 - the peak memory each rank's device allocator measured is within 10% of
   the plan's accounting (the model's per-stage bytes summed in the rank's
   list order);
+- each rank's GPU figures reach the metrics: the allocator's high-water mark
+  above the states' peak by at least the cuBLAS workspace, and no more than
+  the device's used bytes;
+- a worker advertises its GPU's free memory and admits a rank only if it fits
+  with the cuBLAS workspace;
 - a worker killed mid-job fails the job naming its rank within the
   heartbeat timeout;
 - checkpoints of a cuda job, whose optimizer steps on the device (its
@@ -239,6 +244,64 @@ def test_peak_memory_follows_the_plan():
     print("%-8s %4s %10s %10s %6s" % ("family", "rank", "measured", "planned", "ratio"))
     for row in rows:
         print("%-8s %4d %10d %10d %6.3f" % row)
+
+
+WORKSPACE = 32 << 20  # cuBLAS's workspace on cc 9.x (the stand-in's), a block of the device's allocator
+
+
+def test_device_figures_reach_the_metrics():
+    """Each rank's GPU figures (docs/model.md, Memory accounting): the
+    allocator's high-water mark holds the workspace on top of the states'
+    peak, and the device's used bytes sampled beside it hold at least that."""
+    with Cluster(workers=2, name="cuda-devmem") as c:
+        js = zb_pb2.JobSpec(name="devmem", ranks=2, microbatches=4, schedule="1f1b", iterations=10000,
+                            backend="cuda", transport=TRANSPORT, model=zb_pb2.ModelSpec(**MEM_MODEL))
+        jid = c.submit(js)
+        c.wait_iterations(jid, 2, timeout=180)
+        _, _, body = c.metrics()
+        c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid, reason="measured"), timeout=10 * SLOW)
+        assert "# HELP zb_rank_device_peak_bytes" in body and "# HELP zb_rank_device_used_bytes" in body
+        m = zbsvc.parse_metrics(body)
+        peak = {dict(lab)["rank"]: v for lab, v in zbsvc.series(m, "zb_rank_device_peak_bytes", job_id=jid).items()}
+        used = {dict(lab)["rank"]: v for lab, v in zbsvc.series(m, "zb_rank_device_used_bytes", job_id=jid).items()}
+        states = {dict(lab)["rank"]: v for lab, v in zbsvc.series(m, "zb_rank_peak_memory_bytes", job_id=jid).items()}
+        assert sorted(peak) == sorted(used) == sorted(states) == ["0", "1"], (peak, used, states)
+        for r in peak:
+            print("rank %s: states' peak %d, device peak %d, device used %d" % (r, states[r], peak[r], used[r]))
+            assert peak[r] >= states[r] + (0 if REAL else WORKSPACE), (r, peak[r], states[r])
+            assert states[r] < peak[r] <= used[r], (r, states[r], peak[r], used[r])
+        c.wait_workers(2)
+
+
+def test_admission_counts_free_memory_and_the_workspace():
+    """A worker advertises its GPU's free memory at start, not the total,
+    and admits a cuda rank only if the model and its activations fit with
+    the cuBLAS workspace and the allocator's rounding (docs/operations.md,
+    Admission): with 16 MiB free of the stand-in's 16 GiB (other processes
+    hold the rest: ZB_STANDIN_OTHER_BYTES), a small model fits the total and
+    the free bytes but not the free bytes with the 32 MiB workspace."""
+    if REAL:
+        print("real GPUs: the free memory cannot be set; skipped")
+        return
+    free = 16 << 20
+    os.environ["ZB_STANDIN_OTHER_BYTES"] = str((16 << 30) - free)  # read by the workers started here
+    try:
+        with Cluster(workers=2, name="cuda-admit") as c:
+            os.environ.pop("ZB_STANDIN_OTHER_BYTES")
+            refused_for_the_workspace(c, free)
+    finally:
+        os.environ.pop("ZB_STANDIN_OTHER_BYTES", None)
+
+
+def refused_for_the_workspace(c, free):
+    jid = c.submit(spec("1f1b", 2, 4, ""))
+    job = c.wait_state(jid, STATE.JOB_STATE_FAILED, timeout=60)
+    print("refused: %s" % job.reason)
+    assert "it has %d (the GPU's free memory it advertised)" % free in job.reason, job.reason
+    assert "cuBLAS workspace %d" % WORKSPACE in job.reason, job.reason
+    need = int(job.reason.split(" needs ")[1].split(" bytes")[0])
+    assert need - WORKSPACE < free < need, (need, free)  # the workspace is what does not fit
+    c.wait_workers(2)
 
 
 def test_killed_worker_fails_the_job_naming_its_rank():

@@ -81,6 +81,7 @@ def test_metrics_move_while_a_job_runs():
             assert all(0 <= v < 1 for v in bub.values()), bub
             mem = series(m, "zb_rank_peak_memory_bytes", job_id=jid)
             assert len(mem) == 4 and all(v > 0 for v in mem.values()), mem
+            assert not series(m, "zb_rank_device_peak_bytes", job_id=jid)  # a sim job has no GPU
             assert one(m, "zb_job_microbatches_per_second", job_id=jid) > 0
             assert not series(m, "zb_job_samples_per_second")  # a sim job has no samples
             assert one(m, "zb_job_running", job_id=jid) == 1 and one(m, "zb_job_iteration_seconds", job_id=jid) > 0

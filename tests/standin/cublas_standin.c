@@ -1,6 +1,7 @@
 /* cublas_standin.c — the CPU stand-in of the cuBLAS calls the cuda device
  * makes (test-only; docs/model.md, The CPU stand-in): handles, streams,
- * math modes and fp32 GEMMs (plain, strided batched, and the Ex form).
+ * math modes, a user workspace and fp32 GEMMs (plain, strided batched,
+ * and the Ex form).
  *
  * Semantics are cuBLAS's, column-major: C_i = alpha op(A_i) op(B_i) +
  * beta C_i with op(A) m x k stored as lda x (k or m), and so on. The
@@ -38,6 +39,8 @@
 
 struct cublasContext {
   cudaStream_t stream;
+  void *ws; /* cublasSetWorkspace's; NULL: none given */
+  size_t ws_bytes;
   cublasMath_t mode;
 };
 
@@ -99,6 +102,26 @@ cublasStatus_t CUBLASWINAPI cublasSetStream(cublasHandle_t handle, cudaStream_t 
   if (!handle_ok(handle, "cublasSetStream"))
     return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = streamId;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/* A user workspace (cuBLAS 11+): device memory of at least the bytes
+ * given, or NULL and 0 to go back to cuBLAS's own. The GEMMs check it is
+ * still live (gemm_submit); the stand-in needs no scratch of its own. */
+cublasStatus_t CUBLASWINAPI cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t bytes) {
+  if (standin_inject("cublasSetWorkspace", STANDIN_SITE))
+    return CUBLAS_STATUS_INTERNAL_ERROR;
+  if (!handle_ok(handle, "cublasSetWorkspace"))
+    return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!workspace != !bytes) {
+    standin_error("cublasSetWorkspace: workspace %p with %zu bytes (NULL goes with 0 only)", workspace,
+                  bytes);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (workspace && standin_check_device(workspace, bytes, "cublasSetWorkspace"))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  handle->ws = workspace;
+  handle->ws_bytes = bytes;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -245,6 +268,9 @@ static cublasStatus_t gemm_submit(cublasHandle_t h, gemm_job g, const float *alp
   if (!handle_ok(h, g.api))
     return CUBLAS_STATUS_NOT_INITIALIZED;
   if (standin_inject(g.api, NULL))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  /* the workspace must outlive its use: cuBLAS would write into freed memory */
+  if (h->ws && standin_check_device(h->ws, h->ws_bytes, "the handle's workspace (cublasSetWorkspace)"))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   int arows = g.ta == CUBLAS_OP_N ? g.m : g.k, brows = g.tb == CUBLAS_OP_N ? g.k : g.n;
   const char *bad = !op_ok(g.ta) || !op_ok(g.tb)    ? "unknown cublasOperation_t"

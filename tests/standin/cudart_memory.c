@@ -1,6 +1,7 @@
 /* cudart_memory.c — the CPU stand-in of the CUDA runtime's memory calls
  * (test-only; docs/model.md, The CPU stand-in): cudaMalloc/cudaFree,
- * pinned host memory, copies and memsets, with every pointer checked.
+ * pinned host memory, copies and memsets, with every pointer checked;
+ * cudaMemGetInfo from the device bytes it tracks (and ZB_STANDIN_OTHER_BYTES).
  *
  * Device memory is host memory the stand-in tracks: a sorted table of live
  * allocations (device, and pinned host from cudaMallocHost), so any
@@ -35,6 +36,14 @@
 #include "standin_internal.h"
 
 #define DEVICE_BYTES ((size_t)16 << 30)
+/* ZB_STANDIN_OTHER_BYTES (environment): device bytes other processes hold,
+ * so cudaMemGetInfo reports less free than the total and cudaMalloc runs
+ * out sooner (a shared GPU; the worker's admission, tests/service). */
+static size_t other_bytes(void) {
+  const char *s = getenv("ZB_STANDIN_OTHER_BYTES");
+  unsigned long long v = s ? strtoull(s, NULL, 10) : 0;
+  return v < DEVICE_BYTES ? (size_t)v : DEVICE_BYTES;
+}
 #define QUARANTINE_MAX 1024
 #define QUARANTINE_BYTES ((size_t)256 << 20)
 
@@ -287,7 +296,7 @@ static cudaError_t alloc_kind(void **out, size_t size, mem_kind kind, const char
   if (size == 0)
     return cudaSuccess;
   pthread_mutex_lock(&g_mem);
-  size_t used = g_device_bytes;
+  size_t used = g_device_bytes + other_bytes();
   pthread_mutex_unlock(&g_mem);
   bool room = kind != MEM_DEVICE || size <= DEVICE_BYTES - used;
   alloc a = {NULL, size, kind, NULL, 0};
@@ -439,6 +448,23 @@ cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t s) {
   if (e != cudaSuccess) /* no such stream: free it now, as a synchronous free would */
     free_async_release(a);
   return standin_set_last(e);
+}
+
+/* What the device has free: its 16 GiB less the live device allocations
+ * (a cudaFreeAsync'd block is free at once, as CUDA's pool reports it)
+ * and what other processes hold (other_bytes). */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+  if (standin_inject("cudaMemGetInfo", STANDIN_SITE))
+    return standin_set_last(cudaErrorInvalidValue);
+  if (!free_bytes || !total) {
+    standin_error("cudaMemGetInfo: NULL result pointer");
+    return standin_set_last(cudaErrorInvalidValue);
+  }
+  pthread_mutex_lock(&g_mem);
+  *free_bytes = DEVICE_BYTES - other_bytes() - g_device_bytes;
+  pthread_mutex_unlock(&g_mem);
+  *total = DEVICE_BYTES;
+  return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void *ptr) {

@@ -676,8 +676,53 @@ static void test_cublas_refusals(void) {
   CHECK(cudaFree(d) == cudaSuccess);
 }
 
+/* cudaMemGetInfo follows the device bytes the stand-in tracks: free drops
+ * by exactly what cudaMalloc took and comes back at the free. */
+static void test_mem_get_info(void) {
+  size_t free0 = 0, total = 0, free1 = 0, free2 = 0;
+  CHECK(cudaMemGetInfo(&free0, &total) == cudaSuccess);
+  CHECK_EQ(total, (size_t)16 << 30);
+  CHECK(free0 <= total);
+  void *p = dalloc(12345);
+  CHECK(cudaMemGetInfo(&free1, &total) == cudaSuccess);
+  CHECK_EQ(free0 - free1, (size_t)12345);
+  CHECK(cudaFree(p) == cudaSuccess);
+  CHECK(cudaMemGetInfo(&free2, &total) == cudaSuccess);
+  CHECK_EQ(free2, free0);
+  CHECK(cudaMemGetInfo(NULL, &total) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+}
+
+/* cublasSetWorkspace takes device memory of at least the bytes given, and
+ * a GEMM names a workspace freed under the handle. */
+static void test_cublas_workspace(void) {
+  cublasHandle_t h;
+  float one = 1, zero = 0, host[4];
+  float *d = dalloc(64 * 4);
+  char *ws = dalloc(4096);
+  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSetWorkspace(h, host, sizeof host) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(has("cublasSetWorkspace") && has("host memory"));
+  CHECK(cublasSetWorkspace(h, ws, 4097) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(has("out of bounds"));
+  CHECK(cublasSetWorkspace(h, NULL, 16) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasSetWorkspace(NULL, ws, 4096) == CUBLAS_STATUS_NOT_INITIALIZED);
+  CHECK(cublasSetWorkspace(h, ws, 4096) == CUBLAS_STATUS_SUCCESS);
+  cublasOperation_t N = CUBLAS_OP_N;
+  CHECK(cublasSgemm(h, N, N, 4, 3, 2, &one, d, 4, d, 2, &zero, d + 32, 4) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cudaFree(ws) == cudaSuccess);
+  CHECK(cublasSgemm(h, N, N, 4, 3, 2, &one, d, 4, d, 2, &zero, d + 32, 4) == CUBLAS_STATUS_EXECUTION_FAILED);
+  CHECK(has("workspace") && has("freed"));
+  CHECK(cublasSetWorkspace(h, NULL, 0) == CUBLAS_STATUS_SUCCESS); /* back to cuBLAS's own */
+  CHECK(cublasSgemm(h, N, N, 4, 3, 2, &one, d, 4, d, 2, &zero, d + 32, 4) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cudaFree(d) == cudaSuccess);
+}
+
 ZBT_MAIN(ZBT(test_device_info), ZBT(test_host_device_mixup), ZBT(test_wrong_copy_kind),
          ZBT(test_out_of_bounds), ZBT(test_use_after_free), ZBT(test_free_async), ZBT(test_read_without_sync),
          ZBT(test_pageable_copies), ZBT(test_streams), ZBT(test_events), ZBT(test_stream_wait_event),
          ZBT(test_sticky_errors), ZBT(test_memset_and_2d), ZBT(test_cublas_vs_loop),
-         ZBT(test_cublas_reduced_precision), ZBT(test_cublas_refusals))
+         ZBT(test_cublas_reduced_precision), ZBT(test_cublas_refusals), ZBT(test_mem_get_info),
+         ZBT(test_cublas_workspace))

@@ -860,6 +860,40 @@ static void test_mem(ctx *c) {
   record(c, "alloc accounting", ok ? 0.0 : INFINITY, "1000 + 3 bytes, free, 999 reuses");
 }
 
+/* The GPU's own figures (docs/model.md, Memory accounting): held counts
+ * the cuBLAS workspace (sized for the architecture) and the rounding,
+ * current does not; a block past the high-water mark raises held_peak by
+ * its rounded size and samples cudaMemGetInfo's used bytes beside it. */
+static void test_mem_figures(ctx *c) {
+  zb_device *d = c->dev[1];
+  zb_diag diag = {{0}};
+  zb_device_info info;
+  d->ops->info(d->self, &info);
+  zb_device_mem m0, m;
+  d->ops->mem(d->self, &m0);
+  int64_t ws = zb_cublas_workspace_bytes(info.cc_major);
+  bool ok = m0.workspace == ws && m0.held >= m0.current + m0.cached + ws && m0.held_peak >= m0.held &&
+            m0.device_used >= m0.held_peak;
+  size_t big =
+      (size_t)(m0.held_peak - m0.held) + ((size_t)1 << 20) + 1; /* past the mark, whatever came before */
+  void *p;
+  must(d->ops->alloc(d->self, big, &p, &diag), &diag, "alloc", 1);
+  d->ops->reset_peak(d->self); /* leaves held_peak */
+  d->ops->mem(d->self, &m);
+  int64_t rounded = m.held - m0.held;
+  ok = ok && rounded >= (int64_t)big && rounded <= (int64_t)big + (int64_t)big / 4 && m.held_peak == m.held &&
+       m.device_used >= m.held_peak && (!info.standin || m.device_used == m.held_peak) &&
+       m.current == m0.current + (int64_t)big;
+  d->ops->free(d->self, p);
+  d->ops->mem(d->self, &m);
+  ok = ok && m.held_peak == m0.held + rounded &&
+       m.held == m0.held + (info.standin ? 0 : rounded) /* exact mode gives it back; the cache keeps it */;
+  char desc[80];
+  snprintf(desc, sizeof desc, "workspace %lld, block %zu held as %lld", (long long)ws, big,
+           (long long)rounded);
+  record(c, "held: workspace, rounding, used", ok ? 0.0 : INFINITY, desc);
+}
+
 static void test_events(ctx *c) {
   zb_device *d = c->dev[1];
   zb_diag diag = {{0}};
@@ -1000,6 +1034,7 @@ static void run_all(ctx *c) {
   test_determinism(c, 1000);
   test_copies(c);
   test_mem(c);
+  test_mem_figures(c);
   test_events(c);
   test_stale_error(c);
   test_poison(c);
