@@ -169,6 +169,7 @@ zb_costs *zb_costs_new(int n_stages) {
   c->t_f = zb_calloc(n, sizeof(double));
   c->t_b = zb_calloc(n, sizeof(double));
   c->t_w = zb_calloc(n, sizeof(double));
+  c->t_reduce = zb_calloc(n, sizeof(double));
   c->m_f = zb_calloc(n, sizeof(double));
   c->m_b = zb_calloc(n, sizeof(double));
   c->m_w = zb_calloc(n, sizeof(double));
@@ -181,6 +182,7 @@ void zb_costs_free(zb_costs *c) {
   free(c->t_f);
   free(c->t_b);
   free(c->t_w);
+  free(c->t_reduce);
   free(c->m_f);
   free(c->m_b);
   free(c->m_w);
@@ -193,6 +195,7 @@ zb_costs *zb_costs_clone(const zb_costs *c) {
   memcpy(d->t_f, c->t_f, sz);
   memcpy(d->t_b, c->t_b, sz);
   memcpy(d->t_w, c->t_w, sz);
+  memcpy(d->t_reduce, c->t_reduce, sz);
   memcpy(d->m_f, c->m_f, sz);
   memcpy(d->m_b, c->m_b, sz);
   memcpy(d->m_w, c->m_w, sz);
@@ -208,6 +211,7 @@ zb_costs *zb_costs_from_rank_share(int p, int v, const zb_rank_costs *rc, double
     c->t_f[s] = rc->t_f / v;
     c->t_b[s] = rc->t_b / v;
     c->t_w[s] = rc->t_w / v;
+    c->t_reduce[s] = rc->t_reduce / v;
     c->m_f[s] = rc->m_f / v;
     c->m_b[s] = rc->m_b / v;
     c->m_w[s] = rc->m_w / v;
@@ -221,9 +225,9 @@ zb_err zb_costs_check(const zb_costs *c, zb_diag *diag) {
   if (!isfinite(c->t_comm) || c->t_comm < 0)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "T_comm must be a finite number >= 0 (got %g)", c->t_comm);
   for (int s = 0; s < c->n_stages; s++) {
-    const double t[3] = {c->t_f[s], c->t_b[s], c->t_w[s]};
-    const char *tn[3] = {"T_F", "T_B", "T_W"};
-    for (int k = 0; k < 3; k++)
+    const double t[4] = {c->t_f[s], c->t_b[s], c->t_w[s], c->t_reduce[s]};
+    const char *tn[4] = {"T_F", "T_B", "T_W", "T_reduce"};
+    for (int k = 0; k < 4; k++)
       if (!isfinite(t[k]) || t[k] < 0)
         return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s of stage %d must be a finite number >= 0 (got %g)",
                            tn[k], s, t[k]);

@@ -185,10 +185,13 @@ bool zb_schedule_splits_w(const zb_schedule *s);
 /* Cost model (docs/schedules.md, Cost and memory model), per stage: times
  * of F, B, W on that stage, memory deltas (F > 0, B and W <= 0, summing to
  * zero), one hop's communication time, and a per-rank memory limit (<= 0:
- * none). All arrays have n_stages entries. */
+ * none). t_reduce is the time to average the stage's gradients across its
+ * data-parallel replicas once per iteration (0: one replica, nothing to
+ * reduce). All arrays have n_stages entries. */
 typedef struct zb_costs {
   int n_stages;
   double *t_f, *t_b, *t_w;
+  double *t_reduce;
   double *m_f, *m_b, *m_w;
   double t_comm;
   double mem_limit;
@@ -198,6 +201,7 @@ typedef struct zb_costs {
  * Cost and memory model). */
 typedef struct zb_rank_costs {
   double t_f, t_b, t_w, t_comm;
+  double t_reduce; /* the rank's whole share of the gradient reduction (0: none) */
   double m_f, m_b, m_w;
 } zb_rank_costs;
 
