@@ -552,7 +552,10 @@ zb_err zb_device_cuda_probe(int ordinal, zb_device_info *out, zb_diag *diag) {
   out->cc_minor = prop.minor;
   out->driver_version = driver;
   size_t free_b = 0, total_b = 0; /* after cudaSetDevice: the context exists, its own bytes are used */
-  if ((e = cudaSetDevice(ordinal)) != cudaSuccess || (e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess)
+  if ((e = cudaSetDevice(ordinal)) != cudaSuccess)
+    return zb_diag_set(diag, ZB_ERR_IO, "cudaSetDevice(%d): %s (error %d)", ordinal, cudaGetErrorString(e),
+                       (int)e);
+  if ((e = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess)
     return zb_diag_set(diag, ZB_ERR_IO, "cudaMemGetInfo(%d): %s (error %d)", ordinal, cudaGetErrorString(e),
                        (int)e);
   out->free_bytes = (int64_t)free_b;
