@@ -11,6 +11,7 @@
 #include "zb_alloc.h"
 #include "zb_lower_internal.h"
 #include "zb_period.h"
+#include "zb_reduce.h"
 #include "zb_sim.h"
 
 /* A pending transfer: the output of a producer op that another rank needs. */
@@ -424,13 +425,28 @@ static zb_err lower_run(const zb_schedule *s, const zb_costs *c, bool global, bo
   return err;
 }
 
+/* The gradient reduction, when c asks for it (zb_lower.h): each stage's
+ * REDUCE_GRAD at the earliest point, unless the lists carried their own.
+ * The compute plan's figures (when handed back) then no longer hold. */
+static zb_err lower_reduce(const zb_costs *c, zb_err err, zb_schedule **out, zb_sim_result **figures) {
+  if (err || !zb_costs_reduces(c))
+    return err;
+  if (!zb_schedule_has_reduce(*out))
+    zb_reduce_insert(*out, ZB_REDUCE_EARLIEST);
+  if (figures) {
+    zb_sim_result_free(*figures);
+    *figures = NULL;
+  }
+  return ZB_OK;
+}
+
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
-  return lower_run(s, c, false, true, NULL, out, NULL, diag);
+  return lower_reduce(c, lower_run(s, c, false, true, NULL, out, NULL, diag), out, NULL);
 }
 
 zb_err zb_lower_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
                     zb_diag *diag) {
-  return lower_run(s, c, false, true, par, out, NULL, diag);
+  return lower_reduce(c, lower_run(s, c, false, true, par, out, NULL, diag), out, NULL);
 }
 
 zb_err zb_lower_par_run(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
@@ -447,15 +463,15 @@ zb_err zb_lower_par_figures(const zb_schedule *s, const zb_schedule *run, int q,
   bool fits = run && c && run->p == s->p && run->v == s->v && run->placement == s->placement &&
               lower_costs_positive(c);
   if (fits && (*out = lower_prolong(s, run, q, c, par)) != NULL)
-    return ZB_OK;
-  return lower_run(s, c, false, true, par, out, figures, diag);
+    return lower_reduce(c, ZB_OK, out, figures);
+  return lower_reduce(c, lower_run(s, c, false, true, par, out, figures, diag), out, figures);
 }
 
 zb_err zb_lower_full_par(const zb_schedule *s, const zb_costs *c, const zb_par *par, zb_schedule **out,
                          zb_diag *diag) {
-  return lower_run(s, c, false, false, par, out, NULL, diag);
+  return lower_reduce(c, lower_run(s, c, false, false, par, out, NULL, diag), out, NULL);
 }
 
 zb_err zb_lower_global(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag) {
-  return lower_run(s, c, true, false, NULL, out, NULL, diag);
+  return lower_reduce(c, lower_run(s, c, true, false, NULL, out, NULL, diag), out, NULL);
 }

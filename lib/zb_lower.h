@@ -19,8 +19,13 @@
  * unless a send of the receiving rank comes due first, which pulls it
  * ahead. Every rank's comm actions are thus in one global transfer
  * order, which makes the result deadlock-free by construction
- * (docs/schedules.md, Lowering). Fails when s already has comm actions
- * (ZB_ERR_INVALID_ARG) or cannot be simulated (ZB_ERR_DEADLOCK). */
+ * (docs/schedules.md, Lowering). When c asks for gradient reductions
+ * (some t_reduce > 0, zb_costs_reduces) and s holds none, every rank
+ * also gets its REDUCE_GRADs at the earliest point and a final
+ * WAIT_REDUCE_GRAD (zb_reduce_insert, ZB_REDUCE_EARLIEST); with every
+ * t_reduce 0 nothing is added. The same holds for every lowering below.
+ * Fails when s already has comm actions (ZB_ERR_INVALID_ARG) or cannot
+ * be simulated (ZB_ERR_DEADLOCK). */
 zb_err zb_lower(const zb_schedule *s, const zb_costs *c, zb_schedule **out, zb_diag *diag);
 
 /* zb_lower with the per-rank merge split over par's runner (zb_par.h):
@@ -50,8 +55,8 @@ zb_err zb_lower_par_run(const zb_schedule *s, const zb_schedule *run, int q, con
  * of the compute action it precedes. The lowered lists then run on s's
  * timeline, action for action (a receive never holds its rank, a send
  * takes no time), and their figures are s's. With T_comm = 0 that always
- * holds; with a T_comm that a receive's wait shows, it rarely does, and
- * *figures is NULL: simulate the lowered plan. */
+ * holds, unless c asks for reductions (then *figures is NULL); with a T_comm that a receive's wait shows, it
+ * rarely does, and *figures is NULL: simulate the lowered plan. */
 zb_err zb_lower_par_figures(const zb_schedule *s, const zb_schedule *run, int q, const zb_costs *c,
                             const zb_par *par, zb_schedule **out, zb_sim_result **figures, zb_diag *diag);
 

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "zb_reduce.h"
+
 /* The costs req asks for, into *out (caller owns). */
 static zb_err planner_costs(const zb_planner_request *req, int v, zb_costs **out, zb_diag *diag) {
   if (req->costs) {
@@ -52,6 +54,7 @@ typedef struct planner_opts {
   const char *name; /* for messages */
   bool compute_only, keep_compute, figures_only;
   const zb_par *par;
+  zb_sim_mode mode;
 } planner_opts;
 
 /* Validation and simulation of one plan: independent, each its own
@@ -61,6 +64,7 @@ typedef struct planner_check_job {
   const zb_costs *costs;
   const zb_par *par; /* validation's own pieces: its deadlock run beside its scan */
   bool figures_only;
+  zb_sim_mode mode;
   zb_violation violation;
   zb_err valid_err, sim_err;
   zb_sim_result *sim;
@@ -71,9 +75,26 @@ static void planner_check_piece(void *arg, int k) {
   planner_check_job *j = arg;
   if (k == 0)
     j->valid_err = zb_validate_par(j->runs, j->costs, j->par, &j->violation);
+  else if (j->mode == ZB_SIM_DEVICE)
+    j->sim_err = (j->figures_only ? zb_simulate_figures_mode : zb_simulate_mode)(j->runs, j->costs, j->mode,
+                                                                                 &j->sim, &j->sim_diag);
   else
     j->sim_err = (j->figures_only ? zb_simulate_figures : zb_simulate_starts)(j->runs, j->costs, &j->sim,
                                                                               &j->sim_diag);
+}
+
+/* The compute-only figures of s under c in mode, its reductions priced
+ * when c asks for them (on a copy of s given them, when s has none). */
+static zb_err planner_simulate_compute(const zb_schedule *s, const zb_costs *c, zb_sim_mode mode,
+                                       zb_sim_result **out, zb_diag *diag) {
+  zb_schedule *priced = NULL;
+  if (zb_costs_reduces(c) && !zb_schedule_has_reduce(s)) {
+    priced = zb_schedule_clone(s);
+    zb_reduce_insert(priced, ZB_REDUCE_EARLIEST);
+  }
+  zb_err err = zb_simulate_figures_mode(priced ? priced : s, c, mode, out, diag);
+  zb_schedule_free(priced);
+  return err;
 }
 
 /* The compute-only lists' figures into out->sim_compute, unless the plan
@@ -83,7 +104,7 @@ static zb_err planner_compute_figures(const planner_opts *o, zb_planner_result *
     return ZB_OK;
   zb_diag d = {{0}};
   out->failed = ZB_PLANNER_SIMULATE;
-  zb_err err = zb_simulate_figures(out->compute, out->costs, &out->sim_compute, &d);
+  zb_err err = planner_simulate_compute(out->compute, out->costs, o->mode, &out->sim_compute, &d);
   if (err)
     return zb_diag_set(diag, err, "%s: simulation failed: %s", o->name, d.msg);
   return ZB_OK;
@@ -99,8 +120,10 @@ static zb_err planner_lower(const planner_opts *o, zb_planner_result *out, const
     return ZB_OK;
   zb_diag d = {{0}};
   out->failed = ZB_PLANNER_LOWER;
+  /* lowering's own figures are the host-blocking run's */
+  bool own = o->figures_only && o->mode == ZB_SIM_BLOCKING;
   zb_err err = zb_lower_par_figures(out->compute, run, period, out->costs, o->par, &out->lowered,
-                                    o->figures_only ? figures : NULL, &d);
+                                    own ? figures : NULL, &d);
   if (err)
     return zb_diag_set(diag, err, "%s: lowering failed: %s", o->name, d.msg);
   if (*figures) /* the lowered lists run on the compute timeline: one simulation for both */
@@ -118,6 +141,8 @@ static zb_err planner_check(const planner_opts *o, zb_planner_result *out, const
     err = planner_compute_figures(o, out, diag);
   if (err)
     return err;
+  if (o->compute_only && zb_costs_reduces(out->costs) && !zb_schedule_has_reduce(out->compute))
+    zb_reduce_insert(out->compute, ZB_REDUCE_EARLIEST); /* the lists that run: priced in them */
   const zb_schedule *runs = o->compute_only ? out->compute : out->lowered;
   if (!o->keep_compute && !o->compute_only) { /* no longer needed: at scale a third of the peak */
     zb_schedule_free(out->compute);
@@ -128,7 +153,8 @@ static zb_err planner_check(const planner_opts *o, zb_planner_result *out, const
    * turns: interleaved 1F1B, 4 chunks, p=256, m=4096 was no faster), or
    * when lowering gave the figures and it runs alone */
   const zb_par *vpar = zb_par_width(o->par) > 2 || figures ? o->par : NULL;
-  planner_check_job job = {.runs = runs, .costs = out->costs, .par = vpar, .figures_only = o->figures_only};
+  planner_check_job job = {
+      .runs = runs, .costs = out->costs, .par = vpar, .figures_only = o->figures_only, .mode = o->mode};
   if (figures) {
     planner_check_piece(&job, 0);
     job.sim = figures;
@@ -170,6 +196,7 @@ zb_err zb_planner_run_family(const zb_planner_request *req, zb_planner_result *o
   out->v = req->v > 0 ? req->v : zb_family_default_chunks(req->family);
   out->placement = zb_family_placement(req->family);
   out->generate_seconds = -1;
+  out->mode = req->mode;
   out->failed = ZB_PLANNER_COSTS;
   if (req->p < 1 || req->m < 1)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s: ranks and microbatches must be positive (p=%d, m=%d)",
@@ -186,7 +213,8 @@ zb_err zb_planner_run_family(const zb_planner_request *req, zb_planner_result *o
                     .compute_only = req->compute_only,
                     .keep_compute = req->keep_compute,
                     .figures_only = req->figures_only,
-                    .par = req->par};
+                    .par = req->par,
+                    .mode = req->mode};
   err = planner_check(&o, out, run, period, diag);
   zb_schedule_free(run);
   if (!req->keep_compute && !req->compute_only) {
@@ -214,11 +242,13 @@ zb_err zb_planner_given(const zb_planner_given_request *req, zb_planner_result *
   out->m = s->m;
   out->placement = s->placement;
   out->generate_seconds = -1;
+  out->mode = req->mode;
   out->failed = ZB_PLANNER_COSTS;
   planner_opts o = {.name = req->name ? req->name : "schedule",
                     .keep_compute = req->keep_compute,
                     .figures_only = req->figures_only,
-                    .par = req->par};
+                    .par = req->par,
+                    .mode = req->mode};
   if (req->costs->n_stages != s->p * s->v)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "%s: costs for %d stages, the schedule has %d", o.name,
                        req->costs->n_stages, s->p * s->v);
@@ -251,7 +281,7 @@ zb_err zb_planner_predict(const zb_planner_result *r, const zb_costs *c, zb_sim_
   *out = NULL;
   if (!planner_lists(r))
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "no plan to simulate");
-  return zb_simulate_figures(planner_lists(r), c, out, diag);
+  return zb_simulate_figures_mode(planner_lists(r), c, r->mode, out, diag);
 }
 
 zb_err zb_planner_resimulate(zb_planner_result *r, const zb_costs *c, bool times, zb_diag *diag) {
@@ -259,12 +289,14 @@ zb_err zb_planner_resimulate(zb_planner_result *r, const zb_costs *c, bool times
   if (!s)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "no plan to simulate");
   zb_sim_result *sim = NULL, *compute = NULL;
-  zb_err err = (times ? zb_simulate_starts : zb_simulate_figures)(s, c, &sim, diag);
+  zb_err err = r->mode == ZB_SIM_DEVICE
+                   ? (times ? zb_simulate_mode : zb_simulate_figures_mode)(s, c, r->mode, &sim, diag)
+                   : (times ? zb_simulate_starts : zb_simulate_figures)(s, c, &sim, diag);
   if (!err && r->lowered) { /* the compute-only figures of its compute lists */
     zb_schedule *cs = r->compute ? NULL : zb_schedule_clone(r->lowered);
     if (cs)
       zb_schedule_strip_comm(cs);
-    err = zb_simulate_figures(r->compute ? r->compute : cs, c, &compute, diag);
+    err = planner_simulate_compute(r->compute ? r->compute : cs, c, r->mode, &compute, diag);
     zb_schedule_free(cs);
   }
   if (err) {

@@ -10,6 +10,13 @@
  *             the lowered plan as workers run it (the headline figures)
  *             and the compute-only lists (the paper's view).
  *
+ * Costs with some t_reduce > 0 price the gradient reduction of data
+ * parallelism (zb_reduce.h): lowering gives the lowered lists their
+ * REDUCE_GRAD and WAIT_REDUCE_GRAD actions, the compute-only figures are
+ * of the compute lists with the same actions (result->compute itself
+ * stays without them, but for a compute_only request, whose lists they
+ * are), and zb-auto judges its candidates with them.
+ *
  * zbctl, the coordinator, the tests and the benchmarks all plan through
  * zb_planner_run, and a schedule given whole (a CSV file) through
  * zb_planner_given, so one plan has one set of figures whatever its
@@ -59,6 +66,13 @@ typedef struct zb_planner_request {
   /* Optional runner for pieces of work at once (zb_par.h): lowering's
    * ranks in shares, and validation beside simulation. NULL: in turn. */
   const zb_par *par;
+  /* How the plan is predicted (docs/schedules.md, Execution model):
+   * ZB_SIM_BLOCKING (0, the default) as the host-blocking executor runs
+   * it; ZB_SIM_DEVICE as the device-ordered one (zb_simulate_device for
+   * the lowered lists, zb_simulate_figures_mode for the compute-only
+   * ones), where gradient reductions overlap compute. zb-auto judges its
+   * candidates the same way. */
+  zb_sim_mode mode;
 } zb_planner_request;
 
 /* The step a run stopped at (ZB_PLANNER_DONE when it did not). */
@@ -91,6 +105,7 @@ typedef struct zb_planner_result {
    * asynchronous one, replaced by a lowering of its compute order. */
   bool relowered;
   double generate_seconds; /* the generator's time by req->clock; -1 without one */
+  zb_sim_mode mode;        /* the request's: how sim, sim_compute and later predictions simulate */
   zb_planner_step failed;  /* where a failed run stopped */
 } zb_planner_result;
 
@@ -113,6 +128,7 @@ typedef struct zb_planner_given_request {
   const zb_costs *costs;       /* of its p*v stages; mem_limit (0: none) is validated */
   bool keep_compute, figures_only;
   const zb_par *par;
+  zb_sim_mode mode; /* as zb_planner_request's */
 } zb_planner_given_request;
 
 /* Plans a given schedule: its compute order validated, lowered (a list

@@ -27,6 +27,7 @@
 #include "zb_alloc.h"
 #include "zb_plan_internal.h"
 #include "zb_planner.h"
+#include "zb_reduce.h"
 
 #define SEARCH_EPS 1e-9
 /* Plans above this many compute actions per rank's share (p v m) plan the
@@ -109,8 +110,16 @@ static zb_costs *search_costs(const search_state *st, const search_fam *sf, doub
  * bound already loses to the best. */
 static bool search_key(const search_state *st, const zb_schedule *s, const zb_costs *c, double *key) {
   bool span = st->req->objective == ZB_OBJ_SPAN;
+  zb_sim_mode mode = st->req->mode;
   double makespan, max_span;
-  if (zb_simulate_makespan(s, c, &makespan, &max_span) != ZB_OK)
+  zb_schedule *priced = NULL; /* s with its reductions, when c asks for them: they are part of the figure */
+  if (zb_costs_reduces(c)) {
+    priced = zb_schedule_clone(s);
+    zb_reduce_insert(priced, ZB_REDUCE_EARLIEST);
+  }
+  zb_err err = zb_simulate_makespan_mode(priced ? priced : s, c, mode, &makespan, &max_span);
+  zb_schedule_free(priced);
+  if (err != ZB_OK)
     return false;
   *key = span ? max_span : makespan;
   if (st->req->compute_only || c->t_comm <= 0)
@@ -118,8 +127,8 @@ static bool search_key(const search_state *st, const zb_schedule *s, const zb_co
   if (!span && makespan >= st->best_key - SEARCH_EPS) /* a bound: lowering only adds waits */
     return false;
   zb_schedule *low = NULL;
-  bool ok =
-      zb_lower(s, c, &low, NULL) == ZB_OK && zb_simulate_makespan(low, c, &makespan, &max_span) == ZB_OK;
+  bool ok = zb_lower(s, c, &low, NULL) == ZB_OK &&
+            zb_simulate_makespan_mode(low, c, mode, &makespan, &max_span) == ZB_OK;
   zb_schedule_free(low);
   *key = span ? max_span : makespan;
   return ok;

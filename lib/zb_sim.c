@@ -33,15 +33,18 @@ typedef struct sim_state {
   double *op_time, *op_mem;   /* zb_costs_op_table of c */
   int *work;                  /* ranks to advance (a stack), each at most once */
   int n_work;
-  bool *queued;  /* per rank: on work, or being advanced */
-  size_t *waits; /* per rank: the cell it stopped for (sim_key), SIM_NO_WAIT if none */
-  int *pos;      /* next action index per rank */
-  double *now;   /* time each rank is free again */
-  double *first; /* start of each rank's first compute op; NAN: none yet */
-  double *mem;   /* memory held per rank so far */
-  int remaining; /* actions not yet run, all ranks together */
-  bool stray;    /* a compute action out of range was met: the run stops */
-  int keep;      /* what the run keeps (SIM_KEEP_*, from res) */
+  bool *queued;       /* per rank: on work, or being advanced */
+  size_t *waits;      /* per rank: the cell it stopped for (sim_key), SIM_NO_WAIT if none */
+  int *pos;           /* next action index per rank */
+  double *now;        /* time each rank is free again */
+  double *first;      /* start of each rank's first compute op; NAN: none yet */
+  double *mem;        /* memory held per rank so far */
+  double *rlo, *rnow; /* per rank: its reduction stream's stretch (zb_sim_reduce_issue) */
+  bool async;         /* reductions on their own stream (else they hold the rank) */
+  bool hide;          /* async with some t_reduce > 0 and figures kept: count what compute hides */
+  int remaining;      /* actions not yet run, all ranks together */
+  bool stray;         /* a compute action out of range was met: the run stops */
+  int keep;           /* what the run keeps (SIM_KEEP_*, from res) */
 } sim_state;
 
 static double *sim_slot(double *arr, const sim_state *st, int stage, int mb) {
@@ -158,6 +161,8 @@ static void sim_state_init(sim_state *st, const zb_schedule *s, const zb_costs *
   st->now = zb_calloc((size_t)p, sizeof(double));
   st->first = zb_malloc(sizeof(double) * (size_t)p);
   st->mem = zb_calloc((size_t)p, sizeof(double));
+  st->rlo = zb_calloc((size_t)p, sizeof(double));
+  st->rnow = zb_calloc((size_t)p, sizeof(double));
   for (int r = 0; r < p; r++) {
     st->first[r] = NAN;
     st->waits[r] = SIM_NO_WAIT;
@@ -178,6 +183,8 @@ static void sim_state_free(sim_state *st) {
   free(st->now);
   free(st->first);
   free(st->mem);
+  free(st->rlo);
+  free(st->rnow);
 }
 
 /* Puts rank r on the work stack unless it is there or being advanced. */
@@ -249,6 +256,8 @@ static inline __attribute__((always_inline)) bool sim_run_compute(sim_state *st,
     if (a->stage > 0)
       sim_wake_for(st, st->stage_rank[a->stage - 1], 2 * at + 1);
   }
+  if (figures && st->hide) /* keeps figures: res and its sums are there */
+    st->res->reduce_hidden[r] += zb_sim_reduce_overlap(*start, *end, st->rlo[r], st->rnow[r]);
   if (figures) {
     f->busy += *end - *start;
     f->mem += st->op_mem[op_at];
@@ -294,6 +303,26 @@ static size_t sim_wait_key(const sim_state *st, int r, const zb_action *a) {
   return sim_compute_wait(st, a + 1); /* an overlapped pair stopped for its second */
 }
 
+/* A REDUCE_GRAD or WAIT_REDUCE_GRAD of rank r reached at *now: host
+ * blocking, the reduction holds the rank for its time; async, it goes on
+ * the rank's reduction stream and only the wait holds the rank until that
+ * stream is done. Sets its *start and *end. */
+static void sim_reduce(sim_state *st, int r, const zb_action *a, double *now, double *start, double *end) {
+  if (a->op == ZB_OP_WAIT_REDUCE_GRAD) {
+    *start = *now;
+    *now = st->rnow[r] > *now ? st->rnow[r] : *now;
+    *end = *now;
+    return;
+  }
+  double t = zb_sim_reduce_time(st->c, a);
+  *start = zb_sim_reduce_issue(*now, t, &st->rlo[r], &st->rnow[r]);
+  *end = *start + t;
+  if (!st->async)
+    *now = *end;
+  if (st->res && st->res->reduce_time)
+    st->res->reduce_time[r] += t;
+}
+
 /* Runs rank r's list as far as inputs allow, keeping what keep says
  * (a constant in each copy: no test per action).
  * Comm actions take no time of their own, but a RECV holds its rank until
@@ -333,6 +362,8 @@ static inline __attribute__((always_inline)) void sim_advance_rank_keeping(sim_s
         break;
       now = arrival > now ? arrival : now;
       start = end = now; /* a RECV happens when its tensor is there */
+    } else if (a->op == ZB_OP_REDUCE_GRAD || a->op == ZB_OP_WAIT_REDUCE_GRAD) {
+      sim_reduce(st, r, a, &now, &start, &end);
     }
     if (res) {
       res->start[r][pos] = start;
@@ -383,9 +414,10 @@ static zb_err sim_report_deadlock(const sim_state *st, zb_diag *diag) {
 static void sim_totals(const sim_state *st, double *makespan_out, double *span_out) {
   double makespan = 0, span = 0;
   for (int r = 0; r < st->s->p; r++) {
-    if (st->now[r] > makespan)
-      makespan = st->now[r];
-    double sp = isnan(st->first[r]) ? 0 : st->now[r] - st->first[r];
+    double end = st->rnow[r] > st->now[r] ? st->rnow[r] : st->now[r]; /* a reduction left running counts */
+    if (end > makespan)
+      makespan = end;
+    double sp = isnan(st->first[r]) ? 0 : end - st->first[r];
     if (sp > span)
       span = sp;
     if (st->res)
@@ -417,12 +449,15 @@ static bool sim_wake_all(sim_state *st) {
  * one) is found by waking every rank once no rank moves, and work left
  * when that moves nothing either is a deadlock. Fills res when given. */
 static zb_err sim_run(const zb_schedule *s, const zb_costs *c, zb_sim_result *res, double *makespan_out,
-                      double *span_out, bool checked, zb_diag *diag) {
+                      double *span_out, bool checked, bool async, zb_diag *diag) {
   zb_err err = checked ? ZB_OK : zb_sim_check_costs(s, c, diag);
   if (err)
     return err;
   sim_state st;
   sim_state_init(&st, s, c, res);
+  st.async = async;
+  for (int k = 0; async && res && res->reduce_hidden && k < c->n_stages && c->t_reduce; k++)
+    st.hide = st.hide || c->t_reduce[k] > 0;
   for (int left = -1; st.remaining != left && !st.stray && sim_wake_all(&st);) {
     left = st.remaining;
     while (st.n_work > 0 && !st.stray) {
@@ -454,6 +489,9 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s, int keep) {
   r->span_end = zb_calloc(p, sizeof(double));
   r->peak_memory = zb_calloc(p, sizeof(double));
   r->peak_memory_units = zb_calloc(p, sizeof(double));
+  r->reduce_time = zb_calloc(p, sizeof(double));
+  r->reduce_hidden = zb_calloc(p, sizeof(double));
+  r->reduce_exposed = zb_calloc(p, sizeof(double));
   if (keep == SIM_KEEP_FIGURES)
     return r;
   /* each kind of time in one block, the ranks' arrays slices of it
@@ -479,8 +517,8 @@ static zb_sim_result *sim_result_alloc(const zb_schedule *s, int keep) {
 }
 
 /* The run into r (fresh from sim_result_alloc for s) and its figures. */
-static zb_err sim_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r, zb_diag *diag) {
-  zb_err err = sim_run(s, c, r, &r->makespan, &r->max_span, false, diag);
+static zb_err sim_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r, bool async, zb_diag *diag) {
+  zb_err err = sim_run(s, c, r, &r->makespan, &r->max_span, false, async, diag);
   if (err)
     return err;
   zb_sim_fill_figures(s, c, r);
@@ -495,6 +533,8 @@ void zb_sim_fill_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result 
       busy_max = r->busy[k];
     double unit = zb_costs_rank_mf(c, s->placement, s->p, s->v, k);
     r->peak_memory_units[k] = unit > 0 ? r->peak_memory[k] / unit : 0;
+    if (r->reduce_time)
+      r->reduce_exposed[k] = r->reduce_time[k] - r->reduce_hidden[k];
   }
   r->bubble_ratio = r->makespan > 0 ? 1.0 - busy_sum / (s->p * r->makespan) : 0;
   /* The paper's m(T_F+T_B+T_W) is one rank's work; with per-stage costs we
@@ -506,10 +546,10 @@ void zb_sim_fill_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result 
   }
 }
 
-static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int keep, zb_sim_result **out,
-                              zb_diag *diag) {
+static zb_err sim_with_result(const zb_schedule *s, const zb_costs *c, int keep, bool async,
+                              zb_sim_result **out, zb_diag *diag) {
   zb_sim_result *r = sim_result_alloc(s, keep);
-  zb_err err = sim_into(s, c, r, diag);
+  zb_err err = sim_into(s, c, r, async, diag);
   if (err) {
     zb_sim_result_free(r);
     return err;
@@ -527,7 +567,7 @@ zb_sim_result *zb_sim_result_new_starts(const zb_schedule *s) {
 }
 
 zb_err zb_simulate_into(const zb_schedule *s, const zb_costs *c, zb_sim_result *r, zb_diag *diag) {
-  return sim_into(s, c, r, diag);
+  return sim_into(s, c, r, false, diag);
 }
 
 void zb_sim_result_populate(zb_sim_result *r, const zb_schedule *s) {
@@ -538,28 +578,33 @@ void zb_sim_result_populate(zb_sim_result *r, const zb_schedule *s) {
 }
 
 zb_err zb_simulate(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  return sim_with_result(s, c, SIM_KEEP_TIMES, out, diag);
+  return sim_with_result(s, c, SIM_KEEP_TIMES, false, out, diag);
 }
 
 zb_err zb_simulate_starts(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  return sim_with_result(s, c, SIM_KEEP_STARTS, out, diag);
+  return sim_with_result(s, c, SIM_KEEP_STARTS, false, out, diag);
 }
 
 zb_err zb_simulate_figures(const zb_schedule *s, const zb_costs *c, zb_sim_result **out, zb_diag *diag) {
-  return sim_with_result(s, c, SIM_KEEP_FIGURES, out, diag);
+  return sim_with_result(s, c, SIM_KEEP_FIGURES, false, out, diag);
 }
 
 size_t zb_sim_scratch_bytes(const zb_schedule *s) {
   return 2 * sizeof(double) * (size_t)zb_schedule_stages(s) * (size_t)s->m; /* f_end and b_end */
 }
 
+zb_err zb_sim_async_reduce(const zb_schedule *s, const zb_costs *c, bool times, zb_sim_result **out,
+                           zb_diag *diag) {
+  return sim_with_result(s, c, times ? SIM_KEEP_TIMES : SIM_KEEP_FIGURES, true, out, diag);
+}
+
 zb_err zb_simulate_makespan(const zb_schedule *s, const zb_costs *c, double *makespan, double *max_span) {
-  return sim_run(s, c, NULL, makespan, max_span, false, NULL);
+  return sim_run(s, c, NULL, makespan, max_span, false, false, NULL);
 }
 
 zb_err zb_simulate_makespan_in_range(const zb_schedule *s, const zb_costs *c, double *makespan,
                                      double *max_span) {
-  return sim_run(s, c, NULL, makespan, max_span, true, NULL);
+  return sim_run(s, c, NULL, makespan, max_span, true, false, NULL);
 }
 
 void zb_sim_result_free(zb_sim_result *r) {
@@ -576,6 +621,9 @@ void zb_sim_result_free(zb_sim_result *r) {
   free(r->span_end);
   free(r->peak_memory);
   free(r->peak_memory_units);
+  free(r->reduce_time);
+  free(r->reduce_hidden);
+  free(r->reduce_exposed);
   free(r->op_time);
   free(r);
 }
@@ -598,5 +646,8 @@ zb_sim_result *zb_sim_result_copy_figures(const zb_sim_result *r) {
   out->span_end = sim_copy_ranks(r->span_end, r->p);
   out->peak_memory = sim_copy_ranks(r->peak_memory, r->p);
   out->peak_memory_units = sim_copy_ranks(r->peak_memory_units, r->p);
+  out->reduce_time = sim_copy_ranks(r->reduce_time, r->p);
+  out->reduce_hidden = sim_copy_ranks(r->reduce_hidden, r->p);
+  out->reduce_exposed = sim_copy_ranks(r->reduce_exposed, r->p);
   return out;
 }

@@ -7,9 +7,12 @@
  * their own (their cost is the t_comm latency above), but a RECV holds its
  * rank until its tensor has arrived, as a worker's transport group does
  * (its start and end are that time); a SEND holds nothing; FSDP actions
- * take none. This is the host-blocking executor's form; zb_simulate_device
- * models the device-ordered one. Ownership: zb_sim_result owns its arrays; zb_sim_result_free()
- * accepts NULL.
+ * take none. A REDUCE_GRAD of stage s holds its rank for t_reduce[s]
+ * (the tcp transport's collective blocks the host), a WAIT_REDUCE_GRAD
+ * then holds nothing more (docs/schedules.md, Gradient reduction). This
+ * is the host-blocking executor's form; zb_simulate_device models the
+ * device-ordered one, where reductions run on a stream of their own. Ownership: zb_sim_result owns its
+ * arrays; zb_sim_result_free() accepts NULL.
  */
 #ifndef ZB_SIM_H
 #define ZB_SIM_H
@@ -33,6 +36,13 @@ typedef struct zb_sim_result {
    * its base: zb_sim_result_free frees those, so a result built by hand
    * is freed by its builder. */
   double **start, **end;
+  /* per rank, the gradient reduction (docs/schedules.md, Gradient
+   * reduction): reduce_time the sum of its REDUCE_GRADs' t_reduce,
+   * reduce_hidden the part of it during which the rank computed (0 in
+   * the host-blocking mode, where the host is held), reduce_exposed the
+   * rest (reduce_time - reduce_hidden). All 0 without reductions; NULL in
+   * a result built by hand. */
+  double *reduce_time, *reduce_hidden, *reduce_exposed;
   /* With start times but no end (zb_simulate_starts): each compute op's
    * time, zb_costs_op_table of the costs, for zb_sim_end; else NULL. */
   double *op_time;
@@ -81,8 +91,12 @@ typedef enum zb_sim_mode { ZB_SIM_BLOCKING = 0, ZB_SIM_DEVICE = 1 } zb_sim_mode;
  * comm stream, each starting when the one before completed and its
  * sends' producers ended, and completing when each transfer has both its
  * sides' groups started plus T_comm. A comm action's start and end are
- * its group's. Lists without comm actions are simulated as zb_simulate
- * does (their compute timeline is the same). Results and errors as
+ * its group's. A REDUCE_GRAD runs on the rank's reduction stream (one
+ * per rank, its reductions in list order) from the end of the compute
+ * before it, for t_reduce of its stage; a WAIT_REDUCE_GRAD holds the
+ * compute stream until that stream is done. Lists without comm actions
+ * are simulated as zb_simulate does (their compute timeline is the
+ * same), their reductions on that stream too. Results and errors as
  * zb_simulate's (ZB_ERR_DEADLOCK names where each rank's two walks
  * stopped). */
 zb_err zb_simulate_device(const zb_schedule *s, const zb_costs *c, int window, zb_sim_result **out,
@@ -90,6 +104,16 @@ zb_err zb_simulate_device(const zb_schedule *s, const zb_costs *c, int window, z
 /* zb_simulate or zb_simulate_device (window ZB_SIM_WINDOW), by mode. */
 zb_err zb_simulate_mode(const zb_schedule *s, const zb_costs *c, zb_sim_mode mode, zb_sim_result **out,
                         zb_diag *diag);
+/* zb_simulate_figures and zb_simulate_makespan by mode. ZB_SIM_DEVICE
+ * runs lowered lists as zb_simulate_device does, and lists without comm
+ * actions as zb_simulate does but for each rank's reductions, which run
+ * on a stream of their own there: a REDUCE_GRAD starts once the compute
+ * before it in the list has ended and the rank's earlier reductions are
+ * done, and only a WAIT_REDUCE_GRAD waits for it. */
+zb_err zb_simulate_figures_mode(const zb_schedule *s, const zb_costs *c, zb_sim_mode mode,
+                                zb_sim_result **out, zb_diag *diag);
+zb_err zb_simulate_makespan_mode(const zb_schedule *s, const zb_costs *c, zb_sim_mode mode, double *makespan,
+                                 double *max_span);
 
 /* The figures and each action's start only (end NULL): an action's end
  * is its start plus zb_costs_time of it, the sum the simulation makes,

@@ -36,6 +36,7 @@ typedef struct dev_state {
   double *cnow, *gnow; /* per rank: compute stream free, comm stream free */
   double *gstart;      /* per rank: the start of the group at gi, NAN while not started */
   double *first, *mem;
+  double *rlo, *rnow; /* per rank: its reduction stream (zb_sim_reduce_issue) */
   int remaining;
 } dev_state;
 
@@ -104,6 +105,8 @@ static void dev_init(dev_state *d, const zb_schedule *s, const zb_costs *c, int 
   d->gstart = dev_nans((size_t)p);
   d->first = dev_nans((size_t)p);
   d->mem = zb_calloc((size_t)p, sizeof(double));
+  d->rlo = zb_calloc((size_t)p, sizeof(double));
+  d->rnow = zb_calloc((size_t)p, sizeof(double));
   for (int r = 0; r < p; r++) {
     const zb_rank_list *l = &s->ranks[r];
     d->gend[r] = zb_malloc(sizeof(double) * (size_t)(zb_comm_group_count(l->actions, l->n) + 1));
@@ -132,6 +135,8 @@ static void dev_free(dev_state *d) {
   free(d->gstart);
   free(d->first);
   free(d->mem);
+  free(d->rlo);
+  free(d->rnow);
 }
 
 static void dev_record(dev_state *d, int r, int i, double start, double end) {
@@ -203,6 +208,7 @@ static bool dev_compute(dev_state *d, int r, int i) {
   if (isnan(d->first[r]))
     d->first[r] = start;
   if (d->res) {
+    d->res->reduce_hidden[r] += zb_sim_reduce_overlap(start, end, d->rlo[r], d->rnow[r]);
     d->res->busy[r] += end - start;
     d->mem[r] += d->op_mem[op_at];
     d->res->peak_memory[r] = fmax(d->res->peak_memory[r], d->mem[r]);
@@ -274,6 +280,24 @@ static bool dev_comm_step(dev_state *d, int r) {
   return true;
 }
 
+/* A REDUCE_GRAD (onto the rank's reduction stream, after the compute
+ * before it) or WAIT_REDUCE_GRAD (the compute stream waits for that
+ * stream) at rank r's action i. */
+static void dev_reduce(dev_state *d, int r, int i) {
+  const zb_action *a = &d->s->ranks[r].actions[i];
+  double start = d->cnow[r];
+  if (a->op == ZB_OP_WAIT_REDUCE_GRAD) {
+    d->cnow[r] = fmax(d->cnow[r], d->rnow[r]);
+    dev_record(d, r, i, start, d->cnow[r]);
+    return;
+  }
+  double t = zb_sim_reduce_time(d->c, a);
+  start = zb_sim_reduce_issue(d->cnow[r], t, &d->rlo[r], &d->rnow[r]);
+  if (d->res)
+    d->res->reduce_time[r] += t;
+  dev_record(d, r, i, start, start + t);
+}
+
 /* One step of rank r's compute walk (other actions take no time and are
  * passed, groups counted as posted); false when it cannot move. */
 static bool dev_compute_step(dev_state *d, int r) {
@@ -285,6 +309,11 @@ static bool dev_compute_step(dev_state *d, int r) {
   if (zb_op_is_comm(a->op)) {
     d->ci[r] = zb_comm_group_end(l->actions, l->n, i) + 1;
     d->groups_before[r]++;
+    return true;
+  }
+  if (a->op == ZB_OP_REDUCE_GRAD || a->op == ZB_OP_WAIT_REDUCE_GRAD) {
+    dev_reduce(d, r, i);
+    d->ci[r] = i + 1;
     return true;
   }
   if (!zb_op_is_compute(a->op)) {
@@ -320,11 +349,12 @@ static zb_err dev_stuck(const dev_state *d, zb_diag *diag) {
   return zb_diag_set(diag, ZB_ERR_DEADLOCK, "schedule cannot complete on device-ordered streams:%s", stuck);
 }
 
-/* Each rank's span: its first compute start to the later of its two
- * streams' ends (an iteration ends when its groups are drained). */
+/* Each rank's span: its first compute start to the latest of its
+ * streams' ends (an iteration ends when its groups and reductions are
+ * drained). */
 static void dev_totals(const dev_state *d, zb_sim_result *r) {
   for (int k = 0; k < d->s->p; k++) {
-    double end = fmax(d->cnow[k], d->gnow[k]);
+    double end = fmax(fmax(d->cnow[k], d->gnow[k]), d->rnow[k]);
     r->span_start[k] = isnan(d->first[k]) ? 0 : d->first[k];
     r->span_end[k] = end;
     r->makespan = fmax(r->makespan, end);
@@ -335,7 +365,7 @@ static void dev_totals(const dev_state *d, zb_sim_result *r) {
 zb_err zb_simulate_device(const zb_schedule *s, const zb_costs *c, int window, zb_sim_result **out,
                           zb_diag *diag) {
   if (!zb_schedule_has_comm(s)) /* nothing on a comm stream: the compute timeline is the whole run */
-    return zb_simulate(s, c, out, diag);
+    return zb_sim_async_reduce(s, c, true, out, diag);
   zb_err err = zb_sim_check_costs(s, c, diag);
   if (err)
     return err;
@@ -365,4 +395,33 @@ zb_err zb_simulate_mode(const zb_schedule *s, const zb_costs *c, zb_sim_mode mod
   if (mode == ZB_SIM_DEVICE)
     return zb_simulate_device(s, c, ZB_SIM_WINDOW, out, diag);
   return zb_simulate(s, c, out, diag);
+}
+
+zb_err zb_simulate_figures_mode(const zb_schedule *s, const zb_costs *c, zb_sim_mode mode,
+                                zb_sim_result **out, zb_diag *diag) {
+  if (mode != ZB_SIM_DEVICE)
+    return zb_simulate_figures(s, c, out, diag);
+  if (!zb_schedule_has_comm(s))
+    return zb_sim_async_reduce(s, c, false, out, diag);
+  zb_sim_result *r = NULL;
+  zb_err err = zb_simulate_device(s, c, ZB_SIM_WINDOW, &r, diag);
+  if (!err) {
+    *out = zb_sim_result_copy_figures(r);
+    zb_sim_result_free(r);
+  }
+  return err;
+}
+
+zb_err zb_simulate_makespan_mode(const zb_schedule *s, const zb_costs *c, zb_sim_mode mode, double *makespan,
+                                 double *max_span) {
+  if (mode != ZB_SIM_DEVICE)
+    return zb_simulate_makespan(s, c, makespan, max_span);
+  zb_sim_result *r = NULL;
+  zb_err err = zb_simulate_figures_mode(s, c, mode, &r, NULL);
+  if (!err) {
+    *makespan = r->makespan;
+    *max_span = r->max_span;
+  }
+  zb_sim_result_free(r);
+  return err;
 }

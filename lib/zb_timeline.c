@@ -34,6 +34,9 @@ static void sum_rank(const zb_tl_rank *rk, zb_tl_summary *s, int r, double *firs
         *first = o->start;
       if (isnan(*last) || o->end > *last)
         *last = o->end;
+    } else if (o->op == ZB_OP_REDUCE_GRAD) {
+      s->reduce[r] += d;
+      s->reduce_ops[r]++;
     } else {
       s->groups[r]++;
     }
@@ -47,7 +50,7 @@ static double comm_in_span(const zb_tl_rank *rk, double start, double end) {
   for (int i = 0; i < rk->n; i++) {
     const zb_tl_op *o = &rk->ops[i];
     double a = o->start > start ? o->start : start, b = o->end < end ? o->end : end;
-    if (!zb_op_is_compute(o->op) && b > a)
+    if (!zb_op_is_compute(o->op) && o->op != ZB_OP_REDUCE_GRAD && b > a)
       sum += b - a;
   }
   return sum;
@@ -68,6 +71,8 @@ zb_err zb_timeline_summarize(const zb_tl_rank *ranks, int p, zb_tl_summary *out,
   out->idle = zb_calloc((size_t)p, sizeof(double));
   out->compute_ops = zb_calloc((size_t)p, sizeof(int));
   out->groups = zb_calloc((size_t)p, sizeof(int));
+  out->reduce = zb_calloc((size_t)p, sizeof(double));
+  out->reduce_ops = zb_calloc((size_t)p, sizeof(int));
   double start = NAN, end = NAN, busy_sum = 0, busy_max = 0;
   for (int r = 0; r < p; r++) {
     double first, last;
@@ -105,6 +110,8 @@ void zb_tl_summary_free(zb_tl_summary *s) {
   free(s->idle);
   free(s->compute_ops);
   free(s->groups);
+  free(s->reduce);
+  free(s->reduce_ops);
   memset(s, 0, sizeof *s);
 }
 

@@ -3,8 +3,12 @@
  * (docs/schedules.md, Bubble definitions), so that a measured bubble and a
  * predicted one mean the same thing.
  *
- * Each rank lists what it ran, in order: compute ops (F, B, W, BW) and
- * transport groups (a SEND_* or RECV_* op standing for the group). Pure:
+ * Each rank lists what it ran, in order: compute ops (F, B, W, BW),
+ * transport groups (a SEND_* or RECV_* op standing for the group) and
+ * gradient reductions (REDUCE_GRAD of a stage, mb -1: from the
+ * collective's launch to its completion, on the reduction's own stream
+ * or holding the host; docs/schedules.md, Gradient reduction). Any other
+ * kind (a WAIT_* marker) is listed as a group, as before. Pure:
  * no I/O, no clock of its own; the caller aligns the times.
  */
 #ifndef ZB_TIMELINE_H
@@ -16,7 +20,7 @@
 #include "zb_schedule.h"
 
 typedef struct zb_tl_op {
-  zb_op op;          /* F, B, W, BW; or SEND_F/RECV_F/SEND_B/RECV_B for a transport group */
+  zb_op op;          /* F, B, W, BW; SEND_F/RECV_F/SEND_B/RECV_B for a transport group; REDUCE_GRAD */
   int stage, mb;     /* of the op, or of the group's first action */
   int group_size;    /* actions in a transport group; 0 for compute */
   double start, end; /* seconds on the common clock, end >= start */
@@ -40,6 +44,8 @@ typedef struct zb_tl_summary {
   double *comm;              /* per rank: seconds in transport groups within [start, end] */
   double *idle;              /* per rank: span - compute - comm, never below 0 */
   int *compute_ops, *groups; /* per rank: how many of each */
+  double *reduce; /* per rank: seconds of REDUCE_GRAD spans (not in comm or idle: they may overlap compute) */
+  int *reduce_ops; /* per rank: how many REDUCE_GRAD spans */
 } zb_tl_summary;
 
 /* Summarises p ranks' timelines into *out (which the caller frees with

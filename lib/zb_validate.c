@@ -234,6 +234,7 @@ static zb_err check_actions(vctx *x, zb_violation *out) {
   double lim = x->c && x->c->mem_limit > 0 ? x->c->mem_limit : 0;
   for (int r = 0; r < s->p; r++) {
     double mem = 0;
+    zb_validate_reduce_rank_begin(x);
     for (int i = 0; i < s->ranks[r].n; i++) {
       /* a copy: nothing the checks store can alias it, so its fields are
        * taken out of their word once */
@@ -274,10 +275,15 @@ static zb_err check_actions(vctx *x, zb_violation *out) {
         if (lim > 0 && mem > lim + 1e-9 * (1 + fabs(lim)))
           NOTE(x, ZB_VIOL_MEMORY, r, i, a, "memory %g exceeds the limit %g", mem, lim);
         check_order(x, r, i, a);
+        if (a->op == ZB_OP_W || a->op == ZB_OP_BW)
+          zb_validate_reduce_weight(x, r, i, a);
         break;
+      case ZB_OP_REDUCE_GRAD:
+      case ZB_OP_WAIT_REDUCE_GRAD: zb_validate_reduce_action(x, r, i, a); break;
       default: break;
       }
     }
+    zb_validate_reduce_rank_end(x, r);
   }
   return ZB_OK;
 }
@@ -341,8 +347,8 @@ static zb_err report(const vctx *x, zb_violation_kind k, zb_violation *out) {
 static zb_err validate_scan(vctx *x, zb_violation *out) {
   zb_err err = check_actions(x, out);
   if (!err && !(err = report(x, ZB_VIOL_PLACEMENT, out)) && !(err = report(x, ZB_VIOL_DUPLICATE, out)) &&
-      !(err = check_missing(x, out)) && !(err = report(x, ZB_VIOL_DEPENDENCY, out)) &&
-      !(err = report(x, ZB_VIOL_COMM_MISMATCH, out)))
+      !(err = check_missing(x, out)) && !(err = zb_validate_reduce_missing(x, out)) &&
+      !(err = report(x, ZB_VIOL_DEPENDENCY, out)) && !(err = report(x, ZB_VIOL_COMM_MISMATCH, out)))
     err = x->lowered ? check_unpaired(x, out) : ZB_OK;
   return err;
 }
@@ -408,10 +414,14 @@ zb_err zb_validate_par(const zb_schedule *s, const zb_costs *c, const zb_par *pa
   size_t cells = (size_t)x.S * x.m;
   x.cell = zb_calloc_large(cells + 1, sizeof *x.cell);
   x.stage_rank = zb_malloc(sizeof(int) * (size_t)(x.S > 0 ? x.S : 1));
-  for (int st = 0; st < x.S; st++)
+  x.reduce_at = zb_malloc(sizeof(int) * (size_t)(x.S > 0 ? x.S : 1));
+  for (int st = 0; st < x.S; st++) {
     x.stage_rank[st] = zb_stage_rank(s, st);
+    x.reduce_at[st] = -1;
+  }
   zb_err err = validate_run(&x, par, out);
   free(x.cell);
   free(x.stage_rank);
+  free(x.reduce_at);
   return err;
 }

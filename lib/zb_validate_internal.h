@@ -23,7 +23,26 @@ typedef struct vctx {
    * word, so that a rank's pass walks one row per stage, not twelve */
   uint16_t *cell;
   zb_violation first[VKINDS]; /* the first of each kind, in scan order */
+  /* the gradient reduction (zb_validate_reduce.c): per stage the index
+   * of its REDUCE_GRAD on its rank (-1: none yet); whether the lists
+   * hold any reduction action; on the rank being scanned, its last
+   * REDUCE_GRAD's index and stage (-1: none) and its last wait's index */
+  int *reduce_at;
+  bool any_reduce;
+  int last_reduce, last_reduce_stage, last_wait;
 } vctx;
+
+/* The scan's part for the reduction (docs/schedules.md, Gradient
+ * reduction), each noting its first violation of a kind: a REDUCE_GRAD
+ * or WAIT_REDUCE_GRAD at rank r's index i; a W or BW (after its stage's
+ * REDUCE_GRAD?); the start and the end of rank r's list. */
+void zb_validate_reduce_action(vctx *x, int r, int i, const zb_action *a);
+void zb_validate_reduce_weight(vctx *x, int r, int i, const zb_action *a);
+void zb_validate_reduce_rank_begin(vctx *x);
+void zb_validate_reduce_rank_end(vctx *x, int r);
+/* After the scan: when the lists reduce at all, every stage's
+ * REDUCE_GRAD there (ZB_VIOL_MISSING into out). */
+zb_err zb_validate_reduce_missing(const vctx *x, zb_violation *out);
 
 /* Fills out with a violation of kind k at action a, index `index` of
  * rank's list (-1: none), its detail from fmt; returns

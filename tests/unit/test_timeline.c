@@ -128,6 +128,24 @@ static void test_comm_is_not_busy(void) {
   zb_planner_result_free(&pl);
 }
 
+/* A REDUCE_GRAD span is a timed op of its own: counted in reduce, not as
+ * a transport group, so comm and idle stay what they were. */
+static void test_reduce_is_its_own(void) {
+  zb_tl_op r0[] = {{.op = ZB_OP_F, .stage = 0, .mb = 0, .start = 0, .end = 1},
+                   {.op = ZB_OP_SEND_F, .stage = 0, .mb = 0, .group_size = 1, .start = 1, .end = 1.5},
+                   {.op = ZB_OP_REDUCE_GRAD, .stage = 0, .mb = -1, .start = 1.5, .end = 4},
+                   {.op = ZB_OP_B, .stage = 0, .mb = 0, .start = 2, .end = 3}};
+  zb_tl_rank ranks[1] = {{r0, 4}};
+  zb_tl_summary s;
+  CHECK_EQ(zb_timeline_summarize(ranks, 1, &s, NULL), ZB_OK);
+  CHECK_EQ(s.groups[0], 1);
+  CHECK_EQ(s.reduce_ops[0], 1);
+  CHECK_NEAR(s.reduce[0], 2.5, 1e-12);
+  CHECK_NEAR(s.comm[0], 0.5, 1e-12);
+  CHECK_NEAR(s.idle[0], 3 - 2 - 0.5, 1e-12);
+  zb_tl_summary_free(&s);
+}
+
 static void test_bad_times_refused(void) {
   zb_tl_op ops[2] = {{.op = ZB_OP_F, .start = 0, .end = 1},
                      {.op = ZB_OP_B, .stage = 1, .mb = 3, .start = 2, .end = 1.5}};
@@ -207,4 +225,5 @@ static void test_costs_from_a_timeline(void) {
 }
 
 ZBT_MAIN(ZBT(test_costs_from_a_timeline), ZBT(test_clock_offset), ZBT(test_timeline_equals_the_simulator),
-         ZBT(test_offsets_taken_out), ZBT(test_comm_is_not_busy), ZBT(test_bad_times_refused))
+         ZBT(test_offsets_taken_out), ZBT(test_comm_is_not_busy), ZBT(test_bad_times_refused),
+         ZBT(test_reduce_is_its_own))
