@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "zb_alloc.h"
 #include "zb_collective.h"
@@ -27,6 +28,7 @@ enum { MAX_RANKS = 4, BIG_N = 1000003 };
 /* nranks tcp transports on loopback, every pair connected. */
 typedef struct world {
   int nranks;
+  atomic_bool stop;
   zb_transport *t[MAX_RANKS];
   const char *addrs[MAX_RANKS];
 } world;
@@ -72,6 +74,7 @@ static bool world_open(world *w, int nranks) {
                         .nranks = nranks,
                         .listen = "127.0.0.1:0",
                         .session = 31,
+                        .stop = &w->stop,
                         .idle_timeout_s = 30}; /* a lost message fails, never hangs */
     zb_diag d = {{0}};
     if (zb_transport_tcp_new(&tc, &w->t[r], &d) != ZB_OK) {
@@ -221,5 +224,159 @@ static void test_four_members(void) {
   collectives_of_d(4, 4 * 4099);
 }
 
+/* A member of the d = 2, p = 2 grid: rank g = replica * 2 + r all-reduces
+ * stage r with replica 2 + r... and then stage r + 2 (a second chunk on
+ * the same ranks, as with v = 2) over the same connections. */
+static int grid_ranks[2][2] = {{0, 2}, {1, 3}};
+
+static void two_stages(member *m) {
+  int r = m->rank % 2;
+  m->ring =
+      (zb_ring){.tr = m->w->t[m->rank], .size = 2, .index = m->rank / 2, .ranks = grid_ranks[r], .stage = r};
+  if ((m->err = zb_ring_all_reduce(&m->ring, m->ar, m->n, &m->diag)))
+    return;
+  m->ring.stage = r + 2;
+  m->ring.seq = 0; /* another group: numbered on its own */
+  m->err = zb_ring_all_reduce(&m->ring, m->rs, m->n, &m->diag);
+}
+
+static void test_groups_share_transports(void) {
+  world w;
+  CHECK(world_open(&w, 4));
+  enum { N = 300007 };
+  member m[4];
+  for (int g = 0; g < 4; g++) {
+    m[g] = (member){.w = &w, .rank = g, .body = two_stages, .n = N};
+    m[g].ar = zb_malloc(sizeof(float) * N);
+    m[g].rs = zb_malloc(sizeof(float) * N);
+    for (size_t j = 0; j < N; j++) {
+      m[g].ar[j] = (float)(g + 1);        /* stage r: (r + 1) + (r + 3) */
+      m[g].rs[j] = (float)(16 * (g + 1)); /* stage r + 2: 16 times that */
+    }
+  }
+  run_members(m, 4, member_main);
+  for (int g = 0; g < 4; g++) {
+    int r = g % 2;
+    CHECK_MSG(m[g].err == ZB_OK, "rank %d: %s", g, m[g].diag.msg);
+    for (size_t j = 0; j < N; j++) {
+      CHECK_MSG(m[g].ar[j] == (float)(2 * r + 4), "rank %d stage %d [%zu]: %g", g, r, j, m[g].ar[j]);
+      CHECK_MSG(m[g].rs[j] == (float)(16 * (2 * r + 4)), "rank %d stage %d [%zu]: %g", g, r + 2, j,
+                m[g].rs[j]);
+    }
+    free(m[g].ar);
+    free(m[g].rs);
+  }
+  world_close(&w);
+}
+
+/* Member 1 runs its stages in the other order: stage 1 first. */
+static void stages_swapped(member *m) {
+  static const int pair[2] = {0, 1};
+  m->ring = (zb_ring){.tr = m->w->t[m->rank], .size = 2, .index = m->rank, .ranks = pair};
+  for (int k = 0; k < 2 && !m->err; k++) {
+    m->ring.stage = m->rank == 0 ? k : 1 - k;
+    m->ring.seq = 0;
+    m->err = zb_ring_all_reduce(&m->ring, m->ar, m->n, &m->diag);
+  }
+}
+
+static void test_a_stage_mismatch_names_both_tags(void) {
+  world w;
+  CHECK(world_open(&w, 2));
+  member m[2];
+  float buf[2][64] = {{0}};
+  for (int i = 0; i < 2; i++)
+    m[i] = (member){.w = &w, .rank = i, .body = stages_swapped, .n = 64, .ar = buf[i]};
+  run_members(m, 2, member_main);
+  bool named = false;
+  for (int i = 0; i < 2; i++) {
+    printf("  member %d: %s\n", i, m[i].diag.msg);
+    CHECK(m[i].err != ZB_OK);
+    named = named || (m[i].err == ZB_ERR_INVALID_SCHEDULE && strstr(m[i].diag.msg, "R s0 mb0") &&
+                      strstr(m[i].diag.msg, "R s1 mb0"));
+  }
+  CHECK(named);
+  world_close(&w);
+}
+
+/* Member 3 aborts its transport; the others all-reduce a large buffer. */
+static void member_3_aborts(member *m) {
+  if (m->rank == 3)
+    zb_transport_abort(m->w->t[3], "member 3 went away");
+  m->err = zb_ring_all_reduce(&m->ring, m->ar, m->n, &m->diag);
+}
+
+static void test_an_aborted_member_fails_the_others(void) {
+  world w;
+  CHECK(world_open(&w, 4));
+  int ranks[4] = {0, 1, 2, 3};
+  member m[4];
+  for (int i = 0; i < 4; i++) {
+    m[i] = (member){.w = &w, .rank = i, .body = member_3_aborts, .n = BIG_N};
+    m[i].ring = (zb_ring){.tr = w.t[i], .size = 4, .index = i, .ranks = ranks};
+    m[i].ar = zb_calloc(BIG_N, sizeof(float));
+  }
+  run_members(m, 4, member_main);
+  for (int i = 0; i < 4; i++) {
+    printf("  member %d: %s\n", i, m[i].diag.msg);
+    CHECK(m[i].err == ZB_ERR_IO);
+    CHECK(!strstr(m[i].diag.msg, "no progress")); /* the transport's error, not the idle timeout */
+    free(m[i].ar);
+  }
+  CHECK(strstr(m[0].diag.msg, "peer rank 3")); /* member 0 receives from member 3 */
+  CHECK(strstr(m[3].diag.msg, "member 3 went away"));
+  world_close(&w);
+}
+
+/* Member 0 passes a bad index; member 1 raises nothing and must not hang. */
+static void bad_index_or_stop(member *m) {
+  static const int pair[2] = {0, 1};
+  m->ring = (zb_ring){.tr = m->w->t[m->rank], .size = 2, .index = m->rank == 0 ? 5 : 1, .ranks = pair};
+  m->err = zb_ring_all_reduce(&m->ring, m->ar, m->n, &m->diag);
+}
+
+static void test_bad_arguments_fail_both_members(void) {
+  world w;
+  CHECK(world_open(&w, 2));
+  member m[2];
+  float buf[2][8] = {{0}};
+  for (int i = 0; i < 2; i++)
+    m[i] = (member){.w = &w, .rank = i, .body = bad_index_or_stop, .n = 8, .ar = buf[i]};
+  run_members(m, 2, member_main);
+  printf("  member 0: %s\n  member 1: %s\n", m[0].diag.msg, m[1].diag.msg);
+  CHECK(m[0].err == ZB_ERR_INVALID_ARG && strstr(m[0].diag.msg, "member index 5 is not in 0..1"));
+  CHECK(m[1].err == ZB_ERR_IO && strstr(m[1].diag.msg, "peer rank 0 closed")); /* not the idle timeout */
+  world_close(&w);
+}
+
+/* Member 1 never joins; it raises the stop flag instead. */
+static void waits_or_stops(member *m) {
+  static const int pair[2] = {0, 1};
+  if (m->rank == 1) {
+    struct timespec pause = {.tv_nsec = 100 * 1000 * 1000}; /* let member 0 wait; nothing depends on it */
+    nanosleep(&pause, NULL);
+    atomic_store(&m->w->stop, true);
+    return;
+  }
+  m->ring = (zb_ring){.tr = m->w->t[0], .size = 2, .index = 0, .ranks = pair, .stage = 4};
+  m->err = zb_ring_all_reduce(&m->ring, m->ar, m->n, &m->diag);
+}
+
+static void test_the_stop_flag_ends_a_wait(void) {
+  world w;
+  CHECK(world_open(&w, 2));
+  member m[2];
+  float buf[8] = {0};
+  for (int i = 0; i < 2; i++)
+    m[i] = (member){.w = &w, .rank = i, .body = waits_or_stops, .n = 8, .ar = buf};
+  run_members(m, 2, member_main);
+  printf("  member 0: %s\n", m[0].diag.msg);
+  CHECK(m[0].err == ZB_ERR_IO && strstr(m[0].diag.msg, "stopped") && strstr(m[0].diag.msg, "peer rank 1") &&
+        strstr(m[0].diag.msg, "R s4 mb0"));
+  world_close(&w);
+}
+
 ZBT_MAIN(ZBT(test_shards_tile_the_buffer), ZBT(test_one_member_moves_nothing), ZBT(test_two_members),
-         ZBT(test_three_members), ZBT(test_four_members))
+         ZBT(test_three_members), ZBT(test_four_members), ZBT(test_groups_share_transports),
+         ZBT(test_a_stage_mismatch_names_both_tags), ZBT(test_an_aborted_member_fails_the_others),
+         ZBT(test_bad_arguments_fail_both_members), ZBT(test_the_stop_flag_ends_a_wait))
