@@ -3,7 +3,8 @@
  * documented rule. For groups of d = 1 to 4 and buffers of 0, 1, d-1 and
  * 1000003 floats (crossing slices, with the default slice and an odd
  * one): all-reduce of random data matches a double-precision sum within
- * fp32 rounding and is bit-identical on every member; reduce-scatter
+ * fp32 rounding, is bit-identical on every member and sends 2(d-1)/d of
+ * the buffer; reduce-scatter
  * leaves each member its shard of that same result; all-gather copies
  * every member's shard exactly. Two groups on the same four transports (a
  * d = 2, p = 2 grid) run side by side; two stages on the same two ranks
@@ -41,6 +42,7 @@ struct member {
   void (*body)(member *m);
   size_t n;
   float *in, *ar, *rs, *ag; /* input; all-reduce, reduce-scatter, all-gather results */
+  int64_t ar_sent;          /* payload bytes the all-reduce sent */
   zb_err err;
   zb_diag diag;
 };
@@ -136,8 +138,12 @@ static void three_collectives(member *m) {
     m->ag[j] = NAN;
   zb_ring_shard(m->n, m->ring.size, m->ring.index, &off, &len);
   memcpy(m->ag + off, m->in + off, sizeof(float) * len);
-  if (!(m->err = zb_ring_all_reduce(&m->ring, m->ar, m->n, &m->diag)) &&
-      !(m->err = zb_ring_reduce_scatter(&m->ring, m->rs, m->n, &m->diag)))
+  zb_transport_stats before, after;
+  zb_transport_stats_get(m->ring.tr, &before);
+  m->err = zb_ring_all_reduce(&m->ring, m->ar, m->n, &m->diag);
+  zb_transport_stats_get(m->ring.tr, &after);
+  m->ar_sent = after.bytes_sent - before.bytes_sent;
+  if (!m->err && !(m->err = zb_ring_reduce_scatter(&m->ring, m->rs, m->n, &m->diag)))
     m->err = zb_ring_all_gather(&m->ring, m->ag, m->n, &m->diag);
 }
 
@@ -162,8 +168,11 @@ static void check_results(member *m, int d) {
               m[0].ar[j], exact);
   }
   for (int i = 0; i < d; i++) {
-    size_t off, len;
+    size_t off, len, off1, len1;
     zb_ring_shard(n, d, i, &off, &len);
+    zb_ring_shard(n, d, (i + 1) % d, &off1, &len1);
+    /* bandwidth-optimal: every shard but its own, then every shard but its successor's */
+    CHECK_EQ(m[i].ar_sent, d == 1 ? 0 : (int64_t)(sizeof(float) * (2 * n - len - len1)));
     CHECK_MSG(memcmp(m[i].rs + off, m[0].ar + off, sizeof(float) * len) == 0,
               "member %d's reduce-scatter shard differs from the all-reduce", i);
     for (int k = 0; k < d; k++)
