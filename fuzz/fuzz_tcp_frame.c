@@ -14,7 +14,7 @@
 static void encode(const zbtcp_frame *f, unsigned char *b) {
   put_u32(b, f->magic);
   if (f->magic == TCP_MSG_MAGIC) {
-    put_u32(b + 4, f->tag.kind == ZB_OP_B ? 'B' : 'F');
+    put_u32(b + 4, zbtcp_kind_byte(f->tag.kind));
     put_u32(b + 8, (uint32_t)f->tag.stage);
     put_u32(b + 12, (uint32_t)f->tag.mb);
     put_u64(b + 16, f->len);
@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   bool message = f.magic == TCP_MSG_MAGIC;
   FUZZ_CHECK(size == (message ? TCP_FRAME : TCP_HELLO_FRAME), "a %zu-byte header decoded", size);
   if (message) {
-    FUZZ_CHECK(f.tag.kind == ZB_OP_F || f.tag.kind == ZB_OP_B, "message kind %d", (int)f.tag.kind);
+    FUZZ_CHECK(zbtcp_kind_byte(f.tag.kind) != 0, "message kind %d", (int)f.tag.kind);
     FUZZ_CHECK(f.mac == data + TCP_FIELDS, "header tag outside the header");
   } else {
     FUZZ_CHECK(f.rank >= 0 && f.rank < f.nranks, "rank %d of %d", f.rank, f.nranks);

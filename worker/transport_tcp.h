@@ -14,7 +14,7 @@
  *   hello (72 bytes): magic "ZBHL" | version u32 | rank u32 | nranks u32 |
  *            session u64 | nonce [16] | mac [32]
  *   proof (72 bytes): magic "ZBPF", the rest as a hello's, nonce zero
- *   message: a 40-byte header, magic "ZBMS" | kind u32 ('F'/'B') |
+ *   message: a 40-byte header, magic "ZBMS" | kind u32 ('F'/'B'/'R') |
  *            stage i32 | mb i32 | len u64 | header tag [16], then len
  *            payload bytes, then the frame tag [16].
  * The handshake proves that both ends hold the job's data secret (sent by
@@ -182,12 +182,19 @@ int zbtcp_resolve(const char *addr, bool passive, struct addrinfo **out);
 
 /* ---- frame headers (transport_tcp_frame.c) ---- */
 
+/* The byte a tag's kind travels as: 'F', 'B', or 'R' for ZB_OP_REDUCE_GRAD
+ * (the ring collectives, zb_collective.h); 0 for a kind that cannot
+ * travel. */
+static inline uint32_t zbtcp_kind_byte(zb_op kind) {
+  return kind == ZB_OP_F ? 'F' : kind == ZB_OP_B ? 'B' : kind == ZB_OP_REDUCE_GRAD ? 'R' : 0;
+}
+
 /* A frame header a peer sent, decoded and checked on its own; the
  * transport then compares it with what it waits for. */
 typedef struct zbtcp_frame {
   uint32_t magic; /* TCP_MSG_MAGIC, TCP_HELLO_MAGIC or TCP_PROOF_MAGIC */
   /* a message header (TCP_FRAME bytes) */
-  zb_tag tag; /* kind ZB_OP_F or ZB_OP_B; stage and mb as sent (any int32) */
+  zb_tag tag; /* kind ZB_OP_F, ZB_OP_B or ZB_OP_REDUCE_GRAD; stage and mb as sent (any int32) */
   uint64_t len;
   /* a hello or a proof (TCP_HELLO_FRAME bytes) */
   int rank, nranks; /* 0 <= rank < nranks */
@@ -199,7 +206,7 @@ typedef struct zbtcp_frame {
 } zbtcp_frame;
 
 /* Decodes the n bytes of a header read from a peer: a message header (n
- * == TCP_FRAME, magic "ZBMS", kind 'F' or 'B') or a hello or proof (n ==
+ * == TCP_FRAME, magic "ZBMS", kind 'F', 'B' or 'R') or a hello or proof (n ==
  * TCP_HELLO_FRAME, magic "ZBHL" or "ZBPF", version TCP_VERSION, a rank of
  * a rank count below 2^31). Anything else is ZB_ERR_PARSE, diag says why;
  * out->magic is the first word whenever n >= 4, so a caller can tell a

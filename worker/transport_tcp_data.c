@@ -15,7 +15,7 @@
 
 static void tcp_encode_header(unsigned char *h, zb_tag tag, size_t len) {
   put_u32(h, TCP_MSG_MAGIC);
-  put_u32(h + 4, tag.kind == ZB_OP_B ? 'B' : 'F');
+  put_u32(h + 4, zbtcp_kind_byte(tag.kind));
   put_u32(h + 8, (uint32_t)tag.stage);
   put_u32(h + 12, (uint32_t)tag.mb);
   put_u64(h + 16, (uint64_t)len);
@@ -34,8 +34,9 @@ static zb_err tcp_post(tcp_transport *t, bool is_send, int peer, zb_tag tag, voi
   if (t->fds[peer] < 0)
     return zbtcp_fail(t, ZB_ERR_INVALID_ARG, diag, "%s %s: rank %d is not connected to peer rank %d",
                       is_send ? "send" : "recv", zb_tag_format(tag, tb, sizeof tb), t->rank, peer);
-  if (tag.kind != ZB_OP_F && tag.kind != ZB_OP_B)
-    return zbtcp_fail(t, ZB_ERR_INVALID_ARG, diag, "tag kind must be F or B, not %s", zb_op_name(tag.kind));
+  if (!zbtcp_kind_byte(tag.kind))
+    return zbtcp_fail(t, ZB_ERR_INVALID_ARG, diag, "tag kind must be F, B or REDUCE_GRAD, not %s",
+                      zb_op_name(tag.kind));
   if (len > 0 && !buf)
     return zbtcp_fail(t, ZB_ERR_INVALID_ARG, diag, "no buffer for %zu bytes", len);
   if (t->n_ops == t->cap_ops) {

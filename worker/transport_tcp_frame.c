@@ -9,9 +9,11 @@
 
 static zb_err parse_message(const unsigned char *h, zbtcp_frame *out, zb_diag *diag) {
   uint32_t kind = get_u32(h + 4);
-  if (kind != 'F' && kind != 'B')
-    return zb_diag_set(diag, ZB_ERR_PARSE, "message kind 0x%08x is neither 'F' nor 'B'", kind);
-  out->tag = (zb_tag){.kind = kind == 'B' ? ZB_OP_B : ZB_OP_F,
+  if (kind != 'F' && kind != 'B' && kind != 'R')
+    return zb_diag_set(diag, ZB_ERR_PARSE, "message kind 0x%08x is not 'F', 'B' or 'R'", kind);
+  out->tag = (zb_tag){.kind = kind == 'B'   ? ZB_OP_B
+                              : kind == 'R' ? ZB_OP_REDUCE_GRAD
+                                            : ZB_OP_F,
                       .stage = (int32_t)get_u32(h + 8),
                       .mb = (int32_t)get_u32(h + 12)};
   out->len = get_u64(h + 16);

@@ -14,7 +14,8 @@
  *     to one peer in one direction complete in the order they were posted
  *     (NCCL: "executed in order"). Groups nest; the outermost end runs them.
  *     Buffers must stay valid until group_end() returns.
- *   - Tags: every message carries (kind F or B, sending stage, microbatch)
+ *   - Tags: every message carries (kind F, B or REDUCE_GRAD, sending stage,
+ *     microbatch or collective number)
  *     and its length; the receiver states what it expects. tcp sends them
  *     and a mismatch is an error naming both, never a silent corruption;
  *     NCCL carries no tags, so nccl relies on the two ranks' lists agreeing
@@ -66,7 +67,9 @@
 /* What a message carries: kind ZB_OP_F (an activation, SEND_F/RECV_F) or
  * ZB_OP_B (a gradient, SEND_B/RECV_B), the stage that sent it and the
  * microbatch. A RECV_F of stage s expects (F, s-1, mb); a RECV_B of stage s
- * expects (B, s+1, mb). */
+ * expects (B, s+1, mb). The ring collectives (zb_collective.h) send kind
+ * ZB_OP_REDUCE_GRAD with their group's stage and collective number in mb;
+ * no other kind is accepted. */
 typedef struct zb_tag {
   zb_op kind;
   int32_t stage;

@@ -419,8 +419,11 @@ static void test_frame_parse(void) {
         f.nonce[0] == 0xab);
   check_refused(m, sizeof m - 1, "a message header is 40 bytes, not 39");
   check_refused(h, TCP_FRAME, "a handshake header is 72 bytes, not 40");
+  put_u32(m + 4, 'R'); /* the ring collectives' kind (zb_collective.h) */
+  CHECK(zbtcp_frame_parse(m, sizeof m, &f, NULL) == ZB_OK);
+  CHECK(f.tag.kind == ZB_OP_REDUCE_GRAD && f.tag.stage == -3 && f.tag.mb == 5);
   put_u32(m + 4, 'X');
-  check_refused(m, sizeof m, "message kind 0x00000058 is neither 'F' nor 'B'");
+  check_refused(m, sizeof m, "message kind 0x00000058 is not 'F', 'B' or 'R'");
   put_u32(m, 0x50545448); /* "HTTP" */
   check_refused(m, sizeof m, "magic 0x50545448 is not a zb frame's");
   check_refused(m, 2, "magic 0x00000000");
