@@ -137,6 +137,22 @@ void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
   pb->order = (char *)m->order;
 }
 
+/* RankCosts over the defaults: absent keeps them all. */
+static void wire_costs_from_pb(const Zb__V1__RankCosts *c, zb_rank_costs *out) {
+  if (!c)
+    return;
+  out->t_f = c->t_f;
+  out->t_b = c->t_b;
+  out->t_w = c->t_w;
+  out->t_comm = c->t_comm;
+  out->t_reduce = c->t_reduce;
+  if (c->m_f != 0 || c->m_b != 0 || c->m_w != 0) { /* all-zero deltas mean "default memory" */
+    out->m_f = c->m_f;
+    out->m_b = c->m_b;
+    out->m_w = c->m_w;
+  }
+}
+
 /* The data-parallel fields, zero meaning the default (zb.proto). */
 static zb_err wire_dp_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {
   if (pb->data_parallel != 0)
@@ -162,21 +178,7 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   out->microbatches = pb->microbatches;
   out->chunks = pb->chunks;
   out->mem_limit = pb->mem_limit;
-  if (pb->costs) {
-    const Zb__V1__RankCosts *c = pb->costs;
-    /* a message given with all-zero memory deltas means "default memory" */
-    bool mem_given = c->m_f != 0 || c->m_b != 0 || c->m_w != 0;
-    out->costs.t_f = c->t_f;
-    out->costs.t_b = c->t_b;
-    out->costs.t_w = c->t_w;
-    out->costs.t_comm = c->t_comm;
-    out->costs.t_reduce = c->t_reduce;
-    if (mem_given) {
-      out->costs.m_f = c->m_f;
-      out->costs.m_b = c->m_b;
-      out->costs.m_w = c->m_w;
-    }
-  }
+  wire_costs_from_pb(pb->costs, &out->costs);
   if (pb->n_stage_costs > 0) {
     out->n_stage_costs = (int)pb->n_stage_costs;
     out->stage_costs = zb_malloc(sizeof *out->stage_costs * pb->n_stage_costs);
