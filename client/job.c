@@ -372,22 +372,6 @@ static double job_tokens_per_sample(const Zb__V1__JobSpec *spec) {
 }
 
 /* A Job in full: shape, model, progress and its last iteration. */
-/* "hosts      ranks 0-3 on a, 4-7 on b": runs of ranks on one host. */
-static void print_rank_hosts(const Zb__V1__Job *j) {
-  if (!j->n_rank_hosts)
-    return;
-  printf("hosts      ranks");
-  for (size_t r = 0, first = 0; r < j->n_rank_hosts; r++)
-    if (r + 1 == j->n_rank_hosts || strcmp(j->rank_hosts[r + 1], j->rank_hosts[r]) != 0) {
-      printf("%s %zu", first ? "," : "", first);
-      if (r > first)
-        printf("-%zu", r);
-      printf(" on %s", j->rank_hosts[r]);
-      first = r + 1;
-    }
-  printf("\n");
-}
-
 static void print_job(const ProtobufCMessage *resp, const void *ctx) {
   (void)ctx;
   const Zb__V1__Job *j = (const void *)resp;
@@ -422,7 +406,7 @@ static void print_job(const ProtobufCMessage *resp, const void *ctx) {
       printf("dumps      iterations 0, %d, ... and the last, in %s/%s (check: zb-gradcheck %s/%s)\n",
              m->dump_every > 0 ? m->dump_every : 1, m->dump_dir, j->id, m->dump_dir, j->id);
   }
-  print_rank_hosts(j);
+  zbctl_print_placement(j);
   printf("progress   %d/%d iterations\ncreated    %s\nupdated    %s\n", j->iterations_done,
          s ? s->iterations : 0, created, updated);
   if (j->last)

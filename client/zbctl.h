@@ -83,6 +83,9 @@ struct Zb__V1__IterationMetrics;
 struct Zb__V1__Job;
 void zbctl_print_sampled(const struct Zb__V1__IterationMetrics *it);
 void zbctl_print_learned(const struct Zb__V1__Job *j);
+/* job_grid.c: where a job's ranks run (zbctl get): host runs, and for a
+ * data-parallel job the replicas x stages grid. */
+void zbctl_print_placement(const struct Zb__V1__Job *j);
 /* watch_stream.c: every event of job_id from the first, in order, to
  * on_event, until the stream ends; a stream the coordinator cut because
  * this client fell behind is taken up again after the last event (said on

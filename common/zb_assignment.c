@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "zb_alloc.h"
+#include "zb_jobspec_dp.h"
 #include "zb_wire.h"
 
 Zb__V1__ActionKind zb_action_kind_of(zb_op op) {
@@ -96,9 +97,12 @@ static int peer_ranks(const zb_assignment_src *src, int rank, int **out) {
   return k;
 }
 
-static void encode_peers(const zb_assignment_src *src, int rank, Zb__V1__Assignment *a) {
+/* Peers are named by global rank: the plan's peer q of this rank's
+ * replica is replica x p + q (zb_jobspec_dp.h). */
+static void encode_peers(const zb_assignment_src *src, int rank, int replica, Zb__V1__Assignment *a) {
   int *q = NULL;
   int n = peer_ranks(src, rank, &q);
+  int base = replica * src->plan->p;
   if (n == 0) { /* a one-rank job talks to no one */
     free(q);
     return;
@@ -108,8 +112,8 @@ static void encode_peers(const zb_assignment_src *src, int rank, Zb__V1__Assignm
   a->n_peers = (size_t)n;
   for (int k = 0; k < n; k++) {
     zb__v1__peer_address__init(&pa[k]);
-    pa[k].rank = q[k];
-    const char *addr = src->addresses ? src->addresses[q[k]] : NULL;
+    pa[k].rank = base + q[k];
+    const char *addr = src->addresses ? src->addresses[base + q[k]] : NULL;
     pa[k].address = (char *)(addr ? addr : "");
     a->peers[k] = &pa[k];
   }
@@ -139,12 +143,16 @@ static void encode_stages(const zb_assignment_src *src, int rank, Zb__V1__Assign
   a->n_stages = n;
 }
 
-void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assignment *out) {
+void zb_assignment_encode(const zb_assignment_src *src, int global, Zb__V1__Assignment *out) {
   const zb_planner_result *pl = src->plan;
   const zb_job_spec *spec = src->spec;
+  int rank = zb_dp_pipeline_rank(global, pl->p), replica = zb_dp_replica(global, pl->p);
   zb__v1__assignment__init(out);
   out->job_id = (char *)src->job_id;
   out->rank = rank;
+  out->replica = replica;
+  out->data_parallel = spec->data_parallel;
+  out->zero = spec->zero;
   out->ranks = pl->p;
   out->chunks = pl->v;
   out->microbatches = pl->m;
@@ -165,7 +173,7 @@ void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assign
     out->data_secret.len = ZB_DATA_SECRET_BYTES;
   }
   out->action_list = zb_action_list_encode(&pl->lowered->ranks[rank]);
-  encode_peers(src, rank, out);
+  encode_peers(src, rank, replica, out);
   encode_stages(src, rank, out);
   if (zb_job_spec_trains_model(spec)) {
     /* one block with the message first: encode_clear frees it by out->model */

@@ -45,9 +45,11 @@ typedef struct zb_assignment_src {
   const char *job_id;
   const zb_job_spec *spec; /* iterations, backend, transport, precision, bytes per activation, model */
   const zb_planner_result *plan;
-  const char *const *addresses; /* data address by rank (plan->p); NULL: not known yet */
-  int plan_version;             /* 1, then +1 per schedule update */
-  int first_iteration;          /* the first iteration that runs this plan */
+  /* data address by global rank (data_parallel x plan->p, zb_jobspec_dp.h);
+   * NULL: not known yet */
+  const char *const *addresses;
+  int plan_version;    /* 1, then +1 per schedule update */
+  int first_iteration; /* the first iteration that runs this plan */
   /* every rank's address, not only the neighbours': an update that moves
    * stages between ranks, whose weights may go to any rank */
   bool all_peers;
@@ -58,16 +60,20 @@ typedef struct zb_assignment_src {
   const uint8_t *data_secret; /* ZB_DATA_SECRET_BYTES; NULL: none sent */
 } zb_assignment_src;
 
-/* Fills *out with rank's Assignment. Does not fail: the plan is the
- * planner's and the spec was checked at submission. */
-void zb_assignment_encode(const zb_assignment_src *src, int rank, Zb__V1__Assignment *out);
+/* Fills *out with the Assignment of global rank `global` (replica x p +
+ * pipeline rank): rank and ranks are the pipeline rank and p, replica,
+ * data_parallel and zero say the rest, and its peers are named by global
+ * rank within its replica. Does not fail: the plan is the planner's and
+ * the spec was checked at submission. */
+void zb_assignment_encode(const zb_assignment_src *src, int global, Zb__V1__Assignment *out);
 void zb_assignment_encode_clear(Zb__V1__Assignment *out);
 
 /* Packed size of rank's Assignment inside a Command, as it goes on the
- * Attach stream. */
+ * Attach stream (every replica's is the same size). */
 size_t zb_assignment_wire_size(const zb_assignment_src *src, int rank);
 
-/* The largest (and its rank) and the total wire size over all ranks. */
+/* The largest (and its pipeline rank) and the total wire size over one
+ * replica's ranks. */
 typedef struct zb_assignment_sizes {
   size_t largest, total;
   int largest_rank;
@@ -89,7 +95,8 @@ void zb_action_list_free(Zb__V1__ActionList *al);
 /* A decoded Assignment: plain C types, checked. */
 typedef struct zb_assignment {
   char job_id[64];
-  int rank, ranks, chunks, microbatches;
+  int rank, ranks, chunks, microbatches; /* rank: the pipeline rank; ranks: the plan's p */
+  int replica, data_parallel, zero;      /* data parallelism (0 from an older coordinator: 0, 1, 0) */
   zb_family family;
   char schedule[32];
   int plan_version, first_iteration, iterations;
@@ -102,7 +109,7 @@ typedef struct zb_assignment {
    * filled (peers and groups as planned) */
   zb_schedule *sched;
   zb_costs *costs;       /* all p*chunks stages; those rank does not host are zero */
-  char **peer_addresses; /* by rank (ranks entries); NULL where not sent */
+  char **peer_addresses; /* by global rank (data_parallel x ranks entries); NULL where not sent */
   bool has_model;        /* a cpu or cuda job: model is resolved over the defaults */
   zb_model_spec model;
   /* the job's data secret; has_data_secret false from an older coordinator */
@@ -118,7 +125,11 @@ typedef struct zb_assignment {
 zb_err zb_assignment_decode(const Zb__V1__Assignment *pb, zb_assignment *out, zb_diag *diag);
 void zb_assignment_free(zb_assignment *a);
 
-/* The data address of rank q, or NULL when the Assignment did not name it. */
+/* The data address of global rank q, or NULL when the Assignment did not
+ * name it. */
 const char *zb_assignment_peer(const zb_assignment *a, int q);
+/* This rank's global rank and the job's ranks over all replicas. */
+int zb_assignment_global(const zb_assignment *a);
+int zb_assignment_world(const zb_assignment *a);
 
 #endif

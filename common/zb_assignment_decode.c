@@ -137,7 +137,8 @@ static zb_err decode_action_strings(const Zb__V1__RankActions *ra, zb_assignment
 }
 
 static zb_err decode_peers(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
-  a->peer_addresses = zb_calloc((size_t)a->ranks, sizeof(char *));
+  int world = zb_assignment_world(a);
+  a->peer_addresses = zb_calloc((size_t)world, sizeof(char *));
   if (pb->n_peers == 0) { /* the older form: by rank */
     for (size_t q = 0; q < pb->n_peer_addresses && q < (size_t)a->ranks; q++)
       a->peer_addresses[q] = zb_strdup(pb->peer_addresses[q] ? pb->peer_addresses[q] : "");
@@ -145,10 +146,9 @@ static zb_err decode_peers(const Zb__V1__Assignment *pb, zb_assignment *a, zb_di
   }
   for (size_t k = 0; k < pb->n_peers; k++) {
     const Zb__V1__PeerAddress *p = pb->peers[k];
-    if (p->rank < 0 || p->rank >= a->ranks || a->peer_addresses[p->rank])
+    if (p->rank < 0 || p->rank >= world || a->peer_addresses[p->rank])
       return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                         "assignment.peers[%zu]: rank %d is not a rank of %d or repeated", k, p->rank,
-                         a->ranks);
+                         "assignment.peers[%zu]: rank %d is not a rank of %d or repeated", k, p->rank, world);
     a->peer_addresses[p->rank] = zb_strdup(p->address ? p->address : "");
   }
   return ZB_OK;
@@ -274,9 +274,36 @@ static zb_err decode_model(const Zb__V1__Assignment *pb, zb_assignment *a, zb_di
   return err ? err : zb_model_spec_check_sizes(&a->model, "assignment.", diag);
 }
 
+/* replica, data_parallel, zero: 0s from an older coordinator read as
+ * replica 0 of 1; d x ranks within the rank limit. */
+static zb_err decode_dp(const Zb__V1__Assignment *pb, zb_assignment *a, zb_diag *diag) {
+  a->data_parallel = pb->data_parallel > 0 ? pb->data_parallel : 1;
+  a->replica = pb->replica;
+  a->zero = pb->zero;
+  if ((long long)a->data_parallel * a->ranks > DECODE_MAX_RANKS)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.data_parallel: %d replicas of %d ranks, over %d",
+                       a->data_parallel, a->ranks, DECODE_MAX_RANKS);
+  if (a->replica < 0 || a->replica >= a->data_parallel)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.replica: %d of %d replicas", a->replica,
+                       a->data_parallel);
+  if (a->zero != 0 && a->zero != 1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.zero: %d, not 0 or 1", a->zero);
+  return ZB_OK;
+}
+
+int zb_assignment_world(const zb_assignment *a) {
+  return (a->data_parallel > 0 ? a->data_parallel : 1) * a->ranks;
+}
+
+int zb_assignment_global(const zb_assignment *a) {
+  return a->replica * a->ranks + a->rank;
+}
+
 zb_err zb_assignment_decode(const Zb__V1__Assignment *pb, zb_assignment *out, zb_diag *diag) {
   memset(out, 0, sizeof *out);
   zb_err err = decode_header(pb, out, diag);
+  if (!err)
+    err = decode_dp(pb, out, diag);
   if (err)
     return err;
   out->sched = zb_schedule_new(out->ranks, out->chunks, out->microbatches, zb_family_placement(out->family));
@@ -299,12 +326,12 @@ void zb_assignment_free(zb_assignment *a) {
   zb_schedule_free(a->sched);
   zb_costs_free(a->costs);
   if (a->peer_addresses)
-    for (int q = 0; q < a->ranks; q++)
+    for (int q = 0; q < zb_assignment_world(a); q++)
       free(a->peer_addresses[q]);
   free(a->peer_addresses);
   memset(a, 0, sizeof *a);
 }
 
 const char *zb_assignment_peer(const zb_assignment *a, int q) {
-  return q >= 0 && q < a->ranks && a->peer_addresses ? a->peer_addresses[q] : NULL;
+  return q >= 0 && q < zb_assignment_world(a) && a->peer_addresses ? a->peer_addresses[q] : NULL;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "zb_arch.h"
+#include "zb_jobspec_dp.h"
 #include "zb_jobspec_fields.h"
 #include "zb_plan.h"
 #include "zb_utf8.h"
@@ -39,12 +40,18 @@ const char *const zb_job_keys[ZB_JK_COUNT] = {"name",
                                               "trace_every",
                                               "adaptive",
                                               "wait_for_workers_s",
-                                              "transfer_timeout_s"};
+                                              "transfer_timeout_s",
+                                              "data_parallel",
+                                              "zero",
+                                              "rank_order",
+                                              "link_gbps",
+                                              "link_latency_us"};
 const char *const zb_adaptive_keys[ZB_AK_COUNT] = {"enabled", "min_gain", "check_every"};
 const char *const zb_adaptive_fields[ZB_AK_COUNT] = {"adaptive.enabled", "adaptive.min_gain",
                                                      "adaptive.check_every"};
-const char *const zb_cost_keys[ZB_CK_COUNT] = {"f", "b", "w", "comm", "mem"};
-const char *const zb_cost_fields[ZB_CK_COUNT] = {"costs.f", "costs.b", "costs.w", "costs.comm", "costs.mem"};
+const char *const zb_cost_keys[ZB_CK_COUNT] = {"f", "b", "w", "comm", "mem", "reduce"};
+const char *const zb_cost_fields[ZB_CK_COUNT] = {"costs.f",    "costs.b",   "costs.w",
+                                                 "costs.comm", "costs.mem", "costs.reduce"};
 const char *const zb_model_keys[ZB_MK_COUNT] = {
     "hidden",         "heads",    "layers",     "seq_len",
     "batch",          "seed",     "data",       "lr",
@@ -72,6 +79,8 @@ const zb_int_limit zb_job_limits[ZB_JK_COUNT] = {
     [ZB_JK_TRACE_EVERY] = {0, 1000000},
     [ZB_JK_WAIT_WORKERS] = {0, 7 * 86400},
     [ZB_JK_TRANSFER_TIMEOUT] = {1, 86400},
+    [ZB_JK_DATA_PARALLEL] = {1, ZB_DATA_PARALLEL_MAX},
+    [ZB_JK_ZERO] = {0, 1},
 };
 /* The model's sizes: generous bounds; check_model_sizes adds the products'
  * limits. */
@@ -110,6 +119,10 @@ void zb_job_spec_default(zb_job_spec *s) {
   s->wait_for_workers_s = 600;
   s->transfer_timeout_s = ZB_TRANSFER_TIMEOUT_DEFAULT_S;
   s->adaptive = (zb_adaptive_spec){.enabled = -1, .min_gain = 0.02, .check_every = 1};
+  s->data_parallel = 1;
+  snprintf(s->rank_order, sizeof s->rank_order, "%s", ZB_RANK_ORDER_PIPELINES);
+  s->link_gbps = ZB_LINK_GBPS_DEFAULT;
+  s->link_latency_us = ZB_LINK_LATENCY_US_DEFAULT;
   s->model = (zb_model_spec){.hidden = 64,
                              .heads = 4,
                              .layers = 0,
@@ -261,9 +274,13 @@ static zb_err check_schedule(const zb_job_spec *s, zb_job_fault *f, int *v) {
 /* Times named field by field; memory deltas through zb_costs_check on a
  * one-stage cost model, so the rule stays libzb's. */
 static zb_err check_costs(const zb_job_spec *s, zb_job_fault *f) {
-  const double t[4] = {s->costs.t_f, s->costs.t_b, s->costs.t_w, s->costs.t_comm};
-  for (int k = 0; k < 4; k++)
-    if (!isfinite(t[k]) || t[k] < 0)
+  const double t[ZB_CK_COUNT] = {[ZB_CK_F] = s->costs.t_f,
+                                 [ZB_CK_B] = s->costs.t_b,
+                                 [ZB_CK_W] = s->costs.t_w,
+                                 [ZB_CK_COMM] = s->costs.t_comm,
+                                 [ZB_CK_REDUCE] = s->costs.t_reduce};
+  for (int k = 0; k < ZB_CK_COUNT; k++)
+    if (k != ZB_CK_MEM && (!isfinite(t[k]) || t[k] < 0))
       return zb_job_fault_set(f, ZB_JK_COSTS, k, zb_cost_fields[k], "must be a finite number >= 0, got %g",
                               t[k]);
   zb_costs *c = zb_costs_from_rank_share(1, 1, &s->costs, 0);
@@ -507,9 +524,9 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
   if (!terminated(s->transport, sizeof s->transport) || !one_of(s->transport, transports, 2))
     return zb_job_fault_set(f, ZB_JK_TRANSPORT, -1, "transport", "must be one of tcp, nccl, got '%.15s'",
                             s->transport);
-  if ((err = check_device(s, f)) || (err = check_adaptive(s, f)))
+  if ((err = check_device(s, f)) || (err = check_adaptive(s, f)) || (err = check_model(s, f)))
     return err;
-  return check_model(s, f);
+  return zb_job_spec_check_dp(s, f);
 }
 
 zb_err zb_model_spec_check_sizes(const zb_model_spec *m, const char *prefix, zb_diag *diag) {

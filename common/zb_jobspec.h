@@ -30,9 +30,24 @@
  *     w: 0.01                   #   T_W (default 0.01)
  *     comm: 0                   #   T_comm per hop (default 0)
  *     mem: [1, -0.5, -0.5]      #   M_F, M_B, M_W (default 1, -0.5, -0.5)
+ *     reduce: 0                 #   T_reduce: the rank's whole share of averaging its gradients
+ *                               #     across the replicas, once per iteration (default 0; a model
+ *                               #     job with data_parallel > 1 derives it, see link_gbps)
  *   stage_costs:                # optional, per stage [T_F, T_B, T_W] seconds (already per chunk)
  *     - [0.01, 0.012, 0.008]
  *   iterations: 10              # optional, default 10
+ *   data_parallel: 1            # optional: d replicas of the pipeline, d x ranks workers (default 1;
+ *                               #   1..ZB_DATA_PARALLEL_MAX with d x ranks <= the ranks limit, 1024);
+ *                               #   global rank g = replica x ranks + pipeline rank (zb_jobspec_dp.h)
+ *   zero: 0                     # optional: 1 shards the optimizer state over a stage's replicas
+ *                               #   (ZeRO-1); needs data_parallel > 1 and backend cpu or cuda
+ *   rank_order: pipelines       # optional: how global ranks land on hosts: pipelines (default: a
+ *                               #   replica's stages together, the per-microbatch hops stay on a
+ *                               #   host) or stages (a stage's replicas together)
+ *   link_gbps: 100              # optional: the reduction's link bandwidth, Gbit/s (default 100, > 0)
+ *   link_latency_us: 10         # optional: its per-hop latency, us (default 10, >= 0); a model job
+ *                               #   with d > 1 derives each stage's T_reduce from the two as a ring
+ *                               #   all-reduce of the stage's fp32 gradients (zb_jobspec_dp.h)
  *   backend: sim                # optional: sim (default), cpu, cuda
  *   transport: tcp              # optional: tcp (default), nccl (backend cuda only)
  *   precision: fp32             # optional: fp32 (default); tf32, bf16 (backend cuda only)
@@ -161,11 +176,19 @@ typedef struct zb_job_spec {
    * docs/model.md, Transports) */
   int transfer_timeout_s;
   zb_adaptive_spec adaptive;
+  /* data parallelism (zb_jobspec_dp.h): d replicas of the p-rank plan */
+  int data_parallel;   /* d >= 1 (default 1) */
+  int zero;            /* 0 (default) or 1: ZeRO-1 optimizer sharding */
+  char rank_order[16]; /* ZB_RANK_ORDER_PIPELINES (default) or ZB_RANK_ORDER_STAGES */
+  double link_gbps;    /* the reduction's bandwidth, Gbit/s (default 100) */
+  double link_latency_us;
   bool has_model;      /* a model was given (only a cpu or cuda job may have one) */
   zb_model_spec model; /* defaults unless given; used by cpu and cuda jobs */
 } zb_job_spec;
 
 #define ZB_PRECISION_FP32_NAME "fp32"
+#define ZB_RANK_ORDER_PIPELINES "pipelines"
+#define ZB_RANK_ORDER_STAGES "stages"
 #define ZB_TRANSFER_TIMEOUT_DEFAULT_S 300
 
 /* Whether the job trains the built-in model: backend cpu or cuda. Such a

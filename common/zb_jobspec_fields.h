@@ -29,11 +29,24 @@ typedef enum zb_job_key {
   ZB_JK_ADAPTIVE,
   ZB_JK_WAIT_WORKERS,
   ZB_JK_TRANSFER_TIMEOUT,
+  ZB_JK_DATA_PARALLEL,
+  ZB_JK_ZERO,
+  ZB_JK_RANK_ORDER,
+  ZB_JK_LINK_GBPS,
+  ZB_JK_LINK_LATENCY,
   ZB_JK_COUNT
 } zb_job_key;
 
 /* Keys under costs: times in seconds, then the memory deltas triple. */
-typedef enum zb_cost_key { ZB_CK_F, ZB_CK_B, ZB_CK_W, ZB_CK_COMM, ZB_CK_MEM, ZB_CK_COUNT } zb_cost_key;
+typedef enum zb_cost_key {
+  ZB_CK_F,
+  ZB_CK_B,
+  ZB_CK_W,
+  ZB_CK_COMM,
+  ZB_CK_MEM,
+  ZB_CK_REDUCE,
+  ZB_CK_COUNT
+} zb_cost_key;
 
 /* Keys under model. The integer sizes come first (through ZB_MK_BATCH). */
 typedef enum zb_model_key {
@@ -110,6 +123,11 @@ typedef struct zb_job_fault {
   char field[32];
   char reason[256];
 } zb_job_fault;
+
+/* The data-parallel keys' checks (zb_jobspec_dp.c): data_parallel within
+ * the ranks limit, zero only where it means something, rank_order, the
+ * link figures. Sets the fault and returns ZB_ERR_INVALID_ARG, or ZB_OK. */
+zb_err zb_job_spec_check_dp(const zb_job_spec *s, zb_job_fault *f);
 
 /* zb_job_spec_check, with the fault as data for a reader to place. */
 zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f);

@@ -73,7 +73,11 @@ static zb_err job_costs(const zb_yaml_walk *w, const yaml_node_t *n, zb_rank_cos
   zb_err merr = zb_yaml_want_mapping(w, n, "costs", zb_cost_keys, ZB_CK_COUNT);
   if (merr)
     return merr;
-  double *times[4] = {&c->t_f, &c->t_b, &c->t_w, &c->t_comm};
+  double *times[ZB_CK_COUNT] = {[ZB_CK_F] = &c->t_f,
+                                [ZB_CK_B] = &c->t_b,
+                                [ZB_CK_W] = &c->t_w,
+                                [ZB_CK_COMM] = &c->t_comm,
+                                [ZB_CK_REDUCE] = &c->t_reduce};
   for (const yaml_node_pair_t *pair = n->data.mapping.pairs.start; pair < n->data.mapping.pairs.top; pair++) {
     int k = -1; /* set by map_key on success; gcc -O2 cannot see that */
     zb_err err = zb_yaml_map_key(w, zb_yaml_node_at(w, pair->key), zb_cost_keys, ZB_CK_COUNT, "costs.",
@@ -269,6 +273,20 @@ static zb_err job_model(const zb_yaml_walk *w, const yaml_node_t *n, zb_job_spec
   return ZB_OK;
 }
 
+/* The data-parallel keys; their ranges and rules are the checker's
+ * (zb_jobspec_dp.c), except that data_parallel below 1 is a wrong type. */
+static zb_err job_dp_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_t *v, zb_job_spec *s) {
+  static const zb_int_limit count = {1, 1 << 30}, flag = {0, 1 << 30};
+  switch (k) {
+  case ZB_JK_DATA_PARALLEL: return get_int32(w, v, "data_parallel", &count, &s->data_parallel);
+  case ZB_JK_ZERO: return get_int32(w, v, "zero", &flag, &s->zero);
+  case ZB_JK_RANK_ORDER: return zb_yaml_get_string(w, v, "rank_order", s->rank_order, sizeof s->rank_order);
+  case ZB_JK_LINK_GBPS: return zb_yaml_get_number(w, v, "link_gbps", &s->link_gbps);
+  case ZB_JK_LINK_LATENCY: return zb_yaml_get_number(w, v, "link_latency_us", &s->link_latency_us);
+  default: return ZB_ERR_PARSE;
+  }
+}
+
 static zb_err job_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_t *v, zb_job_spec *s,
                         job_lines *lines, double *per_rank) {
   long long bytes;
@@ -303,6 +321,7 @@ static zb_err job_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_t *
     return get_int32(w, v, "transfer_timeout_s", &zb_job_limits[ZB_JK_TRANSFER_TIMEOUT],
                      &s->transfer_timeout_s);
   case ZB_JK_COUNT: break;
+  default: return job_dp_value(w, k, v, s);
   }
   return ZB_ERR_PARSE;
 }
@@ -324,9 +343,11 @@ static zb_err job_walk(const zb_yaml_walk *w, const yaml_node_t *root, const zb_
   char known[160];
   job_lines lines = {.root = zb_yaml_line(root), .files = files};
   double per_rank = 0;
-  zb_yaml_join_names(zb_job_keys, ZB_JK_COUNT, known, sizeof known);
+  /* the required keys and the first few others: all of them would crowd
+   * the message's room */
+  zb_yaml_join_names(zb_job_keys, ZB_JK_ITERATIONS + 1, known, sizeof known);
   char what[200];
-  snprintf(what, sizeof what, "a mapping of keys (%s)", known);
+  snprintf(what, sizeof what, "a mapping of keys (%s, ...)", known);
   zb_err err = zb_yaml_want_root_mapping(w, root, what);
   if (err)
     return err;

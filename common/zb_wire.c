@@ -137,6 +137,36 @@ void zb_wire_model_to_pb(const zb_model_spec *m, zb_wire_model_pb *out) {
   pb->order = (char *)m->order;
 }
 
+/* RankCosts over the defaults: absent keeps them all. */
+static void wire_costs_from_pb(const Zb__V1__RankCosts *c, zb_rank_costs *out) {
+  if (!c)
+    return;
+  out->t_f = c->t_f;
+  out->t_b = c->t_b;
+  out->t_w = c->t_w;
+  out->t_comm = c->t_comm;
+  out->t_reduce = c->t_reduce;
+  if (c->m_f != 0 || c->m_b != 0 || c->m_w != 0) { /* all-zero deltas mean "default memory" */
+    out->m_f = c->m_f;
+    out->m_b = c->m_b;
+    out->m_w = c->m_w;
+  }
+}
+
+/* The data-parallel fields, zero meaning the default (zb.proto). */
+static zb_err wire_dp_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {
+  if (pb->data_parallel != 0)
+    out->data_parallel = pb->data_parallel;
+  out->zero = pb->zero;
+  if (pb->link_gbps != 0)
+    out->link_gbps = pb->link_gbps;
+  if (pb->link_latency_us)
+    out->link_latency_us = pb->link_latency_us->value;
+  if (pb->rank_order && pb->rank_order[0])
+    return zb_wire_copy_str(out->rank_order, sizeof out->rank_order, pb->rank_order, "rank_order", diag);
+  return ZB_OK;
+}
+
 zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag *diag) {
   zb_job_spec_default(out);
   zb_err err;
@@ -148,20 +178,7 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
   out->microbatches = pb->microbatches;
   out->chunks = pb->chunks;
   out->mem_limit = pb->mem_limit;
-  if (pb->costs) {
-    const Zb__V1__RankCosts *c = pb->costs;
-    /* a message given with all-zero memory deltas means "default memory" */
-    bool mem_given = c->m_f != 0 || c->m_b != 0 || c->m_w != 0;
-    out->costs.t_f = c->t_f;
-    out->costs.t_b = c->t_b;
-    out->costs.t_w = c->t_w;
-    out->costs.t_comm = c->t_comm;
-    if (mem_given) {
-      out->costs.m_f = c->m_f;
-      out->costs.m_b = c->m_b;
-      out->costs.m_w = c->m_w;
-    }
-  }
+  wire_costs_from_pb(pb->costs, &out->costs);
   if (pb->n_stage_costs > 0) {
     out->n_stage_costs = (int)pb->n_stage_costs;
     out->stage_costs = zb_malloc(sizeof *out->stage_costs * pb->n_stage_costs);
@@ -191,6 +208,8 @@ zb_err zb_wire_spec_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_diag
     out->transfer_timeout_s = pb->transfer_timeout_s;
   if (pb->wait_for_workers_s != 0)
     out->wait_for_workers_s = pb->wait_for_workers_s == -1 ? 0 : pb->wait_for_workers_s;
+  if ((err = wire_dp_from_pb(pb, out, diag)))
+    goto fail;
   if (pb->adaptive) {
     Zb__V1__AdaptiveMode mode = pb->adaptive->mode;
     out->adaptive.enabled = mode == ZB__V1__ADAPTIVE_MODE__ADAPTIVE_MODE_ON    ? 1
@@ -224,6 +243,13 @@ typedef struct zb_wire_adaptive_pb {
   Zb__V1__DoubleValue min_gain;
 } zb_wire_adaptive_pb;
 
+/* RankCosts and the link latency in one block, the costs first, so that
+ * zb_wire_spec_pb_clear frees both by pb->costs. */
+typedef struct zb_wire_costs_pb {
+  Zb__V1__RankCosts m;
+  Zb__V1__DoubleValue latency;
+} zb_wire_costs_pb;
+
 void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   zb__v1__job_spec__init(pb);
   pb->name = (char *)spec->name;
@@ -233,12 +259,21 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->schedule = (char *)spec->schedule;
   pb->chunks = spec->chunks;
   pb->mem_limit = spec->mem_limit;
-  Zb__V1__RankCosts *rc = zb_malloc(sizeof *rc);
+  zb_wire_costs_pb *cb = zb_malloc(sizeof *cb);
+  Zb__V1__RankCosts *rc = &cb->m;
   zb__v1__rank_costs__init(rc);
+  zb__v1__double_value__init(&cb->latency);
+  cb->latency.value = spec->link_latency_us;
+  pb->link_latency_us = &cb->latency;
+  pb->data_parallel = spec->data_parallel;
+  pb->zero = spec->zero;
+  pb->rank_order = (char *)spec->rank_order;
+  pb->link_gbps = spec->link_gbps;
   rc->t_f = spec->costs.t_f;
   rc->t_b = spec->costs.t_b;
   rc->t_w = spec->costs.t_w;
   rc->t_comm = spec->costs.t_comm;
+  rc->t_reduce = spec->costs.t_reduce;
   rc->m_f = spec->costs.m_f;
   rc->m_b = spec->costs.m_b;
   rc->m_w = spec->costs.m_w;
@@ -289,6 +324,7 @@ void zb_wire_spec_pb_clear(Zb__V1__JobSpec *pb) {
   free(pb->adaptive);
   pb->adaptive = NULL;
   free(pb->costs);
+  pb->link_latency_us = NULL;
   if (pb->n_stage_costs > 0)
     free(pb->stage_costs[0]);
   free(pb->stage_costs);

@@ -10,6 +10,7 @@
 
 #include "coordinator.h"
 #include "zb_alloc.h"
+#include "zb_jobspec_dp.h"
 #include "zb_log.h"
 
 /* Sum of the decimal lengths of 0..n-1. */
@@ -182,7 +183,7 @@ bool coord_admit_activations(coord *co, zb_rpc_call *call, const zb_job_spec *sp
   int offer, fit;
   long long most;
   workers_memory_fit(co, spec, need, &offer, &fit, &most);
-  if (offer < spec->ranks || fit >= spec->ranks)
+  if (offer < zb_job_spec_world(spec) || fit >= zb_job_spec_world(spec))
     return true; /* too few workers at all: the job waits for them, or was refused for that */
   zb_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
               "spec: rank %d of its %s plan needs %.3g GiB (the model's state on a rank and the activations "

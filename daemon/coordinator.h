@@ -56,7 +56,7 @@ typedef struct coord_worker {
   int64_t last_seen_ms;
   int told_heartbeat_ms; /* the heartbeat period its stream last carried (heartbeat.h) */
   coord_job *job;        /* NULL: idle */
-  int rank;
+  int rank;              /* the global rank it runs */
   struct coord_worker *next;
 } coord_worker;
 
@@ -113,7 +113,7 @@ struct coord_job {
    * plan memory. next_plan: an update waiting for switch_at */
   zb_planner_result plan, next_plan;
   int plan_version, switch_at;
-  coord_worker **ranks; /* p workers, by rank */
+  coord_worker **ranks; /* data_parallel x p workers, by global rank (zb_jobspec_dp.h) */
   int done_ranks;
   bool *rank_done;
   int *rank_reported; /* by rank: the last iteration it reported (-1: none); a repeat is a retry */
@@ -146,7 +146,8 @@ struct coord_job {
   /* its op-duration histograms, by rank x op (metrics.c), from its first
    * sampled iteration until its series leave /metrics (NULL otherwise) */
   struct op_hist *op_hists;
-  char (*rank_hosts)[64]; /* by rank once started: its worker's host (Job.rank_hosts) */
+  char (*rank_hosts)[64];   /* by global rank once started: its worker's host (Job.rank_hosts) */
+  char (*rank_workers)[64]; /* by global rank once started: its worker's id (Job.rank_workers) */
   /* taken back after a coordinator restart (recovery.c): until
    * recover_until_ms (0: every rank is back) its ranks' workers may attach
    * again naming it; its schedule stays (the data secret is gone) */
@@ -246,6 +247,10 @@ void coord_free_state(coord *co);
 coord_job *job_find(coord *co, const char *id);
 /* The job named by a request's job_id, or NULL after failing call. */
 coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id);
+/* How messages name the rank worker w runs: "rank 3 (worker W)", and with
+ * data_parallel > 1 "rank 3 (replica 1, stage 1, worker W)", stage being
+ * the pipeline rank (docs/formats.md, Data parallelism). */
+void job_rank_who(const coord_job *j, const coord_worker *w, char *out, size_t cap);
 /* Fills j->data_secret with fresh random bytes (the kernel's). */
 void job_new_data_secret(coord_job *j);
 bool job_terminal(const coord_job *j);
@@ -382,6 +387,14 @@ long long worker_memory_for(const coord_worker *w, const zb_job_spec *spec);
  * a rank (zb_job_spec_rank_state_bytes), when it advertised any: the
  * workers admission counts and jobs start on. */
 bool worker_can_run(const coord_worker *w, const zb_job_spec *spec);
+
+/* placement.c */
+/* Gives j's data_parallel x ranks global ranks to idle able workers
+ * (enough are idle: the caller checked), filling j->ranks and
+ * j->rank_hosts by global rank and each worker's job and rank. */
+void job_take_workers(coord *co, coord_job *j);
+/* The global rank of the k-th worker taken for a job of spec s. */
+int placement_rank_at(const zb_job_spec *s, int k);
 /* A cuda job: it runs only on workers that reported a GPU. */
 bool job_needs_gpu(const zb_job_spec *spec);
 /* The attached workers with a GPU able to run spec: their number, and

@@ -1,5 +1,5 @@
 /* dispatch.c — handing plans to workers: starting a pending job on idle
- * workers (ranks in attach order), sending each rank its Assignment
+ * workers (placed by placement.c), sending each rank its Assignment
  * (zb_assignment.h), releasing them, and schedule updates of a running
  * job (a new plan from an iteration no rank has started). */
 #include <malloc.h>
@@ -11,6 +11,7 @@
 #include "zb_alloc.h"
 #include "zb_arch.h"
 #include "zb_clock.h"
+#include "zb_jobspec_dp.h"
 #include "zb_log.h"
 
 void worker_send(coord_worker *w, const Zb__V1__Command *cmd) {
@@ -21,7 +22,7 @@ void worker_send(coord_worker *w, const Zb__V1__Command *cmd) {
 void job_release_workers(coord_job *j) {
   if (!j->ranks)
     return;
-  for (int r = 0; r < j->spec.ranks; r++) {
+  for (int r = 0; r < zb_job_spec_world(&j->spec); r++) {
     coord_worker *w = j->ranks[r];
     if (!w)
       continue;
@@ -56,9 +57,10 @@ zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan
                   (plan->v != j->plan.v || plan->placement != j->plan.placement);
   src.tied_ends = job_tied_ends(j, plan);
   if (j->ranks) {
-    const char **addrs = zb_calloc((size_t)plan->p, sizeof(char *));
-    for (int r = 0; r < plan->p; r++)
-      addrs[r] = j->ranks[r] ? j->ranks[r]->data_address : NULL;
+    int world = zb_job_spec_world(&j->spec);
+    const char **addrs = zb_calloc((size_t)world, sizeof(char *));
+    for (int g = 0; g < world; g++)
+      addrs[g] = j->ranks[g] ? j->ranks[g]->data_address : NULL;
     src.addresses = addrs;
   }
   return src;
@@ -66,13 +68,14 @@ zb_assignment_src job_assignment_src(coord_job *j, const zb_planner_result *plan
 
 static void job_send_plan(coord_job *j, const zb_planner_result *plan, int version, int first) {
   zb_assignment_src src = job_assignment_src(j, plan, version, first);
-  for (int r = 0; r < plan->p; r++) {
+  /* every replica runs the plan: an update goes to all of them */
+  for (int g = 0; g < zb_job_spec_world(&j->spec); g++) {
     Zb__V1__Assignment a;
-    zb_assignment_encode(&src, r, &a);
+    zb_assignment_encode(&src, g, &a);
     Zb__V1__Command cmd = ZB__V1__COMMAND__INIT;
     cmd.kind_case = ZB__V1__COMMAND__KIND_ASSIGN;
     cmd.assign = &a;
-    worker_send(j->ranks[r], &cmd);
+    worker_send(j->ranks[g], &cmd);
     zb_assignment_encode_clear(&a);
   }
   free((void *)src.addresses);
@@ -86,76 +89,15 @@ void job_send_nccl_id(coord_job *j) {
   Zb__V1__Command cmd = ZB__V1__COMMAND__INIT;
   cmd.kind_case = ZB__V1__COMMAND__KIND_NCCL_ID;
   cmd.nccl_id = &id;
-  for (int r = 0; j->ranks && r < j->spec.ranks; r++)
+  for (int r = 0; j->ranks && r < zb_job_spec_world(&j->spec); r++)
     worker_send(j->ranks[r], &cmd);
-}
-
-/* An idle worker able to run the job, with its place in attach order. */
-typedef struct candidate {
-  coord_worker *w;
-  int order;
-} candidate;
-
-/* Hosts grouped, attach order within a host. */
-static int by_host(const void *a, const void *b) {
-  const candidate *x = a, *y = b;
-  int c = strcmp(x->w->hostname, y->w->hostname);
-  return c ? c : x->order - y->order;
-}
-
-/* One host's run in the sorted candidates. */
-typedef struct host_run {
-  int start, n;
-  int first; /* attach order of its first worker */
-} host_run;
-
-/* Most idle workers first; ties in attach order. */
-static int by_size(const void *a, const void *b) {
-  const host_run *x = a, *y = b;
-  return x->n != y->n ? y->n - x->n : x->first - y->first;
-}
-
-/* Gives j's ranks to idle workers host by host, the hosts with the most
- * idle workers first, so that consecutive ranks (the pipeline's
- * neighbours) share a host where they can; within a host in attach order.
- * Sorting keeps it O(n log n) in the attached workers. */
-static void job_take_workers(coord *co, coord_job *j) {
-  int p = j->spec.ranks, n = 0, r = 0, n_runs = 0;
-  j->ranks = zb_calloc((size_t)p, sizeof *j->ranks);
-  j->rank_hosts = zb_calloc((size_t)p, sizeof *j->rank_hosts);
-  int total = 0;
-  for (coord_worker *w = co->workers; w; w = w->next)
-    total++;
-  candidate *c = zb_calloc((size_t)(total ? total : 1), sizeof *c);
-  host_run *runs = zb_calloc((size_t)(total ? total : 1), sizeof *runs);
-  int order = 0;
-  for (coord_worker *w = co->workers; w; w = w->next, order++)
-    if (!w->job && worker_can_run(w, &j->spec))
-      c[n++] = (candidate){w, order};
-  qsort(c, (size_t)n, sizeof *c, by_host);
-  for (int k = 0; k < n; k++)
-    if (k == 0 || strcmp(c[k].w->hostname, c[k - 1].w->hostname) != 0)
-      runs[n_runs++] = (host_run){k, 1, c[k].order};
-    else
-      runs[n_runs - 1].n++;
-  qsort(runs, (size_t)n_runs, sizeof *runs, by_size);
-  for (int h = 0; h < n_runs && r < p; h++)
-    for (int k = runs[h].start; k < runs[h].start + runs[h].n && r < p; k++) {
-      coord_worker *w = c[k].w;
-      w->job = j;
-      w->rank = r;
-      snprintf(j->rank_hosts[r], sizeof j->rank_hosts[r], "%s", w->hostname);
-      j->ranks[r++] = w;
-    }
-  free(c);
-  free(runs);
 }
 
 /* Admission held the plan against the workers attached then; one that
  * attached since with a smaller receive limit may be among the ranks. */
 static bool job_fits_workers(coord *co, coord_job *j) {
   const coord_worker *by = NULL;
-  long long limit = coord_assignment_limit(co, j->ranks, j->spec.ranks, &by);
+  long long limit = coord_assignment_limit(co, j->ranks, zb_job_spec_world(&j->spec), &by);
   zb_assignment_src src = job_assignment_src(j, &j->plan, 1, 0);
   zb_assignment_sizes sz;
   zb_assignment_measure(&src, &sz);
@@ -172,7 +114,7 @@ static bool job_fits_workers(coord *co, coord_job *j) {
 
 /* The run-time state of a job about to run: nobody reported yet. */
 void job_runtime_init(coord_job *j) {
-  int p = j->spec.ranks;
+  int p = zb_job_spec_world(&j->spec);
   j->rank_done = zb_calloc((size_t)p, sizeof(bool));
   j->rank_reported = zb_malloc(sizeof(int) * (size_t)p);
   for (int r = 0; r < p; r++)
@@ -189,7 +131,7 @@ void job_runtime_init(coord_job *j) {
 }
 
 void job_record_owners(coord_job *j) {
-  int p = j->spec.ranks;
+  int p = zb_job_spec_world(&j->spec);
   free(j->row.rank_owners);
   j->row.rank_owners = zb_calloc((size_t)p, sizeof *j->row.rank_owners);
   j->row.n_rank_owners = p;
@@ -198,7 +140,7 @@ void job_record_owners(coord_job *j) {
 }
 
 static void job_start(coord *co, coord_job *j) {
-  int p = j->spec.ranks;
+  int p = zb_job_spec_world(&j->spec);
   job_take_workers(co, j);
   if (!job_fits_workers(co, j))
     return;
@@ -207,8 +149,8 @@ static void job_start(coord *co, coord_job *j) {
   j->row.state = ZB_JOB_RUNNING;
   snprintf(j->row.reason, sizeof j->row.reason, "ranks assigned: %d workers", p);
   snprintf(j->row.schedule, sizeof j->row.schedule, "%s", zb_family_name(j->plan.family));
-  ZB_INFO("job %s RUNNING: %s on %d ranks, %d microbatches, %d iterations", j->row.id, j->row.schedule, p,
-          j->spec.microbatches, j->spec.iterations);
+  ZB_INFO("job %s RUNNING: %s on %d ranks (%d replicas), %d microbatches, %d iterations", j->row.id,
+          j->row.schedule, p, j->spec.data_parallel, j->spec.microbatches, j->spec.iterations);
   job_event(co, j, NULL, NULL);
   job_send_plan(j, &j->plan, 1, 0);
 }
@@ -221,7 +163,7 @@ static void job_timed_out(coord *co, coord_job *j, int able) {
   snprintf(
       reason, sizeof reason,
       "no %d workers able to run it (backend %s, transport %s) within wait_for_workers_s %d: %d attached",
-      s->ranks, s->backend, s->transport, s->wait_for_workers_s, able);
+      zb_job_spec_world(s), s->backend, s->transport, s->wait_for_workers_s, able);
   job_finish(co, j, ZB_JOB_FAILED, reason);
 }
 
@@ -231,8 +173,8 @@ static void job_waits_for_workers(coord *co, coord_job *j, int able) {
   const zb_job_spec *s = &j->spec;
   char reason[sizeof j->row.reason];
   snprintf(reason, sizeof reason,
-           "waiting for %d workers able to run it (backend %s, transport %s), %d attached", s->ranks,
-           s->backend, s->transport, able);
+           "waiting for %d workers able to run it (backend %s, transport %s), %d attached",
+           zb_job_spec_world(s), s->backend, s->transport, able);
   if (strcmp(reason, j->row.reason) != 0) {
     snprintf(j->row.reason, sizeof j->row.reason, "%s", reason);
     job_event(co, j, NULL, NULL);
@@ -320,8 +262,9 @@ static void start_in_order(coord *co) {
     int idle = workers_idle(co, &j->spec);
     /* able is read only when too few are idle: no second walk of the
      * workers for a job that starts */
-    jc_waiting w = {.ranks = j->spec.ranks,
-                    .able = idle >= j->spec.ranks ? idle : workers_able(co, &j->spec),
+    int world = zb_job_spec_world(&j->spec);
+    jc_waiting w = {.ranks = world,
+                    .able = idle >= world ? idle : workers_able(co, &j->spec),
                     .idle = idle,
                     .has_plan = j->plan.p > 0,
                     .planning = j->start_planning,

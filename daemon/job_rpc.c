@@ -10,6 +10,7 @@
 #include "coordinator.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
+#include "zb_jobspec_dp.h"
 #include "zb_log.h"
 
 /* ---- handlers: users ---- */
@@ -57,14 +58,14 @@ static Zb__V1__JobSpec *resume_spec(coord *co, zb_rpc_call *call, const zb_ident
 static bool admit_gpu_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
   char ids[160];
   int n = workers_with_gpu(co, spec, ids, sizeof ids);
-  if (spec->ranks <= n)
+  if (zb_job_spec_world(spec) <= n)
     return true;
   zb_rpc_fail(
       call, GRPC_STATUS_FAILED_PRECONDITION,
       "spec.backend: backend cuda needs %d workers with a GPU and transport '%s'; %d of the %d attached "
       "workers %s%s%s%s (zbctl workers shows each worker's GPU; a worker without one logs why)",
-      spec->ranks, spec->transport, n, workers_attached(co), n == 1 ? "has one" : "have one", n ? " (" : "",
-      ids, n ? ")" : "");
+      zb_job_spec_world(spec), spec->transport, n, workers_attached(co), n == 1 ? "has one" : "have one",
+      n ? " (" : "", ids, n ? ")" : "");
   return false;
 }
 
@@ -78,20 +79,31 @@ static bool admit_memory(coord *co, zb_rpc_call *call, const zb_job_spec *spec) 
   int offer, fit;
   long long most;
   workers_memory_fit(co, spec, need, &offer, &fit, &most);
-  if (offer < spec->ranks || fit >= spec->ranks)
+  int world = zb_job_spec_world(spec);
+  if (offer < world || fit >= world)
     return true;
   zb_rpc_fail(
       call, GRPC_STATUS_RESOURCE_EXHAUSTED,
       "spec.model: its parameters, gradients and AdamW moments alone need at least %.3g GiB on each of "
       "its %d ranks (%.4g M parameters, 16 bytes each), but %d of the %d workers able to run it have "
       "that much %s memory (the most: %.3g GiB); use more ranks or a smaller model",
-      need / gib, spec->ranks, need * spec->ranks / 16 / 1e6, fit, offer,
-      job_needs_gpu(spec) ? "GPU" : "host", (double)most / gib);
+      need / gib, world, need * spec->ranks / 16 / 1e6, fit, offer, job_needs_gpu(spec) ? "GPU" : "host",
+      (double)most / gib);
   return false;
 }
 
 /* Enough attached workers able to run spec; fails call when not. */
 static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
+  int world = zb_job_spec_world(spec);
+  /* replicas of a model job must average their gradients (docs/formats.md,
+   * Data parallelism); until the workers can, such a job is refused */
+  if (spec->data_parallel > 1 && zb_job_spec_trains_model(spec)) {
+    zb_rpc_fail(call, GRPC_STATUS_UNIMPLEMENTED,
+                "spec.data_parallel: data_parallel > 1 needs the gradient reduction (not built yet) for "
+                "backend '%s'; backend sim runs replicas",
+                spec->backend);
+    return false;
+  }
   if (!admit_memory(co, call, spec))
     return false;
   if (spec->wait_for_workers_s > 0)
@@ -99,17 +111,18 @@ static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec)
   if (job_needs_gpu(spec))
     return admit_gpu_workers(co, call, spec);
   int attached = workers_attached(co);
-  if (spec->ranks > attached) {
+  if (world > attached) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "spec.ranks: the job needs %d ranks but %d workers are attached", spec->ranks, attached);
+                "spec.ranks: the job needs %d ranks (%d replicas of %d) but %d workers are attached", world,
+                spec->data_parallel, spec->ranks, attached);
     return false;
   }
   int able = workers_able(co, spec);
-  if (spec->ranks > able) {
+  if (world > able) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "spec.backend: the job needs %d ranks with backend '%s' and transport '%s' but %d of the %d "
                 "attached workers offer them",
-                spec->ranks, spec->backend, spec->transport, able, attached);
+                world, spec->backend, spec->transport, able, attached);
     return false;
   }
   return true;

@@ -15,6 +15,7 @@
 #include "coordinator.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
+#include "zb_jobspec_dp.h"
 #include "zb_log.h"
 #include "zb_timeline_pb.h"
 
@@ -25,6 +26,15 @@ void job_new_data_secret(coord_job *j) {
     if (n > 0)
       got += (size_t)n;
   }
+}
+
+void job_rank_who(const coord_job *j, const coord_worker *w, char *out, size_t cap) {
+  int p = j->spec.ranks;
+  if (j->spec.data_parallel > 1)
+    snprintf(out, cap, "rank %d (replica %d, stage %d, worker %s)", w->rank, zb_dp_replica(w->rank, p),
+             zb_dp_pipeline_rank(w->rank, p), w->id);
+  else
+    snprintf(out, cap, "rank %d (worker %s)", w->rank, w->id);
 }
 
 coord_job *job_find(coord *co, const char *id) {
@@ -106,7 +116,7 @@ static void job_runtime_free(coord_job *j) {
   zb_planner_result_free(&j->plan);
   zb_planner_result_free(&j->next_plan);
   for (int k = 0; k < COORD_ITER_SLOTS; k++) {
-    for (int r = 0; j->slots[k].ranks && r < j->spec.ranks; r++)
+    for (int r = 0; j->slots[k].ranks && r < zb_job_spec_world(&j->spec); r++)
       zb_timeline_pb_free(j->slots[k].ranks[r].timeline);
     free(j->slots[k].have);
     free(j->slots[k].ranks);
@@ -139,6 +149,22 @@ void job_finish(coord *co, coord_job *j, int state, const char *reason) {
 
 /* ---- Job messages ---- */
 
+/* Job.rank_workers and rank_states, by global rank (the strings are j's
+ * or constants). */
+static void job_pb_grid(const coord_job *j, Zb__V1__Job *out) {
+  size_t n = (size_t)zb_job_spec_world(&j->spec);
+  out->n_rank_workers = out->n_rank_states = n;
+  out->rank_workers = zb_malloc(sizeof *out->rank_workers * n);
+  out->rank_states = zb_malloc(sizeof *out->rank_states * n);
+  for (size_t g = 0; g < n; g++) {
+    out->rank_workers[g] = (char *)j->rank_workers[g];
+    bool running = j->row.state == ZB_JOB_RUNNING;
+    out->rank_states[g] = (char *)(j->rank_done && j->rank_done[g] ? "done"
+                                   : running                       ? "running"
+                                                                   : zb_job_state_name(j->row.state));
+  }
+}
+
 /* Fills out from j; release with job_pb_clear. */
 void job_pb(const coord_job *j, Zb__V1__Job *out) {
   zb__v1__job__init(out);
@@ -156,11 +182,13 @@ void job_pb(const coord_job *j, Zb__V1__Job *out) {
                                                                       NULL, j->row.last_len, j->row.last);
   out->learned = job_learned_pb(j);
   if (j->rank_hosts) {
-    out->n_rank_hosts = (size_t)j->spec.ranks;
+    out->n_rank_hosts = (size_t)zb_job_spec_world(&j->spec);
     out->rank_hosts = zb_malloc(sizeof *out->rank_hosts * out->n_rank_hosts);
     for (size_t r = 0; r < out->n_rank_hosts; r++)
       out->rank_hosts[r] = j->rank_hosts[r];
   }
+  if (j->rank_workers)
+    job_pb_grid(j, out);
 }
 
 void job_pb_clear(Zb__V1__Job *pb) {
@@ -171,6 +199,10 @@ void job_pb_clear(Zb__V1__Job *pb) {
   if (pb->learned)
     protobuf_c_message_free_unpacked(&pb->learned->base, NULL);
   free(pb->rank_hosts);
+  free(pb->rank_workers);
+  free(pb->rank_states);
+  pb->rank_workers = pb->rank_states = NULL;
+  pb->n_rank_workers = pb->n_rank_states = 0;
 }
 
 coord_job *job_lookup(coord *co, zb_rpc_call *call, const char *id) {
@@ -255,6 +287,7 @@ void job_free(coord_job *j) {
   zb_costs_free(j->learned); /* kept past the run: zbctl get shows it */
   coord_metrics_forget_job(j);
   free(j->rank_hosts);
+  free(j->rank_workers);
   free(j->slowdown);
   zb_job_spec_free(&j->spec);
   free(j->row.spec);

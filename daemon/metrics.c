@@ -17,6 +17,7 @@
 
 #include "metrics_internal.h"
 #include "zb_alloc.h"
+#include "zb_jobspec_dp.h"
 #include "zb_log.h"
 #include "zb_timeline_pb.h"
 
@@ -241,7 +242,7 @@ void coord_metrics_observe_plan(coord *co, double seconds) {
  * 70% of the coordinator's CPU during large jobs). */
 static op_hist *metrics_op(coord_job *j, int rank, int op) {
   if (!j->op_hists)
-    j->op_hists = zb_calloc((size_t)j->spec.ranks * METRICS_N_OPS, sizeof *j->op_hists);
+    j->op_hists = zb_calloc((size_t)zb_job_spec_world(&j->spec) * METRICS_N_OPS, sizeof *j->op_hists);
   return &j->op_hists[rank * METRICS_N_OPS + op];
 }
 
@@ -257,7 +258,7 @@ void coord_metrics_observe_ops(coord *co, coord_job *j, const Zb__V1__RankIterat
   zb_tl_op *ops = NULL;
   int n = 0;
   zb_diag d;
-  if (!co->metrics || it->rank < 0 || it->rank >= j->spec.ranks || !it->timeline ||
+  if (!co->metrics || it->rank < 0 || it->rank >= zb_job_spec_world(&j->spec) || !it->timeline ||
       zb_timeline_decode(it->timeline, 0, &ops, &n, &d) != ZB_OK)
     return;
   for (int i = 0; i < n; i++) {

@@ -9,6 +9,7 @@
 
 #include "metrics_internal.h"
 #include "zb_clock.h"
+#include "zb_jobspec_dp.h"
 
 #ifndef ZB_VERSION
 #define ZB_VERSION "unknown"
@@ -76,21 +77,29 @@ typedef struct job_lines {
   zb_buf rank_bubble, rank_mem, rank_comm, rank_dev_peak, rank_dev_used;
 } job_lines;
 
-static void rank_lines(const char *id, const Zb__V1__IterationMetrics *it, job_lines *l) {
+/* A per-rank series' labels: the global rank and its replica
+ * (docs/formats.md, Data parallelism). */
+static void rank_label(char *out, size_t cap, int g, int p) {
+  snprintf(out, cap, "rank=\"%d\",replica=\"%d\"", g, p > 0 ? zb_dp_replica(g, p) : 0);
+}
+
+static void rank_lines(const char *id, int p, const Zb__V1__IterationMetrics *it, job_lines *l) {
   for (size_t r = 0; r < it->n_ranks; r++) {
     const Zb__V1__RankIteration *ri = it->ranks[r];
-    zb_buf_printf(&l->rank_bubble, "zb_rank_bubble_ratio{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
+    char lab[64];
+    rank_label(lab, sizeof lab, ri->rank, p);
+    zb_buf_printf(&l->rank_bubble, "zb_rank_bubble_ratio{job_id=\"%s\",%s} %.6g\n", id, lab,
                   ri->bubble_ratio);
-    zb_buf_printf(&l->rank_mem, "zb_rank_peak_memory_bytes{job_id=\"%s\",rank=\"%d\"} %lld\n", id, ri->rank,
+    zb_buf_printf(&l->rank_mem, "zb_rank_peak_memory_bytes{job_id=\"%s\",%s} %lld\n", id, lab,
                   (long long)ri->peak_memory_bytes);
-    zb_buf_printf(&l->rank_comm, "zb_rank_comm_wait_seconds{job_id=\"%s\",rank=\"%d\"} %.6g\n", id, ri->rank,
+    zb_buf_printf(&l->rank_comm, "zb_rank_comm_wait_seconds{job_id=\"%s\",%s} %.6g\n", id, lab,
                   ri->comm_wait_seconds);
     if (ri->device_peak_bytes <= 0) /* no GPU on this rank */
       continue;
-    zb_buf_printf(&l->rank_dev_peak, "zb_rank_device_peak_bytes{job_id=\"%s\",rank=\"%d\"} %lld\n", id,
-                  ri->rank, (long long)ri->device_peak_bytes);
-    zb_buf_printf(&l->rank_dev_used, "zb_rank_device_used_bytes{job_id=\"%s\",rank=\"%d\"} %lld\n", id,
-                  ri->rank, (long long)ri->device_used_bytes);
+    zb_buf_printf(&l->rank_dev_peak, "zb_rank_device_peak_bytes{job_id=\"%s\",%s} %lld\n", id, lab,
+                  (long long)ri->device_peak_bytes);
+    zb_buf_printf(&l->rank_dev_used, "zb_rank_device_used_bytes{job_id=\"%s\",%s} %lld\n", id, lab,
+                  (long long)ri->device_used_bytes);
   }
 }
 
@@ -102,7 +111,9 @@ static void job_last_iteration(coord_job *j, job_lines *l) {
                   : NULL;
   if (!it)
     return;
-  double mbps = it->wall_seconds > 0 ? j->spec.microbatches / it->wall_seconds : 0;
+  /* global: every replica ran its own microbatches */
+  double mbps =
+      it->wall_seconds > 0 ? (double)j->spec.data_parallel * j->spec.microbatches / it->wall_seconds : 0;
   zb_buf_printf(&l->mbps, "zb_job_microbatches_per_second{job_id=\"%s\"} %.6g\n", id, mbps);
   if (zb_job_spec_trains_model(&j->spec)) { /* a sim job has microbatches, not samples */
     double sps = mbps * j->spec.model.batch;
@@ -115,7 +126,7 @@ static void job_last_iteration(coord_job *j, job_lines *l) {
   zb_buf_printf(&l->bubble, "zb_job_bubble_ratio{job_id=\"%s\"} %.6g\n", id, it->bubble_ratio);
   zb_buf_printf(&l->predicted, "zb_job_predicted_bubble_ratio{job_id=\"%s\"} %.6g\n", id,
                 it->predicted_bubble_ratio);
-  rank_lines(id, it, l);
+  rank_lines(id, j->spec.ranks, it, l);
   protobuf_c_message_free_unpacked(&it->base, NULL);
 }
 
@@ -144,7 +155,7 @@ static void render_jobs(coord *co, zb_buf *b, int64_t now_ms) {
   emit(b, "zb_job_iterations_total", "counter", "Iterations a job has completed on all ranks.",
        &l.iterations);
   emit(b, "zb_job_microbatches_per_second", "gauge",
-       "Microbatches per second over a running job's last iteration.", &l.mbps);
+       "Microbatches per second over a running job's last iteration, all replicas together.", &l.mbps);
   emit(b, "zb_job_samples_per_second", "gauge",
        "Sequences per second (microbatches x model.batch) over a training job's last iteration.", &l.sps);
   emit(b, "zb_job_tokens_per_second", "gauge",
@@ -178,10 +189,12 @@ static void render_slowdowns(coord *co, zb_buf *b) {
   for (coord_job *j = co->jobs; j; j = j->next) {
     if (j->row.state != ZB_JOB_RUNNING || !j->slowdown)
       continue;
-    for (int r = 0; r < j->spec.ranks; r++) {
-      zb_buf_printf(&ratio, "zb_rank_slowdown_ratio{job_id=\"%s\",rank=\"%d\"} %.6g\n", j->row.id, r,
+    for (int r = 0; r < j->spec.ranks; r++) { /* learned from replica 0's timelines (learn.c) */
+      char lab[64];
+      rank_label(lab, sizeof lab, r, j->spec.ranks);
+      zb_buf_printf(&ratio, "zb_rank_slowdown_ratio{job_id=\"%s\",%s} %.6g\n", j->row.id, lab,
                     j->slowdown[r]);
-      zb_buf_printf(&flag, "zb_rank_straggler{job_id=\"%s\",rank=\"%d\"} %d\n", j->row.id, r,
+      zb_buf_printf(&flag, "zb_rank_straggler{job_id=\"%s\",%s} %d\n", j->row.id, lab,
                     j->slowdown[r] > COORD_STRAGGLER_RATIO);
     }
   }
@@ -194,16 +207,14 @@ static void render_slowdowns(coord *co, zb_buf *b) {
 }
 
 /* One series of zb_op_duration_seconds: its buckets, sum and count. */
-static void render_op_hist(zb_buf *b, const char *job, int rank, const char *op, const op_hist *h) {
+static void render_op_hist(zb_buf *b, const char *job, const char *lab, const char *op, const op_hist *h) {
   for (int q = 0; q < METRICS_N_OP_BUCKETS; q++)
-    zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",rank=\"%d\",op=\"%s\",le=\"%g\"} %lld\n",
-                  job, rank, op, metrics_op_buckets[q], h->counts[q]);
-  zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",rank=\"%d\",op=\"%s\",le=\"+Inf\"} %lld\n",
-                job, rank, op, h->count);
-  zb_buf_printf(b, "zb_op_duration_seconds_sum{job_id=\"%s\",rank=\"%d\",op=\"%s\"} %.9g\n", job, rank, op,
-                h->sum);
-  zb_buf_printf(b, "zb_op_duration_seconds_count{job_id=\"%s\",rank=\"%d\",op=\"%s\"} %lld\n", job, rank, op,
-                h->count);
+    zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",%s,op=\"%s\",le=\"%g\"} %lld\n", job, lab,
+                  op, metrics_op_buckets[q], h->counts[q]);
+  zb_buf_printf(b, "zb_op_duration_seconds_bucket{job_id=\"%s\",%s,op=\"%s\",le=\"+Inf\"} %lld\n", job, lab,
+                op, h->count);
+  zb_buf_printf(b, "zb_op_duration_seconds_sum{job_id=\"%s\",%s,op=\"%s\"} %.9g\n", job, lab, op, h->sum);
+  zb_buf_printf(b, "zb_op_duration_seconds_count{job_id=\"%s\",%s,op=\"%s\"} %lld\n", job, lab, op, h->count);
 }
 
 /* Every job's op histograms (those with an op observed), then planning's. */
@@ -213,9 +224,12 @@ static void render_histograms(coord *co, zb_buf *b) {
          "Duration of each compute op (F, B, W, BW) of sampled iterations, by job and rank.");
   static const char *const ops[METRICS_N_OPS] = {"F", "B", "W", "BW"};
   for (const coord_job *j = co->jobs; j; j = j->next)
-    for (int k = 0; j->op_hists && k < j->spec.ranks * METRICS_N_OPS; k++)
-      if (j->op_hists[k].count > 0)
-        render_op_hist(b, j->row.id, k / METRICS_N_OPS, ops[k % METRICS_N_OPS], &j->op_hists[k]);
+    for (int k = 0; j->op_hists && k < zb_job_spec_world(&j->spec) * METRICS_N_OPS; k++)
+      if (j->op_hists[k].count > 0) {
+        char lab[64];
+        rank_label(lab, sizeof lab, k / METRICS_N_OPS, j->spec.ranks);
+        render_op_hist(b, j->row.id, lab, ops[k % METRICS_N_OPS], &j->op_hists[k]);
+      }
   family(b, "zb_plan_seconds", "histogram", "Time libzb took to generate a schedule.");
   for (int q = 0; q < METRICS_N_PLAN_BUCKETS; q++)
     zb_buf_printf(b, "zb_plan_seconds_bucket{le=\"%g\"} %lld\n", metrics_plan_buckets[q], mx->plan_counts[q]);

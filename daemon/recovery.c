@@ -18,6 +18,7 @@
 #include "coordinator.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
+#include "zb_jobspec_dp.h"
 #include "zb_log.h"
 
 /* How long a taken-back job waits for its ranks' workers: they attach
@@ -43,7 +44,7 @@ void job_recover(coord *co, coord_job *j) {
     job_finish(co, j, ZB_JOB_FAILED, reason);
     return;
   }
-  int p = j->spec.ranks;
+  int p = zb_job_spec_world(&j->spec);
   if (j->row.n_rank_owners != p && j->row.n_rank_owners != 0) {
     char reason[256];
     snprintf(reason, sizeof reason,
@@ -65,6 +66,7 @@ void job_recover(coord *co, coord_job *j) {
   j->max_reported = j->row.iterations_done - 1;
   j->ranks = zb_calloc((size_t)p, sizeof *j->ranks);
   j->rank_hosts = zb_calloc((size_t)p, sizeof *j->rank_hosts);
+  j->rank_workers = zb_calloc((size_t)p, sizeof *j->rank_workers);
   j->recovered = true;
   int64_t window = 3LL * co->cfg.heartbeat_timeout_ms;
   j->recover_until_ms = zb_clock_unix_ms() + (window > COORD_RECOVER_MS ? window : COORD_RECOVER_MS);
@@ -93,8 +95,9 @@ bool coord_attach_allowed(coord *co, zb_rpc_call *call, const char *owner, const
   coord_job *j = job_id && job_id[0] ? job_find(co, job_id) : NULL;
   /* only a rank waiting for its worker is guarded here; any other naming is
    * released by coord_attach_running, which gives nothing */
-  if (!j || j->row.state != ZB_JOB_RUNNING || !j->recover_until_ms || rank < 0 || rank >= j->spec.ranks ||
-      j->ranks[rank] || j->row.n_rank_owners != j->spec.ranks)
+  if (!j || j->row.state != ZB_JOB_RUNNING || !j->recover_until_ms || rank < 0 ||
+      rank >= zb_job_spec_world(&j->spec) || j->ranks[rank] ||
+      j->row.n_rank_owners != zb_job_spec_world(&j->spec))
     return true;
   const char *ran = j->row.rank_owners[rank];
   if (strcmp(ran, owner) == 0)
@@ -115,7 +118,7 @@ void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int ra
     release(w, job_id, j ? "is not running" : "this coordinator does not know");
     return;
   }
-  if (!j->recover_until_ms || rank < 0 || rank >= j->spec.ranks || j->ranks[rank]) {
+  if (!j->recover_until_ms || rank < 0 || rank >= zb_job_spec_world(&j->spec) || j->ranks[rank]) {
     release(w, job_id, "runs without it");
     return;
   }
@@ -123,12 +126,13 @@ void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int ra
   w->rank = rank;
   j->ranks[rank] = w;
   snprintf(j->rank_hosts[rank], sizeof j->rank_hosts[rank], "%s", w->hostname);
+  snprintf(j->rank_workers[rank], sizeof j->rank_workers[rank], "%s", w->id);
   int back = 0;
-  for (int r = 0; r < j->spec.ranks; r++)
+  for (int r = 0; r < zb_job_spec_world(&j->spec); r++)
     back += j->ranks[r] != NULL;
   ZB_INFO("job %s: rank %d back on worker %s, %s (%d of %d)", j->row.id, rank, w->id, w->owner, back,
-          j->spec.ranks);
-  if (back < j->spec.ranks)
+          zb_job_spec_world(&j->spec));
+  if (back < zb_job_spec_world(&j->spec))
     return;
   j->recover_until_ms = 0;
   if (!j->row.n_rank_owners) /* a job from store schema 1: kept from now on */
@@ -142,7 +146,7 @@ void coord_recovery_tick(coord *co, int64_t now_ms) {
     if (j->row.state != ZB_JOB_RUNNING || !j->recover_until_ms || now_ms < j->recover_until_ms)
       continue;
     int missing = -1, n = 0;
-    for (int r = 0; r < j->spec.ranks; r++)
+    for (int r = 0; r < zb_job_spec_world(&j->spec); r++)
       if (!j->ranks[r]) {
         missing = missing < 0 ? r : missing;
         n++;

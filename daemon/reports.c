@@ -10,6 +10,7 @@
 #include "coordinator.h"
 #include "zb_alloc.h"
 #include "zb_clock.h"
+#include "zb_jobspec_dp.h"
 #include "zb_log.h"
 #include "zb_timeline_pb.h"
 
@@ -53,7 +54,7 @@ static void iteration_align(coord_job *j, coord_iter_slot *slot, Zb__V1__Iterati
 
 /* All p ranks reported iteration slot->iteration: one event. */
 static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slot) {
-  int p = j->spec.ranks;
+  int p = zb_job_spec_world(&j->spec);
   double wall = 0, busy = 0;
   Zb__V1__RankIteration **ptrs = zb_malloc(sizeof *ptrs * (size_t)p);
   for (int r = 0; r < p; r++) {
@@ -67,7 +68,8 @@ static void job_iteration_complete(coord *co, coord_job *j, coord_iter_slot *slo
   it.iteration = slot->iteration;
   it.schedule = slot->schedule;
   it.wall_seconds = wall;
-  it.samples_per_second = wall > 0 ? j->spec.microbatches / wall : 0;
+  /* global: every replica ran its own m microbatches */
+  it.samples_per_second = wall > 0 ? (double)j->spec.data_parallel * j->spec.microbatches / wall : 0;
   it.bubble_ratio = wall > 0 ? 1 - busy / (p * wall) : 0;
   it.predicted_bubble_ratio = slot->predicted;
   it.predicted_bubble_ratio_paper = slot->predicted_paper;
@@ -119,7 +121,7 @@ static coord_iter_slot *job_slot(coord_job *j, int iteration) {
     return NULL; /* a rank ran COORD_ITER_SLOTS iterations ahead: cannot be */
   slot->iteration = iteration;
   slot->n = 0;
-  memset(slot->have, 0, sizeof(bool) * (size_t)j->spec.ranks);
+  memset(slot->have, 0, sizeof(bool) * (size_t)zb_job_spec_world(&j->spec));
   const zb_planner_result *pl = j->switch_at >= 0 && iteration >= j->switch_at ? &j->next_plan : &j->plan;
   snprintf(slot->schedule, sizeof slot->schedule, "%s", zb_family_name(pl->family));
   slot->predicted = pl->sim ? pl->sim->bubble_ratio : 0;
@@ -260,7 +262,8 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
                 req->iteration);
     return false;
   }
-  if (req->metrics->has_loss && w->rank != slot->loss_rank) {
+  int r = zb_dp_pipeline_rank(w->rank, j->spec.ranks); /* the plan's rank */
+  if (req->metrics->has_loss && r != slot->loss_rank) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
                 "metrics.has_loss: rank %d does not compute the loss of iteration %d (%s)", w->rank,
                 req->iteration,
@@ -268,8 +271,7 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
     return false;
   }
   zb_diag d = {{0}};
-  if (!report_figures_ok(req->metrics, &d) ||
-      !report_times_ok(j, w->rank, req->iteration, req->metrics, &d)) {
+  if (!report_figures_ok(req->metrics, &d) || !report_times_ok(j, r, req->iteration, req->metrics, &d)) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "metrics.%s", d.msg);
     return false;
   }
@@ -281,7 +283,7 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
   if (req->iteration > j->max_reported)
     j->max_reported = req->iteration;
   coord_metrics_observe_ops(co, j, ri);
-  if (slot->n == j->spec.ranks)
+  if (slot->n == zb_job_spec_world(&j->spec))
     job_iteration_complete(co, j, slot);
   return true;
 }
@@ -296,7 +298,9 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
 static void report_failure(coord_job *j, const coord_worker *w, const char *error, bool from_peer) {
   if (j->fail_at_ms && (from_peer || !j->fail_from_peer))
     return;
-  snprintf(j->fail_reason, sizeof j->fail_reason, "rank %d (worker %s) failed: %s", w->rank, w->id, error);
+  char who[128];
+  job_rank_who(j, w, who, sizeof who);
+  snprintf(j->fail_reason, sizeof j->fail_reason, "%s failed: %s", who, error);
   j->fail_from_peer = from_peer;
   if (!j->fail_at_ms)
     j->fail_at_ms = zb_clock_unix_ms() + COORD_FAIL_GRACE_MS;
@@ -374,7 +378,7 @@ static bool report_nccl_id(coord_job *j, zb_rpc_call *call, const coord_worker *
     return true;
   memcpy(j->nccl_id, id->data, ZB_NCCL_ID_BYTES);
   j->has_nccl_id = true;
-  ZB_INFO("job %s: rank 0's NCCL id in; sent to its %d ranks", j->row.id, j->spec.ranks);
+  ZB_INFO("job %s: rank 0's NCCL id in; sent to its %d ranks", j->row.id, zb_job_spec_world(&j->spec));
   job_send_nccl_id(j);
   return true;
 }
@@ -414,7 +418,7 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     j->rank_done[w->rank] = true;
     j->done_ranks++;
   }
-  if (j->done_ranks == j->spec.ranks && j->row.iterations_done >= j->spec.iterations) {
+  if (j->done_ranks == zb_job_spec_world(&j->spec) && j->row.iterations_done >= j->spec.iterations) {
     char reason[128];
     snprintf(reason, sizeof reason, "%d iterations done", j->row.iterations_done);
     job_finish(co, j, ZB_JOB_SUCCEEDED, reason);

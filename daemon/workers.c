@@ -184,7 +184,9 @@ static void worker_lost(coord *co, coord_worker *w, const char *why) {
   coord_metrics_worker_lost(co);
   if (w->job) {
     char reason[256];
-    snprintf(reason, sizeof reason, "rank %d (worker %s) lost: %s", w->rank, w->id, why);
+    char who[128];
+    job_rank_who(w->job, w, who, sizeof who);
+    snprintf(reason, sizeof reason, "%s lost: %s", who, why);
     coord_job *j = w->job;
     job_finish(co, j, ZB_JOB_FAILED, reason);
   }

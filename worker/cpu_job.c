@@ -43,6 +43,7 @@ static zb_err cpu_job_settings(cpu_job *cj, const zb_assignment *a, const atomic
   cj->stop = stop;
   cj->rank = a->rank;
   cj->nranks = a->ranks;
+  cj->peer_base = a->replica * a->ranks;
   cj->n_stages = hosted_stages(a->sched, a->rank, &cj->stages);
   cj->total_stages = a->sched->p * a->sched->v;
   cj->microbatches = a->sched->m;
@@ -287,7 +288,8 @@ static zb_err cpu_job_step_host(cpu_job *cj, zb_step_chain *chain, bool dump, zb
 
 zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss, double *loss,
                     zb_step_result *step, zb_diag *diag) {
-  zb_step_chain chain = {.tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration};
+  zb_step_chain chain = {
+      .tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration, .peer_base = cj->peer_base};
   bool dump = cpu_job_dumps(cj, iteration);
   zb_err err = cpu_job_tie_grads(cj, tr, iteration, diag);
   if (err)

@@ -44,7 +44,8 @@ typedef struct cpu_job {
    * moments are filled only when needed: dumps, checkpoints. */
   zb_step_device *dstep;
   float **params, **grads; /* per hosted stage, into the backend's stages */
-  int rank, nranks;
+  int rank, nranks;        /* the pipeline rank and the plan's p */
+  int peer_base; /* transport rank of its replica's pipeline rank 0 (docs/formats.md, Data parallelism) */
   int *stages, n_stages, total_stages, microbatches;
   zb_placement placement; /* of the plan that placed the stages: p ranks, v stages each */
   int p, v;

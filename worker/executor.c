@@ -12,6 +12,7 @@
 
 struct zb_executor {
   int rank, nranks;
+  int peer_base; /* the plan's peer q is transport rank peer_base + q */
   zb_action *actions;
   int n;
   zb_costs *costs;
@@ -149,6 +150,7 @@ zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_tr
   zb_executor *e = zb_calloc(1, sizeof *e);
   e->rank = cfg->rank;
   e->nranks = cfg->nranks;
+  e->peer_base = cfg->peer_base;
   e->n = cfg->n_actions;
   e->actions = zb_malloc(sizeof *e->actions * (size_t)(e->n ? e->n : 1));
   if (e->n)
@@ -236,9 +238,11 @@ static zb_err exec_group(zb_executor *e, int i, int j, bool trace, int *at, zb_d
     const zb_action *a = &e->actions[k];
     *at = k;
     if (a->op == ZB_OP_SEND_F || a->op == ZB_OP_SEND_B)
-      err = zb_transport_send(e->transport, a->peer, exec_tag(a), e->bufs[k - i], e->bpa, diag);
+      err =
+          zb_transport_send(e->transport, e->peer_base + a->peer, exec_tag(a), e->bufs[k - i], e->bpa, diag);
     else
-      err = zb_transport_recv(e->transport, a->peer, exec_tag(a), e->bufs[k - i], e->bpa, diag);
+      err =
+          zb_transport_recv(e->transport, e->peer_base + a->peer, exec_tag(a), e->bufs[k - i], e->bpa, diag);
   }
   if (err) { /* close the group; the transport reports the first failure again */
     zb_transport_group_end(e->transport, NULL);

@@ -79,18 +79,24 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
 static zb_err job_connect(job_state *js, zb_diag *diag) {
   const zb_assignment *a = js->a;
   const zb_rank_list *l = &a->sched->ranks[a->rank];
-  bool *peers = zb_calloc((size_t)a->ranks, sizeof(bool));
-  zb_executor_peers(l->actions, l->n, a->ranks, peers);
-  if (zb_backend_runs_model(a->backend)) {
+  int world = zb_assignment_world(a), base = a->replica * a->ranks, me = zb_assignment_global(a);
+  /* the plan's peers, then as transport (global) ranks of this replica */
+  bool *plan_peers = zb_calloc((size_t)a->ranks, sizeof(bool));
+  zb_executor_peers(l->actions, l->n, a->ranks, plan_peers);
+  bool *peers = zb_calloc((size_t)world, sizeof(bool));
+  for (int q = 0; q < a->ranks; q++)
+    peers[base + q] = plan_peers[q];
+  free(plan_peers);
+  if (zb_backend_runs_model(a->backend)) { /* the step chain runs within the replica */
     if (a->rank > 0)
-      peers[a->rank - 1] = true;
+      peers[me - 1] = true;
     if (a->rank + 1 < a->ranks)
-      peers[a->rank + 1] = true;
-    for (int q = 0; q < a->ranks; q++)
-      peers[q] = peers[q] || (q != a->rank && zb_assignment_peer(a, q));
+      peers[me + 1] = true;
+    for (int q = 0; q < world; q++)
+      peers[q] = peers[q] || (q != me && zb_assignment_peer(a, q));
   }
-  const char **addrs = zb_calloc((size_t)a->ranks, sizeof(char *));
-  for (int q = 0; q < a->ranks; q++) {
+  const char **addrs = zb_calloc((size_t)world, sizeof(char *));
+  for (int q = 0; q < world; q++) {
     addrs[q] = zb_assignment_peer(a, q);
     if (peers[q] && !addrs[q]) {
       free(addrs);
@@ -223,6 +229,7 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
   js->sim = sim;
   zb_executor_config ec = {.rank = a->rank,
                            .nranks = a->ranks,
+                           .peer_base = a->replica * a->ranks,
                            .actions = l->actions,
                            .n_actions = l->n,
                            .costs = a->costs,
@@ -271,10 +278,13 @@ static uint64_t job_session(const char *job_id) {
 /* The job's transport: nccl (through the coordinator's id exchange), or
  * tcp on the worker's data address. */
 static zb_err job_transport(job_state *js, const zb_assignment *first, atomic_bool *stop, zb_diag *diag) {
+  if (strcmp(first->transport, "nccl") == 0 && first->data_parallel > 1)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                       "transport nccl: data_parallel > 1 is not built yet (use tcp)");
   if (strcmp(first->transport, "nccl") == 0)
     return worker_nccl_transport(js->w, first, js->dev, stop, &js->tr, diag);
-  zb_tcp_config tc = {.rank = first->rank,
-                      .nranks = first->ranks,
+  zb_tcp_config tc = {.rank = zb_assignment_global(first), /* the transport spans every replica */
+                      .nranks = zb_assignment_world(first),
                       .has_listener = true,
                       .listener_fd = js->w->data_fd,
                       .session = job_session(first->job_id),
@@ -333,7 +343,7 @@ static zb_assignment *job_wait(worker *w, atomic_bool *stop) {
   if (a) {
     w->job_stop = stop;
     snprintf(w->running_job, sizeof w->running_job, "%s", a->job_id);
-    w->running_rank = a->rank;
+    w->running_rank = zb_assignment_global(a); /* the coordinator's ranks are global */
   }
   pthread_mutex_unlock(&w->mu);
   if (a)
@@ -354,9 +364,9 @@ void *job_thread(void *arg) {
     bool stopped = atomic_load(&stop);
     if (err && !stopped) {
       ZB_ERROR("job %s rank %d failed: %s", a->job_id, a->rank, d.msg);
-      worker_report_end(w, a->job_id, a->rank, d.msg, from_peer);
+      worker_report_end(w, a->job_id, zb_assignment_global(a), d.msg, from_peer);
     } else if (!err && !stopped) {
-      worker_report_end(w, a->job_id, a->rank, NULL, false);
+      worker_report_end(w, a->job_id, zb_assignment_global(a), NULL, false);
       ZB_INFO("job %s rank %d: done", a->job_id, a->rank);
     } else {
       ZB_INFO("job %s rank %d: stopped", a->job_id, a->rank);

@@ -122,7 +122,7 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
                       const zb_step_result *step) {
   worker *w = jr->w;
   Zb__V1__RankIteration ri = ZB__V1__RANK_ITERATION__INIT;
-  ri.rank = it->rank;
+  ri.rank = zb_assignment_global(jr->a); /* the coordinator's ranks are global */
   ri.wall_seconds = it->wall_seconds;
   ri.busy_f_seconds = it->busy_f_seconds;
   ri.busy_b_seconds = it->busy_b_seconds;
@@ -155,7 +155,7 @@ bool report_iteration(job_run *jr, const zb_rank_iteration *it, bool has_loss, d
   Zb__V1__ReportRequest req = ZB__V1__REPORT_REQUEST__INIT;
   req.worker_id = w->id;
   req.job_id = (char *)jr->a->job_id;
-  req.rank = jr->a->rank;
+  req.rank = zb_assignment_global(jr->a);
   req.iteration = it->iteration;
   req.plan_version = jr->plan_version;
   req.metrics = &ri;

@@ -114,6 +114,10 @@ typedef struct zb_executor_config {
    * send even on a device-ordered transport: the executor before overlap
    * (tests compare the two). */
   bool blocking_comm;
+  /* The transport rank of this replica's pipeline rank 0 (replica x p,
+   * docs/formats.md, Data parallelism): the list's peer q is transport
+   * rank peer_base + q. 0 with one replica. */
+  int peer_base;
 } zb_executor_config;
 
 typedef struct zb_executor zb_executor;

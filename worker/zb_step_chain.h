@@ -22,8 +22,9 @@
  * gradient carries: (F, -1, iteration) up, (B, -1, iteration) down. */
 typedef struct zb_step_chain {
   zb_transport *tr;
-  int rank, nranks;
+  int rank, nranks; /* the pipeline rank and the plan's p: the chain runs within one replica */
   int32_t iteration;
+  int peer_base; /* transport rank of the replica's pipeline rank 0 (replica x p); 0 with one replica */
 } zb_step_chain;
 
 zb_err zb_step_reduce_chain(void *chain, zb_step_partial *p, zb_diag *diag);
