@@ -98,11 +98,22 @@ static int peer_ranks(const zb_assignment_src *src, int rank, int **out) {
 }
 
 /* Peers are named by global rank: the plan's peer q of this rank's
- * replica is replica x p + q (zb_jobspec_dp.h). */
+ * replica is replica x p + q (zb_jobspec_dp.h); a model job's ring
+ * neighbours in other replicas follow. */
 static void encode_peers(const zb_assignment_src *src, int rank, int replica, Zb__V1__Assignment *a) {
   int *q = NULL;
   int n = peer_ranks(src, rank, &q);
-  int base = replica * src->plan->p;
+  int p = src->plan->p, base = replica * p, d = src->spec->data_parallel;
+  /* a model job's replicas all-reduce each stage's gradients over a ring
+   * of the stage group {k x p + rank} (docs/model.md, Data parallelism):
+   * its two ring neighbours too, kept as p + global rank */
+  if (d > 1 && zb_job_spec_trains_model(src->spec)) {
+    q = zb_realloc(q, sizeof(int) * (size_t)(n + 2));
+    int next = (replica + 1) % d * p + rank, prev = (replica + d - 1) % d * p + rank;
+    q[n++] = p + next;
+    if (prev != next)
+      q[n++] = p + prev;
+  }
   if (n == 0) { /* a one-rank job talks to no one */
     free(q);
     return;
@@ -112,8 +123,8 @@ static void encode_peers(const zb_assignment_src *src, int rank, int replica, Zb
   a->n_peers = (size_t)n;
   for (int k = 0; k < n; k++) {
     zb__v1__peer_address__init(&pa[k]);
-    pa[k].rank = base + q[k];
-    const char *addr = src->addresses ? src->addresses[base + q[k]] : NULL;
+    pa[k].rank = q[k] < p ? base + q[k] : q[k] - p;
+    const char *addr = src->addresses ? src->addresses[pa[k].rank] : NULL;
     pa[k].address = (char *)(addr ? addr : "");
     a->peers[k] = &pa[k];
   }
@@ -141,6 +152,20 @@ static void encode_stages(const zb_assignment_src *src, int rank, Zb__V1__Assign
     n++;
   }
   a->n_stages = n;
+}
+
+/* The rank's list as the Assignment carries it: the actions the wire has
+ * a kind for. REDUCE_GRAD and WAIT_REDUCE_GRAD have none (proto/zb/v1
+ * ActionKind), so they stay out; a model job's worker then reduces every
+ * stage's gradients before the step (docs/model.md, Data parallelism). */
+static Zb__V1__ActionList *assignment_actions(const zb_rank_list *l) {
+  zb_rank_list kept = {.actions = zb_malloc(sizeof *kept.actions * (size_t)(l->n ? l->n : 1))};
+  for (int i = 0; i < l->n; i++)
+    if (zb_action_kind_of(l->actions[i].op) != ZB__V1__ACTION_KIND__ACTION_KIND_UNSPECIFIED)
+      kept.actions[kept.n++] = l->actions[i];
+  Zb__V1__ActionList *al = zb_action_list_encode(&kept);
+  free(kept.actions);
+  return al;
 }
 
 void zb_assignment_encode(const zb_assignment_src *src, int global, Zb__V1__Assignment *out) {
@@ -172,7 +197,7 @@ void zb_assignment_encode(const zb_assignment_src *src, int global, Zb__V1__Assi
     out->data_secret.data = (uint8_t *)src->data_secret;
     out->data_secret.len = ZB_DATA_SECRET_BYTES;
   }
-  out->action_list = zb_action_list_encode(&pl->lowered->ranks[rank]);
+  out->action_list = assignment_actions(&pl->lowered->ranks[rank]);
   encode_peers(src, rank, replica, out);
   encode_stages(src, rank, out);
   if (zb_job_spec_trains_model(spec)) {

@@ -95,13 +95,20 @@ static bool admit_memory(coord *co, zb_rpc_call *call, const zb_job_spec *spec) 
 /* Enough attached workers able to run spec; fails call when not. */
 static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
   int world = zb_job_spec_world(spec);
-  /* replicas of a model job must average their gradients (docs/formats.md,
-   * Data parallelism); until the workers can, such a job is refused */
-  if (spec->data_parallel > 1 && zb_job_spec_trains_model(spec)) {
+  /* replicas of a model job average their gradients on the workers
+   * (docs/model.md, Data parallelism): over tcp for a cpu job; a cuda
+   * job's would run on nccl's collectives, which are not built */
+  if (spec->data_parallel > 1 && zb_job_spec_trains_model(spec) && strcmp(spec->backend, "cpu") != 0) {
     zb_rpc_fail(call, GRPC_STATUS_UNIMPLEMENTED,
-                "spec.data_parallel: data_parallel > 1 needs the gradient reduction (not built yet) for "
-                "backend '%s'; backend sim runs replicas",
+                "spec.data_parallel: data_parallel > 1 with backend '%s' needs the gradient reduction over "
+                "nccl collectives (not built yet); backend cpu and sim run replicas",
                 spec->backend);
+    return false;
+  }
+  if (spec->zero) {
+    zb_rpc_fail(call, GRPC_STATUS_UNIMPLEMENTED,
+                "spec.zero: ZeRO-1 optimizer sharding is not built yet; use zero: 0 (every replica keeps its "
+                "whole optimizer state)");
     return false;
   }
   if (!admit_memory(co, call, spec))

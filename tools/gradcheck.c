@@ -39,7 +39,8 @@ static const char usage_text[] =
     "       zb-gradcheck --help\n"
     "\n"
     "Checks the gradient dumps of a cpu job (the job spec's model.dump_dir):\n"
-    "JOB_DUMP_DIR is DIR/JOB_ID, holding it<N>-stage<S>.dump. For each dumped\n"
+    "JOB_DUMP_DIR is DIR/JOB_ID, holding it<N>-stage<S>.dump (and, for a job of\n"
+    "data_parallel d > 1, replica K's it<N>-stage<S>-replica<K>.dump). For each dumped\n"
     "iteration it recomputes the iteration in one process without pipelining\n"
     "(the whole model as one stage, the weights the dumps hold from before the\n"
     "step, the same microbatches of the same text) and compares every tensor's\n"
@@ -47,7 +48,11 @@ static const char usage_text[] =
     "g_ref is zero), and the iteration's mean loss with the tolerance. The\n"
     "dumped weights of iteration 0 must equal the seeded initialisation bit\n"
     "for bit. An iteration whose step every stage skipped (non-finite\n"
-    "gradients) is reported and not compared.\n"
+    "gradients) is reported and not compared. With d > 1 the reference is the\n"
+    "global batch (replica K's microbatch j is the batch's K x m + j), replica\n"
+    "0's dumps are compared with it, every other replica's weights, gradients\n"
+    "and grad norm must equal replica 0's bit for bit, and each replica's loss\n"
+    "must match the reference's over its own microbatches.\n"
     "\n"
     "  --tolerance T  largest relative error that passes (default 1e-05)\n"
     "  --iteration N  check iteration N only (default: every iteration present)\n"
@@ -66,6 +71,8 @@ static int file_cmp(const void *a, const void *b) {
   const gc_file *x = a, *y = b;
   if (x->iteration != y->iteration)
     return x->iteration < y->iteration ? -1 : 1;
+  if (x->replica != y->replica)
+    return x->replica < y->replica ? -1 : 1;
   if (x->stage != y->stage)
     return x->stage < y->stage ? -1 : 1;
   return strcmp(x->path, y->path);
@@ -95,6 +102,10 @@ static int scan_dir(const gc_opts *o, gc_file **out, int *n_out) {
     int end = 0;
     f.named = sscanf(name, "it%d-stage%d.dump%n", &f.name_iteration, &f.name_stage, &end) == 2 &&
               (size_t)end == len;
+    if (!f.named) /* a data-parallel replica's (zb_dump.h) */
+      f.named = sscanf(name, "it%d-stage%d-replica%d.dump%n", &f.name_iteration, &f.name_stage,
+                       &f.name_replica, &end) == 3 &&
+                (size_t)end == len && f.name_replica > 0;
     if (f.named && o->iteration >= 0 && f.name_iteration != o->iteration)
       continue;
     size_t plen = strlen(o->dir) + 1 + len + 1;
@@ -110,6 +121,7 @@ static int scan_dir(const gc_opts *o, gc_file **out, int *n_out) {
     }
     f.iteration = d.iteration;
     f.stage = d.stage;
+    f.replica = d.replica;
     zb_dump_free(&d);
     if (o->iteration >= 0 && f.iteration != o->iteration) {
       free(f.path);

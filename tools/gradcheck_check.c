@@ -17,8 +17,7 @@
 #include "zb_file.h"
 #include "zb_model.h"
 
-/* Records a failure of status (1 or 2) and prints it to stderr. */
-__attribute__((format(printf, 3, 4))) static void gc_fail(gc_iter *it, int status, const char *fmt, ...) {
+void gc_fail(gc_iter *it, int status, const char *fmt, ...) {
   char msg[sizeof it->error];
   va_list ap;
   va_start(ap, fmt);
@@ -71,6 +70,7 @@ static void check_files(gc_iter *it, const gc_file *f, const zb_dump *d, int nf)
       gc_fail(it, 1, "'%s' is of job '%s', '%s' of job '%s'", f[k].path, d[k].job_id, f[0].path, d[0].job_id);
     same_int(it, "n_stages", &f[k], d[k].n_stages, &f[0], d[0].n_stages);
     same_int(it, "microbatches", &f[k], d[k].microbatches, &f[0], d[0].microbatches);
+    same_int(it, "data_parallel", &f[k], d[k].data_parallel, &f[0], d[0].data_parallel);
     same_int(it, "vocab", &f[k], d[k].vocab, &f[0], d[0].vocab);
     same_int(it, "hidden", &f[k], d[k].hidden, &f[0], d[0].hidden);
     same_int(it, "heads", &f[k], d[k].heads, &f[0], d[0].heads);
@@ -84,9 +84,10 @@ static void check_files(gc_iter *it, const gc_file *f, const zb_dump *d, int nf)
       gc_fail(it, 1, "'%s' has data '%s', '%s' has '%s'", f[k].path, d[k].data, f[0].path, d[0].data);
   }
   for (int k = 0; k < nf; k++)
-    if (f[k].named && (f[k].name_iteration != d[k].iteration || f[k].name_stage != d[k].stage))
-      gc_fail(it, 1, "'%s' holds iteration %d stage %d, not what its name says", f[k].path, d[k].iteration,
-              d[k].stage);
+    if (f[k].named && (f[k].name_iteration != d[k].iteration || f[k].name_stage != d[k].stage ||
+                       f[k].name_replica != d[k].replica))
+      gc_fail(it, 1, "'%s' holds iteration %d stage %d of replica %d, not what its name says", f[k].path,
+              d[k].iteration, d[k].stage, d[k].replica);
   int ns = d[0].n_stages;
   if (ns < 1 || ns > 1 << 20) {
     gc_fail(it, 1, "'%s' says the job has %d stages", f[0].path, ns);
@@ -198,6 +199,11 @@ static size_t count_nonfinite(const float *a, size_t n) {
   return c;
 }
 
+/* The microbatches of the global batch the reference runs: d x m. */
+static int gc_global_mbs(const zb_dump *d0) {
+  return (d0->data_parallel > 1 ? d0->data_parallel : 1) * d0->microbatches;
+}
+
 /* The text's window bytes (tokens, then targets) widened to the model's
  * int32 ids, as the cpu backend hands them over. */
 static void widen_ids(const uint8_t *bytes, int32_t *ids, size_t n) {
@@ -208,20 +214,20 @@ static void widen_ids(const uint8_t *bytes, int32_t *ids, size_t n) {
 /* The reference: the one-stage model with the dumped weights runs F and BW
  * on each microbatch from zeroed gradients; the per-microbatch gradients
  * are summed in double (as tests/unit/test_model.c's reference), so the
- * reference does not depend on an accumulation order. *loss_sum: the sum
- * of the microbatch losses in microbatch order, as the cpu backend adds
- * them. Returns 0 or 2 (an op failed). */
+ * reference does not depend on an accumulation order. mb_loss: each
+ * microbatch's loss (d x m of them). Returns 0 or 2 (an op failed). */
 static int run_reference(gc_iter *it, zb_model_stage *st, const zb_dump *d0, const gc_text *text, double *sum,
-                         double *loss_sum) {
+                         double *mb_loss) {
   const zb_model_config *c = zb_model_stage_config(st);
   size_t ntok = (size_t)c->batch * (size_t)c->seq_len, n = zb_model_n_params(st);
   uint8_t *bytes = zb_malloc(2 * ntok);
   int32_t *ids = zb_malloc(2 * ntok * sizeof *ids);
   zb_cpu_text source = {.text = text->bytes, .len = text->len, .seed = d0->seed};
   const float *grads = zb_model_grads(st);
-  *loss_sum = 0;
   int rc = 0;
-  for (int mb = 0; mb < d0->microbatches && !rc; mb++) {
+  /* the global batch: d replicas x m microbatches, replica k's mb j being
+   * the batch's k*m + j (docs/model.md, Data parallelism) */
+  for (int mb = 0; mb < gc_global_mbs(d0) && !rc; mb++) {
     zb_diag diag = {{0}};
     float loss = 0;
     zb_model_zero_grads(st);
@@ -235,7 +241,7 @@ static int run_reference(gc_iter *it, zb_model_stage *st, const zb_dump *d0, con
       rc = 2;
       break;
     }
-    *loss_sum += (double)loss;
+    mb_loss[mb] = (double)loss;
     for (size_t i = 0; i < n; i++)
       sum[i] += (double)grads[i];
   }
@@ -292,9 +298,10 @@ static void compare(gc_iter *it, zb_model_stage *st, const zb_dump *d, const int
   }
 }
 
-/* Loads the nf dumps of one iteration into d and checks that they agree
- * (check_files); returns the iteration's status so far. */
-static int load_iteration(gc_iter *it, const gc_file *f, zb_dump *d, int nf) {
+/* Loads the nf dumps of one iteration into d and checks that replica
+ * 0's (the first *nf0, sorted by stage) agree (check_files); returns the
+ * iteration's status so far. */
+static int load_iteration(gc_iter *it, const gc_file *f, zb_dump *d, int nf, int *nf0) {
   for (int k = 0; k < nf; k++) {
     zb_diag diag = {{0}};
     if (zb_dump_load(NULL, f[k].path, &d[k], &diag) != ZB_OK) {
@@ -302,15 +309,25 @@ static int load_iteration(gc_iter *it, const gc_file *f, zb_dump *d, int nf) {
       return it->status;
     }
   }
+  for (*nf0 = 0; *nf0 < nf && d[*nf0].replica == 0;)
+    (*nf0)++;
+  if (*nf0 == 0) {
+    gc_fail(it, 1, "no dumps of replica 0 (it%d-stage<S>.dump in '%s')", it->iteration, it->o->dir);
+    return it->status;
+  }
   snprintf(it->job_id, sizeof it->job_id, "%s", d[0].job_id);
   it->stages = d[0].n_stages;
   it->microbatches = d[0].microbatches;
-  check_files(it, f, d, nf);
+  it->data_parallel = d[0].data_parallel;
+  check_files(it, f, d, *nf0);
+  if (d[0].data_parallel < 1 || d[0].data_parallel > 1 << 16)
+    gc_fail(it, 1, "'%s' says the job has %d replicas", f[0].path, d[0].data_parallel);
   return it->status;
 }
 
-/* The whole model the dumps describe as one stage (loss_scale 1/m, as the
- * job's), or NULL when it cannot be built. */
+/* The whole model the dumps describe as one stage (loss_scale 1/(d x m):
+ * the mean over the global batch, what the replicas' reduction gives), or
+ * NULL when it cannot be built. */
 static zb_model_stage *reference_model(gc_iter *it, const zb_dump *d0) {
   zb_model_config cfg = {.vocab = d0->vocab,
                          .hidden = d0->hidden,
@@ -319,7 +336,7 @@ static zb_model_stage *reference_model(gc_iter *it, const zb_dump *d0) {
                          .seq_len = d0->seq_len,
                          .batch = d0->batch,
                          .seed = d0->seed,
-                         .loss_scale = 1.0f / (float)d0->microbatches};
+                         .loss_scale = 1.0f / (float)gc_global_mbs(d0)};
   zb_diag diag = {{0}};
   zb_model_stage *st = NULL;
   if (zb_model_stage_new(&cfg, 0, 1, &st, &diag) != ZB_OK) {
@@ -351,9 +368,13 @@ static bool set_dumped_weights(gc_iter *it, zb_model_stage *st, const zb_dump *d
 }
 
 /* The loss: the last stage's file (sorted by stage: the last one) against
- * the reference's mean over the microbatches. */
-static void check_loss(gc_iter *it, const gc_file *f, const zb_dump *d, int nf, double loss_sum) {
+ * the reference's mean over replica 0's microbatches (0 .. m-1: a
+ * replica's dumped loss is its own mean). */
+static void check_loss(gc_iter *it, const gc_file *f, const zb_dump *d, int nf, const double *mb_loss) {
   const gc_file *lf = &f[nf - 1];
+  double loss_sum = 0;
+  for (int mb = 0; mb < d[0].microbatches; mb++)
+    loss_sum += mb_loss[mb];
   it->loss = d[nf - 1].loss;
   it->loss_ref = loss_sum / d[0].microbatches;
   double diff = fabs(it->loss - it->loss_ref);
@@ -366,7 +387,8 @@ static void check_loss(gc_iter *it, const gc_file *f, const zb_dump *d, int nf, 
 /* Runs the reference on the iteration's text and compares the gradients
  * and the loss. */
 static void compare_with_reference(gc_iter *it, zb_model_stage *st, const gc_file *f, const zb_dump *d,
-                                   int nf, const int *src, const size_t *off, gc_text *text) {
+                                   int nf, const int *src, const size_t *off, gc_text *text,
+                                   double *mb_loss) {
   if (zb_model_stage_config(st)->vocab != 256) {
     gc_fail(it, 1, "vocab %d: the text data gives byte tokens (vocab 256)", zb_model_stage_config(st)->vocab);
     return;
@@ -382,27 +404,27 @@ static void compare_with_reference(gc_iter *it, zb_model_stage *st, const gc_fil
     return;
   }
   double *sum = zb_calloc(it->params ? it->params : 1, sizeof *sum);
-  double loss_sum;
-  if (!run_reference(it, st, &d[0], text, sum, &loss_sum)) {
+  if (!run_reference(it, st, &d[0], text, sum, mb_loss)) {
     it->compared = true;
     compare(it, st, d, src, off, sum);
-    check_loss(it, f, d, nf, loss_sum);
+    check_loss(it, f, d, nf, mb_loss);
   }
   free(sum);
 }
 
 int gc_check_iteration(const gc_opts *o, const gc_file *f, int nf, gc_text *text) {
-  gc_iter it = {.o = o, .iteration = f[0].iteration, .init = -1};
+  gc_iter it = {.o = o, .iteration = f[0].iteration, .init = -1, .replicas_identical = -1};
   zb_dump *d = zb_calloc((size_t)nf, sizeof *d);
   zb_model_stage *st = NULL;
-  int *src = NULL;
+  int *src = NULL, nf0 = 0;
   size_t *off = NULL;
-  if (load_iteration(&it, f, d, nf) || !(st = reference_model(&it, &d[0])))
+  double *mb_loss = NULL;
+  if (load_iteration(&it, f, d, nf, &nf0) || !(st = reference_model(&it, &d[0])))
     goto out;
   int nt = zb_model_n_tensors(st);
   src = zb_calloc((size_t)(nt ? nt : 1), sizeof *src);
   off = zb_calloc((size_t)(nt ? nt : 1), sizeof *off);
-  map_tensors(&it, st, f, d, nf, src, off);
+  map_tensors(&it, st, f, d, nf0, src, off);
   if (it.status)
     goto out;
   it.mapped = true;
@@ -414,12 +436,16 @@ int gc_check_iteration(const gc_opts *o, const gc_file *f, int nf, gc_text *text
     check_init(&it, st, d, src, off);
   /* other initial weights still give gradients to compare; weights that
    * are not finite do not */
+  mb_loss = zb_calloc((size_t)gc_global_mbs(&d[0]), sizeof *mb_loss);
   if (set_dumped_weights(&it, st, d, src, off) && !it.skipped)
-    compare_with_reference(&it, st, f, d, nf, src, off, text);
+    compare_with_reference(&it, st, f, d, nf0, src, off, text, mb_loss);
+  if (it.data_parallel > 1 || nf > nf0)
+    gc_check_replicas(&it, f, d, nf0, f + nf0, d + nf0, nf - nf0, it.compared ? mb_loss : NULL);
 out:
   gc_report(&it);
   free(src);
   free(off);
+  free(mb_loss);
   zb_model_stage_free(st);
   for (int k = 0; k < nf; k++)
     zb_dump_free(&d[k]);

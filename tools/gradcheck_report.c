@@ -31,7 +31,8 @@ void gc_report(const gc_iter *it) {
   if (o->json) {
     printf("{\"iteration\":%d,\"job_id\":", it->iteration);
     json_str(it->job_id);
-    printf(",\"stages\":%d,\"microbatches\":%d", it->stages, it->microbatches);
+    printf(",\"stages\":%d,\"microbatches\":%d,\"data_parallel\":%d", it->stages, it->microbatches,
+           it->data_parallel);
     json_num("tensors", it->tensors, it->mapped);
     json_num("parameters", (double)it->params, it->mapped);
     json_num("max_rel_err", it->max_rel, it->compared);
@@ -43,6 +44,9 @@ void gc_report(const gc_iter *it) {
     json_num("loss", it->loss, it->compared);
     json_num("loss_ref", it->loss_ref, it->compared);
     json_num("loss_rel_err", it->loss_rel, it->compared);
+    printf(",\"replicas_identical\":%s", it->replicas_identical < 0 ? "null"
+                                         : it->replicas_identical   ? "true"
+                                                                    : "false");
     printf(",\"init_identical\":%s,\"skipped\":%s,\"ok\":%s,\"error\":",
            it->init < 0 ? "null"
            : it->init   ? "true"
@@ -63,6 +67,8 @@ void gc_report(const gc_iter *it) {
   printf("%d stages, %d tensors, %zu parameters", it->stages, it->tensors, it->params);
   if (it->init >= 0)
     printf("; initial weights %s", it->init ? "identical" : "DIFFER");
+  if (it->replicas_identical >= 0)
+    printf("; %d replicas %s", it->data_parallel, it->replicas_identical ? "bit-identical" : "DIFFER");
   if (it->skipped && it->status == 0) {
     printf("; skipped (non-finite gradients, not compared)\n");
     return;

@@ -11,7 +11,7 @@
 
 static const char magic[8] = {'Z', 'B', 'D', 'U', 'M', 'P', 0, 1};
 
-/* The fixed part, 664 bytes with no padding (every field at a multiple of
+/* The fixed part, 672 bytes with no padding (every field at a multiple of
  * its size): the offsets zb_dump.h documents. */
 typedef struct dump_head {
   char magic[8];
@@ -23,8 +23,18 @@ typedef struct dump_head {
   uint64_t seed;
   double loss, grad_norm;
   char data[512];
+  int32_t replica, data_parallel; /* version 2 */
 } dump_head;
-_Static_assert(sizeof(dump_head) == 664, "zb_dump.h documents a 664-byte header");
+_Static_assert(sizeof(dump_head) == 672, "zb_dump.h documents a 672-byte header");
+/* version 1 ends before the replica fields */
+#define DUMP_HEAD_V1 ((size_t)664)
+
+void zb_dump_name(int iteration, int stage, int replica, char *buf, size_t len) {
+  if (replica > 0)
+    snprintf(buf, len, "it%d-stage%d-replica%d.dump", iteration, stage, replica);
+  else
+    snprintf(buf, len, "it%d-stage%d.dump", iteration, stage);
+}
 _Static_assert(sizeof(zb_dump_tensor) == 56, "zb_dump.h documents 56 bytes per tensor");
 
 /* The tensors' sizes must add up to n (the arrays' length). */
@@ -64,6 +74,8 @@ zb_err zb_dump_save(const zb_roots *roots, const char *path, const zb_dump *d, z
   h.loss = d->loss;
   h.grad_norm = d->grad_norm;
   snprintf(h.data, sizeof h.data, "%s", d->data);
+  h.replica = d->replica;
+  h.data_parallel = d->data_parallel > 0 ? d->data_parallel : 1;
   zb_file_writer w;
   zb_err err = zb_file_begin_in(&w, roots, "dump", path, diag);
   if (err)
@@ -98,6 +110,23 @@ void zb_dump_free(zb_dump *d) {
 #define DUMP_MAX_TENSORS 1000000u
 #define DUMP_MAX_FLOATS ((size_t)1 << 33)
 
+/* Reads the header of either version into *h (version 1's replica
+ * fields: 0 of 1); *head is its size in the file. */
+static zb_err dump_read_head(zb_file_reader *r, const char *path, dump_head *h, size_t *head, zb_diag *diag) {
+  memset(h, 0, sizeof *h);
+  h->data_parallel = 1;
+  if (!zb_file_read(r, h, DUMP_HEAD_V1) || memcmp(h->magic, magic, sizeof magic) != 0)
+    return zb_diag_set(diag, ZB_ERR_PARSE, "dump '%s': not a zb gradient dump (bad magic)", path);
+  if ((h->version != 1 && h->version != ZB_DUMP_VERSION) || h->n_tensors > DUMP_MAX_TENSORS)
+    return zb_diag_set(diag, ZB_ERR_PARSE,
+                       "dump '%s': version %u with %u tensors; this reads versions 1 to %d", path, h->version,
+                       h->n_tensors, ZB_DUMP_VERSION);
+  *head = h->version == 1 ? DUMP_HEAD_V1 : sizeof *h;
+  if (*head > DUMP_HEAD_V1 && !zb_file_read(r, (char *)h + DUMP_HEAD_V1, *head - DUMP_HEAD_V1))
+    return zb_diag_set(diag, ZB_ERR_PARSE, "dump '%s': truncated in the header", path);
+  return ZB_OK;
+}
+
 zb_err zb_dump_load(const zb_roots *roots, const char *path, zb_dump *out, zb_diag *diag) {
   memset(out, 0, sizeof *out);
   zb_file_reader r;
@@ -105,15 +134,10 @@ zb_err zb_dump_load(const zb_roots *roots, const char *path, zb_dump *out, zb_di
   if (err)
     return err;
   dump_head h;
-  if (!zb_file_read(&r, &h, sizeof h) || memcmp(h.magic, magic, sizeof magic) != 0) {
-    err = zb_diag_set(diag, ZB_ERR_PARSE, "dump '%s': not a zb gradient dump (bad magic)", path);
+  size_t head = 0;
+  err = dump_read_head(&r, path, &h, &head, diag);
+  if (err)
     goto out;
-  }
-  if (h.version != ZB_DUMP_VERSION || h.n_tensors > DUMP_MAX_TENSORS) {
-    err = zb_diag_set(diag, ZB_ERR_PARSE, "dump '%s': version %u with %u tensors; this reads version %d",
-                      path, h.version, h.n_tensors, ZB_DUMP_VERSION);
-    goto out;
-  }
   h.job_id[sizeof h.job_id - 1] = 0;
   h.data[sizeof h.data - 1] = 0;
   memcpy(out->job_id, h.job_id, sizeof out->job_id);
@@ -133,6 +157,8 @@ zb_err zb_dump_load(const zb_roots *roots, const char *path, zb_dump *out, zb_di
   out->seed = h.seed;
   out->loss = h.loss;
   out->grad_norm = h.grad_norm;
+  out->replica = h.replica;
+  out->data_parallel = h.data_parallel;
   out->n_tensors = (int)h.n_tensors;
   out->tensors = zb_calloc(h.n_tensors ? h.n_tensors : 1, sizeof *out->tensors);
   size_t n = 0;
@@ -155,7 +181,7 @@ zb_err zb_dump_load(const zb_roots *roots, const char *path, zb_dump *out, zb_di
   size_t bytes = n * sizeof(float);
   /* the size must be what the table says before anything that big is allocated */
   struct stat sb;
-  uint64_t expect = sizeof h + (uint64_t)h.n_tensors * sizeof(zb_dump_tensor) + 3 * (uint64_t)bytes + 8;
+  uint64_t expect = head + (uint64_t)h.n_tensors * sizeof(zb_dump_tensor) + 3 * (uint64_t)bytes + 8;
   if (fstat(fileno(r.f), &sb) != 0 || (uint64_t)sb.st_size != expect) {
     err = zb_diag_set(diag, ZB_ERR_PARSE, "dump '%s': %lld bytes, its tensor table says %llu", path,
                       (long long)sb.st_size, (unsigned long long)expect);

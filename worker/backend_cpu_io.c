@@ -112,7 +112,8 @@ zb_err zb_backend_cpu_text_fill(void *ud, int64_t iteration, int mb, int batch, 
    * last byte. */
   uint64_t windows = (uint64_t)(t->len - (size_t)seq_len);
   for (int j = 0; j < batch; j++) {
-    uint64_t key = cpu_mix(cpu_mix(cpu_mix(t->seed) ^ (uint64_t)iteration) ^ (uint64_t)(uint32_t)mb);
+    uint64_t key =
+        cpu_mix(cpu_mix(cpu_mix(t->seed) ^ (uint64_t)iteration) ^ (uint64_t)(uint32_t)(t->first_mb + mb));
     size_t off = (size_t)(cpu_mix(key ^ (uint64_t)j) % windows);
     memcpy(tokens + (size_t)j * (size_t)seq_len, t->text + off, (size_t)seq_len);
     memcpy(targets + (size_t)j * (size_t)seq_len, t->text + off + 1, (size_t)seq_len);

@@ -44,9 +44,12 @@ static zb_err cpu_job_settings(cpu_job *cj, const zb_assignment *a, const atomic
   cj->rank = a->rank;
   cj->nranks = a->ranks;
   cj->peer_base = a->replica * a->ranks;
+  cj->replica = a->replica;
+  cj->data_parallel = a->data_parallel > 1 ? a->data_parallel : 1;
   cj->n_stages = hosted_stages(a->sched, a->rank, &cj->stages);
   cj->total_stages = a->sched->p * a->sched->v;
   cj->microbatches = a->sched->m;
+  cj->reduced = zb_calloc((size_t)(cj->n_stages ? cj->n_stages : 1), sizeof *cj->reduced);
   cj->placement = a->sched->placement;
   cj->p = a->sched->p;
   cj->v = a->sched->v;
@@ -76,7 +79,11 @@ static zb_err cpu_job_backend(cpu_job *cj, const zb_assignment *a, zb_diag *diag
                          "model.data: '%s' has %zu bytes; seq_len %d needs at least %d", ms->data,
                          cj->text_len, ms->seq_len, ms->seq_len + 1);
     cj->source = zb_malloc(sizeof *cj->source);
-    *cj->source = (zb_cpu_text){.text = cj->text, .len = cj->text_len, .seed = (uint64_t)ms->seed};
+    /* replica k reads the global batch's microbatches k*m .. k*m+m-1 */
+    *cj->source = (zb_cpu_text){.text = cj->text,
+                                .len = cj->text_len,
+                                .seed = (uint64_t)ms->seed,
+                                .first_mb = cj->replica * cj->microbatches};
     data = (zb_cpu_data){zb_backend_cpu_text_fill, cj->source, NULL};
   }
   zb_cpu_backend_config bc = {
@@ -235,8 +242,11 @@ static zb_err cpu_job_dump(cpu_job *cj, int iteration, const zb_step_result *ste
                  .after = cj->params[i]};
     snprintf(d.job_id, sizeof d.job_id, "%s", cj->job_id);
     snprintf(d.data, sizeof d.data, "%s", ms->data);
-    char path[800];
-    snprintf(path, sizeof path, "%s/it%d-stage%d.dump", cj->dump_dir, iteration, cj->stages[i]);
+    d.replica = cj->replica;
+    d.data_parallel = cj->data_parallel;
+    char name[64], path[800];
+    zb_dump_name(iteration, cj->stages[i], cj->replica, name, sizeof name);
+    snprintf(path, sizeof path, "%s/%s", cj->dump_dir, name);
     err = zb_dump_save(cj->roots, path, &d, diag);
     free(tensors);
   }
@@ -291,7 +301,10 @@ zb_err cpu_job_step(cpu_job *cj, zb_transport *tr, int iteration, bool *has_loss
   zb_step_chain chain = {
       .tr = tr, .rank = cj->rank, .nranks = cj->nranks, .iteration = iteration, .peer_base = cj->peer_base};
   bool dump = cpu_job_dumps(cj, iteration);
-  zb_err err = cpu_job_tie_grads(cj, tr, iteration, diag);
+  /* replicas step only gradients reduced over the global batch */
+  zb_err err = cpu_job_reduce_rest(cj, tr, iteration, diag);
+  if (!err)
+    err = cpu_job_tie_grads(cj, tr, iteration, diag);
   if (err)
     return err;
   if (cj->dstep)
@@ -339,6 +352,7 @@ void cpu_job_close(cpu_job *cj) {
   free(cj->opt);
   zb_backend_free(cj->be);
   free(cj->stages);
+  free(cj->reduced);
   free(cj->text);
   free(cj->source);
   zb_tokens_free(cj->tokens);

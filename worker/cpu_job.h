@@ -46,6 +46,12 @@ typedef struct cpu_job {
   float **params, **grads; /* per hosted stage, into the backend's stages */
   int rank, nranks;        /* the pipeline rank and the plan's p */
   int peer_base; /* transport rank of its replica's pipeline rank 0 (docs/formats.md, Data parallelism) */
+  /* data parallelism (docs/model.md, Data parallelism): this rank's
+   * replica of data_parallel; reduced[i]: hosted stage i's gradients were
+   * all-reduced this iteration (cpu_job_reduce.c) */
+  int replica, data_parallel;
+  bool *reduced;
+  zb_transport *tr; /* borrowed: the job's transport, set by the job runner for the reduce hook */
   int *stages, n_stages, total_stages, microbatches;
   zb_placement placement; /* of the plan that placed the stages: p ranks, v stages each */
   int p, v;
@@ -106,6 +112,24 @@ zb_err cpu_job_arch_weights(cpu_job *cj, zb_diag *diag);
 bool cpu_job_tied(const cpu_job *cj);
 zb_err cpu_job_tie_grads(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag);
 zb_err cpu_job_tied_count_once(cpu_job *cj, zb_diag *diag);
+
+/* cpu_job_reduce.c: the gradient reduction across replicas (docs/model.md,
+ * Data parallelism). With data_parallel d > 1 every replica's pipeline
+ * rank r holds the same stages; their gradients are all-reduced over the
+ * stage group {k * p + r : k < d} with the ring (zb_collective.h), summed
+ * in the ring's fixed order, then scaled by 1/d, so each becomes the
+ * gradient of the mean loss over the global batch and every replica holds
+ * the same bits. A stage's gradients are one contiguous buffer (the
+ * model's grads array, its tensors in the stage's order), reduced as one
+ * collective of tag stage `stage` and seq 2 * iteration.
+ * cpu_job_reduce_stage: REDUCE_GRAD(stage) (the executor's reduce hook,
+ * ud: the cpu_job); fails for a stage this rank does not host or one
+ * reduced twice in an iteration. cpu_job_reduce_rest: before the step,
+ * the hosted stages no action reduced this iteration, ascending (a list
+ * without REDUCE_GRAD still never steps unreduced gradients), then every
+ * stage counts as unreduced again. Both are no-ops with d = 1. */
+zb_err cpu_job_reduce_stage(void *cj, int stage, int iteration, zb_diag *diag);
+zb_err cpu_job_reduce_rest(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag);
 
 /* cpu_job_hf.c: with each checkpoint of an architecture job, the model
  * after iteration `iteration` as a Hugging Face directory,

@@ -24,19 +24,24 @@
 struct cpu_arch_fill {
   const zb_tokens *tokens; /* the cpu_job's */
   uint64_t seed;
-  int microbatches;
+  int microbatches; /* of the global batch: data_parallel x m */
+  int first_mb;     /* the global batch's index of this replica's microbatch 0: replica x m */
   bool sequential;
 };
 
-/* zb_cpu_ids_fn over the job's data (ud: its cpu_arch_fill). */
+/* zb_cpu_ids_fn over the job's data (ud: its cpu_arch_fill). Replica k's
+ * microbatch mb is the global batch's microbatch k x m + mb, so d replicas
+ * read what one pipeline of d x m microbatches would (docs/model.md, Data
+ * parallelism). */
 static zb_err arch_fill(void *ud, int64_t iteration, int mb, int batch, int seq_len, int32_t *tokens,
                         int32_t *targets, zb_diag *diag) {
   const struct cpu_arch_fill *f = ud;
   (void)seq_len; /* the dataset's windows are the model's seq_len */
+  int gmb = f->first_mb + mb;
   if (f->sequential)
-    return zb_tokens_fill_in_order(f->tokens, (iteration * f->microbatches + mb) * batch, batch, tokens,
+    return zb_tokens_fill_in_order(f->tokens, (iteration * f->microbatches + gmb) * batch, batch, tokens,
                                    targets, diag);
-  return zb_tokens_fill(f->tokens, f->seed, iteration, mb, batch, tokens, targets, diag);
+  return zb_tokens_fill(f->tokens, f->seed, iteration, gmb, batch, tokens, targets, diag);
 }
 
 zb_err cpu_job_arch_open(cpu_job *cj, bool ends, zb_cpu_data *data, zb_diag *diag) {
@@ -59,7 +64,8 @@ zb_err cpu_job_arch_open(cpu_job *cj, bool ends, zb_cpu_data *data, zb_diag *dia
   cj->fill = zb_calloc(1, sizeof *cj->fill);
   *cj->fill = (struct cpu_arch_fill){.tokens = cj->tokens,
                                      .seed = (uint64_t)ms->seed,
-                                     .microbatches = cj->microbatches,
+                                     .microbatches = cj->data_parallel * cj->microbatches,
+                                     .first_mb = cj->replica * cj->microbatches,
                                      .sequential = strcmp(ms->order, ZB_DATA_ORDER_SEQUENTIAL_NAME) == 0};
   *data = (zb_cpu_data){.fill_ids = arch_fill, .ud = cj->fill};
   return ZB_OK;

@@ -52,7 +52,7 @@ zb_err cpu_job_pull_state(cpu_job *cj, zb_diag *diag) {
 }
 
 void cpu_job_forget_checkpoints(const cpu_job *cj) {
-  for (int i = 0; cj->ckpt_every > 0 && i < cj->n_stages; i++)
+  for (int i = 0; cj->ckpt_every > 0 && cj->replica == 0 && i < cj->n_stages; i++)
     for (int prev = 0; prev < 2; prev++) {
       char path[800];
       ckpt_path(cj, cj->job_id, cj->stages[i], prev, path, sizeof path);
@@ -64,6 +64,10 @@ void cpu_job_forget_checkpoints(const cpu_job *cj) {
 zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
   if (cj->saved == iteration)
     return ZB_OK; /* the periodic save just wrote this state */
+  /* replicas hold the same bits (docs/model.md, Data parallelism):
+   * replica 0 writes the files, every replica resumes from them */
+  if (cj->replica > 0)
+    return ZB_OK;
   char dir[700];
   snprintf(dir, sizeof dir, "%s/%s", cj->ckpt_dir, cj->job_id);
   zb_err err = zb_file_mkdirs_in(cj->roots, "checkpoint", dir, diag);
@@ -161,18 +165,19 @@ static zb_err resume_agree(cpu_job *cj, zb_transport *tr, int32_t mine[3], zb_di
   int32_t msg[3];
   zb_tag up = {.kind = ZB_OP_F, .stage = -2, .mb = 0}, down = {.kind = ZB_OP_B, .stage = -2, .mb = 0};
   zb_err err = ZB_OK;
-  if (cj->rank > 0 && !(err = zb_transport_recv(tr, cj->rank - 1, up, msg, sizeof msg, diag))) {
+  if (cj->rank > 0 &&
+      !(err = zb_transport_recv(tr, cj->peer_base + cj->rank - 1, up, msg, sizeof msg, diag))) {
     for (int q = 0; q < 2; q++)
       if (mine[q] != msg[0] && mine[q] != msg[1])
         mine[q] = -1;
     mine[2] |= msg[2];
   }
   if (!err && cj->rank < cj->nranks - 1 &&
-      !(err = zb_transport_send(tr, cj->rank + 1, up, mine, 3 * sizeof *mine, diag)) &&
-      !(err = zb_transport_recv(tr, cj->rank + 1, down, msg, sizeof msg, diag)))
+      !(err = zb_transport_send(tr, cj->peer_base + cj->rank + 1, up, mine, 3 * sizeof *mine, diag)) &&
+      !(err = zb_transport_recv(tr, cj->peer_base + cj->rank + 1, down, msg, sizeof msg, diag)))
     memcpy(mine, msg, sizeof msg);
   if (!err && cj->rank > 0)
-    err = zb_transport_send(tr, cj->rank - 1, down, mine, 3 * sizeof *mine, diag);
+    err = zb_transport_send(tr, cj->peer_base + cj->rank - 1, down, mine, 3 * sizeof *mine, diag);
   return err;
 }
 

@@ -141,16 +141,19 @@ static void pack_state(const cpu_job *cj, int i, const zb_model_tensor *t, float
 }
 
 /* Connects to every rank a move involves (additive), then moves every
- * tensor in one transport group. */
+ * tensor in one transport group. Moves stay within this replica: the
+ * plan's rank q is transport rank peer_base + q (docs/formats.md, Data
+ * parallelism), and every replica moves its own copy alike. */
 static zb_err restage_exchange(const cpu_job *cj, const zb_assignment *a, zb_transport *tr, restage *r,
                                zb_diag *diag) {
-  bool *peers = zb_calloc((size_t)cj->nranks, sizeof(bool));
-  const char **addrs = zb_calloc((size_t)cj->nranks, sizeof(char *));
+  int world = zb_assignment_world(a), base = cj->peer_base;
+  bool *peers = zb_calloc((size_t)world, sizeof(bool));
+  const char **addrs = zb_calloc((size_t)world, sizeof(char *));
   zb_err err = ZB_OK;
   for (int k = 0; k < r->n; k++)
-    peers[r->moves[k].from == cj->rank ? r->moves[k].to : r->moves[k].from] = true;
-  peers[cj->rank] = false;
-  for (int q = 0; q < cj->nranks && !err; q++)
+    peers[base + (r->moves[k].from == cj->rank ? r->moves[k].to : r->moves[k].from)] = true;
+  peers[base + cj->rank] = false;
+  for (int q = 0; q < world && !err; q++)
     if (peers[q] && !(addrs[q] = zb_assignment_peer(a, q)) && strcmp(zb_transport_name(tr), "tcp") == 0)
       err = zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                         "plan update: no data address for rank %d, which holds "
@@ -169,10 +172,10 @@ static zb_err restage_exchange(const cpu_job *cj, const zb_assignment *a, zb_tra
     if (mv->from == cj->rank)
       pack_state(cj, mv->old_index, mv->src, mv->buf);
     if (mv->from == cj->rank && mv->to != cj->rank) {
-      err = zb_transport_send(tr, mv->to, mv->tag, mv->buf, len, diag);
+      err = zb_transport_send(tr, base + mv->to, mv->tag, mv->buf, len, diag);
       r->bytes_sent += (int64_t)len;
     } else if (mv->from != cj->rank) {
-      err = zb_transport_recv(tr, mv->from, mv->tag, mv->buf, len, diag);
+      err = zb_transport_recv(tr, base + mv->from, mv->tag, mv->buf, len, diag);
       r->bytes_received += (int64_t)len;
     }
   }

@@ -126,7 +126,8 @@ zb_err cpu_job_tie_grads(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *
     err = tie_local(cj, i0, il, a, b, n, diag);
   } else {
     bool first = i0 >= 0;
-    int peer = zb_placement_rank(cj->placement, cj->p, cj->v, first ? last : 0);
+    /* the other holder in this replica (transport ranks: peer_base + q) */
+    int peer = cj->peer_base + zb_placement_rank(cj->placement, cj->p, cj->v, first ? last : 0);
     err = tie_remote(cj, tr, iteration, first ? i0 : il, first, peer, a, b, n, diag);
   }
   free(a);

@@ -13,6 +13,8 @@
 struct zb_executor {
   int rank, nranks;
   int peer_base; /* the plan's peer q is transport rank peer_base + q */
+  zb_err (*reduce)(void *ud, int stage, int iteration, zb_diag *diag);
+  void *reduce_ud;
   zb_action *actions;
   int n;
   zb_costs *costs;
@@ -151,6 +153,8 @@ zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_tr
   e->rank = cfg->rank;
   e->nranks = cfg->nranks;
   e->peer_base = cfg->peer_base;
+  e->reduce = cfg->reduce;
+  e->reduce_ud = cfg->reduce_ud;
   e->n = cfg->n_actions;
   e->actions = zb_malloc(sizeof *e->actions * (size_t)(e->n ? e->n : 1));
   if (e->n)
@@ -333,9 +337,28 @@ static zb_err exec_ahead(zb_executor *e, int i, int64_t start, exec_tally *t, in
   return ZB_OK;
 }
 
+/* REDUCE_GRAD(stage) through the reduce hook, after the backend's work
+ * (the gradients it reads must be final); host-blocking, so on a
+ * device-ordered transport the groups in flight are drained first. */
+static zb_err exec_reduce(zb_executor *e, int i, int iteration, bool trace, int64_t base, exec_tally *t,
+                          zb_diag *diag) {
+  const zb_action *a = &e->actions[i];
+  int64_t c0 = zb_clock_ns();
+  zb_err err = e->device_ordered ? zb_transport_drain(e->transport, diag) : ZB_OK;
+  if (!err)
+    err = zb_backend_sync(e->backend, diag);
+  if (!err)
+    err = e->reduce(e->reduce_ud, a->stage, iteration, diag);
+  int64_t c1 = zb_clock_ns();
+  t->comm += (double)(c1 - c0) * 1e-9;
+  if (!err && trace)
+    tl_push(e, a, 0, c0 - base, c1 - base);
+  return err;
+}
+
 /* Walks the list once; *failed_at is the action to blame on failure. */
-static zb_err exec_walk(zb_executor *e, bool trace, int64_t start, exec_tally *t, int *failed_at,
-                        zb_diag *diag) {
+static zb_err exec_walk(zb_executor *e, int iteration, bool trace, int64_t start, exec_tally *t,
+                        int *failed_at, zb_diag *diag) {
   int i = 0, ahead = 0; /* comm actions before `ahead` are posted already */
   bool look = e->device_ordered && !trace;
   zb_err err = ZB_OK;
@@ -360,6 +383,9 @@ static zb_err exec_walk(zb_executor *e, bool trace, int64_t start, exec_tally *t
     } else if (zb_op_is_comm(a->op)) {
       err = exec_comm(e, i, trace, start, t, &i, diag);
       ahead = i > ahead ? i : ahead;
+    } else if (a->op == ZB_OP_REDUCE_GRAD && e->reduce) {
+      err = exec_reduce(e, i, iteration, trace, start, t, diag);
+      i += err ? 0 : 1;
     } else {
       i++; /* FSDP and empty actions take no time here */
     }
@@ -378,7 +404,7 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
   e->tl_n = 0;
   int64_t start = zb_clock_ns();
   int i;
-  zb_err err = exec_walk(e, trace, start, &t, &i, diag);
+  zb_err err = exec_walk(e, iteration, trace, start, &t, &i, diag);
   if (!err && e->device_ordered) { /* the host's only wait for groups, the window's aside */
     i = -1;
     int64_t c0 = zb_clock_ns();

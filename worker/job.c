@@ -236,6 +236,13 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
                            .bytes_per_activation = (size_t)a->bytes_per_activation,
                            .stop = js->stop,
                            .trace_every = a->trace_every};
+#ifdef ZB_WITH_CPU_BACKEND
+  if (js->cj.be && js->cj.data_parallel > 1) { /* REDUCE_GRAD: the replicas' gradient reduction */
+    js->cj.tr = js->tr;
+    ec.reduce = cpu_job_reduce_stage;
+    ec.reduce_ud = &js->cj;
+  }
+#endif
   if (!err)
     err = zb_executor_new(&ec, be, js->tr, &ex, diag);
   if (!err)

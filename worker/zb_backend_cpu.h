@@ -98,13 +98,16 @@ typedef struct zb_cpu_data {
 
 /* The default data: byte-level language modelling over a text in memory.
  * Sequence j of microbatch mb of iteration i is the window of seq_len bytes
- * at an offset drawn from (seed, i, mb, j); its targets are the same window
- * shifted by one byte (the next byte of the text). Needs a vocab of 256 and
- * len >= seq_len + 1. */
+ * at an offset drawn from (seed, i, first_mb + mb, j); its targets are the
+ * same window shifted by one byte (the next byte of the text). Needs a
+ * vocab of 256 and len >= seq_len + 1. first_mb places a data-parallel
+ * replica's microbatches in the global batch (replica x m: docs/model.md,
+ * Data parallelism); 0 with one replica. */
 typedef struct zb_cpu_text {
   const uint8_t *text; /* borrowed; must outlive every backend that reads it */
   size_t len;
   uint64_t seed;
+  int first_mb; /* the global batch's index of this source's microbatch 0 */
 } zb_cpu_text;
 
 /* The zb_cpu_data_fn of a zb_cpu_text (ud: const zb_cpu_text *): use

@@ -7,7 +7,8 @@
  * Walking the list: actions are issued in list order. A maximal run of
  * comm actions chained by the `batch` flag (zb_schedule.h) is posted as
  * one transport group and completes as a whole; a comm action without the
- * flag is a group of one. FSDP and empty actions take no time. How a group
+ * flag is a group of one. FSDP and empty actions take no time; a
+ * REDUCE_GRAD runs the config's reduce hook, host-blocking. How a group
  * holds the rank depends on the transport (docs/schedules.md, Execution
  * model):
  *   device-ordered (nccl, zb_transport_device_ordered, unless
@@ -118,6 +119,14 @@ typedef struct zb_executor_config {
    * docs/formats.md, Data parallelism): the list's peer q is transport
    * rank peer_base + q. 0 with one replica. */
   int peer_base;
+  /* REDUCE_GRAD(stage) (docs/schedules.md, Gradient reduction): with
+   * reduce set, the backend is synced (the gradients are final) and
+   * reduce(reduce_ud, stage, iteration) runs on the host, timed as
+   * communication; a failure fails the iteration like a transport's. NULL:
+   * REDUCE_GRAD takes no time (the sim backend, one replica).
+   * WAIT_REDUCE_GRAD is a no-op either way: the reduction held the rank. */
+  zb_err (*reduce)(void *reduce_ud, int stage, int iteration, zb_diag *diag);
+  void *reduce_ud; /* borrowed */
 } zb_executor_config;
 
 typedef struct zb_executor zb_executor;

@@ -93,8 +93,10 @@ def test_bad_specs_are_refused():
                 ["data_parallel", "over the limit of 1024"]),
                (job_spec(name="order", ranks=2, rank_order="hosts"), grpc.StatusCode.INVALID_ARGUMENT,
                 ["rank_order", "pipelines, stages"]),
-               (dp_spec("cpu", 2, backend="cpu"), grpc.StatusCode.UNIMPLEMENTED,
-                ["data_parallel > 1 needs the gradient reduction (not built yet)"])]
+               (dp_spec("cuda", 2, backend="cuda"), grpc.StatusCode.UNIMPLEMENTED,
+                ["data_parallel > 1 with backend 'cuda'", "nccl collectives (not built yet)"]),
+               (dp_spec("zcpu", 2, backend="cpu", zero=1), grpc.StatusCode.UNIMPLEMENTED,
+                ["spec.zero", "ZeRO-1", "not built yet"])]
         for spec, code, words in bad:
             got, details = rpc_error(c.submit, spec)
             assert got == code and all(w in details for w in words), (spec.name, got, details)

@@ -488,7 +488,8 @@ def series(samples, name, **labels):
 
 # ---- gradient dumps (train/zb_dump.h; a cpu job's model.dump_dir) ----
 
-_DUMP_HEAD = struct.Struct("=8sII64s12iQdd512s")  # 664 bytes, the layout zb_dump.h documents
+_DUMP_HEAD = struct.Struct("=8sII64s12iQdd512s")  # 664 bytes, the layout zb_dump.h documents (version 1)
+_DUMP_REPLICA = struct.Struct("=ii")  # version 2: replica, data_parallel (672 bytes in all)
 _DUMP_TENSOR = struct.Struct("=48sii")
 _DUMP_FIELDS = ("iteration", "stage", "n_stages", "rank", "microbatches", "vocab", "hidden", "heads", "layers",
                 "seq_len", "batch", "flags")
@@ -549,11 +550,14 @@ def read_dump(path):
     with open(path, "rb") as f:
         raw = f.read()
     h = _DUMP_HEAD.unpack_from(raw, 0)
-    assert h[0] == b"ZBDUMP\0\1" and h[1] == 1, "%s: not a version-1 dump" % path
+    assert h[0] == b"ZBDUMP\0\1" and h[1] in (1, 2), "%s: not a version-1 or 2 dump" % path
     d = dict(zip(_DUMP_FIELDS, h[4:16]))
     d.update(job_id=h[3].rstrip(b"\0").decode(), seed=h[16], loss=h[17], grad_norm=h[18],
-             data=h[19].rstrip(b"\0").decode(), tensors=[])
+             data=h[19].rstrip(b"\0").decode(), tensors=[], replica=0, data_parallel=1)
     off = _DUMP_HEAD.size
+    if h[1] == 2:
+        d["replica"], d["data_parallel"] = _DUMP_REPLICA.unpack_from(raw, off)
+        off += _DUMP_REPLICA.size
     for _ in range(h[2]):
         name, rows, cols = _DUMP_TENSOR.unpack_from(raw, off)
         d["tensors"].append((name.rstrip(b"\0").decode(), rows, cols))
@@ -564,11 +568,14 @@ def read_dump(path):
     return d
 
 
-def read_dumps(dump_dir, job_id, iteration):
-    """{stage: dump} of one iteration of a job."""
+def read_dumps(dump_dir, job_id, iteration, replica=0):
+    """{stage: dump} of one iteration of a job (of one data-parallel
+    replica: replica 0's are it<N>-stage<S>.dump, replica K's
+    it<N>-stage<S>-replica<K>.dump)."""
     out = {}
+    tail = "-replica%d" % replica if replica else ""
     for name in os.listdir(os.path.join(dump_dir, job_id)):
-        m = re.match(r"it(\d+)-stage(\d+)\.dump$", name)
+        m = re.match(r"it(\d+)-stage(\d+)%s\.dump$" % tail, name)
         if m and int(m.group(1)) == iteration:
             out[int(m.group(2))] = read_dump(os.path.join(dump_dir, job_id, name))
     assert out and sorted(out) == list(range(next(iter(out.values()))["n_stages"])), \

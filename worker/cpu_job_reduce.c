@@ -1,0 +1,84 @@
+/* cpu_job_reduce.c — a cpu job's gradient reduction across data-parallel
+ * replicas (cpu_job.h; docs/model.md, Data parallelism). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cpu_job.h"
+#include "zb_alloc.h"
+#include "zb_collective.h"
+
+/* The hosted index of global stage `stage`, or -1. */
+static int reduce_index(const cpu_job *cj, int stage) {
+  for (int i = 0; i < cj->n_stages; i++)
+    if (cj->stages[i] == stage)
+      return i;
+  return -1;
+}
+
+/* All-reduces hosted stage i's gradients over its stage group, then
+ * scales them by 1/d: each replica's are the mean over its m microbatches
+ * (loss_scale 1/m), so the result is the mean over the global batch. */
+static zb_err reduce_one(cpu_job *cj, zb_transport *tr, int i, int iteration, zb_diag *diag) {
+  int d = cj->data_parallel;
+  int *ranks = zb_malloc(sizeof(int) * (size_t)d);
+  for (int k = 0; k < d; k++)
+    ranks[k] = k * cj->nranks + cj->rank;
+  /* seq 2 * iteration: every member agrees without keeping a count, and a
+   * message of another iteration fails the tag check instead of mixing */
+  zb_ring ring = {.tr = tr,
+                  .size = d,
+                  .index = cj->replica,
+                  .ranks = ranks,
+                  .stage = cj->stages[i],
+                  .seq = (int32_t)(((int64_t)iteration * 2) % INT32_MAX)};
+  size_t n = zb_model_n_params(zb_backend_cpu_stage(cj->be, i, NULL));
+  zb_err err = zb_ring_all_reduce(&ring, cj->grads[i], n, diag);
+  free(ranks);
+  if (err)
+    return err;
+  float scale = 1.0f / (float)d;
+  for (size_t k = 0; k < n; k++)
+    cj->grads[i][k] *= scale;
+  cj->reduced[i] = true;
+  return ZB_OK;
+}
+
+/* The reduction needs the gradients in host memory: a cpu job's. */
+static zb_err reduce_check(const cpu_job *cj, zb_transport *tr, zb_diag *diag) {
+  if (cj->device)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
+                       "data_parallel %d: the gradient reduction of a cuda job is not built yet",
+                       cj->data_parallel);
+  if (!tr)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "gradient reduction: no transport");
+  return ZB_OK;
+}
+
+zb_err cpu_job_reduce_stage(void *ud, int stage, int iteration, zb_diag *diag) {
+  cpu_job *cj = ud;
+  if (cj->data_parallel <= 1)
+    return ZB_OK;
+  zb_err err = reduce_check(cj, cj->tr, diag);
+  if (err)
+    return err;
+  int i = reduce_index(cj, stage);
+  if (i < 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_SCHEDULE, "REDUCE_GRAD of stage %d: rank %d does not host it",
+                       stage, cj->rank);
+  if (cj->reduced[i])
+    return zb_diag_set(diag, ZB_ERR_INVALID_SCHEDULE,
+                       "REDUCE_GRAD of stage %d: its gradients were reduced already this iteration", stage);
+  return reduce_one(cj, cj->tr, i, iteration, diag);
+}
+
+zb_err cpu_job_reduce_rest(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag) {
+  if (cj->data_parallel <= 1)
+    return ZB_OK;
+  zb_err err = reduce_check(cj, tr, diag);
+  for (int i = 0; !err && i < cj->n_stages; i++)
+    if (!cj->reduced[i])
+      err = reduce_one(cj, tr, i, iteration, diag);
+  for (int i = 0; i < cj->n_stages; i++)
+    cj->reduced[i] = false;
+  return err;
+}
