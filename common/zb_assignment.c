@@ -19,6 +19,8 @@ Zb__V1__ActionKind zb_action_kind_of(zb_op op) {
   case ZB_OP_RECV_F: return ZB__V1__ACTION_KIND__ACTION_KIND_RECV_F;
   case ZB_OP_SEND_B: return ZB__V1__ACTION_KIND__ACTION_KIND_SEND_B;
   case ZB_OP_RECV_B: return ZB__V1__ACTION_KIND__ACTION_KIND_RECV_B;
+  case ZB_OP_REDUCE_GRAD: return ZB__V1__ACTION_KIND__ACTION_KIND_REDUCE_GRAD;
+  case ZB_OP_WAIT_REDUCE_GRAD: return ZB__V1__ACTION_KIND__ACTION_KIND_WAIT_REDUCE_GRAD;
   default: return ZB__V1__ACTION_KIND__ACTION_KIND_UNSPECIFIED;
   }
 }
@@ -148,24 +150,11 @@ static void encode_stages(const zb_assignment_src *src, int rank, Zb__V1__Assign
     hs[n].m_f = c->m_f[s];
     hs[n].m_b = c->m_b[s];
     hs[n].m_w = c->m_w[s];
+    hs[n].t_reduce = c->t_reduce[s];
     a->stages[n] = &hs[n];
     n++;
   }
   a->n_stages = n;
-}
-
-/* The rank's list as the Assignment carries it: the actions the wire has
- * a kind for. REDUCE_GRAD and WAIT_REDUCE_GRAD have none (proto/zb/v1
- * ActionKind), so they stay out; a model job's worker then reduces every
- * stage's gradients before the step (docs/model.md, Data parallelism). */
-static Zb__V1__ActionList *assignment_actions(const zb_rank_list *l) {
-  zb_rank_list kept = {.actions = zb_malloc(sizeof *kept.actions * (size_t)(l->n ? l->n : 1))};
-  for (int i = 0; i < l->n; i++)
-    if (zb_action_kind_of(l->actions[i].op) != ZB__V1__ACTION_KIND__ACTION_KIND_UNSPECIFIED)
-      kept.actions[kept.n++] = l->actions[i];
-  Zb__V1__ActionList *al = zb_action_list_encode(&kept);
-  free(kept.actions);
-  return al;
 }
 
 void zb_assignment_encode(const zb_assignment_src *src, int global, Zb__V1__Assignment *out) {
@@ -197,7 +186,7 @@ void zb_assignment_encode(const zb_assignment_src *src, int global, Zb__V1__Assi
     out->data_secret.data = (uint8_t *)src->data_secret;
     out->data_secret.len = ZB_DATA_SECRET_BYTES;
   }
-  out->action_list = assignment_actions(&pl->lowered->ranks[rank]);
+  out->action_list = zb_action_list_encode(&pl->lowered->ranks[rank]);
   encode_peers(src, rank, replica, out);
   encode_stages(src, rank, out);
   if (zb_job_spec_trains_model(spec)) {

@@ -1,6 +1,7 @@
 /* zb_assignment_decode.c — decoding and checking an Assignment, in the
  * current form and the older all-ranks one. See zb_assignment.h. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,8 @@ bool zb_action_op_of(Zb__V1__ActionKind k, zb_op *op) {
   case ZB__V1__ACTION_KIND__ACTION_KIND_RECV_F: *op = ZB_OP_RECV_F; return true;
   case ZB__V1__ACTION_KIND__ACTION_KIND_SEND_B: *op = ZB_OP_SEND_B; return true;
   case ZB__V1__ACTION_KIND__ACTION_KIND_RECV_B: *op = ZB_OP_RECV_B; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_REDUCE_GRAD: *op = ZB_OP_REDUCE_GRAD; return true;
+  case ZB__V1__ACTION_KIND__ACTION_KIND_WAIT_REDUCE_GRAD: *op = ZB_OP_WAIT_REDUCE_GRAD; return true;
   default: return false;
   }
 }
@@ -51,12 +54,20 @@ static zb_err check_action(const zb_assignment *a, const zb_action *x, const cha
                            zb_diag *diag) {
   int S = a->ranks * a->chunks;
   bool comm = zb_op_is_comm(x->op);
-  if (!comm && !zb_op_is_compute(x->op))
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s[%zu]: %s is not a compute or comm action",
-                       field, i, zb_op_name(x->op));
+  bool reduce = x->op == ZB_OP_REDUCE_GRAD || x->op == ZB_OP_WAIT_REDUCE_GRAD;
+  if (!comm && !zb_op_is_compute(x->op) && !reduce)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "assignment.%s[%zu]: %s is not a compute, comm or reduction action", field, i,
+                       zb_op_name(x->op));
   if (x->stage < 0 || x->stage >= S)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s[%zu]: stage %d is not one of %d", field, i,
                        x->stage, S);
+  if (reduce) /* once per iteration: no microbatch, no peer (the stage group is implied) */
+    return x->mb == -1 && x->peer == -1
+               ? ZB_OK
+               : zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                             "assignment.%s[%zu]: %s takes microbatch -1 and peer -1 (got %d, %d)", field, i,
+                             zb_op_name(x->op), x->mb, x->peer);
   if (x->mb < 0 || x->mb >= a->microbatches)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.%s[%zu]: microbatch %d is not one of %d", field,
                        i, x->mb, a->microbatches);
@@ -77,7 +88,7 @@ static zb_err decode_action(const Zb__V1__ActionList *al, size_t i, const zb_ass
   if (al->stage[i] < 0 || al->stage[i] >= a->ranks * a->chunks)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.action_list[%zu]: stage %d is not one of %d", i,
                        (int)al->stage[i], a->ranks * a->chunks);
-  if (al->microbatch[i] < 0 || al->microbatch[i] >= a->microbatches)
+  if (al->microbatch[i] < -1 || al->microbatch[i] >= a->microbatches)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                        "assignment.action_list[%zu]: microbatch %d is not one of %d", i,
                        (int)al->microbatch[i], a->microbatches);
@@ -165,6 +176,10 @@ static zb_err decode_stage(zb_costs *c, const Zb__V1__HostedStage *h, size_t k, 
   c->m_f[s] = h->m_f;
   c->m_b[s] = h->m_b;
   c->m_w[s] = h->m_w;
+  if (!isfinite(h->t_reduce) || h->t_reduce < 0)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment.stages[%zu]: t_reduce %g is not a time", k,
+                       h->t_reduce);
+  c->t_reduce[s] = h->t_reduce;
   return ZB_OK;
 }
 

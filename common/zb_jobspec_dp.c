@@ -91,5 +91,10 @@ zb_err zb_job_spec_check_dp(const zb_job_spec *s, zb_job_fault *f) {
       (strcmp(s->rank_order, ZB_RANK_ORDER_PIPELINES) && strcmp(s->rank_order, ZB_RANK_ORDER_STAGES)))
     return zb_job_fault_set(f, ZB_JK_RANK_ORDER, -1, "rank_order", "must be one of %s, %s, got '%.15s'",
                             ZB_RANK_ORDER_PIPELINES, ZB_RANK_ORDER_STAGES, s->rank_order);
+  if (s->costs.t_reduce > 0 && s->data_parallel < 2) /* one replica has nothing to average */
+    return zb_job_fault_set(f, ZB_JK_COSTS, -1, "costs.reduce",
+                            "is the gradient reduction across replicas and needs data_parallel > 1 (got %g "
+                            "with data_parallel 1)",
+                            s->costs.t_reduce);
   return check_link(s, f);
 }

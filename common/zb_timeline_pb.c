@@ -78,11 +78,14 @@ zb_err zb_timeline_decode(const Zb__V1__OpTimeline *t, double base, zb_tl_op **o
   for (size_t i = 0; i < k; i++) {
     zb_tl_op *o = &out[i];
     bool known = zb_action_op_of(t->kind[i], &o->op);
-    if (!known || zb_op_is_compute(o->op) != (t->group_size[i] == 0)) {
+    if (!known || zb_op_is_comm(o->op) == (t->group_size[i] == 0)) {
       free(out);
       return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "timeline.kind[%zu]: %s", i,
-                         !known ? "not one of F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B"
-                                : "a compute op has no group size, a transport group one of at least 1");
+                         !known
+                             ? "not one of F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD, "
+                               "WAIT_REDUCE_GRAD"
+                             : "a compute op or a reduction has no group size, a transport group one of at "
+                               "least 1");
     }
     o->stage = t->stage[i];
     o->mb = t->microbatch[i];

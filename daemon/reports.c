@@ -196,8 +196,10 @@ static bool report_times_ok(const coord_job *j, int rank, int iteration, const Z
     zb_diag_set(d, ZB_ERR_INVALID_ARG, "timeline: %d rows, more than rank %d's %d actions", n, rank,
                 l ? l->n : 0);
   for (int i = 0; ok && i < n; i++) {
-    ok = ops[i].stage >= 0 && ops[i].stage < pl->p * pl->v && ops[i].mb >= 0 && ops[i].mb < pl->m &&
-         zb_stage_rank(pl->lowered, ops[i].stage) == rank;
+    /* a reduction has no microbatch (docs/schedules.md, Gradient reduction) */
+    bool reduce = ops[i].op == ZB_OP_REDUCE_GRAD || ops[i].op == ZB_OP_WAIT_REDUCE_GRAD;
+    ok = ops[i].stage >= 0 && ops[i].stage < pl->p * pl->v && (reduce ? ops[i].mb == -1 : ops[i].mb >= 0) &&
+         ops[i].mb < pl->m && zb_stage_rank(pl->lowered, ops[i].stage) == rank;
     if (!ok)
       zb_diag_set(d, ZB_ERR_INVALID_ARG,
                   "timeline row %d: stage %d microbatch %d is not rank %d's (%d stages, %d "

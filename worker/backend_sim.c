@@ -169,3 +169,15 @@ void zb_backend_sim_set_time_scale(zb_backend *b, double scale) {
   if (b && b->ops == &sim_ops)
     ((sim_backend *)b->self)->time_scale = scale > 0 ? scale : 1.0;
 }
+
+zb_err zb_backend_sim_hold(zb_backend *b, int64_t since_ns, int stage, zb_diag *diag) {
+  if (!b || b->ops != &sim_ops)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "sim backend: hold on another backend");
+  sim_backend *s = b->self;
+  if (stage < 0 || stage >= s->costs->n_stages)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                       "sim backend: REDUCE_GRAD of stage %d out of range (%d stages)", stage,
+                       s->costs->n_stages);
+  double t = s->costs->t_reduce[stage] * s->time_scale;
+  return sim_wait_until(s, since_ns + (int64_t)llround(t * 1e9), diag);
+}

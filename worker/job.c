@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cpu_job.h"
+#include "sim_reduce.h"
 #include "worker.h"
 #include "zb_alloc.h"
 #include "zb_device.h"
@@ -31,6 +32,7 @@ typedef struct job_state {
   zb_device *dev;         /* a cuda job's device (owned); NULL otherwise */
   int next;               /* the next iteration to run */
   zb_backend *sim;        /* the current plan's sim backend (borrowed); NULL for cpu and cuda */
+  sim_reduce sim_reduce;  /* a sim job's REDUCE_GRAD hook (data_parallel > 1) */
 } job_state;
 
 /* The backend for one plan of the job: a fresh sim backend (*owned, freed
@@ -243,6 +245,16 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
     ec.reduce_ud = &js->cj;
   }
 #endif
+  if (sim && a->data_parallel > 1) { /* REDUCE_GRAD: the replicas meet, then the cost model's time */
+    js->sim_reduce = (sim_reduce){.tr = js->tr,
+                                  .sim = sim,
+                                  .rank = a->rank,
+                                  .ranks = a->ranks,
+                                  .replica = a->replica,
+                                  .data_parallel = a->data_parallel};
+    ec.reduce = sim_reduce_stage;
+    ec.reduce_ud = &js->sim_reduce;
+  }
   if (!err)
     err = zb_executor_new(&ec, be, js->tr, &ex, diag);
   if (!err)

@@ -152,6 +152,15 @@ zb_err zb_backend_sim_new(const zb_sim_backend_config *cfg, zb_backend **out, zb
  * 1); a no-op on other backends. */
 void zb_backend_sim_set_time_scale(zb_backend *b, double scale);
 
+/* A sim job's REDUCE_GRAD of stage (docs/schedules.md, Gradient
+ * reduction): waits until since_ns (CLOCK_MONOTONIC, zb_clock_ns) plus the
+ * stage's T_reduce times the time scale, so the reduction takes its
+ * configured time however long the replicas' rendezvous before it took.
+ * Counts as no op's busy time (the executor counts it as comm).
+ * ZB_ERR_INVALID_ARG for another backend or a stage out of range;
+ * ZB_ERR_IO when stopped. */
+zb_err zb_backend_sim_hold(zb_backend *b, int64_t since_ns, int stage, zb_diag *diag);
+
 /* The cpu and cuda backends, which run the model on a device, are
  * declared in zb_backend_cpu.h: this header, which the executor includes,
  * names no model type. */

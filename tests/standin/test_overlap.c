@@ -85,7 +85,7 @@ static int rank_main(int rank, int n, const ncclUniqueId *id) {
   zb_device *dev = NULL;
   zb_cuda_device_config dc = {.ordinal = 0, .precision = ZB_PRECISION_FP32};
   RCHECK(zb_device_cuda_new(&dc, &dev, &d) == ZB_OK, "%s", d.msg);
-  static zb_cpu_text text = {(const uint8_t *)g_text, sizeof g_text - 1, 11};
+  static zb_cpu_text text = {.text = (const uint8_t *)g_text, .len = sizeof g_text - 1, .seed = 11};
   int stage = rank;
   zb_cpu_backend_config bc = {.rank = rank,
                               .stages = &stage,

@@ -91,19 +91,24 @@ static bool check_rank(const zb_planner_result *pl, int r, const zb_assignment *
   for (int s = 0; s < pl->costs->n_stages; s++) {
     bool hosted = zb_placement_rank(pl->placement, pl->p, pl->v, s) == r;
     double want_tf = hosted ? pl->costs->t_f[s] : 0, want_mb = hosted ? pl->costs->m_b[s] : 0;
-    if (a->costs->t_f[s] != want_tf || a->costs->m_b[s] != want_mb) {
-      snprintf(why, len, "stage %d (%s): t_f %g m_b %g", s, hosted ? "hosted" : "not hosted",
-               a->costs->t_f[s], a->costs->m_b[s]);
+    double want_tr = hosted ? pl->costs->t_reduce[s] : 0;
+    if (a->costs->t_f[s] != want_tf || a->costs->m_b[s] != want_mb || a->costs->t_reduce[s] != want_tr) {
+      snprintf(why, len, "stage %d (%s): t_f %g m_b %g t_reduce %g", s, hosted ? "hosted" : "not hosted",
+               a->costs->t_f[s], a->costs->m_b[s], a->costs->t_reduce[s]);
       return false;
     }
   }
   return true;
 }
 
+/* T_reduce of the plans plan_shape makes (0: no REDUCE_GRAD actions). */
+static double g_t_reduce;
+
 static bool plan_shape(zb_family f, int p, int v, int m, zb_planner_result *pl) {
   if (zb_plan_check_shape(f, p, v > 0 ? v : zb_family_default_chunks(f), m, NULL) != ZB_OK)
     return false;
   zb_rank_costs rc = {.t_f = 1, .t_b = 1.25, .t_w = 0.75, .t_comm = 0.05, .m_f = 1, .m_b = -0.4, .m_w = -0.6};
+  rc.t_reduce = g_t_reduce;
   zb_planner_request req = {.family = f, .p = p, .v = v, .m = m, .rank = rc};
   zb_diag d;
   if (zb_planner_run(&req, pl, &d) != ZB_OK) {
@@ -184,6 +189,30 @@ static void test_round_trip_every_family(void) {
   CHECK_EQ(failures, 0);
   CHECK(shapes > 150);
   CHECK(multi > 0);
+}
+
+/* Lists with the gradient reduction (data_parallel > 1) carry their
+ * REDUCE_GRAD and WAIT_REDUCE_GRAD actions and each stage's T_reduce
+ * through the wire unchanged (check_rank compares both). */
+static void test_round_trip_reduce(void) {
+  g_t_reduce = 0.5;
+  int failures = 0, shapes = 0, reduces = 0;
+  zb_family fams[] = {ZB_FAMILY_1F1B, ZB_FAMILY_ZB_H1, ZB_FAMILY_ZB_V};
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
+    for (int p = 1; p <= 4; p++) {
+      shapes += round_trip_shape(fams[f], p, 0, 2 * p, &failures) > 0 || p == 1;
+      zb_planner_result pl;
+      if (!plan_shape(fams[f], p, 0, 2 * p, &pl))
+        continue;
+      for (int r = 0; r < p; r++)
+        for (int i = 0; i < pl.lowered->ranks[r].n; i++)
+          reduces += pl.lowered->ranks[r].actions[i].op == ZB_OP_REDUCE_GRAD;
+      zb_planner_result_free(&pl);
+    }
+  g_t_reduce = 0;
+  printf("  %d shapes with reductions round-tripped, %d REDUCE_GRAD actions\n", shapes, reduces);
+  CHECK_EQ(failures, 0);
+  CHECK(reduces >= 3 * (1 + 2 + 3 + 4)); /* one per hosted stage at least */
 }
 
 /* The older all-ranks form of rank r of pl around the action strings ra:
@@ -278,8 +307,9 @@ static void test_old_form_bad_actions_refused(void) {
       {"0RECV_F0", "assignment.actions[1]: peer -1 for RECV_F on rank 1 of 4"},
       {"4F0", "assignment.actions[1]: stage 4 is not one of 4"},
       {"1F8", "assignment.actions[1]: microbatch 8 is not one of 8"},
-      {"1UNSHARD", "assignment.actions[1]: UNSHARD is not a compute or comm action"},
-      {"1WAIT_SEND_F0", "assignment.actions[1]: WAIT_SEND_F is not a compute or comm action"},
+      {"1UNSHARD", "assignment.actions[1]: UNSHARD is not a compute, comm or reduction action"},
+      {"1WAIT_SEND_F0", "assignment.actions[1]: WAIT_SEND_F is not a compute, comm or reduction action"},
+      {"4REDUCE_GRAD", "assignment.actions[1]: stage 4 is not one of 4"},
   };
   zb_planner_result pl;
   CHECK(plan_shape(ZB_FAMILY_1F1B, 4, 0, 8, &pl));
@@ -322,6 +352,12 @@ static void b_stage(Zb__V1__Assignment *a) {
 }
 static void b_mb(Zb__V1__Assignment *a) {
   a->action_list->microbatch[0] = 8;
+}
+static void b_reduce_mb(Zb__V1__Assignment *a) { /* rank 0's first action, an F of microbatch 0 */
+  a->action_list->kind[0] = ZB__V1__ACTION_KIND__ACTION_KIND_REDUCE_GRAD;
+}
+static void b_reduce_time(Zb__V1__Assignment *a) {
+  a->stages[0]->t_reduce = -1;
 }
 static void b_group(Zb__V1__Assignment *a) {
   a->action_list->group_with_next[0] = 1; /* rank 0 starts with an F */
@@ -391,6 +427,9 @@ static void test_bad_assignments_refused(void) {
       {"stage", "action_list[0]: stage 99", b_stage},
       {"microbatch", "action_list[0]: microbatch 8", b_mb},
       {"group", "cannot open a group", b_group},
+      {"reduce microbatch", "action_list[0]: REDUCE_GRAD takes microbatch -1 and peer -1 (got 0, -1)",
+       b_reduce_mb},
+      {"reduce time", "assignment.stages[0]: t_reduce -1 is not a time", b_reduce_time},
       {"peer self", "peer 0 for", b_peer_self},
       {"peer wide", "action_list[1]: peer 65537 is not one of 4 ranks", b_peer_wide},
       {"stage wide", "action_list[0]: stage 262144 is not one of 4", b_stage_wide},
@@ -566,6 +605,6 @@ static void test_bytes_linear_in_ranks(void) {
   }
 }
 
-ZBT_MAIN(ZBT(test_round_trip_every_family), ZBT(test_old_form_decodes),
+ZBT_MAIN(ZBT(test_round_trip_every_family), ZBT(test_old_form_decodes), ZBT(test_round_trip_reduce),
          ZBT(test_old_form_bad_actions_refused), ZBT(test_bad_assignments_refused),
          ZBT(test_model_sizes_refused), ZBT(test_cuda_job_fields), ZBT(test_bytes_linear_in_ranks))
