@@ -27,11 +27,13 @@
 #include "zb_group_comm.h"
 
 #define NMAX 1300
+#define NSIZES 3
+#define NSLOT (2 * NSIZES)
 
 static atomic_bool g_stop;
 static int g_p = 1;                /* stages: groups side by side */
 static uint8_t g_ids[2][128];      /* each group's id, made by the parent before the fork */
-static float (*g_out)[NMAX];       /* shared: each rank's results, for the cross-rank check */
+static float (*g_out)[NMAX];       /* shared: each rank's results (NSLOT rows), for the cross-rank check */
 static enum { KILL, HANG } g_lost; /* how the lost member goes */
 
 static float x_of(int g, size_t i) {
@@ -140,7 +142,7 @@ static int one_size(int rank, int d, zb_group_comm *gc, cudaStream_t cs, float *
   cudaStreamSynchronize(cs);
   if (check_sum(rank, d, n, host, -1, "all-reduce"))
     return 1;
-  memcpy(g_out[rank * 4 + slot], host, sizeof(float) * n);
+  memcpy(g_out[rank * NSLOT + slot], host, sizeof(float) * n);
   standin_enqueue(cs, fill_late, &f, NULL);
   RCHECK(zb_group_comm_reduce_scatter(gc, dev, n, &e) == ZB_OK, "%s", e.msg);
   standin_enqueue(cs, grab_now, &gb, NULL);
@@ -153,11 +155,13 @@ static int one_size(int rank, int d, zb_group_comm *gc, cudaStream_t cs, float *
   cudaStreamSynchronize(cs);
   if (check_sum(rank, d, n, host, -1, "reduce-scatter + all-gather"))
     return 1;
-  memcpy(g_out[rank * 4 + slot + 2], host, sizeof(float) * n);
+  memcpy(g_out[rank * NSLOT + slot + NSIZES], host, sizeof(float) * n);
   return 0;
 }
 
-static const size_t g_sizes[2] = {1200, 1001}; /* 1200: d = 2, 3 divide it; 1001: neither */
+/* 1200: d = 2 and 3 divide it (in place); 1001: neither (staged, one
+ * short shard); 1000 with d = 3: two short shards (a 2D copy of two rows) */
+static const size_t g_sizes[NSIZES] = {1200, 1001, 1000};
 
 static int rank_sums(int rank, int n, const ncclUniqueId *id) {
   (void)id;
@@ -168,7 +172,7 @@ static int rank_sums(int rank, int n, const ncclUniqueId *id) {
   RCHECK(gc, "make");
   float *dev;
   cudaMalloc((void **)&dev, sizeof(float) * NMAX);
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < NSIZES; k++)
     if (one_size(rank, d, gc, cs, dev, g_sizes[k], k))
       return 1;
   float host[NMAX];
@@ -198,12 +202,12 @@ static int sums(int p, int d) {
       fprintf(stderr, "%s\n", e.msg);
       return 1;
     }
-  memset(g_out, 0, sizeof(float) * NMAX * 4 * NF_MAX);
+  memset(g_out, 0, sizeof(float) * NMAX * NSLOT * NF_MAX);
   int status[NF_MAX];
   double t0 = nf_now();
   int bad = nf_run(p * d, rank_sums, 60, status);
   for (int g = p; g < p * d && !bad; g++)
-    if (memcmp(g_out[g * 4], g_out[(g % p) * 4], sizeof(float) * NMAX * 4) != 0) {
+    if (memcmp(g_out[g * NSLOT], g_out[(g % p) * NSLOT], sizeof(float) * NMAX * NSLOT) != 0) {
       fprintf(stderr, "rank %d's results differ from rank %d's in their bits\n", g, g % p);
       bad++;
     }
@@ -296,8 +300,8 @@ static int bad_args(void) {
 }
 
 int main(void) {
-  g_out = mmap(NULL, sizeof(float) * NMAX * 4 * NF_MAX, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-               -1, 0);
+  g_out = mmap(NULL, sizeof(float) * NMAX * NSLOT * NF_MAX, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   setenv("ZB_STANDIN_NCCL_TIMEOUT_MS", "20000", 1); /* the group's own timeouts must fire first */
   int fails = bad_args();
   fails += sums(1, 2);
