@@ -11,10 +11,10 @@
  *   - two groups (stages) side by side, p = 2, d = 2;
  *   - a lost member, killed with NCCL silent (the transfer timeout) or
  *     hung while the stop flag rises: the others fail naming the group;
- *   - bad arguments named; the stand-in's own rules: exact rank-order
- *     results out of place and inside a group, mismatched calls named on
- *     both sides, a failed or abandoned collective blocking the stream
- *     until the rank's own ncclCommAbort.
+ *   - bad arguments named; the stand-in's own rules: an out-of-place
+ *     all-gather deferred by a group until ncclGroupEnd, mismatched calls
+ *     named on both sides, a failed collective blocking the stream until
+ *     the rank's own ncclCommAbort.
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include <pthread.h>
@@ -299,6 +299,84 @@ static int bad_args(void) {
   return 0;
 }
 
+/* ---- the stand-in's own rules, through raw NCCL calls ---- */
+
+/* Waits until stream s is idle or comm has an async error; returns it. */
+static ncclResult_t settle(ncclComm_t c, cudaStream_t s, double limit_s) {
+  double end = nf_now() + limit_s;
+  ncclResult_t a = ncclSuccess;
+  while (nf_now() < end) {
+    ncclCommGetAsyncError(c, &a);
+    if (a != ncclSuccess || cudaStreamQuery(s) == cudaSuccess)
+      return a;
+    nf_sleep_ms(1);
+  }
+  return ncclInProgress;
+}
+
+/* An out-of-place all-gather inside a group (deferred to ncclGroupEnd),
+ * checked exactly; then rank 0 calls ncclAllReduce of 64 floats and rank
+ * 1 ncclReduceScatter of 32: the rank that sees it first fails as
+ * ncclInvalidUsage naming both calls (raw() checks one did), the other
+ * as ncclInvalidUsage too or ncclRemoteError, and each stream stays
+ * blocked until the rank's own abort. */
+static int rank_raw(int rank, int n, const ncclUniqueId *id) {
+  (void)id;
+  ncclComm_t c = NULL;
+  RCHECK(ncclCommInitRank(&c, n, *(const ncclUniqueId *)g_ids[0], rank) == ncclSuccess, "init");
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  float *send, *recv, host[64 * NF_MAX];
+  cudaMalloc((void **)&send, sizeof host);
+  cudaMalloc((void **)&recv, sizeof host);
+  for (int i = 0; i < 64; i++)
+    host[i] = x_of(rank, (size_t)i);
+  cudaMemcpy(send, host, sizeof(float) * 64, cudaMemcpyHostToDevice);
+  cudaMemset(recv, 0, sizeof host);
+  RCHECK(ncclGroupStart() == ncclSuccess, "group start");
+  RCHECK(ncclAllGather(send, recv, 64, ncclFloat, c, s) == ncclSuccess, "%s", ncclGetLastError(c));
+  nf_sleep_ms(100);
+  const float *peek = standin_view(recv, sizeof(float) * 64 * (size_t)n, "peek");
+  RCHECK(peek[64 * (1 - rank)] == 0.0f, "the peer's part arrived before ncclGroupEnd");
+  RCHECK(ncclGroupEnd() == ncclSuccess, "group end");
+  RCHECK(settle(c, s, 10) == ncclSuccess, "%s", ncclGetLastError(c));
+  cudaMemcpy(host, recv, sizeof(float) * 64 * (size_t)n, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 64 * n; i++)
+    RCHECK(host[i] == x_of(i / 64, (size_t)(i % 64)), "all-gather element %d: %g", i, (double)host[i]);
+  ncclResult_t r = rank == 0 ? ncclAllReduce(send, recv, 64, ncclFloat, ncclSum, c, s)
+                             : ncclReduceScatter(send, recv, 32, ncclFloat, ncclSum, c, s);
+  RCHECK(r == ncclSuccess, "post");
+  ncclResult_t a = settle(c, s, 5);
+  const char *msg = ncclGetLastError(c);
+  bool named = a == ncclInvalidUsage &&
+               strstr(msg, rank == 0 ? "ncclAllReduce of 64 x ncclFloat32 (ncclSum) does not match peer 1's "
+                                       "ncclReduceScatter of 32 x ncclFloat32"
+                                     : "ncclReduceScatter of 32 x ncclFloat32 (ncclSum) does not match peer "
+                                       "0's ncclAllReduce of 64 x ncclFloat32");
+  /* the first to see the mismatch fails and closes; the other may see that first */
+  RCHECK(named || a == ncclRemoteError, "async %d: %s", a, msg);
+  g_out[rank * NSLOT][0] = named ? 1.0f : 0.0f;
+  nf_sleep_ms(300);
+  RCHECK(cudaStreamQuery(s) == cudaErrorNotReady, "the stream moved on before this rank's abort");
+  RCHECK(ncclCommAbort(c) == ncclSuccess && cudaStreamSynchronize(s) == cudaSuccess, "abort");
+  return 0;
+}
+
+static int raw(void) {
+  zb_diag e;
+  if (zb_group_comm_unique_id(g_ids[0], &e) != ZB_OK)
+    return 1;
+  int status[NF_MAX];
+  g_out[0][0] = g_out[NSLOT][0] = 0;
+  int bad = nf_run(2, rank_raw, 60, status);
+  if (!bad && g_out[0][0] + g_out[NSLOT][0] < 1) {
+    fprintf(stderr, "neither rank's error named both calls\n");
+    bad++;
+  }
+  fprintf(stderr, "raw NCCL calls: %d rank(s) failed\n", bad);
+  return bad;
+}
+
 int main(void) {
   g_out = mmap(NULL, sizeof(float) * NMAX * NSLOT * NF_MAX, PROT_READ | PROT_WRITE,
                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -311,6 +389,7 @@ int main(void) {
   fails += lost(3, KILL);
   unsetenv("ZB_STANDIN_NCCL_PEER_LOSS");
   fails += lost(2, HANG);
+  fails += raw();
   fprintf(stderr, "%s\n", fails ? "FAILED" : "all passed");
   return fails ? 1 : 0;
 }
