@@ -1,13 +1,15 @@
 /* nccl_standin.h — the NCCL stand-in's private parts (test-only; docs/model.md,
- * The CPU stand-in), shared by nccl_standin.c (communicators, groups, send
- * and receive) and nccl_standin_boot.c (unique ids, the rendezvous root and
+ * The CPU stand-in), shared by nccl_standin.c (communicators, errors),
+ * nccl_standin_p2p.c (groups, send and receive), nccl_standin_coll.c (the
+ * collectives) and nccl_standin_boot.c (unique ids, the rendezvous root and
  * the joining of a rank).
  *
  * A communicator of rank r is a tcp transport (worker/zb_transport.h) to
  * every other rank: its framing, ordering per peer and direction, idle
  * timeout and stop flag are the stand-in's p2p engine. One group of NCCL
  * calls on one communicator becomes one stream item (standin_enqueue) that
- * runs one transport group, so the calls progress together as in NCCL.
+ * runs one transport group, so the calls progress together as in NCCL;
+ * each collective is one item of its own.
  *
  * The id (ncclUniqueId, 128 bytes): bytes 0..111 are the real libnccl's id
  * (NCCL 2.28 fills bytes 0..35 at most: an 8-byte magic and a socket
@@ -79,5 +81,21 @@ const char *ncclsi_dt_name(int dt);
 
 /* Drops one reference; the last frees comm. Call without comm->mu. */
 void ncclsi_unref(ncclComm_t comm);
+
+/* Sleeps the link delay (ZB_STANDIN_NCCL_DELAY_US; nccl_standin_p2p.c). */
+void ncclsi_link_delay(void);
+
+/* What NCCL's kernels do after a failure: they stay where they are, so
+ * the stream does not move on, until this rank's own ncclCommAbort. */
+void ncclsi_stuck(ncclComm_t comm);
+
+/* Whether the calling thread has a group open (ncclGroupStart). */
+bool ncclsi_grouping(void);
+
+/* The collectives the calling thread's group deferred
+ * (nccl_standin_coll.c): enqueued in call order (run true, at the
+ * outermost ncclGroupEnd) or dropped (a failed ncclGroupEnd). Returns the
+ * first enqueueing error. */
+ncclResult_t ncclsi_coll_flush(bool run);
 
 #endif

@@ -1,6 +1,7 @@
 /* nccl_standin_p2p.c — the NCCL stand-in's groups and point-to-point
  * calls (test-only; nccl_standin.h has the design): ncclGroupStart,
- * ncclGroupEnd, ncclSend, ncclRecv.
+ * ncclGroupEnd, ncclSend, ncclRecv. The outermost ncclGroupEnd also runs
+ * the collectives deferred by the group (nccl_standin_coll.c).
  *
  * A call outside a group is a group of its own. At the outermost
  * ncclGroupEnd the recorded calls of each communicator become one stream
@@ -69,8 +70,7 @@ void standin_set_nccl_delay_us(unsigned us) {
   atomic_store(&g_link_delay_us, us);
 }
 
-/* Sleeps the link delay (read_link_delay). */
-static void link_delay(void) {
+void ncclsi_link_delay(void) {
   pthread_once(&g_delay_once, read_link_delay);
   unsigned us = atomic_load(&g_link_delay_us);
   struct timespec ts = {us / 1000000u, (long)(us % 1000000u) * 1000L};
@@ -79,6 +79,11 @@ static void link_delay(void) {
 }
 
 static _Thread_local int g_depth;
+
+bool ncclsi_grouping(void) {
+  return g_depth > 0;
+}
+
 static _Thread_local p2p_op *g_ops;
 static _Thread_local int g_n, g_cap;
 
@@ -100,6 +105,14 @@ static void item_failed(p2p_item *it, zb_err err, const char *msg) {
   char kind = 0;
   /* A data message (F) or a credit (B) whose count or datatype differ: the
    * receiver of data, or the sender of the data whose credit came back. */
+  if (err == ZB_ERR_INVALID_SCHEDULE && got &&
+      sscanf(got, "got message %c s%d mb%d (%llu bytes) from peer rank %d", &kind, &stage, &mb, &bytes,
+             &peer) == 5 &&
+      kind == 'R') { /* a collective's join (nccl_standin_coll.c) */
+    ncclsi_error(c, ncclInvalidUsage, "rank %d: point-to-point calls with peer %d meet the peer's collective",
+                 c->rank, peer);
+    return;
+  }
   if (err == ZB_ERR_INVALID_SCHEDULE && got &&
       sscanf(got, "got message %c s%d mb%d (%llu bytes) from peer rank %d", &kind, &stage, &mb, &bytes,
              &peer) == 5) {
@@ -136,9 +149,7 @@ static void item_failed(p2p_item *it, zb_err err, const char *msg) {
     ncclsi_error(c, ncclRemoteError, "rank %d: %s", c->rank, msg);
 }
 
-/* What NCCL's kernels do after a failure: they stay where they are, so
- * the stream does not move on, until this rank's own ncclCommAbort. */
-static void item_stuck(ncclComm_t c) {
+void ncclsi_stuck(ncclComm_t c) {
   while (!atomic_load(&c->aborted)) {
     struct timespec ts = {0, 10 * 1000000L};
     nanosleep(&ts, NULL);
@@ -187,12 +198,12 @@ static cudaError_t item_run(void *arg) {
   zb_diag d = {{0}};
   zb_err err = item_phase(ack, it, true, &d);
   if (!err)
-    link_delay(); /* every call has met its peer's: the data now takes the link's time */
+    ncclsi_link_delay(); /* every call has met its peer's: the data now takes the link's time */
   if (!err)
     err = item_phase(tp, it, false, &d);
   if (err && !atomic_load(&c->aborted)) {
     item_failed(it, err, d.msg);
-    item_stuck(c);
+    ncclsi_stuck(c);
   }
   pthread_mutex_lock(&c->mu);
   c->running = false;
@@ -255,13 +266,15 @@ ncclResult_t ncclGroupEnd(void) {
     g_depth = g_n = g_cap = 0; /* the group is gone, as after NCCL's failed ncclGroupEnd */
     free(g_ops);
     g_ops = NULL;
+    ncclsi_coll_flush(false);
     return ncclsi_error(NULL, ncclSystemError, "ncclGroupEnd: injected failure");
   }
   if (g_depth == 0)
     return ncclsi_error(NULL, ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--g_depth > 0)
     return ncclSuccess;
-  return group_flush();
+  ncclResult_t res = group_flush(), coll = ncclsi_coll_flush(true); /* p2p first: nccl_standin_coll.c */
+  return res != ncclSuccess ? res : coll;
 }
 #pragma GCC diagnostic pop
 

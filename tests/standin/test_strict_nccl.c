@@ -2,7 +2,9 @@
  * sweep (test-only; docs/model.md, The CPU stand-in, Error injection): two
  * forked ranks bring up the transport (worker/transport_nccl.c), exchange a
  * grouped ring of device buffers ordered after the compute stream, and a
- * message outside a group, then tear down. A rank exits 1 at its first
+ * message outside a group; then a stage group (worker/group_comm_nccl.c)
+ * all-reduces, reduce-scatters and all-gathers (n = 257: the staged path)
+ * and waits; then both tear down. A rank exits 1 at its first
  * error, printing zb's message; fail_sweep.py runs this failing each call
  * site of the transport in turn.
  */
@@ -10,10 +12,12 @@
 #include <stdatomic.h>
 
 #include "nccl_fork.h"
+#include "zb_group_comm.h"
 #include "zb_transport.h"
 
 enum { N = 256 };
 static atomic_bool g_stop;
+static uint8_t g_group_id[128]; /* made by the parent before the fork */
 
 #define WANT(expr)                                                                                           \
   do {                                                                                                       \
@@ -25,10 +29,11 @@ static int rank_main(int rank, int n, const ncclUniqueId *id) {
   cudaStream_t cs = NULL;
   float *sbuf = NULL, *rbuf = NULL;
   zb_transport *t = NULL;
+  zb_group_comm *g = NULL;
   zb_diag d = {{0}};
   zb_err err = ZB_ERR_IO;
   if (cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaMalloc((void **)&sbuf, N * sizeof(float)) != cudaSuccess ||
+      cudaMalloc((void **)&sbuf, (N + 1) * sizeof(float)) != cudaSuccess ||
       cudaMalloc((void **)&rbuf, N * sizeof(float)) != cudaSuccess) {
     snprintf(d.msg, sizeof d.msg, "test setup: %s", cudaGetErrorString(cudaGetLastError()));
     goto out;
@@ -45,10 +50,20 @@ static int rank_main(int rank, int n, const ncclUniqueId *id) {
   zb_tag to = {ZB_OP_B, rank, 2}, from = {ZB_OP_B, rank ^ 1, 2};
   WANT(rank == 0 ? zb_transport_send(t, 1, to, sbuf, 16, &d) : zb_transport_recv(t, 0, from, rbuf, 16, &d));
   WANT(cudaStreamSynchronize(cs) == cudaSuccess ? ZB_OK : ZB_ERR_IO);
+  zb_group_comm_config gcfg = {
+      .size = n, .index = rank, .compute_stream = cs, .stop = &g_stop, .timeout_s = 3};
+  memcpy(gcfg.unique_id, g_group_id, sizeof gcfg.unique_id);
+  WANT(zb_group_comm_new(&gcfg, &g, &d));
+  WANT(zb_group_comm_connect(g, &d));
+  WANT(zb_group_comm_all_reduce(g, sbuf, N, &d));
+  WANT(zb_group_comm_reduce_scatter(g, sbuf, N + 1, &d));
+  WANT(zb_group_comm_all_gather(g, sbuf, N + 1, &d));
+  WANT(zb_group_comm_wait(g, &d));
 out:
   if (err)
     fprintf(stderr, "rank %d: error: %s\n", rank, d.msg);
   zb_transport_free(t);
+  zb_group_comm_free(g);
   cudaFree(sbuf);
   cudaFree(rbuf);
   if (cs)
@@ -58,6 +73,11 @@ out:
 
 int main(void) {
   setenv("ZB_STANDIN_NCCL_TIMEOUT_MS", "5000", 1); /* the transport's own timeouts fire first */
+  zb_diag d;
+  if (zb_group_comm_unique_id(g_group_id, &d) != ZB_OK) {
+    fprintf(stderr, "error: %s\n", d.msg);
+    return 1;
+  }
   int status[NF_MAX];
   return nf_run(2, rank_main, 60, status) ? 1 : 0;
 }
