@@ -106,10 +106,11 @@ static void encode_peers(const zb_assignment_src *src, int rank, int replica, Zb
   int *q = NULL;
   int n = peer_ranks(src, rank, &q);
   int p = src->plan->p, base = replica * p, d = src->spec->data_parallel;
-  /* a model job's replicas all-reduce each stage's gradients over a ring
-   * of the stage group {k x p + rank} (docs/model.md, Data parallelism):
-   * its two ring neighbours too, kept as p + global rank */
-  if (d > 1 && zb_job_spec_trains_model(src->spec)) {
+  /* replicas all-reduce each stage's gradients over a ring of the stage
+   * group {k x p + rank} (docs/model.md, Data parallelism; a sim job's
+   * replicas meet there too): its two ring neighbours, kept as p + global
+   * rank */
+  if (d > 1) {
     q = zb_realloc(q, sizeof(int) * (size_t)(n + 2));
     int next = (replica + 1) % d * p + rank, prev = (replica + d - 1) % d * p + rank;
     q[n++] = p + next;

@@ -20,10 +20,12 @@ static zb_err check_rank(const zb_tl_rank *rk, int r, zb_diag *diag) {
 }
 
 /* One rank's compute sums; its compute span in *first, *last (NAN without
- * one). */
-static void sum_rank(const zb_tl_rank *rk, zb_tl_summary *s, int r, double *first, double *last) {
+ * one) and the end of its last reduction in *reduced (NAN without one). */
+static void sum_rank(const zb_tl_rank *rk, zb_tl_summary *s, int r, double *first, double *last,
+                     double *reduced) {
   *first = NAN;
   *last = NAN;
+  *reduced = NAN;
   for (int i = 0; i < rk->n; i++) {
     const zb_tl_op *o = &rk->ops[i];
     double d = o->end - o->start;
@@ -37,20 +39,23 @@ static void sum_rank(const zb_tl_rank *rk, zb_tl_summary *s, int r, double *firs
     } else if (o->op == ZB_OP_REDUCE_GRAD) {
       s->reduce[r] += d;
       s->reduce_ops[r]++;
+      if (isnan(*reduced) || o->end > *reduced)
+        *reduced = o->end;
     } else {
       s->groups[r]++;
     }
   }
 }
 
-/* Seconds of one rank's transport groups inside [start, end] (a RECV
- * posted before the first compute op waits outside the span). */
+/* Seconds of one rank's transport groups and reductions inside [start,
+ * end] (a RECV posted before the first compute op waits outside the
+ * span). */
 static double comm_in_span(const zb_tl_rank *rk, double start, double end) {
   double sum = 0;
   for (int i = 0; i < rk->n; i++) {
     const zb_tl_op *o = &rk->ops[i];
     double a = o->start > start ? o->start : start, b = o->end < end ? o->end : end;
-    if (!zb_op_is_compute(o->op) && o->op != ZB_OP_REDUCE_GRAD && b > a)
+    if (!zb_op_is_compute(o->op) && b > a)
       sum += b - a;
   }
   return sum;
@@ -75,11 +80,14 @@ zb_err zb_timeline_summarize(const zb_tl_rank *ranks, int p, zb_tl_summary *out,
   out->reduce_ops = zb_calloc((size_t)p, sizeof(int));
   double start = NAN, end = NAN, busy_sum = 0, busy_max = 0;
   for (int r = 0; r < p; r++) {
-    double first, last;
-    sum_rank(&ranks[r], out, r, &first, &last);
+    double first, last, reduced;
+    sum_rank(&ranks[r], out, r, &first, &last, &reduced);
     if (!isnan(first)) {
+      /* the iteration ends when the last reduction does (the simulator's
+       * makespan); a rank's own span, the paper's, stays compute only */
+      double ends = !isnan(reduced) && reduced > last ? reduced : last;
       start = isnan(start) || first < start ? first : start;
-      end = isnan(end) || last > end ? last : end;
+      end = isnan(end) || ends > end ? ends : end;
       if (last - first > out->max_span)
         out->max_span = last - first;
     }

@@ -35,16 +35,16 @@ typedef struct zb_tl_rank {
  * are owned (zb_tl_summary_free). */
 typedef struct zb_tl_summary {
   int p;
-  double start, end;         /* first compute start, last compute end, over all ranks */
+  double start, end;         /* first compute start; last compute or REDUCE_GRAD end, over all ranks */
   double span;               /* end - start: the simulator's makespan */
   double max_span;           /* S_max: the longest first-to-last compute span of a rank */
   double bubble_ratio;       /* 1 - sum busy / (p * span) */
   double bubble_ratio_paper; /* (S_max - busy_max) / S_max */
   double *compute;           /* per rank: seconds of compute ops */
-  double *comm;              /* per rank: seconds in transport groups within [start, end] */
+  double *comm;              /* per rank: seconds in transport groups and reductions within [start, end] */
   double *idle;              /* per rank: span - compute - comm, never below 0 */
   int *compute_ops, *groups; /* per rank: how many of each */
-  double *reduce; /* per rank: seconds of REDUCE_GRAD spans (not in comm or idle: they may overlap compute) */
+  double *reduce;  /* per rank: seconds of REDUCE_GRAD spans (also in comm: the executor waits for them) */
   int *reduce_ops; /* per rank: how many REDUCE_GRAD spans */
 } zb_tl_summary;
 

@@ -73,7 +73,8 @@ static zb_err job_backend(job_state *js, zb_backend **be, zb_backend **owned, zb
 }
 
 /* Connects the transport to the ranks this plan exchanges tensors with
- * and, for a model job, to every rank the coordinator sent an address for
+ * and, for a model job or one with replicas (the stage group's ring
+ * neighbours), to every rank the coordinator sent an address for
  * (rank +-1: the optimizer's global check runs along the ranks,
  * zb_step_reduce_chain; the other end of a tied head; every rank at an
  * update that moves stages). Connect is additive: known peers are
@@ -94,9 +95,10 @@ static zb_err job_connect(job_state *js, zb_diag *diag) {
       peers[me - 1] = true;
     if (a->rank + 1 < a->ranks)
       peers[me + 1] = true;
+  }
+  if (zb_backend_runs_model(a->backend) || a->data_parallel > 1) /* and the stage group's ring */
     for (int q = 0; q < world; q++)
       peers[q] = peers[q] || (q != me && zb_assignment_peer(a, q));
-  }
   const char **addrs = zb_calloc((size_t)world, sizeof(char *));
   for (int q = 0; q < world; q++) {
     addrs[q] = zb_assignment_peer(a, q);
