@@ -18,7 +18,7 @@
  * data plane's ChaCha20-Poly1305 beside the HMAC-SHA256 of version 3
  * (worker/transport_tcp.h, Frame MACs). It prints; it never fails on a
  * slow figure.
- * Usage: zb_bench_ring [--mib N] [--reps N] [--slice-kib N] [--help]
+ * Usage: zb_bench_ring [--mib N] [--reps N] [--slice-kib N] [--d N] [--help]
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,6 +48,7 @@ typedef struct opts {
   size_t bytes;
   int reps;
   size_t slice_bytes;
+  int only_d; /* 0: the ring of d = 2 and of d = 4 */
 } opts;
 
 static int cmp_double(const void *a, const void *b) {
@@ -334,10 +335,11 @@ static double mac_rate(bool hmac, int reps) {
 /* ---- the table ---- */
 
 static int usage(FILE *f, int rc) {
-  fprintf(f, "usage: zb_bench_ring [--mib N] [--reps N] [--slice-kib N] [--help]\n"
+  fprintf(f, "usage: zb_bench_ring [--mib N] [--reps N] [--slice-kib N] [--d N] [--help]\n"
              "  --mib N        buffer size in MiB (default 64)\n"
              "  --reps N       timed runs, the median is printed (default 5, at most 50)\n"
              "  --slice-kib N  the ring's slice in KiB (default: ZB_RING_SLICE_BYTES, 1024)\n"
+             "  --d N          only the ring of N members, 2 to 4 (default: 2, then 4)\n"
              "Rows (rates in GB/s, 10^9 bytes a second; ratios to each baseline's rate):\n"
              "  plain copy, one way     baseline 1: one thread sends the buffer through one\n"
              "                          loopback connection, another receives it (no framing,\n"
@@ -368,6 +370,8 @@ static bool parse_args(int argc, char **argv, opts *o, int *rc) {
       o->reps = (int)v;
     else if (strcmp(argv[k], "--slice-kib") == 0 && v >= 1 && v <= (1 << 20))
       o->slice_bytes = (size_t)v << 10;
+    else if (strcmp(argv[k], "--d") == 0 && v >= 2 && v <= MAX_D)
+      o->only_d = (int)v;
     else {
       fprintf(stderr, "zb_bench_ring: bad argument \"%s\"%s\n", argv[k],
               k + 1 < argc ? " (or its value)" : " (a value is missing)");
@@ -404,7 +408,9 @@ int main(int argc, char **argv) {
   row("plain copy, both ways (baseline 2)", "-", both, gb / both, gb / one, gb / both);
   static const int ds[] = {2, 4};
   for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
-    int d = ds[k];
+    int d = o.only_d ? o.only_d : ds[k];
+    if (o.only_d && k > 0)
+      break;
     double s = ring_all_reduce(&o, d);
     if (s < 0)
       return 1;
