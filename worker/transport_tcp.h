@@ -5,7 +5,7 @@
  *   transport_tcp_connect.c  dialing, accepting and the handshake;
  *   transport_tcp_frame.c    decoding and checking the headers peers send;
  *   transport_tcp_auth.c     the handshake's MACs and the frame keys;
- *   transport_tcp_mac.c      the per-frame MACs.
+ *   transport_tcp_mac.c      the per-frame MACs (ChaCha20-Poly1305).
  * One TCP connection per pair of ranks, non-blocking sockets, and a poll()
  * loop that moves every posted send and receive of a group at once.
  *
@@ -30,20 +30,29 @@
  * payload and its tag, so nothing beyond the message it was posted for is
  * consumed.
  *
- * Frame MACs: after the handshake every message is authenticated, so a
- * relay on the path can neither change one nor drop, replay or reorder
- * them. Each direction of a connection has its own key,
- *   key = HMAC-SHA256(secret, "zb-frame dialer-to-acceptor" (or
- *         "zb-frame acceptor-to-dialer") | both nonces | both ranks |
+ * Frame MACs (data-plane version 4): after the handshake every message
+ * is authenticated, so a relay on the path can neither change one nor
+ * drop, replay or reorder them. Each direction of a connection has its
+ * own 256-bit key,
+ *   key = HMAC-SHA256(secret, "zb-frame-poly dialer-to-acceptor" (or
+ *         "zb-frame-poly acceptor-to-dialer") | both nonces | both ranks |
  *         nranks | session),
  * the handshake's construction under another label: fresh per
  * connection (the nonces), never shared by the two directions. Frames
  * are counted per direction from 0 (seq, never sent: both ends count),
- * and tags are HMAC-SHA256 under the direction's key, truncated to 16
- * bytes:
- *   header tag = HMAC(key, "h" | seq u64 | the header's first 24 bytes)
- *   frame tag  = HMAC(key, "f" | seq u64 | the header's first 24 bytes |
+ * and each tag is a ChaCha20-Poly1305 (RFC 8439) tag under the
+ * direction's key with an empty plaintext, the authenticated bytes as its
+ * additional data, and a 96-bit nonce that no other tag under that key
+ * has: direction byte (0 dialer to acceptor, 1 back) | part ('h' or 'f')
+ * | two zero bytes | seq u64:
+ *   header tag = tag(nonce(dir, 'h', seq), the header's first 24 bytes)
+ *   frame tag  = tag(nonce(dir, 'f', seq), the header's first 24 bytes |
  *                payload)
+ * Poly1305 keyed per tag by ChaCha20 (the AEAD's one-time key) is a
+ * one-time MAC, so the nonce must never repeat under a key: seq only
+ * grows, and a new connection has new keys. Version 3 used HMAC-SHA256,
+ * several times slower (bench/bench_ring.c prints both); the two cannot
+ * talk, and the handshake says so (the version check).
  * The receiver checks the header tag before it trusts the header (so a
  * changed, dropped, replayed or reordered frame is named as such, not as
  * a tag mismatch of the two ranks' lists), feeds the payload to the MAC
@@ -71,15 +80,16 @@
 #define TCP_HELLO_MAGIC 0x4c48425au      /* "ZBHL" as bytes on the wire */
 #define TCP_MSG_MAGIC 0x534d425au        /* "ZBMS" */
 #define TCP_PROOF_MAGIC 0x4650425au      /* "ZBPF" */
-#define TCP_VERSION 3u                   /* 3: frame MACs */
+#define TCP_VERSION 4u                   /* 3: HMAC frame MACs; 4: ChaCha20-Poly1305 */
 #define TCP_FIELDS 24                    /* a message header's fields, before its tag */
-#define TCP_TAG 16                       /* a frame MAC: HMAC-SHA256 truncated */
+#define TCP_TAG 16                       /* a frame MAC: a Poly1305 tag */
 #define TCP_FRAME (TCP_FIELDS + TCP_TAG) /* a message header */
 #define TCP_HELLO_FRAME 72               /* a hello or a proof */
 #define TCP_NONCE 16
 #define TCP_MAC 32
 #define TCP_KEY_MAX 64
-#define TCP_POLL_MS 100 /* the longest a wait goes without looking at the stop flag */
+#define TCP_MAC_NONCE 12 /* a frame tag's nonce (Frame MACs) */
+#define TCP_POLL_MS 100  /* the longest a wait goes without looking at the stop flag */
 #define TCP_BACKOFF_MIN_NS 10000000LL
 #define TCP_BACKOFF_MAX_NS 500000000LL
 #define TCP_SOCKET_BUFFER (4 << 20)
@@ -242,10 +252,14 @@ void zbtcp_frame_keys(const tcp_transport *t, const unsigned char *nonce_d, cons
 
 /* ---- frame MACs (transport_tcp_mac.c; Frame MACs, above) ---- */
 
-/* A MAC keyed with key (TCP_MAC bytes, copied), or NULL when libcrypto
- * cannot make one. Owned by the caller: zbtcp_frame_mac_free (NULL is a
- * no-op). */
-zbtcp_frame_mac *zbtcp_frame_mac_new(const unsigned char *key);
+/* The direction byte of a frame tag's nonce. */
+#define TCP_DIR_TO_ACCEPTOR 0
+#define TCP_DIR_TO_DIALER 1
+
+/* A MAC keyed with key (TCP_MAC bytes, copied into libcrypto's context)
+ * for frames in direction (TCP_DIR_*), or NULL when libcrypto cannot make
+ * one. Owned by the caller: zbtcp_frame_mac_free (NULL is a no-op). */
+zbtcp_frame_mac *zbtcp_frame_mac_new(const unsigned char *key, unsigned char direction);
 void zbtcp_frame_mac_free(zbtcp_frame_mac *m);
 /* The header tag of frame seq with header hdr (its first TCP_FIELDS
  * bytes count); false when libcrypto failed. */
@@ -256,6 +270,8 @@ bool zbtcp_header_tag(zbtcp_frame_mac *m, uint64_t seq, const unsigned char *hdr
 void zbtcp_frame_begin(zbtcp_frame_mac *m, uint64_t seq, const unsigned char *hdr);
 void zbtcp_frame_add(zbtcp_frame_mac *m, const unsigned char *p, size_t n);
 bool zbtcp_frame_end(zbtcp_frame_mac *m, unsigned char tag[TCP_TAG]);
+/* The nonce of part ('h' or 'f') of frame seq in direction (Frame MACs). */
+void zbtcp_mac_nonce(unsigned char direction, char part, uint64_t seq, unsigned char nonce[TCP_MAC_NONCE]);
 /* Whether two tags are equal (in constant time). */
 bool zbtcp_tag_equal(const unsigned char *a, const unsigned char *b);
 

@@ -45,6 +45,6 @@ bool zbtcp_mac_ok(const tcp_transport *t, const char *label, const unsigned char
 void zbtcp_frame_keys(const tcp_transport *t, const unsigned char *nonce_d, const unsigned char *nonce_a,
                       int rank_d, int rank_a, unsigned char to_acceptor[TCP_MAC],
                       unsigned char to_dialer[TCP_MAC]) {
-  zbtcp_mac(t, "zb-frame dialer-to-acceptor", nonce_d, nonce_a, rank_d, rank_a, to_acceptor);
-  zbtcp_mac(t, "zb-frame acceptor-to-dialer", nonce_d, nonce_a, rank_d, rank_a, to_dialer);
+  zbtcp_mac(t, "zb-frame-poly dialer-to-acceptor", nonce_d, nonce_a, rank_d, rank_a, to_acceptor);
+  zbtcp_mac(t, "zb-frame-poly acceptor-to-dialer", nonce_d, nonce_a, rank_d, rank_a, to_dialer);
 }

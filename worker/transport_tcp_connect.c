@@ -39,6 +39,7 @@ typedef struct tcp_conn_state {
   tcp_hs *hs;
   int n, cap;
   struct pollfd *pfds; /* one round's scratch: the listener, then one per handshake */
+  char refused[128];   /* why the last inbound hello of another protocol version was dropped */
 } tcp_conn_state;
 
 static void set_nodelay(int fd) {
@@ -109,12 +110,33 @@ static void hs_dial(tcp_hs *h) {
     hs_retry(h, zbtcp_errstr(errno, eb, sizeof eb));
 }
 
+/* An inbound hello of another protocol version: noted for the connect
+ * deadline's message, and answered (best effort, before the drop) with
+ * our own hello, which carries our version and no MAC, so an older dialer
+ * fails at once naming the version instead of retrying until its
+ * deadline. */
+static void hs_refuse_version(const tcp_transport *t, tcp_hs *h, tcp_conn_state *cs, const char *why) {
+  snprintf(cs->refused, sizeof cs->refused, "a dialer was refused: %s", why);
+  unsigned char b[TCP_HELLO_FRAME] = {0};
+  put_u32(b, TCP_HELLO_MAGIC);
+  put_u32(b + 4, TCP_VERSION);
+  put_u32(b + 8, (uint32_t)t->rank);
+  put_u32(b + 12, (uint32_t)t->nranks);
+  put_u64(b + 16, t->session);
+  (void)!send(h->fd, b, sizeof b, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 /* Validates a hello from the other end. For accepted connections the peer
  * must be a lower rank we wait for; for dialed ones, the rank we dialed. */
-static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, const bool *need, zb_diag *diag, bool *drop) {
+static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, tcp_conn_state *cs, const bool *need, zb_diag *diag,
+                             bool *drop) {
   zbtcp_frame f;
-  bool parsed = zbtcp_frame_parse(h->buf, TCP_HELLO_FRAME, &f, NULL) == ZB_OK;
+  zb_diag why = {{0}};
+  bool parsed = zbtcp_frame_parse(h->buf, TCP_HELLO_FRAME, &f, &why) == ZB_OK;
+  bool other_version = !parsed && f.magic == TCP_HELLO_MAGIC && get_u32(h->buf + 4) != TCP_VERSION;
   *drop = false;
+  if (other_version && !h->outbound)
+    hs_refuse_version(t, h, cs, why.msg);
   int r = parsed ? f.rank : -1;
   bool ok = parsed && f.magic == TCP_HELLO_MAGIC && f.nranks == t->nranks && f.session == t->session;
   if (parsed)
@@ -128,6 +150,11 @@ static zb_err hs_check_hello(tcp_transport *t, tcp_hs *h, const bool *need, zb_d
     *drop = true;
     return ZB_OK;
   }
+  if (other_version)
+    return zbtcp_fail(t, ZB_ERR_INVALID_ARG, diag,
+                      "rank %d: peer rank %d speaks another data-plane protocol (%s): run the same zb "
+                      "release on every worker",
+                      t->rank, h->peer, why.msg);
   if (f.magic != TCP_HELLO_MAGIC)
     return zbtcp_fail(t, ZB_ERR_PARSE, diag,
                       "rank %d: the address of peer rank %d answered with a non-zb handshake", t->rank,
@@ -167,8 +194,10 @@ static zb_err hs_connected(tcp_transport *t, tcp_hs *h, zb_diag *diag) {
   zbtcp_frame_keys(t, dialer ? h->mine : h->theirs, dialer ? h->theirs : h->mine, dialer ? t->rank : h->peer,
                    dialer ? h->peer : t->rank, to_acceptor, to_dialer);
   tcp_link *l = &t->links[h->peer];
-  l->tx = zbtcp_frame_mac_new(dialer ? to_acceptor : to_dialer);
-  l->rx = zbtcp_frame_mac_new(dialer ? to_dialer : to_acceptor);
+  l->tx = dialer ? zbtcp_frame_mac_new(to_acceptor, TCP_DIR_TO_ACCEPTOR)
+                 : zbtcp_frame_mac_new(to_dialer, TCP_DIR_TO_DIALER);
+  l->rx = dialer ? zbtcp_frame_mac_new(to_dialer, TCP_DIR_TO_DIALER)
+                 : zbtcp_frame_mac_new(to_acceptor, TCP_DIR_TO_ACCEPTOR);
   OPENSSL_cleanse(to_acceptor, sizeof to_acceptor);
   OPENSSL_cleanse(to_dialer, sizeof to_dialer);
   if (!l->tx || !l->rx)
@@ -231,7 +260,7 @@ static zb_err hs_step_write(tcp_transport *t, tcp_hs *h, zb_diag *diag) {
 /* HS_READ: reads and checks the other end's hello (a dialer then sends its
  * proof; an acceptor answers with its own hello), or, on the acceptor,
  * the dialer's proof (then connected). */
-static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, const bool *need, zb_diag *diag) {
+static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, tcp_conn_state *cs, const bool *need, zb_diag *diag) {
   char eb[96];
   while (h->done < TCP_HELLO_FRAME) {
     ssize_t n = recv(h->fd, h->buf + h->done, TCP_HELLO_FRAME - h->done, 0);
@@ -257,7 +286,7 @@ static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, const bool *need, zb_dia
     return hs_connected(t, h, diag);
   }
   bool drop;
-  zb_err err = hs_check_hello(t, h, need, diag, &drop);
+  zb_err err = hs_check_hello(t, h, cs, need, diag, &drop);
   if (err)
     return err;
   if (drop && h->outbound) {
@@ -273,13 +302,14 @@ static zb_err hs_step_read(tcp_transport *t, tcp_hs *h, const bool *need, zb_dia
 
 /* Advances one handshake on poll events re. A finished dial goes on to
  * write in the same call. */
-static zb_err hs_step(tcp_transport *t, tcp_hs *h, short re, const bool *need, zb_diag *diag) {
+static zb_err hs_step(tcp_transport *t, tcp_hs *h, tcp_conn_state *cs, short re, const bool *need,
+                      zb_diag *diag) {
   if (h->st == HS_DIAL)
     hs_step_dial(h, re);
   if (h->st == HS_WRITE)
     return hs_step_write(t, h, diag);
   if (h->st == HS_READ)
-    return hs_step_read(t, h, need, diag);
+    return hs_step_read(t, h, cs, need, diag);
   return ZB_OK;
 }
 
@@ -309,7 +339,7 @@ static void hs_missing(const tcp_transport *t, const tcp_conn_state *cs, const b
   for (int q = 0; q < t->nranks && o + 1 < len; q++) {
     if (!need[q] || t->fds[q] >= 0)
       continue;
-    const char *why = "it did not connect";
+    const char *why = q < t->rank && cs->refused[0] ? cs->refused : "it did not connect";
     for (int i = 0; i < cs->n; i++)
       if (cs->hs[i].outbound && cs->hs[i].peer == q)
         why = cs->hs[i].why[0] ? cs->hs[i].why : "no answer";
@@ -398,7 +428,7 @@ static zb_err hs_handle_events(tcp_transport *t, tcp_conn_state *cs, int polled,
     tcp_hs *h = &cs->hs[i];
     if (cs->pfds[k].fd < 0 || !cs->pfds[k].revents)
       continue;
-    zb_err err = hs_step(t, h, cs->pfds[k].revents, need, diag);
+    zb_err err = hs_step(t, h, cs, cs->pfds[k].revents, need, diag);
     if (err)
       return err;
     if (h->st == HS_DROP) {

@@ -15,7 +15,7 @@ from zbsvc import STATE, Cluster, health_pb2, iteration_events, job_spec, rpc_er
 import grpc
 
 DENIED = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
-TCP_VERSION = 3  # the data plane's handshake version (worker/transport_tcp.h)
+TCP_VERSION = 4  # the data plane's handshake version (worker/transport_tcp.h)
 
 
 def attach_error(stub, worker_id):

@@ -14,8 +14,13 @@
  * (zb_transport_failed_by_peer), the receiver does not. The header
  * decoder the handshake and the receives share (zbtcp_frame_parse, which
  * fuzz/fuzz_tcp_frame.c fuzzes) takes well-formed frames and refuses each
- * kind of malformed one, saying why. */
+ * kind of malformed one, saying why. The frame MAC (ChaCha20-Poly1305)
+ * gives one tag however the payload was split and a new one for every
+ * change of frame number, direction, part, key or payload bit. A peer of
+ * the older protocol (version 3, HMAC frames) is refused naming both
+ * versions, whichever end it is. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -430,10 +435,154 @@ static void test_frame_parse(void) {
   put_u32(h + 8, 4);
   check_refused(h, sizeof h, "handshake from rank 4 of 4 ranks");
   put_u32(h + 4, TCP_VERSION + 1);
-  check_refused(h, sizeof h, "handshake version 4, this worker speaks 3");
+  check_refused(h, sizeof h, "handshake version 5, this worker speaks 4");
+}
+
+/* ---- the frame MAC itself (transport_tcp_mac.c) ---- */
+
+/* The frame tag of payload p (n bytes) fed in pieces of `piece` bytes. */
+static void frame_tag(zbtcp_frame_mac *m, uint64_t seq, const unsigned char *hdr, const unsigned char *p,
+                      size_t n, size_t piece, unsigned char tag[TCP_TAG]) {
+  zbtcp_frame_begin(m, seq, hdr);
+  for (size_t at = 0; at < n; at += piece)
+    zbtcp_frame_add(m, p + at, n - at < piece ? n - at : piece);
+  CHECK(zbtcp_frame_end(m, tag));
+}
+
+/* A tag does not depend on how the socket split the payload, and differs
+ * with each input the nonce or the data carries: the frame number, the
+ * direction, the part (header or frame), the key, one payload bit. */
+static void test_frame_tags(void) {
+  unsigned char key[TCP_MAC] = {1, 2, 3}, other[TCP_MAC] = {1, 2, 4}, hdr[TCP_FRAME] = {0};
+  enum { N = 100003 };
+  unsigned char *p = malloc(N), a[TCP_TAG], b[TCP_TAG], c[TCP_TAG];
+  for (size_t i = 0; i < N; i++)
+    p[i] = (unsigned char)(i * 131 + 7);
+  put_u32(hdr, TCP_MSG_MAGIC);
+  put_u64(hdr + 16, N);
+  zbtcp_frame_mac *m = zbtcp_frame_mac_new(key, TCP_DIR_TO_ACCEPTOR),
+                  *back = zbtcp_frame_mac_new(key, TCP_DIR_TO_DIALER), *k2 = zbtcp_frame_mac_new(other, 0);
+  CHECK(m && back && k2);
+  frame_tag(m, 5, hdr, p, N, N, a);
+  frame_tag(m, 5, hdr, p, N, 4097, b);
+  CHECK_MSG(memcmp(a, b, TCP_TAG) == 0, "the tag depends on the pieces the payload came in");
+  frame_tag(m, 5, hdr, p, N, 1, b);
+  CHECK(memcmp(a, b, TCP_TAG) == 0);
+  frame_tag(m, 6, hdr, p, N, N, b);
+  CHECK_MSG(memcmp(a, b, TCP_TAG) != 0, "frames 5 and 6 have one tag");
+  frame_tag(back, 5, hdr, p, N, N, b);
+  CHECK_MSG(memcmp(a, b, TCP_TAG) != 0, "the two directions have one tag");
+  frame_tag(k2, 5, hdr, p, N, N, b);
+  CHECK(memcmp(a, b, TCP_TAG) != 0);
+  p[N - 1] ^= 0x80;
+  frame_tag(m, 5, hdr, p, N, N, b);
+  CHECK_MSG(memcmp(a, b, TCP_TAG) != 0, "a flipped payload bit kept the tag");
+  CHECK(zbtcp_header_tag(m, 5, hdr, b));
+  frame_tag(m, 5, hdr, p, 0, 1, c);
+  CHECK_MSG(memcmp(b, c, TCP_TAG) != 0, "a header tag passes for an empty frame's tag");
+  unsigned char nonce[TCP_MAC_NONCE];
+  zbtcp_mac_nonce(TCP_DIR_TO_DIALER, 'f', 0x0102030405060708ull, nonce);
+  static const unsigned char want[TCP_MAC_NONCE] = {1, 'f', 0, 0, 8, 7, 6, 5, 4, 3, 2, 1};
+  CHECK(memcmp(nonce, want, sizeof want) == 0); /* the layout transport_tcp.h documents */
+  zbtcp_frame_mac_free(m);
+  zbtcp_frame_mac_free(back);
+  zbtcp_frame_mac_free(k2);
+  free(p);
+}
+
+/* ---- a peer of an older data-plane protocol ---- */
+
+/* A hello as version `version` from rank of 2 ranks, session SESSION. */
+static void old_hello(unsigned char b[TCP_HELLO_FRAME], uint32_t version, uint32_t rank) {
+  memset(b, 0, TCP_HELLO_FRAME);
+  memcpy(b, "ZBHL", 4);
+  put32(b + 4, version);
+  put32(b + 8, rank);
+  put32(b + 12, 2);
+  put32(b + 16, SESSION);
+}
+
+static bool read_all(int fd, unsigned char *p, size_t n) {
+  struct timeval tv = {.tv_sec = 5};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  for (size_t got = 0; got < n;) {
+    ssize_t k = recv(fd, p + got, n - got, 0);
+    if (k <= 0)
+      return false;
+    got += (size_t)k;
+  }
+  return true;
+}
+
+/* A version-3 acceptor (a raw socket answering with a version-3 hello):
+ * the dialer fails at once, naming both versions. */
+static void *old_acceptor_main(void *arg) {
+  int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+  unsigned char b[TCP_HELLO_FRAME];
+  if (fd >= 0 && read_all(fd, b, sizeof b)) {
+    old_hello(b, 3, 1);
+    (void)!write_all(fd, b, sizeof b);
+    char c;
+    (void)!recv(fd, &c, 1, 0); /* until the dialer closes */
+  }
+  if (fd >= 0)
+    close(fd);
+  return NULL;
+}
+
+static void test_an_older_acceptor_is_named(void) {
+  int lfd = -1, port = 0;
+  zb_diag d = {{0}};
+  CHECK(zb_tcp_listen("127.0.0.1:0", &lfd, &port, &d) == ZB_OK);
+  int fl = fcntl(lfd, F_GETFL, 0);
+  fcntl(lfd, F_SETFL, fl & ~O_NONBLOCK);
+  char addr1[32];
+  snprintf(addr1, sizeof addr1, "127.0.0.1:%d", port);
+  zb_transport *t0 = tcp_rank(0, "the-job-secret");
+  CHECK(t0);
+  pthread_t th;
+  pthread_create(&th, NULL, old_acceptor_main, &lfd);
+  end e0 = {.t = t0, .addrs = {zb_transport_address(t0), addr1}, .timeout_s = 10};
+  connect_main(&e0);
+  zb_transport_free(t0); /* closes the connection the old acceptor waits on */
+  pthread_join(th, NULL);
+  close(lfd);
+  printf("  %s\n", e0.diag.msg);
+  CHECK_MSG(e0.err == ZB_ERR_INVALID_ARG &&
+                strstr(e0.diag.msg, "peer rank 1 speaks another data-plane protocol (handshake version 3, "
+                                    "this worker speaks 4)"),
+            "err %d: %s", (int)e0.err, e0.diag.msg);
+}
+
+/* A version-3 dialer: the acceptor answers with its own hello (version 4,
+ * so the old dialer can say why) and drops it; its connect deadline then
+ * names the refusal. */
+static void test_an_older_dialer_is_refused(void) {
+  zb_transport *t1 = tcp_rank(1, "the-job-secret");
+  CHECK(t1);
+  end e1 = {.t = t1, .addrs = {"127.0.0.1:1", zb_transport_address(t1)}, .timeout_s = 1.5};
+  pthread_t th;
+  pthread_create(&th, NULL, connect_main, &e1);
+  int fd = dial(zb_transport_address(t1));
+  unsigned char b[TCP_HELLO_FRAME], answer[TCP_HELLO_FRAME];
+  old_hello(b, 3, 0);
+  CHECK(fd >= 0 && write_all(fd, b, sizeof b));
+  CHECK_MSG(read_all(fd, answer, sizeof answer), "no hello came back");
+  CHECK(memcmp(answer, "ZBHL", 4) == 0 && answer[4] == TCP_VERSION);
+  char c;
+  CHECK_MSG(recv(fd, &c, 1, 0) == 0, "the old dialer was not dropped");
+  close(fd);
+  pthread_join(th, NULL);
+  printf("  %s\n", e1.diag.msg);
+  CHECK_MSG(e1.err == ZB_ERR_IO &&
+                strstr(e1.diag.msg, "peer rank 0 (a dialer was refused: handshake version 3, "
+                                    "this worker speaks 4)"),
+            "err %d: %s", (int)e1.err, e1.diag.msg);
+  zb_transport_free(t1);
 }
 
 ZBT_MAIN(ZBT(test_different_secrets_never_connect), ZBT(test_stranger_is_dropped_and_the_rank_connects),
          ZBT(test_frames_pass_an_unchanging_relay), ZBT(test_a_changed_payload_is_refused),
          ZBT(test_a_changed_header_is_refused), ZBT(test_a_replayed_frame_is_refused),
-         ZBT(test_a_dropped_frame_is_refused), ZBT(test_frame_parse))
+         ZBT(test_a_dropped_frame_is_refused), ZBT(test_frame_parse), ZBT(test_frame_tags),
+         ZBT(test_an_older_acceptor_is_named), ZBT(test_an_older_dialer_is_refused))
