@@ -10,13 +10,18 @@
 
 static const char magic[8] = {'Z', 'B', 'C', 'K', 'P', 'T', 0, 1};
 
+/* How many floats m and v hold each: the whole stage's, or a shard's. */
+static size_t moments_of(const zb_ckpt *c) {
+  return c->shards > 0 ? c->n_moments : c->n;
+}
+
 typedef struct ckpt_head {
   char magic[8];
-  uint32_t version, pad0;
+  uint32_t version, shards; /* shards: 0, the whole optimizer state */
   char job_id[64];
   int32_t stage, iteration;
   int64_t steps;
-  uint32_t n_tensors, pad1;
+  uint32_t n_tensors, shard;
 } ckpt_head;
 
 zb_err zb_ckpt_save(const zb_roots *roots, const char *path, const zb_ckpt *c, zb_diag *diag) {
@@ -33,12 +38,14 @@ zb_err zb_ckpt_save(const zb_roots *roots, const char *path, const zb_ckpt *c, z
   h.iteration = c->iteration;
   h.steps = c->steps;
   h.n_tensors = (uint32_t)c->n_tensors;
-  size_t bytes = c->n * sizeof(float);
+  h.shards = c->shards > 0 ? (uint32_t)c->shards : 0;
+  h.shard = c->shards > 0 ? (uint32_t)c->shard : 0;
+  size_t mbytes = moments_of(c) * sizeof(float);
   zb_file_write(&w, &h, sizeof h);
   zb_file_write(&w, c->sizes, sizeof(uint64_t) * (size_t)c->n_tensors);
-  zb_file_write(&w, c->params, bytes);
-  zb_file_write(&w, c->m, bytes);
-  zb_file_write(&w, c->v, bytes);
+  zb_file_write(&w, c->params, c->n * sizeof(float));
+  zb_file_write(&w, c->m, mbytes);
+  zb_file_write(&w, c->v, mbytes);
   return zb_file_commit(&w, diag);
 }
 
@@ -70,6 +77,15 @@ zb_err zb_ckpt_load(const zb_roots *roots, const char *path, zb_ckpt *c, zb_diag
                       h.n_tensors, h.iteration, (long long)h.steps, c->n_tensors);
     goto out;
   }
+  uint32_t want_shards = c->shards > 0 ? (uint32_t)c->shards : 0;
+  if (h.shards != want_shards || (want_shards && h.shard != (uint32_t)c->shard)) {
+    /* a ZeRO-1 job's moments are split by its data_parallel: another d
+     * (or zero: 0) cannot take them (docs/model.md, Data parallelism) */
+    err = zb_diag_set(diag, ZB_ERR_PARSE,
+                      "checkpoint '%s': holds optimizer shard %u of %u (0 of 0: whole), expected %d of %d",
+                      path, h.shard, h.shards, want_shards ? c->shard : 0, (int)want_shards);
+    goto out;
+  }
   sizes = zb_malloc(sizeof(uint64_t) * (h.n_tensors ? h.n_tensors : 1));
   if (!zb_file_read(&r, sizes, sizeof(uint64_t) * h.n_tensors)) {
     err = zb_diag_set(diag, ZB_ERR_PARSE, "checkpoint '%s': truncated in the tensor sizes", path);
@@ -81,9 +97,9 @@ zb_err zb_ckpt_load(const zb_roots *roots, const char *path, zb_ckpt *c, zb_diag
                         path, t, (unsigned long long)sizes[t], (unsigned long long)c->sizes[t]);
       goto out;
     }
-  size_t bytes = c->n * sizeof(float);
-  if (!zb_file_read(&r, c->params, bytes) || !zb_file_read(&r, c->m, bytes) ||
-      !zb_file_read(&r, c->v, bytes)) {
+  size_t mbytes = moments_of(c) * sizeof(float);
+  if (!zb_file_read(&r, c->params, c->n * sizeof(float)) || !zb_file_read(&r, c->m, mbytes) ||
+      !zb_file_read(&r, c->v, mbytes)) {
     err = zb_diag_set(diag, ZB_ERR_PARSE, "checkpoint '%s': truncated (expected %zu parameters)", path, c->n);
     goto out;
   }

@@ -65,6 +65,13 @@ zb_err zb_adamw_set_decay(zb_adamw *o, size_t offset, size_t count, bool decay, 
   return ZB_OK;
 }
 
+void zb_adamw_set_decay_in_shard(zb_adamw *o, size_t shard_off, size_t offset, size_t count, bool decay) {
+  size_t lo = offset > shard_off ? offset : shard_off;
+  size_t hi = offset + count < shard_off + o->n ? offset + count : shard_off + o->n;
+  if (lo < hi)
+    memset(o->decay + (lo - shard_off), decay ? 1 : 0, hi - lo);
+}
+
 void zb_adamw_coefs(const zb_adamw_config *c, int64_t t, double *step_size, double *sqrt_bc2,
                     double *shrink) {
   *step_size = c->lr / (1 - pow(c->beta1, (double)t));

@@ -56,6 +56,14 @@ void zb_adamw_free(zb_adamw *o);
  * and LayerNorm gains). ZB_ERR_INVALID_ARG when the range is out of 0..n. */
 zb_err zb_adamw_set_decay(zb_adamw *o, size_t offset, size_t count, bool decay, zb_diag *diag);
 
+/* The same for an optimizer over a shard (ZeRO-1, docs/model.md, Data
+ * parallelism: ZeRO-1): o's n parameters are elements [shard_off,
+ * shard_off + n) of a larger buffer, and [offset, offset + count) is a
+ * tensor's range in that buffer. Only the part inside the shard is set,
+ * so a shard that starts or ends inside a tensor decays each element as
+ * the unsharded optimizer does; a range outside the shard sets nothing. */
+void zb_adamw_set_decay_in_shard(zb_adamw *o, size_t shard_off, size_t offset, size_t count, bool decay);
+
 /* Takes one step: updates params[0..n) from grads[0..n) and the moments.
  * params and grads are the caller's and must not overlap. Non-finite
  * gradients are not checked here (they make non-finite parameters). */

@@ -46,6 +46,7 @@ static zb_err cpu_job_settings(cpu_job *cj, const zb_assignment *a, const atomic
   cj->peer_base = a->replica * a->ranks;
   cj->replica = a->replica;
   cj->data_parallel = a->data_parallel > 1 ? a->data_parallel : 1;
+  cj->zero = a->zero && cj->data_parallel > 1;
   cj->n_stages = hosted_stages(a->sched, a->rank, &cj->stages);
   cj->total_stages = a->sched->p * a->sched->v;
   cj->microbatches = a->sched->m;
@@ -134,6 +135,24 @@ static zb_err cpu_job_device_stepper(cpu_job *cj, zb_step_mode mode, zb_diag *di
   return zb_stepper_new_target(&t, cj->model.clip_norm, mode, &cj->stepper, diag);
 }
 
+/* Hosted stage i's AdamW over its shard (the whole stage without
+ * ZeRO-1): decay the matrices (weights, embeddings), not the vectors
+ * (biases, LayerNorm gains and shifts), the usual AdamW grouping, element
+ * by element where a shard cuts a tensor. */
+static zb_err cpu_job_optimizer(cpu_job *cj, int i, const zb_adamw_config *oc, zb_diag *diag) {
+  zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+  zb_err err = zb_adamw_new(oc, cj->shard_len[i], &cj->opt[i], diag);
+  if (err)
+    return err;
+  const float *base = zb_model_params(st);
+  for (int t = 0; t < zb_model_n_tensors(st); t++) {
+    const zb_model_tensor *tt = zb_model_tensor_at(st, t);
+    if (tt->rows == 1)
+      zb_adamw_set_decay_in_shard(cj->opt[i], cj->shard_off[i], (size_t)(tt->param - base), tt->numel, false);
+  }
+  return ZB_OK;
+}
+
 /* One AdamW per hosted stage and the stepper over them; *params counts
  * the parameters here. */
 static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
@@ -152,19 +171,12 @@ static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
     cj->grads[i] = zb_model_grads(st);
     if (cj->dump_dir[0])
       cj->before[i] = zb_malloc(sizeof(float) * (zb_model_n_params(st) ? zb_model_n_params(st) : 1));
-    if ((err = zb_adamw_new(&oc, zb_model_n_params(st), &cj->opt[i], diag)))
-      return err;
     *params += zb_model_n_params(st);
-    /* decay the matrices (weights, embeddings), not the vectors (biases,
-     * LayerNorm gains and shifts): the usual AdamW grouping */
-    const float *base = zb_model_params(st);
-    for (int t = 0; t < zb_model_n_tensors(st); t++) {
-      const zb_model_tensor *tt = zb_model_tensor_at(st, t);
-      if (tt->rows == 1 &&
-          (err = zb_adamw_set_decay(cj->opt[i], (size_t)(tt->param - base), tt->numel, false, diag)))
-        return err;
-    }
   }
+  cpu_job_zero_layout(cj);
+  for (int i = 0; i < cj->n_stages; i++)
+    if ((err = cpu_job_optimizer(cj, i, &oc, diag)))
+      return err;
   zb_step_mode mode =
       strcmp(ms->step, ZB_STEP_SYNCHRONOUS_NAME) == 0 ? ZB_STEP_SYNCHRONOUS : ZB_STEP_POST_VALIDATED;
   err = cj->device ? cpu_job_device_stepper(cj, mode, diag)
@@ -175,6 +187,8 @@ static zb_err cpu_job_optimizers(cpu_job *cj, size_t *params, zb_diag *diag) {
 zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop, zb_diag *diag) {
   if (!a->has_model)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "assignment: a %s job without a model", a->backend);
+  if (a->zero && a->data_parallel > 1 && cj->device)
+    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED, "zero: 1 on a cuda job is not built yet (cpu jobs shard)");
   size_t params = 0;
   zb_err err;
   if ((err = cpu_job_settings(cj, a, stop, diag)) || (err = cpu_job_backend(cj, a, diag)) ||
@@ -186,10 +200,13 @@ zb_err cpu_job_open(cpu_job *cj, const zb_assignment *a, const atomic_bool *stop
     size_t len = strlen(list);
     snprintf(list + len, sizeof list - len, "%s%d", i ? "," : "", cj->stages[i]);
   }
-  ZB_INFO("job %s rank %d: %s model h=%d heads=%d layers=%d seq_len=%d batch=%d; stages %s of %d, %zu "
-          "parameters here; AdamW lr %g, clip_norm %g, %s step",
-          a->job_id, a->rank, a->backend, ms->hidden, ms->heads, ms->layers, ms->seq_len, ms->batch, list,
-          cj->total_stages, params, ms->lr, ms->clip_norm, ms->step);
+  ZB_INFO(
+      "job %s rank %d: %s model h=%d heads=%d layers=%d seq_len=%d batch=%d; stages %s of %d, %zu "
+      "parameters here; AdamW lr %g, clip_norm %g, %s step; optimizer state %zu bytes (zero %d, replica %d "
+      "of %d)",
+      a->job_id, a->rank, a->backend, ms->hidden, ms->heads, ms->layers, ms->seq_len, ms->batch, list,
+      cj->total_stages, params, ms->lr, ms->clip_norm, ms->step, cpu_job_optimizer_bytes(cj), cj->zero,
+      cj->replica, cj->data_parallel);
   return ZB_OK;
 }
 
@@ -279,9 +296,11 @@ static zb_err cpu_job_step_device(cpu_job *cj, zb_step_chain *chain, bool dump, 
 
 /* A cpu job's step, on the host view of the weights, which is the host
  * device's memory: pull and push are no-ops there (docs/model.md,
- * Optimizer and step). */
+ * Optimizer and step). With ZeRO-1 the step covers this replica's shards
+ * (pview, gview), then the replicas' shards are all-gathered. */
 static zb_err cpu_job_step_host(cpu_job *cj, zb_step_chain *chain, bool dump, zb_step_result *step,
                                 zb_diag *diag) {
+  cpu_job_check check = {.cj = cj, .chain = chain};
   zb_err err = ZB_OK;
   for (int i = 0; !err && i < cj->n_stages; i++)
     err = zb_model_pull(zb_backend_cpu_stage(cj->be, i, NULL), diag);
@@ -289,8 +308,10 @@ static zb_err cpu_job_step_host(cpu_job *cj, zb_step_chain *chain, bool dump, zb
     memcpy(cj->before[i], cj->params[i],
            sizeof(float) * zb_model_n_params(zb_backend_cpu_stage(cj->be, i, NULL)));
   if (!err)
-    err = zb_stepper_step(cj->stepper, cj->params, (const float *const *)cj->grads, zb_step_reduce_chain,
-                          chain, step, diag);
+    err = zb_stepper_step(cj->stepper, cj->pview, (const float *const *)cj->gview, cpu_job_zero_check, &check,
+                          step, diag);
+  if (!err)
+    err = cpu_job_zero_gather(cj, chain->tr, chain->iteration, dump, diag);
   for (int i = 0; !err && i < cj->n_stages; i++)
     err = zb_model_push_params(zb_backend_cpu_stage(cj->be, i, NULL), diag);
   return err;
@@ -347,6 +368,7 @@ void cpu_job_close(cpu_job *cj) {
   free(cj->before);
   free(cj->params);
   free(cj->grads);
+  cpu_job_zero_free(cj);
   for (int i = 0; cj->opt && i < cj->n_stages; i++)
     zb_adamw_free(cj->opt[i]);
   free(cj->opt);

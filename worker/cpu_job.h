@@ -17,9 +17,11 @@
 #include "zb_arch.h"
 #include "zb_assignment.h"
 #include "zb_backend_cpu.h"
+#include "zb_collective.h"
 #include "zb_optimizer.h"
 #include "zb_roots.h"
 #include "zb_step.h"
+#include "zb_step_chain.h"
 #include "zb_step_device.h"
 #include "zb_tokens.h"
 #include "zb_transport.h"
@@ -51,6 +53,14 @@ typedef struct cpu_job {
    * all-reduced this iteration (cpu_job_reduce.c) */
   int replica, data_parallel;
   bool *reduced;
+  /* ZeRO-1 (cpu_job_zero.c): zero is 1 when the job asks for it and
+   * d > 1. Hosted stage i's optimizer covers shard_len[i] parameters
+   * from shard_off[i] (zb_ring_shard of its n over d, member replica;
+   * without ZeRO-1 all of them from 0); pview[i] and gview[i] point there
+   * into params[i] and grads[i]. */
+  int zero;
+  size_t *shard_off, *shard_len;
+  float **pview, **gview;
   zb_transport *tr; /* borrowed: the job's transport, set by the job runner for the reduce hook */
   int *stages, n_stages, total_stages, microbatches;
   zb_placement placement; /* of the plan that placed the stages: p ranks, v stages each */
@@ -130,6 +140,47 @@ zb_err cpu_job_tied_count_once(cpu_job *cj, zb_diag *diag);
  * stage counts as unreduced again. Both are no-ops with d = 1. */
 zb_err cpu_job_reduce_stage(void *cj, int stage, int iteration, zb_diag *diag);
 zb_err cpu_job_reduce_rest(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag);
+
+/* cpu_job_zero.c: ZeRO-1 optimizer sharding (docs/model.md, Data
+ * parallelism: ZeRO-1). With zero 1 the reduction is a reduce-scatter
+ * (each replica keeps its shard of the summed gradients, scaled by 1/d),
+ * the step runs on pview/gview with AdamW moments for the shard only, the
+ * check gathers every member's partial within the stage group (summed in
+ * member order) before the step chain, and cpu_job_zero_gather
+ * all-gathers the stepped shards into every replica's params (and, on a
+ * dump iteration, the gradients' shards, so dumps hold the whole reduced
+ * gradient). Ring tags: kind REDUCE_GRAD, the stage, seq
+ * cpu_job_zero_seq(iteration, which) for a stage's collectives; the
+ * check's all-gather uses stage -1, seq iteration. */
+enum {
+  CPU_JOB_ZERO_SEQ_REDUCE = 0, /* the reduction: an all-reduce takes this and the next */
+  CPU_JOB_ZERO_SEQ_PARAMS = 2, /* the stepped parameters' all-gather */
+  CPU_JOB_ZERO_SEQ_GRADS = 3,  /* the gradients' all-gather, dump iterations only */
+  CPU_JOB_ZERO_SEQS = 4
+};
+int32_t cpu_job_zero_seq(int iteration, int which);
+/* The stage group's ring for tag stage `stage` from seq; ranks: the
+ * caller's d ints, filled here (borrowed by the ring). */
+zb_ring cpu_job_ring(const cpu_job *cj, zb_transport *tr, int32_t stage, int32_t seq, int *ranks);
+/* Whether hosted stage i's reduction leaves its whole gradient: no
+ * ZeRO-1, or a tied head's holder (the tie sums whole tensors after it). */
+bool cpu_job_zero_full(const cpu_job *cj, int i);
+/* After cj->params and cj->grads: the shards and views (allocated). */
+void cpu_job_zero_layout(cpu_job *cj);
+void cpu_job_zero_free(cpu_job *cj);
+/* The optimizer state on this rank: m and v of every hosted stage. */
+size_t cpu_job_optimizer_bytes(const cpu_job *cj);
+/* The step's zb_step_reduce_fn (arg: a cpu_job_check): with ZeRO-1 the
+ * stage group's partials first, then the chain along the pipeline. */
+typedef struct cpu_job_check {
+  const cpu_job *cj;
+  zb_step_chain *chain;
+} cpu_job_check;
+zb_err cpu_job_zero_check(void *arg, zb_step_partial *p, zb_diag *diag);
+/* After the step: every hosted stage's parameters (and with grads its
+ * gradients) all-gathered from the replicas' shards; no-op without
+ * ZeRO-1. */
+zb_err cpu_job_zero_gather(cpu_job *cj, zb_transport *tr, int iteration, bool grads, zb_diag *diag);
 
 /* cpu_job_hf.c: with each checkpoint of an architecture job, the model
  * after iteration `iteration` as a Hugging Face directory,

@@ -21,10 +21,22 @@
 /* DIR/JOB/rank<r>-stage<s>.ckpt, or with prev its previous version
  * (.ckpt.prev): each save keeps the one before, because ranks stopped
  * mid-iteration may have completed different iterations (at most one
- * apart), and a resume needs one iteration that every rank holds. */
+ * apart), and a resume needs one iteration that every rank holds. With
+ * ZeRO-1 every replica writes its own, rank<r>-stage<s>-shard<k>of<d>.ckpt:
+ * the whole weights and its shard of the moments. */
 static void ckpt_path(const cpu_job *cj, const char *job_id, int stage, bool prev, char *buf, size_t len) {
-  snprintf(buf, len, "%s/%s/rank%d-stage%d.ckpt%s", cj->ckpt_dir, job_id, cj->rank, stage,
+  char shard[32] = "";
+  if (cj->zero)
+    snprintf(shard, sizeof shard, "-shard%dof%d", cj->replica, cj->data_parallel);
+  snprintf(buf, len, "%s/%s/rank%d-stage%d%s.ckpt%s", cj->ckpt_dir, job_id, cj->rank, stage, shard,
            prev ? ".prev" : "");
+}
+
+/* Whether this rank writes checkpoints: replica 0, whose bits every
+ * replica shares (docs/model.md, Data parallelism), or with ZeRO-1 every
+ * replica, each holding another shard of the optimizer state. */
+static bool ckpt_writer(const cpu_job *cj) {
+  return cj->replica == 0 || cj->zero;
 }
 
 /* The header and buffers of hosted stage i's checkpoint; sizes is an
@@ -35,7 +47,13 @@ static zb_ckpt ckpt_of(const cpu_job *cj, const char *job_id, int i, uint64_t **
   *sizes = zb_malloc(sizeof(uint64_t) * (size_t)(nt ? nt : 1));
   for (int t = 0; t < nt; t++)
     (*sizes)[t] = zb_model_tensor_at(st, t)->numel;
-  zb_ckpt c = {.stage = cj->stages[i], .n_tensors = nt, .sizes = *sizes, .n = zb_model_n_params(st)};
+  zb_ckpt c = {.stage = cj->stages[i],
+               .n_tensors = nt,
+               .sizes = *sizes,
+               .n = zb_model_n_params(st),
+               .shard = cj->zero ? cj->replica : 0,
+               .shards = cj->zero ? cj->data_parallel : 0,
+               .n_moments = cj->shard_len[i]};
   snprintf(c.job_id, sizeof c.job_id, "%s", job_id);
   return c;
 }
@@ -52,7 +70,7 @@ zb_err cpu_job_pull_state(cpu_job *cj, zb_diag *diag) {
 }
 
 void cpu_job_forget_checkpoints(const cpu_job *cj) {
-  for (int i = 0; cj->ckpt_every > 0 && cj->replica == 0 && i < cj->n_stages; i++)
+  for (int i = 0; cj->ckpt_every > 0 && ckpt_writer(cj) && i < cj->n_stages; i++)
     for (int prev = 0; prev < 2; prev++) {
       char path[800];
       ckpt_path(cj, cj->job_id, cj->stages[i], prev, path, sizeof path);
@@ -65,8 +83,10 @@ zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
   if (cj->saved == iteration)
     return ZB_OK; /* the periodic save just wrote this state */
   /* replicas hold the same bits (docs/model.md, Data parallelism):
-   * replica 0 writes the files, every replica resumes from them */
-  if (cj->replica > 0)
+   * replica 0 writes the files, every replica resumes from them; with
+   * ZeRO-1 each writes its own shard, no collective, so a stopping
+   * replica saves alone */
+  if (!ckpt_writer(cj))
     return ZB_OK;
   char dir[700];
   snprintf(dir, sizeof dir, "%s/%s", cj->ckpt_dir, cj->job_id);
@@ -102,7 +122,7 @@ zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
       err = zb_ckpt_save(cj->roots, path, &c, diag);
     free(sizes);
   }
-  if (!err)
+  if (!err && cj->replica == 0)
     err = cpu_job_save_hf(cj, iteration, diag);
   if (!err) {
     cj->saved = iteration;
@@ -117,10 +137,10 @@ zb_err cpu_job_save(cpu_job *cj, int iteration, zb_diag *diag) {
 static zb_err ckpt_candidates(cpu_job *cj, const char *from, int i, int32_t out[2], zb_diag *diag) {
   uint64_t *sizes;
   zb_ckpt c = ckpt_of(cj, from, i, &sizes);
-  float *buf = zb_malloc(sizeof(float) * 3 * (c.n ? c.n : 1));
+  float *buf = zb_malloc(sizeof(float) * (c.n + 2 * cj->shard_len[i] + 1));
   c.params = buf;
   c.m = buf + c.n;
-  c.v = buf + 2 * c.n;
+  c.v = buf + c.n + cj->shard_len[i];
   zb_err err = ZB_OK;
   for (int k = 0; k < 2 && !err; k++) {
     char path[800];
@@ -181,6 +201,38 @@ static zb_err resume_agree(cpu_job *cj, zb_transport *tr, int32_t mine[3], zb_di
   return err;
 }
 
+/* With ZeRO-1 each replica read its own files: after the chain the stage
+ * group's members (one per replica) all-gather their replica's three
+ * int32 (moved as float bits, never added) and intersect them in member
+ * order, so every rank of every replica holds the same answer. */
+static zb_err resume_agree_replicas(cpu_job *cj, zb_transport *tr, int32_t mine[3], zb_diag *diag) {
+  if (!cj->zero)
+    return ZB_OK;
+  int d = cj->data_parallel;
+  int32_t *all = zb_calloc((size_t)d * 3, sizeof *all);
+  int *ranks = zb_malloc(sizeof(int) * (size_t)d);
+  memcpy(all + 3 * cj->replica, mine, 3 * sizeof *mine);
+  float *buf = zb_malloc(sizeof(float) * 3 * (size_t)d);
+  memcpy(buf, all, sizeof(float) * 3 * (size_t)d);
+  /* kind REDUCE_GRAD, stage -2: no stage's collective and not the chain's F/B */
+  zb_ring ring = cpu_job_ring(cj, tr, -2, 0, ranks);
+  zb_err err = zb_ring_all_gather(&ring, buf, 3 * (size_t)d, diag);
+  if (!err) {
+    memcpy(all, buf, sizeof(float) * 3 * (size_t)d);
+    for (int k = 0; k < d; k++) {
+      const int32_t *o = all + 3 * k;
+      for (int q = 0; q < 2; q++)
+        if (mine[q] != o[0] && mine[q] != o[1])
+          mine[q] = -1;
+      mine[2] |= o[2];
+    }
+  }
+  free(buf);
+  free(ranks);
+  free(all);
+  return err;
+}
+
 /* Loads iteration k's checkpoint (the file or its .prev) into every
  * hosted stage, weights and AdamW state. */
 static zb_err resume_load(cpu_job *cj, int k, zb_diag *diag) {
@@ -188,10 +240,11 @@ static zb_err resume_load(cpu_job *cj, int k, zb_diag *diag) {
   for (int i = 0; i < cj->n_stages && !err; i++) {
     uint64_t *sizes;
     zb_ckpt c = ckpt_of(cj, cj->resume_from, i, &sizes);
-    float *mv = zb_malloc(sizeof(float) * 2 * (c.n ? c.n : 1));
+    size_t k_m = cj->shard_len[i];
+    float *mv = zb_malloc(sizeof(float) * 2 * (k_m ? k_m : 1));
     c.params = cj->params[i];
     c.m = mv;
-    c.v = mv + c.n;
+    c.v = mv + k_m;
     char path[800];
     ckpt_path(cj, cj->resume_from, cj->stages[i], false, path, sizeof path);
     if (!(err = zb_ckpt_load(cj->roots, path, &c, diag)) && c.iteration != k) {
@@ -203,7 +256,7 @@ static zb_err resume_load(cpu_job *cj, int k, zb_diag *diag) {
           zb_diag_set(diag, ZB_ERR_INVALID_ARG,
                       "checkpoint '%s': iteration %d, expected %d (changed under us?)", path, c.iteration, k);
     if (!err)
-      err = zb_adamw_set_state(cj->opt[i], c.steps, c.m, c.v, c.n, diag);
+      err = zb_adamw_set_state(cj->opt[i], c.steps, c.m, c.v, k_m, diag);
     if (!err) /* the weights were read into the host view; a device needs them too */
       err = zb_model_push_params(zb_backend_cpu_stage(cj->be, i, NULL), diag);
     free(mv);
@@ -227,6 +280,8 @@ zb_err cpu_job_resume(cpu_job *cj, zb_transport *tr, int *k, zb_diag *diag) {
   int32_t mine[3] = {err ? -1 : cand[0], err ? -1 : cand[1], err ? 1 : 0};
   zb_diag tdiag = {{0}};
   zb_err terr = resume_agree(cj, tr, mine, &tdiag);
+  if (!terr)
+    terr = resume_agree_replicas(cj, tr, mine, &tdiag);
   if (err)
     return err;
   if (terr)

@@ -5,7 +5,6 @@
 
 #include "cpu_job.h"
 #include "zb_alloc.h"
-#include "zb_collective.h"
 
 /* The hosted index of global stage `stage`, or -1. */
 static int reduce_index(const cpu_job *cj, int stage) {
@@ -15,30 +14,31 @@ static int reduce_index(const cpu_job *cj, int stage) {
   return -1;
 }
 
-/* All-reduces hosted stage i's gradients over its stage group, then
- * scales them by 1/d: each replica's are the mean over its m microbatches
- * (loss_scale 1/m), so the result is the mean over the global batch. */
+/* Reduces hosted stage i's gradients over its stage group, then scales
+ * them by 1/d: each replica's are the mean over its m microbatches
+ * (loss_scale 1/m), so the result is the mean over the global batch.
+ * Without ZeRO-1 (or for a tied head's holder) an all-reduce, seq
+ * 2 * iteration; with it a reduce-scatter that leaves this replica's
+ * shard (cpu_job_zero.c), the only part scaled and stepped. */
 static zb_err reduce_one(cpu_job *cj, zb_transport *tr, int i, int iteration, zb_diag *diag) {
-  int d = cj->data_parallel;
-  int *ranks = zb_malloc(sizeof(int) * (size_t)d);
-  for (int k = 0; k < d; k++)
-    ranks[k] = k * cj->nranks + cj->rank;
-  /* seq 2 * iteration: every member agrees without keeping a count, and a
-   * message of another iteration fails the tag check instead of mixing */
-  zb_ring ring = {.tr = tr,
-                  .size = d,
-                  .index = cj->replica,
-                  .ranks = ranks,
-                  .stage = cj->stages[i],
-                  .seq = (int32_t)(((int64_t)iteration * 2) % INT32_MAX)};
+  int *ranks = zb_malloc(sizeof(int) * (size_t)cj->data_parallel);
+  /* the seq from the iteration: every member agrees without keeping a
+   * count, and a message of another iteration fails the tag check */
+  int32_t seq = cj->zero ? cpu_job_zero_seq(iteration, CPU_JOB_ZERO_SEQ_REDUCE)
+                         : (int32_t)(((int64_t)iteration * 2) % INT32_MAX);
+  zb_ring ring = cpu_job_ring(cj, tr, cj->stages[i], seq, ranks);
   size_t n = zb_model_n_params(zb_backend_cpu_stage(cj->be, i, NULL));
-  zb_err err = zb_ring_all_reduce(&ring, cj->grads[i], n, diag);
+  bool full = cpu_job_zero_full(cj, i);
+  zb_err err = full ? zb_ring_all_reduce(&ring, cj->grads[i], n, diag)
+                    : zb_ring_reduce_scatter(&ring, cj->grads[i], n, diag);
   free(ranks);
   if (err)
     return err;
-  float scale = 1.0f / (float)d;
-  for (size_t k = 0; k < n; k++)
-    cj->grads[i][k] *= scale;
+  float scale = 1.0f / (float)cj->data_parallel;
+  float *g = full ? cj->grads[i] : cj->gview[i];
+  size_t len = full ? n : cj->shard_len[i];
+  for (size_t k = 0; k < len; k++)
+    g[k] *= scale;
   cj->reduced[i] = true;
   return ZB_OK;
 }

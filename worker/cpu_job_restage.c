@@ -262,6 +262,10 @@ static zb_err restage_into(cpu_job *cj, cpu_job *nj, const zb_assignment *a, zb_
 zb_err cpu_job_update(cpu_job *cj, const zb_assignment *a, zb_transport *tr, zb_diag *diag) {
   if (cpu_job_same_stages(cj, a->sched, a->rank))
     return ZB_OK;
+  if (cj->zero) /* each replica holds a shard of every tensor's moments, not a whole tensor to move */
+    return zb_diag_set(
+        diag, ZB_ERR_UNSUPPORTED,
+        "plan update: moving stages of a zero: 1 job (sharded optimizer state) is not built yet");
   double t0 = zb_clock_s();
   cpu_job nj = {0};
   restage r = {0};

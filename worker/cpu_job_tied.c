@@ -39,6 +39,9 @@ zb_err cpu_job_tied_count_once(cpu_job *cj, zb_diag *diag) {
     return ZB_OK;
   zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
   size_t n = (size_t)(tied_tensor(cj, i)->grad - zb_model_grads(st));
+  /* with ZeRO-1 the stepper sees stage i's shard: the part of the prefix in it */
+  size_t off = cj->shard_off[i], len = cj->shard_len[i];
+  n = n <= off ? 0 : (n - off < len ? n - off : len);
   if (cj->dstep)
     return zb_step_device_count_prefix(cj->dstep, i, n, diag);
   return zb_stepper_count_prefix(cj->stepper, i, n, diag);
