@@ -109,9 +109,29 @@ def test_schedule_update_switches_every_replica_together():
         c.assert_serving()
 
 
+SIM_SLOWDOWN = 1.5  # every worker's sim ops and reduction holds take this times the spec's (ZB_TEST_SIM_SLOWDOWN)
+
+
+def slowed_cluster(name):
+    """Four workers whose sim backends all run SIM_SLOWDOWN times the spec's costs."""
+    c = Cluster(workers=0, name=name).__enter__()
+    try:
+        for k in range(4):
+            c.start_worker("w%d" % k, env={"ZB_TEST_SIM_SLOWDOWN": str(SIM_SLOWDOWN)})
+            c.wait_workers(k + 1)
+    except BaseException:
+        c.__exit__(None, None, None)
+        raise
+    return c
+
+
 def test_t_reduce_learned_within_10_percent():
+    """The spec says costs.reduce X, the workers take 1.5 X: the learned
+    T_reduce is 1.5 X within 10% (not the spec's figure it starts from),
+    and zbctl get shows both."""
     reduce_s = 0.06  # one rank's share; the sim holds each stage's REDUCE_GRAD for it / chunks
-    with Cluster(workers=4, name="dp-learn") as c:
+    c = slowed_cluster("dp-learn")
+    try:
         js = dp_spec("dp-learn", 5, schedule="zb-h1", t=0.02)
         js.costs.t_reduce = reduce_s
         js.trace_every = 1
@@ -120,16 +140,18 @@ def test_t_reduce_learned_within_10_percent():
         learned = job.learned
         assert learned.iterations == 5 and len(learned.stage_t_reduce) == 2, learned
         for s, got in enumerate(learned.stage_t_reduce):
-            assert abs(got - reduce_s) <= 0.1 * reduce_s, (s, got, reduce_s)
-        for st in learned.stages:  # the op times are still learned beside it
-            assert abs(st.t_f - 0.02) <= 0.002 and abs(st.t_w - 0.02) <= 0.002, st
-        print("learned T_reduce:", [round(x, 4) for x in learned.stage_t_reduce])
+            assert abs(got - SIM_SLOWDOWN * reduce_s) <= 0.1 * SIM_SLOWDOWN * reduce_s, (s, got, reduce_s)
+        for st in learned.stages:  # the op times are learned beside it
+            assert abs(st.t_f - SIM_SLOWDOWN * 0.02) <= 0.1 * SIM_SLOWDOWN * 0.02, st
+        print("learned T_reduce:", [round(x, 4) for x in learned.stage_t_reduce], "spec", reduce_s)
         out = c.zbctl("get", jid).stdout
         assert "T_reduce learned" in out, out
         rows = [ln.split() for ln in out.splitlines() if ln.strip().startswith(("0 ", "1 "))]
-        assert len(rows) >= 2 and all(abs(float(r[4]) - reduce_s) <= 0.1 * reduce_s for r in rows[:2]), out
+        assert len(rows) >= 2 and all(abs(float(r[4]) - SIM_SLOWDOWN * reduce_s) <= 0.1 * SIM_SLOWDOWN * reduce_s
+                                      for r in rows[:2]), out
         spec_row = [ln for ln in out.splitlines() if ln.strip().startswith("spec  (each stage)")]
         assert spec_row and abs(float(spec_row[0].split()[-1]) - reduce_s) < 1e-9, out
+        c.wait_workers(4, idle=True, timeout=20)
 
         # one replica reduces nothing: no T_reduce shown
         one = zbsvc.job_spec(name="one", ranks=2, microbatches=4, schedule="zb-h1", t=0.01, iterations=2)
@@ -138,6 +160,8 @@ def test_t_reduce_learned_within_10_percent():
         job1 = c.wait_state(jid1, STATE.JOB_STATE_SUCCEEDED, timeout=60)
         assert job1.learned.iterations == 2 and len(job1.learned.stage_t_reduce) == 0, job1.learned
         assert "T_reduce" not in c.zbctl("get", jid1).stdout
+    finally:
+        c.__exit__(None, None, None)
 
 
 def test_adaptive_replan_with_two_replicas():
