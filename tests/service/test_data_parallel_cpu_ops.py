@@ -40,7 +40,8 @@ def replicas_identical(ckdir, jid):
     dumps = os.path.join(ckdir, "dumps")
     r0 = zbsvc.read_dumps(dumps, jid, ITERATIONS - 1, replica=0)
     r1 = zbsvc.read_dumps(dumps, jid, ITERATIONS - 1, replica=1)
-    assert zbsvc.weights_differ(r0, r1) == [], "replicas' final weights differ on stages %s" % zbsvc.weights_differ(r0, r1)
+    differ = zbsvc.weights_differ(r0, r1)
+    assert differ == [], "replicas' final weights differ on stages %s" % differ
     assert zbsvc.weights_differ(r0, r1, "before") == []
     return r0
 
