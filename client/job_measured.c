@@ -34,14 +34,22 @@ void zbctl_print_learned(const Zb__V1__Job *j) {
   printf("learned    from %d sampled iteration(s): T_comm %.3g s", l->iterations, l->t_comm);
   if (s && s->costs)
     printf(" (spec %.3g s)", s->costs->t_comm);
-  printf("\n  stage      T_F learned      T_B learned      T_W learned   (seconds)\n");
+  bool reduces = l->n_stage_t_reduce == l->n_stages; /* data-parallel replicas reduce */
+  printf("\n  stage      T_F learned      T_B learned      T_W learned%s   (seconds)\n",
+         reduces ? "   T_reduce learned" : "");
   for (size_t k = 0; k < l->n_stages; k++) {
     const Zb__V1__StageCosts *c = l->stages[k];
-    printf("  %5zu %16.4g %16.4g %16.4g\n", k, c->t_f, c->t_b, c->t_w);
+    printf("  %5zu %16.4g %16.4g %16.4g", k, c->t_f, c->t_b, c->t_w);
+    if (reduces)
+      printf(" %18.4g", l->stage_t_reduce[k]);
+    printf("\n");
   }
   if (s && s->n_stage_costs == 0 && s->costs) {
     int v = l->n_stages && s->ranks > 0 ? (int)l->n_stages / s->ranks : 1;
-    printf("  spec  (each stage) %10.4g %16.4g %16.4g\n", s->costs->t_f / v, s->costs->t_b / v,
+    printf("  spec  (each stage) %10.4g %16.4g %16.4g", s->costs->t_f / v, s->costs->t_b / v,
            s->costs->t_w / v);
+    if (reduces && s->costs->t_reduce > 0) /* 0: derived from the link (docs/schedules.md) */
+      printf(" %18.4g", s->costs->t_reduce / v);
+    printf("\n");
   }
 }

@@ -418,13 +418,17 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user);
 /* A rank whose compute over the plan's is this many times the median
  * rank's is a straggler. */
 #define COORD_STRAGGLER_RATIO 1.2
-/* One aligned iteration of plan pl (its timelines ranks, their summary s):
- * folds its op times into j->learned, re-simulates pl under them into
+/* One aligned iteration of plan pl (its timelines ranks, by global rank,
+ * world of them: replica 0's s->p first, summarised in s; a replica whose
+ * timeline is missing has n 0): folds its op times into j->learned (T_F,
+ * T_B, T_W and T_comm from replica 0, which stands for all; each stage's
+ * T_reduce from every replica's spans), re-simulates pl under them into
  * it's predicted figures, sets each rank's slowdown (ris, by rank) and
  * it->straggler_ranks (an array in *stragglers, which the caller frees
  * once the event is out). */
-void job_learn(coord_job *j, const zb_planner_result *pl, const zb_tl_rank *ranks, const zb_tl_summary *s,
-               Zb__V1__RankIteration *ris, Zb__V1__IterationMetrics *it, int32_t **stragglers);
+void job_learn(coord_job *j, const zb_planner_result *pl, const zb_tl_rank *ranks, int world,
+               const zb_tl_summary *s, Zb__V1__RankIteration *ris, Zb__V1__IterationMetrics *it,
+               int32_t **stragglers);
 /* j's learned costs as a message (protobuf_c_message_free_unpacked frees
  * it), or NULL before any. */
 Zb__V1__LearnedCosts *job_learned_pb(const coord_job *j);

@@ -10,6 +10,7 @@
 #include "coordinator.h"
 #include "zb_alloc.h"
 #include "zb_log.h"
+#include "zb_reduce.h"
 
 /* Weight of a new sampled iteration in the running average: recent enough
  * to follow drift within a few samples, smooth enough to ride out one
@@ -39,6 +40,7 @@ static void learn_costs(coord_job *j, const zb_planner_result *pl, const zb_tl_c
     l->t_f[s] = blend(l->t_f[s], c->t_f[s], first);
     l->t_b[s] = blend(l->t_b[s], c->t_b[s], first);
     l->t_w[s] = blend(l->t_w[s], c->t_w[s], first);
+    l->t_reduce[s] = blend(l->t_reduce[s], c->t_reduce[s], first);
   }
   l->t_comm = blend(l->t_comm, c->t_comm, first);
   j->learned_iterations++;
@@ -85,11 +87,27 @@ static void find_stragglers(const zb_planner_result *pl, const zb_tl_summary *s,
   free(sorted);
 }
 
-void job_learn(coord_job *j, const zb_planner_result *pl, const zb_tl_rank *ranks, const zb_tl_summary *s,
-               Zb__V1__RankIteration *ris, Zb__V1__IterationMetrics *it, int32_t **stragglers) {
+/* Each stage's T_reduce over every replica's timelines into c (replica
+ * 0's own kept when another's does not fit: zb_timeline_reduce_times). */
+static void learn_reduce_all(const coord_job *j, const zb_tl_rank *ranks, int world, zb_tl_costs *c) {
+  if (world <= j->spec.ranks)
+    return;
+  double *t = zb_malloc(sizeof(double) * (size_t)c->n_stages);
+  zb_diag d = {{0}};
+  if (zb_timeline_reduce_times(ranks, world, c->n_stages, t, &d) == ZB_OK)
+    memcpy(c->t_reduce, t, sizeof(double) * (size_t)c->n_stages);
+  else
+    ZB_WARN("job %s: T_reduce learned from replica 0 only: %s", j->row.id, d.msg);
+  free(t);
+}
+
+void job_learn(coord_job *j, const zb_planner_result *pl, const zb_tl_rank *ranks, int world,
+               const zb_tl_summary *s, Zb__V1__RankIteration *ris, Zb__V1__IterationMetrics *it,
+               int32_t **stragglers) {
   zb_tl_costs c = {0};
   zb_diag d = {{0}};
   if (pl->costs && zb_timeline_costs(ranks, s->p, pl->costs, &c, &d) == ZB_OK) {
+    learn_reduce_all(j, ranks, world, &c);
     learn_costs(j, pl, &c);
     predict_learned(j, pl, it);
   } else if (pl->costs) {
@@ -121,6 +139,11 @@ Zb__V1__LearnedCosts *job_learned_pb(const coord_job *j) {
     pb->stages[s]->t_f = l->t_f[s];
     pb->stages[s]->t_b = l->t_b[s];
     pb->stages[s]->t_w = l->t_w[s];
+  }
+  if (zb_costs_reduces(l)) { /* one replica has no reduction to show */
+    pb->n_stage_t_reduce = (size_t)l->n_stages;
+    pb->stage_t_reduce = zb_malloc(sizeof(double) * (size_t)l->n_stages);
+    memcpy(pb->stage_t_reduce, l->t_reduce, sizeof(double) * (size_t)l->n_stages);
   }
   pb->t_comm = l->t_comm;
   pb->iterations = j->learned_iterations;

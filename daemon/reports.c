@@ -14,25 +14,36 @@
 #include "zb_log.h"
 #include "zb_timeline_pb.h"
 
-/* A sampled iteration whose every rank sent a timeline: the timelines on
- * the coordinator's clock (each rank's start plus its worker's offset),
- * summarised with the simulator's definitions into it and the ranks'
- * span_* figures. A timeline that does not decode leaves it unaligned. */
+/* Rank r's timeline decoded on the coordinator's clock into ranks[r]
+ * (false, and n 0, without one or when it does not decode). */
+static bool timeline_of(const Zb__V1__RankIteration *ri, zb_tl_rank *out) {
+  zb_tl_op *ops = NULL;
+  bool ok =
+      ri->timeline && zb_timeline_decode(ri->timeline, ri->start_monotonic_seconds + ri->clock_offset_seconds,
+                                         &ops, &out->n, NULL) == ZB_OK;
+  out->ops = ops;
+  if (!ok)
+    out->n = 0;
+  return ok;
+}
+
+/* A sampled iteration whose every rank of replica 0 sent a timeline: the
+ * timelines on the coordinator's clock (each rank's start plus its
+ * worker's offset), replica 0's summarised with the simulator's
+ * definitions into it and the ranks' span_* figures (the other replicas
+ * run the same lists; their timelines count towards T_reduce). A timeline
+ * of replica 0 that does not decode leaves it unaligned. */
 static void iteration_align(coord_job *j, coord_iter_slot *slot, Zb__V1__IterationMetrics *it,
                             int32_t **stragglers) {
-  int p = j->spec.ranks;
+  int p = j->spec.ranks, world = zb_job_spec_world(&j->spec);
   const zb_planner_result *pl =
       j->switch_at >= 0 && slot->iteration >= j->switch_at ? &j->next_plan : &j->plan;
-  zb_tl_rank *ranks = zb_calloc((size_t)p, sizeof *ranks);
+  zb_tl_rank *ranks = zb_calloc((size_t)world, sizeof *ranks);
   bool ok = true;
-  for (int r = 0; r < p && ok; r++) {
-    const Zb__V1__RankIteration *ri = &slot->ranks[r];
-    zb_tl_op *ops = NULL;
-    ok = ri->timeline &&
-         zb_timeline_decode(ri->timeline, ri->start_monotonic_seconds + ri->clock_offset_seconds, &ops,
-                            &ranks[r].n, NULL) == ZB_OK;
-    ranks[r].ops = ops;
-  }
+  for (int r = 0; r < p && ok; r++)
+    ok = timeline_of(&slot->ranks[r], &ranks[r]);
+  for (int r = p; r < world && ok; r++)
+    timeline_of(&slot->ranks[r], &ranks[r]);
   zb_tl_summary s = {0};
   if (ok && zb_timeline_summarize(ranks, p, &s, NULL) == ZB_OK && s.span > 0) {
     it->aligned = true;
@@ -44,10 +55,10 @@ static void iteration_align(coord_job *j, coord_iter_slot *slot, Zb__V1__Iterati
       slot->ranks[r].span_comm_seconds = s.comm[r];
       slot->ranks[r].span_idle_seconds = s.idle[r];
     }
-    job_learn(j, pl, ranks, &s, slot->ranks, it, stragglers);
+    job_learn(j, pl, ranks, world, &s, slot->ranks, it, stragglers);
   }
   zb_tl_summary_free(&s);
-  for (int r = 0; r < p; r++)
+  for (int r = 0; r < world; r++)
     free((void *)ranks[r].ops);
   free(ranks);
 }

@@ -234,6 +234,34 @@ static int comm_samples(const zb_tl_rank *ranks, int p, const tl_ends *e, double
   return n;
 }
 
+zb_err zb_timeline_reduce_times(const zb_tl_rank *ranks, int n, int n_stages, double *t_reduce,
+                                zb_diag *diag) {
+  if (n_stages < 1)
+    return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "reduction times of %d stages", n_stages);
+  for (int s = 0; s < n_stages; s++)
+    t_reduce[s] = NAN;
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < ranks[r].n; i++) {
+      const zb_tl_op *o = &ranks[r].ops[i];
+      if (o->op != ZB_OP_REDUCE_GRAD)
+        continue;
+      if (o->stage < 0 || o->stage >= n_stages)
+        return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                           "timeline of rank %d, op %d: REDUCE_GRAD of stage %d (%d stages)", r, i, o->stage,
+                           n_stages);
+      double d = o->end - o->start;
+      if (isnan(t_reduce[o->stage]) || d < t_reduce[o->stage])
+        t_reduce[o->stage] = d;
+    }
+  return ZB_OK;
+}
+
+/* What zb_timeline_costs learns from: compute ops and transport groups
+ * (a REDUCE_GRAD is priced apart; WAIT_* markers carry nothing). */
+static bool costs_op(const zb_tl_op *o) {
+  return zb_op_is_compute(o->op) || zb_op_is_comm(o->op);
+}
+
 zb_err zb_timeline_costs(const zb_tl_rank *ranks, int p, const zb_costs *prior, zb_tl_costs *out,
                          zb_diag *diag) {
   memset(out, 0, sizeof *out);
@@ -241,6 +269,8 @@ zb_err zb_timeline_costs(const zb_tl_rank *ranks, int p, const zb_costs *prior, 
   for (int r = 0; r < p; r++)
     for (int i = 0; i < ranks[r].n; i++) {
       const zb_tl_op *o = &ranks[r].ops[i];
+      if (!costs_op(o))
+        continue;
       if (o->stage < 0 || o->stage >= S || o->mb < 0)
         return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "timeline of rank %d, op %d: stage %d mb %d (%d stages)",
                            r, i, o->stage, o->mb, S);
@@ -248,6 +278,10 @@ zb_err zb_timeline_costs(const zb_tl_rank *ranks, int p, const zb_costs *prior, 
       total++;
     }
   out->n_stages = S;
+  out->t_reduce = zb_malloc(sizeof(double) * (size_t)(S > 0 ? S : 1));
+  zb_err err = S > 0 ? zb_timeline_reduce_times(ranks, p, S, out->t_reduce, diag) : ZB_OK;
+  if (err)
+    return err;
   out->t_f = zb_malloc(sizeof(double) * (size_t)S);
   out->t_b = zb_malloc(sizeof(double) * (size_t)S);
   out->t_w = zb_malloc(sizeof(double) * (size_t)S);
@@ -281,5 +315,6 @@ void zb_tl_costs_free(zb_tl_costs *c) {
   free(c->t_f);
   free(c->t_b);
   free(c->t_w);
+  free(c->t_reduce);
   memset(c, 0, sizeof *c);
 }

@@ -62,20 +62,37 @@ void zb_tl_summary_free(zb_tl_summary *s);
  * ops (a fused BW split in the ratio of prior's T_B : T_W), and the
  * transfer latency T_comm: the median, over the inputs a rank waited for
  * (its previous compute op ended before the producer's on another rank),
- * of the consumer's start less the producer's end (0 at least). */
+ * of the consumer's start less the producer's end (0 at least); and each
+ * stage's gradient reduction T_reduce as zb_timeline_reduce_times finds it
+ * among the p ranks given. */
 typedef struct zb_tl_costs {
   int n_stages;
   double *t_f, *t_b, *t_w; /* by stage; NAN where the iteration ran no such op */
+  double *t_reduce;        /* by stage; NAN where no rank reduced the stage */
   double t_comm;           /* NAN without a sample */
   int comm_samples;
 } zb_tl_costs;
 
 /* Fills *out (free with zb_tl_costs_free, also after a failure) from p
- * ranks' timelines of a plan with prior->n_stages stages. ZB_ERR_INVALID_ARG
- * when an op names a stage outside them or a negative microbatch. */
+ * ranks' timelines of a plan with prior->n_stages stages (one replica's
+ * ranks: T_comm pairs producers and consumers by stage and microbatch).
+ * ZB_ERR_INVALID_ARG when an op names a stage outside them, or a compute
+ * op or transport group a negative microbatch (a REDUCE_GRAD's is -1;
+ * WAIT_* markers are not looked at). */
 zb_err zb_timeline_costs(const zb_tl_rank *ranks, int p, const zb_costs *prior, zb_tl_costs *out,
                          zb_diag *diag);
 void zb_tl_costs_free(zb_tl_costs *c);
+
+/* Each stage's T_reduce in one iteration, into t_reduce[n_stages]: the
+ * shortest REDUCE_GRAD span of the stage among n ranks' timelines, NAN
+ * where none reduced it. Give it every replica's ranks: the replicas'
+ * reductions of a stage end together, so the replica that launched last
+ * waited for no one and its span is the collective's own time, while the
+ * others' also hold their wait for it (skew, not reduction). Durations
+ * only: the timelines need no common clock. ZB_ERR_INVALID_ARG when a
+ * REDUCE_GRAD names a stage outside [0, n_stages) or n_stages < 1. */
+zb_err zb_timeline_reduce_times(const zb_tl_rank *ranks, int n, int n_stages, double *t_reduce,
+                                zb_diag *diag);
 
 /* ---- clock offsets ----
  * Another clock's offset from ours, NTP-style: a round trip sends at t1

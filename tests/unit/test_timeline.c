@@ -231,6 +231,52 @@ static void test_costs_from_a_timeline(void) {
   }
 }
 
-ZBT_MAIN(ZBT(test_costs_from_a_timeline), ZBT(test_clock_offset), ZBT(test_timeline_equals_the_simulator),
-         ZBT(test_offsets_taken_out), ZBT(test_comm_is_not_busy), ZBT(test_bad_times_refused),
-         ZBT(test_reduce_is_its_own))
+/* Two replicas of a two-stage pipeline, each rank reducing its stage
+ * after its W: zb_timeline_costs learns from one replica with the
+ * reductions (mb -1) and WAIT marker in its lists, pricing each stage's
+ * reduction by its span; over both replicas each stage's T_reduce is the
+ * shorter span (the replica that launched last: the other's span held its
+ * wait); a REDUCE_GRAD of a stage out of range is refused naming it. */
+static void test_reduce_times_learned(void) {
+  zb_rank_costs rc = zb_rank_costs_default();
+  zb_planner_request req = {.family = ZB_FAMILY_1F1B, .p = 2, .m = 1, .rank = rc};
+  zb_planner_result pl = {0};
+  CHECK_EQ(zb_planner_run(&req, &pl, NULL), ZB_OK);
+  /* replica 0: stage 0 on rank 0, stage 1 on rank 1; replica 1 the same
+   * stages, its reductions launched 0.3 s later (spans shorter by that) */
+  zb_tl_op ops[4][6];
+  zb_tl_rank ranks[4];
+  for (int g = 0; g < 4; g++) {
+    int st = g % 2;
+    double late = g >= 2 ? 0.3 : 0, f0 = st ? 1 : 0, b0 = st ? 2 : 3;
+    double red_end = 6 + st; /* both replicas' reductions of a stage end together */
+    zb_tl_op *o = ops[g];
+    o[0] = (zb_tl_op){.op = ZB_OP_F, .stage = st, .mb = 0, .start = f0, .end = f0 + 1};
+    o[1] = (zb_tl_op){.op = ZB_OP_B, .stage = st, .mb = 0, .start = b0, .end = b0 + 1};
+    o[2] = (zb_tl_op){.op = ZB_OP_W, .stage = st, .mb = 0, .start = b0 + 1, .end = b0 + 2};
+    o[3] = (zb_tl_op){.op = ZB_OP_REDUCE_GRAD, .stage = st, .mb = -1, .start = 5 + late, .end = red_end};
+    o[4] = (zb_tl_op){.op = ZB_OP_WAIT_REDUCE_GRAD, .stage = -1, .mb = -1, .start = red_end, .end = red_end};
+    ranks[g] = (zb_tl_rank){.ops = o, .n = 5};
+  }
+  zb_tl_costs c;
+  zb_diag d = {{0}};
+  CHECK_EQ(zb_timeline_costs(ranks, 2, pl.costs, &c, &d), ZB_OK);
+  CHECK_NEAR(c.t_f[1], 1, 1e-12);
+  CHECK_NEAR(c.t_reduce[0], 1, 1e-12);
+  CHECK_NEAR(c.t_reduce[1], 2, 1e-12);
+  zb_tl_costs_free(&c);
+  double t[2];
+  CHECK_EQ(zb_timeline_reduce_times(ranks, 4, 2, t, &d), ZB_OK);
+  CHECK_NEAR(t[0], 0.7, 1e-12);
+  CHECK_NEAR(t[1], 1.7, 1e-12);
+  CHECK_EQ(zb_timeline_reduce_times(ranks, 1, 2, t, &d), ZB_OK); /* rank 0 reduces stage 0 only */
+  CHECK(isnan(t[1]));
+  ops[3][3].stage = 7;
+  CHECK_EQ(zb_timeline_reduce_times(ranks, 4, 2, t, &d), ZB_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(d.msg, "rank 3") && strstr(d.msg, "stage 7"), "message: %s", d.msg);
+  zb_planner_result_free(&pl);
+}
+
+ZBT_MAIN(ZBT(test_costs_from_a_timeline), ZBT(test_reduce_times_learned), ZBT(test_clock_offset),
+         ZBT(test_timeline_equals_the_simulator), ZBT(test_offsets_taken_out), ZBT(test_comm_is_not_busy),
+         ZBT(test_bad_times_refused), ZBT(test_reduce_is_its_own))
