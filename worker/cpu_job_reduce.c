@@ -20,6 +20,11 @@ static int reduce_index(const cpu_job *cj, int stage) {
  * (loss_scale 1/m), so the result is the mean over the global batch. */
 static zb_err reduce_one(cpu_job *cj, zb_transport *tr, int i, int iteration, zb_diag *diag) {
   int d = cj->data_parallel;
+  if (cj->device) { /* a cuda job: its stage group's NCCL all-reduce */
+    zb_err derr = cpu_job_reduce_device(cj, i, diag);
+    cj->reduced[i] = !derr;
+    return derr;
+  }
   int *ranks = zb_malloc(sizeof(int) * (size_t)d);
   for (int k = 0; k < d; k++)
     ranks[k] = k * cj->nranks + cj->rank;
@@ -43,12 +48,11 @@ static zb_err reduce_one(cpu_job *cj, zb_transport *tr, int i, int iteration, zb
   return ZB_OK;
 }
 
-/* The reduction needs the gradients in host memory: a cpu job's. */
+/* The ring needs a transport; a cuda job's reduction its stage group
+ * (cpu_job_reduce_device checks). */
 static zb_err reduce_check(const cpu_job *cj, zb_transport *tr, zb_diag *diag) {
   if (cj->device)
-    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
-                       "data_parallel %d: the gradient reduction of a cuda job is not built yet",
-                       cj->data_parallel);
+    return ZB_OK;
   if (!tr)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "gradient reduction: no transport");
   return ZB_OK;

@@ -94,7 +94,9 @@ def test_bad_specs_are_refused():
                (job_spec(name="order", ranks=2, rank_order="hosts"), grpc.StatusCode.INVALID_ARGUMENT,
                 ["rank_order", "pipelines, stages"]),
                (dp_spec("cuda", 2, backend="cuda"), grpc.StatusCode.UNIMPLEMENTED,
-                ["data_parallel > 1 with backend 'cuda'", "nccl collectives (not built yet)"]),
+                ["data_parallel > 1 with backend 'cuda'", "needs transport nccl", "'tcp'"]),
+               (dp_spec("zcuda", 2, backend="cuda", transport="nccl", zero=1), grpc.StatusCode.UNIMPLEMENTED,
+                ["spec.zero", "ZeRO-1 on cuda not built yet"]),
                (dp_spec("zcpu", 2, backend="cpu", zero=1), grpc.StatusCode.UNIMPLEMENTED,
                 ["spec.zero", "ZeRO-1", "not built yet"])]
         for spec, code, words in bad:
