@@ -131,6 +131,10 @@ struct coord_job {
    * coordinator restart fails the running jobs anyway) */
   bool has_nccl_id;
   uint8_t nccl_id[ZB_NCCL_ID_BYTES];
+  /* with data_parallel > 1: each stage group's id, by pipeline rank (p
+   * entries, allocated at the first; NULL before), from its member 0 */
+  uint8_t (*group_ids)[ZB_NCCL_ID_BYTES];
+  bool *has_group_id;
   /* the data-plane secret its ranks' handshakes prove (random, made when
    * the job is queued; memory only, like the plan) */
   uint8_t data_secret[ZB_DATA_SECRET_BYTES];
@@ -372,6 +376,9 @@ void on_update_schedule(zb_rpc_call *call, const ProtobufCMessage *m, void *user
 void job_switch_plan(coord_job *j, zb_planner_result *plan, int at);
 /* Sends j's NCCL id (has_nccl_id) to every rank as Command.nccl_id. */
 void job_send_nccl_id(coord_job *j);
+/* Sends the id of pipeline rank r's stage group (has_group_id[r]) to the
+ * group's d members as Command.nccl_id with stage_group set. */
+void job_send_group_id(coord_job *j, int r);
 
 /* workers.c */
 /* Periodic work: heartbeat timeouts, the heartbeat period asked of the

@@ -93,6 +93,21 @@ void job_send_nccl_id(coord_job *j) {
     worker_send(j->ranks[r], &cmd);
 }
 
+void job_send_group_id(coord_job *j, int r) {
+  Zb__V1__NcclId id = ZB__V1__NCCL_ID__INIT;
+  id.job_id = j->row.id;
+  id.unique_id.data = j->group_ids[r];
+  id.unique_id.len = ZB_NCCL_ID_BYTES;
+  id.stage_group = true;
+  id.pipeline_rank = r;
+  Zb__V1__Command cmd = ZB__V1__COMMAND__INIT;
+  cmd.kind_case = ZB__V1__COMMAND__KIND_NCCL_ID;
+  cmd.nccl_id = &id;
+  /* the group of pipeline rank r: global ranks k x p + r (zb_jobspec_dp.h) */
+  for (int k = 0; j->ranks && k < j->spec.data_parallel; k++)
+    worker_send(j->ranks[k * j->spec.ranks + r], &cmd);
+}
+
 /* Admission held the plan against the workers attached then; one that
  * attached since with a smaller receive limit may be among the ranks. */
 static bool job_fits_workers(coord *co, coord_job *j) {

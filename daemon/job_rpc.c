@@ -96,13 +96,20 @@ static bool admit_memory(coord *co, zb_rpc_call *call, const zb_job_spec *spec) 
 static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
   int world = zb_job_spec_world(spec);
   /* replicas of a model job average their gradients on the workers
-   * (docs/model.md, Data parallelism): over tcp for a cpu job; a cuda
-   * job's would run on nccl's collectives, which are not built */
-  if (spec->data_parallel > 1 && zb_job_spec_trains_model(spec) && strcmp(spec->backend, "cpu") != 0) {
+   * (docs/model.md, Data parallelism): over the tcp ring for a cpu job,
+   * over each stage group's NCCL communicator for a cuda job, which
+   * therefore needs transport nccl */
+  bool cuda = zb_job_spec_trains_model(spec) && strcmp(spec->backend, "cpu") != 0;
+  if (spec->data_parallel > 1 && cuda && strcmp(spec->transport, "nccl") != 0) {
     zb_rpc_fail(call, GRPC_STATUS_UNIMPLEMENTED,
-                "spec.data_parallel: data_parallel > 1 with backend '%s' needs the gradient reduction over "
-                "nccl collectives (not built yet); backend cpu and sim run replicas",
-                spec->backend);
+                "spec.data_parallel: data_parallel > 1 with backend '%s' reduces gradients with NCCL "
+                "collectives and needs transport nccl (transport '%s' is not built for it)",
+                spec->backend, spec->transport);
+    return false;
+  }
+  if (spec->zero && cuda) {
+    zb_rpc_fail(call, GRPC_STATUS_UNIMPLEMENTED,
+                "spec.zero: ZeRO-1 on cuda not built yet; use zero: 0 with backend '%s'", spec->backend);
     return false;
   }
   /* ZeRO-1 shards a cpu job's optimizer state (docs/model.md, Data

@@ -396,6 +396,43 @@ static bool report_nccl_id(coord_job *j, zb_rpc_call *call, const coord_worker *
   return true;
 }
 
+/* A stage group's NCCL id from its member 0 (replica 0's rank r; docs/
+ * wire.md, NCCL id exchange): checked like the job's, kept by pipeline
+ * rank and sent to the group's members; false after failing call. */
+static bool report_group_id(coord_job *j, zb_rpc_call *call, const coord_worker *w,
+                            const Zb__V1__ReportRequest *req) {
+  const ProtobufCBinaryData *id = &req->nccl_group_unique_id;
+  int p = j->spec.ranks, r = zb_dp_pipeline_rank(w->rank, p);
+  const char *why = NULL;
+  if (strcmp(j->spec.transport, "nccl") != 0)
+    why = "the job's transport is not nccl";
+  else if (j->spec.data_parallel <= 1)
+    why = "the job has one replica (no stage groups)";
+  else if (zb_dp_replica(w->rank, p) != 0)
+    why = "only replica 0's rank makes its stage group's id";
+  else if (id->len != ZB_NCCL_ID_BYTES)
+    why = "not NCCL_UNIQUE_ID_BYTES (128) bytes";
+  else if (j->has_group_id && j->has_group_id[r] && memcmp(j->group_ids[r], id->data, ZB_NCCL_ID_BYTES) != 0)
+    why = "the stage group already has another id (one per group)";
+  if (why) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                "nccl_group_unique_id: %zu bytes from rank %d of job %s (transport %s, data_parallel %d): %s",
+                id->len, w->rank, j->row.id, j->spec.transport, j->spec.data_parallel, why);
+    return false;
+  }
+  if (!j->has_group_id) {
+    j->group_ids = zb_calloc((size_t)p, sizeof *j->group_ids);
+    j->has_group_id = zb_calloc((size_t)p, sizeof *j->has_group_id);
+  }
+  if (j->has_group_id[r])
+    return true;
+  memcpy(j->group_ids[r], id->data, ZB_NCCL_ID_BYTES);
+  j->has_group_id[r] = true;
+  ZB_INFO("job %s: stage group %d's NCCL id in; sent to its %d members", j->row.id, r, j->spec.data_parallel);
+  job_send_group_id(j, r);
+  return true;
+}
+
 void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   double t2 = zb_clock_s();
@@ -424,6 +461,8 @@ void on_report(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
     return;
   }
   if (req->nccl_unique_id.len && !report_nccl_id(j, call, w, req))
+    return;
+  if (req->nccl_group_unique_id.len && !report_group_id(j, call, w, req))
     return;
   if (req->metrics && !report_iteration(co, call, j, w, req))
     return;

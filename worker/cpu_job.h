@@ -62,6 +62,9 @@ typedef struct cpu_job {
   size_t *shard_off, *shard_len;
   float **pview, **gview;
   zb_transport *tr; /* borrowed: the job's transport, set by the job runner for the reduce hook */
+  /* borrowed: a cuda job's stage group communicator (d > 1), set by the
+   * job runner; the reduction's path then (cpu_job_reduce_device.c) */
+  struct zb_group_comm *group_comm;
   int *stages, n_stages, total_stages, microbatches;
   zb_placement placement; /* of the plan that placed the stages: p ranks, v stages each */
   int p, v;
@@ -140,6 +143,15 @@ zb_err cpu_job_tied_count_once(cpu_job *cj, zb_diag *diag);
  * stage counts as unreduced again. Both are no-ops with d = 1. */
 zb_err cpu_job_reduce_stage(void *cj, int stage, int iteration, zb_diag *diag);
 zb_err cpu_job_reduce_rest(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag);
+/* cpu_job_reduce_device.c: a cuda job's reduction of hosted stage i (what
+ * the two above run when cj->device is set): its device gradients
+ * all-reduced over cj->group_comm, waited for on the host (bounded by the
+ * group's timeout and stop flag), then scaled by 1/d on the device. Fails
+ * without a group; ZB_ERR_UNSUPPORTED in a worker built without CUDA. */
+zb_err cpu_job_reduce_device(cpu_job *cj, int i, zb_diag *diag);
+/* The executor's reduce_abort (ud: the cpu_job): aborts cj->group_comm
+ * when there is one, so the other replicas' members fail now. */
+void cpu_job_reduce_abort(void *ud, const char *why);
 
 /* cpu_job_zero.c: ZeRO-1 optimizer sharding (docs/model.md, Data
  * parallelism: ZeRO-1). With zero 1 the reduction is a reduce-scatter

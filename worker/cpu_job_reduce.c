@@ -21,6 +21,11 @@ static int reduce_index(const cpu_job *cj, int stage) {
  * 2 * iteration; with it a reduce-scatter that leaves this replica's
  * shard (cpu_job_zero.c), the only part scaled and stepped. */
 static zb_err reduce_one(cpu_job *cj, zb_transport *tr, int i, int iteration, zb_diag *diag) {
+  if (cj->device) { /* a cuda job: its stage group's NCCL all-reduce */
+    zb_err derr = cpu_job_reduce_device(cj, i, diag);
+    cj->reduced[i] = !derr;
+    return derr;
+  }
   int *ranks = zb_malloc(sizeof(int) * (size_t)cj->data_parallel);
   /* the seq from the iteration: every member agrees without keeping a
    * count, and a message of another iteration fails the tag check */
@@ -43,12 +48,11 @@ static zb_err reduce_one(cpu_job *cj, zb_transport *tr, int i, int iteration, zb
   return ZB_OK;
 }
 
-/* The reduction needs the gradients in host memory: a cpu job's. */
+/* The ring needs a transport; a cuda job's reduction its stage group
+ * (cpu_job_reduce_device checks). */
 static zb_err reduce_check(const cpu_job *cj, zb_transport *tr, zb_diag *diag) {
   if (cj->device)
-    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
-                       "data_parallel %d: the gradient reduction of a cuda job is not built yet",
-                       cj->data_parallel);
+    return ZB_OK;
   if (!tr)
     return zb_diag_set(diag, ZB_ERR_INVALID_ARG, "gradient reduction: no transport");
   return ZB_OK;

@@ -14,6 +14,7 @@ struct zb_executor {
   int rank, nranks;
   int peer_base; /* the plan's peer q is transport rank peer_base + q */
   zb_err (*reduce)(void *ud, int stage, int iteration, zb_diag *diag);
+  void (*reduce_abort)(void *ud, const char *why);
   void *reduce_ud;
   zb_action *actions;
   int n;
@@ -154,6 +155,7 @@ zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_tr
   e->nranks = cfg->nranks;
   e->peer_base = cfg->peer_base;
   e->reduce = cfg->reduce;
+  e->reduce_abort = cfg->reduce_abort;
   e->reduce_ud = cfg->reduce_ud;
   e->n = cfg->n_actions;
   e->actions = zb_malloc(sizeof *e->actions * (size_t)(e->n ? e->n : 1));
@@ -419,6 +421,8 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
     err = exec_wrap(e, iteration, i, err, diag);
     /* peers blocked on this rank must not wait for a stop of their own */
     zb_transport_abort(e->transport, diag ? diag->msg : "iteration failed");
+    if (e->reduce_abort)
+      e->reduce_abort(e->reduce_ud, diag ? diag->msg : "iteration failed");
     return err;
   }
   int64_t end = zb_clock_ns();

@@ -26,13 +26,14 @@ typedef struct job_state {
   worker *w;
   atomic_bool *stop;
   zb_transport *tr;
-  const zb_assignment *a; /* the plan running now (the first or an update) */
-  zb_assignment *owned;   /* an update taken over from the worker */
-  cpu_job cj;             /* a cpu or cuda job's weights and optimizer state, across plans */
-  zb_device *dev;         /* a cuda job's device (owned); NULL otherwise */
-  int next;               /* the next iteration to run */
-  zb_backend *sim;        /* the current plan's sim backend (borrowed); NULL for cpu and cuda */
-  sim_reduce sim_reduce;  /* a sim job's REDUCE_GRAD hook (data_parallel > 1) */
+  const zb_assignment *a;      /* the plan running now (the first or an update) */
+  zb_assignment *owned;        /* an update taken over from the worker */
+  cpu_job cj;                  /* a cpu or cuda job's weights and optimizer state, across plans */
+  zb_device *dev;              /* a cuda job's device (owned); NULL otherwise */
+  struct zb_group_comm *group; /* a cuda job's stage group with data_parallel > 1 (owned); NULL otherwise */
+  int next;                    /* the next iteration to run */
+  zb_backend *sim;             /* the current plan's sim backend (borrowed); NULL for cpu and cuda */
+  sim_reduce sim_reduce;       /* a sim job's REDUCE_GRAD hook (data_parallel > 1) */
 } job_state;
 
 /* The backend for one plan of the job: a fresh sim backend (*owned, freed
@@ -228,6 +229,11 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
   zb_err err = worker_admit(js->w, a, diag);
   if (!err)
     err = job_connect(js, diag);
+  /* after the p2p connect, once per job: every rank joins the job's
+   * communicator, then its stage group's (its pipeline rank is kept
+   * across plans, so the group is too) */
+  if (!err && js->dev && a->data_parallel > 1 && !js->group)
+    err = worker_group_comm(js->w, a, js->dev, js->stop, &js->group, diag);
   if (!err)
     err = job_backend(js, &be, &sim, diag);
   js->sim = sim;
@@ -243,7 +249,9 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
 #ifdef ZB_WITH_CPU_BACKEND
   if (js->cj.be && js->cj.data_parallel > 1) { /* REDUCE_GRAD: the replicas' gradient reduction */
     js->cj.tr = js->tr;
+    js->cj.group_comm = js->group; /* a cuda job's; NULL: the ring over tr */
     ec.reduce = cpu_job_reduce_stage;
+    ec.reduce_abort = cpu_job_reduce_abort;
     ec.reduce_ud = &js->cj;
   }
 #endif
@@ -299,9 +307,6 @@ static uint64_t job_session(const char *job_id) {
 /* The job's transport: nccl (through the coordinator's id exchange), or
  * tcp on the worker's data address. */
 static zb_err job_transport(job_state *js, const zb_assignment *first, atomic_bool *stop, zb_diag *diag) {
-  if (strcmp(first->transport, "nccl") == 0 && first->data_parallel > 1)
-    return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
-                       "transport nccl: data_parallel > 1 is not built yet (use tcp)");
   if (strcmp(first->transport, "nccl") == 0)
     return worker_nccl_transport(js->w, first, js->dev, stop, &js->tr, diag);
   zb_tcp_config tc = {.rank = zb_assignment_global(first), /* the transport spans every replica */
@@ -349,6 +354,9 @@ static zb_err job_execute(worker *w, const zb_assignment *first, atomic_bool *st
   *from_peer = err && js.tr && zb_transport_failed_by_peer(js.tr);
   if (js.tr && err)
     zb_transport_abort(js.tr, diag->msg); /* peers blocked on this rank fail now */
+  /* and the stage group's members; a stopped job's too, whose members
+   * may be lost: destroying a communicator waits for them, aborting not */
+  worker_group_comm_end(js.group, err ? diag->msg : atomic_load(stop) ? "the job was stopped" : NULL);
   zb_transport_free(js.tr);
   zb_device_free(js.dev);
   return err;

@@ -11,7 +11,8 @@
  *   gpu.c           the GPU it offers (--gpu), probed at start;
  *   nccl_id.c       an nccl job's bootstrap id through the coordinator.
  * The two threads share `worker` under its mutex: the next assignment, a
- * pending plan update, the running job's stop flag and its NCCL id.
+ * pending plan update, the running job's stop flag and its NCCL ids (the
+ * job's and its stage group's).
  */
 #ifndef ZB_WORKER_H
 #define ZB_WORKER_H
@@ -68,6 +69,11 @@ typedef struct worker {
   atomic_bool *job_stop; /* the running job's stop flag */
   char nccl_job[64];     /* the job whose NCCL id nccl_id holds; "" none */
   uint8_t nccl_id[ZB_NCCL_ID_BYTES];
+  /* and its stage group's (data_parallel > 1): the job, the group's
+   * pipeline rank, the id */
+  char group_job[64];
+  int group_rank;
+  uint8_t group_id[ZB_NCCL_ID_BYTES];
   zb_clock_offset clock; /* the coordinator's clock against ours, from report round trips */
   /* set once at start: added to every time the worker reports (its
    * clock), so tests can give one worker a skewed clock
@@ -176,6 +182,22 @@ zb_err worker_cuda_device(worker *w, const zb_assignment *a, struct zb_device **
  * CUDA. */
 zb_err worker_nccl_transport(worker *w, const zb_assignment *a, struct zb_device *dev, atomic_bool *stop,
                              zb_transport **out, zb_diag *diag);
+/* The stage group communicator of a cuda job with data_parallel > 1
+ * (docs/model.md, Data parallelism; zb_group_comm.h): replica 0 makes the
+ * group's id, the coordinator hands it to the members
+ * (worker_nccl_group_exchange), then each creates and connects its
+ * member on dev's stream, bounded by the job's transfer_timeout_s and
+ * *stop. Call after the p2p transport connected (every rank joins the
+ * two communicators in the same order). The caller frees *out with
+ * zb_group_comm_free after the job. ZB_ERR_UNSUPPORTED without CUDA. */
+struct zb_group_comm;
+zb_err worker_group_comm(worker *w, const zb_assignment *a, struct zb_device *dev, atomic_bool *stop,
+                         struct zb_group_comm **out, zb_diag *diag);
+/* Ends a job's stage group: aborts it first when why is given (the job
+ * failed or was stopped: the other members, blocked on this one, fail now
+ * rather than by their timeout; logged "stage 1's group (...) aborted:
+ * why"), then frees it. NULL is a no-op. */
+void worker_group_comm_end(struct zb_group_comm *g, const char *why);
 
 /* nccl_id.c */
 /* Takes Command.nccl_id on the main thread: keeps the id for the job it
@@ -191,6 +213,14 @@ void worker_take_nccl_id(worker *w, const Zb__V1__NcclId *pb);
 zb_err worker_nccl_exchange(worker *w, const zb_assignment *a, const uint8_t *mine,
                             uint8_t out[ZB_NCCL_ID_BYTES], double timeout_s, atomic_bool *stop,
                             zb_diag *diag);
+/* The same for the id of a's stage group (a cuda job with data_parallel
+ * > 1; docs/wire.md, NCCL id exchange): replica 0 reports `mine` as
+ * ReportRequest.nccl_group_unique_id (NULL on every other replica), then
+ * every member waits for Command.nccl_id with stage_group set and
+ * pipeline_rank a->rank. Same bounds and errors. */
+zb_err worker_nccl_group_exchange(worker *w, const zb_assignment *a, const uint8_t *mine,
+                                  uint8_t out[ZB_NCCL_ID_BYTES], double timeout_s, atomic_bool *stop,
+                                  zb_diag *diag);
 
 /* job.c */
 /* The job thread: runs each assignment w->next_job receives to its end. */

@@ -126,6 +126,10 @@ typedef struct zb_executor_config {
    * REDUCE_GRAD takes no time (the sim backend, one replica).
    * WAIT_REDUCE_GRAD is a no-op either way: the reduction held the rank. */
   zb_err (*reduce)(void *reduce_ud, int stage, int iteration, zb_diag *diag);
+  /* May be NULL. On a failed iteration, beside the transport's abort:
+   * poisons what the reductions run on (a cuda job's stage group), so the
+   * other replicas' members blocked on this rank fail now. */
+  void (*reduce_abort)(void *reduce_ud, const char *why);
   void *reduce_ud; /* borrowed */
 } zb_executor_config;
 
@@ -149,9 +153,9 @@ void zb_executor_peers(const zb_action *actions, int n_actions, int nranks, bool
 
 /* Runs the list once and fills *out (iteration is copied into it). Blocks
  * for the iteration: on compute, on peers, until a failure or the stop
- * flag. On any failure it aborts the transport (zb_transport_abort), so
- * peers waiting on this rank fail promptly instead of hanging; the job
- * cannot continue on that transport. */
+ * flag. On any failure it aborts the transport (zb_transport_abort) and
+ * calls reduce_abort, so peers waiting on this rank fail promptly instead
+ * of hanging; the job cannot continue on that transport. */
 zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteration *out, zb_diag *diag);
 
 /* Called after each iteration of zb_executor_run with its measurements;

@@ -94,10 +94,10 @@ def test_bad_specs_are_refused():
                (job_spec(name="order", ranks=2, rank_order="hosts"), grpc.StatusCode.INVALID_ARGUMENT,
                 ["rank_order", "pipelines, stages"]),
                (dp_spec("cuda", 2, backend="cuda"), grpc.StatusCode.UNIMPLEMENTED,
-                ["data_parallel > 1 with backend 'cuda'", "nccl collectives (not built yet)"]),
-               # ZeRO-1 runs on cpu jobs (test_grads_dp); a cuda job's replicas are refused first
-               (dp_spec("zcuda", 2, backend="cuda", zero=1), grpc.StatusCode.UNIMPLEMENTED,
-                ["backend 'cuda'", "not built yet"])]
+                ["data_parallel > 1 with backend 'cuda'", "needs transport nccl", "'tcp'"]),
+               # ZeRO-1 runs on cpu jobs (test_zero1); on cuda it is refused
+               (dp_spec("zcuda", 2, backend="cuda", transport="nccl", zero=1), grpc.StatusCode.UNIMPLEMENTED,
+                ["spec.zero", "ZeRO-1 on cuda not built yet"])]
         for spec, code, words in bad:
             got, details = rpc_error(c.submit, spec)
             assert got == code and all(w in details for w in words), (spec.name, got, details)

@@ -9,7 +9,9 @@ workers; docs/wire.md, NCCL id exchange):
 - the NCCL id exchange as the coordinator runs it: rank 0's id is sent to
   every rank's Attach stream, and the coordinator refuses an id of the
   wrong length, from a rank other than 0, for a job whose transport is not
-  nccl, and a second, different id for the same job (the first stays).
+  nccl, and a second, different id for the same job (the first stays);
+- a stage group's id (data_parallel 2): sent to the group's ranks only,
+  refused from replica 1, of the wrong length, twice, or for one replica.
 
 The GPU workers here are this test speaking the worker's side of zb.v1
 over gRPC (an Attach stream and Reports), so that the coordinator's
@@ -223,6 +225,58 @@ def test_nccl_id_exchange():
             expect(c, INVALID, ["nccl_unique_id", "transport tcp", "not nccl"], by_rank[0].report, job_id=jid,
                    rank=0, plan_version=1, nccl_unique_id=id_a)
             assert all(w.next_command("nccl_id", timeout=0.5) is None for w in ws)
+            c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid), timeout=10 * SLOW)
+        finally:
+            for w in ws:
+                w.close()
+
+
+def test_stage_group_ids():
+    """A cuda job with data_parallel 2 (p = 2): replica 0's rank r reports
+    its stage group's id, which goes to the group {r, 2 + r} only, with
+    stage_group and pipeline_rank set; the coordinator refuses an id from
+    replica 1, of the wrong length, a second one for the same group, and
+    one for a job with one replica."""
+    with Cluster(workers=0, name="nccl-groups") as c:
+        ws = fake_workers(c, 4)
+        try:
+            jid = submit(c, cuda_spec("groups", data_parallel=2)).job_id
+
+            def assigned():
+                got = {w.assignments[jid].replica * 2 + w.assignments[jid].rank: w for w in ws
+                       if jid in w.assignments}
+                return got if len(got) == 4 else None
+
+            by_rank = wait_until("the assignments of " + jid, assigned, 15)
+            id_a, id_b = bytes(range(128)), bytes(255 - k for k in range(128))
+            expect(c, INVALID, ["nccl_group_unique_id", "only replica 0"], by_rank[3].report, job_id=jid, rank=3,
+                   plan_version=1, nccl_group_unique_id=id_a)
+            expect(c, INVALID, ["nccl_group_unique_id", "127 bytes", "128"], by_rank[1].report, job_id=jid,
+                   rank=1, plan_version=1, nccl_group_unique_id=id_a[:127])
+            assert all(w.next_command("nccl_id", timeout=0.5) is None for w in ws)
+            by_rank[1].report(job_id=jid, rank=1, plan_version=1, nccl_group_unique_id=id_a)
+            for g in (1, 3):
+                cmd = by_rank[g].next_command("nccl_id")
+                assert cmd and cmd.nccl_id.unique_id == id_a and cmd.nccl_id.stage_group, (g, cmd)
+                assert cmd.nccl_id.pipeline_rank == 1 and cmd.nccl_id.job_id == jid, (g, cmd)
+            assert all(by_rank[g].next_command("nccl_id", timeout=0.5) is None for g in (0, 2))
+            by_rank[0].report(job_id=jid, rank=0, plan_version=1, nccl_group_unique_id=id_b)
+            for g in (0, 2):
+                cmd = by_rank[g].next_command("nccl_id")
+                assert cmd and cmd.nccl_id.unique_id == id_b and cmd.nccl_id.pipeline_rank == 0, (g, cmd)
+            # the same id again is fine and not sent twice; another is refused
+            by_rank[1].report(job_id=jid, rank=1, plan_version=1, nccl_group_unique_id=id_a)
+            expect(c, INVALID, ["nccl_group_unique_id", "already has another id"], by_rank[1].report,
+                   job_id=jid, rank=1, plan_version=1, nccl_group_unique_id=id_b)
+            assert all(w.next_command("nccl_id", timeout=0.5) is None for w in ws)
+            c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid), timeout=10 * SLOW)
+            c.wait_workers(4)
+
+            jid = submit(c, cuda_spec("one-replica")).job_id
+            got = wait_until("an assignment", lambda: [w for w in ws if jid in w.assignments
+                                                       and w.assignments[jid].rank == 0], 15)
+            expect(c, INVALID, ["nccl_group_unique_id", "one replica"], got[0].report, job_id=jid, rank=0,
+                   plan_version=1, nccl_group_unique_id=id_a)
             c.stub.CancelJob(zb_pb2.CancelJobRequest(job_id=jid), timeout=10 * SLOW)
         finally:
             for w in ws:
