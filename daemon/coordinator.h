@@ -116,7 +116,9 @@ struct coord_job {
   coord_worker **ranks; /* data_parallel x p workers, by global rank (zb_jobspec_dp.h) */
   int done_ranks;
   bool *rank_done;
-  int *rank_reported; /* by rank: the last iteration it reported (-1: none); a repeat is a retry */
+  /* the next iteration to complete, in order; -1 until one has (a resumed
+   * job starts past 0): then the lowest slot in use is next */
+  int next_iteration;
   coord_iter_slot slots[COORD_ITER_SLOTS];
   int max_reported; /* highest iteration any rank reported */
   double samples_per_second;

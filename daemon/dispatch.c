@@ -131,9 +131,7 @@ static bool job_fits_workers(coord *co, coord_job *j) {
 void job_runtime_init(coord_job *j) {
   int p = zb_job_spec_world(&j->spec);
   j->rank_done = zb_calloc((size_t)p, sizeof(bool));
-  j->rank_reported = zb_malloc(sizeof(int) * (size_t)p);
-  for (int r = 0; r < p; r++)
-    j->rank_reported[r] = -1;
+  j->next_iteration = -1;
   j->done_ranks = 0;
   j->max_reported = -1;
   j->plan_version = 1;

@@ -125,12 +125,10 @@ static void job_runtime_free(coord_job *j) {
   }
   free(j->ranks);
   free(j->rank_done);
-  free(j->rank_reported);
   free(j->group_ids);
   free(j->has_group_id);
   j->ranks = NULL;
   j->rank_done = NULL;
-  j->rank_reported = NULL;
   j->group_ids = NULL;
   j->has_group_id = NULL;
 }

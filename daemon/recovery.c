@@ -61,8 +61,9 @@ void job_recover(coord *co, coord_job *j) {
         "the first worker naming a rank takes it back, whoever it is",
         j->row.id);
   job_runtime_init(j);
-  for (int r = 0; r < p; r++) /* what the store has is counted: a repeat is a retry */
-    j->rank_reported[r] = j->row.iterations_done - 1;
+  /* what the store has is counted (a repeat is a retry); the rest completes
+   * in order from there, however the ranks' re-sent reports interleave */
+  j->next_iteration = j->row.iterations_done > 0 ? j->row.iterations_done : -1;
   j->max_reported = j->row.iterations_done - 1;
   j->ranks = zb_calloc((size_t)p, sizeof *j->ranks);
   j->rank_hosts = zb_calloc((size_t)p, sizeof *j->rank_hosts);

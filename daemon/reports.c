@@ -143,6 +143,33 @@ static coord_iter_slot *job_slot(coord_job *j, int iteration) {
   return slot;
 }
 
+/* The slot that completes next, or NULL while it is not full: iteration
+ * next_iteration once known, else the lowest slot in use (a job's first
+ * iteration; a resumed job's is not 0). */
+static coord_iter_slot *job_next_full(coord_job *j) {
+  coord_iter_slot *next = NULL;
+  for (int k = 0; k < COORD_ITER_SLOTS; k++) {
+    coord_iter_slot *s = &j->slots[k];
+    if (s->iteration < 0)
+      continue;
+    if (j->next_iteration >= 0 ? s->iteration == j->next_iteration : !next || s->iteration < next->iteration)
+      next = s;
+  }
+  return next && next->n == zb_job_spec_world(&j->spec) ? next : NULL;
+}
+
+/* Completes every full slot in iteration order. A rank reports in order,
+ * but after a coordinator restart its worker sends its last reports again
+ * while its job thread may retry a later one, which can arrive first
+ * (docs/wire.md, Reports): a later full slot waits for the earlier ones. */
+static void job_complete_ready(coord *co, coord_job *j) {
+  coord_iter_slot *s;
+  while ((s = job_next_full(j))) {
+    j->next_iteration = s->iteration + 1;
+    job_iteration_complete(co, j, s);
+  }
+}
+
 /* Copies a rank's reported figures into its slot (field by field: the
  * request's message is freed after the handler). */
 static void report_copy(Zb__V1__RankIteration *ri, int rank, const Zb__V1__RankIteration *m) {
@@ -266,15 +293,18 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
                 req->iteration, j->row.id, j->spec.iterations - 1);
     return false;
   }
-  if (req->iteration <= j->rank_reported[w->rank])
-    return true; /* a retry of a report whose answer was lost: counted once already */
+  if (req->iteration < j->row.iterations_done)
+    return true; /* completed: a retry whose answer was lost, or a report sent again after a restart */
   coord_iter_slot *slot = job_slot(j, req->iteration);
-  if (!slot || slot->have[w->rank]) {
-    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
-                "iteration: rank %d already reported iteration %d or ran too far ahead", w->rank,
-                req->iteration);
+  if (!slot) {
+    zb_rpc_fail(
+        call, GRPC_STATUS_INVALID_ARGUMENT,
+        "iteration: rank %d ran too far ahead: iteration %d, %d or more past the oldest incomplete one",
+        w->rank, req->iteration, COORD_ITER_SLOTS);
     return false;
   }
+  if (slot->have[w->rank])
+    return true; /* a retry of a report whose answer was lost: counted once already */
   int r = zb_dp_pipeline_rank(w->rank, j->spec.ranks); /* the plan's rank */
   if (req->metrics->has_loss && r != slot->loss_rank) {
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
@@ -292,12 +322,11 @@ static bool report_iteration(coord *co, zb_rpc_call *call, coord_job *j, coord_w
   report_copy(ri, w->rank, req->metrics);
   slot->have[w->rank] = true;
   slot->n++;
-  j->rank_reported[w->rank] = req->iteration;
   if (req->iteration > j->max_reported)
     j->max_reported = req->iteration;
   coord_metrics_observe_ops(co, j, ri);
   if (slot->n == zb_job_spec_world(&j->spec))
-    job_iteration_complete(co, j, slot);
+    job_complete_ready(co, j);
   return true;
 }
 
