@@ -130,9 +130,11 @@ static bool admit_workers(coord *co, zb_rpc_call *call, const zb_job_spec *spec)
     return admit_gpu_workers(co, call, spec);
   int attached = workers_attached(co);
   if (world > attached) {
+    char shape[48] = ""; /* one replica: just its ranks */
+    if (spec->data_parallel > 1)
+      snprintf(shape, sizeof shape, " (%d replicas of %d)", spec->data_parallel, spec->ranks);
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                "spec.ranks: the job needs %d ranks (%d replicas of %d) but %d workers are attached", world,
-                spec->data_parallel, spec->ranks, attached);
+                "spec.ranks: the job needs %d ranks%s but %d workers are attached", world, shape, attached);
     return false;
   }
   int able = workers_able(co, spec);

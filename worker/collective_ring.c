@@ -100,24 +100,35 @@ static int32_t ring_next_seq(zb_ring *g) {
   return seq;
 }
 
+/* The d - 1 steps of a ring pass: at step s this member sends shard
+ * (i - s + lead) and receives shard (i - s + lead - 1), adding it in
+ * through scratch (reduce-scatter: lead -1) or copying it in place
+ * (all-gather: lead 0, scratch NULL). */
+static zb_err ring_pass(zb_ring *g, zb_tag tag, float *buf, size_t n, int lead, float *scratch,
+                        zb_diag *diag) {
+  int d = g->size, i = g->index;
+  zb_err err = ZB_OK;
+  for (int s = 0; s < d - 1 && !err; s++) {
+    size_t so, sn, ro, rn;
+    zb_ring_shard(n, d, ring_mod(i - s + lead, d), &so, &sn);
+    zb_ring_shard(n, d, ring_mod(i - s + lead - 1, d), &ro, &rn);
+    ring_step st = {.send = buf + so, .send_n = sn, .recv = buf + ro, .recv_n = rn, .scratch = scratch};
+    err = ring_move(g, tag, &st, diag);
+  }
+  return err;
+}
+
 zb_err zb_ring_reduce_scatter(zb_ring *g, float *buf, size_t n, zb_diag *diag) {
   zb_err err = ring_check(g, buf, n, "reduce-scatter", diag);
   if (err)
     return err;
   zb_tag tag = ring_tag(g, ring_next_seq(g));
-  int d = g->size, i = g->index;
-  if (d == 1 || n == 0)
+  if (g->size == 1 || n == 0)
     return ZB_OK;
   size_t widest, off;
-  zb_ring_shard(n, d, 0, &off, &widest); /* shard 0 is among the longest */
+  zb_ring_shard(n, g->size, 0, &off, &widest); /* shard 0 is among the longest */
   float *scratch = zb_malloc(sizeof(float) * min_size(slice_floats(g), widest));
-  for (int s = 0; s < d - 1 && !err; s++) {
-    size_t so, sn, ro, rn;
-    zb_ring_shard(n, d, ring_mod(i - s - 1, d), &so, &sn);
-    zb_ring_shard(n, d, ring_mod(i - s - 2, d), &ro, &rn);
-    ring_step st = {.send = buf + so, .send_n = sn, .recv = buf + ro, .recv_n = rn, .scratch = scratch};
-    err = ring_move(g, tag, &st, diag);
-  }
+  err = ring_pass(g, tag, buf, n, -1, scratch, diag);
   free(scratch);
   return err;
 }
@@ -127,17 +138,9 @@ zb_err zb_ring_all_gather(zb_ring *g, float *buf, size_t n, zb_diag *diag) {
   if (err)
     return err;
   zb_tag tag = ring_tag(g, ring_next_seq(g));
-  int d = g->size, i = g->index;
-  if (d == 1 || n == 0)
+  if (g->size == 1 || n == 0)
     return ZB_OK;
-  for (int s = 0; s < d - 1 && !err; s++) {
-    size_t so, sn, ro, rn;
-    zb_ring_shard(n, d, ring_mod(i - s, d), &so, &sn);
-    zb_ring_shard(n, d, ring_mod(i - s - 1, d), &ro, &rn);
-    ring_step st = {.send = buf + so, .send_n = sn, .recv = buf + ro, .recv_n = rn};
-    err = ring_move(g, tag, &st, diag);
-  }
-  return err;
+  return ring_pass(g, tag, buf, n, 0, NULL, diag);
 }
 
 zb_err zb_ring_all_reduce(zb_ring *g, float *buf, size_t n, zb_diag *diag) {
