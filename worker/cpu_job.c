@@ -51,6 +51,7 @@ static zb_err cpu_job_settings(cpu_job *cj, const zb_assignment *a, const atomic
   cj->total_stages = a->sched->p * a->sched->v;
   cj->microbatches = a->sched->m;
   cj->reduced = zb_calloc((size_t)(cj->n_stages ? cj->n_stages : 1), sizeof *cj->reduced);
+  cj->unscaled = zb_calloc((size_t)(cj->n_stages ? cj->n_stages : 1), sizeof *cj->unscaled);
   cj->placement = a->sched->placement;
   cj->p = a->sched->p;
   cj->v = a->sched->v;
@@ -375,6 +376,7 @@ void cpu_job_close(cpu_job *cj) {
   zb_backend_free(cj->be);
   free(cj->stages);
   free(cj->reduced);
+  free(cj->unscaled);
   free(cj->text);
   free(cj->source);
   zb_tokens_free(cj->tokens);

@@ -50,9 +50,11 @@ typedef struct cpu_job {
   int peer_base; /* transport rank of its replica's pipeline rank 0 (docs/formats.md, Data parallelism) */
   /* data parallelism (docs/model.md, Data parallelism): this rank's
    * replica of data_parallel; reduced[i]: hosted stage i's gradients were
-   * all-reduced this iteration (cpu_job_reduce.c) */
+   * all-reduced this iteration (cpu_job_reduce.c); unscaled[i]: a cuda
+   * job's all-reduce of stage i is started, its join and 1/d scale not
+   * yet submitted (cpu_job_reduce_device.c) */
   int replica, data_parallel;
-  bool *reduced;
+  bool *reduced, *unscaled;
   /* ZeRO-1 (cpu_job_zero.c): zero is 1 when the job asks for it and
    * d > 1. Hosted stage i's optimizer covers shard_len[i] parameters
    * from shard_off[i] (zb_ring_shard of its n over d, member replica;
@@ -137,18 +139,30 @@ zb_err cpu_job_tied_count_once(cpu_job *cj, zb_diag *diag);
  * collective of tag stage `stage` and seq 2 * iteration.
  * cpu_job_reduce_stage: REDUCE_GRAD(stage) (the executor's reduce hook,
  * ud: the cpu_job); fails for a stage this rank does not host or one
- * reduced twice in an iteration. cpu_job_reduce_rest: before the step,
- * the hosted stages no action reduced this iteration, ascending (a list
- * without REDUCE_GRAD still never steps unreduced gradients), then every
- * stage counts as unreduced again. Both are no-ops with d = 1. */
+ * reduced twice in an iteration. For a cuda job it only starts the
+ * all-reduce (cpu_job_reduce_device_start); cpu_job_reduce_wait (the
+ * executor's reduce_wait hook, ud: the cpu_job) completes every started
+ * one (a no-op for a cpu job, whose ring is done when the hook returns).
+ * cpu_job_reduce_rest: before the step, the hosted stages no action
+ * reduced this iteration, ascending (a list without REDUCE_GRAD still
+ * never steps unreduced gradients), then completes every started one,
+ * then every stage counts as unreduced again. All are no-ops with d = 1. */
 zb_err cpu_job_reduce_stage(void *cj, int stage, int iteration, zb_diag *diag);
+zb_err cpu_job_reduce_wait(void *cj, int iteration, zb_diag *diag);
 zb_err cpu_job_reduce_rest(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag);
-/* cpu_job_reduce_device.c: a cuda job's reduction of hosted stage i (what
- * the two above run when cj->device is set): its device gradients
- * all-reduced over cj->group_comm, waited for on the host (bounded by the
- * group's timeout and stop flag), then scaled by 1/d on the device. Fails
- * without a group; ZB_ERR_UNSUPPORTED in a worker built without CUDA. */
-zb_err cpu_job_reduce_device(cpu_job *cj, int i, zb_diag *diag);
+/* cpu_job_reduce_device.c: a cuda job's reduction (what the three above
+ * run when cj->device is set), in two halves. _start(i): hosted stage
+ * i's device gradients all-reduced over cj->group_comm on its stream,
+ * after the compute stream's work so far (the stage's last W), without
+ * holding the compute stream or the host; marks unscaled[i]. _finish:
+ * when a stage is unscaled, the compute stream waits for the group's
+ * collectives (zb_group_comm_join), each unscaled stage is scaled by 1/d
+ * there, then the host waits once for the group (bounded by its timeout
+ * and stop flag, the watchdog's deadline: a lost member fails here, not
+ * in an unbounded device sync). Fail without a group; ZB_ERR_UNSUPPORTED
+ * in a worker built without CUDA. */
+zb_err cpu_job_reduce_device_start(cpu_job *cj, int i, zb_diag *diag);
+zb_err cpu_job_reduce_device_finish(cpu_job *cj, zb_diag *diag);
 /* The executor's reduce_abort (ud: the cpu_job): aborts cj->group_comm
  * when there is one, so the other replicas' members fail now. */
 void cpu_job_reduce_abort(void *ud, const char *why);

@@ -19,10 +19,11 @@ static int reduce_index(const cpu_job *cj, int stage) {
  * (loss_scale 1/m), so the result is the mean over the global batch.
  * Without ZeRO-1 (or for a tied head's holder) an all-reduce, seq
  * 2 * iteration; with it a reduce-scatter that leaves this replica's
- * shard (cpu_job_zero.c), the only part scaled and stepped. */
+ * shard (cpu_job_zero.c), the only part scaled and stepped. A cuda job's
+ * is only started here: cpu_job_reduce_device_finish scales it. */
 static zb_err reduce_one(cpu_job *cj, zb_transport *tr, int i, int iteration, zb_diag *diag) {
-  if (cj->device) { /* a cuda job: its stage group's NCCL all-reduce */
-    zb_err derr = cpu_job_reduce_device(cj, i, diag);
+  if (cj->device) { /* a cuda job: its stage group's NCCL all-reduce, started */
+    zb_err derr = cpu_job_reduce_device_start(cj, i, diag);
     cj->reduced[i] = !derr;
     return derr;
   }
@@ -75,6 +76,14 @@ zb_err cpu_job_reduce_stage(void *ud, int stage, int iteration, zb_diag *diag) {
   return reduce_one(cj, cj->tr, i, iteration, diag);
 }
 
+zb_err cpu_job_reduce_wait(void *ud, int iteration, zb_diag *diag) {
+  cpu_job *cj = ud;
+  (void)iteration; /* the ring's reductions are done when the hook returns */
+  if (cj->data_parallel <= 1 || !cj->device)
+    return ZB_OK;
+  return cpu_job_reduce_device_finish(cj, diag);
+}
+
 zb_err cpu_job_reduce_rest(cpu_job *cj, zb_transport *tr, int iteration, zb_diag *diag) {
   if (cj->data_parallel <= 1)
     return ZB_OK;
@@ -82,7 +91,9 @@ zb_err cpu_job_reduce_rest(cpu_job *cj, zb_transport *tr, int iteration, zb_diag
   for (int i = 0; !err && i < cj->n_stages; i++)
     if (!cj->reduced[i])
       err = reduce_one(cj, tr, i, iteration, diag);
+  if (!err) /* the step reads them: every started reduction done */
+    err = cpu_job_reduce_wait(cj, iteration, diag);
   for (int i = 0; i < cj->n_stages; i++)
-    cj->reduced[i] = false;
+    cj->reduced[i] = cj->unscaled[i] = false;
   return err;
 }

@@ -3,14 +3,17 @@
  * the device counterpart of cpu_job_reduce.c's ring. A hosted stage's
  * device gradient buffer is all-reduced over the rank's stage group
  * communicator (zb_group_comm.h: NCCL's sum, every member the same bits),
- * the host waits for it, bounded by the job's transfer_timeout_s, and the
- * device scales it by 1/d: the same float multiply the cpu job does on
- * the host, so both paths compute the same mean of the same sum.
+ * and the device scales it by 1/d: the same float multiply the cpu job
+ * does on the host, so both paths compute the same mean of the same sum.
  *
- * Why the host waits: the executor's reduce hook is host-blocking
- * (zb_executor.h), and a wait is where the group's watchdog bounds a
- * collective; left unwaited, a lost member would stall the compute stream
- * until the step's sync, which nothing bounds.
+ * Two halves, so the all-reduce overlaps the compute after it (issue 31;
+ * docs/schedules.md, Gradient reduction): _start enqueues it on the
+ * group's stream after the stage's last W and returns; _finish (at
+ * WAIT_REDUCE_GRAD, or before the step) orders the compute stream after
+ * it, scales, and waits on the host once. That host wait stays: it is
+ * where the group's watchdog bounds a collective; left unwaited, a lost
+ * member would stall the compute stream until the step's sync, which
+ * nothing bounds.
  */
 #include "cpu_job.h"
 
@@ -18,20 +21,42 @@
 #include "zb_device.h"
 #include "zb_group_comm.h"
 
-zb_err cpu_job_reduce_device(cpu_job *cj, int i, zb_diag *diag) {
+static zb_err reduce_no_group(const cpu_job *cj, int i, zb_diag *diag) {
+  return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
+                     "data_parallel %d: stage %d's gradient reduction needs the cuda job's stage group "
+                     "communicator, which is not connected",
+                     cj->data_parallel, cj->stages[i]);
+}
+
+zb_err cpu_job_reduce_device_start(cpu_job *cj, int i, zb_diag *diag) {
   if (!cj->group_comm || !cj->device)
-    return zb_diag_set(diag, ZB_ERR_INVALID_ARG,
-                       "data_parallel %d: stage %d's gradient reduction needs the cuda job's stage group "
-                       "communicator, which is not connected",
-                       cj->data_parallel, cj->stages[i]);
+    return reduce_no_group(cj, i, diag);
   zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
-  float *g = zb_model_device_grads(st);
-  size_t n = zb_model_n_params(st);
-  zb_err err = zb_group_comm_all_reduce(cj->group_comm, g, n, diag);
+  zb_err err =
+      zb_group_comm_all_reduce_start(cj->group_comm, zb_model_device_grads(st), zb_model_n_params(st), diag);
+  cj->unscaled[i] = !err;
+  return err;
+}
+
+zb_err cpu_job_reduce_device_finish(cpu_job *cj, zb_diag *diag) {
+  int first = -1;
+  for (int i = 0; i < cj->n_stages && first < 0; i++)
+    first = cj->unscaled[i] ? i : -1;
+  if (first < 0)
+    return ZB_OK;
+  if (!cj->group_comm || !cj->device)
+    return reduce_no_group(cj, first, diag);
+  zb_err err = zb_group_comm_join(cj->group_comm, diag); /* the scale reads the sums */
+  for (int i = first; !err && i < cj->n_stages; i++) {
+    if (!cj->unscaled[i])
+      continue;
+    zb_model_stage *st = zb_backend_cpu_stage(cj->be, i, NULL);
+    err = cj->device->ops->scale(cj->device->self, zb_model_device_grads(st), 1.0f / (float)cj->data_parallel,
+                                 zb_model_n_params(st), diag);
+    cj->unscaled[i] = false;
+  }
   if (!err)
     err = zb_group_comm_wait(cj->group_comm, diag);
-  if (!err)
-    err = cj->device->ops->scale(cj->device->self, g, 1.0f / (float)cj->data_parallel, n, diag);
   return err;
 }
 
@@ -43,11 +68,17 @@ void cpu_job_reduce_abort(void *ud, const char *why) {
 
 #else
 
-zb_err cpu_job_reduce_device(cpu_job *cj, int i, zb_diag *diag) {
+zb_err cpu_job_reduce_device_start(cpu_job *cj, int i, zb_diag *diag) {
   return zb_diag_set(diag, ZB_ERR_UNSUPPORTED,
                      "data_parallel %d: stage %d's gradient reduction on the device needs CUDA; this "
                      "zb-worker was built without it",
                      cj->data_parallel, cj->stages[i]);
+}
+
+zb_err cpu_job_reduce_device_finish(cpu_job *cj, zb_diag *diag) {
+  (void)cj; /* nothing starts without CUDA */
+  (void)diag;
+  return ZB_OK;
 }
 
 void cpu_job_reduce_abort(void *ud, const char *why) {

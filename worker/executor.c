@@ -14,7 +14,9 @@ struct zb_executor {
   int rank, nranks;
   int peer_base; /* the plan's peer q is transport rank peer_base + q */
   zb_err (*reduce)(void *ud, int stage, int iteration, zb_diag *diag);
+  zb_err (*reduce_wait)(void *ud, int iteration, zb_diag *diag);
   void (*reduce_abort)(void *ud, const char *why);
+  bool reduce_pending; /* this iteration: a reduction started, not yet waited for */
   void *reduce_ud;
   zb_action *actions;
   int n;
@@ -155,6 +157,7 @@ zb_err zb_executor_new(const zb_executor_config *cfg, zb_backend *backend, zb_tr
   e->nranks = cfg->nranks;
   e->peer_base = cfg->peer_base;
   e->reduce = cfg->reduce;
+  e->reduce_wait = cfg->reduce_wait;
   e->reduce_abort = cfg->reduce_abort;
   e->reduce_ud = cfg->reduce_ud;
   e->n = cfg->n_actions;
@@ -339,22 +342,50 @@ static zb_err exec_ahead(zb_executor *e, int i, int64_t start, exec_tally *t, in
   return ZB_OK;
 }
 
-/* REDUCE_GRAD(stage) through the reduce hook, after the backend's work
- * (the gradients it reads must be final); host-blocking, so on a
- * device-ordered transport the groups in flight are drained first. */
+/* Whether REDUCE_GRAD leaves its reduction running (zb_executor.h,
+ * REDUCE_GRAD): device-ordered with a reduce_wait hook, off a sampled
+ * iteration (whose timeline shows each op's end). */
+static bool exec_reduce_overlaps(const zb_executor *e, bool trace) {
+  return e->device_ordered && e->reduce_wait && !trace;
+}
+
+/* REDUCE_GRAD(stage) through the reduce hook. Overlapped: the hook starts
+ * the reduction after the compute submitted so far, on the device, and
+ * the walk goes on. Else host-blocking: the groups in flight drained, the
+ * backend synced (the gradients it reads must be final), the hook, and
+ * reduce_wait at once. */
 static zb_err exec_reduce(zb_executor *e, int i, int iteration, bool trace, int64_t base, exec_tally *t,
                           zb_diag *diag) {
   const zb_action *a = &e->actions[i];
   int64_t c0 = zb_clock_ns();
-  zb_err err = e->device_ordered ? zb_transport_drain(e->transport, diag) : ZB_OK;
-  if (!err)
+  bool overlap = exec_reduce_overlaps(e, trace);
+  zb_err err = e->device_ordered && !overlap ? zb_transport_drain(e->transport, diag) : ZB_OK;
+  if (!err && !overlap)
     err = zb_backend_sync(e->backend, diag);
   if (!err)
     err = e->reduce(e->reduce_ud, a->stage, iteration, diag);
+  e->reduce_pending = !err && e->reduce_wait;
+  if (!err && !overlap && e->reduce_wait) {
+    err = e->reduce_wait(e->reduce_ud, iteration, diag);
+    e->reduce_pending = false;
+  }
   int64_t c1 = zb_clock_ns();
   t->comm += (double)(c1 - c0) * 1e-9;
   if (!err && trace)
     tl_push(e, a, 0, c0 - base, c1 - base);
+  return err;
+}
+
+/* WAIT_REDUCE_GRAD, or the end of a walk with a reduction pending: the
+ * hook orders the gradients' consumers after every started reduction
+ * and waits for them (zb_executor.h), timed as communication. */
+static zb_err exec_reduce_wait(zb_executor *e, int iteration, exec_tally *t, zb_diag *diag) {
+  if (!e->reduce_pending)
+    return ZB_OK;
+  int64_t c0 = zb_clock_ns();
+  zb_err err = e->reduce_wait(e->reduce_ud, iteration, diag);
+  e->reduce_pending = false;
+  t->comm += (double)(zb_clock_ns() - c0) * 1e-9;
   return err;
 }
 
@@ -388,9 +419,16 @@ static zb_err exec_walk(zb_executor *e, int iteration, bool trace, int64_t start
     } else if (a->op == ZB_OP_REDUCE_GRAD && e->reduce) {
       err = exec_reduce(e, i, iteration, trace, start, t, diag);
       i += err ? 0 : 1;
+    } else if (a->op == ZB_OP_WAIT_REDUCE_GRAD) {
+      err = exec_reduce_wait(e, iteration, t, diag);
+      i += err ? 0 : 1;
     } else {
       i++; /* FSDP and empty actions take no time here */
     }
+  }
+  if (!err) { /* a list without WAIT_REDUCE_GRAD: before the drain and sync */
+    i = -1;
+    err = exec_reduce_wait(e, iteration, t, diag);
   }
   *failed_at = i;
   return err;
@@ -404,6 +442,7 @@ zb_err zb_executor_run_iteration(zb_executor *e, int iteration, zb_rank_iteratio
   exec_tally t = {0};
   bool trace = e->trace_every > 0 && iteration % e->trace_every == 0;
   e->tl_n = 0;
+  e->reduce_pending = false;
   int64_t start = zb_clock_ns();
   int i;
   zb_err err = exec_walk(e, iteration, trace, start, &t, &i, diag);

@@ -10,7 +10,8 @@
  *                   c = ceil(n/d)) with copies in and out.
  *   all_gather      ncclAllGather in place, likewise.
  * Each is enqueued on the comm stream between two events (compute ->
- * comm before, comm -> compute after); wait polls the second on the host.
+ * comm before, comm -> compute after, at once or at join for a started
+ * all-reduce); wait polls the second on the host.
  *
  * NCCL/CUDA calls: ncclGetUniqueId, ncclCommInitRankConfig,
  * ncclCommGetAsyncError, ncclCommAbort (the watch's), ncclAllReduce,
@@ -295,7 +296,9 @@ static zb_err gc_staged(zb_group_comm *g, gc_kind k, float *buf, size_t n, zb_di
   return err;
 }
 
-static zb_err gc_run(zb_group_comm *g, gc_kind k, float *buf, size_t n, zb_diag *diag) {
+/* Enqueues collective k after the compute stream's work so far; with join
+ * the compute stream then waits for it, else zb_group_comm_join does. */
+static zb_err gc_run(zb_group_comm *g, gc_kind k, float *buf, size_t n, bool join, zb_diag *diag) {
   zb_err err = gc_check(g, k, buf, n, diag);
   if (err || g->size == 1 || n == 0)
     return err;
@@ -315,28 +318,40 @@ static zb_err gc_run(zb_group_comm *g, gc_kind k, float *buf, size_t n, zb_diag 
   err = even ? gc_enqueue(g, k, buf, n, n / (size_t)g->size, diag) : gc_staged(g, k, buf, n, diag);
   if (err)
     return err;
-  call = "cudaEventRecord";
-  ce = cudaEventRecord(g->done, g->comm_stream);
-  if (ce == cudaSuccess) {
-    call = "cudaStreamWaitEvent";
-    ce = cudaStreamWaitEvent(g->compute, g->done, 0); /* before the consumer (the optimizer step) */
-  }
-  if (ce != cudaSuccess)
-    return gc_cuda(g, ce, call, diag);
+  if ((ce = cudaEventRecord(g->done, g->comm_stream)) != cudaSuccess)
+    return gc_cuda(g, ce, "cudaEventRecord", diag);
   g->in_flight = true;
-  return ZB_OK;
+  return join ? zb_group_comm_join(g, diag) : ZB_OK;
+}
+
+zb_err zb_group_comm_join(zb_group_comm *g, zb_diag *diag) {
+  if (g->failed)
+    return gc_failed_before(g, diag);
+  if (!g->in_flight)
+    return ZB_OK;
+  zb_err err = gc_enter(g, diag);
+  if (err)
+    return err;
+  /* done was last recorded after the newest collective: one comm stream,
+   * so waiting for it waits for every one (before the consumer) */
+  cudaError_t ce = cudaStreamWaitEvent(g->compute, g->done, 0);
+  return ce == cudaSuccess ? ZB_OK : gc_cuda(g, ce, "cudaStreamWaitEvent", diag);
+}
+
+zb_err zb_group_comm_all_reduce_start(zb_group_comm *g, float *buf, size_t n, zb_diag *diag) {
+  return gc_run(g, GC_ALL_REDUCE, buf, n, false, diag);
 }
 
 zb_err zb_group_comm_all_reduce(zb_group_comm *g, float *buf, size_t n, zb_diag *diag) {
-  return gc_run(g, GC_ALL_REDUCE, buf, n, diag);
+  return gc_run(g, GC_ALL_REDUCE, buf, n, true, diag);
 }
 
 zb_err zb_group_comm_reduce_scatter(zb_group_comm *g, float *buf, size_t n, zb_diag *diag) {
-  return gc_run(g, GC_REDUCE_SCATTER, buf, n, diag);
+  return gc_run(g, GC_REDUCE_SCATTER, buf, n, true, diag);
 }
 
 zb_err zb_group_comm_all_gather(zb_group_comm *g, float *buf, size_t n, zb_diag *diag) {
-  return gc_run(g, GC_ALL_GATHER, buf, n, diag);
+  return gc_run(g, GC_ALL_GATHER, buf, n, true, diag);
 }
 
 /* One look at the collectives in flight: ZB_OK and *done, or the failure. */

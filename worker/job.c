@@ -251,6 +251,7 @@ static zb_err job_plan_run(job_state *js, zb_diag *diag) {
     js->cj.tr = js->tr;
     js->cj.group_comm = js->group; /* a cuda job's; NULL: the ring over tr */
     ec.reduce = cpu_job_reduce_stage;
+    ec.reduce_wait = cpu_job_reduce_wait;
     ec.reduce_abort = cpu_job_reduce_abort;
     ec.reduce_ud = &js->cj;
   }

@@ -8,7 +8,8 @@
  * comm actions chained by the `batch` flag (zb_schedule.h) is posted as
  * one transport group and completes as a whole; a comm action without the
  * flag is a group of one. FSDP and empty actions take no time; a
- * REDUCE_GRAD runs the config's reduce hook, host-blocking. How a group
+ * REDUCE_GRAD runs the config's reduce hook (see the config: overlapped
+ * on a device-ordered transport, else host-blocking). How a group
  * holds the rank depends on the transport (docs/schedules.md, Execution
  * model):
  *   device-ordered (nccl, zb_transport_device_ordered, unless
@@ -112,20 +113,36 @@ typedef struct zb_executor_config {
   const atomic_bool *stop;     /* may be NULL; borrowed */
   int trace_every;             /* timelines of iterations 0, N, 2N, ...; 0: none */
   /* Waits for every group on the host and syncs the backend before each
-   * send even on a device-ordered transport: the executor before overlap
-   * (tests compare the two). */
+   * send even on a device-ordered transport, and makes every REDUCE_GRAD
+   * host-blocking: the executor before overlap (tests compare the two). */
   bool blocking_comm;
   /* The transport rank of this replica's pipeline rank 0 (replica x p,
    * docs/formats.md, Data parallelism): the list's peer q is transport
    * rank peer_base + q. 0 with one replica. */
   int peer_base;
-  /* REDUCE_GRAD(stage) (docs/schedules.md, Gradient reduction): with
-   * reduce set, the backend is synced (the gradients are final) and
-   * reduce(reduce_ud, stage, iteration) runs on the host, timed as
-   * communication; a failure fails the iteration like a transport's. NULL:
-   * REDUCE_GRAD takes no time (the sim backend, one replica).
-   * WAIT_REDUCE_GRAD is a no-op either way: the reduction held the rank. */
+  /* REDUCE_GRAD(stage) (docs/schedules.md, Gradient reduction), with
+   * reduce set; NULL: REDUCE_GRAD takes no time (the sim backend, one
+   * replica). The two hooks' contract: reduce(reduce_ud, stage, iteration)
+   * starts the stage's reduction after the compute submitted so far (it
+   * may finish it too: the ring does), and reduce_wait(reduce_ud,
+   * iteration) completes every started one: the gradients' consumers
+   * (the 1/d scale, the step, the next iteration's zeroing) ordered after
+   * it, the host waiting where the hook needs to bound it. Both run on the
+   * host, timed as communication; a failure fails the iteration like a
+   * transport's.
+   *   overlapped (device-ordered, unless blocking_comm, with reduce_wait
+   *   set, on an iteration that is not sampled): REDUCE_GRAD calls reduce
+   *   only (no drain, no backend sync: the device orders the reduction
+   *   after the stage's last W), so the reduction runs while the ops after
+   *   it do, as the device-ordered simulator models it;
+   *   WAIT_REDUCE_GRAD calls reduce_wait, and so does the end of a list
+   *   without one, before the iteration's drain and sync.
+   *   host-blocking (otherwise): REDUCE_GRAD drains the groups in flight
+   *   (device-ordered), syncs the backend (the gradients are final), calls
+   *   reduce, then reduce_wait when set; WAIT_REDUCE_GRAD is a no-op.
+   * reduce_wait may be NULL: reduce then completes each reduction. */
   zb_err (*reduce)(void *reduce_ud, int stage, int iteration, zb_diag *diag);
+  zb_err (*reduce_wait)(void *reduce_ud, int iteration, zb_diag *diag);
   /* May be NULL. On a failed iteration, beside the transport's abort:
    * poisons what the reductions run on (a cuda job's stage group), so the
    * other replicas' members blocked on this rank fail now. */

@@ -27,6 +27,14 @@
  * result). A call returns without waiting for the data (device-ordered);
  * zb_group_comm_wait blocks the host until every enqueued collective has
  * completed. Collectives complete in call order (one comm stream).
+ * zb_group_comm_all_reduce_start leaves out the second wait, so compute
+ * submitted after it (the stage's other W ops, another stage's work)
+ * runs while the all-reduce does (docs/model.md, Data parallelism);
+ * zb_group_comm_join then makes the compute stream wait for every
+ * collective enqueued so far, before the first consumer (the 1/d scale,
+ * the step) and before anything that rewrites the buffer (the next
+ * iteration's zeroing of the gradients). Until the join the caller must
+ * submit nothing that reads or writes a started collective's buffer.
  *
  * Operations (fp32; n floats; every member calls the same sequence with
  * the same n, as NCCL requires of a collective):
@@ -121,6 +129,16 @@ zb_err zb_group_comm_connect(zb_group_comm *g, zb_diag *diag);
 zb_err zb_group_comm_all_reduce(zb_group_comm *g, float *buf, size_t n, zb_diag *diag);
 zb_err zb_group_comm_reduce_scatter(zb_group_comm *g, float *buf, size_t n, zb_diag *diag);
 zb_err zb_group_comm_all_gather(zb_group_comm *g, float *buf, size_t n, zb_diag *diag);
+
+/* The all-reduce without the compute stream's wait for it (see Streams):
+ * the caller calls zb_group_comm_join before any consumer. Does not
+ * block, as zb_group_comm_all_reduce. */
+zb_err zb_group_comm_all_reduce_start(zb_group_comm *g, float *buf, size_t n, zb_diag *diag);
+
+/* Makes the compute stream wait for every collective enqueued so far (a
+ * device-side wait: the host goes on). A no-op when none is in flight.
+ * ZB_ERR_IO when CUDA refuses or the group failed before. */
+zb_err zb_group_comm_join(zb_group_comm *g, zb_diag *diag);
 
 /* Blocks until every enqueued collective has completed, one fails, the
  * timeout passes or the stop flag is raised. */
