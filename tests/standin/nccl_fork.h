@@ -2,7 +2,11 @@
  * 0 makes the NCCL id and hands it to the others through pipes, standing
  * in for the coordinator (docs/model.md, Transports). Each rank's function
  * returns its exit status (0: passed). The parent kills every rank still
- * running after the deadline. Single-threaded parent; no shared state.
+ * running after the deadline. Single-threaded parent; no shared state:
+ * ids a test needs beyond rank 0's (a stage group's) come from
+ * nf_ids_root, a child of their own, never from the parent, which must
+ * start no thread before it forks (a rank forked while another thread
+ * held a lock hung under ASan).
  */
 #ifndef ZB_NCCL_FORK_H
 #define ZB_NCCL_FORK_H
@@ -59,6 +63,50 @@ static inline int nf_child(int rank, int n, int fds[NF_MAX][2], nf_rank_fn fn) {
     return 2;
   }
   return fn(rank, n, &id);
+}
+
+/* Makes n NCCL ids into ids in a child process of their own, which stays
+ * alive as their rendezvous root (a thread there, as NCCL's bootstrap
+ * root is) until nf_ids_root_end. Returns its pid, or -1. */
+static inline pid_t nf_ids_root(int n, ncclUniqueId *ids) {
+  int fd[2];
+  if (pipe(fd) != 0)
+    return -1;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fd[0]);
+    for (int r = 0; r < n; r++)
+      if (ncclGetUniqueId(&ids[r]) != ncclSuccess) {
+        fprintf(stderr, "ids root: ncclGetUniqueId: %s\n", ncclGetLastError(NULL));
+        _exit(1);
+      }
+    bool sent = write(fd[1], ids, sizeof *ids * (size_t)n) == (ssize_t)(sizeof *ids * (size_t)n);
+    close(fd[1]);
+    while (sent)
+      pause();
+    _exit(1);
+  }
+  close(fd[1]);
+  size_t got = 0, want = sizeof *ids * (size_t)n;
+  while (pid > 0 && got < want) {
+    ssize_t k = read(fd[0], (char *)ids + got, want - got);
+    if (k <= 0)
+      break;
+    got += (size_t)k;
+  }
+  close(fd[0]);
+  if (pid > 0 && got < want) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+  }
+  return pid;
+}
+
+static inline void nf_ids_root_end(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
 }
 
 /* Runs fn as n ranks; status[q] is waitpid's status of rank q (-1: killed

@@ -53,7 +53,7 @@ typedef struct run_out {
 
 static run_cfg g_cfg;
 static run_out *g_out;     /* shared with the replicas (MAP_SHARED) */
-static uint8_t g_gid[128]; /* the stage group's id, made by the parent before each run */
+static ncclUniqueId g_gid; /* the stage group's id, from nf_ids_root before each run */
 static zb_action g_acts[NACT];
 static zb_costs *g_costs;
 static const char g_text[] = "Replicas read different text; their reduced gradients agree bit for bit. "
@@ -131,7 +131,7 @@ static zb_err group_of(int replica, zb_device *dev, zb_group_comm **g, zb_diag *
                              .ranks = ranks,
                              .compute_stream = dev->ops->stream(dev->self),
                              .timeout_s = 60};
-  memcpy(gc.unique_id, g_gid, sizeof gc.unique_id);
+  memcpy(gc.unique_id, &g_gid, sizeof gc.unique_id);
   zb_err err = zb_group_comm_new(&gc, g, d);
   return err ? err : zb_group_comm_connect(*g, d);
 }
@@ -215,13 +215,14 @@ static int rank_main(int rank, int n, const ncclUniqueId *id) {
 static bool run(const char *label, run_cfg cfg, run_out *out) {
   g_cfg = cfg;
   memset(g_out, 0, sizeof *g_out);
-  zb_diag d = {{0}};
-  if (zb_group_comm_unique_id(g_gid, &d) != ZB_OK) {
-    fprintf(stderr, "%s: %s\n", label, d.msg);
+  pid_t root = nf_ids_root(1, &g_gid);
+  if (root < 0) {
+    fprintf(stderr, "%s: no stage group id\n", label);
     return false;
   }
   int status[NF_MAX];
   int bad = nf_run(D, rank_main, 300, status);
+  nf_ids_root_end(root);
   *out = *g_out;
   printf("%-34s %8.3f s/iteration  (host syncs %lld, %lld)\n", label, fmax(out->wall[0], out->wall[1]),
          (long long)out->host_syncs[0], (long long)out->host_syncs[1]);

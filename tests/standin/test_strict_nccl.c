@@ -17,7 +17,7 @@
 
 enum { N = 256 };
 static atomic_bool g_stop;
-static uint8_t g_group_id[128]; /* made by the parent before the fork */
+static ncclUniqueId g_group_id; /* from nf_ids_root before the fork */
 
 #define WANT(expr)                                                                                           \
   do {                                                                                                       \
@@ -52,7 +52,7 @@ static int rank_main(int rank, int n, const ncclUniqueId *id) {
   WANT(cudaStreamSynchronize(cs) == cudaSuccess ? ZB_OK : ZB_ERR_IO);
   zb_group_comm_config gcfg = {
       .size = n, .index = rank, .compute_stream = cs, .stop = &g_stop, .timeout_s = 3};
-  memcpy(gcfg.unique_id, g_group_id, sizeof gcfg.unique_id);
+  memcpy(gcfg.unique_id, &g_group_id, sizeof gcfg.unique_id);
   WANT(zb_group_comm_new(&gcfg, &g, &d));
   WANT(zb_group_comm_connect(g, &d));
   WANT(zb_group_comm_all_reduce(g, sbuf, N, &d));
@@ -73,11 +73,13 @@ out:
 
 int main(void) {
   setenv("ZB_STANDIN_NCCL_TIMEOUT_MS", "5000", 1); /* the transport's own timeouts fire first */
-  zb_diag d;
-  if (zb_group_comm_unique_id(g_group_id, &d) != ZB_OK) {
-    fprintf(stderr, "error: %s\n", d.msg);
+  pid_t root = nf_ids_root(1, &g_group_id);
+  if (root < 0) {
+    fprintf(stderr, "error: no stage group id\n");
     return 1;
   }
   int status[NF_MAX];
-  return nf_run(2, rank_main, 60, status) ? 1 : 0;
+  int bad = nf_run(2, rank_main, 60, status);
+  nf_ids_root_end(root);
+  return bad ? 1 : 0;
 }
