@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "zb_arch.h"
+#include "zb_jobspec_dp.h"
 #include "zb_jobspec_yaml.h"
 #include "zb_wire.h"
 #include "zbtest.h"
@@ -323,6 +324,22 @@ static void test_deploy_examples(void) {
       zb_arch a;
       CHECK(zb_model_spec_arch(&s.model, &a, &d) == ZB_OK && a.vocab == vocab[i]);
       CHECK(zb_model_data_is_shards(s.model.data) == (vocab[i] != 256));
+    }
+    zb_job_spec_free(&s);
+  }
+  /* the data-parallel examples: two replicas, the sim one priced by hand,
+   * the training one derives T_reduce from its model and link */
+  const char *dp[2] = {"deploy/jobs/local-dp.yaml", "deploy/jobs/local-dp-train.yaml"};
+  for (int i = 0; i < 2; i++) {
+    CHECK(slurp(dp[i], yaml, sizeof yaml));
+    zb_job_spec s;
+    zb_diag d = {{0}};
+    zb_err err = zb_job_spec_parse_files(yaml, strlen(yaml), &plain, &s, &d);
+    CHECK_MSG(err == ZB_OK, "%s: %s", dp[i], d.msg);
+    if (err == ZB_OK) {
+      CHECK_EQ(s.data_parallel, 2);
+      CHECK_EQ(zb_job_spec_world(&s), 4);
+      CHECK(zb_job_spec_derives_reduce(&s) == (i == 1));
     }
     zb_job_spec_free(&s);
   }
