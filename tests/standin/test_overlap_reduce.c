@@ -12,12 +12,14 @@
  *
  * Four runs, each two fresh replicas: compute delayed only, link delayed
  * only, both with the device-ordered executor, both with blocking_comm
- * (the host-blocking reduction before overlap). With R the link-only
- * iteration (about the all-reduce) and C the compute-only one, the
- * overlapped iteration must hide at least half of the smaller of R and
- * the compute after REDUCE_GRAD: it must stay within C + R/2 while R is
+ * (the host-blocking reduction before overlap). With L the link delay
+ * (what the all-reduce takes on the stand-in) and C the compute-only
+ * iteration, the overlapped iteration must hide at least half of L behind
+ * the compute after REDUCE_GRAD: it must stay within C + L/2 while L is
  * below that compute; the blocking run, which waits for the all-reduce
- * before submitting stage 0's work, must not. The reduced gradients must
+ * before submitting stage 0's work, must not. (Not the link-only run R:
+ * it still does the ops' real arithmetic, which under ASan is a good part
+ * of R and overlaps nothing.) The reduced gradients must
  * be bit-identical across the replicas (which read different text) and
  * equal the blocking run's bits: an all-reduce that read gradients before
  * their last W, or a scale or zeroing not ordered after it, changes them.
@@ -256,31 +258,31 @@ static int same_bits(const char *label, const run_out *o, const run_out *ref) {
   return fails;
 }
 
-/* The overlap assertion: at most C plus half of R (see the top). */
-static bool overlapped(double both, double compute, double reduce) {
-  return both <= compute + 0.5 * reduce;
+/* The overlap assertion: at most C plus half of L (see the top). */
+static bool overlapped(double both, double compute, double link) {
+  return both <= compute + 0.5 * link;
 }
 
-static int check(const run_out *c, const run_out *r, const run_out *o, const run_out *blk) {
+static int check(const run_out *c, const run_out *r, const run_out *o, const run_out *blk, double tl) {
   double tc = wall_of(c), tr = wall_of(r), to = wall_of(o), tb = wall_of(blk);
-  printf("reduce overlap: compute %.3f s, reduction %.3f s, sum %.3f s; overlapped %.3f s, blocking %.3f s "
-         "(%.2f of the reduction hidden vs %.2f)\n",
-         tc, tr, tc + tr, to, tb, (tc + tr - to) / tr, (tc + tr - tb) / tr);
+  printf("reduce overlap: compute %.3f s, link delay %.3f s (link-only run %.3f s); overlapped %.3f s, "
+         "blocking %.3f s (%.2f of the link delay hidden vs %.2f)\n",
+         tc, tl, tr, to, tb, (tc + tl - to) / tl, (tc + tl - tb) / tl);
   int fails = 0;
-  if (!(tr > 0.15 * tc && tr < 0.6 * tc)) {
+  if (!(tl < 0.6 * tc)) {
     fprintf(stderr,
-            "the reduction %.3f s is not below the compute after it (about a third of %.3f s) yet "
-            "of its size: the test shows nothing\n",
-            tr, tc);
+            "the link delay %.3f s is not below the compute after REDUCE_GRAD (about a third of %.3f s): "
+            "the test shows nothing\n",
+            tl, tc);
     fails++;
   }
-  if (!overlapped(to, tc, tr)) {
+  if (!overlapped(to, tc, tl)) {
     fprintf(stderr,
-            "FAIL: the overlapped iteration took %.3f s, over compute + half the reduction (%.3f s)\n", to,
-            tc + 0.5 * tr);
+            "FAIL: the overlapped iteration took %.3f s, over compute + half the link delay (%.3f s)\n", to,
+            tc + 0.5 * tl);
     fails++;
   }
-  if (overlapped(tb, tc, tr)) {
+  if (overlapped(tb, tc, tl)) {
     fprintf(stderr, "FAIL: the blocking reduction passed the overlap assertion (%.3f s): it shows nothing\n",
             tb);
     fails++;
@@ -302,7 +304,7 @@ int main(void) {
             run("reduction only (item delay 0)", (run_cfg){0, link_us, false, false}, &r) &&
             run("both, overlapped", (run_cfg){compute_us, link_us, false, false}, &o) &&
             run("both, blocking (before overlap)", (run_cfg){compute_us, link_us, true, true}, &blk);
-  int fails = ok ? check(&c, &r, &o, &blk) : 1;
+  int fails = ok ? check(&c, &r, &o, &blk, link_us * 1e-6) : 1;
   zb_costs_free(g_costs);
   munmap(g_out, sizeof *g_out);
   printf("%s\n", fails ? "FAILED" : "ok");
