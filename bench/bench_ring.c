@@ -10,15 +10,19 @@
  *              rate, so it is the fair baseline for the ring; its rate is
  *              the bytes each way over the time.
  * Members are threads of this process, each with its own tcp transport
- * and a 32-byte data secret, as a worker sets them up. Prints the median
- * over --reps runs of each: seconds, GB/s (10^9 bytes a second; for the
+ * and a 32-byte data secret, as a worker sets them up. The rows are
+ * measured in --rounds rounds, each round every row back to back, so a
+ * ratio is taken within a round (where a neighbour's load hits both
+ * sides alike) and the median round's ratio is printed; a row's own
+ * figure is the median over rounds of its median over --reps runs:
+ * seconds, GB/s (10^9 bytes a second; for the
  * ring NCCL's bus bandwidth busbw = 2(d-1)/d * bytes / time, the rate
  * each member's link carries each way) and the ratio to each baseline;
  * then the frame MAC's own rate on one thread over 1 MiB frames, the
  * data plane's ChaCha20-Poly1305 beside the HMAC-SHA256 of version 3
  * (worker/transport_tcp.h, Frame MACs). It prints; it never fails on a
  * slow figure.
- * Usage: zb_bench_ring [--mib N] [--reps N] [--slice-kib N] [--d N] [--help]
+ * Usage: zb_bench_ring [--mib N] [--reps N] [--rounds N] [--slice-kib N] [--d N] [--help]
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -42,13 +46,14 @@
 #include "zb_collective.h"
 #include "zb_transport.h"
 
-enum { MAX_D = 4, MAX_REPS = 50, TIMEOUT_S = 60 };
+enum { MAX_D = 4, MAX_REPS = 50, MAX_ROUNDS = 21, MAX_ROWS = 4, TIMEOUT_S = 60 };
 
 typedef struct opts {
   size_t bytes;
   int reps;
   size_t slice_bytes;
   int only_d; /* 0: the ring of d = 2 and of d = 4 */
+  int rounds; /* each round measures every row once, back to back */
 } opts;
 
 static int cmp_double(const void *a, const void *b) {
@@ -335,9 +340,13 @@ static double mac_rate(bool hmac, int reps) {
 /* ---- the table ---- */
 
 static int usage(FILE *f, int rc) {
-  fprintf(f, "usage: zb_bench_ring [--mib N] [--reps N] [--slice-kib N] [--d N] [--help]\n"
+  fprintf(f, "usage: zb_bench_ring [--mib N] [--reps N] [--rounds N] [--slice-kib N] [--d N] [--help]\n"
              "  --mib N        buffer size in MiB (default 64)\n"
-             "  --reps N       timed runs, the median is printed (default 5, at most 50)\n"
+             "  --reps N       timed runs of a row in a round, their median counts (default 5,\n"
+             "                 at most 50)\n"
+             "  --rounds N     rounds, each measuring every row once; figures and ratios are\n"
+             "                 the median round's, ratios taken within a round (default 5, odd,\n"
+             "                 at most 21)\n"
              "  --slice-kib N  the ring's slice in KiB (default: ZB_RING_SLICE_BYTES, 1024)\n"
              "  --d N          only the ring of N members, 2 to 4 (default: 2, then 4)\n"
              "Rows (rates in GB/s, 10^9 bytes a second; ratios to each baseline's rate):\n"
@@ -357,7 +366,7 @@ static int usage(FILE *f, int rc) {
 }
 
 static bool parse_args(int argc, char **argv, opts *o, int *rc) {
-  *o = (opts){.bytes = (size_t)64 << 20, .reps = 5};
+  *o = (opts){.bytes = (size_t)64 << 20, .reps = 5, .rounds = 5};
   for (int k = 1; k < argc; k++) {
     if (strcmp(argv[k], "--help") == 0) {
       *rc = usage(stdout, 0);
@@ -368,6 +377,8 @@ static bool parse_args(int argc, char **argv, opts *o, int *rc) {
       o->bytes = (size_t)v << 20;
     else if (strcmp(argv[k], "--reps") == 0 && v >= 1 && v <= MAX_REPS)
       o->reps = (int)v;
+    else if (strcmp(argv[k], "--rounds") == 0 && v >= 1 && v <= MAX_ROUNDS && v % 2 == 1)
+      o->rounds = (int)v;
     else if (strcmp(argv[k], "--slice-kib") == 0 && v >= 1 && v <= (1 << 20))
       o->slice_bytes = (size_t)v << 10;
     else if (strcmp(argv[k], "--d") == 0 && v >= 2 && v <= MAX_D)
@@ -383,42 +394,62 @@ static bool parse_args(int argc, char **argv, opts *o, int *rc) {
   return true;
 }
 
-/* Prints one row: seconds, the rate (GB/s) and its ratios to the two
- * baselines' rates. */
-static void row(const char *what, const char *d, double seconds, double rate, double one_way,
-                double both_ways) {
-  printf("%-36s %3s %9.4f %8.2f %9.2f %10.2f\n", what, d, seconds, rate, rate / one_way, rate / both_ways);
+/* Every row's median seconds in each round: rows 0 and 1 the baselines,
+ * then the rings of ds[]. */
+typedef struct rounds {
+  int n_rows, ds[MAX_ROWS];
+  double s[MAX_ROWS][MAX_ROUNDS];
+} rounds;
+
+static bool measure(const opts *o, rounds *r) {
+  r->n_rows = o->only_d ? 3 : 4;
+  r->ds[2] = o->only_d ? o->only_d : 2;
+  r->ds[3] = 4;
+  for (int k = 0; k < o->rounds; k++) {
+    r->s[0][k] = plain_copy(o, false);
+    r->s[1][k] = plain_copy(o, true);
+    for (int row = 2; row < r->n_rows; row++)
+      r->s[row][k] = ring_all_reduce(o, r->ds[row]);
+    for (int row = 0; row < r->n_rows; row++)
+      if (r->s[row][k] < 0)
+        return false;
+  }
+  return true;
 }
 
-int main(int argc, char **argv) {
-  opts o;
-  int rc = 0;
-  if (!parse_args(argc, argv, &o, &rc))
-    return rc;
-  double one = plain_copy(&o, false), both = plain_copy(&o, true);
-  if (one < 0 || both < 0)
-    return 1;
-  double mib = (double)o.bytes / (1 << 20), gb = (double)o.bytes / 1e9;
-  printf("loopback, %.0f MiB, median of %d runs, slice %zu KiB, %ld CPUs online (shared with whatever "
-         "else runs)\n",
-         mib, o.reps, (o.slice_bytes ? o.slice_bytes : ZB_RING_SLICE_BYTES) >> 10,
-         sysconf(_SC_NPROCESSORS_ONLN));
-  printf("%-36s %3s %9s %8s %9s %10s\n", "what", "d", "seconds", "GB/s", "/one way", "/both ways");
-  row("plain copy, one way (baseline 1)", "-", one, gb / one, gb / one, gb / both);
-  row("plain copy, both ways (baseline 2)", "-", both, gb / both, gb / one, gb / both);
-  static const int ds[] = {2, 4};
-  for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
-    int d = o.only_d ? o.only_d : ds[k];
-    if (o.only_d && k > 0)
-      break;
-    double s = ring_all_reduce(&o, d);
-    if (s < 0)
-      return 1;
-    char dd[8];
-    snprintf(dd, sizeof dd, "%d", d);
-    row("ring all-reduce, tcp (busbw)", dd, s, 2.0 * (d - 1) / d * gb / s, gb / one, gb / both);
+/* The median over rounds of row a's rate over row b's (each row's rate:
+ * its bytes per second, the ring's scaled to busbw by busbw_of_a). */
+static double round_ratio(const opts *o, const rounds *r, int a, int b, double busbw_of_a) {
+  double q[MAX_ROUNDS];
+  for (int k = 0; k < o->rounds; k++)
+    q[k] = busbw_of_a * r->s[b][k] / r->s[a][k];
+  return median(q, o->rounds);
+}
+
+/* Prints one row: seconds, the rate (GB/s) and its ratios to the two
+ * baselines' rates (each the median round's), and the range of the
+ * ratio to the both-ways copy over rounds. */
+static void row(const opts *o, const rounds *r, const char *what, int i) {
+  double gb = (double)o->bytes / 1e9, scale = 1.0, s[MAX_ROUNDS];
+  char d[8] = "-";
+  if (i >= 2) {
+    scale = 2.0 * (r->ds[i] - 1) / r->ds[i];
+    snprintf(d, sizeof d, "%d", r->ds[i]);
   }
-  double hmac = mac_rate(true, o.reps), poly = mac_rate(false, o.reps);
+  double lo = 1e30, hi = 0;
+  for (int k = 0; k < o->rounds; k++) {
+    double q = scale * r->s[1][k] / r->s[i][k];
+    lo = q < lo ? q : lo;
+    hi = q > hi ? q : hi;
+    s[k] = r->s[i][k];
+  }
+  double sec = median(s, o->rounds);
+  printf("%-36s %3s %9.4f %8.2f %9.2f %10.2f  %.2f-%.2f\n", what, d, sec, scale * gb / sec,
+         round_ratio(o, r, i, 0, scale), round_ratio(o, r, i, 1, scale), lo, hi);
+}
+
+static int print_mac_rates(const opts *o) {
+  double hmac = mac_rate(true, o->reps), poly = mac_rate(false, o->reps);
   if (hmac < 0 || poly < 0) {
     fprintf(stderr, "zb_bench_ring: libcrypto could not compute a frame MAC\n");
     return 1;
@@ -427,4 +458,25 @@ int main(int argc, char **argv) {
          "ChaCha20-Poly1305 (v4) %.2f GB/s, %.1fx\n",
          hmac, poly, poly / hmac);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  opts o;
+  int rc = 0;
+  if (!parse_args(argc, argv, &o, &rc))
+    return rc;
+  static rounds r;
+  if (!measure(&o, &r))
+    return 1;
+  printf("loopback, %.0f MiB, %d rounds of %d runs, slice %zu KiB, %ld CPUs online (shared with "
+         "whatever else runs)\n",
+         (double)o.bytes / (1 << 20), o.rounds, o.reps,
+         (o.slice_bytes ? o.slice_bytes : ZB_RING_SLICE_BYTES) >> 10, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("%-36s %3s %9s %8s %9s %10s  %s\n", "what", "d", "seconds", "GB/s", "/one way", "/both ways",
+         "/both ways, rounds");
+  row(&o, &r, "plain copy, one way (baseline 1)", 0);
+  row(&o, &r, "plain copy, both ways (baseline 2)", 1);
+  for (int i = 2; i < r.n_rows; i++)
+    row(&o, &r, "ring all-reduce, tcp (busbw)", i);
+  return print_mac_rates(&o);
 }

@@ -48,8 +48,10 @@ void zbctl_print_learned(const Zb__V1__Job *j) {
     int v = l->n_stages && s->ranks > 0 ? (int)l->n_stages / s->ranks : 1;
     printf("  spec  (each stage) %10.4g %16.4g %16.4g", s->costs->t_f / v, s->costs->t_b / v,
            s->costs->t_w / v);
-    if (reduces && s->costs->t_reduce > 0) /* 0: derived from the link (docs/schedules.md) */
+    if (reduces && s->costs->t_reduce > 0)
       printf(" %18.4g", s->costs->t_reduce / v);
+    else if (reduces) /* derived from the model's bytes and the link (docs/schedules.md) */
+      printf(" %18s", "from the link");
     printf("\n");
   }
 }

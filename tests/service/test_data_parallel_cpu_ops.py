@@ -50,8 +50,14 @@ def test_coordinator_restart_and_restage_with_two_replicas():
     ckdir = tempfile.mkdtemp(prefix="zb-dp-ops-")
     try:
         with Cluster(workers=4, name="dp-cpu-ops") as c:
-            ref = c.submit(spec("reference", ckdir))
+            ref_spec = spec("reference", ckdir)
+            ref_spec.trace_every = 15  # sampled timelines, so T_reduce is learned
+            ref = c.submit(ref_spec)
             c.wait_state(ref, STATE.JOB_STATE_SUCCEEDED, timeout=240)
+            # a model job's T_reduce comes from the model's bytes and the link: zbctl get says so
+            got = c.zbctl("get", ref).stdout
+            spec_row = [ln for ln in got.splitlines() if ln.strip().startswith("spec  (each stage)")]
+            assert "T_reduce learned" in got and spec_row and spec_row[0].endswith("from the link"), got
             want = losses(c, ref)
             assert sorted(want) == list(range(ITERATIONS)), sorted(want)
             ref_final = replicas_identical(ckdir, ref)
