@@ -89,6 +89,18 @@ void ncclsi_link_delay(void);
  * the stream does not move on, until this rank's own ncclCommAbort. */
 void ncclsi_stuck(ncclComm_t comm);
 
+/* One stream item's work on communicator c (the p2p group's and the
+ * collective's alike): unless c is aborted or failed, marks c running,
+ * meets the peers on the credit transport (meet), waits the link delay,
+ * moves the data (move), and on a failure names it on c (failed) and
+ * blocks the stream as NCCL does (ncclsi_stuck); then clears running. */
+typedef struct ncclsi_item_fns {
+  zb_err (*meet)(zb_transport *ack, const void *item, zb_diag *d);
+  zb_err (*move)(zb_transport *tp, const void *item, zb_diag *d);
+  void (*failed)(const void *item, zb_err err, const char *msg);
+} ncclsi_item_fns;
+void ncclsi_run_item(ncclComm_t c, const void *item, const ncclsi_item_fns *fns);
+
 /* Whether the calling thread has a group open (ncclGroupStart). */
 bool ncclsi_grouping(void);
 

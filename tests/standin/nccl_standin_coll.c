@@ -82,7 +82,8 @@ static zb_tag coll_tag(const coll_item *it) {
 }
 
 /* Turns the transport's failure into the communicator's async error. */
-static void coll_failed(const coll_item *it, zb_err err, const char *msg) {
+static void coll_failed(const void *arg, zb_err err, const char *msg) {
+  const coll_item *it = arg;
   ncclComm_t c = it->comm;
   char mine[96], theirs[96];
   coll_name(it->kind, it->dt, it->op, it->count, mine, sizeof mine);
@@ -111,7 +112,8 @@ static void coll_failed(const coll_item *it, zb_err err, const char *msg) {
 }
 
 /* The join: a zero-byte message to and from every other rank. */
-static zb_err coll_join(zb_transport *ack, const coll_item *it, zb_diag *d) {
+static zb_err coll_join(zb_transport *ack, const void *arg, zb_diag *d) {
+  const coll_item *it = arg;
   zb_tag tag = coll_tag(it);
   zb_err err = ZB_OK;
   zb_transport_group_start(ack);
@@ -152,7 +154,8 @@ static void coll_reduce(const coll_item *it, const unsigned char *got, size_t sl
 
 /* The data: every rank's part to every other rank in one tcp group, then
  * the reduction (or concatenation) in rank order. */
-static zb_err coll_exchange(zb_transport *tp, const coll_item *it, zb_diag *d) {
+static zb_err coll_exchange(zb_transport *tp, const void *arg, zb_diag *d) {
+  const coll_item *it = arg;
   int n = it->comm->nranks, me = it->comm->rank;
   size_t slot = it->count * ncclsi_dt_size(it->dt);
   bool scatter = it->kind == COLL_REDUCE_SCATTER;
@@ -182,30 +185,8 @@ static zb_err coll_exchange(zb_transport *tp, const coll_item *it, zb_diag *d) {
 
 /* The stream item. */
 static cudaError_t coll_run(void *arg) {
-  coll_item *it = arg;
-  ncclComm_t c = it->comm;
-  pthread_mutex_lock(&c->mu);
-  bool skip = atomic_load(&c->aborted) || c->async != ncclSuccess || !c->tp;
-  if (!skip)
-    c->running = true;
-  zb_transport *tp = c->tp, *ack = c->ack;
-  pthread_mutex_unlock(&c->mu);
-  if (skip)
-    return cudaSuccess; /* like NCCL's kernels after an abort: nothing moves, the stream goes on */
-  zb_diag d = {{0}};
-  zb_err err = coll_join(ack, it, &d);
-  if (!err)
-    ncclsi_link_delay(); /* every rank has joined: the data now takes the link's time */
-  if (!err)
-    err = coll_exchange(tp, it, &d);
-  if (err && !atomic_load(&c->aborted)) {
-    coll_failed(it, err, d.msg);
-    ncclsi_stuck(c);
-  }
-  pthread_mutex_lock(&c->mu);
-  c->running = false;
-  pthread_cond_broadcast(&c->cv);
-  pthread_mutex_unlock(&c->mu);
+  static const ncclsi_item_fns fns = {.meet = coll_join, .move = coll_exchange, .failed = coll_failed};
+  ncclsi_run_item(((coll_item *)arg)->comm, arg, &fns);
   return cudaSuccess; /* NCCL reports through ncclCommGetAsyncError, not the stream */
 }
 

@@ -96,7 +96,8 @@ static const char *op_name(const p2p_op *op, char *buf, size_t len) {
 
 /* Turns the transport's failure into the communicator's async error,
  * named in NCCL's terms. */
-static void item_failed(p2p_item *it, zb_err err, const char *msg) {
+static void item_failed(const void *arg, zb_err err, const char *msg) {
+  const p2p_item *it = arg;
   ncclComm_t c = it->comm;
   char on[96];
   int peer = -1, stage = 0, mb = 0;
@@ -183,10 +184,7 @@ static zb_err item_phase(zb_transport *tp, const p2p_item *it, bool ack, zb_diag
   return err ? err : end;
 }
 
-/* The stream item: runs one communicator's share of a group. */
-static cudaError_t item_run(void *arg) {
-  p2p_item *it = arg;
-  ncclComm_t c = it->comm;
+void ncclsi_run_item(ncclComm_t c, const void *it, const ncclsi_item_fns *fns) {
   pthread_mutex_lock(&c->mu);
   bool skip = atomic_load(&c->aborted) || c->async != ncclSuccess || !c->tp;
   if (!skip)
@@ -194,21 +192,35 @@ static cudaError_t item_run(void *arg) {
   zb_transport *tp = c->tp, *ack = c->ack;
   pthread_mutex_unlock(&c->mu);
   if (skip)
-    return cudaSuccess; /* like NCCL's kernels after an abort: nothing moves, the stream goes on */
+    return; /* like NCCL's kernels after an abort: nothing moves, the stream goes on */
   zb_diag d = {{0}};
-  zb_err err = item_phase(ack, it, true, &d);
+  zb_err err = fns->meet(ack, it, &d);
   if (!err)
-    ncclsi_link_delay(); /* every call has met its peer's: the data now takes the link's time */
+    ncclsi_link_delay(); /* every rank has met its peers: the data now takes the link's time */
   if (!err)
-    err = item_phase(tp, it, false, &d);
+    err = fns->move(tp, it, &d);
   if (err && !atomic_load(&c->aborted)) {
-    item_failed(it, err, d.msg);
+    fns->failed(it, err, d.msg);
     ncclsi_stuck(c);
   }
   pthread_mutex_lock(&c->mu);
   c->running = false;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
+}
+
+static zb_err item_credits(zb_transport *ack, const void *it, zb_diag *d) {
+  return item_phase(ack, it, true, d);
+}
+
+static zb_err item_data(zb_transport *tp, const void *it, zb_diag *d) {
+  return item_phase(tp, it, false, d);
+}
+
+/* The stream item: runs one communicator's share of a group. */
+static cudaError_t item_run(void *arg) {
+  static const ncclsi_item_fns fns = {.meet = item_credits, .move = item_data, .failed = item_failed};
+  ncclsi_run_item(((p2p_item *)arg)->comm, arg, &fns);
   return cudaSuccess; /* NCCL reports through ncclCommGetAsyncError, not the stream */
 }
 
