@@ -1,8 +1,16 @@
 #!/usr/bin/env python3
 """The Kubernetes deployment (deploy/k8s) and the Dockerfile, checked offline.
 
-  (a) every overlay in deploy/k8s/overlays renders with `kubectl kustomize`,
-      and every rendered object validates against the Kubernetes API schema
+  (a) the committed rendered manifests, deploy/k8s/rendered/<overlay>.yaml
+      (scripts/render-k8s.sh writes them with `kubectl kustomize`), one per
+      overlay of deploy/k8s/overlays: a missing one, one without its
+      generated header and one without an overlay are failures. Where
+      kubectl with kustomize v5 is on PATH, each overlay is rendered again
+      and must equal its committed file (else: run scripts/render-k8s.sh);
+      without it that comparison alone is skipped, and everything below
+      runs on the committed files. These checks are shown to report a
+      missing, headerless, orphaned and (with kubectl) stale file in a copy.
+      Every object validates against the Kubernetes API schema
       (kubernetes-validate, strict, one pinned Kubernetes version; the
       Prometheus Operator's PodMonitor/ServiceMonitor, which it has no schema
       for, are checked structurally here). The validator is first shown to
@@ -23,17 +31,20 @@
       daemon and pullable base images, the image is built and
       `zb-coordinator --version` run in it.
 
-Exit status: 0 pass, 1 failure, 77 skip (kubectl with kustomize v5, PyYAML or kubernetes-validate
-missing; the reason is printed). Parts that need what this machine may lack
-(the binaries, unshare, a Docker daemon) are skipped with a printed reason
-without turning the result into a skip.
+Exit status: 0 pass, 1 failure, 77 skip: only when PyYAML or kubernetes-validate
+is missing and scripts/install-py-deps.sh cannot make its venv (offline), and
+not with CI=true, where that is a failure. Parts that need what this machine
+may lack (kubectl for the re-render, the binaries, unshare, a Docker daemon)
+are skipped with a printed reason without turning the result into a skip.
 
 Environment: ZB_COORDINATOR_BIN, ZB_WORKER_BIN (default build/dev/...),
 ZB_DEPLOY_VENV (default build/venv-deploy; scripts/install-py-deps.sh makes
 it, and this test runs that script once when the venv is missing),
-ZB_NO_PY_INSTALL=1 (do not run it), ZB_SKIP_DOCKER_BUILD=1.
+ZB_NO_PY_INSTALL=1 (do not run it), ZB_SKIP_DOCKER_BUILD=1, KUBECTL (the
+kubectl to re-render with; default: kubectl on PATH), CI.
 """
 import copy
+import difflib
 import json
 import os
 import re
@@ -51,6 +62,9 @@ K8S = os.path.join(ROOT, "deploy", "k8s")
 OVERLAYS_DIR = os.path.join(K8S, "overlays")
 DOCKERFILE = os.path.join(ROOT, "Dockerfile")
 DOCKERIGNORE = os.path.join(ROOT, ".dockerignore")
+RENDERED_DIR = os.path.join(K8S, "rendered")
+RENDER_SCRIPT = "scripts/render-k8s.sh"  # writes RENDERED_DIR/<overlay>.yaml
+HEADER_LINES = 3  # its "# GENERATED ..." header before kubectl kustomize's output
 VENV = os.environ.get("ZB_DEPLOY_VENV", os.path.join(ROOT, "build", "venv-deploy"))
 
 K8S_VERSION = "1.30.0"  # the Kubernetes API the manifests are validated against
@@ -552,15 +566,25 @@ def policy_pass(rendered):
 
 # ----------------------------------------------- (a) schema validation ----
 
-def validate_schemas(rendered, files, yaml):
+def ensure_venv():
+    """Runs scripts/install-py-deps.sh once when its venv lacks kubernetes-validate
+    (not with ZB_NO_PY_INSTALL=1)."""
     kv = os.path.join(VENV, "bin", "kubernetes-validate")
-    pinned = kv_pinned_version()
-    if not os.access(kv, os.X_OK) and os.environ.get("ZB_NO_PY_INSTALL") != "1":
+    if not os.access(kv, os.X_OK) and os.environ.get("ZB_NO_PY_INSTALL") != "1" and not ensure_venv.tried:
+        ensure_venv.tried = True
         log("info kubernetes-validate missing: running scripts/install-py-deps.sh")
         subprocess.run([os.path.join(ROOT, "scripts", "install-py-deps.sh")], timeout=300)
+    return kv
+
+
+ensure_venv.tried = False
+
+
+def validate_schemas(rendered, files, yaml):
+    kv = ensure_venv()
+    pinned = kv_pinned_version()
     if not os.access(kv, os.X_OK):
-        skip("schema validation: %s missing; scripts/install-py-deps.sh makes it (pip, needs network to PyPI)" % kv,
-             hard=True)
+        venv_missing("schema validation")
         return
     have = subprocess.run([kv, "--version"], capture_output=True, text=True).stdout.strip().split()[-1:]
     if have != [pinned]:
@@ -1108,57 +1132,171 @@ def dockerfile_pass():
 
 # ------------------------------------------------------------------ main ----
 
-def render(kubectl, yaml, outdir):
-    rendered, files = {}, {}
-    overlays = sorted(d for d in os.listdir(OVERLAYS_DIR)
-                      if os.path.isfile(os.path.join(OVERLAYS_DIR, d, "kustomization.yaml")))
+def overlay_names(overlays_dir=OVERLAYS_DIR):
+    return sorted(d for d in os.listdir(overlays_dir)
+                  if os.path.isfile(os.path.join(overlays_dir, d, "kustomization.yaml")))
+
+
+def load_rendered(yaml, rendered_dir=RENDERED_DIR, overlays_dir=OVERLAYS_DIR):
+    """The committed rendered manifests, one file per overlay:
+    (problems, {overlay: objects}, {overlay: path}, {overlay: body after the header})."""
+    problems, rendered, files, bodies = [], {}, {}, {}
+    overlays = overlay_names(overlays_dir)
     if not overlays:
-        fail("no overlays in %s" % OVERLAYS_DIR)
+        problems.append("no overlays in %s" % overlays_dir)
     for o in overlays:
-        r = subprocess.run([kubectl, "kustomize", os.path.join(OVERLAYS_DIR, o)], capture_output=True, text=True,
+        rel = "deploy/k8s/rendered/%s.yaml" % o
+        path = os.path.join(rendered_dir, o + ".yaml")
+        if not os.path.isfile(path):
+            problems.append("overlay %s: %s is missing; run %s and commit it" % (o, rel, RENDER_SCRIPT))
+            continue
+        with open(path) as f:
+            lines = f.read().splitlines(keepends=True)
+        header, body = lines[:HEADER_LINES], "".join(lines[HEADER_LINES:])
+        if len(header) < HEADER_LINES or not header[0].startswith("# GENERATED by " + RENDER_SCRIPT) \
+                or "kubectl kustomize deploy/k8s/overlays/%s " % o not in header[1]:
+            problems.append("overlay %s: %s lacks the generated header naming %s and its kubectl command; "
+                            "run %s" % (o, rel, RENDER_SCRIPT, RENDER_SCRIPT))
+            continue
+        try:
+            objs = [x for x in yaml.safe_load_all(body) if x]
+        except yaml.YAMLError as e:
+            problems.append("overlay %s: %s is not YAML: %s" % (o, rel, e))
+            continue
+        rendered[o], files[o], bodies[o] = objs, path, body
+    if os.path.isdir(rendered_dir):
+        for f in sorted(os.listdir(rendered_dir)):
+            if f.endswith(".yaml") and f[:-5] not in overlays:
+                problems.append("deploy/k8s/rendered/%s has no overlay in deploy/k8s/overlays; run %s"
+                                % (f, RENDER_SCRIPT))
+    return problems, rendered, files, bodies
+
+
+def find_kubectl():
+    """(kubectl, kustomize version) with kustomize v5 or newer, else (None, why)."""
+    kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    if not kubectl:
+        return None, "kubectl not found on PATH"
+    ver = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True, timeout=60).stdout
+    log("info kubectl: %s" % ver.strip().replace("\n", "; "))
+    # components and `labels:` in the kustomizations; Debian 12's own
+    # kubernetes-client (1.20) embeds kustomize 2.
+    m = re.search(r"Kustomize Version: v((\d+)\S*)", ver)
+    if not m or int(m.group(2)) < 5:
+        return None, "kubectl's kustomize is older than v5 (kubectl >= 1.27 needed): %s" % ver.strip()
+    return kubectl, m.group(1)
+
+
+def rerender_diffs(kubectl, kver, bodies, overlays_dir=OVERLAYS_DIR, only=None):
+    """[problem] for each overlay (of only, default all) whose `kubectl kustomize`
+    output differs from its committed rendered body (bodies: {overlay: text})."""
+    problems = []
+    for o in only or overlay_names(overlays_dir):
+        r = subprocess.run([kubectl, "kustomize", os.path.join(overlays_dir, o)], capture_output=True, text=True,
                            timeout=120)
         if r.returncode != 0:
-            fail("kubectl kustomize %s: %s" % (o, r.stderr.strip()))
-            continue
-        objs = [x for x in yaml.safe_load_all(r.stdout) if x]
-        path = os.path.join(outdir, o + ".yaml")
-        with open(path, "w") as f:
-            f.write(r.stdout)
-        rendered[o], files[o] = objs, path
-        log("ok   kubectl kustomize %s: %d objects (%s)" % (o, len(objs), ", ".join(sorted({x["kind"] for x in objs}))))
-    for need in ("cpu-demo", "gpu"):
-        if need not in rendered:
-            fail("overlay %s is missing or does not render" % need)
-    return rendered, files
+            problems.append("overlay %s: kubectl kustomize failed: %s" % (o, r.stderr.strip()))
+        elif o in bodies and r.stdout != bodies[o]:
+            diff = list(difflib.unified_diff(bodies[o].splitlines(), r.stdout.splitlines(),
+                                             "deploy/k8s/rendered/%s.yaml" % o, "kubectl kustomize", lineterm="", n=1))
+            problems.append("overlay %s: deploy/k8s/rendered/%s.yaml differs from `kubectl kustomize "
+                            "deploy/k8s/overlays/%s` (kustomize v%s); run %s and commit the result:\n    %s"
+                            % (o, o, o, kver, RENDER_SCRIPT, "\n    ".join(diff[:30])))
+        elif o in bodies:
+            log("ok   overlay %s re-renders to deploy/k8s/rendered/%s.yaml (kustomize v%s)" % (o, o, kver))
+    return problems
+
+
+def stale_selftest(yaml, bodies, kubectl, kver):
+    """The freshness checks report what they are for: in a copy of
+    deploy/k8s, a missing rendered file, one without its header and one
+    without an overlay; with kubectl, an overlay edited but not re-rendered."""
+    with tempfile.TemporaryDirectory(prefix="zb-k8s-stale-") as tmp:
+        k8s = os.path.join(tmp, "k8s")
+        shutil.copytree(K8S, k8s)
+        rdir, odir = os.path.join(k8s, "rendered"), os.path.join(k8s, "overlays")
+        os.unlink(os.path.join(rdir, "gpu.yaml"))
+        with open(os.path.join(rdir, "cpu-demo.yaml"), "w") as f:
+            f.write(bodies.get("cpu-demo", ""))
+        with open(os.path.join(rdir, "gone.yaml"), "w") as f:
+            f.write(bodies.get("cpu-demo", ""))
+        problems = load_rendered(yaml, rdir, odir)[0]
+        for what, want in (("missing file", "overlay gpu: deploy/k8s/rendered/gpu.yaml is missing"),
+                           ("no header", "overlay cpu-demo: deploy/k8s/rendered/cpu-demo.yaml lacks the generated"),
+                           ("no overlay", "deploy/k8s/rendered/gone.yaml has no overlay")):
+            if not any(p.startswith(want) for p in problems):
+                fail("freshness self-test (%s): not reported; got %s" % (what, problems))
+        if len(problems) != 3:
+            fail("freshness self-test: want 3 problems, got %s" % problems)
+        if not kubectl:
+            log("ok   freshness self-test: a missing, a headerless and an orphaned rendered file each reported")
+            return
+        # the edit: one more annotation on every object of cpu-demo
+        kfile = os.path.join(odir, "cpu-demo", "kustomization.yaml")
+        with open(kfile) as f:
+            kust = yaml.safe_load(f)
+        kust.setdefault("commonAnnotations", {})["zb.example.com/freshness-self-test"] = "edited"
+        with open(kfile, "w") as f:
+            yaml.safe_dump(kust, f)
+        problems = rerender_diffs(kubectl, kver, bodies, odir, only=["cpu-demo"])
+        if len(problems) != 1 or not problems[0].startswith("overlay cpu-demo: ") \
+                or RENDER_SCRIPT not in problems[0]:
+            fail("freshness self-test (cpu-demo edited, not re-rendered): want one problem naming cpu-demo and "
+                 "%s, got %s" % (RENDER_SCRIPT, problems))
+        else:
+            log("ok   freshness self-test: a missing, a headerless and an orphaned rendered file, and an overlay "
+                "edited without re-rendering, each reported")
+
+
+def venv_missing(what):
+    """kubernetes-validate's venv cannot be made: a failure with CI=true, else a skip."""
+    if os.environ.get("CI") == "true":
+        fail("%s: %s missing (scripts/install-py-deps.sh makes it; it failed or ZB_NO_PY_INSTALL=1); "
+             "CI=true needs it" % (what, VENV))
+    else:
+        skip("%s: %s missing; scripts/install-py-deps.sh makes it (pip, needs network to PyPI)" % (what, VENV),
+             hard=True)
 
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--netns-check":
         return netns_check(sys.argv[2])
     t0 = time.monotonic()
-    kubectl = shutil.which("kubectl") or ("/usr/bin/kubectl" if os.access("/usr/bin/kubectl", os.X_OK) else None)
-    if not kubectl:
-        print("SKIP kubectl not found: it renders the kustomize overlays (kubectl kustomize)")
-        return 77
     yaml = import_yaml()
     if not yaml:
-        print("SKIP PyYAML not found (Debian package python3-yaml, or scripts/install-py-deps.sh's venv)")
+        ensure_venv()
+        yaml = import_yaml()
+    if not yaml:
+        venv_missing("PyYAML (Debian package python3-yaml, or the venv's)")
+        if FAILS:
+            log("FAILED: %d problem(s)" % len(FAILS))
+            return 1
+        log("SKIPPED: " + "; ".join(HARD_SKIPS))
         return 77
-    ver = subprocess.run([kubectl, "version", "--client"], capture_output=True, text=True).stdout
-    log("info kubectl: %s" % ver.strip().replace("\n", "; "))
-    # components and `labels:` in the kustomizations; Debian 12's own
-    # kubernetes-client (1.20) embeds kustomize 2.
-    m = re.search(r"Kustomize Version: v(\d+)", ver)
-    if not m or int(m.group(1)) < 5:
-        print("SKIP kubectl's kustomize is older than v5 (kubectl >= 1.27 needed): %s" % ver.strip())
-        return 77
-    with tempfile.TemporaryDirectory(prefix="zb-k8s-render-") as out:
-        rendered, files = render(kubectl, yaml, out)
-        if "cpu-demo" in rendered and "gpu" in rendered:
-            validate_schemas(rendered, files, yaml)
-            crd_pass(rendered)
-            policy_pass(rendered)
-            binaries_pass(rendered)
+    # (a) the committed rendered manifests; where kubectl is, they must be
+    # what the overlays render to now
+    problems, rendered, files, bodies = load_rendered(yaml)
+    for p in problems:
+        fail(p)
+    for need in ("cpu-demo", "gpu"):
+        if need not in rendered:
+            fail("overlay %s: no usable deploy/k8s/rendered/%s.yaml" % (need, need))
+    for o, objs in sorted(rendered.items()):
+        log("ok   deploy/k8s/rendered/%s.yaml: %d objects (%s)"
+            % (o, len(objs), ", ".join(sorted({x["kind"] for x in objs}))))
+    kubectl, kver = find_kubectl()
+    if kubectl:
+        for p in rerender_diffs(kubectl, kver, bodies):
+            fail(p)
+    else:
+        skip("re-rendering the overlays to compare with deploy/k8s/rendered: %s" % kver)
+        kver = None
+    stale_selftest(yaml, bodies, kubectl, kver)
+    if "cpu-demo" in rendered and "gpu" in rendered:
+        validate_schemas(rendered, files, yaml)
+        crd_pass(rendered)
+        policy_pass(rendered)
+        binaries_pass(rendered)
     dockerfile_pass()
     log("info %.1f s" % (time.monotonic() - t0))
     for s in SKIPS:
