@@ -17,7 +17,8 @@ Runs the tests the way CI does:
   1. scripts/install-deps.sh (installs missing Debian 12 packages; as a user
      that is not root it prints the apt-get command to run instead, and
      stops), then scripts/install-py-deps.sh (the PyPI package the
-     Kubernetes check uses, in build/venv-deploy; offline, that check skips)
+     Kubernetes check uses, in build/venv-deploy; offline, that check
+     skips, or fails with CI=true)
   2. lint: clang-format --dry-run --Werror on every C file, and
      scripts/check-size.sh (no product file over 700 lines, no function
      over 80), scripts/check-includes.sh (no include cycle in daemon/;
@@ -96,7 +97,7 @@ done
 
 if [[ $deps -eq 1 ]]; then
   scripts/install-deps.sh
-  scripts/install-py-deps.sh || echo "test.sh: scripts/install-py-deps.sh failed (no PyPI?): the Kubernetes check will skip"
+  scripts/install-py-deps.sh || echo "test.sh: scripts/install-py-deps.sh failed (no PyPI?): the Kubernetes check will skip (fail with CI=true)"
 fi
 echo "test.sh: $(cc --version | head -n1); $(cmake --version | head -n1); $jobs jobs"
 
