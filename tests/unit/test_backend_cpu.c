@@ -1,8 +1,7 @@
 /* The cpu compute backend (worker/zb_backend.h, "cpu"): real math on the
  * worker's data path.
- *   - Pipelined against unpipelined: for libzb's schedule families (gpipe,
- *     1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-auto, zb-v, v-half, v-min)
- *     at p = 2 and 4 ranks, p threads of this process each run their
+ *   - Pipelined against unpipelined: for every schedule family of libzb
+ *     (zb_family, eleven) at p = 2 and 4 ranks, p threads of this process each run their
  *     lowered list through the executor, with a tcp transport on 127.0.0.1
  *     (real sockets) and a cpu backend; the loss and every parameter
  *     gradient of every stage must equal those of the same model and
@@ -14,7 +13,7 @@
  *     next iteration's tokens those of the reference for that data.
  *   - A wrong bytes_per_activation is refused, naming both sizes.
  *   - Peak state bytes per rank follow the simulator's peak memory within
- *     MEM_TOL = 10%, for all nine families planned with the model's
+ *     MEM_TOL = 10%, for all eleven families planned with the model's
  *     profiled memory deltas (profile_memory): between ranks, between each
  *     family and 1f1b rank by rank, and zb-v's highest rank against
  *     1f1b's.
