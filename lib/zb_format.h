@@ -10,8 +10,9 @@
  *
  * Implemented by responsibility in zb_format_action.c (action strings),
  * zb_format_csv.c (CSV, comm peers), zb_format_csv_comm.c (csv-comm),
- * zb_format_report.c (JSON report, Chrome trace), zb_format_draw.c (SVG and ASCII timelines) and
- * zb_format_measured.c (a measured iteration beside its plan).
+ * zb_format_report.c (JSON report, Chrome trace), zb_format_draw.c (SVG
+ * and ASCII timelines) and zb_format_measured.c (a measured iteration
+ * beside its plan).
  */
 #ifndef ZB_FORMAT_H
 #define ZB_FORMAT_H
