@@ -9,9 +9,10 @@
  * column for CSV).
  *
  * Implemented by responsibility in zb_format_action.c (action strings),
- * zb_format_csv.c (CSV, comm peers), zb_format_report.c (JSON report,
- * Chrome trace), zb_format_draw.c (SVG and ASCII timelines) and
- * zb_format_measured.c (a measured iteration beside its plan).
+ * zb_format_csv.c (CSV, comm peers), zb_format_csv_comm.c (csv-comm),
+ * zb_format_report.c (JSON report, Chrome trace), zb_format_draw.c (SVG
+ * and ASCII timelines) and zb_format_measured.c (a measured iteration
+ * beside its plan).
  */
 #ifndef ZB_FORMAT_H
 #define ZB_FORMAT_H
@@ -41,9 +42,13 @@ zb_err zb_csv_parse(const char *text, size_t len, zb_placement placement, zb_sch
  * '\n'. Parsing the output gives back s, and the bytes of a parsed file
  * are reproduced when it used this layout. */
 void zb_csv_write(const zb_schedule *s, zb_buf *out);
-/* The same with a WAIT_SEND_F / WAIT_SEND_B after every send, as PyTorch's
- * "compute_comms" format requires of a lowered schedule (each send is
- * waited on before the rank goes on). */
+/* A lowered schedule in PyTorch's "compute_comms" format, which
+ * _PipelineScheduleRuntime runs with its default arguments: the lists,
+ * each send's WAIT_SEND_F / WAIT_SEND_B after the first later action of
+ * its rank that proves the peer received it (else at the list's end), and
+ * every stage's REDUCE_GRAD + WAIT_REDUCE_GRAD after its last W or BW
+ * (zb_format_csv_comm.c, docs/formats.md). The lists' own waits and
+ * reductions are replaced, empty cells dropped. */
 void zb_csv_write_comms(const zb_schedule *s, zb_buf *out);
 /* Sets the peer of every comm action from the schedule's placement. */
 void zb_format_fill_peers(zb_schedule *s);

@@ -1,6 +1,7 @@
 /* zb_format_csv.c — schedules as CSV (one row of action strings per rank),
  * read from memory and written to a zb_buf, and the comm peers a CSV does
- * not carry. Part of zb_format.h.
+ * not carry. Part of zb_format.h; zb_format_csv_comm.c writes the
+ * csv-comm rows (waits and reductions) through zb_csv_write_row.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -290,39 +291,23 @@ static void csv_cell(const zb_rank_list *l, int *i, zb_buf *out) {
   }
 }
 
-/* Writes s as CSV (one row per rank, '\n' after every row). ZB_OP_NONE is
- * an empty cell. Not carried (PyTorch's notation has no place for them):
+/* Writes one rank's list as a CSV row ended by '\n'. ZB_OP_NONE is an
+ * empty cell. Not carried (PyTorch's notation has no place for them):
  * comm peers, which the reader derives again from placement, and batch
- * flags; a rank whose only action is NONE reads back as an empty rank.
- * waits: a WAIT_SEND_* after every send. */
-static void csv_write(const zb_schedule *s, bool waits, zb_buf *out) {
-  for (int r = 0; r < s->p; r++) {
-    const zb_rank_list *l = &s->ranks[r];
-    for (int i = 0; i < l->n; i++) {
-      if (i)
-        zb_buf_append(out, ",", 1);
-      csv_cell(l, &i, out);
-      zb_op op = l->actions[i].op;
-      if (waits && (op == ZB_OP_SEND_F || op == ZB_OP_SEND_B)) {
-        zb_action w = l->actions[i];
-        w.op = op == ZB_OP_SEND_F ? ZB_OP_WAIT_SEND_F : ZB_OP_WAIT_SEND_B;
-        char cell[64];
-        int n = zb_action_format(&w, cell, (int)sizeof cell);
-        zb_buf_append(out, ",", 1);
-        zb_buf_append(out, cell, (size_t)(n < (int)sizeof cell ? n : (int)sizeof cell - 1));
-      }
-    }
-    zb_buf_append(out, "\n", 1);
-    zb_buf_flush(out);
+ * flags; a rank whose only action is NONE reads back as an empty rank. */
+void zb_csv_write_row(const zb_rank_list *l, zb_buf *out) {
+  for (int i = 0; i < l->n; i++) {
+    if (i)
+      zb_buf_append(out, ",", 1);
+    csv_cell(l, &i, out);
   }
+  zb_buf_append(out, "\n", 1);
+  zb_buf_flush(out);
 }
 
 void zb_csv_write(const zb_schedule *s, zb_buf *out) {
-  csv_write(s, false, out);
-}
-
-void zb_csv_write_comms(const zb_schedule *s, zb_buf *out) {
-  csv_write(s, true, out);
+  for (int r = 0; r < s->p; r++)
+    zb_csv_write_row(&s->ranks[r], out);
 }
 
 /* Sets comm peers: SEND_F at stage s goes to the rank of s+1, RECV_F comes

@@ -16,6 +16,10 @@
  * *out; *out is untouched on failure. The empty span is ZB_ERR_PARSE. */
 zb_err zb_action_parse_span(const char *s, size_t n, zb_action *out, zb_diag *diag);
 
+/* Writes one rank's list as a CSV row ended by '\n' (zb_format_csv.c):
+ * an overlapped pair stays one cell while its two actions are adjacent. */
+void zb_csv_write_row(const zb_rank_list *l, zb_buf *out);
+
 /* The placement's name in reports: "loop" or "v". */
 static inline const char *placement_name(zb_placement pl) {
   return pl == ZB_PLACE_V ? "v" : "loop";
