@@ -44,7 +44,11 @@ Runs the tests the way CI does:
      transformers loads models zb saved and gives zb's loss (log
      build/hf-fixtures.log). When the venv cannot be installed the step
      is skipped, or fails with CI=true.
-Steps 4, 5 and 6 run only when both presets do (no --only), once each.
+  7. torch: the tests labelled torch (PyTorch as the oracle: csv-comm run
+     by PyTorch's pipelining runtime, the zb.torch package) with the venv
+     of step 6, in build/dev; step 3 leaves them out (and --no-hf this
+     step). With CI=true a missing venv or a skipped test fails.
+Steps 4 to 7 run only when both presets do (no --only), once each.
 All builds run even when one fails. Prints a summary with the test
 counts and exits non-zero if any configure, build, test, fuzz run or fixture check
 failed.
@@ -137,7 +141,8 @@ for p in "${presets[@]}"; do
   echo "=== [$p] ctest"
   log="build/$p/test.sh-ctest.log"
   rc=0
-  ctest --preset "$p" -j "$jobs" --output-on-failure "${ctest_args[@]}" 2>&1 | tee "$log" || rc=$?
+  # the PyTorch tests (label torch) run in step 7, once the venv exists
+  ctest --preset "$p" -j "$jobs" -LE '^torch$' --output-on-failure "${ctest_args[@]}" 2>&1 | tee "$log" || rc=$?
   # ctest closes with "N% tests passed, F tests failed out of T".
   line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n1 || true)
   if [[ -n $line ]]; then
@@ -222,6 +227,30 @@ if [[ ${#presets[@]} -eq 2 && $hf -eq 1 ]]; then
     line=${line#hf_fixtures: check FAILED: }
     summary+=("hf-fixtures: FAILED (${line%:}${line:+; }exit $rc; see $log)" "${ck:-hf-checkpoint: not run}")
     failed=1
+  fi
+fi
+
+if [[ ${#presets[@]} -eq 2 && $hf -eq 1 ]]; then
+  echo
+  echo "=== torch (ctest -L torch in build/dev, with build/venv-hf's PyTorch)"
+  log=build/torch.log
+  if [[ -x build/venv-hf/bin/python ]]; then
+    rc=0
+    ZB_TORCH_PYTHON="$ROOT/build/venv-hf/bin/python" ctest --test-dir build/dev -L '^torch$' -j 1 \
+      --output-on-failure 2>&1 | tee "$log" || rc=$?
+    counts=$(grep -E 'tests passed, [0-9]+ tests failed out of' "$log" | tail -n1 || true)
+    skipped=$(grep -c -- '\*\*\*Skipped' "$log" || true)
+    if [[ $rc -ne 0 || -z $counts || (${CI:-} == true && $skipped -gt 0) ]]; then
+      summary+=("torch: FAILED (exit $rc; ${counts:-no summary}; $skipped skipped; see $log)")
+      failed=1
+    else
+      summary+=("torch: ok ($counts; $skipped skipped)")
+    fi
+  elif [[ ${CI:-} == true ]]; then
+    summary+=("torch: FAILED (no build/venv-hf: the hf-fixtures step could not install it)")
+    failed=1
+  else
+    summary+=("torch: skipped (no build/venv-hf)")
   fi
 fi
 
