@@ -8,6 +8,7 @@ typedef struct zbpy_result {
 } zbpy_result;
 
 static PyTypeObject zbpy_action_type;
+static PyTypeObject zbpy_figures_type;
 /* The kind names as Python strings, one per zb_op, made once: a plan of
  * thousands of actions shares them. */
 static PyObject *zbpy_kind_names[ZB_OP_COUNT_];
@@ -26,6 +27,21 @@ static PyStructSequence_Desc zbpy_action_desc = {
     "zb.Action",
     "One action of a rank's list: kind, stage, microbatch, peer (docs/schedules.md, Vocabulary).",
     zbpy_action_fields, 4, /* batch and overlap by name only: (kind, stage, microbatch, peer) unpacks */
+};
+
+static PyStructSequence_Field zbpy_figures_fields[] = {
+    {"makespan", "one iteration, first start to last end"},
+    {"bubble_ratio", "1 - busy / (p * makespan)"},
+    {"bubble_ratio_paper", "the ZB paper's: (S_max - m(T_F+T_B+T_W)) / S_max"},
+    {"peak_memory", "per rank, in units of one rank's M_F (1F1B's peak is p)"},
+    {NULL, NULL},
+};
+
+static PyStructSequence_Desc zbpy_figures_desc = {
+    "zb.Figures",
+    "One simulation of a plan (docs/schedules.md, Figures).",
+    zbpy_figures_fields,
+    4,
 };
 
 static void zbpy_result_dealloc(PyObject *self) {
@@ -107,9 +123,21 @@ static PyObject *zbpy_result_figures(PyObject *self, PyObject *arg) {
     }
     PyTuple_SET_ITEM(peak, k, x);
   }
-  if (!peak)
+  PyObject *f = peak ? PyStructSequence_New(&zbpy_figures_type) : NULL;
+  if (!f) {
+    Py_XDECREF(peak);
     return NULL;
-  return Py_BuildValue("(dddN)", sim->makespan, sim->bubble_ratio, sim->bubble_ratio_paper, peak);
+  }
+  const double x[3] = {sim->makespan, sim->bubble_ratio, sim->bubble_ratio_paper};
+  for (int k = 0; k < 3; k++)
+    PyStructSequence_SET_ITEM(f, k, PyFloat_FromDouble(x[k]));
+  PyStructSequence_SET_ITEM(f, 3, peak);
+  for (int k = 0; k < 3; k++)
+    if (!PyStructSequence_GET_ITEM(f, k)) {
+      Py_DECREF(f);
+      return NULL;
+    }
+  return f;
 }
 
 static PyObject *zbpy_result_info(PyObject *self, PyObject *unused) {
@@ -164,7 +192,7 @@ static PyObject *zbpy_result_csv_comm(PyObject *self, PyObject *unused) {
 
 static PyMethodDef zbpy_result_methods[] = {
     {"info", zbpy_result_info, METH_NOARGS, "(name, family, p, v, m, placement kind, stage -> rank)"},
-    {"figures", zbpy_result_figures, METH_O, "figures(compute_only): makespan, bubble ratios, peaks"},
+    {"figures", zbpy_result_figures, METH_O, "figures(compute_only) -> zb.Figures"},
     {"actions", zbpy_result_actions, METH_O, "actions(compute_only): per rank, a list of zb.Action"},
     {"json", zbpy_result_json, METH_NOARGS, "zbctl plan -o json"},
     {"csv", zbpy_result_csv, METH_NOARGS, "zbctl plan -o csv"},
@@ -186,9 +214,11 @@ int zbpy_result_types_init(PyObject *m) {
     if (!(zbpy_kind_names[op] = PyUnicode_InternFromString(zb_op_name((zb_op)op))))
       return -1;
   if (PyType_Ready(&zbpy_result_type) < 0 ||
-      PyStructSequence_InitType2(&zbpy_action_type, &zbpy_action_desc) < 0)
+      PyStructSequence_InitType2(&zbpy_action_type, &zbpy_action_desc) < 0 ||
+      PyStructSequence_InitType2(&zbpy_figures_type, &zbpy_figures_desc) < 0)
     return -1;
-  if (PyModule_AddObjectRef(m, "Result", (PyObject *)&zbpy_result_type) < 0)
+  if (PyModule_AddObjectRef(m, "Result", (PyObject *)&zbpy_result_type) < 0 ||
+      PyModule_AddObjectRef(m, "Figures", (PyObject *)&zbpy_figures_type) < 0)
     return -1;
   return PyModule_AddObjectRef(m, "Action", (PyObject *)&zbpy_action_type);
 }

@@ -1,14 +1,14 @@
 /* zbpy_result.h — the Python face of one plan: the extension types
- * zb._libzb.Result (a planned zbpy_plan and what can be read of it) and
- * zb.Action (one action of a rank's list).
+ * zb._libzb.Result (a planned zbpy_plan and what can be read of it),
+ * zb.Action (one action of a rank's list) and zb.Figures (one
+ * simulation's figures).
  *
  * Result is made only by zb._libzb.plan (zbpy_module.c); python/zb/
  * __init__.py wraps it in zb.Plan, which is what users see. Its methods:
  *   info()          (schedule name, chosen family, p, v, m, placement
  *                   "loop" or "v", stage -> rank tuple)
- *   figures(c)      (makespan, bubble_ratio, bubble_ratio_paper, peak
- *                   memory per rank in M_F units) of the lowered plan, or
- *                   of the compute-only lists when c is true
+ *   figures(c)      zb.Figures of the lowered plan, or of the compute-
+ *                   only lists when c is true
  *   actions(c)      per rank, a list of zb.Action: the lowered lists, or
  *                   the compute-only ones when c is true
  *   json(), csv(), csv_comm()   libzb's writers, zbctl plan -o's bytes
@@ -24,6 +24,11 @@
  * action) and overlap (this compute action and the next run as one
  * overlapped pair, DualPipe-V's "(0F3;3B1)OVERLAP_F_B").
  *
+ * zb.Figures is a struct sequence too: makespan, bubble_ratio,
+ * bubble_ratio_paper, peak_memory (a tuple, per rank, in units of one
+ * rank's M_F). Both are C types so that importing zb stays cheap (no
+ * dataclasses, no collections).
+ *
  * Ownership: a Result owns its zbpy_plan and frees it when Python frees
  * the Result (tp_dealloc); everything it returns is a new Python object
  * that owns nothing of libzb's.
@@ -36,7 +41,7 @@
 
 #include "zbpy_plan.h"
 
-/* Readies both types (once, at module init); adds them to module m.
+/* Readies the types (once, at module init); adds them to module m.
  * Returns -1 with a Python exception set on failure. */
 int zbpy_result_types_init(PyObject *m);
 /* A new Result owning *pl (moved: *pl is zeroed), or NULL with an

@@ -10,12 +10,10 @@ and messages, and gives the same plan: its json(), csv() and csv_comm()
 are the bytes `zbctl plan -o json|csv|csv-comm` writes (json's
 generation_seconds aside, a time). Planning runs with the GIL released.
 """
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Optional, Tuple
-
+# Only the extension and _args: importing zb is part of the first call's
+# time (issue 32's target, < 5 ms with it), so nothing heavier here.
 from . import _args, _libzb
-from ._libzb import Action, ZbError
+from ._libzb import Action, Figures, ZbError
 
 __all__ = ["Action", "Figures", "Plan", "ZbError", "families", "plan"]
 
@@ -23,19 +21,6 @@ __all__ = ["Action", "Figures", "Plan", "ZbError", "families", "plan"]
 def families():
     """The schedule family names zb.plan takes, in libzb's order."""
     return list(_libzb.families())
-
-
-@dataclass(frozen=True)
-class Figures:
-    """One simulation of a plan (docs/schedules.md, Figures): makespan of
-    one iteration; bubble_ratio, 1 - busy / (p * makespan);
-    bubble_ratio_paper, the ZB paper's (S_max - m(T_F+T_B+T_W)) / S_max;
-    peak_memory per rank in units of one rank's M_F (1F1B's peak is p)."""
-
-    makespan: float
-    bubble_ratio: float
-    bubble_ratio_paper: float
-    peak_memory: Tuple[float, ...]
 
 
 class Plan:
@@ -46,8 +31,8 @@ class Plan:
     ranks, chunks, microbatches    the shape (chunks: stages per rank)
     placement_kind    "loop" (stage s on rank s mod p) or "v"
     placement     tuple, stage -> rank
-    figures       Figures of the lowered plan, as workers run it
-    compute_figures   Figures of the compute-only lists (the paper's view)
+    figures       zb.Figures of the lowered plan, as workers run it
+    compute_figures   zb.Figures of the compute-only lists (the paper's view)
     actions       per rank, the lowered list of zb.Action (with SEND/RECV)
     compute_actions   per rank, the compute-only list of zb.Action
 
@@ -59,6 +44,12 @@ class Plan:
     one transport group with the next action) and overlap (this compute
     action and the next run as one overlapped pair, DualPipe-V's
     "(0F3;3B1)OVERLAP_F_B"). The lists are built on first access.
+
+    zb.Figures is a named tuple of one simulation (docs/schedules.md,
+    Figures): makespan of one iteration; bubble_ratio, 1 - busy / (p *
+    makespan); bubble_ratio_paper, the ZB paper's (S_max - m(T_F+T_B+T_W))
+    / S_max; peak_memory, per rank, in units of one rank's M_F (1F1B's
+    peak is p).
     """
 
     def __init__(self, result):
@@ -69,16 +60,22 @@ class Plan:
         self.ranks, self.chunks, self.microbatches = p, v, m
         self.placement_kind = kind
         self.placement = placement
-        self.figures = Figures(*result.figures(False))
-        self.compute_figures = Figures(*result.figures(True))
+        self.figures = result.figures(False)
+        self.compute_figures = result.figures(True)
+        self._lists = {}
 
-    @cached_property
+    def _actions(self, compute):
+        if compute not in self._lists:
+            self._lists[compute] = self._result.actions(compute)
+        return self._lists[compute]
+
+    @property
     def actions(self):
-        return self._result.actions(False)
+        return self._actions(False)
 
-    @cached_property
+    @property
     def compute_actions(self):
-        return self._result.actions(True)
+        return self._actions(True)
 
     def json(self) -> str:
         """`zbctl plan -o json`: the report, both figure sets, the lowered actions."""
@@ -98,8 +95,8 @@ class Plan:
                 f"{self.placement_kind}, makespan {f.makespan:g}, bubble_ratio {f.bubble_ratio:.4f}>")
 
 
-def plan(schedule: str, ranks: int, microbatches: int, *, chunks: Optional[int] = None, costs=None,
-         stage_costs=None, mem=None, mem_limit=None, objective: Optional[str] = None) -> Plan:
+def plan(schedule, ranks, microbatches, *, chunks=None, costs=None, stage_costs=None, mem=None, mem_limit=None,
+         objective=None):
     """Plans `schedule` on `ranks` x `microbatches` as `zbctl plan` does.
 
     chunks       stages per rank (None: the family's own)

@@ -4,7 +4,7 @@ the argument. Bad types raise TypeError; bad values ZbError (a
 ValueError) with zbctl's message, the option named as the argument.
 """
 import math
-import numbers
+import operator
 
 from ._libzb import ZbError
 
@@ -22,17 +22,24 @@ def whole(name, value, lo, hi, optional=False):
     """An int in [lo, hi] (None when optional and absent)."""
     if value is None and optional:
         return 0
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int (got {type(value).__name__})")
-    if not lo <= value <= hi:
-        raise ZbError(f"{name} must be between {lo} and {hi} (got {value})")
-    return int(value)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        x = operator.index(value)  # int, and numpy's integers
+    except TypeError:
+        raise TypeError(f"{name} must be an int (got {type(value).__name__})") from None
+    if not lo <= x <= hi:
+        raise ZbError(f"{name} must be between {lo} and {hi} (got {x})")
+    return x
 
 
 def _number(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must hold numbers (got {type(value).__name__})")
-    x = float(value)
+    try:
+        if isinstance(value, (bool, str, bytes)):
+            raise TypeError
+        x = float(value)  # int, float, and numpy's numbers
+    except TypeError:
+        raise TypeError(f"{name} must hold numbers (got {type(value).__name__})") from None
     if not math.isfinite(x):
         raise ZbError(f"{name} must hold finite numbers (got {value!r})")
     return x
