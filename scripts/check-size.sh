@@ -16,7 +16,7 @@ case "${1:-}" in
   *) echo "check-size.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
 command -v ctags >/dev/null || { echo "check-size.sh: needs Universal Ctags (apt-get install universal-ctags)" >&2; exit 2; }
-dirs=(lib common util daemon worker model train tools client)
+dirs=(lib common util daemon worker model train tools client python/src)
 mapfile -t files < <(git ls-files "${dirs[@]/%//*.c}" "${dirs[@]/%//*.h}" 2>/dev/null || true)
 bad=0
 for f in "${files[@]}"; do

@@ -7,8 +7,10 @@ set -euo pipefail
 # Build: C compiler, make, CMake (>= 3.25 for CMakePresets.json v6), pkg-config.
 BUILD_PKGS=(build-essential cmake pkg-config)
 # Tests: python3 for tool tests, xmllint (libxml2-utils) checks SVG/XML
-# output, rsvg-convert (librsvg2-bin) renders SVG to PNG, jq checks JSON.
-TEST_PKGS=(python3 libxml2-utils librsvg2-bin jq)
+# output, rsvg-convert (librsvg2-bin) renders SVG to PNG, jq checks JSON;
+# python3-dev's headers build the zb package's extension and python3-venv
+# holds it (python/, ctest python_plan).
+TEST_PKGS=(python3 python3-dev python3-venv libxml2-utils librsvg2-bin jq)
 # Lint: clang-format checks the C style (.clang-format); Universal Ctags
 # measures function lengths (scripts/check-size.sh).
 LINT_PKGS=(clang-format universal-ctags)
@@ -28,11 +30,12 @@ SERVICE_TEST_PKGS=(prometheus python3-grpcio python3-protobuf protobuf-compiler 
 FUZZ_PKGS=(clang-14 libclang-rt-14-dev)
 # Deployment checks: systemd-analyze (package systemd; it need not run as
 # PID 1) verifies the units; a single-node Slurm (munge, slurmctld, slurmd,
-# slurm-client) runs deploy/slurm/zb.sbatch; python3-venv holds the
-# kubernetes-validate the Kubernetes check uses (scripts/install-py-deps.sh,
-# from PyPI) and python3-yaml reads the rendered manifests. kubectl (with
+# slurm-client) runs deploy/slurm/zb.sbatch; python3-venv (with the tests'
+# packages above) holds the kubernetes-validate the Kubernetes check uses
+# (scripts/install-py-deps.sh, from PyPI) and python3-yaml reads the
+# rendered manifests. kubectl (with
 # kustomize v5) is not in Debian 12; that check skips without it.
-DEPLOY_PKGS=(systemd munge slurmctld slurmd slurm-client python3-venv python3-yaml)
+DEPLOY_PKGS=(systemd munge slurmctld slurmd slurm-client python3-yaml)
 ALL_PKGS=("${BUILD_PKGS[@]}" "${TEST_PKGS[@]}" "${LINT_PKGS[@]}" "${SERVICE_PKGS[@]}" "${SERVICE_TEST_PKGS[@]}"
   "${FUZZ_PKGS[@]}" "${DEPLOY_PKGS[@]}")
 # ---------------------------------------------------------------------------
