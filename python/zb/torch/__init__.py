@@ -1,0 +1,8 @@
+"""zb for PyTorch users (docs/pytorch.md): measure stage costs, run a zb plan
+as a torch.distributed.pipelining schedule, derive torchtitan settings."""
+
+from .bridge import PlanError, add_reduce_grad, compute_rows, csv_rows, schedule, stages_of
+from .profiler import ProfileResult, StageCost, profile
+
+__all__ = ["profile", "ProfileResult", "StageCost", "schedule", "stages_of", "PlanError",
+           "add_reduce_grad", "compute_rows", "csv_rows"]
