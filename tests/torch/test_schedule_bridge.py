@@ -117,8 +117,10 @@ def run_group(p, schedules):
     results = {}
     try:
         for _ in range(p):
-            rank, res = q.get(timeout=240)
+            rank, res = q.get(timeout=240)  # a hung peer fails here, not forever
             results[rank] = res
+            if isinstance(res, str):  # one rank failed: its peers may wait on it forever
+                break
     finally:
         for pr in procs:
             pr.join(timeout=10)

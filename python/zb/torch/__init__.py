@@ -6,3 +6,6 @@ from .profiler import ProfileResult, StageCost, profile
 
 __all__ = ["profile", "ProfileResult", "StageCost", "schedule", "stages_of", "PlanError",
            "add_reduce_grad", "compute_rows", "csv_rows"]
+from .torchtitan import torchtitan_settings, torchtitan_toml  # noqa: E402
+
+__all__ += ["torchtitan_settings", "torchtitan_toml"]

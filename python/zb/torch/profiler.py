@@ -271,7 +271,11 @@ def profile(stage_modules: Sequence[nn.Module], example_inputs: Any, *,
     loss_fn = loss_fn or _default_loss
     inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
 
+    # the modules' own gradients are set aside (B and W accumulate into .grad)
     saved_grads = [[p.grad for p in m.parameters()] for m in mods]
+    for m in mods:
+        for p in m.parameters():
+            p.grad = None
     stages: list[StageCost] = []
     raw: list[dict[str, list[float]]] = []
     try:
