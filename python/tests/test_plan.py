@@ -12,6 +12,7 @@ in a venv: python test_plan.py ZBCTL  (or ZBCTL in the environment).
 """
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -154,6 +155,17 @@ class MatchesZbctl(unittest.TestCase):
             self.assertIsNotNone(self.check("zb-auto", 4, 8, stage_file=f.name, stage_costs=rows))
         finally:
             os.unlink(f.name)
+
+    def test_pickles_as_its_arguments(self):
+        # a Plan crosses to spawned processes: unpickling plans it again,
+        # and the same arguments give the same plan, byte for byte
+        for schedule, kw in (("zb-v", {}), ("zb-auto", dict(stage_costs=[(1, 2, 1), (2, 1, 1)], mem_limit="2p"))):
+            with self.subTest(schedule=schedule):
+                plan = zb.plan(schedule, 2, 6, **kw)
+                back = pickle.loads(pickle.dumps(plan))
+                self.assertIsNot(back, plan)
+                self.assertEqual((back.schedule, back.csv_comm(), back.figures), (plan.schedule, plan.csv_comm(), plan.figures))
+                self.assertEqual(no_time(back.json()), no_time(plan.json()))
 
 
 class Errors(unittest.TestCase):

@@ -52,8 +52,9 @@ class Plan:
     peak is p).
     """
 
-    def __init__(self, result):
+    def __init__(self, result, call=None):
         self._result = result
+        self._call = call  # zb.plan's arguments, for pickling
         name, family, p, v, m, kind, placement = result.info()
         self.schedule = name
         self.family = family
@@ -89,6 +90,13 @@ class Plan:
         """`zbctl plan -o csv-comm`: the lowered lists with their sends' waits."""
         return self._result.csv_comm()
 
+    def __reduce__(self):
+        # Pickled as the arguments it was planned from, planned again when
+        # unpickled (planning is deterministic: the same plan), so a Plan
+        # crosses to processes spawned by multiprocessing or torchrun.
+        schedule, ranks, microbatches, kwargs = self._call
+        return (_replan, (schedule, ranks, microbatches, kwargs))
+
     def __repr__(self):
         f = self.figures
         return (f"<zb.Plan {self.schedule}: p={self.ranks} v={self.chunks} m={self.microbatches} "
@@ -120,4 +128,11 @@ def plan(schedule, ranks, microbatches, *, chunks=None, costs=None, stage_costs=
     units = _args.mem_limit_units(mem_limit, p)
     obj = _args.objective_code(objective)
     rows = _args.stage_rows(stage_costs)
-    return Plan(_libzb.plan(schedule, p, m, v, *t, *mm, units, obj, rows))
+    call = (schedule, ranks, microbatches,
+            {"chunks": chunks, "costs": costs, "stage_costs": stage_costs, "mem": mem, "mem_limit": mem_limit,
+             "objective": objective})
+    return Plan(_libzb.plan(schedule, p, m, v, *t, *mm, units, obj, rows), call)
+
+
+def _replan(schedule, ranks, microbatches, kwargs):
+    return plan(schedule, ranks, microbatches, **kwargs)

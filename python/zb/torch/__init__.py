@@ -1,0 +1,11 @@
+"""zb for PyTorch users (docs/pytorch.md): measure stage costs, run a zb plan
+as a torch.distributed.pipelining schedule, derive torchtitan settings."""
+
+from .bridge import PlanError, add_reduce_grad, compute_rows, csv_rows, schedule, stages_of
+from .profiler import ProfileResult, StageCost, profile
+
+__all__ = ["profile", "ProfileResult", "StageCost", "schedule", "stages_of", "PlanError",
+           "add_reduce_grad", "compute_rows", "csv_rows"]
+from .torchtitan import torchtitan_settings, torchtitan_toml  # noqa: E402
+
+__all__ += ["torchtitan_settings", "torchtitan_toml"]
