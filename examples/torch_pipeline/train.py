@@ -57,9 +57,14 @@ def main():
         box[0] = (prof.stage_costs_text(), prof.stage_costs("ms"), prof.mem())
     dist.broadcast_object_list(box, src=0)
     _, stage_ms, mem = box[0]
-    plan = zb.plan("zb-auto", p, m, stage_costs=stage_ms, mem=mem)
+    # T_comm: one microbatch's activation between two ranks over gloo
+    comm_ms = 1e3 * zbt.profile_p2p(torch.empty(mbs, d))
+    plan = zb.plan("zb-auto", p, m, stage_costs=stage_ms, costs=(1, 1, 1, comm_ms), mem=mem)
+    blind = zb.plan("zb-auto", p, m, stage_costs=stage_ms, mem=mem)
     if rank == 0:
-        print(f"planned in-process: {plan.schedule}, p={p} m={m}")
+        print(f"# T_comm {comm_ms:.4f} ms (profile_p2p, {mbs}x{d} fp32)")
+        print(f"planned in-process: {plan.schedule}, p={p} m={m}; predicted makespan {plan.figures.makespan:.2f} ms "
+              f"({blind.figures.makespan:.2f} ms with T_comm = 0)")
 
     # 2. the schedule for this rank's stages
     sched = zbt.schedule(plan, rank, lambda s: copy.deepcopy(model[s]), loss_fn=loss_fn)

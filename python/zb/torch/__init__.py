@@ -2,9 +2,10 @@
 as a torch.distributed.pipelining schedule, derive torchtitan settings."""
 
 from .bridge import PlanError, add_reduce_grad, compute_rows, csv_rows, schedule, stages_of
+from .comm import profile_p2p
 from .profiler import ProfileResult, StageCost, profile
 
-__all__ = ["profile", "ProfileResult", "StageCost", "schedule", "stages_of", "PlanError",
+__all__ = ["profile", "profile_p2p", "ProfileResult", "StageCost", "schedule", "stages_of", "PlanError",
            "add_reduce_grad", "compute_rows", "csv_rows"]
 from .torchtitan import torchtitan_settings, torchtitan_toml  # noqa: E402
 
