@@ -9,3 +9,7 @@ __all__ = ["profile", "ProfileResult", "StageCost", "schedule", "stages_of", "Pl
 from .torchtitan import torchtitan_settings, torchtitan_toml  # noqa: E402
 
 __all__ += ["torchtitan_settings", "torchtitan_toml"]
+from .agent import Agent, attach  # noqa: E402
+from ._wire import AttachError  # noqa: E402
+
+__all__ += ["attach", "Agent", "AttachError"]
