@@ -72,8 +72,24 @@ class Agent:
             yield it
             if self._current is not None:
                 self._fail(f"iteration {it}: step() was not called")
-        self._link.report(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id,
-                                                 rank=self.rank, done=True))
+        resp = self._link.report(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id,
+                                                        rank=self.rank, done=True))
+        if not resp.stop:
+            self._await_release()
+
+    def _await_release(self) -> None:
+        """After done, stay attached until the job ends (the coordinator
+        releases every rank when the last is done): an agent that left
+        earlier would be a lost worker of a running job."""
+        deadline = time.monotonic() + self._wait_s
+        while not self.cancelled:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AttachError(f"job {self.job_id}: not released within {self._wait_s:g} s of rank "
+                                  f"{self.rank}'s last iteration")
+            cmd = self._link.next_command(min(left, 1.0))
+            if cmd is not None and cmd.WhichOneof("kind") == "release_job_id" and cmd.release_job_id == self.job_id:
+                return
 
     def step(self, inputs: torch.Tensor | None = None, target: torch.Tensor | None = None) -> float | None:
         """Runs the current iteration's plan (inputs used on the rank with
