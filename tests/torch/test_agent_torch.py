@@ -103,12 +103,43 @@ def job_yaml(p, run):
                       "torch_run: %s" % run, "trace_every: 4", ""])
 
 
+def attach_refused(stub, **fields):
+    """(code, details) of an Attach the coordinator must refuse."""
+    req = zb_pb2.AttachRequest(data_address="x:0", backends=["torch"], transports=["torch"], **fields)
+    return zbsvc.rpc_error(lambda: next(iter(stub.Attach(req, timeout=10))))
+
+
+def check_attach_refusals(c):
+    """Bad bindings: each refused with a message naming the field, and the
+    coordinator serves on."""
+    ch, stub = c.stub_as("worker-trun")
+    try:
+        code, msg = attach_refused(stub, worker_id="trun/1", torch_run="r", torch_rank=0)
+        assert code == zbsvc.grpc.StatusCode.PERMISSION_DENIED and "torch_rank 1" in msg, (code, msg)
+        code, msg = attach_refused(stub, worker_id="trun", torch_rank=3)
+        assert code == zbsvc.grpc.StatusCode.INVALID_ARGUMENT and "torch_rank" in msg, (code, msg)
+        code, msg = attach_refused(stub, worker_id="trun/0", torch_run="bad run", torch_rank=0)
+        assert code == zbsvc.grpc.StatusCode.INVALID_ARGUMENT and "torch_run" in msg, (code, msg)
+        code, msg = attach_refused(stub, worker_id="trun/0", torch_run="another-run", torch_rank=0)
+        assert code == zbsvc.grpc.StatusCode.ALREADY_EXISTS and "decoy/0" in msg, (code, msg)
+        code, msg = attach_refused(c.stub_as("worker-decoy")[1], worker_id="decoy/00", torch_run="another-run",
+                                   torch_rank=0)
+        assert code == zbsvc.grpc.StatusCode.PERMISSION_DENIED, (code, msg)
+    finally:
+        ch.close()
+    cp = c.zbctl("submit", "-", input=job_yaml(2, "r") + "data_parallel: 2\n")
+    assert cp.returncode != 0 and "data_parallel" in cp.stderr and "one pipeline" in cp.stderr, cp.stderr
+    c.assert_serving()
+
+
 def run_case(p, ex):
     run = "run-p%d" % p
     with zbsvc.Cluster(workers=1, tls=True, name="torch-agent-%d" % p) as c:
         c.make_certs(workers=["trun", "decoy"])
         decoy = Decoy(c)
         try:
+            if p == 2:
+                check_attach_refusals(c)
             check_case(c, p, run, ex, decoy)
         finally:
             decoy.close()
