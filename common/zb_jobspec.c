@@ -45,7 +45,8 @@ const char *const zb_job_keys[ZB_JK_COUNT] = {"name",
                                               "zero",
                                               "rank_order",
                                               "link_gbps",
-                                              "link_latency_us"};
+                                              "link_latency_us",
+                                              "torch_run"};
 const char *const zb_adaptive_keys[ZB_AK_COUNT] = {"enabled", "min_gain", "check_every"};
 const char *const zb_adaptive_fields[ZB_AK_COUNT] = {"adaptive.enabled", "adaptive.min_gain",
                                                      "adaptive.check_every"};
@@ -97,7 +98,7 @@ const zb_int_limit zb_model_limits[ZB_MK_COUNT] = {
 const zb_int_limit zb_nan_index_limit = {0, 1000000};
 
 static const char *const step_modes[] = {ZB_STEP_POST_VALIDATED_NAME, ZB_STEP_SYNCHRONOUS_NAME};
-static const char *const transports[] = {"tcp", "nccl"};
+static const char *const transports[] = {"tcp", "nccl", ZB_TRANSPORT_TORCH};
 static const char *const precisions[] = {ZB_PRECISION_FP32_NAME, "tf32", "bf16"};
 
 static bool in_limit(long long v, const zb_int_limit *l) {
@@ -518,13 +519,14 @@ zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f) {
       (err = check_int(f, ZB_JK_WAIT_WORKERS, s->wait_for_workers_s)) ||
       (err = check_int(f, ZB_JK_TRANSFER_TIMEOUT, s->transfer_timeout_s)))
     return err;
-  if (!terminated(s->backend, sizeof s->backend) || !one_of(s->backend, zb_backend_names, 3))
-    return zb_job_fault_set(f, ZB_JK_BACKEND, -1, "backend", "must be one of sim, cpu, cuda, got '%.15s'",
-                            s->backend);
-  if (!terminated(s->transport, sizeof s->transport) || !one_of(s->transport, transports, 2))
-    return zb_job_fault_set(f, ZB_JK_TRANSPORT, -1, "transport", "must be one of tcp, nccl, got '%.15s'",
-                            s->transport);
-  if ((err = check_device(s, f)) || (err = check_adaptive(s, f)) || (err = check_model(s, f)))
+  if (!terminated(s->backend, sizeof s->backend) || !one_of(s->backend, zb_backend_names, 4))
+    return zb_job_fault_set(f, ZB_JK_BACKEND, -1, "backend",
+                            "must be one of sim, cpu, cuda, torch, got '%.15s'", s->backend);
+  if (!terminated(s->transport, sizeof s->transport) || !one_of(s->transport, transports, 3))
+    return zb_job_fault_set(f, ZB_JK_TRANSPORT, -1, "transport",
+                            "must be one of tcp, nccl, torch, got '%.15s'", s->transport);
+  if ((err = zb_job_spec_check_torch(s, f)) || (err = check_device(s, f)) || (err = check_adaptive(s, f)) ||
+      (err = check_model(s, f)))
     return err;
   return zb_job_spec_check_dp(s, f);
 }

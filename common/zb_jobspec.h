@@ -48,8 +48,11 @@
  *   link_latency_us: 10         # optional: its per-hop latency, us (default 10, >= 0); a model job
  *                               #   with d > 1 derives each stage's T_reduce from the two as a ring
  *                               #   all-reduce of the stage's fp32 gradients (zb_jobspec_dp.h)
- *   backend: sim                # optional: sim (default), cpu, cuda
- *   transport: tcp              # optional: tcp (default), nccl (backend cuda only)
+ *   backend: sim                # optional: sim (default), cpu, cuda, torch (a torchrun job)
+ *   transport: tcp              # optional: tcp (default), nccl (backend cuda only), torch (backend
+ *                               #   torch only, and required there: the run's process group)
+ *   torch_run: run-1            # backend torch only, required: the run id its agents attach with,
+ *                               #   1..63 chars [A-Za-z0-9._-] (zb_jobspec_torch.c)
  *   precision: fp32             # optional: fp32 (default); tf32, bf16 (backend cuda only)
  *   bytes_per_activation: 65536 # optional, default 65536, 0..1 GiB (cpu, cuda: derived, see below)
  *   wait_for_workers_s: 600     # optional: wait PENDING this long for enough workers to attach
@@ -182,6 +185,10 @@ typedef struct zb_job_spec {
   char rank_order[16]; /* ZB_RANK_ORDER_PIPELINES (default) or ZB_RANK_ORDER_STAGES */
   double link_gbps;    /* the reduction's bandwidth, Gbit/s (default 100) */
   double link_latency_us;
+  /* backend torch only (required there): the torchrun run whose
+   * processes run it; zb rank r goes to the agent attached as (torch_run,
+   * r) (docs/pytorch.md, Attaching a torchrun job) */
+  char torch_run[64];
   bool has_model;      /* a model was given (only a cpu or cuda job may have one) */
   zb_model_spec model; /* defaults unless given; used by cpu and cuda jobs */
 } zb_job_spec;
@@ -237,6 +244,9 @@ double zb_model_spec_params(const zb_model_spec *m);
  * divided by the ranks. The coordinator refuses workers advertising less. */
 double zb_job_spec_rank_state_bytes(const zb_job_spec *s);
 void zb_job_spec_free(zb_job_spec *s);
+/* A torch run id (JobSpec.torch_run, AttachRequest.torch_run): 1..63
+ * characters of [A-Za-z0-9._-] within cap bytes. */
+bool zb_torch_run_valid(const char *run, size_t cap);
 
 /* The architecture of a model spec (zb_jobspec_arch.c): builtin for
  * architecture "builtin" (its sizes from the spec), else parsed from

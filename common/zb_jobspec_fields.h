@@ -34,6 +34,7 @@ typedef enum zb_job_key {
   ZB_JK_RANK_ORDER,
   ZB_JK_LINK_GBPS,
   ZB_JK_LINK_LATENCY,
+  ZB_JK_TORCH_RUN,
   ZB_JK_COUNT
 } zb_job_key;
 
@@ -128,6 +129,11 @@ typedef struct zb_job_fault {
  * the ranks limit, zero only where it means something, rank_order, the
  * link figures. Sets the fault and returns ZB_ERR_INVALID_ARG, or ZB_OK. */
 zb_err zb_job_spec_check_dp(const zb_job_spec *s, zb_job_fault *f);
+
+/* The torch backend's checks (zb_jobspec_torch.c): torch_run and
+ * transport torch with backend torch only, and there one pipeline, no
+ * model, no ZeRO. Sets the fault and returns ZB_ERR_INVALID_ARG, or ZB_OK. */
+zb_err zb_job_spec_check_torch(const zb_job_spec *s, zb_job_fault *f);
 
 /* zb_job_spec_check, with the fault as data for a reader to place. */
 zb_err zb_job_spec_find_fault(const zb_job_spec *s, zb_job_fault *f);

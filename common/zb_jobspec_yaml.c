@@ -283,6 +283,7 @@ static zb_err job_dp_value(const zb_yaml_walk *w, zb_job_key k, const yaml_node_
   case ZB_JK_RANK_ORDER: return zb_yaml_get_string(w, v, "rank_order", s->rank_order, sizeof s->rank_order);
   case ZB_JK_LINK_GBPS: return zb_yaml_get_number(w, v, "link_gbps", &s->link_gbps);
   case ZB_JK_LINK_LATENCY: return zb_yaml_get_number(w, v, "link_latency_us", &s->link_latency_us);
+  case ZB_JK_TORCH_RUN: return zb_yaml_get_string(w, v, "torch_run", s->torch_run, sizeof s->torch_run);
   default: return ZB_ERR_PARSE;
   }
 }

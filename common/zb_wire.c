@@ -162,6 +162,10 @@ static zb_err wire_dp_from_pb(const Zb__V1__JobSpec *pb, zb_job_spec *out, zb_di
     out->link_gbps = pb->link_gbps;
   if (pb->link_latency_us)
     out->link_latency_us = pb->link_latency_us->value;
+  zb_err err;
+  if (pb->torch_run && pb->torch_run[0] &&
+      (err = zb_wire_copy_str(out->torch_run, sizeof out->torch_run, pb->torch_run, "torch_run", diag)))
+    return err;
   if (pb->rank_order && pb->rank_order[0])
     return zb_wire_copy_str(out->rank_order, sizeof out->rank_order, pb->rank_order, "rank_order", diag);
   return ZB_OK;
@@ -268,6 +272,7 @@ void zb_wire_spec_to_pb(const zb_job_spec *spec, Zb__V1__JobSpec *pb) {
   pb->data_parallel = spec->data_parallel;
   pb->zero = spec->zero;
   pb->rank_order = (char *)spec->rank_order;
+  pb->torch_run = (char *)spec->torch_run;
   pb->link_gbps = spec->link_gbps;
   rc->t_f = spec->costs.t_f;
   rc->t_b = spec->costs.t_b;

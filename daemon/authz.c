@@ -1,7 +1,9 @@
 /* authz.c — who may do what on the coordinator (docs/operations.md,
  * Security). The caller is who its client certificate says
  * (zb_rpc_call_identity): a worker may only Attach and Report, as the
- * worker id in its certificate; a user may plan, list the workers, and
+ * worker id in its certificate, or as that id, '/' and a rank for the
+ * processes of a torchrun run sharing one certificate (which then attach
+ * bound to that rank); a user may plan, list the workers, and
  * submit, read, watch, cancel and re-plan its own jobs; an admin may do
  * all of that on every job. Reports are held to the job and rank the
  * worker was given (reports.c), and after a coordinator restart a rank
@@ -10,6 +12,7 @@
  * PERMISSION_DENIED. In insecure mode (no TLS) every caller may do
  * everything. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coordinator.h"
@@ -45,14 +48,45 @@ bool authz_job(coord *co, zb_rpc_call *call, const zb_identity *who, const coord
   return false;
 }
 
+/* The rank suffix of worker_id when it is NAME/RANK for the certificate's
+ * NAME (the processes of one torchrun run share a certificate,
+ * docs/operations.md, Security): RANK, else -1. */
+static int shared_cert_rank(const char *name, const char *worker_id) {
+  size_t n = strlen(name);
+  if (strncmp(worker_id, name, n) != 0 || worker_id[n] != '/')
+    return -1;
+  const char *digits = worker_id + n + 1;
+  size_t len = strspn(digits, "0123456789");
+  if (len < 1 || len > 4 || digits[len] || (len > 1 && digits[0] == '0'))
+    return -1;
+  return atoi(digits);
+}
+
 bool authz_worker(coord *co, zb_rpc_call *call, const char *worker_id, const char *action) {
   zb_identity who;
   if (!authz_caller(co, call, AUTHZ_WORKER, action, &who))
     return false;
-  if (!co->tls || !strcmp(who.name, worker_id ? worker_id : ""))
+  if (!co->tls || !strcmp(who.name, worker_id ? worker_id : "") ||
+      (worker_id && shared_cert_rank(who.name, worker_id) >= 0))
     return true;
   zb_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED, "worker_id: worker %s may not %s as worker '%.64s'",
               who.name, action, worker_id ? worker_id : "");
+  return false;
+}
+
+bool authz_torch_rank(coord *co, zb_rpc_call *call, const Zb__V1__AttachRequest *req) {
+  if (!co->tls)
+    return true;
+  zb_identity who;
+  zb_rpc_call_identity(call, &who);
+  int rank = shared_cert_rank(who.name, req->worker_id);
+  if (rank < 0 || (req->torch_run && req->torch_run[0] && req->torch_rank == rank))
+    return true;
+  zb_rpc_fail(
+      call, GRPC_STATUS_PERMISSION_DENIED,
+      "worker_id: '%.64s' is the form of a torch agent's rank %d; it must attach with torch_run set and "
+      "torch_rank %d",
+      req->worker_id, rank, rank);
   return false;
 }
 

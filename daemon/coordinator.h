@@ -57,6 +57,10 @@ typedef struct coord_worker {
   int told_heartbeat_ms; /* the heartbeat period its stream last carried (heartbeat.h) */
   coord_job *job;        /* NULL: idle */
   int rank;              /* the global rank it runs */
+  /* a zb.torch.attach agent: the torchrun run and rank it is bound to
+   * (AttachRequest.torch_run, torch_rank); "" for any other worker */
+  char torch_run[64];
+  int torch_rank;
   struct coord_worker *next;
 } coord_worker;
 
@@ -234,6 +238,11 @@ bool authz_owns(const coord *co, const zb_identity *who, const coord_job *j);
 bool authz_job(coord *co, zb_rpc_call *call, const zb_identity *who, const coord_job *j);
 /* Whether the caller is the worker worker_id (Attach, Report). */
 bool authz_worker(coord *co, zb_rpc_call *call, const char *worker_id, const char *action);
+/* With mutual TLS, a worker id of the form NAME/RANK (NAME the
+ * certificate's) must belong to a torch agent bound to rank RANK
+ * (AttachRequest.torch_run set, torch_rank RANK); false after failing call
+ * with PERMISSION_DENIED. */
+bool authz_torch_rank(coord *co, zb_rpc_call *call, const Zb__V1__AttachRequest *req);
 /* The identity a worker's ranks are kept under (zb_store_job.rank_owners):
  * with mutual TLS its certificate's, "zb://worker/NAME"; in insecure mode,
  * which has no identities, "insecure:" and the worker id it claims. */

@@ -3,7 +3,9 @@
  * most idle workers first, so that ranks consecutive in the job's
  * rank_order share a host where they can (a replica's pipeline stages for
  * pipelines, a stage group's replicas for stages); within a host in attach
- * order. Sorting keeps it O(n log n) in the attached workers. */
+ * order. Sorting keeps it O(n log n) in the attached workers. A torch
+ * job's candidates are its run's agents, one per rank (worker_can_run):
+ * each takes the rank it is bound to (docs/pytorch.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +73,8 @@ void job_take_workers(coord *co, coord_job *j) {
   for (int h = 0; h < n_runs && r < p; h++)
     for (int k = runs[h].start; k < runs[h].start + runs[h].n && r < p; k++) {
       coord_worker *w = c[k].w;
-      int g = placement_rank_at(&j->spec, r++);
+      int g = w->torch_run[0] ? w->torch_rank : placement_rank_at(&j->spec, r); /* bound: its own */
+      r++;
       w->job = j;
       w->rank = g;
       snprintf(j->rank_hosts[g], sizeof j->rank_hosts[g], "%s", w->hostname);

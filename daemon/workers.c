@@ -32,11 +32,20 @@ static bool worker_offers(const char *list, const char *name) {
   return false;
 }
 
+/* A torch job's ranks go only to the agents bound to its run, one per
+ * rank below its ranks (docs/pytorch.md, Attaching a torchrun job); an
+ * agent runs nothing else. */
+static bool worker_bound_for(const coord_worker *w, const zb_job_spec *spec) {
+  if (strcmp(spec->backend, ZB_BACKEND_TORCH) != 0)
+    return !w->torch_run[0];
+  return w->torch_run[0] && !strcmp(w->torch_run, spec->torch_run) && w->torch_rank < spec->ranks;
+}
+
 /* An attached worker that offers the job's backend and transport, and for
  * a cuda job has reported a GPU: a worker that offers cuda without naming
  * its device is not trusted with one (docs/operations.md, GPU workers). */
 bool worker_offers_job(const coord_worker *w, const zb_job_spec *spec) {
-  return w->attach && worker_offers(w->backends, spec->backend) &&
+  return w->attach && worker_bound_for(w, spec) && worker_offers(w->backends, spec->backend) &&
          worker_offers(w->transports, spec->transport) && (!job_needs_gpu(spec) || w->gpu[0]);
 }
 
@@ -275,10 +284,44 @@ static bool attach_request_ok(zb_rpc_call *call, const Zb__V1__AttachRequest *re
   return attach_sizes_ok(call, req);
 }
 
+/* A zb.torch.attach agent's binding (AttachRequest.torch_run, torch_rank):
+ * a valid run id and a rank in range, that no other attached worker holds
+ * (two processes claiming one rank is a misconfigured launch); false after
+ * failing call. */
+static bool attach_torch_ok(coord *co, zb_rpc_call *call, const Zb__V1__AttachRequest *req) {
+  if (!req->torch_run || !req->torch_run[0]) {
+    if (req->torch_rank != 0) {
+      zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "torch_rank: %d given without torch_run",
+                  req->torch_rank);
+      return false;
+    }
+    return true;
+  }
+  if (!zb_torch_run_valid(req->torch_run, strlen(req->torch_run) + 1)) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "torch_run: must be 1..63 characters of [A-Za-z0-9._-]");
+    return false;
+  }
+  if (req->torch_rank < 0 || req->torch_rank >= 1024) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "torch_rank: must be in 0..1023, got %d",
+                req->torch_rank);
+    return false;
+  }
+  for (coord_worker *o = co->workers; o; o = o->next)
+    if (o->attach && !strcmp(o->torch_run, req->torch_run) && o->torch_rank == req->torch_rank &&
+        strcmp(o->id, req->worker_id) != 0) {
+      zb_rpc_fail(call, GRPC_STATUS_ALREADY_EXISTS,
+                  "torch_rank: rank %d of run %s is already attached as worker %s", req->torch_rank,
+                  req->torch_run, o->id);
+      return false;
+    }
+  return true;
+}
+
 void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__AttachRequest *req = (const void *)m;
-  if (!authz_worker(co, call, req->worker_id, "attach") || !attach_request_ok(call, req))
+  if (!authz_worker(co, call, req->worker_id, "attach") || !attach_request_ok(call, req) ||
+      !authz_torch_rank(co, call, req) || !attach_torch_ok(co, call, req))
     return;
   if (co->stopping) {
     zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
@@ -312,6 +355,8 @@ void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   snprintf(w->hostname, sizeof w->hostname, "%s", req->hostname ? req->hostname : "");
   snprintf(w->gpu, sizeof w->gpu, "%s", req->gpu ? req->gpu : "");
   snprintf(w->blas, sizeof w->blas, "%s", req->blas ? req->blas : "");
+  snprintf(w->torch_run, sizeof w->torch_run, "%s", req->torch_run ? req->torch_run : "");
+  w->torch_rank = w->torch_run[0] ? req->torch_rank : 0;
   join_list(w->backends, sizeof w->backends, req->backends, req->n_backends);
   join_list(w->transports, sizeof w->transports, req->transports, req->n_transports);
   utf8_trim(w->hostname);

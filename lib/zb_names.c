@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-const char *const zb_backend_names[3] = {ZB_BACKEND_SIM, ZB_BACKEND_CPU, ZB_BACKEND_CUDA};
+const char *const zb_backend_names[4] = {ZB_BACKEND_SIM, ZB_BACKEND_CPU, ZB_BACKEND_CUDA, ZB_BACKEND_TORCH};
 
 bool zb_backend_runs_model(const char *backend) {
   return strcmp(backend, ZB_BACKEND_CPU) == 0 || strcmp(backend, ZB_BACKEND_CUDA) == 0;

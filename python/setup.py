@@ -11,9 +11,11 @@ import os
 import re
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIB = os.path.normpath(os.path.join(HERE, "..", "lib"))
+PROTO = os.path.normpath(os.path.join(HERE, "..", "proto"))
 SRC = os.path.join(HERE, "src")
 
 
@@ -47,4 +49,31 @@ ext = Extension(
     libraries=["m"],
 )
 
-setup(ext_modules=[ext])
+class build_py_with_stubs(build_py):
+    """Also generates zb.v1 (zb_pb2, zb_pb2_grpc) from proto/zb/v1/zb.proto
+    with grpcio-tools, for zb.torch.attach (docs/pytorch.md). The proto's
+    package zb.v1 is this package's subpackage, so the stubs' own imports
+    (from zb.v1 import zb_pb2) resolve here. Without grpcio-tools (a build
+    without isolation in an environment that lacks it) the package builds
+    without them: planning works, attach says how to get them."""
+
+    def run(self):
+        super().run()
+        try:
+            from grpc_tools import protoc
+        except ImportError:
+            print("zb: grpcio-tools not importable: building without zb.v1 (zb.torch.attach needs it; "
+                  "pip install 'grpcio-tools' into the build environment)")
+            return
+        out = os.path.join(self.build_lib, "zb", "v1")
+        os.makedirs(out, exist_ok=True)
+        include = os.path.join(os.path.dirname(protoc.__file__), "_proto")
+        rc = protoc.main(["protoc", "-I" + PROTO, "-I" + include, "--python_out=" + self.build_lib,
+                          "--grpc_python_out=" + self.build_lib, os.path.join(PROTO, "zb", "v1", "zb.proto")])
+        if rc != 0:
+            raise SystemExit(f"zb: grpc_tools.protoc failed ({rc}) on {PROTO}/zb/v1/zb.proto")
+        with open(os.path.join(out, "__init__.py"), "w", encoding="utf-8") as f:
+            f.write('"""zb.v1: the wire (proto/zb/v1/zb.proto), generated at build time."""\n')
+
+
+setup(ext_modules=[ext], cmdclass={"build_py": build_py_with_stubs})

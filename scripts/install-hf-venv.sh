@@ -43,12 +43,16 @@ TORCH_VERSION=2.15.0
 TRANSFORMERS_VERSION=5.23.0
 SAFETENSORS_VERSION=0.8.0
 NUMPY_VERSION=2.4.6
+# zb.torch.attach's gRPC (python/zb/torch/agent.py): grpcio at run time,
+# grpcio-tools to generate the stubs when the zb package is built (the
+# torch tests install it without build isolation, so from this venv).
+GRPCIO_VERSION=1.85.1
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${ZB_HF_VENV:-$root/build/venv-hf}
 venv_args 2 16 "$@"
 
-want="torch=$TORCH_VERSION transformers=$TRANSFORMERS_VERSION safetensors=$SAFETENSORS_VERSION numpy=$NUMPY_VERSION"
+want="torch=$TORCH_VERSION transformers=$TRANSFORMERS_VERSION safetensors=$SAFETENSORS_VERSION numpy=$NUMPY_VERSION grpcio=$GRPCIO_VERSION grpcio-tools=$GRPCIO_VERSION"
 
 # Prints "torch=V transformers=V safetensors=V numpy=V" as installed, and
 # fails unless torch also imports (a half-installed venv must not pass).
@@ -57,7 +61,7 @@ installed_versions() {
   "$venv/bin/python" - <<'EOF' 2>/dev/null
 from importlib.metadata import version
 import torch  # noqa: F401  (the import itself is what is checked)
-print(" ".join(f"{n}={version(n)}" for n in ("torch", "transformers", "safetensors", "numpy")))
+print(" ".join(f"{n}={version(n)}" for n in ("torch", "transformers", "safetensors", "numpy", "grpcio", "grpcio-tools")))
 EOF
 }
 
@@ -69,7 +73,8 @@ echo "install-hf-venv: pip install $want into $venv (about 2.9 GB from PyPI the 
 start=$SECONDS
 if ! "$venv/bin/python" -m pip install --disable-pip-version-check --quiet --timeout 20 --retries 1 \
   "torch==$TORCH_VERSION" "transformers==$TRANSFORMERS_VERSION" \
-  "safetensors==$SAFETENSORS_VERSION" "numpy==$NUMPY_VERSION"; then
+  "safetensors==$SAFETENSORS_VERSION" "numpy==$NUMPY_VERSION" \
+  "grpcio==$GRPCIO_VERSION" "grpcio-tools==$GRPCIO_VERSION"; then
   echo "install-hf-venv: pip install failed (no network to PyPI, or no disk space?); $venv is incomplete" >&2
   exit 1
 fi

@@ -10,3 +10,7 @@ __all__ = ["profile", "profile_p2p", "ProfileResult", "StageCost", "schedule", "
 from .torchtitan import torchtitan_settings, torchtitan_toml  # noqa: E402
 
 __all__ += ["torchtitan_settings", "torchtitan_toml"]
+from .agent import Agent, attach  # noqa: E402
+from ._wire import AttachError  # noqa: E402
+
+__all__ += ["attach", "Agent", "AttachError"]
