@@ -381,10 +381,13 @@ static void print_job(const ProtobufCMessage *resp, const void *ctx) {
   const Zb__V1__JobSpec *s = j->spec;
   printf("job        %s (%s)\nstate      %s: %s\nschedule   %s (submitted as %s)\n", j->id, s ? s->name : "?",
          state_short(j->state), j->reason, j->schedule, s ? s->schedule : "?");
+  char chunks[24] = "the family's"; /* 0 in the spec: the family's own (docs/formats.md) */
+  if (s && s->chunks)
+    snprintf(chunks, sizeof chunks, "%d", s->chunks);
   if (s)
-    printf("shape      p=%d m=%d chunks=%d; %d iterations; backend %s, transport %s, precision %s, %lld "
+    printf("shape      p=%d m=%d chunks %s; %d iterations; backend %s, transport %s, precision %s, %lld "
            "bytes/activation\n",
-           s->ranks, s->microbatches, s->chunks, s->iterations, s->backend, s->transport,
+           s->ranks, s->microbatches, chunks, s->iterations, s->backend, s->transport,
            s->precision && s->precision[0] ? s->precision : "fp32", (long long)s->bytes_per_activation);
   if (s && s->model) {
     const Zb__V1__ModelSpec *m = s->model;
