@@ -370,7 +370,12 @@ class Cluster:
         """Waits until n workers are attached (and idle)."""
 
         def ok():
-            ws = self.list_workers()
+            try:
+                ws = self.list_workers()
+            except grpc.RpcError as e:  # the channel's first connect may race the listener: poll again
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                return None
             good = [w for w in ws if not idle or w.state == "idle"]
             return (ws,) if len(good) >= n else None
 
