@@ -247,6 +247,11 @@ void zb_job_spec_free(zb_job_spec *s);
 /* A torch run id (JobSpec.torch_run, AttachRequest.torch_run): 1..63
  * characters of [A-Za-z0-9._-] within cap bytes. */
 bool zb_torch_run_valid(const char *run, size_t cap);
+/* The largest torch rank an agent may bind to (AttachRequest.torch_rank)
+ * and name in a shared certificate's worker id NAME/RANK (daemon/authz.c):
+ * one limit, so an id the certificate check accepts is one the binding
+ * check accepts too. */
+enum { ZB_TORCH_RANK_MAX = 1023 };
 
 /* The architecture of a model spec (zb_jobspec_arch.c): builtin for
  * architecture "builtin" (its sizes from the spec), else parsed from

@@ -12,7 +12,6 @@
  * PERMISSION_DENIED. In insecure mode (no TLS) every caller may do
  * everything. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "coordinator.h"
@@ -50,16 +49,23 @@ bool authz_job(coord *co, zb_rpc_call *call, const zb_identity *who, const coord
 
 /* The rank suffix of worker_id when it is NAME/RANK for the certificate's
  * NAME (the processes of one torchrun run share a certificate,
- * docs/operations.md, Security): RANK, else -1. */
+ * docs/operations.md, Security): RANK, decimal without leading zeros and
+ * at most ZB_TORCH_RANK_MAX (the ranks an agent may bind to), else -1. */
 static int shared_cert_rank(const char *name, const char *worker_id) {
   size_t n = strlen(name);
   if (strncmp(worker_id, name, n) != 0 || worker_id[n] != '/')
     return -1;
   const char *digits = worker_id + n + 1;
   size_t len = strspn(digits, "0123456789");
-  if (len < 1 || len > 4 || digits[len] || (len > 1 && digits[0] == '0'))
+  if (len < 1 || digits[len] || (len > 1 && digits[0] == '0'))
     return -1;
-  return atoi(digits);
+  int rank = 0;
+  for (size_t k = 0; k < len; k++) {
+    rank = rank * 10 + (digits[k] - '0');
+    if (rank > ZB_TORCH_RANK_MAX) /* stops before an int could overflow */
+      return -1;
+  }
+  return rank;
 }
 
 bool authz_worker(coord *co, zb_rpc_call *call, const char *worker_id, const char *action) {

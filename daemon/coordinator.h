@@ -399,6 +399,10 @@ coord_worker *worker_find(coord *co, const char *id);
 /* An attached worker that offers the job's backend and transport (and a
  * GPU, for a job that needs one). */
 bool worker_offers_job(const coord_worker *w, const zb_job_spec *spec);
+/* Whether w's torch binding lets it run rank of a job of spec: a torch
+ * job's rank r only on the agent bound to (spec->torch_run, r), any other
+ * job's only on a worker bound to no run (docs/pytorch.md). */
+bool worker_bound_for_rank(const coord_worker *w, const zb_job_spec *spec, int rank);
 /* The memory a worker advertised for spec's kind of job (GPU or host). */
 long long worker_memory_for(const coord_worker *w, const zb_job_spec *spec);
 /* One that offers it and has the memory the model's fixed state needs on

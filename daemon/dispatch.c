@@ -13,6 +13,7 @@
 #include "zb_clock.h"
 #include "zb_jobspec_dp.h"
 #include "zb_log.h"
+#include "zb_names.h"
 
 void worker_send(coord_worker *w, const Zb__V1__Command *cmd) {
   if (w && w->attach)
@@ -368,8 +369,18 @@ static void update_planned(coord_plan_op *base) {
                                                : "ends before an update could apply");
     goto done;
   }
-  if ((op->plan.v != j->plan.v || op->plan.placement != j->plan.placement) &&
-      (job_tied_ends(j, &j->plan) || job_tied_ends(j, &op->plan))) {
+  bool moves = op->plan.v != j->plan.v || op->plan.placement != j->plan.placement;
+  if (moves && !strcmp(j->spec.backend, ZB_BACKEND_TORCH)) {
+    /* the script built each process's stage modules at start and zb does
+     * not move them: every agent would fail at the switch */
+    zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                "schedule: job %s is a torch job, whose stages cannot move between its torchrun processes; "
+                "%s places its stages otherwise than %s (choose a schedule with the same chunks and "
+                "placement)",
+                j->row.id, op->spec.schedule, j->spec.schedule);
+    goto done;
+  }
+  if (moves && (job_tied_ends(j, &j->plan) || job_tied_ends(j, &op->plan))) {
     zb_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                 "schedule: job %s's model ties its head to its embedding over several stages, whose two "
                 "holders cannot move at an update yet; %s places its stages otherwise than %s (choose a "

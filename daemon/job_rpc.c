@@ -12,6 +12,7 @@
 #include "zb_clock.h"
 #include "zb_jobspec_dp.h"
 #include "zb_log.h"
+#include "zb_names.h"
 
 /* ---- handlers: users ---- */
 
@@ -169,6 +170,37 @@ static bool admit_queue(coord *co, zb_rpc_call *call, const char *owner) {
   return false;
 }
 
+/* A torch job's run is no other waiting, running or planned job's: its
+ * agents would be placed in whichever starts first, and a second job's
+ * ranks would never find theirs. torch_run is a name, not a secret
+ * (docs/operations.md, Security); this only catches a mistake. Checked
+ * before planning and again when the plan is in; fails call
+ * (ALREADY_EXISTS) when taken. */
+static bool admit_torch_run(coord *co, zb_rpc_call *call, const zb_job_spec *spec) {
+  if (strcmp(spec->backend, ZB_BACKEND_TORCH) != 0)
+    return true;
+  const coord_job *other = NULL;
+  for (const coord_job *j = co->jobs; j && !other; j = j->next)
+    if ((j->row.state == ZB_JOB_PENDING || j->row.state == ZB_JOB_RUNNING) &&
+        !strcmp(j->spec.torch_run, spec->torch_run))
+      other = j;
+  for (const coord_job *j = co->planning; j && !other; j = j->next_planning)
+    if (!strcmp(j->spec.torch_run, spec->torch_run))
+      other = j;
+  if (!other)
+    return true;
+  if (!other->row.id[0]) /* still being planned: no id yet */
+    zb_rpc_fail(call, GRPC_STATUS_ALREADY_EXISTS,
+                "spec.torch_run: torch run %s is another job's, being submitted now: one job per run",
+                spec->torch_run);
+  else
+    zb_rpc_fail(call, GRPC_STATUS_ALREADY_EXISTS,
+                "spec.torch_run: torch run %s is job %s's (%s): one job per run; cancel it or use another "
+                "run id",
+                spec->torch_run, other->row.id, zb_job_state_name(other->row.state));
+  return false;
+}
+
 /* Gives an admitted job its id and row and queues it last. */
 static void job_enqueue(coord *co, coord_job *j) {
   jc_row_new(&j->spec, &co->next_job_number, zb_clock_unix_ms(), &j->row);
@@ -220,8 +252,8 @@ static void submit_planned(coord_plan_op *base) {
       *at = j->next_planning;
       break;
     }
-  if (!call || !admit_queue(co, call, j->spec.owner) || !admit_workers(co, call, &j->spec) ||
-      !coord_admit_planned(co, call, j, &j->spec, "spec.", &j->plan) ||
+  if (!call || !admit_queue(co, call, j->spec.owner) || !admit_torch_run(co, call, &j->spec) ||
+      !admit_workers(co, call, &j->spec) || !coord_admit_planned(co, call, j, &j->spec, "spec.", &j->plan) ||
       !coord_admit_activations(co, call, &j->spec, &j->plan)) {
     job_discard(j);
     return;
@@ -290,8 +322,8 @@ void on_submit(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
    * the loop and keep the plan, so a bad or oversized plan is refused
    * before it is queued and the job starts with the plan it was admitted
    * with */
-  if (!admit_queue(co, call, j->spec.owner) || !admit_workers(co, call, &j->spec) ||
-      !coord_admit_before_plan(co, call, &j->spec, "spec."))
+  if (!admit_queue(co, call, j->spec.owner) || !admit_torch_run(co, call, &j->spec) ||
+      !admit_workers(co, call, &j->spec) || !coord_admit_before_plan(co, call, &j->spec, "spec."))
     goto fail;
   submit_op *op = zb_calloc(1, sizeof *op);
   op->j = j;

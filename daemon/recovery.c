@@ -8,9 +8,11 @@
  * coordinator took for iterations it had not completed; each is counted
  * once. A rank goes back only to the identity the store says ran it (the
  * row's rank_owners, written when the job started): any other worker
- * naming it is refused, and the rank waits on for its own. A rank not back
- * within the recovery window fails the job; a worker naming a job this
- * coordinator will not run is released from it. */
+ * naming it is refused, and the rank waits on for its own. A torch job's
+ * rank, whose identity a run's agents share, goes back only to the agent
+ * bound to its run and rank, and an agent takes back no other job's. A
+ * rank not back within the recovery window fails the job; a worker naming
+ * a job this coordinator will not run is released from it. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -121,6 +123,15 @@ void coord_attach_running(coord *co, coord_worker *w, const char *job_id, int ra
   }
   if (!j->recover_until_ms || rank < 0 || rank >= zb_job_spec_world(&j->spec) || j->ranks[rank]) {
     release(w, job_id, "runs without it");
+    return;
+  }
+  /* the store's rank owner is the certificate, which a run's agents share
+   * (and, without TLS, a worker id anything may take): the binding is what
+   * ties a rank to its process, as at placement */
+  if (!worker_bound_for_rank(w, &j->spec, rank)) {
+    ZB_WARN("job %s: worker %s (torch run %s, rank %d) named rank %d, which it is not bound to run",
+            j->row.id, w->id, w->torch_run[0] ? w->torch_run : "(none)", w->torch_rank, rank);
+    release(w, job_id, "binds its ranks otherwise (torch run and rank)");
     return;
   }
   w->job = j;

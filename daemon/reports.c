@@ -138,8 +138,11 @@ static coord_iter_slot *job_slot(coord_job *j, int iteration) {
   slot->predicted = pl->sim ? pl->sim->bubble_ratio : 0;
   slot->predicted_paper = pl->sim ? pl->sim->bubble_ratio_paper : 0;
   slot->loss_rank = -1;
-  if (zb_job_spec_trains_model(&j->spec) || !strcmp(j->spec.backend, ZB_BACKEND_TORCH))  /* a script's loss */
-    slot->loss_rank = zb_placement_rank(pl->placement, pl->p, pl->v, pl->p * pl->v - 1); /* the plan's own */
+  /* a job that trains (a cpu or cuda model, or a torch job's script)
+   * reports its loss from the rank holding the plan's last stage: only
+   * that stage computes the loss, so the other ranks have none to give */
+  if (zb_job_spec_trains_model(&j->spec) || !strcmp(j->spec.backend, ZB_BACKEND_TORCH))
+    slot->loss_rank = zb_placement_rank(pl->placement, pl->p, pl->v, pl->p * pl->v - 1);
   return slot;
 }
 

@@ -41,6 +41,10 @@ static bool worker_bound_for(const coord_worker *w, const zb_job_spec *spec) {
   return w->torch_run[0] && !strcmp(w->torch_run, spec->torch_run) && w->torch_rank < spec->ranks;
 }
 
+bool worker_bound_for_rank(const coord_worker *w, const zb_job_spec *spec, int rank) {
+  return worker_bound_for(w, spec) && (!w->torch_run[0] || w->torch_rank == rank);
+}
+
 /* An attached worker that offers the job's backend and transport, and for
  * a cuda job has reported a GPU: a worker that offers cuda without naming
  * its device is not trusted with one (docs/operations.md, GPU workers). */
@@ -301,8 +305,8 @@ static bool attach_torch_ok(coord *co, zb_rpc_call *call, const Zb__V1__AttachRe
     zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "torch_run: must be 1..63 characters of [A-Za-z0-9._-]");
     return false;
   }
-  if (req->torch_rank < 0 || req->torch_rank >= 1024) {
-    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "torch_rank: must be in 0..1023, got %d",
+  if (req->torch_rank < 0 || req->torch_rank > ZB_TORCH_RANK_MAX) {
+    zb_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "torch_rank: must be in 0..%d, got %d", ZB_TORCH_RANK_MAX,
                 req->torch_rank);
     return false;
   }
@@ -317,11 +321,34 @@ static bool attach_torch_ok(coord *co, zb_rpc_call *call, const Zb__V1__AttachRe
   return true;
 }
 
+static const char *run_name(const char *run) {
+  return run && run[0] ? run : "(none)";
+}
+
+/* Whether this Attach may take the place of the worker already known by
+ * its id: not when that one is attached or runs a job, bound to another
+ * torch run. Under TLS a run's agents are NAME/RANK, with no run in the
+ * id, so a second run launched with the same certificate names the first
+ * run's ids; taken as a restart, it would fail the first run's job
+ * (docs/operations.md, Security). False after failing call. */
+static bool attach_same_run(coord *co, zb_rpc_call *call, const Zb__V1__AttachRequest *req) {
+  const coord_worker *w = worker_find(co, req->worker_id);
+  const char *run = req->torch_run ? req->torch_run : "";
+  if (!w || (!w->attach && !w->job) || !strcmp(w->torch_run, run))
+    return true;
+  zb_rpc_fail(call, GRPC_STATUS_ALREADY_EXISTS,
+              "worker_id: worker %s is %s%s bound to torch run %s, and this Attach is bound to torch run %s: "
+              "two runs share its certificate? (give each concurrent run its own worker certificate)",
+              w->id, w->job ? "running job " : "attached", w->job ? w->job->row.id : "",
+              run_name(w->torch_run), run_name(run));
+  return false;
+}
+
 void on_attach(zb_rpc_call *call, const ProtobufCMessage *m, void *user) {
   coord *co = user;
   const Zb__V1__AttachRequest *req = (const void *)m;
   if (!authz_worker(co, call, req->worker_id, "attach") || !attach_request_ok(call, req) ||
-      !authz_torch_rank(co, call, req) || !attach_torch_ok(co, call, req))
+      !authz_torch_rank(co, call, req) || !attach_torch_ok(co, call, req) || !attach_same_run(co, call, req))
     return;
   if (co->stopping) {
     zb_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "the coordinator is shutting down");
