@@ -14,6 +14,7 @@ runs this file and compares the saved weights with a non-pipelined run.
 """
 
 import argparse
+import datetime
 import json
 import os
 import time
@@ -53,9 +54,15 @@ def main() -> None:
     ap.add_argument("--worker", help="the NAME of the worker certificate zb://worker/NAME")
     ap.add_argument("--pause-s", type=float, default=0.0,
                     help="sleep after each iteration (a tiny model's iterations are too quick to watch)")
+    ap.add_argument("--pause-rank", type=int, default=-1,
+                    help="only this rank sleeps (default all): a slow rank, its peers waiting on it")
+    ap.add_argument("--pg-timeout-s", type=float, default=120.0,
+                    help="the process group's timeout, seconds (how long a peer waits on a dead rank)")
     args = ap.parse_args()
 
-    dist.init_process_group("gloo")
+    # a finite timeout: a rank that dies inside an iteration leaves its
+    # peers waiting on it this long (PyTorch's default is 30 minutes)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout_s))
     rank = dist.get_rank()
     agent = zb.torch.attach(args.coordinator, run=args.torch_run, stage_fn=make_stage, loss_fn=mse,
                             worker=args.worker, ca=args.ca, cert=args.cert, key=args.key)
@@ -69,7 +76,8 @@ def main() -> None:
             opt.step()
             if loss is not None:
                 losses[it] = loss
-            time.sleep(args.pause_s)
+            if args.pause_rank in (-1, rank):
+                time.sleep(args.pause_s)
     os.makedirs(args.out, exist_ok=True)
     for s, mod in agent.modules.items():
         torch.save(mod.state_dict(), os.path.join(args.out, f"stage{s}.pt"))

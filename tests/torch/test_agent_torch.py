@@ -5,8 +5,12 @@ processes on gloo. Mid-run `zbctl update-schedule` switches 1f1b to zb-h1;
 the reports' schedule and the agents' plan_version change at the
 iteration it names, `zbctl watch` shows every iteration's loss and bubble,
 and each rank's final stage weights equal a non-pipelined run of the same
-model on the same batches (float64, |diff| <= 1e-9). A plain zb-worker and
-an agent bound to another run are attached throughout and get nothing.
+model on the same batches (float64, |diff| <= 1e-9). Attached throughout
+and given nothing: a plain zb-worker (it hears of no torch job), two
+agents bound to another run that offer sim too (a sim job submitted
+beside them runs on the zb-worker) and a plain worker that offers torch.
+Last, `zbctl cancel` of a 2-process run mid-way: every rank stops at the
+same iteration boundary and torchrun exits within a bounded wait.
 
 Needs the service tests' stubs and binaries (tests/torch/CMakeLists.txt
 passes them); exits 77 where torch or they are missing."""
@@ -37,6 +41,7 @@ from zb.v1 import zb_pb2  # noqa: E402
 EXAMPLE = os.path.join(torchtest.SRC, "examples", "torch_agent", "train.py")
 ITERATIONS = 24
 TOLERANCE = 1e-9
+CANCEL_ITERATIONS = 1000  # far more than run before the cancel lands
 
 
 def load_example():
@@ -60,15 +65,23 @@ def reference(ex, stages, iterations):
 
 
 class Decoy:
-    """An agent bound to another run (raw Attach from this process): it
-    must never be given a job. Records every Command it receives."""
+    """A raw Attach from this process that must never be given a job:
+    bound=True, agents of another run offering sim as well as torch (so a
+    sim job could go to them if binding were ignored), one per rank of
+    `ranks`; bound=False, a plain worker offering torch (so a torch job
+    could go to it). All share hostname decoyhost: two idle candidates on
+    one host come first in placement, so a coordinator that let them run
+    the job would pick them. Records every Command received."""
 
-    def __init__(self, c):
+    def __init__(self, c, wid, bound):
         self.channel, stub = c.stub_as("worker-decoy")
         self.commands = []
-        self.stream = stub.Attach(zb_pb2.AttachRequest(worker_id="decoy/0", data_address="decoy:0",
-                                                       backends=["torch"], transports=["torch"],
-                                                       torch_run="another-run", torch_rank=0))
+        extra = dict(torch_run="another-run", torch_rank=int(wid.split("/")[1])) if bound else {}
+        self.stream = stub.Attach(zb_pb2.AttachRequest(
+            worker_id=wid, data_address="decoy:0", hostname="decoyhost",
+            backends=["sim", "torch"] if bound else ["torch"], transports=["tcp", "torch"] if bound else ["torch"],
+            **extra))
+        self.wid = wid
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.beats = threading.Thread(target=self._beat, args=(stub,), daemon=True)
@@ -78,7 +91,7 @@ class Decoy:
     def _beat(self, stub):
         while not self.stop.wait(0.2):
             try:
-                stub.Report(zb_pb2.ReportRequest(worker_id="decoy/0"), timeout=5)
+                stub.Report(zb_pb2.ReportRequest(worker_id=self.wid), timeout=5)
             except Exception:
                 pass
 
@@ -97,9 +110,9 @@ class Decoy:
         self.channel.close()
 
 
-def job_yaml(p, run):
+def job_yaml(p, run, iterations=ITERATIONS):
     return "\n".join(["name: torch-agent-%d" % p, "ranks: %d" % p, "microbatches: %d" % (2 * p),
-                      "schedule: 1f1b", "iterations: %d" % ITERATIONS, "backend: torch", "transport: torch",
+                      "schedule: 1f1b", "iterations: %d" % iterations, "backend: torch", "transport: torch",
                       "torch_run: %s" % run, "trace_every: 4", ""])
 
 
@@ -132,49 +145,103 @@ def check_attach_refusals(c):
     c.assert_serving()
 
 
-def run_case(p, ex):
-    run = "run-p%d" % p
+def check_sim_job(c):
+    """A sim job while the decoys are idle: it runs on the plain zb-worker
+    w0, never on an agent bound to a run (which offers sim too)."""
+    cp = c.zbctl("submit", "-", input=zbsvc.job_yaml(name="sim-beside", ranks=1, microbatches=2, iterations=2))
+    assert cp.returncode == 0, cp.stderr
+    job = c.wait_state(cp.stdout.strip(), zbsvc.STATE.JOB_STATE_SUCCEEDED, timeout=60)
+    assert list(job.rank_workers) == ["w0"], list(job.rank_workers)
+
+
+def run_case(p, ex, cancel=False):
+    run = "run-p%d%s" % (p, "-cancel" if cancel else "")
     with zbsvc.Cluster(workers=1, tls=True, name="torch-agent-%d" % p) as c:
         c.make_certs(workers=["trun", "decoy"])
-        decoy = Decoy(c)
+        decoys = [Decoy(c, "decoy/0", True), Decoy(c, "decoy/1", True), Decoy(c, "decoy", False)]
         try:
-            if p == 2:
-                check_attach_refusals(c)
-            check_case(c, p, run, ex, decoy)
+            if cancel:
+                check_cancel(c, p, run)
+            else:
+                if p == 2:
+                    check_attach_refusals(c)
+                    check_sim_job(c)
+                check_case(c, p, run, ex)
         finally:
-            decoy.close()
-        assert decoy.commands and set(decoy.commands) == {"ping_unix_ms"}, decoy.commands
+            for d in decoys:
+                d.close()
+        for d in decoys:
+            assert d.commands and set(d.commands) == {"ping_unix_ms"}, (d.wid, d.commands)
 
 
-def check_case(c, p, run, ex, decoy):
-    spec = os.path.join(c.dir, "job.yaml")
-    with open(spec, "w") as f:
-        f.write(job_yaml(p, run))
-    cp = c.zbctl("submit", spec)
+def start_torchrun(c, p, run, iterations=ITERATIONS, pause_s=0.1, pause_rank=-1):
+    """(job id, out dir, torchrun Popen, its log file) of a submitted job."""
+    cp = c.zbctl("submit", "-", input=job_yaml(p, run, iterations))
     assert cp.returncode == 0, cp.stderr
-    jid = cp.stdout.strip()
-    out = os.path.join(c.dir, "out")
+    out = os.path.join(c.dir, "out-" + run)
     ca, cert, key = c.cert_paths("worker-trun")
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(p), EXAMPLE,
             "--coordinator", c.address, "--torch-run", run, "--out", out, "--ca", ca, "--cert", cert,
-            "--key", key, "--worker", "trun", "--pause-s", "0.1"]
-    log = open(os.path.join(c.dir, "torchrun.log"), "w")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            "--key", key, "--worker", "trun", "--pause-s", str(pause_s), "--pause-rank", str(pause_rank),
+            "--pg-timeout-s", "60"]
+    log = open(os.path.join(c.dir, "torchrun-%s.log" % run), "w")
+    return cp.stdout.strip(), out, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log
+
+
+def finish(proc, log, timeout):
+    """torchrun's exit status and log; killed if still running at timeout
+    (then the assertion says so)."""
     try:
-        c.wait_iterations(jid, 2, timeout=180)
-        cp = c.zbctl("update-schedule", jid, "--schedule", "zb-h1", "--output", "json")
-        assert cp.returncode == 0, cp.stderr
-        first = json.loads(cp.stdout)["from_iteration"]
-        assert 2 < first < ITERATIONS, first
-        rc = proc.wait(timeout=300)
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        rc = "still running after %d s (killed)" % timeout
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         log.close()
     with open(log.name) as f:
-        text = f.read()
-    assert rc == 0, "torchrun exited %d:\n%s" % (rc, text[-4000:])
+        return rc, f.read()
+
+
+def check_cancel(c, p, run):
+    """`zbctl cancel` mid-run: every rank leaves iterations() cancelled at
+    the same boundary (the same iterations run), and torchrun exits 0
+    within a bounded wait: no rank is left inside step() waiting on a peer
+    that stopped (which would last the process group's timeout, 60 s).
+    The last rank sleeps after each iteration, the others not: when the
+    cancel lands they are inside the next step(), waiting on it, while it
+    hears the cancel between iterations (what the boundary vote settles)."""
+    jid, out, proc, log = start_torchrun(c, p, run, iterations=CANCEL_ITERATIONS, pause_s=0.2, pause_rank=p - 1)
+    try:
+        c.wait_iterations(jid, 3, timeout=180)
+        cp = c.zbctl("cancel", jid)
+        assert cp.returncode == 0, cp.stderr
+    finally:
+        rc, text = finish(proc, log, 50)
+    assert rc == 0, "torchrun after cancel: %s:\n%s" % (rc, text[-4000:])
+    c.wait_state(jid, zbsvc.STATE.JOB_STATE_CANCELLED, timeout=30)
+    got = []
+    for r in range(p):
+        with open(os.path.join(out, "rank%d.json" % r)) as f:
+            got.append(json.load(f))
+    assert all(g["cancelled"] for g in got), got
+    ran = [len(g["plan_versions"]) for g in got]
+    assert len(set(ran)) == 1 and 3 <= ran[0] < CANCEL_ITERATIONS, ran
+    print("cancel: every rank stopped after %d iterations" % ran[0])
+
+
+def check_case(c, p, run, ex):
+    jid, out, proc, log = start_torchrun(c, p, run)
+    try:
+        c.wait_iterations(jid, 2, timeout=180)
+        cp = c.zbctl("update-schedule", jid, "--schedule", "zb-h1", "--output", "json")
+        assert cp.returncode == 0, cp.stderr
+        first = json.loads(cp.stdout)["from_iteration"]
+        assert 2 < first < ITERATIONS, first
+    finally:
+        rc, text = finish(proc, log, 300)
+    assert rc == 0, "torchrun exited %s:\n%s" % (rc, text[-4000:])
 
     job = c.wait_state(jid, zbsvc.STATE.JOB_STATE_SUCCEEDED, timeout=30)
     assert job.schedule == "zb-h1", job.schedule
@@ -214,6 +281,7 @@ def main():
     ex = load_example()
     for p in (2, 4):
         run_case(p, ex)
+    run_case(2, ex, cancel=True)
     print("ok")
 
 

@@ -9,6 +9,14 @@ Assignment carries only this rank's list (docs/wire.md, Assignment): the
 other rows are placeholders (each of their stages' F then B per
 microbatch) built from the placement, read for their stage sets only;
 this process executes its own row alone.
+
+Private PyTorch API, on purpose: _PipelineScheduleRuntime and its
+_load_csv are the only way PyTorch runs an arbitrary per-rank action list
+(compute_comms CSV, sends and receives included), which is what an
+Assignment is; the public schedules build their own lists. Written and
+tested against torch 2.15 (scripts/install-hf-venv.sh; bridge.py relies on
+the same two); a torch that renames or changes them breaks here first,
+and tests/torch/test_agent_torch.py says so.
 """
 
 from __future__ import annotations
@@ -123,7 +131,7 @@ def build(assign: Any, modules: dict[int, nn.Module], loss_fn: Callable, group, 
     return sched, timer
 
 
-def figures(timer: Timer, t_start: float, wall: float) -> dict[str, float]:
+def figures(timer: Timer, wall: float) -> dict[str, float]:
     """Busy seconds by kind (a fused BW counts as B), idle and bubble."""
     busy = {K_F: 0.0, K_B: 0.0, K_W: 0.0}
     for kind, _, _, _, d in timer.ops:

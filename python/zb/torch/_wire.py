@@ -24,8 +24,14 @@ else:
     _IMPORT_ERROR = None
 
 
-class AttachError(RuntimeError):
-    """The agent could not attach, lost the coordinator, or was refused."""
+from zb import ZbError
+
+
+class AttachError(ZbError, RuntimeError):
+    """The agent could not attach, lost the coordinator, was refused, or
+    its job failed. A zb.ZbError, the package's one error family, so
+    `except zb.ZbError` catches it; also a RuntimeError, as it was before
+    (ZbError itself is a ValueError: a refused request)."""
 
 
 # what the reader thread queues when the stream ends: (None, why)
@@ -62,15 +68,23 @@ class Link:
     def __init__(self, address: str, request: Any, *, ca=None, cert=None, key=None,
                  heartbeat_s: float = 0.5, rpc_timeout_s: float = 10.0):
         need_grpc()
+        self.pb = zb_pb2
         self.worker_id = request.worker_id
         self.commands: queue.Queue = queue.Queue()
         self._channel = _channel(address, ca, cert, key)
         self._stub = zb_pb2_grpc.ZbStub(self._channel)
         self._rpc_timeout = rpc_timeout_s
+        # the configured period, kept apart: each ping's ask is compared
+        # with it, not with the last ask (a coordinator that lowers its
+        # heartbeat_ms lowers ours again, as zb-worker does)
+        self._configured = heartbeat_s
         self._period = heartbeat_s
         self._stop = threading.Event()
+        # report() runs on the heartbeat thread and the main thread: the
+        # estimate (three fields read together) changes under this lock
+        self._clock_lock = threading.Lock()
         self._best_rtt = None
-        self.clock_offset = self.clock_rtt = 0.0
+        self._clock = (0.0, 0.0)  # (offset, rtt) of the least-rtt sample
         self._stream = self._stub.Attach(request)
         self._reader = threading.Thread(target=self._read, name="zb-attach-reader", daemon=True)
         self._beater = threading.Thread(target=self._beat, name="zb-heartbeat", daemon=True)
@@ -81,11 +95,13 @@ class Link:
             for cmd in self._stream:
                 if cmd.WhichOneof("kind") == "ping_unix_ms" and cmd.heartbeat_ms > 0:
                     # the longer of ours and the coordinator's (docs/wire.md, Heartbeats)
-                    self._period = max(self._period, cmd.heartbeat_ms / 1000.0)
+                    self._period = max(self._configured, cmd.heartbeat_ms / 1000.0)
                 self.commands.put(cmd)
             why = "the coordinator ended the Attach stream"
         except grpc.RpcError as e:
             why = f"Attach stream: {e.code().name}: {e.details()}"
+        except Exception as e:  # anything else ends the stream too: say so, or next_command waits out its wait
+            why = f"Attach stream reader failed: {type(e).__name__}: {e}"
         self.commands.put((_CLOSED, why))
 
     def start_heartbeats(self) -> None:
@@ -95,7 +111,7 @@ class Link:
         while not self._stop.wait(self._period):
             try:
                 self.report(zb_pb2.ReportRequest(worker_id=self.worker_id))
-            except grpc.RpcError:
+            except AttachError:
                 pass  # a lost coordinator shows on the stream; a beat is only a beat
 
     def next_command(self, timeout: float):
@@ -112,22 +128,42 @@ class Link:
 
     def report(self, req: Any) -> Any:
         """Sends req (stamped with sent_seconds) and folds the answer's
-        times into the clock-offset estimate: the sample of least round trip."""
+        times into the clock-offset estimate: the sample of least round
+        trip. A failed RPC raises AttachError naming its status."""
         req.sent_seconds = t1 = time.monotonic()
-        resp = self._stub.Report(req, timeout=self._rpc_timeout)
+        try:
+            resp = self._stub.Report(req, timeout=self._rpc_timeout)
+        except grpc.RpcError as e:
+            raise AttachError(f"Report to the coordinator: {e.code().name}: {e.details()}") from e
         t4 = time.monotonic()
         if resp.received_seconds and resp.replied_seconds:
             rtt = (t4 - t1) - (resp.replied_seconds - resp.received_seconds)
-            if self._best_rtt is None or rtt < self._best_rtt:
-                self._best_rtt = rtt
-                self.clock_offset = ((resp.received_seconds - t1) + (resp.replied_seconds - t4)) / 2
-                self.clock_rtt = rtt
+            offset = ((resp.received_seconds - t1) + (resp.replied_seconds - t4)) / 2
+            with self._clock_lock:
+                if self._best_rtt is None or rtt < self._best_rtt:
+                    self._best_rtt = rtt
+                    self._clock = (offset, rtt)
         return resp
 
-    def close(self, timeout: float = 5.0) -> None:
+    def clock(self) -> tuple[float, float]:
+        """(offset, rtt) of the estimate, one consistent pair."""
+        with self._clock_lock:
+            return self._clock
+
+    @property
+    def clock_offset(self) -> float:
+        return self.clock()[0]
+
+    @property
+    def clock_rtt(self) -> float:
+        return self.clock()[1]
+
+    def close(self) -> None:
+        """Bounded: each join outlasts one Report's RPC timeout, the
+        longest a heartbeat in flight can take to return."""
         self._stop.set()
         self._stream.cancel()
         for t in (self._reader, self._beater):
             if t.is_alive():
-                t.join(timeout)
+                t.join(self._rpc_timeout + 5.0)
         self._channel.close()

@@ -30,6 +30,9 @@ from torch import nn
 from . import _runner
 from ._wire import AttachError, Link, need_grpc
 
+# a rank's vote at an iteration boundary (Agent._agree); the largest wins
+_GO, _CANCEL, _FAILED = 0, 1, 2
+
 
 class Agent:
     """One process's part of a torch job. Owns its Link (closed by close())."""
@@ -49,6 +52,14 @@ class Agent:
         self._sched, self._timer = _runner.build(assign, self.modules, loss_fn, group, device)
         self._updates: dict[int, Any] = {}  # first_iteration -> Assignment
         self._current = None  # the iteration yielded and not yet stepped
+        # the iteration whose boundary vote this rank owes next; None inside
+        # an iteration's communication (yielded, step() not done) and after
+        # the loop
+        self._boundary: int | None = assign.first_iteration
+        self._error: str | None = None  # this rank's failure, voted at the next boundary
+        self._reported = False  # an error went to the coordinator (one per agent)
+        self._unsent = ""
+        self._done = False
         self.cancelled = False
         self.plan_versions: list[int] = []  # by iteration run, for the script's own checks
 
@@ -60,22 +71,61 @@ class Agent:
 
     def iterations(self) -> Iterator[int]:
         """The job's iterations from the Assignment's first, one at a time:
-        the caller runs step() once per iteration. Stops early when the job
-        is cancelled (self.cancelled); reports done after the last."""
+        the caller runs step() once per iteration. Before each iteration
+        and after the last, every rank of the group agrees (_agree) on
+        whether to go on, so a cancel or a failure stops all of them at
+        the same boundary (a rank that stopped alone would leave its peers
+        waiting on the process group inside step()). Stops early when the
+        job is cancelled (self.cancelled); raises AttachError when a rank
+        failed; reports done after the last."""
         a = self.assignment
-        for it in range(a.first_iteration, a.iterations):
-            self._drain()
-            if self.cancelled:
-                return
-            self._switch_if_due(it)
-            self._current = it
+        for it in range(a.first_iteration, a.iterations + 1):
+            self._agree(it, self._local_stop(it))
+            if self.cancelled or it == a.iterations:
+                break
+            self._current, self._boundary = it, None
             yield it
             if self._current is not None:
-                self._fail(f"iteration {it}: step() was not called")
+                self._error, self._current = f"iteration {it}: step() was not called", None
+        self._boundary = None
+        if self.cancelled:
+            return
+        self._done = True
         resp = self._link.report(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id,
                                                         rank=self.rank, done=True))
         if not resp.stop:
             self._await_release()
+
+    def _local_stop(self, it: int) -> int:
+        """This rank's vote at the boundary before iteration it: _GO,
+        _CANCEL (told so by the coordinator) or _FAILED (self._error)."""
+        if self._error is None:
+            try:
+                self._drain()
+                if not self.cancelled:
+                    self._switch_if_due(it)
+            except AttachError as e:
+                self._error = str(e)
+        if self._error is not None:
+            return _FAILED
+        return _CANCEL if self.cancelled else _GO
+
+    def _agree(self, it: int, vote: int) -> None:
+        """All-reduces every rank's vote over the group (each rank's slot
+        its own, so the failed ranks are known). Reports this rank's own
+        failure first, so the coordinator hears the cause, not the echo."""
+        if vote == _FAILED:
+            self._report_error(self._error)
+        votes = _vote(self._group, self._device, vote)
+        failed = [r for r, v in enumerate(votes) if v == _FAILED]
+        if failed:
+            self._reported = True  # the failed ranks report the cause; the others only stop
+            self._boundary = None
+            raise AttachError(self._error + self._unsent if vote == _FAILED else
+                              f"job {self.job_id}: rank(s) {failed} failed before iteration {it}: stopping "
+                              "with them (the coordinator has their error)")
+        if _CANCEL in votes:
+            self.cancelled = True
 
     def _await_release(self) -> None:
         """After done, stay attached until the job ends (the coordinator
@@ -94,28 +144,36 @@ class Agent:
     def step(self, inputs: torch.Tensor | None = None, target: torch.Tensor | None = None) -> float | None:
         """Runs the current iteration's plan (inputs used on the rank with
         stage 0, target on the rank with the last stage) and reports it.
-        Returns the mean microbatch loss on the last stage's rank, else None."""
+        Returns the mean microbatch loss on the last stage's rank, else None.
+        A failure is reported to the coordinator and raised as AttachError."""
         it = self._current
         if it is None:
-            raise AttachError("step() outside agent.iterations()")
+            raise AttachError("step() outside agent.iterations(), or twice in one iteration")
         a = self.assignment
-        n_stages = a.ranks * max(a.chunks, 1)
-        args = (inputs.to(self._device),) if 0 in self.modules else ()
-        tgt = target.to(self._device) if (n_stages - 1) in self.modules else None
+        last = a.ranks * max(a.chunks, 1) - 1
         losses: list = []
         self._timer.ops.clear()
         t0 = time.monotonic()
         try:
+            args = (self._need(inputs, "inputs", 0).to(self._device),) if 0 in self.modules else ()
+            tgt = self._need(target, "target", last).to(self._device) if last in self.modules else None
             self._sched.step(*args, target=tgt, losses=losses)
         except Exception as e:
-            self._fail(f"iteration {it}: {type(e).__name__}: {e}")
-            raise
+            self._fail(f"iteration {it}: {type(e).__name__}: {e}", e)
         wall = time.monotonic() - t0
+        # the iteration's communication is over: from here a failure can
+        # still be agreed at the next boundary (__exit__, _agree)
+        self._current, self._boundary = None, it + 1
         loss = _runner.loss_value(losses) if tgt is not None and losses else None
         self._report(it, t0, wall, loss)
-        self._current = None
         self.plan_versions.append(a.plan_version)
         return loss
+
+    def _need(self, t: Any, name: str, stage: int) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise AttachError(f"step(): {name} must be a tensor on the rank with stage {stage} "
+                              f"(got {type(t).__name__})")
+        return t
 
     # ---- reports and commands ----
 
@@ -126,10 +184,10 @@ class Agent:
 
     def _report(self, it: int, t0: float, wall: float, loss: float | None) -> None:
         a = self.assignment
+        offset, rtt = self._link.clock()
         ri = self._pb.RankIteration(rank=self.rank, wall_seconds=wall, start_monotonic_seconds=t0,
-                                    clock_offset_seconds=self._link.clock_offset,
-                                    clock_rtt_seconds=self._link.clock_rtt,
-                                    **_runner.figures(self._timer, t0, wall))
+                                    clock_offset_seconds=offset, clock_rtt_seconds=rtt,
+                                    **_runner.figures(self._timer, wall))
         if loss is not None:
             ri.loss, ri.has_loss = loss, True
         if a.trace_every > 0 and it % a.trace_every == 0:
@@ -140,12 +198,23 @@ class Agent:
         if resp.stop:
             self.cancelled = True
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str, cause: BaseException | None = None) -> None:
+        """Reports why (best effort) and raises it as AttachError."""
+        self._report_error(why)
+        raise AttachError(why + self._unsent) from cause
+
+    def _report_error(self, why: str) -> None:
+        """ReportRequest.error, once per agent: the job fails with it. A
+        report that cannot be sent is noted in the message raised later
+        (the coordinator then sees the rank as lost)."""
+        if self._reported:
+            return
+        self._reported = True
         try:
             self._link.report(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id,
                                                      rank=self.rank, error=why[:1000]))
-        finally:
-            raise AttachError(why)
+        except AttachError as e:
+            self._unsent = f" (not reported: {e})"
 
     def _drain(self) -> None:
         while (cmd := self._link.next_command(0)) is not None:
@@ -157,16 +226,18 @@ class Agent:
                     self._updates[cmd.assign.first_iteration] = cmd.assign
 
     def _switch_if_due(self, it: int) -> None:
+        """Raises AttachError (reported at the boundary vote) when an
+        update came late or cannot be built."""
         late = [k for k in self._updates if k < it]
         if late:
-            self._fail(f"plan update for iteration {late[0]} arrived after it started (now {it})")
+            raise AttachError(f"plan update for iteration {late[0]} arrived after it started (now {it})")
         new = self._updates.pop(it, None)
         if new is None:
             return
         try:
             self._sched, self._timer = _runner.build(new, self.modules, self._loss_fn, self._group, self._device)
         except Exception as e:
-            self._fail(f"plan version {new.plan_version} ({new.schedule}) at iteration {it}: {e}")
+            raise AttachError(f"plan version {new.plan_version} ({new.schedule}) at iteration {it}: {e}") from e
         self.assignment = new
 
     def close(self) -> None:
@@ -177,8 +248,51 @@ class Agent:
         return self
 
     def __exit__(self, et, ev, tb):
-        self.close()
+        """An exception out of the with block (the script's own: data
+        loading, opt.step()) is reported as the job's error. Raised at a
+        boundary (before the first iteration, or after this iteration's
+        step()), the rank also casts its vote there, so its peers stop
+        with an AttachError instead of waiting on it for the process
+        group's timeout. Inside an iteration's communication (before its
+        step()) the peers wait on it: only that timeout ends their wait."""
+        try:
+            if et is not None and not self._done and not self.cancelled and not self._reported:
+                self._error = f"rank {self.rank}: {et.__name__}: {ev}"
+                if self._boundary is not None:
+                    try:
+                        self._agree(self._boundary, _FAILED)
+                    except AttachError:
+                        pass  # the vote's verdict is this rank's own error: ev propagates
+                self._report_error(self._error)
+        finally:
+            self.close()
         return False
+
+
+def _vote(group, device: torch.device, vote: int) -> list[int]:
+    """Every rank's vote, by group rank (a SUM over slots each rank fills
+    alone). Bounded by the process group's timeout (init_process_group)."""
+    dev = device if dist.get_backend(group) == "nccl" else torch.device("cpu")  # nccl reduces GPU tensors only
+    votes = torch.zeros(dist.get_world_size(group), dtype=torch.int64, device=dev)
+    votes[dist.get_rank(group)] = vote
+    dist.all_reduce(votes, group=group)
+    return votes.tolist()
+
+
+def _build(link: Link, a: Any, stage_fn, loss_fn, group, device, wait_s: float) -> Agent:
+    """The Agent, or (its stages failed to build) the failure reported,
+    voted at the first boundary so the peers stop there, and raised."""
+    try:
+        return Agent(link, a, stage_fn, loss_fn, group, device, wait_s)
+    except Exception as e:
+        why = f"building rank {a.rank}'s stages: {type(e).__name__}: {e}"
+        try:
+            link.report(link.pb.ReportRequest(worker_id=link.worker_id, job_id=a.job_id, rank=a.rank,
+                                              error=why[:1000]))
+        except AttachError as re:
+            why += f" (not reported: {re})"
+        _vote(group, device, _FAILED)
+        raise AttachError(why) from e
 
 
 def attach(coordinator: str, *, run: str, stage_fn: Callable[[int], nn.Module], loss_fn: Callable,
@@ -218,12 +332,7 @@ def attach(coordinator: str, *, run: str, stage_fn: Callable[[int], nn.Module], 
         size = dist.get_world_size(group)
         if size != a.ranks:
             raise AttachError(f"job {a.job_id} has {a.ranks} ranks, the process group {size}")
-        try:
-            return Agent(link, a, stage_fn, loss_fn, group, device, wait_s)
-        except Exception as e:  # the job's other ranks would wait for this one: say why it failed
-            link.report(zb_pb2.ReportRequest(worker_id=wid, job_id=a.job_id, rank=rank,
-                                             error=f"building rank {rank}'s stages: {e}"[:1000]))
-            raise
+        return _build(link, a, stage_fn, loss_fn, group, device, wait_s)
     except BaseException:
         link.close()
         raise

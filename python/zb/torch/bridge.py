@@ -18,14 +18,17 @@ from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
+from zb import ZbError
+
 # one action of PyTorch's CSV: stage, kind, optional microbatch
 _ACTION = re.compile(r"^(\d+)([A-Z_]+?)(\d*)$")
 _OVERLAP = re.compile(r"^\((.*)\)OVERLAP_F_B$")
 _COMPUTE = {"F", "I", "B", "W"}
 
 
-class PlanError(ValueError):
-    """A plan that cannot be run as asked (bad shape, rank or csv-comm)."""
+class PlanError(ZbError):
+    """A plan that cannot be run as asked (bad shape, rank or csv-comm).
+    A zb.ZbError (so a ValueError, as before): the package's one family."""
 
 
 def _plan_shape(plan: Any) -> tuple[int, int, int, list[int]]:
