@@ -19,6 +19,7 @@ what it measured, and switches plans at the iteration an update names::
 
 from __future__ import annotations
 
+import collections
 import socket
 import time
 from typing import Any, Callable, Iterator
@@ -28,10 +29,17 @@ import torch.distributed as dist
 from torch import nn
 
 from . import _runner
-from ._wire import AttachError, Link, need_grpc
+from ._wire import OUTAGE, AttachError, Link, need_grpc
 
 # a rank's vote at an iteration boundary (Agent._agree); the largest wins
 _GO, _CANCEL, _FAILED = 0, 1, 2
+# reports sent again after a re-attach, as zb-worker's WORKER_SENT_REPORTS:
+# the coordinator that took them may have died before completing their
+# iterations, and the new one counts each once
+_RESEND = 8
+# reports kept while no coordinator answers; more is an outage longer than
+# any recovery window, and the agent gives up rather than grow without bound
+_KEEP = 10000
 
 
 class Agent:
@@ -60,6 +68,10 @@ class Agent:
         self._reported = False  # an error went to the coordinator (one per agent)
         self._unsent = ""
         self._done = False
+        self._sent: collections.deque = collections.deque(maxlen=_RESEND)
+        self._pending: collections.deque = collections.deque()  # not yet answered, in order (_send)
+        self._epoch = link.epoch
+        link.running = (assign.job_id, assign.rank)  # a re-attach names it (Link._read)
         self.cancelled = False
         self.plan_versions: list[int] = []  # by iteration run, for the script's own checks
 
@@ -91,9 +103,9 @@ class Agent:
         if self.cancelled:
             return
         self._done = True
-        resp = self._link.report(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id,
-                                                        rank=self.rank, done=True))
-        if not resp.stop:
+        self._send(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id, rank=self.rank,
+                                          done=True))
+        if not self.cancelled:
             self._await_release()
 
     def _local_stop(self, it: int) -> int:
@@ -102,6 +114,7 @@ class Agent:
         if self._error is None:
             try:
                 self._drain()
+                self._send(None)  # what an outage held back, once a coordinator is back
                 if not self.cancelled:
                     self._switch_if_due(it)
             except AttachError as e:
@@ -137,7 +150,8 @@ class Agent:
             if left <= 0:
                 raise AttachError(f"job {self.job_id}: not released within {self._wait_s:g} s of rank "
                                   f"{self.rank}'s last iteration")
-            cmd = self._link.next_command(min(left, 1.0))
+            self._send(None)  # what a coordinator outage held back, done included
+            cmd = self._link.next_command(min(left, 0.2 if self._pending else 1.0))
             if cmd is not None and cmd.WhichOneof("kind") == "release_job_id" and cmd.release_job_id == self.job_id:
                 return
 
@@ -192,11 +206,35 @@ class Agent:
             ri.loss, ri.has_loss = loss, True
         if a.trace_every > 0 and it % a.trace_every == 0:
             _runner.timeline(self._timer, t0, ri.timeline)
-        resp = self._link.report(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id,
-                                                        rank=self.rank, iteration=it,
-                                                        plan_version=a.plan_version, metrics=ri))
-        if resp.stop:
-            self.cancelled = True
+        self._send(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id, rank=self.rank,
+                                          iteration=it, plan_version=a.plan_version, metrics=ri))
+
+    def _send(self, req: Any) -> None:
+        """Sends req (None: nothing new) after any held back, in order: the
+        coordinator completes iterations in order. While no coordinator
+        answers (the Link attaching again) they are kept, and the loop goes
+        on; after a re-attach the last _RESEND sent go again first, as
+        zb-worker does. Raises AttachError on any other failure, or when
+        the outage outlasts the Link's re-attach window or _KEEP reports."""
+        link = self._link
+        if link.epoch != self._epoch and not link.reattaching:
+            self._epoch = link.epoch
+            self._pending.extendleft(reversed(self._sent))
+            self._sent.clear()
+        if req is not None:
+            self._pending.append(req)
+        if len(self._pending) > _KEEP:
+            raise AttachError(f"job {self.job_id}: {len(self._pending)} reports not answered by any coordinator")
+        while self._pending and not link.reattaching:  # no coordinator to take them until the stream is back
+            try:
+                resp = link.report(self._pending[0])
+            except AttachError as e:
+                if e.code in OUTAGE and not link.gone:
+                    return  # kept: a re-attach (Link._read) sends them, or its end fails the rank
+                raise
+            self._sent.append(self._pending.popleft())
+            if resp.stop:
+                self.cancelled = True
 
     def _fail(self, why: str, cause: BaseException | None = None) -> None:
         """Reports why (best effort) and raises it as AttachError."""
@@ -298,12 +336,15 @@ def _build(link: Link, a: Any, stage_fn, loss_fn, group, device, wait_s: float) 
 def attach(coordinator: str, *, run: str, stage_fn: Callable[[int], nn.Module], loss_fn: Callable,
            rank: int | None = None, worker: str | None = None, ca: str | None = None, cert: str | None = None,
            key: str | None = None, group=None, device: torch.device | str | None = None,
-           wait_s: float = 600.0, heartbeat_s: float = 0.5) -> Agent:
+           wait_s: float = 600.0, heartbeat_s: float = 0.5, reattach_s: float = 60.0) -> Agent:
     """Attaches this process (torchrun rank `rank`, default the process
     group's) as the agent of (run, rank) and waits up to wait_s for its
     Assignment. With mutual TLS (ca, cert, key: a worker certificate
     zb://worker/NAME) the worker id is NAME/RANK, `worker` being NAME;
-    plaintext without them (worker default: "torch-" + run)."""
+    plaintext without them (worker default: "torch-" + run). When the
+    coordinator goes away (a restart, a drain) the agent attaches again
+    for up to reattach_s, naming its running rank, while the loop goes on
+    and its reports wait (0: the rank fails at its next boundary)."""
     need_grpc()
     from zb.v1 import zb_pb2
     if not dist.is_initialized():
@@ -314,7 +355,7 @@ def attach(coordinator: str, *, run: str, stage_fn: Callable[[int], nn.Module], 
     req = zb_pb2.AttachRequest(worker_id=wid, data_address=f"{socket.gethostname()}:0", backends=["torch"],
                                transports=["torch"], hostname=socket.gethostname(), torch_run=run,
                                torch_rank=rank, blas="none", max_receive_bytes=4 << 20)  # gRPC Python's default
-    link = Link(coordinator, req, ca=ca, cert=cert, key=key, heartbeat_s=heartbeat_s)
+    link = Link(coordinator, req, ca=ca, cert=cert, key=key, heartbeat_s=heartbeat_s, reattach_s=reattach_s)
     try:
         link.start_heartbeats()
         deadline = time.monotonic() + wait_s
