@@ -40,6 +40,11 @@ _RESEND = 8
 # reports kept while no coordinator answers; more is an outage longer than
 # any recovery window, and the agent gives up rather than grow without bound
 _KEEP = 10000
+# the coordinator's refusal of an iteration more than its window (8) past
+# the oldest incomplete one (docs/wire.md, Reports). Held reports can
+# reach it: a rank back first sends its backlog before its peers send
+# theirs. Then it is a "not yet", kept for the next try
+_AHEAD = "ran too far ahead"
 
 
 class Agent:
@@ -71,6 +76,8 @@ class Agent:
         self._sent: collections.deque = collections.deque(maxlen=_RESEND)
         self._pending: collections.deque = collections.deque()  # not yet answered, in order (_send)
         self._epoch = link.epoch
+        self._released = False  # a Report after done was answered stop
+        self._held = False  # an outage held reports back: _AHEAD may follow their resend
         link.running = (assign.job_id, assign.rank)  # a re-attach names it (Link._read)
         self.cancelled = False
         self.plan_versions: list[int] = []  # by iteration run, for the script's own checks
@@ -105,7 +112,7 @@ class Agent:
         self._done = True
         self._send(self._pb.ReportRequest(worker_id=self._link.worker_id, job_id=self.job_id, rank=self.rank,
                                           done=True))
-        if not self.cancelled:
+        if not self._released:
             self._await_release()
 
     def _local_stop(self, it: int) -> int:
@@ -145,12 +152,14 @@ class Agent:
         releases every rank when the last is done): an agent that left
         earlier would be a lost worker of a running job."""
         deadline = time.monotonic() + self._wait_s
-        while not self.cancelled:
+        while not self.cancelled and not self._released:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AttachError(f"job {self.job_id}: not released within {self._wait_s:g} s of rank "
                                   f"{self.rank}'s last iteration")
             self._send(None)  # what a coordinator outage held back, done included
+            if self._released:
+                return
             cmd = self._link.next_command(min(left, 0.2 if self._pending else 1.0))
             if cmd is not None and cmd.WhichOneof("kind") == "release_job_id" and cmd.release_job_id == self.job_id:
                 return
@@ -225,16 +234,29 @@ class Agent:
             self._pending.append(req)
         if len(self._pending) > _KEEP:
             raise AttachError(f"job {self.job_id}: {len(self._pending)} reports not answered by any coordinator")
-        while self._pending and not link.reattaching:  # no coordinator to take them until the stream is back
+        if link.reattaching and self._pending:
+            self._held = True  # no coordinator to take them until the stream is back
+        while self._pending and not link.reattaching:
             try:
                 resp = link.report(self._pending[0])
             except AttachError as e:
-                if e.code in OUTAGE and not link.gone:
+                if link.gone:
+                    raise
+                if e.code in OUTAGE:
+                    self._held = True
                     return  # kept: a re-attach (Link._read) sends them, or its end fails the rank
+                if self._held and e.code == "INVALID_ARGUMENT" and _AHEAD in str(e):
+                    return  # kept until the peers' reports complete the iterations before it
                 raise
             self._sent.append(self._pending.popleft())
+            if not self._pending:
+                self._held = False
             if resp.stop:
-                self.cancelled = True
+                # after done, stop is the release (the job is over); before, a cancel
+                if self._done:
+                    self._released = True
+                else:
+                    self.cancelled = True
 
     def _fail(self, why: str, cause: BaseException | None = None) -> None:
         """Reports why (best effort) and raises it as AttachError."""
